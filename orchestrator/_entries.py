@@ -1,0 +1,168 @@
+"""Session entries as pi writes them (reference §1, decisions D1 and D2).
+
+An entry is the JSON object of one line of a session file. I keep it as the plain ``dict`` that
+``json.loads`` returned, and treat it as immutable: code that changes an entry (pruning) builds a
+new dict. Keeping the raw object is what makes D2 free: fields and entry types we do not know
+survive load and rewrite byte-for-byte in meaning, because we never re-encode from a narrower
+model. The helpers below read the fields we do know.
+
+Messages (``entry["message"]``) are pi ``AgentMessage`` objects, also plain dicts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Container, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+Entry = dict[str, Any]
+"""One session entry (or the header), the decoded JSON object of one line."""
+
+Message = dict[str, Any]
+"""One agent message (pi ``AgentMessage``): ``role`` plus role-specific fields."""
+
+CURRENT_VERSION = 3
+
+# Entry types the reference defines. Anything else is kept verbatim and ignored (D2).
+MESSAGE = "message"
+THINKING_LEVEL_CHANGE = "thinking_level_change"
+MODEL_CHANGE = "model_change"
+COMPACTION = "compaction"
+BRANCH_SUMMARY = "branch_summary"
+CUSTOM = "custom"
+CUSTOM_MESSAGE = "custom_message"
+LABEL = "label"
+SESSION_INFO = "session_info"
+
+KNOWN_TYPES = frozenset(
+    {
+        MESSAGE,
+        THINKING_LEVEL_CHANGE,
+        MODEL_CHANGE,
+        COMPACTION,
+        BRANCH_SUMMARY,
+        CUSTOM,
+        CUSTOM_MESSAGE,
+        LABEL,
+        SESSION_INFO,
+    }
+)
+
+
+def role_of(entry: Mapping[str, Any]) -> str | None:
+    """Return the message role of a ``message`` entry, else ``None``."""
+    if entry.get("type") != MESSAGE:
+        return None
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return None
+    role = message.get("role")
+    return role if isinstance(role, str) else None
+
+
+def is_from_extension(entry: Mapping[str, Any]) -> bool:
+    """True when an extension (hook) produced the entry; ``fromHook`` reads the same (D1)."""
+    return bool(entry.get("fromExtension") or entry.get("fromHook"))
+
+
+def iso_now(now_ms: int) -> str:
+    """Format epoch milliseconds the way pi writes entry timestamps (ISO, ms, ``Z``)."""
+    stamp = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def iso_to_ms(value: object) -> int:
+    """Parse an entry's ISO timestamp into epoch milliseconds (0 when unreadable).
+
+    pi compares message times (epoch ms) with ``Date.parse(entry.timestamp)``; both sides must
+    agree, so this mirrors ``Date.parse`` for the ISO strings pi writes.
+    """
+    if isinstance(value, int | float):
+        return int(value)
+    if not isinstance(value, str) or not value:
+        return 0
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return 0
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(round(parsed.timestamp() * 1000))
+
+
+def new_entry_id(
+    existing: Container[str], random_hex: Callable[[], str] = lambda: uuid.uuid4().hex
+) -> str:
+    """Return a fresh 8-hex id not in ``existing`` (pi's rule, reference §1.3).
+
+    Tries 100 random 8-character prefixes, then falls back to a full UUID, as pi does.
+
+    Args:
+        existing: Ids already used in the session.
+        random_hex: Source of random hex strings (32 chars); inject it for deterministic tests.
+
+    Returns:
+        The new id.
+    """
+    for _ in range(100):
+        candidate = random_hex()[:8]
+        if candidate not in existing:
+            return candidate
+    return str(uuid.uuid4())
+
+
+def entry_message(entry: Mapping[str, Any]) -> Message | None:
+    """The message an entry contributes to the model's context (reference §2 step 5).
+
+    ``message`` entries give their stored message verbatim; ``custom_message`` and non-empty
+    ``branch_summary`` entries give derived ``custom`` / ``branchSummary`` messages. Everything
+    else (including compactions, which :func:`compaction_message` handles) gives ``None``.
+    """
+    kind = entry.get("type")
+    if kind == MESSAGE:
+        message = entry.get("message")
+        return message if isinstance(message, dict) else None
+    if kind == CUSTOM_MESSAGE:
+        return {
+            "role": "custom",
+            "customType": entry.get("customType"),
+            "content": entry.get("content"),
+            "display": entry.get("display"),
+            "details": entry.get("details"),
+            "timestamp": iso_to_ms(entry.get("timestamp")),
+        }
+    if kind == BRANCH_SUMMARY and entry.get("summary"):
+        return {
+            "role": "branchSummary",
+            "summary": entry.get("summary"),
+            "fromId": entry.get("fromId"),
+            "timestamp": iso_to_ms(entry.get("timestamp")),
+        }
+    return None
+
+
+def compaction_message(entry: Mapping[str, Any]) -> Message:
+    """The ``compactionSummary`` message a compaction entry becomes in the context."""
+    return {
+        "role": "compactionSummary",
+        "summary": entry.get("summary", ""),
+        "tokensBefore": entry.get("tokensBefore", 0),
+        "timestamp": iso_to_ms(entry.get("timestamp")),
+    }
+
+
+def text_of(content: object) -> str:
+    """Concatenate the text blocks of a message content (a string passes through)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        block.get("text", "")
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    )

@@ -1,0 +1,82 @@
+"""One error hierarchy for the whole library.
+
+Every error we raise is an :class:`OrchestratorError`; callers can catch that one class.
+Each child names who is at fault::
+
+    OrchestratorError
+    ├── DefinitionError    a machine table or prompt file we ship (or you pass) is wrong: our bug or yours, at load
+    ├── SessionError       a session file, entry id or argument is wrong: the caller's input
+    │   └── SessionLockedError   another writer holds the file
+    ├── TransitionError    an event the machine table does not list for the current state: a caller bug
+    ├── ModelError         the model provider failed (wraps the provider's exception with ``from exc``)
+    └── Cancelled          the operation was cancelled on request; nothing was applied
+
+The house style names four children. I added ``SessionError`` because bad input (a corrupt file,
+an unknown id) is neither a definition problem nor a model problem, and callers need to tell it
+apart to print one clear line without a traceback.
+
+Errors are raised, never returned, and never used for control flow inside the core.
+"""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base of every error this library raises."""
+
+
+class DefinitionError(OrchestratorError):
+    """A machine table or prompt template is malformed. Raised at load time."""
+
+
+class SessionError(OrchestratorError):
+    """A session file, entry id or argument given by the caller cannot be used."""
+
+
+class SessionLockedError(SessionError):
+    """Another process holds the session file's write lock (decision D4)."""
+
+
+class TransitionError(OrchestratorError):
+    """An event is not allowed in the machine's current state.
+
+    Attributes:
+        machine: Name of the machine table.
+        state: The state the machine was in (it is left unchanged).
+        event: The event that was refused.
+    """
+
+    def __init__(self, machine: str, state: str, event: str) -> None:
+        self.machine = machine
+        self.state = state
+        self.event = event
+        super().__init__(f"{machine}: can't {event} when in {state}")
+
+
+class ModelError(OrchestratorError):
+    """A model call failed.
+
+    Attributes:
+        kind: ``"overflow"`` (context too long: never retried, compact instead),
+            ``"transient"`` (worth retrying), ``"truncated"`` (stopped by the length limit),
+            ``"empty"`` (no usable text) or ``"fatal"``.
+        retry_after: Seconds the provider asked us to wait, when it said so.
+        status: HTTP status when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "fatal",
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+        self.status = status
+
+
+class Cancelled(OrchestratorError):
+    """The operation was cancelled; history and leaf are unchanged (decision D22)."""
