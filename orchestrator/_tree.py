@@ -149,13 +149,12 @@ class SessionTree:
         built: dict[str, TreeNode] = {
             e["id"]: TreeNode(entry=e, label=self.labels.get(e["id"])) for e in self.entries
         }
+        breakers = self._cycle_breakers()
         roots: list[TreeNode] = []
         for entry in self.entries:
             node = built[entry["id"]]
             parent = self.parent_of(entry)
-            # A cycle leaves its members without a root; the loader reports it, and here I
-            # attach the member whose parent link closes the loop as a root so it stays visible.
-            if parent is None or parent["id"] not in built:
+            if parent is None or entry["id"] in breakers:
                 roots.append(node)
             else:
                 built[parent["id"]].children.append(node)
@@ -164,6 +163,29 @@ class SessionTree:
             node.children.sort(key=key)
         roots.sort(key=key)
         return roots
+
+    def _cycle_breakers(self) -> set[str]:
+        # Entries on a parent cycle are reachable from no root. The loader reports the cycle;
+        # here the first member in file order becomes a root so the whole tree stays visible
+        # and walking it never loops.
+        reached: set[str] = set()
+        breakers: set[str] = set()
+
+        def mark(start: str) -> None:
+            stack = [start]
+            while stack:
+                current = stack.pop()
+                if current not in reached:
+                    reached.add(current)
+                    stack.extend(self.children.get(current, ()))
+
+        for root in self.roots():
+            mark(root["id"])
+        for entry in self.entries:
+            if entry["id"] not in reached:
+                breakers.add(entry["id"])
+                mark(entry["id"])
+        return breakers
 
     def iter_depth_first(self) -> Iterator[tuple[int, TreeNode]]:
         """Walk :meth:`nodes` depth-first, yielding ``(depth, node)``."""
