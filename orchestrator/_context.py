@@ -8,9 +8,10 @@ costs O(1); appending a compaction costs O(kept entries), never a walk of the wh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from ._entries import (
     COMPACTION,
@@ -23,6 +24,56 @@ from ._entries import (
     entry_message,
 )
 from ._tokens import ContextTokens, estimate_context_tokens, estimate_tokens
+
+T = TypeVar("T")
+
+
+class Snapshot(Sequence[T], Generic[T]):
+    """A read-only view of the first ``length`` items of an append-only list.
+
+    The builder only ever appends to its lists (a compaction starts new ones), so a view with a
+    fixed length never changes: it is as immutable as a tuple, without the O(n) copy. That is
+    what keeps "context after one more entry" O(1).
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[T], length: int | None = None) -> None:
+        self._items = items
+        self._length = len(items) if length is None else length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            return tuple(self._items[start:stop:step])
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("snapshot index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[T]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Snapshot | tuple | list):
+            return len(self) == len(other) and all(
+                a == b for a, b in zip(self, other, strict=False)
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Snapshot({list(self)!r})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,9 +100,9 @@ class SessionContext:
         model: Restored from the path (last ``model_change`` or assistant wins).
     """
 
-    messages: tuple[Message, ...]
-    entry_ids: tuple[str, ...]
-    estimates: tuple[int, ...]
+    messages: Sequence[Message]
+    entry_ids: Sequence[str]
+    estimates: Sequence[int]
     thinking_level: str
     model: ModelRef | None
 
@@ -133,9 +184,9 @@ class ContextBuilder:
     def context(self) -> SessionContext:
         """The context as of the last pushed entry."""
         return SessionContext(
-            messages=tuple(self._messages),
-            entry_ids=tuple(self._entry_ids),
-            estimates=tuple(self._estimates),
+            messages=Snapshot(self._messages),
+            entry_ids=Snapshot(self._entry_ids),
+            estimates=Snapshot(self._estimates),
             thinking_level=self.thinking_level,
             model=self.model,
         )

@@ -117,7 +117,9 @@ class Session:
         """
         if not store.exists():
             header = new_header(cwd or os.getcwd(), clock())
-            return cls(store, SessionTree(header), persisted=False, clock=clock, random_hex=random_hex)
+            return cls(
+                store, SessionTree(header), persisted=False, clock=clock, random_hex=random_hex
+            )
         result: LoadResult = store.load()
         if result.header is None:
             details = "; ".join(str(p) for p in result.problems) or "no session header"
@@ -296,7 +298,10 @@ class Session:
             self.tree.branch(target_id)
         else:
             self.tree.reset_leaf()
-        fields: dict[str, Any] = {"fromId": from_id if from_id is not None else "root", "summary": summary}
+        fields: dict[str, Any] = {
+            "fromId": from_id if from_id is not None else "root",
+            "summary": summary,
+        }
         if details is not None:
             fields["details"] = details
         if from_extension:

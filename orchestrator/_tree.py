@@ -20,7 +20,6 @@ from typing import Any
 from ._entries import LABEL, SESSION_INFO, Entry, iso_now, new_entry_id
 from ._errors import SessionError
 
-
 LEAF: object = object()
 """Default ``parent_id`` of :meth:`SessionTree.new_entry`: the current leaf."""
 
@@ -228,11 +227,14 @@ class SessionTree:
         Returns:
             The entry, with ``id``, ``parentId`` and ``timestamp`` set.
         """
-        new_id = (
-            new_entry_id(self.by_id, random_hex) if random_hex else new_entry_id(self.by_id)
-        )
+        new_id = new_entry_id(self.by_id, random_hex) if random_hex else new_entry_id(self.by_id)
         parent = self.leaf_id if parent_id is LEAF else parent_id
-        entry: Entry = {"type": kind, "id": new_id, "parentId": parent, "timestamp": iso_now(now_ms)}
+        entry: Entry = {
+            "type": kind,
+            "id": new_id,
+            "parentId": parent,
+            "timestamp": iso_now(now_ms),
+        }
         entry.update(fields)
         return entry
 

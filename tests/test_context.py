@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from orchestrator._context import ContextBuilder, ModelRef, build_context
 from orchestrator._tree import SessionTree
 
-HEADER = {"type": "session", "version": 3, "id": "s", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+HEADER = {
+    "type": "session",
+    "version": 3,
+    "id": "s",
+    "timestamp": "2026-01-01T00:00:00.000Z",
+    "cwd": "/w",
+}
 
 
 def ts(n: int) -> str:
@@ -27,11 +35,22 @@ def msg(eid: str, parent: str | None, role: str, n: int, **extra: Any) -> dict[s
             stopReason="stop",
         )
     message.update(extra)
-    return {"type": "message", "id": eid, "parentId": parent, "timestamp": ts(n), "message": message}
+    return {
+        "type": "message",
+        "id": eid,
+        "parentId": parent,
+        "timestamp": ts(n),
+        "message": message,
+    }
 
 
 def linear() -> list[dict[str, Any]]:
-    return [msg("u1", None, "user", 1), msg("a1", "u1", "assistant", 2), msg("u2", "a1", "user", 3), msg("a2", "u2", "assistant", 4)]
+    return [
+        msg("u1", None, "user", 1),
+        msg("a1", "u1", "assistant", 2),
+        msg("u2", "a1", "user", 3),
+        msg("a2", "u2", "assistant", 4),
+    ]
 
 
 def test_empty_path_gives_empty_context() -> None:
@@ -51,8 +70,21 @@ def test_conversation_without_compaction() -> None:
 def test_thinking_and_model_changes_tracked_and_assistant_overrides_model_change() -> None:
     path = [
         msg("u1", None, "user", 1),
-        {"type": "thinking_level_change", "id": "t1", "parentId": "u1", "timestamp": ts(2), "thinkingLevel": "high"},
-        {"type": "model_change", "id": "m1", "parentId": "t1", "timestamp": ts(3), "provider": "openai", "modelId": "gpt"},
+        {
+            "type": "thinking_level_change",
+            "id": "t1",
+            "parentId": "u1",
+            "timestamp": ts(2),
+            "thinkingLevel": "high",
+        },
+        {
+            "type": "model_change",
+            "id": "m1",
+            "parentId": "t1",
+            "timestamp": ts(3),
+            "provider": "openai",
+            "modelId": "gpt",
+        },
         msg("a1", "m1", "assistant", 4),
     ]
     context = build_context(path)
@@ -63,33 +95,69 @@ def test_thinking_and_model_changes_tracked_and_assistant_overrides_model_change
 
 def test_d1_model_change_in_omp_shape() -> None:
     path = [
-        {"type": "model_change", "id": "m1", "parentId": None, "timestamp": ts(1), "model": "openai/gpt-5"},
-        {"type": "model_change", "id": "m2", "parentId": "m1", "timestamp": ts(2), "model": "x/small", "role": "smol"},
+        {
+            "type": "model_change",
+            "id": "m1",
+            "parentId": None,
+            "timestamp": ts(1),
+            "model": "openai/gpt-5",
+        },
+        {
+            "type": "model_change",
+            "id": "m2",
+            "parentId": "m1",
+            "timestamp": ts(2),
+            "model": "x/small",
+            "role": "smol",
+        },
     ]
     assert build_context(path).model == ModelRef(provider="openai", model_id="gpt-5")
 
 
-def compaction(eid: str, parent: str, first_kept: str, n: int, summary: str = "SUMMARY") -> dict[str, Any]:
+def compaction(
+    eid: str, parent: str, first_kept: str, n: int, summary: str = "SUMMARY"
+) -> dict[str, Any]:
     return {
-        "type": "compaction", "id": eid, "parentId": parent, "timestamp": ts(n),
-        "summary": summary, "firstKeptEntryId": first_kept, "tokensBefore": 1234,
+        "type": "compaction",
+        "id": eid,
+        "parentId": parent,
+        "timestamp": ts(n),
+        "summary": summary,
+        "firstKeptEntryId": first_kept,
+        "tokensBefore": 1234,
     }
 
 
 def test_single_compaction_gives_summary_kept_and_after() -> None:
-    path = linear() + [compaction("c1", "a2", "u2", 5), msg("u3", "c1", "user", 6), msg("a3", "u3", "assistant", 7)]
+    path = linear() + [
+        compaction("c1", "a2", "u2", 5),
+        msg("u3", "c1", "user", 6),
+        msg("a3", "u3", "assistant", 7),
+    ]
     context = build_context(path)
     roles = [m["role"] for m in context.messages]
     assert roles == ["compactionSummary", "user", "assistant", "user", "assistant"]
     first = context.messages[0]
-    assert first == {"role": "compactionSummary", "summary": "SUMMARY", "tokensBefore": 1234, "timestamp": 1767225605000}
+    assert first == {
+        "role": "compactionSummary",
+        "summary": "SUMMARY",
+        "tokensBefore": 1234,
+        "timestamp": 1767225605000,
+    }
     assert context.entry_ids == ("c1", "u2", "a2", "u3", "a3")
 
 
 def test_multiple_compactions_only_latest_counts() -> None:
-    path = linear() + [compaction("c1", "a2", "u2", 5, "FIRST"), msg("u3", "c1", "user", 6), msg("a3", "u3", "assistant", 7), compaction("c2", "a3", "u3", 8, "SECOND")]
+    path = linear() + [
+        compaction("c1", "a2", "u2", 5, "FIRST"),
+        msg("u3", "c1", "user", 6),
+        msg("a3", "u3", "assistant", 7),
+        compaction("c2", "a3", "u3", 8, "SECOND"),
+    ]
     context = build_context(path)
-    assert [m.get("summary") for m in context.messages if m["role"] == "compactionSummary"] == ["SECOND"]
+    assert [m.get("summary") for m in context.messages if m["role"] == "compactionSummary"] == [
+        "SECOND"
+    ]
     assert context.entry_ids == ("c2", "u3", "a3")
 
 
@@ -106,24 +174,78 @@ def test_unknown_first_kept_keeps_nothing_before_compaction() -> None:
 def test_custom_message_and_branch_summary_become_messages_custom_entries_do_not() -> None:
     path = [
         msg("u1", None, "user", 1),
-        {"type": "custom", "id": "x1", "parentId": "u1", "timestamp": ts(2), "customType": "state", "data": {"a": 1}},
-        {"type": "custom_message", "id": "x2", "parentId": "x1", "timestamp": ts(3), "customType": "note", "content": "hello", "display": True},
-        {"type": "branch_summary", "id": "b1", "parentId": "x2", "timestamp": ts(4), "fromId": "zz", "summary": "went elsewhere"},
-        {"type": "branch_summary", "id": "b2", "parentId": "b1", "timestamp": ts(5), "fromId": "zz", "summary": ""},
-        {"type": "label", "id": "l1", "parentId": "b2", "timestamp": ts(6), "targetId": "u1", "label": "start"},
-        {"type": "mystery_future_type", "id": "f1", "parentId": "l1", "timestamp": ts(7), "payload": [1, 2]},
+        {
+            "type": "custom",
+            "id": "x1",
+            "parentId": "u1",
+            "timestamp": ts(2),
+            "customType": "state",
+            "data": {"a": 1},
+        },
+        {
+            "type": "custom_message",
+            "id": "x2",
+            "parentId": "x1",
+            "timestamp": ts(3),
+            "customType": "note",
+            "content": "hello",
+            "display": True,
+        },
+        {
+            "type": "branch_summary",
+            "id": "b1",
+            "parentId": "x2",
+            "timestamp": ts(4),
+            "fromId": "zz",
+            "summary": "went elsewhere",
+        },
+        {
+            "type": "branch_summary",
+            "id": "b2",
+            "parentId": "b1",
+            "timestamp": ts(5),
+            "fromId": "zz",
+            "summary": "",
+        },
+        {
+            "type": "label",
+            "id": "l1",
+            "parentId": "b2",
+            "timestamp": ts(6),
+            "targetId": "u1",
+            "label": "start",
+        },
+        {
+            "type": "mystery_future_type",
+            "id": "f1",
+            "parentId": "l1",
+            "timestamp": ts(7),
+            "payload": [1, 2],
+        },
     ]
     context = build_context(path)
     assert [m["role"] for m in context.messages] == ["user", "custom", "branchSummary"]
     assert context.messages[1] == {
-        "role": "custom", "customType": "note", "content": "hello", "display": True,
-        "details": None, "timestamp": 1767225603000,
+        "role": "custom",
+        "customType": "note",
+        "content": "hello",
+        "display": True,
+        "details": None,
+        "timestamp": 1767225603000,
     }
-    assert context.messages[2] == {"role": "branchSummary", "summary": "went elsewhere", "fromId": "zz", "timestamp": 1767225604000}
+    assert context.messages[2] == {
+        "role": "branchSummary",
+        "summary": "went elsewhere",
+        "fromId": "zz",
+        "timestamp": 1767225604000,
+    }
 
 
 def test_branches_context_follows_leaf_and_unknown_leaf_falls_back() -> None:
-    entries = linear() + [msg("u2b", "a1", "user", 5, content="other"), msg("a2b", "u2b", "assistant", 6)]
+    entries = linear() + [
+        msg("u2b", "a1", "user", 5, content="other"),
+        msg("a2b", "u2b", "assistant", 6),
+    ]
     tree = SessionTree(HEADER, entries)
     assert [e["id"] for e in tree.path()] == ["u1", "a1", "u2b", "a2b"]
     assert build_context(tree.path("a2")).entry_ids == ("u1", "a1", "u2", "a2")
@@ -133,7 +255,14 @@ def test_complex_tree_with_compaction_on_one_branch_and_summary_on_another() -> 
     entries = linear() + [
         compaction("c1", "a2", "u2", 5),
         msg("u3", "c1", "user", 6),
-        {"type": "branch_summary", "id": "b1", "parentId": "a1", "timestamp": ts(7), "fromId": "u3", "summary": "tried compaction branch"},
+        {
+            "type": "branch_summary",
+            "id": "b1",
+            "parentId": "a1",
+            "timestamp": ts(7),
+            "fromId": "u3",
+            "summary": "tried compaction branch",
+        },
         msg("u4", "b1", "user", 8),
     ]
     tree = SessionTree(HEADER, entries)
@@ -148,7 +277,11 @@ def test_orphan_gives_only_the_orphan_chain() -> None:
 
 
 def test_incremental_builder_matches_batch_build() -> None:
-    path = linear() + [compaction("c1", "a2", "u2", 5), msg("u3", "c1", "user", 6), msg("a3", "u3", "assistant", 7)]
+    path = linear() + [
+        compaction("c1", "a2", "u2", 5),
+        msg("u3", "c1", "user", 6),
+        msg("a3", "u3", "assistant", 7),
+    ]
     builder = ContextBuilder()
     for i, entry in enumerate(path):
         builder.push(entry)
@@ -161,3 +294,20 @@ def test_tokens_of_context_use_usage_anchor() -> None:
     assert tokens.usage_tokens == 15
     assert tokens.trailing_tokens == 10
     assert tokens.last_usage_index == 3
+
+
+def test_snapshot_is_immutable_while_builder_grows() -> None:
+    builder = ContextBuilder(linear())
+    before = builder.context()
+    builder.push(msg("u3", "a2", "user", 5))
+    after = builder.context()
+    assert len(before.messages) == 4
+    assert len(after.messages) == 5
+    assert list(before.entry_ids) == ["u1", "a1", "u2", "a2"]
+    assert before.entry_ids[-1] == "a2"
+    assert before.entry_ids[1:3] == ("a1", "u2")
+    with pytest.raises(IndexError):
+        before.entry_ids[4]
+    builder.push(compaction("c1", "u3", "u2", 6))
+    assert list(before.entry_ids) == ["u1", "a1", "u2", "a2"]
+    assert list(after.entry_ids) == ["u1", "a1", "u2", "a2", "u3"]

@@ -17,7 +17,12 @@ from orchestrator._tokens import (
 
 
 def test_calculate_context_tokens_sums_parts_when_total_missing() -> None:
-    assert calculate_context_tokens({"input": 1000, "output": 500, "cacheRead": 200, "cacheWrite": 100}) == 1800
+    assert (
+        calculate_context_tokens(
+            {"input": 1000, "output": 500, "cacheRead": 200, "cacheWrite": 100}
+        )
+        == 1800
+    )
     assert calculate_context_tokens({"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}) == 0
     assert calculate_context_tokens({"totalTokens": 0, "input": 3, "output": 4}) == 7
     assert calculate_context_tokens({"totalTokens": 42, "input": 3}) == 42

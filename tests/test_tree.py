@@ -9,16 +9,29 @@ import pytest
 from orchestrator._errors import SessionError
 from orchestrator._tree import SessionTree
 
-HEADER = {"type": "session", "version": 3, "id": "s", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+HEADER = {
+    "type": "session",
+    "version": 3,
+    "id": "s",
+    "timestamp": "2026-01-01T00:00:00.000Z",
+    "cwd": "/w",
+}
 
 
 def make_tree() -> tuple[SessionTree, itertools.count[int]]:
     return SessionTree(dict(HEADER)), itertools.count(1)
 
 
-def add(tree: SessionTree, clock: itertools.count[int], kind: str = "message", **fields: object) -> str:
+def add(
+    tree: SessionTree, clock: itertools.count[int], kind: str = "message", **fields: object
+) -> str:
     n = next(clock)
-    entry = tree.new_entry(kind, dict(fields), now_ms=1767225600000 + n * 1000, random_hex=lambda: f"{n:08x}" + "0" * 24)
+    entry = tree.new_entry(
+        kind,
+        dict(fields),
+        now_ms=1767225600000 + n * 1000,
+        random_hex=lambda: f"{n:08x}" + "0" * 24,
+    )
     tree.append(entry)
     return entry["id"]
 
@@ -102,8 +115,20 @@ def test_labels_last_wins_and_empty_clears() -> None:
 
 def test_self_parent_and_orphans_are_roots() -> None:
     entries = [
-        {"type": "message", "id": "aaaaaaaa", "parentId": "aaaaaaaa", "timestamp": "1", "message": {"role": "user", "content": "x"}},
-        {"type": "message", "id": "bbbbbbbb", "parentId": "gone0000", "timestamp": "2", "message": {"role": "user", "content": "y"}},
+        {
+            "type": "message",
+            "id": "aaaaaaaa",
+            "parentId": "aaaaaaaa",
+            "timestamp": "1",
+            "message": {"role": "user", "content": "x"},
+        },
+        {
+            "type": "message",
+            "id": "bbbbbbbb",
+            "parentId": "gone0000",
+            "timestamp": "2",
+            "message": {"role": "user", "content": "y"},
+        },
     ]
     tree = SessionTree(dict(HEADER), entries)
     assert [e["id"] for e in tree.roots()] == ["aaaaaaaa", "bbbbbbbb"]
@@ -112,8 +137,20 @@ def test_self_parent_and_orphans_are_roots() -> None:
 
 def test_cycle_does_not_loop() -> None:
     entries = [
-        {"type": "message", "id": "aaaaaaaa", "parentId": "bbbbbbbb", "timestamp": "1", "message": {"role": "user", "content": "x"}},
-        {"type": "message", "id": "bbbbbbbb", "parentId": "aaaaaaaa", "timestamp": "2", "message": {"role": "user", "content": "y"}},
+        {
+            "type": "message",
+            "id": "aaaaaaaa",
+            "parentId": "bbbbbbbb",
+            "timestamp": "1",
+            "message": {"role": "user", "content": "x"},
+        },
+        {
+            "type": "message",
+            "id": "bbbbbbbb",
+            "parentId": "aaaaaaaa",
+            "timestamp": "2",
+            "message": {"role": "user", "content": "y"},
+        },
     ]
     tree = SessionTree(dict(HEADER), entries)
     assert [e["id"] for e in tree.path()] == ["aaaaaaaa", "bbbbbbbb"]
