@@ -1,0 +1,177 @@
+"""The names a machine table may use: guards and effects.
+
+A table in ``machines/*.toml`` never holds an expression. Its rows name guards and effects, and
+this module is the registry those names resolve against (house style habit 15), so a table cannot
+run code we did not write and a typo fails at load instead of at the worst moment.
+
+*Guards* are pure predicates over :class:`Facts`, the frozen record the caller passes with each
+event. They read nothing else: no clock, no file, no session. That keeps the machines
+deterministic, so a recorded trace replays through them, and so they could run unchanged inside a
+durable-workflow engine.
+
+*Effects* are only names here. The engine returns the effect names of the transition it took and
+the runtime driver performs them, in order. Each machine has its own vocabulary, with one line per
+effect saying what the driver is expected to do.
+
+I chose one flat ``Facts`` record for all three machines rather than one per machine: guards are
+tiny, the fields do not collide, and a property test can draw every field at random with
+``hypothesis.strategies.builds(Facts)``. A machine simply ignores the fields it does not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Facts:
+    """What the driver knows when it fires an event. Guards read these fields and nothing else.
+
+    Attributes:
+        compaction_enabled: Automatic compaction is switched on (D5: ``enabled=false`` turns every
+            automatic path off).
+        over_threshold: The context is over the compaction threshold, measured after the reply
+            (or after pruning, when the driver re-measures).
+        context_full: A reply stopped by the length limit came back with the context full, which
+            D18 treats as an overflow.
+        overflow_attempted: Overflow recovery already ran in this user turn (D18).
+        auto_compactions: Automatic compactions already run in this user turn (D19).
+        retry_attempt: Agent retries already made for the current transient error streak.
+        max_retries: The retry budget (``retry.maxRetries``).
+        will_retry: The compaction in progress was started to retry the turn after an overflow.
+        auto_continue: After a threshold compaction, continue with the D20 custom message.
+        has_work: Preparation found something to compact or summarize (D12).
+        retryable: The failed summarizer attempt is a transient error worth retrying (D21).
+        delay_ms: The delay the next retry would wait (``baseDelayMs * 2^attempt``, raised to any
+            retry-after hint).
+        max_delay_ms: Above this delay, move to the next candidate model instead (D21: 30 s).
+        more_candidates: Another candidate model remains untried (D21).
+        shrink_attempts: Times the summary request was halved after a summarizer overflow (D14).
+        entry_present: On reopen, the operation's committed entry is already in the file (D24).
+        same_position: The navigation target is the current leaf.
+        wants_summary: The user asked for a branch summary.
+        has_entries: The abandoned branch holds entries to summarize.
+    """
+
+    compaction_enabled: bool = True
+    over_threshold: bool = False
+    context_full: bool = False
+    overflow_attempted: bool = False
+    auto_compactions: int = 0
+    retry_attempt: int = 0
+    max_retries: int = 3
+    will_retry: bool = False
+    auto_continue: bool = True
+    has_work: bool = True
+    retryable: bool = False
+    delay_ms: int = 0
+    max_delay_ms: int = 30_000
+    more_candidates: bool = False
+    shrink_attempts: int = 0
+    entry_present: bool = False
+    same_position: bool = False
+    wants_summary: bool = False
+    has_entries: bool = False
+
+
+Guard = Callable[[Facts], bool]
+
+# D14: halve the summary request at most this many times.
+MAX_SHRINK_ATTEMPTS = 3
+
+# D19: at most one automatic compaction per user turn.
+MAX_AUTO_COMPACTIONS_PER_TURN = 1
+
+
+def _may_auto_compact(facts: Facts) -> bool:
+    return facts.compaction_enabled and facts.auto_compactions < MAX_AUTO_COMPACTIONS_PER_TURN
+
+
+def _may_recover_overflow(facts: Facts) -> bool:
+    # D18 has its own once-per-turn budget, separate from D19's: without this one recovery the
+    # turn fails outright, so an earlier threshold compaction in the same turn does not spend it.
+    return facts.compaction_enabled and not facts.overflow_attempted
+
+
+GUARDS: Mapping[str, Guard] = MappingProxyType(
+    {
+        "auto_continue": lambda f: f.auto_continue,
+        "compaction_enabled": lambda f: f.compaction_enabled,
+        "context_full": lambda f: f.context_full,
+        "delay_within_limit": lambda f: f.delay_ms <= f.max_delay_ms,
+        "entry_present": lambda f: f.entry_present,
+        "has_entries": lambda f: f.has_entries,
+        "has_work": lambda f: f.has_work,
+        "may_auto_compact": _may_auto_compact,
+        "may_recover_overflow": _may_recover_overflow,
+        "may_shrink": lambda f: f.shrink_attempts < MAX_SHRINK_ATTEMPTS,
+        "more_candidates": lambda f: f.more_candidates,
+        "over_threshold": lambda f: f.over_threshold,
+        "overflow_attempted": lambda f: f.overflow_attempted,
+        "retries_left": lambda f: f.retry_attempt < f.max_retries,
+        "retryable": lambda f: f.retryable,
+        "same_position": lambda f: f.same_position,
+        "wants_summary": lambda f: f.wants_summary,
+        "will_retry": lambda f: f.will_retry,
+    }
+)
+"""Every guard a table may name, by name."""
+
+
+_TURN_EFFECTS = {
+    "start_turn": "append the user message and reset the per-turn facts (D18, D19)",
+    "call_agent": "run the agent (model call and tools) on the current context",
+    "stop_agent": "cancel the agent run and wait until it has settled (D22)",
+    "drop_failed_reply": "remove the failed reply from the live context; the file keeps it (D18)",
+    "prune_tool_outputs": "prune old tool outputs, then re-measure the context (D23)",
+    "start_threshold_compaction": "emit auto_compaction_start(threshold), run one compaction (D19)",
+    "start_overflow_compaction": "emit auto_compaction_start(overflow), compact to retry (D18)",
+    "cancel_compaction": "cancel the compaction operation and wait until it has settled (D22)",
+    "emit_compaction_end": "emit auto_compaction_end; say so if still over the threshold (D19)",
+    "emit_compaction_aborted": "emit auto_compaction_end with aborted=true",
+    "emit_compaction_failed": "emit auto_compaction_end with 'Auto-compaction failed: ...'",
+    "emit_recovery_failed": "emit auto_compaction_end with 'Context overflow recovery failed: ...'",
+    "emit_overflow_failed": "emit auto_compaction_end: recovery failed after one attempt (D18)",
+    "emit_retry_start": "emit auto_retry_start with attempt, delay and error",
+    "emit_retry_end": "emit auto_retry_end with the final error",
+    "sleep_retry": "wait before retrying the agent (cancellable, D22)",
+    "cancel_retry_wait": "cancel the retry wait only (D22)",
+    "append_continue_message": "append the 'auto-continue' custom_message entry (D20)",
+    "start_manual_compaction": "run one manual compaction operation; the turn is not resumed",
+    "report_manual_result": "hand the manual compaction's outcome (or error) to its caller",
+    "close_session": "release the session (flush, unlock)",
+}
+
+_OPERATION_EFFECTS = {
+    "run_hooks": "run session_before_compact / session_before_tree handlers (D25)",
+    "call_model": "ask the current candidate model for the summary",
+    "next_candidate": "move to the next candidate model and reset the retry count (D21)",
+    "shrink_request": "halve the serialized conversation after a summarizer overflow (D14)",
+    "sleep_retry": "wait before the next attempt (cancellable, D22)",
+    "stop_work": "cancel the model call or wait in flight; nothing partial is applied (D22)",
+    "append_entry": "append the compaction or branch_summary entry: the commit (D24)",
+    "rebuild_context": "rebuild the live context from the new leaf",
+    "emit_result": "report the operation's outcome to the caller and listeners",
+}
+
+_NAVIGATION_EFFECTS = {
+    "collect_entries": "collect the abandoned branch's entries (collectEntriesForBranchSummary)",
+    "run_hooks": "run session_before_tree handlers (D25)",
+    "start_summary": "run one branch-summary operation (operation.toml)",
+    "cancel_summary": "cancel the branch-summary operation; the session is untouched (D22)",
+    "switch_leaf": "move the leaf (branch or resetLeaf) and apply any label",
+    "switch_leaf_with_summary": "attach the branch_summary under the new position (D17)",
+    "rebuild_context": "rebuild the live context from the new leaf",
+    "emit_session_tree": "emit session_tree with old and new leaf",
+}
+
+EFFECTS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "turn": MappingProxyType(_TURN_EFFECTS),
+        "operation": MappingProxyType(_OPERATION_EFFECTS),
+        "navigation": MappingProxyType(_NAVIGATION_EFFECTS),
+    }
+)
+"""Each machine's effect vocabulary: effect name to what the driver does for it."""

@@ -1,0 +1,551 @@
+"""The generic machine engine: load a table, validate it, bind it to ``transitions``, step it."""
+
+# Theory of operation
+# -------------------
+#
+# A machine is a table (house style habit 1). Each ``machines/<name>.toml`` file holds:
+#
+#     [machine]            name, initial, final = [...], optional doc
+#     [states.<name>]      doc = "..."                    one entry per state, each explained
+#     [[transitions]]      source = "a" | ["a", "b"], event, dest,
+#                          guards = [...]   every named guard must hold
+#                          unless = [...]   every named guard must fail
+#                          effects = [...]  names the driver performs, in order
+#                          doc = "..."
+#
+# For a (state, event) the rows are tried in file order and the first whose guards hold is taken.
+# The engine changes the state and RETURNS the row's effect names; it performs nothing. The async
+# driver performs the effects and feeds the outcome back as the next event. That is the h11 split:
+# the machine knows what may happen next, the driver knows how to do it.
+#
+# Refusal. An event the table does not list for the current state, or whose rows all have a
+# failing guard, raises TransitionError and leaves the state unchanged. House style habit 1 says a
+# refused event also "moves the machine to `failed`", but issue 4's property ("a legal next state,
+# or an error with the state unchanged") says the opposite, and I side with the issue: a refusal is
+# a caller bug, and jumping to `failed` would destroy the very state that explains the bug. It
+# would also make `failed` reachable from every state, which hides real failure paths in the
+# diagram. A driver that wants to give up after a refusal fires the table's own `failed` event.
+#
+# Validation at load (habit 11). I reject unknown keys anywhere; an initial state that does not
+# exist; a row naming an undeclared state; a state unreachable from the initial one; a trap (a
+# non-final state with no path to a final one); a final state with outgoing rows; a guard not in
+# the guard registry or an effect not in the machine's effect vocabulary; a row that can never
+# fire because an earlier unguarded row for the same (state, event) always wins; and event or
+# state names that would collide with the attributes ``transitions`` adds to its model.
+#
+# Binding. The rows are loaded into a synchronous ``transitions.Machine`` with
+# ``auto_transitions=False`` (no hidden ``to_<state>`` events) and ``send_event=True``, so each
+# condition receives the ``Facts`` passed with the event. I dispatch with ``model.trigger(name)``
+# because a model attribute with an event's name would silently shadow the generated method.
+# transitions tries rows in the order they were added, which is file order, and an ``after``
+# callback per row tells me which row fired. The pure :func:`step` makes the same choice without
+# ``transitions``; a property test checks that the two always agree, and replay can use the pure
+# one.
+#
+# States and events are plain strings here rather than enums: the table is the source of truth,
+# and an enum built at runtime from it would give no static checking anyway.
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from transitions import Machine
+
+from orchestrator._errors import DefinitionError, TransitionError
+from orchestrator._guards import EFFECTS, GUARDS, Facts, Guard
+from orchestrator._resources import data_dir
+
+_TOP_KEYS = frozenset({"machine", "states", "transitions"})
+_MACHINE_KEYS = frozenset({"name", "initial", "final", "doc"})
+_STATE_KEYS = frozenset({"doc"})
+_ROW_KEYS = frozenset({"source", "event", "dest", "guards", "unless", "effects", "doc"})
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+# transitions adds `trigger`, `state`, `is_<state>`, `may_<event>` and `<event>` to its model.
+_RESERVED = frozenset({"trigger", "state", "may_trigger"})
+_RESERVED_PREFIXES = ("is_", "may_", "to_")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """One transition row of a table.
+
+    Attributes:
+        index: Position in the file, from 0; earlier rows win.
+        sources: States the row applies to.
+        event: The event it answers.
+        dest: The state it moves to.
+        guards: Guard names that must all hold.
+        unless: Guard names that must all fail.
+        effects: Effect names the driver performs, in order.
+        doc: Why the row exists.
+    """
+
+    index: int
+    sources: tuple[str, ...]
+    event: str
+    dest: str
+    guards: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+    effects: tuple[str, ...] = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """The record of one machine step, handed to observers (house style habit 5).
+
+    Attributes:
+        machine: The table's name.
+        source: State before the step.
+        event: The event fired.
+        dest: State after the step.
+        effects: Effect names the driver must now perform, in order.
+    """
+
+    machine: str
+    source: str
+    event: str
+    dest: str
+    effects: tuple[str, ...]
+
+
+Observer = Callable[[Step], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class MachineDef:
+    """A validated machine table.
+
+    Attributes:
+        name: The machine's name (``turn``, ``operation``, ``navigation``).
+        source: Where the table came from, for messages.
+        doc: What the machine is for.
+        initial: The initial state.
+        final: The final states.
+        states: State name to its explanation, in file order.
+        rows: The transition rows, in file order.
+        guards: The guard registry the rows were checked against.
+    """
+
+    name: str
+    source: str
+    doc: str
+    initial: str
+    final: frozenset[str]
+    states: Mapping[str, str]
+    rows: tuple[Row, ...]
+    guards: Mapping[str, Guard]
+
+    @classmethod
+    def load(
+        cls,
+        path: Path,
+        *,
+        guards: Mapping[str, Guard] = GUARDS,
+        effects: Iterable[str] | None = None,
+    ) -> MachineDef:
+        """Read and validate one table file.
+
+        Args:
+            path: The TOML file.
+            guards: The guard registry; defaults to :data:`orchestrator._guards.GUARDS`.
+            effects: The allowed effect names; defaults to the vocabulary registered in
+                :data:`orchestrator._guards.EFFECTS` under the table's machine name.
+
+        Returns:
+            The validated definition.
+
+        Raises:
+            DefinitionError: The file is unreadable or breaks a rule; the message names the file.
+        """
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DefinitionError(f"{path}: cannot read: {exc}") from exc
+        return cls.parse(text, source=str(path), guards=guards, effects=effects)
+
+    @classmethod
+    def parse(
+        cls,
+        text: str,
+        *,
+        source: str = "<string>",
+        guards: Mapping[str, Guard] = GUARDS,
+        effects: Iterable[str] | None = None,
+    ) -> MachineDef:
+        """Validate a table given as TOML text. Same contract as :meth:`load`.
+
+        Returns:
+            The validated definition.
+
+        Raises:
+            DefinitionError: The text breaks a rule.
+        """
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise DefinitionError(f"{source}: not valid TOML: {exc}") from exc
+        return _build(data, source=source, guards=guards, effects=effects)
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        """Every event the table names, in order of first appearance."""
+        return tuple(dict.fromkeys(row.event for row in self.rows))
+
+    def rows_for(self, state: str, event: str) -> tuple[Row, ...]:
+        """Return the rows answering ``event`` in ``state``, in file order."""
+        return tuple(r for r in self.rows if r.event == event and state in r.sources)
+
+    def holds(self, row: Row, facts: Facts) -> bool:
+        """Return whether every guard of ``row`` holds and every ``unless`` guard fails."""
+        return all(self.guards[g](facts) for g in row.guards) and not any(
+            self.guards[g](facts) for g in row.unless
+        )
+
+    def select(self, state: str, event: str, facts: Facts) -> Row | None:
+        """Return the row that ``event`` takes in ``state``, or None when it is refused."""
+        return next((r for r in self.rows_for(state, event) if self.holds(r, facts)), None)
+
+
+def step(defn: MachineDef, state: str, event: str, facts: Facts) -> Step:
+    """Take one step without ``transitions``: the pure form of :meth:`Runner.fire`.
+
+    Args:
+        defn: The machine.
+        state: The current state.
+        event: The event to fire.
+        facts: What the guards read.
+
+    Returns:
+        The step taken.
+
+    Raises:
+        TransitionError: The table has no row for this state and event whose guards hold.
+    """
+    row = defn.select(state, event, facts)
+    if row is None:
+        raise TransitionError(defn.name, state, event)
+    return Step(machine=defn.name, source=state, event=event, dest=row.dest, effects=row.effects)
+
+
+@cache
+def load_machine(name: str) -> MachineDef:
+    """Load one of the shipped tables by name (``turn``, ``operation``, ``navigation``).
+
+    Returns:
+        The validated definition (cached: tables are immutable).
+
+    Raises:
+        DefinitionError: The shipped table is missing or invalid.
+    """
+    return MachineDef.load(data_dir("machines") / f"{name}.toml")
+
+
+def shipped_machines() -> tuple[str, ...]:
+    """Return the names of the shipped tables, sorted."""
+    return tuple(sorted(p.stem for p in data_dir("machines").glob("*.toml")))
+
+
+class _Model:
+    """The object transitions hangs its state and generated methods on."""
+
+    state: str
+    trigger: Callable[..., bool]
+
+
+class Runner:
+    """One live machine: holds the state and steps it through ``transitions.Machine``.
+
+    Args:
+        defn: The validated table.
+        state: The state to start in (to resume from a journal); defaults to the initial one.
+        observers: Called with every :class:`Step`, in order, after the state has changed.
+
+    Raises:
+        DefinitionError: ``state`` is not a state of the table.
+    """
+
+    def __init__(
+        self,
+        defn: MachineDef,
+        *,
+        state: str | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        start = defn.initial if state is None else state
+        if start not in defn.states:
+            raise DefinitionError(f"{defn.source}: no state {start!r} to start in")
+        self._defn = defn
+        self._observers = list(observers)
+        self._taken: Row | None = None
+        self._model = _Model()
+        machine = Machine(
+            model=self._model,
+            states=list(defn.states),
+            initial=start,
+            auto_transitions=False,
+            send_event=True,
+            ignore_invalid_triggers=False,
+        )
+        for row in defn.rows:
+            machine.add_transition(
+                row.event,
+                list(row.sources),
+                row.dest,
+                conditions=[self._condition(defn.guards[g]) for g in row.guards],
+                unless=[self._condition(defn.guards[g]) for g in row.unless],
+                after=[self._recorder(row)],
+            )
+
+    @property
+    def defn(self) -> MachineDef:
+        """The table this runner steps."""
+        return self._defn
+
+    @property
+    def state(self) -> str:
+        """The current state."""
+        return self._model.state
+
+    @property
+    def done(self) -> bool:
+        """Whether the machine has reached a final state."""
+        return self.state in self._defn.final
+
+    def listed_events(self) -> tuple[str, ...]:
+        """Return the events the table lists for the current state (guards not evaluated)."""
+        return tuple(e for e in self._defn.events if self._defn.rows_for(self.state, e))
+
+    def subscribe(self, observer: Observer) -> None:
+        """Add an observer; it sees every later step."""
+        self._observers.append(observer)
+
+    def fire(self, event: str, facts: Facts | None = None) -> Step:
+        """Fire ``event`` and return the step taken.
+
+        Args:
+            event: The event name.
+            facts: What the guards read; defaults to ``Facts()``.
+
+        Returns:
+            The step, whose ``effects`` the driver must now perform in order.
+
+        Raises:
+            TransitionError: The table lists no row for this event in the current state, or every
+                listed row has a failing guard. The state is unchanged.
+        """
+        source = self.state
+        if not self._defn.rows_for(source, event):
+            raise TransitionError(self._defn.name, source, event)
+        self._taken = None
+        self._model.trigger(event, facts=Facts() if facts is None else facts)
+        row, self._taken = self._taken, None
+        if row is None:
+            raise TransitionError(self._defn.name, source, event)
+        done = Step(
+            machine=self._defn.name,
+            source=source,
+            event=event,
+            dest=row.dest,
+            effects=row.effects,
+        )
+        for observer in tuple(self._observers):
+            observer(done)
+        return done
+
+    @staticmethod
+    def _condition(guard: Guard) -> Callable[[Any], bool]:
+        def check(event_data: Any) -> bool:
+            facts: Facts = event_data.kwargs["facts"]
+            return guard(facts)
+
+        return check
+
+    def _recorder(self, row: Row) -> Callable[[Any], None]:
+        def record(_event_data: Any) -> None:
+            self._taken = row
+
+        return record
+
+
+# Loading and validation. Every problem raises DefinitionError("<file>: <reason>").
+
+
+def _fail(source: str, reason: str) -> NoReturn:
+    raise DefinitionError(f"{source}: {reason}")
+
+
+def _table(value: object, where: str, allowed: frozenset[str], source: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(source, f"{where} must be a table")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        _fail(source, f"unknown key(s) in {where}: {', '.join(unknown)}")
+    return value
+
+
+def _text(table: Mapping[str, Any], key: str, where: str, source: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str) or not value.strip():
+        _fail(source, f"{where} needs a non-empty string {key!r}")
+    return value
+
+
+def _strings(value: object, where: str, source: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        _fail(source, f"{where} must be a string or a list of strings")
+    return tuple(value)
+
+
+def _parse_states(raw: object, source: str) -> dict[str, str]:
+    if not isinstance(raw, dict) or not raw:
+        _fail(source, "[states] must declare at least one state")
+    states: dict[str, Any] = raw
+    return {
+        name: _text(_table(body, f"[states.{name}]", _STATE_KEYS, source), "doc", name, source)
+        for name, body in states.items()
+    }
+
+
+def _parse_row(index: int, raw: object, source: str) -> Row:
+    where = f"transition #{index + 1}"
+    body = _table(raw, where, _ROW_KEYS, source)
+    sources = _strings(body.get("source"), f"{where} source", source)
+    if not sources:
+        _fail(source, f"{where} has an empty source list")
+    doc = body.get("doc", "")
+    if not isinstance(doc, str):
+        _fail(source, f"{where} doc must be a string")
+    return Row(
+        index=index,
+        sources=sources,
+        event=_text(body, "event", where, source),
+        dest=_text(body, "dest", where, source),
+        guards=_strings(body.get("guards", []), f"{where} guards", source),
+        unless=_strings(body.get("unless", []), f"{where} unless", source),
+        effects=_strings(body.get("effects", []), f"{where} effects", source),
+        doc=doc,
+    )
+
+
+def _build(
+    data: Mapping[str, Any],
+    *,
+    source: str,
+    guards: Mapping[str, Guard],
+    effects: Iterable[str] | None,
+) -> MachineDef:
+    top = _table(data, "the file", _TOP_KEYS, source)
+    if "machine" not in top:
+        _fail(source, "missing the [machine] table")
+    head = _table(top["machine"], "[machine]", _MACHINE_KEYS, source)
+    name = _text(head, "name", "[machine]", source)
+    final = _strings(head.get("final"), "[machine] final", source)
+    raw_rows = top.get("transitions", [])
+    if not isinstance(raw_rows, list):
+        _fail(source, "transitions must be an array of tables ([[transitions]])")
+    if effects is None:
+        if name not in EFFECTS:
+            _fail(source, f"no effect vocabulary registered for machine {name!r}")
+        effects = EFFECTS[name]
+    defn = MachineDef(
+        name=name,
+        source=source,
+        doc=str(head.get("doc", "")),
+        initial=_text(head, "initial", "[machine]", source),
+        final=frozenset(final),
+        states=MappingProxyType(_parse_states(top.get("states"), source)),
+        rows=tuple(_parse_row(i, raw, source) for i, raw in enumerate(raw_rows)),
+        guards=guards,
+    )
+    _check_names(defn, frozenset(effects))
+    _check_graph(defn)
+    _check_shadowing(defn)
+    return defn
+
+
+def _usable(name: str) -> bool:
+    return (
+        _NAME.match(name) is not None
+        and name not in _RESERVED
+        and not name.startswith(_RESERVED_PREFIXES)
+    )
+
+
+def _check_names(defn: MachineDef, effects: frozenset[str]) -> None:
+    src, states = defn.source, defn.states
+    for name in (*states, *defn.events):
+        if not _usable(name):
+            _fail(src, f"{name!r} is not a usable name (lower_snake_case, not reserved)")
+    if not defn.final:
+        _fail(src, "[machine] final lists no state")
+    for name in (defn.initial, *sorted(defn.final)):
+        if name not in states:
+            _fail(src, f"[machine] names state {name!r}, which [states] does not declare")
+    for row in defn.rows:
+        _check_row(defn, row, effects)
+
+
+def _check_row(defn: MachineDef, row: Row, effects: frozenset[str]) -> None:
+    where = f"transition #{row.index + 1} ({row.event})"
+    unknown_states = [s for s in (*row.sources, row.dest) if s not in defn.states]
+    unknown_guards = [g for g in (*row.guards, *row.unless) if g not in defn.guards]
+    unknown_effects = [e for e in row.effects if e not in effects]
+    if unknown_states:
+        _fail(defn.source, f"{where} names undeclared state {unknown_states[0]!r}")
+    if unknown_guards:
+        _fail(defn.source, f"{where} names unregistered guard {unknown_guards[0]!r}")
+    if unknown_effects:
+        _fail(defn.source, f"{where} names unregistered effect {unknown_effects[0]!r}")
+
+
+def _closure(start: Iterable[str], edges: Mapping[str, set[str]]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for nxt in edges.get(todo.pop(), set()) - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def _check_graph(defn: MachineDef) -> None:
+    forward: dict[str, set[str]] = {}
+    backward: dict[str, set[str]] = {}
+    for row in defn.rows:
+        for src in row.sources:
+            if src in defn.final:
+                _fail(defn.source, f"final state {src!r} has an outgoing transition ({row.event})")
+            forward.setdefault(src, set()).add(row.dest)
+            backward.setdefault(row.dest, set()).add(src)
+    unreachable = [s for s in defn.states if s not in _closure([defn.initial], forward)]
+    if unreachable:
+        _fail(defn.source, f"unreachable from {defn.initial!r}: {', '.join(unreachable)}")
+    finishing = _closure(defn.final, backward)
+    traps = [s for s in defn.states if s not in finishing]
+    if traps:
+        _fail(defn.source, f"no path to a final state (trap) from: {', '.join(traps)}")
+
+
+def _check_shadowing(defn: MachineDef) -> None:
+    # An unguarded row always wins, so a later row for the same (state, event) is dead text.
+    winner: dict[tuple[str, str], Row] = {}
+    for row in defn.rows:
+        for src in row.sources:
+            first = winner.get((src, row.event))
+            if first is not None:
+                _fail(
+                    defn.source,
+                    f"transition #{row.index + 1} can never fire from {src!r}: "
+                    f"transition #{first.index + 1} has no guard for {row.event!r}",
+                )
+            if not row.guards and not row.unless:
+                winner[(src, row.event)] = row
