@@ -55,9 +55,6 @@ def usage(
     }
 
 
-_usage = usage  # assistant() has a parameter named ``usage``
-
-
 class SessionBuilder:
     """Builds a list of pi entries (see the module docstring).
 
@@ -163,7 +160,9 @@ class SessionBuilder:
         """An assistant message with optional thinking, text and tool calls.
 
         Tool calls get ids ``call_1``, ``call_2``...; :meth:`tool_result` answers them in order.
-        ``stop_reason`` defaults to ``toolUse`` with calls, else ``stop``.
+        ``stop_reason`` defaults to ``toolUse`` with calls, else ``stop``. Without ``usage`` the
+        message has no ``usage`` field, so token counts are pure estimates (pass :func:`usage`
+        to anchor them on a provider count).
         """
         content: list[dict[str, Any]] = []
         if thinking:
@@ -183,9 +182,10 @@ class SessionBuilder:
             "content": content,
             "provider": PROVIDER,
             "model": MODEL,
-            "usage": dict(usage) if usage is not None else _usage(),
             "stopReason": stop_reason or ("toolUse" if pending else "stop"),
         }
+        if usage is not None:
+            message["usage"] = dict(usage)
         entry_id = self.message(message)
         self._pending_calls = pending
         return entry_id
