@@ -13,7 +13,7 @@ from orchestrator._compaction_plan import (
 )
 from orchestrator._context import build_context
 from orchestrator._tokens import CompactionSettings
-from tests.sessions import SessionBuilder, usage
+from tests.sessions import SessionBuilder
 
 SMALL = CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
 
@@ -44,7 +44,8 @@ def test_context_without_compaction() -> None:
     context = build_context(s.path())
     assert len(context.messages) == 4
     assert context.thinking_level == "high"
-    assert context.model is not None and context.model.provider == "anthropic"
+    assert context.model is not None
+    assert context.model.provider == "anthropic"
 
 
 def test_context_single_compaction_is_summary_kept_and_after() -> None:
@@ -107,12 +108,15 @@ def test_basic_plan_summarizes_the_old_turn_and_keeps_the_new() -> None:
     s, ids = _two_turns()
     plan = _plan(s.path())
     assert plan.first_kept_entry_id == ids[2]
-    assert not plan.is_split_turn and plan.turn_start_entry_id is None
+    assert not plan.is_split_turn
+    assert plan.turn_start_entry_id is None
     assert plan.summarize_entry_ids == (ids[0], ids[1])
     assert [m["content"] for m in plan.messages_to_summarize][0] == "a" * 400
-    assert plan.turn_prefix_entry_ids == () and plan.turn_prefix_messages == ()
+    assert plan.turn_prefix_entry_ids == ()
+    assert plan.turn_prefix_messages == ()
     assert plan.kept_entry_ids == (ids[2], ids[3])
-    assert plan.previous_summary is None and plan.previous_compaction_id is None
+    assert plan.previous_summary is None
+    assert plan.previous_compaction_id is None
     assert plan.keep_recent_tokens == plan.effective_keep_recent_tokens == 150
 
 
@@ -128,12 +132,14 @@ def test_split_turn_plan() -> None:
     a4 = s.assistant("h" * 400)
     plan = _plan(s.path(), CompactionSettings(keep_recent_tokens=200, adaptive_keep=False))
     assert plan.first_kept_entry_id == a3
-    assert plan.is_split_turn and plan.turn_start_entry_id == u2
+    assert plan.is_split_turn
+    assert plan.turn_start_entry_id == u2
     assert plan.summarize_entry_ids == (u1, a1)
     assert plan.turn_prefix_entry_ids == (u2, a2, t2)
     assert plan.kept_entry_ids == (a3, t3, a4)
     # File ops come from summarized and prefix messages only, not from kept ones.
-    assert plan.read_files == ("p.py",) and plan.modified_files == ()
+    assert plan.read_files == ("p.py",)
+    assert plan.modified_files == ()
 
 
 def test_plan_after_a_previous_compaction_carries_its_summary_and_files() -> None:
@@ -162,7 +168,8 @@ def test_extension_compaction_details_do_not_seed() -> None:
     s.user("e" * 400)
     s.assistant("f" * 400)
     plan = _plan(s.path(), CompactionSettings(keep_recent_tokens=120, adaptive_keep=False))
-    assert plan.read_files == () and plan.modified_files == ()
+    assert plan.read_files == ()
+    assert plan.modified_files == ()
 
 
 def test_window_start_when_first_kept_is_missing() -> None:
@@ -203,11 +210,13 @@ def test_plan_report_with_and_without_window() -> None:
         "reason": None,
     }
     windowed = plan_report(s.path(), CompactionSettings(reserve_tokens=100), 450)
-    assert windowed["threshold"] == 350 and windowed["shouldCompact"] is True
+    assert windowed["threshold"] == 350
+    assert windowed["shouldCompact"] is True
     assert windowed["compaction"] is None
     assert windowed["reason"] == NOTHING_TO_COMPACT
     empty = plan_report([], SMALL, 100_000)
-    assert empty["leafId"] is None and empty["contextTokens"] == 0
+    assert empty["leafId"] is None
+    assert empty["contextTokens"] == 0
     assert empty["shouldCompact"] is False
 
 

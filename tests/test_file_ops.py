@@ -62,9 +62,10 @@ def test_details_seed_unless_from_extension() -> None:
     assert file_ops_from_details({**pi_made, "fromExtension": True}) == FileOperations()
     assert file_ops_from_details({**pi_made, "fromHook": True}) == FileOperations()
     assert file_ops_from_details({"type": "compaction"}) == FileOperations()
-    assert file_ops_from_details(
-        {"type": "compaction", "details": {"readFiles": "r.py"}}
-    ) == FileOperations()
+    assert (
+        file_ops_from_details({"type": "compaction", "details": {"readFiles": "r.py"}})
+        == FileOperations()
+    )
 
 
 def test_read_files_exclude_modified_and_both_sorted() -> None:
