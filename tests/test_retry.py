@@ -1,0 +1,238 @@
+import math
+
+import anyio
+import pytest
+
+from orchestrator._errors import ModelError
+from orchestrator._model import Model, ModelRequest, ModelResponse
+from orchestrator._retry import (
+    NO_MODEL,
+    AttemptRecord,
+    RetryPolicy,
+    call_with_candidates,
+    check_summary_response,
+)
+from orchestrator.testing import FakeClock, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def transient(retry_after: float | None = None) -> ModelError:
+    return ModelError("503 Service Unavailable", kind="transient", retry_after=retry_after)
+
+
+def request_for(model: Model) -> ModelRequest:
+    return ModelRequest(
+        purpose="history", system="s", messages=({"role": "user", "content": "p"},), max_tokens=9
+    )
+
+
+async def run(
+    *models: ScriptedModel, clock: FakeClock, policy: RetryPolicy | None = None
+) -> tuple[ModelResponse, Model, list[AttemptRecord]]:
+    records: list[AttemptRecord] = []
+    response, model = await call_with_candidates(
+        models, request_for, policy=policy, sleep=clock.sleep, on_attempt=records.append
+    )
+    return response, model, records
+
+
+def outcomes(records: list[AttemptRecord]) -> list[tuple[str, int, str, int]]:
+    return [(r.candidate, r.attempt, r.outcome, r.delay_ms) for r in records]
+
+
+async def test_first_attempt_succeeds_without_waiting() -> None:
+    clock = FakeClock()
+    model = ScriptedModel(["summary"], name="a")
+    response, chosen, records = await run(model, clock=clock)
+    assert (response.text, chosen) == ("summary", model)
+    assert outcomes(records) == [("a", 1, "ok", 0)]
+    assert clock.sleeps == []
+    assert model.requests == [request_for(model)]
+
+
+async def test_backoff_is_2_4_8_seconds_then_the_last_error() -> None:
+    clock = FakeClock()
+    errors = [transient() for _ in range(4)]
+    model = ScriptedModel(errors, name="a")
+    with pytest.raises(ModelError) as caught:
+        await run(model, clock=clock)
+    assert caught.value is errors[-1]
+    assert clock.sleeps == [2.0, 4.0, 8.0]
+    assert clock.now == 14.0
+    assert len(model.requests) == 4
+
+
+async def test_every_attempt_is_recorded() -> None:
+    clock = FakeClock()
+    model = ScriptedModel([transient(), transient(), "done"], name="a")
+    response, _, records = await run(model, clock=clock)
+    assert response.text == "done"
+    assert outcomes(records) == [
+        ("a", 1, "retry", 2000),
+        ("a", 2, "retry", 4000),
+        ("a", 3, "ok", 0),
+    ]
+    assert all(r.error is not None for r in records[:2])
+    assert records[2].error is None
+
+
+async def test_retry_after_raises_the_delay() -> None:
+    clock = FakeClock()
+    model = ScriptedModel([transient(retry_after=5.0), transient(retry_after=1.0), "ok"])
+    await run(model, clock=clock)
+    # 5 s beats the 2 s backoff; the 4 s backoff beats a 1 s hint.
+    assert clock.sleeps == [5.0, 4.0]
+
+
+async def test_wait_over_30_seconds_switches_candidate() -> None:
+    clock = FakeClock()
+    first = ScriptedModel([transient(), transient(retry_after=31.0)], name="a")
+    second = ScriptedModel(["from b"], name="b")
+    response, chosen, records = await run(first, second, clock=clock)
+    assert (response.text, chosen) == ("from b", second)
+    assert clock.sleeps == [2.0]
+    assert outcomes(records) == [
+        ("a", 1, "retry", 2000),
+        ("a", 2, "next_candidate", 0),
+        ("b", 1, "ok", 0),
+    ]
+
+
+async def test_last_candidate_may_wait_past_30_seconds_up_to_max_delay() -> None:
+    clock = FakeClock()
+    model = ScriptedModel([transient(retry_after=45.0), "ok"])
+    await run(model, clock=clock)
+    assert clock.sleeps == [45.0]
+    too_long = ScriptedModel([transient(retry_after=61.0)])
+    with pytest.raises(ModelError, match="503"):
+        await run(too_long, clock=clock)
+    assert clock.sleeps == [45.0]
+
+
+async def test_overflow_is_never_retried_nor_passed_on() -> None:
+    clock = FakeClock()
+    overflow = ModelError("prompt is too long", kind="overflow")
+    first = ScriptedModel([overflow], name="a")
+    second = ScriptedModel(["unused"], name="b")
+    records: list[AttemptRecord] = []
+    with pytest.raises(ModelError) as caught:
+        await call_with_candidates(
+            [first, second], request_for, sleep=clock.sleep, on_attempt=records.append
+        )
+    assert caught.value is overflow
+    assert outcomes(records) == [("a", 1, "failed", 0)]
+    assert second.requests == []
+    assert clock.sleeps == []
+
+
+@pytest.mark.parametrize("kind", ["fatal", "empty", "truncated"])
+async def test_non_retryable_error_moves_to_next_candidate(kind: str) -> None:
+    clock = FakeClock()
+    first = ScriptedModel([ModelError("no", kind=kind)], name="a")
+    second = ScriptedModel(["ok"], name="b")
+    _, chosen, records = await run(first, second, clock=clock)
+    assert chosen is second
+    assert outcomes(records) == [("a", 1, "next_candidate", 0), ("b", 1, "ok", 0)]
+
+
+async def test_all_candidates_fail_raises_last_error_and_records_all() -> None:
+    clock = FakeClock()
+    a = ScriptedModel([transient(), ModelError("a is down")], name="a")
+    b = ScriptedModel([transient(), transient(), transient()], name="b")
+    last = transient()
+    b.push(last)
+    records: list[AttemptRecord] = []
+    with pytest.raises(ModelError) as caught:
+        await call_with_candidates(
+            [a, b], request_for, sleep=clock.sleep, on_attempt=records.append
+        )
+    assert caught.value is last
+    assert outcomes(records) == [
+        ("a", 1, "retry", 2000),
+        ("a", 2, "next_candidate", 0),
+        ("b", 1, "retry", 2000),
+        ("b", 2, "retry", 4000),
+        ("b", 3, "retry", 8000),
+        ("b", 4, "failed", 0),
+    ]
+    assert clock.sleeps == [2.0, 2.0, 4.0, 8.0]
+
+
+async def test_disabled_policy_makes_one_attempt_per_candidate() -> None:
+    clock = FakeClock()
+    a = ScriptedModel([transient()], name="a")
+    b = ScriptedModel(["ok"], name="b")
+    _, chosen, records = await run(a, b, clock=clock, policy=RetryPolicy(enabled=False))
+    assert chosen is b
+    assert clock.sleeps == []
+    assert outcomes(records) == [("a", 1, "next_candidate", 0), ("b", 1, "ok", 0)]
+
+
+async def test_custom_policy_numbers() -> None:
+    clock = FakeClock()
+    model = ScriptedModel([transient(), transient(), "ok"])
+    await run(model, clock=clock, policy=RetryPolicy(max_retries=2, base_delay_ms=100))
+    assert clock.sleeps == [0.1, 0.2]
+
+
+async def test_no_candidates() -> None:
+    with pytest.raises(ModelError, match=NO_MODEL):
+        await call_with_candidates([], request_for)
+
+
+async def test_empty_and_truncated_replies_count_as_failures() -> None:
+    clock = FakeClock()
+    a = ScriptedModel(["   \n"], name="a")
+    b = ScriptedModel([ModelResponse(text="half", stop_reason="length")], name="b")
+    with pytest.raises(ModelError) as caught:
+        await run(a, b, clock=clock)
+    assert caught.value.kind == "truncated"
+
+
+async def test_validation_can_be_switched_off() -> None:
+    model = ScriptedModel([""])
+    response, _ = await call_with_candidates([model], request_for, validate=None)
+    assert response.text == ""
+
+
+async def test_cancelling_during_a_retry_wait_interrupts_it() -> None:
+    clock = FakeClock()
+    model = ScriptedModel([transient(), "never reached"])
+    with anyio.CancelScope() as scope:
+
+        def cancel_on_retry(record: AttemptRecord) -> None:
+            if record.outcome == "retry":
+                # A deadline in the past cancels like scope.cancel(); I use it because
+                # anyio 4.16's trio backend calls trio<0.25's cancel() with an argument
+                # it does not take.
+                scope.deadline = -math.inf
+
+        await call_with_candidates(
+            [model], request_for, sleep=clock.sleep, on_attempt=cancel_on_retry
+        )
+    assert scope.cancelled_caught
+    assert len(model.requests) == 1
+    assert clock.sleeps == []
+    assert clock.now == 0.0
+    assert model.remaining == 1
+
+
+def test_check_summary_response() -> None:
+    ok = ModelResponse(text="fine")
+    assert check_summary_response(ok) is ok
+    for response, kind in [
+        (ModelResponse(text=""), "empty"),
+        (ModelResponse(text=" \t\n"), "empty"),
+        (ModelResponse(text="cut", stop_reason="length"), "truncated"),
+        (ModelResponse(text="x", stop_reason="error"), "fatal"),
+        (ModelResponse(text="x", stop_reason="aborted"), "fatal"),
+    ]:
+        with pytest.raises(ModelError) as caught:
+            check_summary_response(response)
+        assert caught.value.kind == kind
