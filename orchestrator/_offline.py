@@ -142,7 +142,9 @@ def _sentences(text: str) -> list[str]:
 
 
 def _error_lines(text: str) -> list[str]:
-    return [_short(line) for line in text.splitlines() if _ERROR.search(line)]
+    # Error strings are kept exactly (only the ends trimmed): they are what gets searched for.
+    lines = (line.strip() for line in text.splitlines() if _ERROR.search(line))
+    return [line if len(line) <= _ITEM_CHARS else line[: _ITEM_CHARS - 1] + "…" for line in lines]
 
 
 def _read_user(facts: _Facts, text: str) -> None:

@@ -103,6 +103,7 @@ def elide_oldest(serialized: str, room: int) -> str:
     newline = tail.find("\n", 0, _SNAP_CHARS)
     if newline != -1 and serialized[start - 1] != "\n":
         tail = tail[newline + 1 :]
+    tail = tail.lstrip("\n")  # the marker already ends with a blank line
     marker = elision_marker(len(serialized) - len(tail))
     return f"{marker}\n\n{tail}" if tail else marker
 

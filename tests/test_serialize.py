@@ -1,0 +1,161 @@
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator._serialize import (
+    TOOL_RESULT_MAX_CHARS,
+    format_tool_call,
+    js_json,
+    serialize_conversation,
+    truncate_for_summary,
+)
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def tool_result(text, **extra):
+    return {
+        "role": "toolResult",
+        "toolCallId": "c1",
+        "toolName": "bash",
+        "content": [{"type": "text", "text": text}],
+        "isError": False,
+        **extra,
+    }
+
+
+def test_long_tool_result_is_cut_with_pi_marker():
+    text = serialize_conversation([tool_result("x" * 5000)])
+    assert text == "[Tool result]: " + "x" * 2000 + "\n\n[... 3000 more characters truncated]"
+
+
+def test_short_tool_result_is_exact():
+    body = "y" * 1500
+    assert serialize_conversation([tool_result(body)]) == "[Tool result]: " + body
+
+
+def test_tool_result_at_the_limit_is_not_cut():
+    body = "z" * TOOL_RESULT_MAX_CHARS
+    assert serialize_conversation([tool_result(body)]) == "[Tool result]: " + body
+
+
+def test_user_and_assistant_text_are_never_cut():
+    long = "u" * 10_000
+    assistant = {"role": "assistant", "content": [{"type": "text", "text": long}]}
+    text = serialize_conversation([user(long), assistant])
+    assert text == f"[User]: {long}\n\n[Assistant]: {long}"
+    assert "truncated" not in text
+
+
+def test_assistant_parts_in_pi_order_and_format():
+    assistant = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "first"},
+            {"type": "toolCall", "id": "a", "name": "read", "arguments": {"path": "src/é.py"}},
+            {"type": "thinking", "thinking": "hmm"},
+            {"type": "thinking", "thinking": "ok"},
+            {"type": "text", "text": "second"},
+            {
+                "type": "toolCall",
+                "id": "b",
+                "name": "edit",
+                "arguments": {"z": 1.0, "a": [1, None, True], "o": {"k": "v"}},
+            },
+        ],
+    }
+    assert serialize_conversation([assistant]) == (
+        "[Assistant thinking]: hmm\nok\n\n"
+        "[Assistant]: first\nsecond\n\n"
+        '[Assistant tool calls]: read(path="src/é.py"); '
+        'edit(z=1, a=[1,null,true], o={"k":"v"})'
+    )
+
+
+def test_user_blocks_join_without_separator_and_drop_images():
+    message = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "a"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "text", "text": "b"},
+        ],
+    }
+    assert serialize_conversation([message]) == "[User]: ab"
+
+
+def test_empty_messages_produce_nothing():
+    empty_assistant = {"role": "assistant", "content": []}
+    assert serialize_conversation([user(""), empty_assistant, tool_result("")]) == ""
+
+
+def test_other_roles_go_through_convert_to_llm_as_user_text():
+    bash = {
+        "role": "bashExecution",
+        "command": "make",
+        "output": "boom",
+        "exitCode": 2,
+        "cancelled": False,
+        "truncated": False,
+    }
+    hidden = {**bash, "excludeFromContext": True}
+    custom = {"role": "custom", "customType": "note", "content": "remember", "display": True}
+    summary = {"role": "compactionSummary", "summary": "S", "tokensBefore": 10}
+    text = serialize_conversation([bash, hidden, custom, summary])
+    parts = text.split("\n\n[User]: ")
+    assert parts[0] == "[User]: Ran `make`\n```\nboom\n```\n\nCommand exited with code 2"
+    assert parts[1] == "remember"
+    assert parts[2].endswith("<summary>\nS\n</summary>")
+    assert len(parts) == 3
+
+
+def test_pruned_tool_result_shows_its_notice():
+    pruned = tool_result("[Output truncated - 900 tokens]", prunedAt=5, prunedContent=["x"])
+    assert serialize_conversation([pruned]) == "[Tool result]: [Output truncated - 900 tokens]"
+
+
+def test_truncate_counts_the_removed_characters():
+    assert truncate_for_summary("abcdef", 2) == "ab\n\n[... 4 more characters truncated]"
+
+
+def test_js_json_numbers_match_javascript():
+    cases = {
+        1.0: "1",
+        -0.0: "0",
+        0.1: "0.1",
+        1e-5: "0.00001",
+        1e-6: "0.000001",
+        1e-7: "1e-7",
+        1e16: "10000000000000000",
+        1e21: "1e+21",
+        1.5e300: "1.5e+300",
+        float("nan"): "null",
+        float("inf"): "null",
+    }
+    for value, expected in cases.items():
+        assert js_json(value) == expected, value
+
+
+def test_js_json_keeps_non_ascii_and_escapes_controls():
+    assert js_json('é\n"\x01') == '"é\\n\\"\\u0001"'
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=10,
+    )
+)
+def test_js_json_is_compact_json(value):
+    text = js_json(value)
+    assert json.loads(text) == value
+    assert text == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_format_tool_call_keeps_key_order():
+    assert format_tool_call("f", {"b": 1, "a": "x"}) == 'f(b=1, a="x")'
+    assert format_tool_call("g", {}) == "g()"
