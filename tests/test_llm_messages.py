@@ -160,7 +160,8 @@ def test_missing_results_get_a_placeholder_and_orphans_are_dropped():
         out[4],
         {"role": "tool", "tool_call_id": "c3", "content": NO_RESULT},
     ]
-    assert out[0]["role"] == "assistant" and out[4]["role"] == "assistant"
+    assert out[0]["role"] == "assistant"
+    assert out[4]["role"] == "assistant"
 
 
 def test_failed_and_aborted_replies_are_left_out_with_their_results():

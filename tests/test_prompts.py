@@ -39,9 +39,11 @@ def test_every_shipped_prompt_file_is_known_and_clean():
     assert files == sorted(EXPECTED)
     for path in data_dir("prompts").glob("*.md"):
         text = path.read_text(encoding="utf-8")
-        assert text.endswith("\n") and not text.endswith("\n\n"), path.name
+        assert text.endswith("\n"), path.name
+        assert not text.endswith("\n\n"), path.name
         assert all(line == line.rstrip() for line in text.split("\n")), path.name
-        assert "\t" not in text and "\r" not in text, path.name
+        assert "\t" not in text, path.name
+        assert "\r" not in text, path.name
 
 
 def test_default_set_loads_every_template():
@@ -81,7 +83,8 @@ def test_summary_prompts_ask_for_the_reference_layout():
         positions = [text.index(h + "\n") for h in headings]
         assert positions == sorted(positions), name
     branch = render("branch_summary")
-    assert "## Next Steps" in branch and "## Critical Context" not in branch
+    assert "## Next Steps" in branch
+    assert "## Critical Context" not in branch
     prefix = render("turn_prefix")
     for heading in ("## Original Request", "## Early Progress", "## Context for Suffix"):
         assert heading in prefix

@@ -104,7 +104,9 @@ def test_short_summary_request_sends_the_new_summary_as_previous():
 
 def test_branch_request_instructions():
     plain = branch_request(CONVERSATION)
-    assert plain.purpose == "branch" and plain.max_tokens == 2048 and plain.reasoning is None
+    assert plain.purpose == "branch"
+    assert plain.max_tokens == 2048
+    assert plain.reasoning is None
     assert plain.prompt == SERIALIZED + render("branch_summary")
     focused = branch_request(CONVERSATION, instructions="files only")
     assert (
@@ -168,7 +170,8 @@ def test_halving_shrinks_the_prompt():
         assert _prompt_tokens(request) <= budget.prompt_tokens(request.max_tokens)
         sizes.append(len(request.prompt))
         budget = budget.halve()
-    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 4
+    assert sizes == sorted(sizes, reverse=True)
+    assert len(set(sizes)) == 4
     assert budget.halvings == 4
     assert PromptBudget(context_window=10_000).halve().prompt_tokens(2000) == 4000
 
@@ -191,7 +194,8 @@ def test_elision_never_exceeds_room_unless_only_the_marker(text, room):
     else:
         count = int(out.split(" ", 2)[1])
         kept = out.split("]\n\n", 1)[1] if "]\n\n" in out else ""
-        assert text.endswith(kept) and count == len(text) - len(kept)
+        assert text.endswith(kept)
+        assert count == len(text) - len(kept)
         assert len(out) <= room or kept == ""
 
 
