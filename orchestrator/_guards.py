@@ -98,7 +98,6 @@ def _may_recover_overflow(facts: Facts) -> bool:
 GUARDS: Mapping[str, Guard] = MappingProxyType(
     {
         "auto_continue": lambda f: f.auto_continue,
-        "compaction_enabled": lambda f: f.compaction_enabled,
         "context_full": lambda f: f.context_full,
         "delay_within_limit": lambda f: f.delay_ms <= f.max_delay_ms,
         "entry_present": lambda f: f.entry_present,
