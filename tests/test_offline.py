@@ -1,0 +1,262 @@
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator._errors import ModelError
+from orchestrator._model import Model, ModelRequest
+from orchestrator._offline import NOTE, OfflineSummarizer, summarize
+from orchestrator._summary_request import (
+    branch_request,
+    history_request,
+    short_summary_request,
+    turn_prefix_request,
+)
+
+ERROR_LINE = "E   AssertionError: expected 200, got 401"
+
+
+def call(call_id, name, **arguments):
+    return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+
+
+def result(call_id, text):
+    return {
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "toolName": "x",
+        "content": [{"type": "text", "text": text}],
+        "isError": False,
+    }
+
+
+def assistant(*blocks):
+    return {"role": "assistant", "content": list(blocks), "stopReason": "toolUse"}
+
+
+def text(value):
+    return {"type": "text", "text": value}
+
+
+SESSION = [
+    {
+        "role": "user",
+        "content": "Fix the failing login test in src/auth/login.py. "
+        "You must not change the public API. Please use pytest.",
+    },
+    assistant(text("I'll read the file first."), call("c1", "read", path="src/auth/login.py")),
+    result("c1", "def login():\n    raise ValueError('not an error of the session')"),
+    assistant(call("c2", "bash", command="pytest -q; echo done")),
+    result("c2", f"{ERROR_LINE}\n1 failed"),
+    assistant(
+        text("Decided to patch the token check instead of the fixture."),
+        call("c3", "edit", path="src/auth/tokens.py", old="a", new="b"),
+    ),
+    result("c3", "ok"),
+    assistant(call("c4", "read", path="docs/AUTH.md")),
+    result("c4", "# Auth"),
+    {"role": "user", "content": "Now also update docs/AUTH.md?"},
+]
+
+SECTIONS = [
+    "## Goal",
+    "## Constraints & Preferences",
+    "## Progress",
+    "### Done",
+    "### In Progress",
+    "### Blocked",
+    "## Key Decisions",
+    "## Next Steps",
+    "## Critical Context",
+]
+
+
+def run(request):
+    response = anyio.run(OfflineSummarizer().complete, request)
+    assert response.stop_reason == "stop"
+    assert response.text.strip()
+    return response
+
+
+def section(summary, heading):
+    body = summary.split(heading + "\n", 1)[1]
+    return body.split("\n## ", 1)[0]
+
+
+def test_it_is_a_model():
+    model = OfflineSummarizer()
+    assert isinstance(model, Model)
+    assert model.name == "offline/extractive"
+    assert model.context_window >= 1_000_000
+
+
+def test_history_summary_has_every_section_in_order():
+    summary = run(history_request(SESSION, reserve_tokens=16384)).text
+    assert summary.startswith(NOTE + "\n\n## Goal\n")
+    positions = [summary.index(h + "\n") for h in SECTIONS]
+    assert positions == sorted(positions)
+
+
+def test_history_summary_keeps_exact_facts():
+    summary = run(history_request(SESSION, reserve_tokens=16384)).text
+    assert "Fix the failing login test in src/auth/login.py." in section(summary, "## Goal")
+    rules = section(summary, "## Constraints & Preferences")
+    assert "- You must not change the public API." in rules
+    assert "- Please use pytest." in rules
+    done = section(summary, "## Progress").split("### In Progress")[0]
+    assert "- [x] read `src/auth/login.py`" in done
+    assert "- [x] edit `src/auth/tokens.py`" in done
+    blocked = section(summary, "## Progress").split("### Blocked\n")[1]
+    assert 'bash(command="pytest -q; echo done") failed' in blocked
+    assert "Decided to patch the token check instead of the fixture." in section(
+        summary, "## Key Decisions"
+    )
+    steps = section(summary, "## Next Steps")
+    assert steps.startswith("1. Finish the last request: Now also update docs/AUTH.md?")
+    critical = section(summary, "## Critical Context")
+    assert "- Files read: `docs/AUTH.md`, `src/auth/login.py`" in critical
+    assert "- Files modified: `src/auth/tokens.py`" in critical
+    assert f"- Error seen: {ERROR_LINE}" in critical
+    assert "not an error of the session" not in summary  # file contents are not errors
+    assert "- Unanswered (verbatim): Now also update docs/AUTH.md?" in critical
+
+
+def test_it_is_deterministic():
+    request = history_request(SESSION, reserve_tokens=16384, previous_summary="## Goal\nG")
+    assert summarize(request) == summarize(request)
+    assert run(request).text == summarize(request)
+
+
+def test_update_merges_the_previous_summary():
+    previous = run(history_request(SESSION[:3], reserve_tokens=16384)).text
+    previous += "\n\n<read-files>\nsrc/auth/login.py\n</read-files>"
+    later = [
+        {"role": "user", "content": "Never touch the CI config."},
+        assistant(call("c9", "write", path="NOTES.md", content="x")),
+        result("c9", "written"),
+    ]
+    summary = run(history_request(later, reserve_tokens=16384, previous_summary=previous)).text
+    assert summary.count(NOTE) == 1
+    assert "<read-files>" not in summary
+    goal = section(summary, "## Goal")
+    assert goal.index("Fix the failing login test") < goal.index("Never touch the CI config.")
+    rules = section(summary, "## Constraints & Preferences")
+    assert "- You must not change the public API." in rules
+    assert "- Never touch the CI config." in rules
+    done = section(summary, "## Progress")
+    assert "- [x] read `src/auth/login.py`" in done
+    assert "- [x] write `NOTES.md`" in done
+    assert "I'll read the file first." in section(summary, "## Key Decisions")
+    # Next Steps is rewritten from the new messages, never carried over.
+    steps = section(summary, "## Next Steps")
+    assert "Fix the failing login test" not in steps
+    assert "Never touch the CI config." in steps
+
+
+def test_previous_summary_items_are_not_duplicated():
+    previous = run(history_request(SESSION, reserve_tokens=16384)).text
+    summary = run(history_request(SESSION, reserve_tokens=16384, previous_summary=previous)).text
+    assert summary.count("- [x] edit `src/auth/tokens.py`") == 1
+    assert summary.count("- You must not change the public API.") == 1
+
+
+def test_additional_context_and_focus_reach_critical_context():
+    request = history_request(
+        SESSION, reserve_tokens=16384, additional_context=["branch main"], focus="the tokens"
+    )
+    critical = section(summary := run(request).text, "## Critical Context")
+    assert "- branch main" in critical
+    assert "- Requested focus: the tokens" in critical
+    assert summary
+
+
+def test_turn_prefix_sections():
+    summary = run(turn_prefix_request(SESSION[:5], reserve_tokens=16384)).text
+    assert summary.startswith(NOTE)
+    for heading in ("## Original Request", "## Early Progress", "## Context for Suffix"):
+        assert summary.count(heading) == 1
+    assert "Fix the failing login test" in section(summary, "## Original Request")
+    assert "(failed)" in section(summary, "## Early Progress")
+    assert ERROR_LINE in section(summary, "## Context for Suffix")
+
+
+def test_short_summary_is_first_person_and_short():
+    history = run(history_request(SESSION, reserve_tokens=16384)).text
+    response = run(short_summary_request(SESSION[-1:], summary=history, reserve_tokens=16384))
+    assert response.text.startswith(NOTE + "\n\n")
+    body = response.text.split("\n\n", 1)[1]
+    assert body.startswith("I worked on: Fix the failing login test")
+    assert "I changed `src/auth/tokens.py`." in body
+    assert len(response.text) <= 512 * 4
+
+
+def test_branch_summary_has_no_critical_context():
+    summary = run(branch_request(SESSION, instructions="files")).text
+    for heading in SECTIONS[:-1]:
+        assert heading + "\n" in summary
+    assert "## Critical Context" not in summary
+
+
+def test_output_fits_the_budget_and_says_what_was_left_out():
+    many = []
+    for i in range(60):
+        many.append(assistant(call(f"c{i}", "edit", path=f"src/module_{i:02}.py")))
+        many.append(result(f"c{i}", "ok"))
+    request = history_request(many, reserve_tokens=800)
+    response = run(request)
+    assert len(response.text) <= request.max_tokens * 4
+    assert "more items omitted)" in response.text
+    assert "src/module_59.py" in response.text  # the newest work is what stays
+
+
+def test_chat_requests_are_refused():
+    request = ModelRequest(purpose="chat", system="", messages=(), max_tokens=10)
+    with pytest.raises(ModelError) as caught:
+        anyio.run(OfflineSummarizer().complete, request)
+    assert caught.value.kind == "fatal"
+
+
+def test_a_request_without_conversation_still_answers():
+    request = ModelRequest(
+        purpose="history",
+        system="",
+        messages=({"role": "user", "content": "no tags here"},),
+        max_tokens=100,
+    )
+    assert summarize(request).startswith(NOTE)
+
+
+def test_embedded_compaction_summary_is_merged_not_quoted_as_a_request():
+    messages = [
+        {"role": "compactionSummary", "summary": "## Goal\n- Old goal", "tokensBefore": 5},
+        {"role": "user", "content": "continue please"},
+    ]
+    summary = run(branch_request(messages)).text
+    goal = section(summary, "## Goal")
+    assert goal.startswith("- Old goal\n- continue please")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(lambda t: {"role": "user", "content": t}, st.text(min_size=1)),
+            st.builds(lambda t: assistant(text(t)), st.text(min_size=1)),
+            st.builds(lambda t: result("z", t), st.text(min_size=1)),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["history", "turn_prefix", "short", "branch"]),
+)
+def test_never_empty_and_always_within_budget(messages, purpose):
+    builders = {
+        "history": lambda: history_request(messages, reserve_tokens=2000),
+        "turn_prefix": lambda: turn_prefix_request(messages, reserve_tokens=2000),
+        "short": lambda: short_summary_request(messages, summary="S", reserve_tokens=2000),
+        "branch": lambda: branch_request(messages),
+    }
+    request = builders[purpose]()
+    out = summarize(request)
+    assert out.startswith(NOTE)
+    assert len(out) <= request.max_tokens * 4
