@@ -1,0 +1,44 @@
+"""Helpers shared by the command modules: opening sessions and printing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._errors import SessionError
+from ._session import Session
+
+
+def open_existing(path: str, *, warn: bool = True) -> Session:
+    """Open a session file that must exist, reporting load problems on stderr (D3).
+
+    Raises:
+        SessionError: the file does not exist or is not a session.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise SessionError(f"{path}: no such session file")
+    session = Session.open(file)
+    if warn:
+        for problem in session.problems:
+            print(f"warning: {path}: {problem}", file=sys.stderr)
+    return session
+
+
+def check_leaf(session: Session, leaf: str | None) -> str | None:
+    """Validate a ``--leaf`` argument; ``None`` means the active leaf.
+
+    Raises:
+        SessionError: ``Entry <id> not found``.
+    """
+    if leaf is not None:
+        session.tree.get(leaf)
+        return leaf
+    return session.leaf_id
+
+
+def print_json(value: Any) -> None:
+    """Print one JSON object on stdout."""
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")

@@ -1,0 +1,232 @@
+"""Commands that change a session: ``compact``, ``navigate`` and ``fork``.
+
+With no ``--model`` they use the built-in offline summarizer, so they work on a fresh machine
+with no key. A spinner runs on stderr while a model is called (terminals only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ._cli_common import open_existing, print_json
+from ._entries import CUSTOM
+from ._operations import CompactOutcome, NavigateOutcome, compact_session, navigate_session
+from ._progress import Progress, spinner
+from ._retry import AttemptRecord
+from ._routes import RouteSettings, build_summarizer
+from ._session import Session
+from ._tokens import CompactionSettings
+
+LEAF_MARKER = "orchestrator/leaf"
+"""``customType`` of the entry that records a navigation without a summary (see ``navigate``)."""
+
+
+def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", action="append", default=[], metavar="M",
+                        help="litellm model id; repeat for candidates in order (default: offline)")
+    parser.add_argument("--api-base", help="base URL for the litellm routes")
+    parser.add_argument("--api-key", help="API key (default: the provider's usual variable)")
+    parser.add_argument("--context-window", type=int, default=0,
+                        help="the summarizer's context window in tokens")
+    parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    parser.add_argument("--reserve-tokens", type=int, default=16384)
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+
+
+def register(commands: Any) -> None:
+    """Add the commands that change sessions."""
+    compact = commands.add_parser("compact", help="summarize old history into a compaction entry")
+    compact.add_argument("session")
+    compact.add_argument("--focus", help="what the summary should preserve above all")
+    compact.add_argument("--keep-recent-tokens", type=int, default=20000)
+    compact.add_argument("--no-adaptive-keep", action="store_true")
+    compact.add_argument("--dry-run", action="store_true", help="show the summary, write nothing")
+    _add_route_arguments(compact)
+    compact.set_defaults(handler=_compact)
+
+    navigate = commands.add_parser("navigate", help="move the active leaf, optionally summarizing")
+    navigate.add_argument("session")
+    navigate.add_argument("--to", required=True, metavar="ID", help="entry to navigate to")
+    navigate.add_argument("--summarize", action="store_true",
+                          help="summarize the abandoned branch at the new position")
+    navigate.add_argument("--focus", help="instructions for the branch summary")
+    navigate.add_argument("--replace-instructions", action="store_true",
+                          help="--focus replaces the default branch-summary prompt")
+    _add_route_arguments(navigate)
+    navigate.set_defaults(handler=_navigate)
+
+    fork = commands.add_parser("fork", help="copy the path before a user message into a new file")
+    fork.add_argument("session")
+    fork.add_argument("--from", dest="entry", required=True, metavar="ID",
+                      help="a user message: the new session holds the path before it")
+    fork.add_argument("--out", help="new session file (default: beside the source)")
+    fork.add_argument("--json", action="store_true")
+    fork.set_defaults(handler=_fork)
+
+
+def _route_settings(args: argparse.Namespace) -> RouteSettings:
+    return RouteSettings(
+        models=tuple(args.model),
+        api_base=args.api_base,
+        api_key=args.api_key or None,
+        context_window=args.context_window,
+        remote_url=args.remote,
+        reserve_tokens=args.reserve_tokens,
+    )
+
+
+def _attempt_text(progress: Progress) -> Any:
+    def on_attempt(record: AttemptRecord) -> None:
+        if record.outcome == "retry":
+            progress.text = (f"{record.candidate}: {record.error}; retrying in "
+                             f"{record.delay_ms / 1000:.1f}s")
+        elif record.outcome == "next_candidate":
+            progress.text = f"{record.candidate} failed ({record.error}); trying the next model"
+
+    return on_attempt
+
+
+# -- compact -----------------------------------------------------------------------------------
+
+
+def _compact(args: argparse.Namespace) -> int:
+    session = open_existing(args.session)
+    routes = _route_settings(args)
+    progress = Progress("Summarizing with " + (", ".join(routes.models) or "the offline summarizer"))
+    summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
+    settings = CompactionSettings(
+        reserve_tokens=args.reserve_tokens,
+        keep_recent_tokens=args.keep_recent_tokens,
+        adaptive_keep=not args.no_adaptive_keep,
+    )
+
+    async def run() -> CompactOutcome:
+        async with spinner(progress):
+            return await compact_session(
+                session, summarizer, settings=settings, focus=args.focus, dry_run=args.dry_run
+            )
+
+    try:
+        outcome = anyio.run(run)
+    finally:
+        session.close()
+    if args.json:
+        print_json(outcome.as_json())
+        return 0
+    if outcome.reason is not None:
+        print(outcome.reason)
+        return 0
+    assert outcome.result is not None and outcome.plan is not None
+    print(outcome.result.summary)
+    print()
+    verb = "would compact" if args.dry_run else "compacted"
+    print(f"-- {verb}: {len(outcome.plan.summarize_entry_ids)} messages summarized"
+          f"{' (split turn)' if outcome.plan.is_split_turn else ''}, kept from "
+          f"{outcome.result.first_kept_entry_id}; tokens before {outcome.tokens_before}, "
+          f"after ~{outcome.tokens_after}; summarizer {outcome.result.model or 'none'}")
+    if outcome.entry is not None:
+        print(f"-- appended compaction entry {outcome.entry['id']} to {args.session}")
+    return 0
+
+
+# -- navigate ----------------------------------------------------------------------------------
+
+
+def _navigate(args: argparse.Namespace) -> int:
+    session = open_existing(args.session)
+    routes = _route_settings(args)
+    progress = Progress("Summarizing the branch with "
+                        + (", ".join(routes.models) or "the offline summarizer"))
+    summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
+
+    async def run() -> NavigateOutcome:
+        async with spinner(progress):
+            return await navigate_session(
+                session,
+                args.to,
+                summarize=args.summarize,
+                summarizer=summarizer,
+                instructions=args.focus,
+                replace_instructions=args.replace_instructions,
+                reserve_tokens=args.reserve_tokens,
+            )
+
+    try:
+        outcome = anyio.run(run)
+        if outcome.summary_entry is None and not outcome.no_op:
+            _record_leaf(session, outcome)
+        session.flush()
+    finally:
+        session.close()
+    if args.json:
+        print_json(outcome.as_json())
+        return 0
+    _print_navigation(outcome)
+    return 0
+
+
+def _record_leaf(session: Session, outcome: NavigateOutcome) -> None:
+    # pi keeps the leaf in memory and reopens a file at its last entry. A command is a separate
+    # process, so without a summary entry I record the move as a ``custom`` entry (never part
+    # of the context, pi ignores it) under the new leaf: reopening lands exactly there.
+    session.append_entry(
+        CUSTOM,
+        {"customType": LEAF_MARKER,
+         "data": {"from": outcome.old_leaf_id, "to": outcome.target.target_id}},
+        parent_id=outcome.target.new_leaf_id,
+    )
+
+
+def _print_navigation(outcome: NavigateOutcome) -> None:
+    if outcome.no_op:
+        print("already at that entry; nothing changed")
+        return
+    print(f"leaf: {outcome.old_leaf_id} -> {outcome.target.new_leaf_id or '(root)'}")
+    if outcome.summary_entry is not None:
+        print(f"branch summary {outcome.summary_entry['id']} attached:")
+        print(outcome.summary_entry["summary"])
+    if outcome.target.editor_text is not None:
+        print("-- editor text (edit and resend it):")
+        print(outcome.target.editor_text)
+
+
+# -- fork --------------------------------------------------------------------------------------
+
+
+def _fork(args: argparse.Namespace) -> int:
+    from ._fork import branched_session, fork_target
+    from ._jsonl_store import JsonlStore
+
+    source = open_existing(args.session)
+    leaf, editor_text = fork_target(source, args.entry)
+    out = Path(args.out) if args.out else _fork_path(Path(args.session))
+    if out.exists():
+        from ._errors import SessionError
+
+        raise SessionError(f"{out}: already exists; choose another --out")
+    forked = branched_session(source, leaf, JsonlStore(out))
+    forked.flush()
+    forked.close()
+    report = {"sessionFile": str(out), "sessionId": forked.session_id,
+              "entries": len(forked.tree), "editorText": editor_text}
+    if args.json:
+        print_json(report)
+    else:
+        print(f"forked into {out} ({len(forked.tree)} entries)")
+        print("-- editor text:")
+        print(editor_text)
+    return 0
+
+
+def _fork_path(source: Path) -> Path:
+    stem = source.stem
+    for n in range(1, 1000):
+        candidate = source.with_name(f"{stem}.fork{n}.jsonl")
+        if not candidate.exists():
+            return candidate
+    return source.with_name(f"{stem}.fork-{os.getpid()}.jsonl")
