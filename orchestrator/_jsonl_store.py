@@ -279,8 +279,11 @@ class JsonlStore:
     def _open_writer(self) -> bytes:
         """Lock, open for appending, repair the tail and learn what the file holds."""
         self._lock()
+        created = not self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
+            if created and self._policy != "never":
+                _fsync_dir(self.path.parent)  # a new file's name is durable only this way
             stat = os.fstat(fd)
             loaded = self._loaded
             # Parsing a big file twice is wasteful: reuse the last load if the file is unchanged.
