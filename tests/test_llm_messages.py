@@ -183,3 +183,24 @@ def test_summaries_and_bash_reach_the_chat_model_as_user_text():
         {"type": "text", "text": render("compaction_context", summary="S")}
     ]
     assert out[1]["content"][0]["text"].endswith("Command exited with code 3")
+
+
+def test_odd_content_shapes_are_tolerated():
+    messages = [
+        {"role": "custom", "customType": "t", "content": None},
+        {"role": "user", "content": [text("a"), {"type": "audio"}, "junk"]},
+        assistant(text("x"), stop="stop"),
+        {"role": "assistant", "content": "string reply", "stopReason": "stop"},
+        {"role": "assistant", "content": None, "stopReason": "stop"},
+        {"role": "custom", "customType": "t", "content": [text("blocks")]},
+    ]
+    out = convert_to_llm(messages)
+    assert out == [
+        {"role": "user", "content": []},
+        {"role": "user", "content": [{"type": "text", "text": "a"}]},
+        {"role": "assistant", "content": "x"},
+        {"role": "assistant", "content": "string reply"},
+        {"role": "user", "content": [{"type": "text", "text": "blocks"}]},
+    ]
+    (tool,) = convert_to_llm([assistant(call("c1")), result("c1", "junk")])[1:]
+    assert tool == {"role": "tool", "tool_call_id": "c1", "content": ""}

@@ -260,3 +260,48 @@ def test_never_empty_and_always_within_budget(messages, purpose):
     out = summarize(request)
     assert out.startswith(NOTE)
     assert len(out) <= request.max_tokens * 4
+
+
+def _raw(conversation, purpose="history", max_tokens=4000):
+    prompt = f"<conversation>\n{conversation}\n</conversation>\n\nSummarize."
+    return ModelRequest(
+        purpose=purpose,
+        system="",
+        messages=({"role": "user", "content": prompt},),
+        max_tokens=max_tokens,
+    )
+
+
+def test_shell_runs_count_as_done_work_with_their_errors():
+    bash = {
+        "role": "bashExecution",
+        "command": "make build",
+        "output": "fatal: no rule",
+        "exitCode": 2,
+        "cancelled": False,
+        "truncated": False,
+    }
+    summary = run(history_request([bash], reserve_tokens=16384)).text
+    assert "- [x] Ran `make build`" in summary
+    assert "- Error seen: fatal: no rule" in summary
+    assert "- Error seen: Command exited with code 2" in summary
+    assert section(summary, "## Goal").startswith("(none)")
+
+
+def test_hand_written_calls_and_thinking_are_read_leniently():
+    conversation = (
+        "[User]: go\n\n[Assistant thinking]: hmm\n\n"
+        '[Assistant tool calls]: read(path=not-json); write(path="")'
+    )
+    summary = summarize(_raw(conversation))
+    assert "- [x] read `not-json`" in summary  # an unquoted value is taken as written
+    assert '- [x] write(path="")' in summary
+    assert "- Files read: `not-json`" in summary
+    assert "hmm" not in summary
+
+
+def test_a_tiny_budget_still_gets_a_cut_answer():
+    summary = summarize(_raw("[User]: " + "word " * 500, max_tokens=30))
+    assert summary.startswith(NOTE)
+    assert summary.endswith("…")
+    assert len(summary) == 120

@@ -159,3 +159,23 @@ def test_js_json_is_compact_json(value):
 def test_format_tool_call_keeps_key_order():
     assert format_tool_call("f", {"b": 1, "a": "x"}) == 'f(b=1, a="x")'
     assert format_tool_call("g", {}) == "g()"
+
+
+def test_malformed_content_is_tolerated():
+    messages = [
+        {"role": "user", "content": None},
+        {"role": "assistant", "content": "plain string reply"},
+        {
+            "role": "assistant",
+            "content": ["junk", {"type": "image"}, {"type": "toolCall", "name": "f"}],
+        },
+        {"role": "assistant", "content": None},
+        {"role": "toolResult", "toolCallId": "c", "content": ["junk", {"type": "text"}]},
+    ]
+    assert serialize_conversation(messages) == (
+        "[Assistant]: plain string reply\n\n[Assistant tool calls]: f()"
+    )
+
+
+def test_js_json_prints_other_values_as_strings():
+    assert js_json({1: (1.5, {2})}) == '{"1":[1.5,"{2}"]}'
