@@ -3,8 +3,10 @@
 Theory of operation. The context holds pi ``AgentMessage`` dicts of seven roles. Models know only
 three (user, assistant, tool result), so I convert in two steps:
 
-1. :func:`to_llm_messages` is pi's ``convertToLlm``: shell runs, custom messages and the two kinds
-   of summaries become user messages; pruned tool results show only their notice (OMP, D23).
+1. :func:`to_llm_messages` is pi's ``convertToLlm``: shell runs, custom messages (and OMP's
+   legacy ``hookMessage`` and ``developer`` messages) and the two kinds of summaries become user
+   messages; pruned tool results (``prunedAt`` set) show only their text, which the pruner made
+   the notice (OMP, D23). Roles we do not know are left out (D2).
    Its output is still pi-shaped, which is what the summarizer's serializer reads.
 2. :func:`convert_to_llm` turns that into OpenAI/litellm chat messages for a chat model, and also
    repairs what providers reject: replies that ended in an error or were aborted are left out
