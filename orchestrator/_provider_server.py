@@ -200,7 +200,10 @@ class LocalProvider:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        # A short poll interval: stop() waits for serve_forever to notice, once per test.
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
         return self
 

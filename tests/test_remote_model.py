@@ -1,0 +1,129 @@
+import math
+from collections.abc import Iterator
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from orchestrator._errors import ModelError
+from orchestrator._model import ModelRequest
+from orchestrator._remote_model import MISSING_SUMMARY, RemoteSummaryModel
+from orchestrator.testing import LocalProvider, Reply
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def provider() -> Iterator[LocalProvider]:
+    with LocalProvider() as running:
+        yield running
+
+
+REQUEST = ModelRequest(
+    purpose="history",
+    system="You summarise.",
+    messages=({"role": "user", "content": "<conversation>...</conversation>"},),
+    max_tokens=100,
+)
+
+
+def remote(provider: LocalProvider) -> RemoteSummaryModel:
+    return RemoteSummaryModel(provider.url + "/summary", timeout=30)
+
+
+async def test_posts_system_prompt_and_prompt(provider: LocalProvider) -> None:
+    provider.push(Reply.remote("the summary", shortSummary="ignored"))
+    model = remote(provider)
+    response = await model.complete(REQUEST)
+    assert (response.text, response.stop_reason, response.provider) == (
+        "the summary",
+        "stop",
+        "remote",
+    )
+    (sent,) = provider.requests
+    assert sent.path == "/summary"
+    assert sent.headers["content-type"] == "application/json"
+    assert sent.body == {
+        "systemPrompt": "You summarise.",
+        "prompt": "<conversation>...</conversation>",
+    }
+    assert model.name == f"remote/{provider.url}/summary"
+    assert model.context_window == 0
+    assert RemoteSummaryModel("http://x", context_window=9).context_window == 9
+
+
+@pytest.mark.parametrize(
+    ("reply", "message", "kind", "retry_after"),
+    [
+        (Reply.rate_limited(retry_after=3), "(429 Too Many Requests)", "transient", 3.0),
+        (Reply.error(500, "x"), "(500 Internal Server Error)", "transient", None),
+        (Reply.error(503, "x"), "(503 Service Unavailable)", "transient", None),
+        (Reply.error(400, "x"), "(400 Bad Request)", "fatal", None),
+        (Reply.error(404, "x"), "(404 Not Found)", "fatal", None),
+    ],
+)
+async def test_non_2xx(
+    provider: LocalProvider, reply: Reply, message: str, kind: str, retry_after: float | None
+) -> None:
+    provider.push(reply)
+    with pytest.raises(ModelError) as caught:
+        await remote(provider).complete(REQUEST)
+    assert str(caught.value) == f"Remote compaction failed {message}"
+    assert (caught.value.kind, caught.value.retry_after) == (kind, retry_after)
+    assert caught.value.status == reply.status
+    assert len(provider.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply.malformed(),
+        Reply(body={"shortSummary": "only"}),
+        Reply.remote(summary=42),
+        Reply.remote(summary=None),
+        Reply(body=["summary"]),
+    ],
+)
+async def test_missing_summary(provider: LocalProvider, reply: Reply) -> None:
+    provider.push(reply)
+    with pytest.raises(ModelError, match=f"^{MISSING_SUMMARY}$") as caught:
+        await remote(provider).complete(REQUEST)
+    assert caught.value.kind == "fatal"
+
+
+async def test_refused_connection_is_transient() -> None:
+    with LocalProvider() as stopped:
+        model = remote(stopped)
+    with pytest.raises(ModelError) as caught:
+        await model.complete(REQUEST)
+    assert caught.value.kind == "transient"
+    assert caught.value.__cause__ is not None
+
+
+async def test_hang_is_cancelled_by_the_callers_scope(provider: LocalProvider) -> None:
+    provider.push(Reply.hang(then=Reply.remote("late")))
+    finished = False
+    with anyio.move_on_after(30) as safety, anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                nonlocal finished
+                await remote(provider).complete(REQUEST)
+                finished = True
+
+            tg.start_soon(call)
+            while not provider.requests:
+                await anyio.wait_all_tasks_blocked()
+                await anyio.lowlevel.checkpoint()
+            # Same effect as scope.cancel(), which anyio 4.16's trio backend cannot call on
+            # the installed trio 0.22.
+            scope.deadline = -math.inf
+    assert scope.cancelled_caught
+    assert not safety.cancelled_caught
+    assert not finished
+    provider.release()
