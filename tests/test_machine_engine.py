@@ -1,5 +1,7 @@
 """The generic engine: loading rules, the runner, refusal, observers and rendering."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -346,3 +348,15 @@ def test_render_cli_reports_a_broken_shipped_table(
     monkeypatch.setattr(render, "load_machine", broken)
     assert main(["turn"]) == 2
     assert capsys.readouterr().err == "turn.toml: broken\n"
+
+
+@pytest.mark.slow
+def test_render_module_runs_as_a_script() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator._machine_render", "turn", "--mermaid"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == render_mermaid(load_machine("turn"))
