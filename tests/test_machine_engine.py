@@ -271,6 +271,10 @@ def test_facts_default_when_omitted() -> None:
 def test_shipped_tables_are_cached_and_loaded_from_the_machines_folder() -> None:
     assert load_machine("turn") is load_machine("turn")
     assert load_machine("turn").source.endswith("machines/turn.toml")
+    with pytest.raises(DefinitionError, match="not a machine name"):
+        load_machine("../turn")
+    with pytest.raises(DefinitionError, match="cannot read"):
+        load_machine("nonesuch")
 
 
 # --- rendering --------------------------------------------------------------------------------
