@@ -79,15 +79,10 @@ def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def _read_all(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
+    """Read a freshly opened descriptor to its end."""
     chunks: list[bytes] = []
-    offset = 0
-    while offset < size:
-        chunk = os.pread(fd, min(_CHUNK * 16, size - offset), offset)
-        if not chunk:
-            break
+    while chunk := os.read(fd, _CHUNK * 16):
         chunks.append(chunk)
-        offset += len(chunk)
     return b"".join(chunks)
 
 
@@ -353,10 +348,9 @@ class JsonlStore:
         temporary = directory / f".{self.path.name}.{secrets.token_hex(4)}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
-            try:
-                os.fchmod(fd, self.path.stat().st_mode & 0o7777)
-            except FileNotFoundError:
-                pass  # a new file keeps the umask's mode, as pi's writeFileSync would
+            # Keep the original's mode. The file exists: the writer created it if it had not
+            # (with the umask's mode, as pi's writeFileSync would).
+            os.fchmod(fd, self.path.stat().st_mode & 0o7777)
             view = memoryview(data)
             written = 0
             while written < len(view):

@@ -504,3 +504,41 @@ def test_v1_file_must_be_rewritten_before_appending_and_then_keeps_its_ids(
     assert again.migrated is False
     assert again.problems == []
     assert again.entries[:-1] == result.entries
+
+
+def test_short_writes_still_append_whole_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.jsonl"
+    real_write: Callable[[int, Any], int] = os.write
+
+    def five_bytes_at_a_time(fd: int, data: Any) -> int:
+        return real_write(fd, bytes(data)[:5])
+
+    monkeypatch.setattr(os, "write", five_bytes_at_a_time)
+    with JsonlStore(path) as store:
+        store.append([HEADER, entry("a")])
+        store.rewrite(HEADER, [entry("b")])
+        store.append([entry("c", "b")])
+    assert path.read_bytes() == b"".join(
+        write_pi_line(e) for e in [HEADER, entry("b"), entry("c", "b")]
+    )
+
+
+def test_failure_while_opening_the_writer_closes_the_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(write_pi_line(HEADER) + b"{torn")
+    store = JsonlStore(path)
+
+    def failing(fd: int) -> None:
+        raise OSError("fsync failed")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="fsync failed"):
+        store.append([entry("a")])
+    store.close()  # releases the lock; the session descriptor was already closed
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b"{torn"  # the copy happened first

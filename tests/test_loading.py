@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -225,3 +226,39 @@ def test_arbitrary_lines_after_a_header_never_raise(lines: list[bytes], terminat
             "cycle",
             "torn_line",
         }
+
+
+def test_header_without_a_string_id_is_not_a_session() -> None:
+    result = parse_session_bytes(b'{"type":"session","id":7}\n')
+    assert [(p.line, p.code) for p in result.problems] == [(1, "not_session")]
+    assert result.header is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind"),
+    [
+        (b"null", "null"),
+        (b"true", "boolean"),
+        (b"1.5", "number"),
+        (b'"x"', "string"),
+        (b"[]", "array"),
+    ],
+)
+def test_not_object_names_the_json_kind(raw: bytes, kind: str) -> None:
+    result = parse_session_bytes(HEADER + raw + b"\n")
+    assert [str(p) for p in result.problems] == [f"line 2: a JSON {kind}, not an object; skipped"]
+
+
+def test_missing_parent_field_is_reported_and_the_entry_kept() -> None:
+    result = parse_session_bytes(HEADER + line(type="message", id="a"))
+    assert [str(p) for p in result.problems] == [
+        "line 2: entry 'a' has no parentId field; kept as a root"
+    ]
+    assert [entry["id"] for entry in result.entries] == ["a"]
+
+
+def test_non_string_parent_is_unknown() -> None:
+    result = parse_session_bytes(HEADER + line(id="a", parentId=5))
+    assert [str(p) for p in result.problems] == [
+        "line 2: parent 5 (not an id) of entry 'a' does not exist; kept as a root"
+    ]

@@ -135,3 +135,9 @@ def test_damaged_bytes_refuse_rewrite_but_accept_appends() -> None:
         assert store.data == original
         store.append([entry("a")])
     assert store.data == original + write_pi_line(entry("a"))
+
+
+def test_appending_nothing_changes_nothing() -> None:
+    store = MemoryStore(b"not a session\n")
+    store.append([])
+    assert store.data == b"not a session\n"
