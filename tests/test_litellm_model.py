@@ -29,13 +29,8 @@ def provider() -> Iterator[LocalProvider]:
         yield running
 
 
-def model_for(provider: LocalProvider, **kwargs: object) -> LiteLLMModel:
-    return LiteLLMModel(
-        "openai/test-model",
-        api_base=provider.url + "/v1",
-        api_key="test",
-        **kwargs,  # type: ignore[arg-type]
-    )
+def model_for(provider: LocalProvider) -> LiteLLMModel:
+    return LiteLLMModel("openai/test-model", api_base=provider.url + "/v1", api_key="test")
 
 
 REQUEST = ModelRequest(
