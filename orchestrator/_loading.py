@@ -58,10 +58,18 @@ def _reject_constant(name: str) -> Any:
     raise _NotJson(f"{name} is not JSON")
 
 
+# One decoder for every line: json.loads with a keyword builds a new decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _decode(raw: bytes) -> Any:
     """Decode one line the way ``JSON.parse`` would, raising ``ValueError`` when it can't."""
     text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    return json.loads(text, parse_constant=_reject_constant)
+    return _DECODER.decode(text)
+
+
+def _blank(raw: bytes) -> bool:
+    return not raw or raw.isspace()
 
 
 def _is_json(raw: bytes) -> bool:
@@ -92,7 +100,7 @@ def read_session(data: bytes, *, random_hex: RandomHex = _uuid_hex) -> ParsedSes
     unterminated = lines.pop()
     problems: list[Problem] = []
     torn = b""
-    if unterminated.strip():
+    if not _blank(unterminated):
         if _is_json(unterminated):
             lines.append(unterminated)
         else:
@@ -105,7 +113,7 @@ def read_session(data: bytes, *, random_hex: RandomHex = _uuid_hex) -> ParsedSes
                     "probably a write cut short by a crash",
                 )
             )
-    numbered = [(number, raw) for number, raw in enumerate(lines, start=1) if raw.strip()]
+    numbered = [(number, raw) for number, raw in enumerate(lines, start=1) if not _blank(raw)]
     if not numbered:
         result = LoadResult(header=None, problems=problems, torn_tail=torn)
         return ParsedSession(result=result, stored_version=None)
@@ -320,6 +328,6 @@ def plan_tail_repair(data: bytes) -> TailRepair | None:
         return None
     start = data.rfind(b"\n") + 1
     tail = data[start:]
-    if not tail.strip() or _is_json(tail):
+    if _blank(tail) or _is_json(tail):
         return TailRepair(keep=len(data), moved=b"", add_newline=True)
     return TailRepair(keep=start, moved=tail, add_newline=False)
