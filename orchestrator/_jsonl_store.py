@@ -43,7 +43,7 @@ from ._loading import (
     read_session,
     rewrite_refusal,
 )
-from ._migration import RandomHex, _uuid_hex, header_version
+from ._migration import RandomHex, header_version, uuid_hex
 from ._store import FsyncPolicy, LoadResult
 
 _CHUNK = 1 << 16
@@ -124,7 +124,7 @@ class JsonlStore:
         *,
         fsync: FsyncPolicy = "per_turn",
         lock: bool = True,
-        random_hex: RandomHex = _uuid_hex,
+        random_hex: RandomHex = uuid_hex,
     ) -> None:
         self.path = Path(path)
         self.lock_path = Path(f"{self.path}.lock")

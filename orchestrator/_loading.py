@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._entries import Entry
-from ._migration import RandomHex, _uuid_hex, header_version, migrate
+from ._migration import RandomHex, header_version, migrate, uuid_hex
 from ._store import LoadResult, Problem
 
 
@@ -80,7 +80,7 @@ def _is_json(raw: bytes) -> bool:
     return True
 
 
-def parse_session_bytes(data: bytes, *, random_hex: RandomHex = _uuid_hex) -> LoadResult:
+def parse_session_bytes(data: bytes, *, random_hex: RandomHex = uuid_hex) -> LoadResult:
     """Parse a whole session file. Never raises on damaged data.
 
     Args:
@@ -93,7 +93,7 @@ def parse_session_bytes(data: bytes, *, random_hex: RandomHex = _uuid_hex) -> Lo
     return read_session(data, random_hex=random_hex).result
 
 
-def read_session(data: bytes, *, random_hex: RandomHex = _uuid_hex) -> ParsedSession:
+def read_session(data: bytes, *, random_hex: RandomHex = uuid_hex) -> ParsedSession:
     """Like :func:`parse_session_bytes`, and also report the version stored in the file."""
     lines = data.split(b"\n")
     # The last element is what follows the final "\n": empty for a well-terminated file.

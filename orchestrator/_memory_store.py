@@ -22,7 +22,7 @@ from ._loading import (
     read_session,
     rewrite_refusal,
 )
-from ._migration import RandomHex, _uuid_hex, header_version
+from ._migration import RandomHex, header_version, uuid_hex
 from ._store import LoadResult
 
 
@@ -36,7 +36,7 @@ class MemoryStore:
     """
 
     def __init__(
-        self, data: bytes = b"", *, name: str = "memory", random_hex: RandomHex = _uuid_hex
+        self, data: bytes = b"", *, name: str = "memory", random_hex: RandomHex = uuid_hex
     ) -> None:
         self._data = bytearray(data)
         self._name = name

@@ -33,7 +33,8 @@ RandomHex = Callable[[], str]
 """A source of random hex strings (at least 8 characters), injectable for tests."""
 
 
-def _uuid_hex() -> str:
+def uuid_hex() -> str:
+    """32 random hex characters (pi takes ids from ``randomUUID()`` the same way)."""
     return uuid.uuid4().hex
 
 
@@ -73,7 +74,7 @@ def header_version(header: Entry) -> int | None:
 
 
 def migrate(
-    header: Entry, entries: Sequence[Entry], *, random_hex: RandomHex = _uuid_hex
+    header: Entry, entries: Sequence[Entry], *, random_hex: RandomHex = uuid_hex
 ) -> Migration:
     """Migrate a header and its entries to version 3, without mutating anything.
 
