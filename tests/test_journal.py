@@ -1,0 +1,287 @@
+"""The lifecycle journal (D24): records, torn tails, open operations, settling on reopen."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator._errors import TransitionError
+from orchestrator._guards import Facts
+from orchestrator._journal import (
+    Journal,
+    JournaledOperation,
+    JournalRecord,
+    journal_path,
+    parse_journal,
+    settle,
+)
+from orchestrator._machine import Runner, Step, load_machine
+
+
+class Clock:
+    """A fake epoch-ms clock that ticks 1 ms per reading."""
+
+    def __init__(self, start: int = 1_700_000_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        self.now += 1
+        return self.now
+
+
+def drive(journal: Journal, op_id: str, kind: str, events: list[str], **data: object) -> Runner:
+    """Run an operation machine through ``events``, journaling every step."""
+    runner = Runner(load_machine("operation"))
+
+    def observe(step: Step) -> None:
+        journal.record(step, operation_id=op_id, kind=kind, data=data)
+
+    runner.subscribe(observe)
+    facts = Facts(has_work=True)
+    for event in events:
+        runner.fire(event, facts)
+    return runner
+
+
+TO_COMMITTING = ["prepared", "hooks_done", "summary_ready"]
+
+
+def test_journal_file_sits_beside_the_session_and_is_not_a_jsonl(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "s.jsonl")
+    assert path == tmp_path / "s.jsonl.journal"
+    assert Journal.open(tmp_path / "s.jsonl").location == str(path)
+    assert Journal.in_memory().location == "<memory>"
+    assert not path.name.endswith(".jsonl")
+
+
+def test_each_step_is_one_json_line_with_the_documented_keys(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    journal = Journal.open(session, clock=Clock())
+    assert not journal.exists()
+    assert journal.records() == ()
+    drive(journal, "op-1", "compaction", [*TO_COMMITTING, "entry_appended"], entryId="e1")
+    turn = Step(machine="turn", source="idle", event="prompt", dest="running", effects=("a",))
+    journal.record(turn)
+    lines = journal_path(session).read_text().splitlines()
+    assert len(lines) == 5
+    first = json.loads(lines[0])
+    assert list(first) == [
+        "time", "machine", "operationId", "kind", "from", "event", "to", "effects", "data",
+    ]
+    assert first == {
+        "time": "2023-11-14T22:13:20.001Z", "machine": "operation", "operationId": "op-1",
+        "kind": "compaction", "from": "preparing", "event": "prepared", "to": "consulting_hooks",
+        "effects": ["run_hooks"], "data": {"entryId": "e1"},
+    }
+    last = json.loads(lines[-1])
+    assert (last["machine"], last["operationId"], last["kind"]) == ("turn", None, None)
+    records = journal.records()
+    assert [r.dest for r in records] == [
+        "consulting_hooks", "summarizing", "committing", "committed", "running",
+    ]
+    assert journal.open_operations() == ()
+
+
+def test_operation_step_without_an_id_is_refused() -> None:
+    journal = Journal.in_memory()
+    step = Step(
+        machine="operation", source="preparing", event="prepared", dest="skipped", effects=()
+    )
+    with pytest.raises(ValueError, match="operation id"):
+        journal.record(step)
+    assert journal.records() == ()
+
+
+def test_operation_records_are_fsynced_and_turn_records_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    journal = Journal.open(tmp_path / "s.jsonl")
+    journal.record(Step(machine="turn", source="idle", event="prompt", dest="running", effects=()))
+    assert synced == []
+    drive(journal, "op", "prune", ["prepared"])
+    assert len(synced) == 1  # the file already existed: no directory fsync needed
+    fresh = Journal.open(tmp_path / "t.jsonl")
+    drive(fresh, "op", "prune", ["prepared"])
+    assert len(synced) == 3  # the record, then the new file's directory
+
+
+def test_torn_last_line_is_ignored_and_reported(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    journal = Journal.open(session, clock=Clock())
+    drive(journal, "op-1", "compaction", ["prepared", "hooks_done"])
+    with journal_path(session).open("ab") as file:
+        file.write(b'{"time": "2023-11-14T22:1')
+    read = journal.read()
+    assert len(read.records) == 2
+    assert [(p.line, p.code) for p in read.problems] == [(3, "torn_line")]
+    # The next record lands on a line of its own; the torn bytes become a skipped middle line.
+    ready = Runner(load_machine("operation"), state="summarizing").fire("summary_ready")
+    journal.record(ready, operation_id="op-1", kind="compaction")
+    read = journal.read()
+    assert [r.dest for r in read.records] == ["consulting_hooks", "summarizing", "committing"]
+    assert [(p.line, p.code) for p in read.problems] == [(3, "not_json")]
+
+
+def test_damaged_lines_are_skipped_never_fatal() -> None:
+    good: dict[str, object] = {
+        "time": "t", "machine": "turn", "operationId": None, "kind": None, "from": "a",
+        "event": "e", "to": "b", "effects": [], "data": {},
+    }
+    raw = b"\n".join(
+        [
+            json.dumps(good).encode(),
+            b"[1, 2]",
+            json.dumps({**good, "effects": [1]}).encode(),
+            b"\xff\xfe",
+            b"",
+            json.dumps(good).encode(),  # complete but without its newline: still a record
+        ]
+    )
+    read = parse_journal(raw)
+    assert len(read.records) == 2
+    assert [(p.line, p.code) for p in read.problems] == [
+        (2, "not_record"), (3, "not_record"), (4, "not_json"),
+    ]
+
+
+record_values = st.fixed_dictionaries(
+    {
+        "time": st.text(max_size=5),
+        "machine": st.sampled_from(["turn", "operation", "navigation"]),
+        "operationId": st.none() | st.text(max_size=5),
+        "kind": st.none() | st.sampled_from(["compaction", "branch_summary", "prune"]),
+        "from": st.text(max_size=5),
+        "event": st.text(max_size=5),
+        "to": st.text(max_size=5),
+        "effects": st.lists(st.text(max_size=5), max_size=3),
+        "data": st.dictionaries(st.text(max_size=3), st.integers() | st.text(max_size=3)),
+    }
+)
+
+
+@given(st.lists(record_values, max_size=5), st.binary(max_size=20))
+def test_any_torn_tail_keeps_every_whole_record(
+    values: list[dict[str, object]], tail: bytes
+) -> None:
+    lines = b"".join(json.dumps(v).encode() + b"\n" for v in values)
+    read = parse_journal(lines + tail.replace(b"\n", b" "))
+    assert [r.as_json() for r in read.records[: len(values)]] == values
+    assert all(p.line == len(values) + 1 for p in read.problems)
+
+
+def test_open_operations_report_last_state_and_merged_data() -> None:
+    journal = Journal.in_memory(clock=Clock())
+    drive(journal, "done", "compaction", [*TO_COMMITTING, "entry_appended"])
+    drive(journal, "mid", "branch_summary", ["prepared", "hooks_done"], model="m1")
+    drive(journal, "commit", "compaction", ["prepared", "hooks_done"])
+    ready = Step(
+        machine="operation", source="summarizing", event="summary_ready", dest="committing",
+        effects=("append_entry",),
+    )
+    journal.record(ready, operation_id="commit", data={"entryId": "e9"})
+    assert journal.records()[-1].kind is None  # merged kind comes from earlier records
+    found = journal.open_operations()
+    assert [(o.operation_id, o.kind, o.state) for o in found] == [
+        ("mid", "branch_summary", "summarizing"),
+        ("commit", "compaction", "committing"),
+    ]
+    assert found[0].data == {"model": "m1"}
+    assert found[0].entry_id is None
+    assert found[1].entry_id == "e9"
+    assert len(found[1].records) == 3
+
+
+def test_final_states_come_from_the_operation_table() -> None:
+    table = load_machine("operation")
+    text = Path(table.source).read_text().replace(
+        'final = ["committed", "cancelled", "failed", "skipped"]',
+        'final = ["committed", "cancelled", "failed", "skipped"]\n# (same table)',
+    )
+    from orchestrator._machine import MachineDef
+
+    custom = MachineDef.parse(text)
+    journal = Journal.in_memory(operation_machine=custom)
+    assert journal.operation_machine is custom
+    drive(journal, "x", "compaction", ["prepared"])
+    assert [o.state for o in journal.open_operations()] == ["consulting_hooks"]
+
+
+def test_settle_commits_when_the_planned_entry_is_in_the_session(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "s.jsonl", clock=Clock())
+    drive(journal, "op", "compaction", TO_COMMITTING, entryId="e42")
+    reopened = Journal.open(tmp_path / "s.jsonl", clock=Clock())
+    settled = settle(reopened, {"e1", "e42"})
+    assert [(s.operation_id, s.kind, s.source, s.dest) for s in settled] == [
+        ("op", "compaction", "committing", "committed"),
+    ]
+    last = reopened.records()[-1]
+    assert (last.event, last.dest, dict(last.data)) == (
+        "reopened", "committed", {"settled": True, "applied": True},
+    )
+    assert reopened.open_operations() == ()
+    assert settle(reopened, {"e42"}) == []  # settling twice does nothing
+
+
+def test_settle_fails_a_commit_that_never_landed() -> None:
+    journal = Journal.in_memory()
+    drive(journal, "op", "compaction", TO_COMMITTING, entryId="e42")
+    settled = settle(journal, set())
+    assert [(s.source, s.dest) for s in settled] == [("committing", "failed")]
+
+
+def test_settle_cancels_an_operation_caught_before_its_commit() -> None:
+    journal = Journal.in_memory()
+    drive(journal, "a", "branch_summary", ["prepared", "hooks_done"])
+    drive(journal, "b", "compaction", ["prepared"])
+    settled = settle(journal, {"whatever"})
+    assert [(s.operation_id, s.source, s.dest) for s in settled] == [
+        ("a", "summarizing", "cancelled"),
+        ("b", "consulting_hooks", "cancelled"),
+    ]
+
+
+def test_settle_asks_the_driver_when_the_change_is_not_one_entry() -> None:
+    journal = Journal.in_memory()
+    drive(journal, "p1", "prune", TO_COMMITTING, entryIds=["x", "y"])
+    drive(journal, "p2", "prune", TO_COMMITTING, entryIds=["z"])
+    seen: list[JournaledOperation] = []
+
+    def pruned(op: JournaledOperation) -> bool:
+        seen.append(op)
+        return bool(op.data["entryIds"] == ["x", "y"])
+
+    settled = settle(journal, set(), is_applied=pruned)
+    assert [(s.operation_id, s.dest) for s in settled] == [("p1", "committed"), ("p2", "failed")]
+    assert [op.operation_id for op in seen] == ["p1", "p2"]
+
+
+def test_settle_refuses_a_state_the_table_does_not_know() -> None:
+    journal = Journal.in_memory()
+    journal.record(
+        Step(machine="operation", source="x", event="e", dest="mystery", effects=()),
+        operation_id="op",
+    )
+    with pytest.raises(TransitionError, match="can't reopened when in mystery"):
+        settle(journal, set())
+
+
+def test_record_round_trips_through_json() -> None:
+    record = JournalRecord(
+        time="t", machine="operation", operation_id="o", kind="prune", source="a", event="e",
+        dest="b", effects=("x",), data={"k": 1},
+    )
+    assert JournalRecord.from_json(json.loads(json.dumps(record.as_json()))) == record
+    assert JournalRecord.from_json({"time": "t"}) is None
