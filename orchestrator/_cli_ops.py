@@ -81,7 +81,7 @@ def _route_settings(args: argparse.Namespace) -> RouteSettings:
 
 
 def _attempt_text(progress: Progress) -> Any:
-    def on_attempt(record: AttemptRecord) -> None:
+    def on_attempt(record: AttemptRecord, purpose: str) -> None:
         if record.outcome == "retry":
             progress.text = (f"{record.candidate}: {record.error}; retrying in "
                              f"{record.delay_ms / 1000:.1f}s")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ._model import Model
+from ._model import Model, Purpose
 from ._offline import OfflineSummarizer
 from ._retry import AttemptRecord, RetryPolicy
 from ._summarize import Summarizer
@@ -58,7 +58,7 @@ def candidate_models(settings: RouteSettings) -> tuple[Model, ...]:
 
 
 def build_summarizer(
-    settings: RouteSettings, *, on_attempt: Callable[[AttemptRecord], None] | None = None
+    settings: RouteSettings, *, on_attempt: Callable[[AttemptRecord, Purpose], None] | None = None
 ) -> Summarizer:
     """The :class:`Summarizer` for ``settings``."""
     remote: Model | None = None

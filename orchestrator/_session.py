@@ -63,6 +63,49 @@ def new_header(cwd: str, now_ms: int, *, parent_session: str | None = None) -> E
     return header
 
 
+def compaction_fields(
+    *,
+    summary: str,
+    first_kept_entry_id: str,
+    tokens_before: int,
+    details: dict[str, Any] | None = None,
+    from_extension: bool = False,
+    short_summary: str | None = None,
+    preserve_data: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The fields of a compaction entry, as pi writes them (OMP extras only when set)."""
+    fields: dict[str, Any] = {
+        "summary": summary,
+        "firstKeptEntryId": first_kept_entry_id,
+        "tokensBefore": tokens_before,
+    }
+    if details is not None:
+        fields["details"] = details
+    if from_extension:
+        fields["fromExtension"] = True
+    if short_summary:
+        fields["shortSummary"] = short_summary
+    if preserve_data:
+        fields["preserveData"] = preserve_data
+    return fields
+
+
+def branch_summary_fields(
+    *,
+    summary: str,
+    from_id: str | None,
+    details: dict[str, Any] | None = None,
+    from_extension: bool = False,
+) -> dict[str, Any]:
+    """The fields of a branch summary; ``fromId`` is the abandoned leaf (D17), else ``root``."""
+    fields: dict[str, Any] = {"fromId": from_id if from_id is not None else "root", "summary": summary}
+    if details is not None:
+        fields["details"] = details
+    if from_extension:
+        fields["fromExtension"] = True
+    return fields
+
+
 class Session:
     """One session: a :class:`SessionTree` kept in a :class:`SessionStore`.
 
@@ -84,10 +127,14 @@ class Session:
         *,
         persisted: bool,
         problems: Sequence[Problem] = (),
+        migrated: bool = False,
         clock: Callable[[], int] = wall_clock_ms,
         random_hex: Callable[[], str] = _random_hex,
     ) -> None:
         self.store = store
+        # A migrated file (version 1 or 2) holds its new ids only in memory; pi rewrites it at
+        # load. I rewrite it at the first write instead, so that inspecting never writes.
+        self._migration_pending = migrated
         self.tree = tree
         self.problems = list(problems)
         self._persisted = persisted
@@ -130,6 +177,7 @@ class Session:
             tree,
             persisted=True,
             problems=result.problems,
+            migrated=result.migrated,
             clock=clock,
             random_hex=random_hex,
         )
@@ -185,17 +233,32 @@ class Session:
 
     # -- appending -----------------------------------------------------------------------------
 
+    def new_entry(self, kind: str, fields: dict[str, Any], *, parent_id: object = LEAF) -> Entry:
+        """Build an entry (id, parent, timestamp) without adding it.
+
+        The runtime journals a commit's entry id before appending it (D24), so building and
+        adding are separate steps. The entry's parent is the leaf at build time.
+        """
+        return self.tree.new_entry(
+            kind, fields, now_ms=self._clock(), random_hex=self._random_hex, parent_id=parent_id
+        )
+
+    def add_entry(self, entry: Entry) -> Entry:
+        """Append an entry built by :meth:`new_entry`; it becomes the leaf.
+
+        Raises:
+            SessionError: the id is already used.
+        """
+        self._add(entry)
+        return entry
+
     def append_entry(self, kind: str, fields: dict[str, Any], *, parent_id: object = LEAF) -> Entry:
         """Append an entry of any type as a child of the leaf (or of ``parent_id``).
 
         Returns:
             The entry as written.
         """
-        entry = self.tree.new_entry(
-            kind, fields, now_ms=self._clock(), random_hex=self._random_hex, parent_id=parent_id
-        )
-        self._add(entry)
-        return entry
+        return self.add_entry(self.new_entry(kind, fields, parent_id=parent_id))
 
     def _add(self, entry: Entry) -> None:
         follows_builder = (
@@ -210,7 +273,10 @@ class Session:
         self._persist(entry)
 
     def _persist(self, entry: Entry) -> None:
-        if self._persisted:
+        if self._migration_pending:
+            self.store.rewrite(self.header, self.tree.entries)
+            self._migration_pending = False
+        elif self._persisted:
             self.store.append([entry])
         elif role_of(entry) == "assistant":
             self.store.rewrite(self.header, self.tree.entries)
@@ -263,20 +329,18 @@ class Session:
         preserve_data: dict[str, Any] | None = None,
     ) -> Entry:
         """Commit a compaction: one appended entry (D24's commit point)."""
-        fields: dict[str, Any] = {
-            "summary": summary,
-            "firstKeptEntryId": first_kept_entry_id,
-            "tokensBefore": tokens_before,
-        }
-        if details is not None:
-            fields["details"] = details
-        if from_extension:
-            fields["fromExtension"] = True
-        if short_summary:
-            fields["shortSummary"] = short_summary
-        if preserve_data:
-            fields["preserveData"] = preserve_data
-        return self.append_entry(COMPACTION, fields)
+        return self.append_entry(
+            COMPACTION,
+            compaction_fields(
+                summary=summary,
+                first_kept_entry_id=first_kept_entry_id,
+                tokens_before=tokens_before,
+                details=details,
+                from_extension=from_extension,
+                short_summary=short_summary,
+                preserve_data=preserve_data,
+            ),
+        )
 
     def branch_with_summary(
         self,
@@ -294,19 +358,27 @@ class Session:
         Raises:
             SessionError: ``Entry <id> not found``.
         """
-        if target_id is not None:
-            self.tree.branch(target_id)
+        entry = self.new_entry(
+            BRANCH_SUMMARY,
+            branch_summary_fields(
+                summary=summary, from_id=from_id, details=details, from_extension=from_extension
+            ),
+            parent_id=target_id,
+        )
+        return self.attach_branch_summary(entry)
+
+    def attach_branch_summary(self, entry: Entry) -> Entry:
+        """Move the leaf to the summary's parent and append it there (the navigation commit).
+
+        Raises:
+            SessionError: ``Entry <id> not found`` for an unknown parent.
+        """
+        parent = entry.get("parentId")
+        if isinstance(parent, str):
+            self.tree.branch(parent)
         else:
             self.tree.reset_leaf()
-        fields: dict[str, Any] = {
-            "fromId": from_id if from_id is not None else "root",
-            "summary": summary,
-        }
-        if details is not None:
-            fields["details"] = details
-        if from_extension:
-            fields["fromExtension"] = True
-        return self.append_entry(BRANCH_SUMMARY, fields, parent_id=target_id)
+        return self.add_entry(entry)
 
     def append_label(self, target_id: str, label: str | None) -> Entry:
         """Set (or clear, with ``None`` or ``""``) the label of an entry.
@@ -344,6 +416,7 @@ class Session:
         self._builder = None
         if self._persisted:
             self.store.rewrite(self.header, self.tree.entries)
+            self._migration_pending = False
 
     def close(self) -> None:
         """Release the store (its lock, if any)."""

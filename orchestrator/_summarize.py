@@ -25,7 +25,7 @@ from ._branch_plan import BranchPlan
 from ._compaction_plan import CompactionPlan
 from ._entries import Message
 from ._errors import ModelError
-from ._model import Model, ModelRequest
+from ._model import Model, ModelRequest, Purpose
 from ._retry import AttemptRecord, RetryPolicy, call_with_candidates
 from ._summary_request import (
     MAX_HALVINGS,
@@ -56,7 +56,8 @@ class Summarizer:
         short_summary: Also produce a two-or-three sentence ``shortSummary`` (OMP).
         reasoning: Reasoning effort for history and turn-prefix summaries, where supported.
         sleep: Awaited between retries (inject a fake clock's sleep in tests).
-        on_attempt: Called for every model attempt (traces, events, the CLI's progress line).
+        on_attempt: Called for every model attempt with the request's purpose (traces,
+            the operation machine, the CLI's progress line).
     """
 
     candidates: tuple[Model, ...]
@@ -66,7 +67,7 @@ class Summarizer:
     short_summary: bool = False
     reasoning: str | None = "high"
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
-    on_attempt: Callable[[AttemptRecord], None] | None = None
+    on_attempt: Callable[[AttemptRecord, Purpose], None] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,12 +111,19 @@ class BranchSummaryResult:
 
 
 async def _summarize(
+    purpose: Purpose,
     routes: Sequence[Model],
     build: Callable[[PromptBudget], ModelRequest],
     summarizer: Summarizer,
 ) -> tuple[str, str]:
     # D14: halve the prompt allowance after a reported overflow, at most MAX_HALVINGS times.
     halvings = 0
+    report = summarizer.on_attempt
+
+    def on_attempt(record: AttemptRecord) -> None:
+        if report is not None:
+            report(record, purpose)
+
     while True:
 
         def request_for(model: Model, halvings: int = halvings) -> ModelRequest:
@@ -130,7 +138,7 @@ async def _summarize(
                 request_for,
                 policy=summarizer.retry,
                 sleep=summarizer.sleep,
-                on_attempt=summarizer.on_attempt,
+                on_attempt=on_attempt,
             )
         except ModelError as error:
             if error.kind != "overflow" or halvings >= MAX_HALVINGS:
@@ -179,6 +187,7 @@ async def compact(
             # D11: a split turn with nothing older keeps the previous summary.
             return plan.previous_summary or NO_PRIOR_HISTORY, ""
         return await _summarize(
+            "history",
             history_routes,
             lambda budget: history_request(
                 plan.messages_to_summarize,
@@ -195,6 +204,7 @@ async def compact(
 
     async def turn_prefix() -> tuple[str, str]:
         return await _summarize(
+            "turn_prefix",
             summarizer.candidates,
             lambda budget: turn_prefix_request(
                 plan.turn_prefix_messages, reserve_tokens=reserve, budget=budget
@@ -219,6 +229,7 @@ async def compact(
     short = None
     if summarizer.short_summary:
         short, _ = await _summarize(
+            "short",
             history_routes,
             lambda budget: short_summary_request(
                 kept_messages,
@@ -265,6 +276,7 @@ async def summarize_branch(
     if not plan.messages:
         return BranchSummaryResult(summary=NO_BRANCH_CONTENT, details=details)
     text, model = await _summarize(
+        "branch",
         summarizer.candidates,
         lambda budget: branch_request(
             plan.messages, instructions=instructions, replace=replace_instructions, budget=budget

@@ -1,0 +1,77 @@
+"""Events the runtime emits, and the bus that delivers them.
+
+Payloads follow the reference (§8.7): ``auto_compaction_start {reason}``,
+``auto_compaction_end {result, aborted, willRetry, errorMessage?}``,
+``auto_retry_start {attempt, maxAttempts, delayMs, errorMessage}``,
+``auto_retry_end {success, attempt, finalError?}``, plus ACP's
+``compaction_update {id, status: in_progress | completed | failed | cancelled}``, and
+``hook_error``, ``session_compact``, ``session_tree``, ``message``, ``turn_end``,
+``transition``. Payloads are plain JSON values so that the RPC server can forward them as is.
+
+Listeners are called synchronously in the order they subscribed; an async consumer uses
+:meth:`EventBus.stream`, which buffers without bound so that a slow reader never blocks the
+session (events are small and a session emits few of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """One event: a ``type`` and its JSON payload."""
+
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"type": ..., **payload}``, the wire form."""
+        return {"type": self.type, **self.payload}
+
+
+Listener = Callable[[Event], None]
+
+
+class EventBus:
+    """Delivers events to listeners and async streams."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+        self._streams: list[MemoryObjectSendStream[Event]] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` for every event; returns a function that unsubscribes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def emit(self, type_: str, **payload: Any) -> Event:
+        """Emit an event to every listener and stream."""
+        event = Event(type=type_, payload=payload)
+        for listener in list(self._listeners):
+            listener(event)
+        for stream in list(self._streams):
+            try:
+                stream.send_nowait(event)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._streams.remove(stream)
+        return event
+
+    @asynccontextmanager
+    async def stream(self) -> AsyncIterator[AsyncIterator[Event]]:
+        """An async iterator of the events emitted while the block is open."""
+        send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=float("inf"))
+        self._streams.append(send)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            if send in self._streams:
+                self._streams.remove(send)
+            send.close()
