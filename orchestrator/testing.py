@@ -11,6 +11,8 @@ sleep:
 * :class:`FunctionModel` wraps an async function of the request.
 * :class:`FakeClock` is a monotonic clock whose ``sleep`` advances time instantly (after a
   cancellation checkpoint, so a cancelled scope still interrupts it).
+* :class:`ScriptedAgent` plays scripted agent turns (with :func:`reply`, :func:`tool_result`,
+  :func:`error_reply` and :class:`AgentHang`) for runtime tests and simulations.
 * :class:`LocalProvider` and :class:`Reply` run a real OpenAI-compatible HTTP server on
   127.0.0.1 for adapter tests (see ``_provider_server``).
 """
@@ -27,8 +29,10 @@ import anyio.lowlevel
 
 from ._model import ModelRequest, ModelResponse
 from ._provider_server import LocalProvider, RecordedRequest, Reply
+from ._scripted_agent import AgentHang, ScriptedAgent, error_reply, reply, tool_result, usage
 
 __all__ = (
+    "AgentHang",
     "Delay",
     "FakeClock",
     "FunctionModel",
@@ -36,7 +40,12 @@ __all__ = (
     "LocalProvider",
     "RecordedRequest",
     "Reply",
+    "ScriptedAgent",
     "ScriptedModel",
+    "error_reply",
+    "reply",
+    "tool_result",
+    "usage",
 )
 
 
