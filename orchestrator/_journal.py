@@ -312,6 +312,31 @@ class Journal:
         self._sink.append(line.encode("utf-8"), durable=is_operation)
         return entry
 
+    def observer(
+        self,
+        *,
+        operation_id: str | None = None,
+        kind: str | None = None,
+        data: Callable[[Step], Mapping[str, Any] | None] | None = None,
+    ) -> Callable[[Step], None]:
+        """Return a ``Runner`` observer that records every step of one machine.
+
+        Args:
+            operation_id: The operation's id, for an operation machine.
+            kind: The operation's kind.
+            data: Called with each step for its ``data`` (e.g. the ``entryId`` on reaching
+                ``committing``).
+
+        Returns:
+            The observer, for ``Runner.subscribe``.
+        """
+
+        def observe(taken: Step) -> None:
+            extra = data(taken) if data is not None else None
+            self.record(taken, operation_id=operation_id, kind=kind, data=extra)
+
+        return observe
+
     def read(self) -> JournalRead:
         """Parse the journal, skipping and reporting damaged lines (never raising for them).
 

@@ -285,3 +285,25 @@ def test_record_round_trips_through_json() -> None:
     )
     assert JournalRecord.from_json(json.loads(json.dumps(record.as_json()))) == record
     assert JournalRecord.from_json({"time": "t"}) is None
+
+
+def test_observer_records_each_step_with_its_data() -> None:
+    journal = Journal.in_memory()
+    runner = Runner(load_machine("operation"))
+    planned = {"committing": {"entryId": "e5"}}
+    runner.subscribe(
+        journal.observer(operation_id="op", kind="compaction", data=lambda s: planned.get(s.dest))
+    )
+    for event in TO_COMMITTING:
+        runner.fire(event, Facts(has_work=True))
+    turn = Runner(load_machine("turn"), observers=[journal.observer()])
+    turn.fire("user_prompt")
+    records = journal.records()
+    assert [(r.operation_id, r.kind, dict(r.data)) for r in records] == [
+        ("op", "compaction", {}),
+        ("op", "compaction", {}),
+        ("op", "compaction", {"entryId": "e5"}),
+        (None, None, {}),
+    ]
+    (still_open,) = journal.open_operations()
+    assert still_open.entry_id == "e5"

@@ -412,6 +412,8 @@ def test_otlp_exporter_sends_spans_to_the_configured_endpoint(
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
+        for proxy in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(proxy, raising=False)  # loopback only, never through a proxy
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
         monkeypatch.setenv("OTEL_SERVICE_NAME", "otlp-test")
         provider = make_tracer_provider("otlp", shutdown_on_exit=False)
