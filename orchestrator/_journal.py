@@ -172,6 +172,7 @@ class _FileSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.location = str(path)
+        self._dir_synced = False
 
     def exists(self) -> bool:
         return self.path.is_file()
@@ -180,7 +181,6 @@ class _FileSink:
         return self.path.read_bytes()
 
     def append(self, line: bytes, *, durable: bool) -> None:
-        created = not self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
             size = os.fstat(fd).st_size
@@ -191,8 +191,11 @@ class _FileSink:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        if created and durable:
-            _fsync_dir(self.path.parent)  # a new file's name is durable only this way
+        if durable and not self._dir_synced:
+            # The file may have been created by this process, maybe by a turn record that was
+            # not fsynced: its name is durable only once the directory is. Once per journal.
+            _fsync_dir(self.path.parent)
+            self._dir_synced = True
 
 
 def _fsync_dir(directory: Path) -> None:

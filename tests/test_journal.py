@@ -112,10 +112,9 @@ def test_operation_records_are_fsynced_and_turn_records_are_not(
     journal.record(Step(machine="turn", source="idle", event="prompt", dest="running", effects=()))
     assert synced == []
     drive(journal, "op", "prune", ["prepared"])
-    assert len(synced) == 1  # the file already existed: no directory fsync needed
-    fresh = Journal.open(tmp_path / "t.jsonl")
-    drive(fresh, "op", "prune", ["prepared"])
-    assert len(synced) == 3  # the record, then the new file's directory
+    assert len(synced) == 2  # the record, then (first durable record) the directory
+    drive(journal, "op2", "prune", ["prepared", "hooks_done"])
+    assert len(synced) == 4  # one fsync per operation record from now on
 
 
 def test_torn_last_line_is_ignored_and_reported(tmp_path: Path) -> None:
