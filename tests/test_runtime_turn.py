@@ -1,0 +1,300 @@
+"""The turn lifecycle through the runtime (reference §8, decisions D18-D22)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from orchestrator._errors import Cancelled, SessionError
+from orchestrator._turn_effects import OVERFLOW_FAILED
+from orchestrator.testing import AgentHang, Hang, error_reply, reply
+from tests.runtime_kit import BIG, HangingSleep, Kit, settings, summary, until
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_threshold_compaction_then_auto_continue_d20() -> None:
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)], [reply("continued", tokens=1500)]],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    result = await kit.runtime.prompt(BIG)
+    assert result.reply is not None and result.reply["content"][0]["text"] == "continued"
+    assert kit.entry_types() == [
+        "message:user", "message:assistant", "message:user", "message:assistant",
+        "compaction", "custom_message", "message:assistant",
+    ]
+    continue_entry = kit.session.tree.entries[5]
+    assert continue_entry["customType"] == "auto-continue"
+    assert continue_entry["content"] == "Continue if you have next steps."
+    assert kit.of("auto_compaction_start") == [{"reason": "threshold"}]
+    [end] = kit.of("auto_compaction_end")
+    assert end["willRetry"] is False and end["aborted"] is False
+    assert end["result"]["summary"].startswith("## Goal")
+    third_input = kit.agent.inputs[2].messages
+    assert third_input[0]["role"] == "compactionSummary"
+    assert third_input[-1]["role"] == "custom"
+    assert ("pruning", "pruned", "compacting") in kit.turn_path()
+    assert ("continuing", "resume", "running") in kit.turn_path()
+
+
+async def test_d19_at_most_one_automatic_compaction_per_turn() -> None:
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)], [reply("still big", tokens=9800)]],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    assert kit.entry_types().count("compaction") == 1
+    assert kit.turn_path()[-1] == ("running", "agent_done", "idle")
+    assert kit.model.remaining == 0
+
+
+async def test_auto_continue_off_ends_the_turn_after_compaction() -> None:
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)]],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False, auto_continue=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    assert kit.entry_types()[-1] == "compaction"
+    assert kit.turn_path()[-1] == ("compacting", "compaction_done", "idle")
+
+
+async def test_disabled_compaction_never_compacts_d5() -> None:
+    kit = Kit(turns=[[reply("big", tokens=9999)]], runtime_settings=settings(enabled=False))
+    await kit.runtime.prompt(BIG)
+    assert "compaction" not in kit.entry_types()
+    assert kit.of("auto_compaction_start") == []
+
+
+async def test_d18_overflow_compacts_once_and_retries_without_the_failed_reply() -> None:
+    kit = Kit(
+        turns=[
+            [reply("first", tokens=2000)],
+            [error_reply("prompt is too long: 210000 tokens > 200000 maximum")],
+            [reply("recovered", tokens=1000)],
+        ],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    result = await kit.runtime.prompt(BIG)
+    assert result.reply is not None and result.reply["content"][0]["text"] == "recovered"
+    assert kit.of("auto_compaction_start") == [{"reason": "overflow"}]
+    [end] = kit.of("auto_compaction_end")
+    assert end["willRetry"] is True
+    # The failed reply stays in the file but is not sent again.
+    failed = [e for e in kit.session.tree.entries if e.get("message", {}).get("stopReason") == "error"]
+    assert len(failed) == 1
+    retry_input = kit.agent.inputs[2].messages
+    assert all(m.get("stopReason") != "error" for m in retry_input)
+    assert "custom_message" not in kit.entry_types()
+    assert ("running", "overflow", "compacting") in kit.turn_path()
+
+
+async def test_d18_second_overflow_in_the_same_turn_fails_with_guidance() -> None:
+    kit = Kit(
+        turns=[
+            [reply("first", tokens=2000)],
+            [error_reply("context_length_exceeded")],
+            [error_reply("context_length_exceeded")],
+        ],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    ends = kit.of("auto_compaction_end")
+    assert ends[-1]["errorMessage"] == OVERFLOW_FAILED
+    assert kit.entry_types().count("compaction") == 1
+    assert kit.runtime.state == "idle"
+
+
+async def test_overflow_recovery_failure_is_reported_and_nothing_applied() -> None:
+    from orchestrator._errors import ModelError
+
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [error_reply("request_too_large")]],
+        summaries=[ModelError("boom", kind="fatal")],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    [end] = kit.of("auto_compaction_end")
+    assert end["errorMessage"] == "Context overflow recovery failed: boom"
+    assert "compaction" not in kit.entry_types()
+    assert kit.of("compaction_update")[-1]["status"] == "failed"
+
+
+async def test_threshold_failure_says_auto_compaction_failed() -> None:
+    from orchestrator._errors import ModelError
+
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)]],
+        summaries=[ModelError("nope", kind="fatal")],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    [end] = kit.of("auto_compaction_end")
+    assert end["errorMessage"] == "Auto-compaction failed: nope"
+
+
+async def test_transient_errors_retry_with_backoff_and_retry_after() -> None:
+    kit = Kit(turns=[
+        [error_reply("429 rate limit exceeded")],
+        [error_reply("overloaded, retry-after: 7")],
+        [reply("finally", tokens=100)],
+    ])
+    result = await kit.runtime.prompt("hi")
+    assert result.reply is not None and result.reply["content"][0]["text"] == "finally"
+    starts = kit.of("auto_retry_start")
+    assert [(s["attempt"], s["delayMs"]) for s in starts] == [(1, 2000), (2, 7000)]
+    assert kit.clock.sleeps == [2.0, 7.0]
+    assert kit.of("auto_retry_end") == [{"success": True, "attempt": 2}]
+    # Each retry sends the context without the failed replies.
+    assert all(m.get("stopReason") != "error" for m in kit.agent.inputs[2].messages)
+
+
+async def test_retries_exhausted_end_with_the_final_error() -> None:
+    kit = Kit(turns=[[error_reply("503 service unavailable")]] * 4)
+    await kit.runtime.prompt("hi")
+    assert len(kit.of("auto_retry_start")) == 3
+    [end] = kit.of("auto_retry_end")
+    assert end["success"] is False and end["finalError"] == "503 service unavailable"
+    assert kit.runtime.state == "idle"
+
+
+async def test_fatal_error_ends_the_turn_without_retry() -> None:
+    kit = Kit(turns=[[error_reply("invalid api key")]])
+    await kit.runtime.prompt("hi")
+    assert kit.of("auto_retry_start") == []
+    assert kit.turn_path()[-1] == ("running", "fatal_error", "idle")
+
+
+async def test_d22_abort_during_retry_wait_cancels_only_the_wait() -> None:
+    kit = Kit(turns=[[error_reply("502 bad gateway")], [reply("never")]])
+    sleeper = HangingSleep()
+    kit.runtime._sleep = sleeper
+    async with anyio.create_task_group() as group:
+        group.start_soon(kit.runtime.prompt, "hi")
+        await until(lambda: kit.runtime.state == "retrying")
+        kit.runtime.abort()
+    assert kit.runtime.state == "idle"
+    assert sleeper.delays == [2.0]
+    assert kit.of("auto_retry_end")[-1]["success"] is False
+    assert kit.agent.remaining == 1  # the retry never ran
+    assert ("retrying", "abort", "idle") in kit.turn_path()
+
+
+async def test_abort_stops_a_running_agent() -> None:
+    kit = Kit(turns=[[AgentHang()]])
+    async with anyio.create_task_group() as group:
+        group.start_soon(kit.runtime.prompt, "hi")
+        await until(lambda: kit.runtime.state == "running")
+        kit.runtime.abort()
+    assert kit.runtime.state == "idle"
+    assert ("running", "abort", "idle") in kit.turn_path()
+    assert kit.entry_types() == ["message:user"]
+
+
+async def test_d22_manual_compaction_stops_work_and_does_not_resume() -> None:
+    kit = Kit(turns=[[reply("first", tokens=2000)], [AgentHang()], [reply("not used")]],
+              summaries=[summary()], runtime_settings=settings(adaptive_keep=False))
+    await kit.runtime.prompt(BIG)
+    outcomes = []
+
+    async def compact_when_running() -> None:
+        await until(lambda: kit.runtime.state == "running")
+        outcomes.append(await kit.runtime.compact("keep the decisions"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(kit.runtime.prompt, BIG)
+        group.start_soon(compact_when_running)
+    [outcome] = outcomes
+    assert outcome.status == "committed"
+    assert kit.runtime.state == "idle"
+    assert kit.agent.remaining == 1
+    assert ("running", "manual_compact", "manual_compacting") in kit.turn_path()
+    assert kit.entry_types()[-1] == "compaction"
+    assert "Additional focus: keep the decisions" in kit.model.requests[0].prompt
+    assert kit.of("auto_compaction_start") == []  # manual compaction emits no auto events
+
+
+async def test_manual_compaction_when_idle_and_nothing_to_compact_d12() -> None:
+    kit = Kit(turns=[[reply("hi", tokens=10)]])
+    await kit.runtime.prompt("short")
+    outcome = await kit.runtime.compact()
+    assert outcome.status == "skipped"
+    assert outcome.reason == "Nothing to compact (session too small)"
+    assert kit.model.requests == []
+
+
+async def test_manual_compaction_twice_says_already_compacted() -> None:
+    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+              summaries=[summary()], runtime_settings=settings(adaptive_keep=False))
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    assert (await kit.runtime.compact()).status == "committed"
+    again = await kit.runtime.compact()
+    assert (again.status, again.reason) == ("skipped", "Already compacted")
+
+
+async def test_d22_abort_compaction_applies_nothing() -> None:
+    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+              summaries=[Hang()], runtime_settings=settings(adaptive_keep=False))
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    before = list(kit.session.tree.entries)
+    leaf = kit.session.leaf_id
+    errors: list[BaseException] = []
+
+    async def compact() -> None:
+        try:
+            await kit.runtime.compact()
+        except Cancelled as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(compact)
+        await until(lambda: len(kit.model.requests) == 1)
+        kit.runtime.abort_compaction()
+    assert len(errors) == 1
+    assert kit.session.tree.entries == before
+    assert kit.session.leaf_id == leaf
+    assert kit.of("compaction_update")[-1]["status"] == "cancelled"
+
+
+async def test_prompt_while_busy_is_queued_and_runs_next() -> None:
+    kit = Kit(turns=[[AgentHang()], [reply("second")]])
+    results = []
+
+    async def second() -> None:
+        await until(lambda: kit.runtime.state == "running")
+        results.append(await kit.runtime.prompt("queued"))
+        kit.runtime.abort()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(kit.runtime.prompt, "first")
+        group.start_soon(second)
+    assert results[0].queued is True
+    texts = [e["message"]["content"][0]["text"] for e in kit.session.tree.entries
+             if e.get("message", {}).get("role") == "user"]
+    assert texts == ["first", "queued"]
+
+
+async def test_prompt_without_agent_is_an_error() -> None:
+    kit = Kit()
+    kit.runtime.agent = None
+    with pytest.raises(SessionError, match="no agent"):
+        await kit.runtime.prompt("hi")
