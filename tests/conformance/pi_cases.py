@@ -1,0 +1,164 @@
+"""Shared by the pi conformance tests: the recorded cases, and our answers in the same shape.
+
+``tests/data/pi/cases.json`` lists, for each fixture session (written by pi's own
+``SessionManager``, see ``make_fixtures.mjs``), the inspection commands to run on it. For each
+fixture ``NAME``, ``NAME.expected.json`` holds what pi answered (``pi_reference.mjs record``).
+:func:`ours` runs the same command through our code, so both can be compared key by key.
+
+Fixtures marked ``indexIds`` are v1 files: migration gives every entry a fresh random id, in pi
+and in our code, so ids are replaced on both sides by ``#<index>`` (0 = the first entry after the
+header, in file order), and ``#<index>`` arguments are translated back before running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator._cli import _build_parser, main
+from orchestrator._cli_inspect import branch_report, context_report
+from orchestrator._compaction_plan import plan_report
+from orchestrator._session import Session
+from orchestrator._tokens import CompactionSettings
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "pi"
+HERE = Path(__file__).resolve().parent
+
+ID_KEYS = frozenset(
+    {"leafId", "oldLeafId", "targetId", "commonAncestorId", "firstKeptEntryId", "turnStartEntryId"}
+)
+ID_LIST_KEYS = frozenset(
+    {"summarizeEntryIds", "turnPrefixEntryIds", "entryIds", "summarizedEntryIds"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """One command on one fixture, with pi's recorded answer.
+
+    Attributes:
+        fixture: Fixture name (``NAME`` of ``NAME.jsonl``).
+        name: Run name inside the fixture (``context``, ``planKeep100``...).
+        argv: Our CLI arguments after the session path, without ``--json``.
+        index_ids: Ids are compared by file position (v1 fixtures).
+        expected: What pi printed.
+    """
+
+    fixture: str
+    name: str
+    argv: tuple[str, ...]
+    index_ids: bool
+    expected: dict[str, Any]
+
+    @property
+    def path(self) -> Path:
+        """The fixture's session file."""
+        return DATA / f"{self.fixture}.jsonl"
+
+    @property
+    def id(self) -> str:
+        """A pytest id: ``fixture:run``."""
+        return f"{self.fixture}:{self.name}"
+
+
+def cases() -> dict[str, Any]:
+    """The manifest, ``tests/data/pi/cases.json``."""
+    result: dict[str, Any] = json.loads((DATA / "cases.json").read_text(encoding="utf-8"))
+    return result
+
+
+def expected(fixture: str) -> dict[str, Any]:
+    """pi's recorded answers for one fixture (``piVersion``, ``file``, ``runs``)."""
+    result: dict[str, Any] = json.loads(
+        (DATA / f"{fixture}.expected.json").read_text(encoding="utf-8")
+    )
+    return result
+
+
+def runs() -> list[Run]:
+    """Every recorded run, in manifest order."""
+    out: list[Run] = []
+    for fixture, spec in cases()["fixtures"].items():
+        recorded = expected(fixture)["runs"]
+        for name, argv in spec["runs"].items():
+            out.append(
+                Run(
+                    fixture=fixture,
+                    name=name,
+                    argv=tuple(argv),
+                    index_ids=bool(spec.get("indexIds")),
+                    expected=recorded[name],
+                )
+            )
+    return out
+
+
+def run(fixture: str, name: str) -> Run:
+    """One run by fixture and run name."""
+    for candidate in runs():
+        if candidate.fixture == fixture and candidate.name == name:
+            return candidate
+    raise KeyError(f"{fixture}:{name}")
+
+
+def _cli_json(argv: Sequence[str]) -> dict[str, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    assert code == 0, f"orchestrator {' '.join(argv)} exited {code}"
+    result: dict[str, Any] = json.loads(out.getvalue())
+    return result
+
+
+def index_ids(report: Any, order: Sequence[str], key: str | None = None) -> Any:
+    """Replace entry ids by ``#<file index>`` wherever the inspection JSON holds an id."""
+    index = {entry_id: f"#{i}" for i, entry_id in enumerate(order)}
+    if key in ID_KEYS and isinstance(report, str):
+        return index.get(report, report)
+    if key in ID_LIST_KEYS and isinstance(report, list):
+        return [index.get(v, v) for v in report]
+    if isinstance(report, list):
+        return [index_ids(v, order) for v in report]
+    if isinstance(report, Mapping):
+        return {k: index_ids(v, order, k) for k, v in report.items()}
+    return report
+
+
+def _with_session(session: Session, argv: Sequence[str]) -> dict[str, Any]:
+    # The CLI handlers open the file themselves; a v1 file would get new random ids on every
+    # open, so here the same parse runs against one loaded session (mirrors _cli_inspect).
+    order = [entry["id"] for entry in session.tree.entries]
+    resolved = [order[int(a[1:])] if a.startswith("#") else a for a in argv]
+    args = _build_parser().parse_args([resolved[0], "unused.jsonl", *resolved[1:], "--json"])
+    if args.command == "context":
+        report = context_report(session, args.leaf or session.leaf_id)
+    elif args.from_leaf is not None:
+        report = branch_report(session, args.from_leaf, args.to_target, args.budget)
+    else:
+        leaf = args.leaf or session.leaf_id
+        settings = CompactionSettings(
+            reserve_tokens=args.reserve_tokens,
+            keep_recent_tokens=args.keep_recent_tokens,
+            adaptive_keep=not args.no_adaptive_keep,
+        )
+        report = plan_report(session.path(leaf) if leaf else [], settings, args.context_window)
+    result: dict[str, Any] = json.loads(json.dumps(report))
+    indexed: dict[str, Any] = index_ids(result, order)
+    return indexed
+
+
+def ours(case: Run, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Our answer to a run (or to other arguments on the same fixture), as JSON data."""
+    argv = tuple(argv if argv is not None else case.argv)
+    if case.index_ids:
+        session = Session.open(case.path)
+        try:
+            return _with_session(session, argv)
+        finally:
+            session.close()
+    return _cli_json([argv[0], str(case.path), *argv[1:], "--json"])

@@ -1,0 +1,316 @@
+#!/usr/bin/env node
+// What pi itself says about a session file, printed in the shape of our inspection JSON
+// (spec/inspection-json.md), so that tests can compare the two on the same files.
+//
+// Usage (the same arguments as `orchestrator ... --json`, after the command):
+//   node pi_reference.mjs context SESSION.jsonl [--leaf ID]
+//   node pi_reference.mjs plan SESSION.jsonl [--leaf ID] [--keep-recent-tokens N]
+//        [--reserve-tokens N] [--context-window N] [--no-adaptive-keep]
+//   node pi_reference.mjs plan SESSION.jsonl --from OLD_LEAF --to TARGET [--budget N]
+//   node pi_reference.mjs record [--suffix S] [--only a,b]   (re-record tests/data/pi/*.expected.json)
+//   node pi_reference.mjs dump [--only a,b]   (the same answers as one JSON object on stdout)
+//   node pi_reference.mjs version          (the pi version in use)
+// `--json` is accepted and ignored (the output is always JSON). `--index-ids` replaces every
+// entry id in the output by "#<file index>" (0 = first entry after the header): a v1 file gets
+// random ids on migration, in pi and in our code, so only positions can be compared.
+//
+// Only pi's exported functions decide anything here: SessionManager (loading, v1..v3 migration,
+// getBranch), buildSessionContext, estimateTokens, estimateContextTokens, prepareCompaction,
+// findCutPoint, computeFileLists, shouldCompact, collectEntriesForBranchSummary and
+// prepareBranchEntries. pi returns messages, not entry ids; the script maps them back to the
+// entries that produced them and checks the mapping against pi's own result (it throws rather
+// than guess), so the ids printed are pi's answer, not a re-implementation.
+//
+// The pi package comes from ./node_modules (npm ci in this folder), or from the directory named
+// by PI_PACKAGE_DIR (for example another pi version installed elsewhere).
+
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { isDeepStrictEqual } from "node:util";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const piDir = process.env.PI_PACKAGE_DIR
+	? resolve(process.env.PI_PACKAGE_DIR)
+	: join(here, "node_modules", "@mariozechner", "pi-coding-agent");
+const piModule = (rel) => import(pathToFileURL(join(piDir, "dist", rel)).href);
+
+// prepareCompaction and estimateContextTokens are not re-exported from the package index.
+const { SessionManager, buildSessionContext } = await piModule("core/session-manager.js");
+const compaction = await piModule("core/compaction/compaction.js");
+const branch = await piModule("core/compaction/branch-summarization.js");
+const utils = await piModule("core/compaction/utils.js");
+const piVersion = JSON.parse(readFileSync(join(piDir, "package.json"), "utf8")).version;
+
+const DEFAULTS = { keepRecentTokens: 20000, reserveTokens: 16384, budget: 0 };
+
+function parseArgs(argv) {
+	const [command, session, ...rest] = argv;
+	const options = { command, session, adaptive: true, indexIds: false, ...DEFAULTS };
+	const numeric = {
+		"--keep-recent-tokens": "keepRecentTokens",
+		"--reserve-tokens": "reserveTokens",
+		"--context-window": "contextWindow",
+		"--budget": "budget",
+	};
+	const text = { "--leaf": "leaf", "--from": "from", "--to": "to" };
+	for (let i = 0; i < rest.length; i++) {
+		const arg = rest[i];
+		if (arg in numeric) options[numeric[arg]] = Number.parseInt(rest[++i], 10);
+		else if (arg in text) options[text[arg]] = rest[++i];
+		else if (arg === "--no-adaptive-keep") options.adaptive = false;
+		else if (arg === "--index-ids") options.indexIds = true;
+		else if (arg !== "--json") throw new Error(`unknown argument ${arg}`);
+	}
+	return options;
+}
+
+// Open a copy: pi rewrites a file it migrates (v1, v2) or cannot read.
+function openSession(file) {
+	const dir = mkdtempSync(join(tmpdir(), "pi-ref-"));
+	const copy = join(dir, "session.jsonl");
+	copyFileSync(file, copy);
+	try {
+		return SessionManager.open(copy, dir);
+	} finally {
+		rmSync(dir, { recursive: true, force: true });
+	}
+}
+
+function leafOf(sm, leaf) {
+	if (leaf === undefined) return sm.getLeafId();
+	if (!sm.getEntry(leaf)) throw new Error(`Entry ${leaf} not found`);
+	return leaf;
+}
+
+function contextReport(sm, options) {
+	const leafId = leafOf(sm, options.leaf);
+	const context = buildSessionContext(sm.getEntries(), leafId, undefined);
+	return {
+		leafId,
+		messages: context.messages,
+		thinkingLevel: context.thinkingLevel,
+		model: context.model,
+		tokens: compaction.estimateContextTokens(context.messages),
+		messageTokens: context.messages.map((m) => compaction.estimateTokens(m)),
+	};
+}
+
+// The message an entry gives the compaction summarizer (pi's getMessageFromEntryForCompaction is
+// private; this mirrors it and is checked against prepareCompaction's result below).
+function compactionMessage(entry) {
+	if (entry.type === "compaction") return undefined;
+	return branchMessage(entry, true);
+}
+
+function branchMessage(entry, keepToolResults) {
+	switch (entry.type) {
+		case "message":
+			return !keepToolResults && entry.message.role === "toolResult" ? undefined : entry.message;
+		case "custom_message":
+			return { role: "custom", customType: entry.customType, content: entry.content, display: entry.display, details: entry.details, timestamp: new Date(entry.timestamp).getTime() };
+		case "branch_summary":
+			return { role: "branchSummary", summary: entry.summary, fromId: entry.fromId, timestamp: new Date(entry.timestamp).getTime() };
+		case "compaction":
+			return { role: "compactionSummary", summary: entry.summary, tokensBefore: entry.tokensBefore, timestamp: new Date(entry.timestamp).getTime() };
+		default:
+			return undefined;
+	}
+}
+
+function producing(entries, toMessage) {
+	const ids = [];
+	const messages = [];
+	for (const entry of entries) {
+		const message = toMessage(entry);
+		if (message) {
+			ids.push(entry.id);
+			messages.push(message);
+		}
+	}
+	return { ids, messages };
+}
+
+const same = (a, b) => isDeepStrictEqual(JSON.parse(JSON.stringify(a)), JSON.parse(JSON.stringify(b)));
+
+// pi's window start is private too and changed between versions (0.58: after the previous
+// compaction; later: at its first kept entry, the pi#2608 fix). Try each candidate and keep the
+// one that reproduces prepareCompaction's own answer exactly.
+function explainPreparation(path, prep, keep) {
+	let prev = -1;
+	for (let i = path.length - 1; i >= 0; i--) {
+		if (path[i].type === "compaction") {
+			prev = i;
+			break;
+		}
+	}
+	const candidates = [0];
+	if (prev >= 0) {
+		const kept = path.findIndex((e) => e.id === path[prev].firstKeptEntryId);
+		candidates.splice(0, 1, ...(kept >= 0 ? [kept] : []), prev + 1);
+	}
+	for (const start of candidates) {
+		const cut = compaction.findCutPoint(path, start, path.length, keep);
+		if (path[cut.firstKeptEntryIndex]?.id !== prep.firstKeptEntryId) continue;
+		if (cut.isSplitTurn !== prep.isSplitTurn) continue;
+		const historyEnd = cut.isSplitTurn ? cut.turnStartIndex : cut.firstKeptEntryIndex;
+		const history = producing(path.slice(start, historyEnd), compactionMessage);
+		const prefix = cut.isSplitTurn
+			? producing(path.slice(cut.turnStartIndex, cut.firstKeptEntryIndex), compactionMessage)
+			: { ids: [], messages: [] };
+		if (!same(history.messages, prep.messagesToSummarize)) continue;
+		if (!same(prefix.messages, prep.turnPrefixMessages)) continue;
+		return {
+			turnStartEntryId: cut.isSplitTurn ? path[cut.turnStartIndex].id : null,
+			summarizeEntryIds: history.ids,
+			turnPrefixEntryIds: prefix.ids,
+		};
+	}
+	throw new Error("cannot map prepareCompaction's messages back to entries");
+}
+
+function planReport(sm, options) {
+	const leafId = leafOf(sm, options.leaf);
+	const path = leafId ? sm.getBranch(leafId) : [];
+	const settings = { enabled: true, reserveTokens: options.reserveTokens, keepRecentTokens: options.keepRecentTokens };
+	const contextTokens = compaction.estimateContextTokens(buildSessionContext(path).messages).tokens;
+	const window = options.contextWindow;
+	const prep = compaction.prepareCompaction(path, settings);
+	let plan = null;
+	let reason = null;
+	if (prep === undefined) {
+		const last = path[path.length - 1];
+		reason = last?.type === "compaction" ? "Already compacted" : "Nothing to compact (session too small)";
+	} else {
+		const lists = utils.computeFileLists(prep.fileOps);
+		plan = {
+			firstKeptEntryId: prep.firstKeptEntryId,
+			isSplitTurn: prep.isSplitTurn,
+			...explainPreparation(path, prep, settings.keepRecentTokens),
+			tokensBefore: prep.tokensBefore,
+			previousSummary: prep.previousSummary ?? null,
+			readFiles: lists.readFiles,
+			modifiedFiles: lists.modifiedFiles,
+		};
+		// Same key order as ours.
+		plan = {
+			firstKeptEntryId: plan.firstKeptEntryId,
+			isSplitTurn: plan.isSplitTurn,
+			turnStartEntryId: plan.turnStartEntryId,
+			summarizeEntryIds: plan.summarizeEntryIds,
+			turnPrefixEntryIds: plan.turnPrefixEntryIds,
+			tokensBefore: plan.tokensBefore,
+			previousSummary: plan.previousSummary,
+			readFiles: plan.readFiles,
+			modifiedFiles: plan.modifiedFiles,
+		};
+	}
+	return {
+		leafId,
+		keepRecentTokens: options.keepRecentTokens,
+		effectiveKeepRecentTokens: options.keepRecentTokens, // pi has no adaptation (D7 is ours)
+		contextTokens,
+		threshold: window === undefined ? null : window - options.reserveTokens,
+		shouldCompact: window === undefined ? null : compaction.shouldCompact(contextTokens, window, settings),
+		compaction: plan,
+		reason,
+	};
+}
+
+function branchReport(sm, options) {
+	for (const id of [options.from, options.to]) leafOf(sm, id);
+	const { entries, commonAncestorId } = branch.collectEntriesForBranchSummary(sm, options.from, options.to);
+	const prepared = branch.prepareBranchEntries(entries, options.budget);
+	// pi keeps a suffix of the message-producing entries (it walks newest first and stops).
+	const all = producing(entries, (e) => branchMessage(e, false));
+	const kept = all.ids.slice(all.ids.length - prepared.messages.length);
+	if (!same(all.messages.slice(all.messages.length - prepared.messages.length), prepared.messages)) {
+		throw new Error("cannot map prepareBranchEntries' messages back to entries");
+	}
+	const lists = utils.computeFileLists(prepared.fileOps);
+	return {
+		oldLeafId: options.from,
+		targetId: options.to,
+		commonAncestorId,
+		entryIds: entries.map((e) => e.id),
+		summarizedEntryIds: kept,
+		totalTokens: prepared.totalTokens,
+		readFiles: lists.readFiles,
+		modifiedFiles: lists.modifiedFiles,
+	};
+}
+
+const ID_KEYS = new Set(["leafId", "oldLeafId", "targetId", "commonAncestorId", "firstKeptEntryId", "turnStartEntryId"]);
+const ID_LIST_KEYS = new Set(["summarizeEntryIds", "turnPrefixEntryIds", "entryIds", "summarizedEntryIds"]);
+
+// Replace entry ids by their position in the file (see the usage note on --index-ids).
+function indexIds(report, sm) {
+	const index = new Map(sm.getEntries().map((e, i) => [e.id, `#${i}`]));
+	const walk = (value, key) => {
+		if (ID_KEYS.has(key) && typeof value === "string") return index.get(value) ?? value;
+		if (ID_LIST_KEYS.has(key) && Array.isArray(value)) return value.map((v) => index.get(v) ?? v);
+		if (Array.isArray(value)) return value.map((v) => walk(v, undefined));
+		if (value && typeof value === "object") {
+			return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, walk(v, k)]));
+		}
+		return value;
+	};
+	return walk(report, undefined);
+}
+
+// Translate a leaf or from/to given as "#<index>" into the migrated file's real id.
+function resolveIndexedArgs(sm, options) {
+	const entries = sm.getEntries();
+	for (const key of ["leaf", "from", "to"]) {
+		const value = options[key];
+		if (typeof value === "string" && value.startsWith("#")) options[key] = entries[Number(value.slice(1))].id;
+	}
+}
+
+export function report(file, argv) {
+	const options = parseArgs([argv[0], file, ...argv.slice(1)]);
+	const sm = openSession(file);
+	if (options.indexIds) resolveIndexedArgs(sm, options);
+	let result;
+	if (options.command === "context") result = contextReport(sm, options);
+	else if (options.command === "plan" && options.from !== undefined) result = branchReport(sm, options);
+	else if (options.command === "plan") result = planReport(sm, options);
+	else throw new Error(`unknown command ${options.command}`);
+	// JSON round trip: pi's objects carry `undefined` fields, which JSON (and so our CLI) omits.
+	result = JSON.parse(JSON.stringify(result));
+	return options.indexIds ? indexIds(result, sm) : result;
+}
+
+// Re-record the expected files listed in tests/data/pi/cases.json: NAME.expected.json, or with
+// `--suffix S` NAME.S.expected.json (answers of another pi version, see PI_PACKAGE_DIR);
+// `--only a,b` limits the fixtures.
+function record(args, write = true) {
+	const suffix = args.includes("--suffix") ? `.${args[args.indexOf("--suffix") + 1]}` : "";
+	const only = args.includes("--only") ? args[args.indexOf("--only") + 1].split(",") : undefined;
+	const dataDir = resolve(here, "..", "data", "pi");
+	const cases = JSON.parse(readFileSync(join(dataDir, "cases.json"), "utf8"));
+	const all = {};
+	for (const [name, fixture] of Object.entries(cases.fixtures)) {
+		if (only && !only.includes(name)) continue;
+		const runs = {};
+		for (const [run, argv] of Object.entries(fixture.runs)) {
+			const args = fixture.indexIds ? [...argv, "--index-ids"] : argv;
+			runs[run] = report(join(dataDir, fixture.file), args);
+		}
+		const out = { piVersion, file: fixture.file, runs };
+		if (!write) {
+			all[name] = out;
+			continue;
+		}
+		writeFileSync(join(dataDir, `${name}${suffix}.expected.json`), `${JSON.stringify(out, null, 2)}\n`);
+		process.stderr.write(`recorded ${name}${suffix} (${Object.keys(runs).length} runs, pi ${piVersion})\n`);
+	}
+	return all;
+}
+
+const [command, file, ...rest] = process.argv.slice(2);
+if (command === "record") record(process.argv.slice(3));
+else if (command === "dump") process.stdout.write(`${JSON.stringify(record(process.argv.slice(3), false))}\n`);
+else if (command === "version") process.stdout.write(`${piVersion}\n`);
+else process.stdout.write(`${JSON.stringify(report(file, [command, ...rest]), null, 2)}\n`);

@@ -1,0 +1,322 @@
+"""Our inspection output against pi's own, on session files pi wrote (tests/data/pi).
+
+The expected files were recorded from pi itself (``tests/conformance/pi_reference.mjs record``,
+pi version pinned in ``tests/conformance/package.json``), so this runs without node. Every run is
+either identical to pi's answer, or differs in exactly the way a decision of
+``spec/decisions.md`` says, and the test for that run names the decision. Re-checking the
+recorded answers against a live pi is the opt-in ``tests/conformance/test_pi_conformance.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from orchestrator._session import Session
+from tests.conformance.pi_cases import DATA, HERE, Run, expected, ours, run, runs
+
+NOTHING = "Nothing to compact (session too small)"
+
+# Runs whose difference from pi is decided; every other recorded run must match pi exactly.
+D7_ADAPTIVE = {
+    "plain:planAdaptive",
+    "plain:planKeep150Adaptive",
+    "huge-trailing:planKeep20000Adaptive",
+}
+D9_TRAILING = {
+    "huge-trailing:planDefault",
+    "huge-trailing:planKeep5000",
+    "huge-trailing:planKeep20000Adaptive",
+}
+D10_METADATA = {"labels:planKeep150", "model-thinking:planKeep80"}
+D10_EMPTY_PREFIX = {"tools:planKeep100"}
+D12_NOTHING = {
+    "plain:planDefault",
+    "plain:planAdaptive",
+    "tools:planDefault",
+    "compaction:planDefault",
+    "two-compactions:planDefault",
+    "branch:planDefault",
+    "labels:planDefault",
+    "model-thinking:planDefault",
+    "custom:planDefault",
+    "custom:planKeep1500",
+    "split-turn:planDefault",
+    "v1:planDefault",
+}
+# Not decided: pi omits `details` of a custom_message entry that has none; we print null.
+UNDECIDED_DETAILS = {"custom:context"}
+DECIDED = D7_ADAPTIVE | D9_TRAILING | D10_METADATA | D10_EMPTY_PREFIX | D12_NOTHING
+
+ALL_RUNS = runs()
+
+
+def _ids(selected: set[str]) -> list[Run]:
+    chosen = [r for r in ALL_RUNS if r.id in selected]
+    assert {r.id for r in chosen} == selected, "a listed run is missing from cases.json"
+    return chosen
+
+
+def _entries(fixture: str) -> list[dict[str, Any]]:
+    lines = (DATA / f"{fixture}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines[1:]]
+
+
+def _without_custom_null_details(report: dict[str, Any]) -> dict[str, Any]:
+    # The one undecided difference (see test_custom_message_without_details_omits_the_key).
+    messages = [
+        {k: v for k, v in m.items() if not (k == "details" and v is None)}
+        if m.get("role") == "custom"
+        else m
+        for m in report["messages"]
+    ]
+    return {**report, "messages": messages}
+
+
+# -- the recorded answers ------------------------------------------------------------------------
+
+
+def test_recorded_from_the_pinned_pi_version() -> None:
+    pinned = json.loads((HERE / "package.json").read_text(encoding="utf-8"))
+    version = pinned["dependencies"]["@mariozechner/pi-coding-agent"]
+    for fixture in json.loads((DATA / "cases.json").read_text(encoding="utf-8"))["fixtures"]:
+        assert expected(fixture)["piVersion"] == version
+
+
+def test_every_run_is_either_identical_or_decided() -> None:
+    listed = DECIDED | UNDECIDED_DETAILS
+    assert listed <= {r.id for r in ALL_RUNS}
+    assert len(ALL_RUNS) > 60
+
+
+@pytest.mark.parametrize(
+    "case", [r for r in ALL_RUNS if r.id not in DECIDED | UNDECIDED_DETAILS], ids=lambda r: r.id
+)
+def test_same_as_pi(case: Run) -> None:
+    assert ours(case) == case.expected
+
+
+def test_same_as_pi_apart_from_custom_details() -> None:
+    for case in _ids(UNDECIDED_DETAILS):
+        assert _without_custom_null_details(ours(case)) == case.expected
+
+
+@pytest.mark.xfail(
+    reason="undecided difference: orchestrator/_entries.py entry_message() gives a custom_message "
+    "entry without details `details: None` (printed null); pi's createCustomMessage leaves it "
+    "undefined, so the key is absent from pi's JSON",
+    strict=True,
+)
+def test_custom_message_without_details_omits_the_key() -> None:
+    case = run("custom", "context")
+    reminder = [m for m in ours(case)["messages"] if m.get("customType") == "hidden-note"]
+    assert reminder
+    assert "details" not in reminder[0]
+
+
+# -- decided differences -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", _ids(D12_NOTHING), ids=lambda r: r.id)
+def test_d12_nothing_to_compact_instead_of_an_empty_summary(case: Run) -> None:
+    """D12: pi prepares a compaction with nothing to summarize (and would call the model)."""
+    pi_plan = case.expected["compaction"]
+    assert pi_plan["summarizeEntryIds"] == []
+    assert pi_plan["turnPrefixEntryIds"] == []
+    report = ours(case)
+    assert report["compaction"] is None
+    assert report["reason"] == NOTHING
+    rest = {
+        k: v
+        for k, v in report.items()
+        if k not in ("compaction", "reason", "effectiveKeepRecentTokens")
+    }
+    assert rest == {k: v for k, v in case.expected.items() if k in rest}
+
+
+@pytest.mark.parametrize("case", _ids(D7_ADAPTIVE), ids=lambda r: r.id)
+def test_d7_keep_adapts_to_the_measured_ratio(case: Run) -> None:
+    """D7: pi keeps `keepRecentTokens` as configured; we divide it by usage/estimate (> 1)."""
+    report = ours(case)
+    configured = case.expected["keepRecentTokens"]
+    assert case.expected["effectiveKeepRecentTokens"] == configured
+    assert report["keepRecentTokens"] == configured
+    assert 1 <= report["effectiveKeepRecentTokens"] < configured
+    fixed = ours(case, (*case.argv, "--no-adaptive-keep"))
+    assert fixed["effectiveKeepRecentTokens"] == configured
+    # Without adaptation we are pi again, up to the other decisions on the same run.
+    if case.id not in D9_TRAILING | D12_NOTHING:
+        assert fixed == case.expected
+
+
+def test_d7_ratio_is_the_last_usage_over_the_estimate_it_measured() -> None:
+    case = run("plain", "planKeep150Adaptive")
+    context = ours(run("plain", "context"))
+    index = context["tokens"]["lastUsageIndex"]
+    ratio = context["tokens"]["usageTokens"] / sum(context["messageTokens"][:index])
+    assert ours(case)["effectiveKeepRecentTokens"] == max(1, math.floor(150 / ratio))
+
+
+@pytest.mark.parametrize("case", _ids(D9_TRAILING), ids=lambda r: r.id)
+def test_d9_huge_trailing_tool_results_still_compact(case: Run) -> None:
+    """D9 (pi#7201): pi's budget runs out inside the trailing tool results and it keeps all."""
+    entries = _entries("huge-trailing")
+    caller = next(e for e in reversed(entries) if e["message"]["role"] == "assistant")
+    request = next(e for e in reversed(entries) if e["message"]["role"] == "user")
+    pi_plan = case.expected["compaction"]
+    assert pi_plan["firstKeptEntryId"] == entries[0]["id"]
+    assert pi_plan["summarizeEntryIds"] == []
+    assert not pi_plan["isSplitTurn"]
+    plan = ours(case)["compaction"]
+    assert plan["firstKeptEntryId"] == caller["id"]
+    assert plan["isSplitTurn"]
+    assert plan["turnStartEntryId"] == request["id"]
+    assert plan["turnPrefixEntryIds"] == [request["id"]]
+    assert plan["summarizeEntryIds"] == [e["id"] for e in entries[: entries.index(request)]]
+    assert plan["tokensBefore"] == pi_plan["tokensBefore"]
+
+
+@pytest.mark.parametrize("case", _ids(D10_METADATA), ids=lambda r: r.id)
+def test_d10_metadata_before_a_user_message_is_no_split_turn(case: Run) -> None:
+    """D10: pi judges the pulled-in metadata entry, not the user message after it."""
+    entries = {e["id"]: e for e in _entries(case.fixture)}
+    pi_plan = case.expected["compaction"]
+    first = entries[pi_plan["firstKeptEntryId"]]
+    assert first["type"] in ("label", "model_change", "thinking_level_change")
+    assert pi_plan["isSplitTurn"]
+    assert pi_plan["turnPrefixEntryIds"]
+    plan = ours(case)["compaction"]
+    assert plan["firstKeptEntryId"] == pi_plan["firstKeptEntryId"]
+    assert not plan["isSplitTurn"]
+    assert plan["turnStartEntryId"] is None
+    assert plan["turnPrefixEntryIds"] == []
+    # pi's "turn prefix" is the previous, complete turn: we summarize it with the history.
+    assert plan["summarizeEntryIds"] == pi_plan["summarizeEntryIds"] + pi_plan["turnPrefixEntryIds"]
+    same = ("tokensBefore", "previousSummary", "readFiles", "modifiedFiles")
+    assert {k: plan[k] for k in same} == {k: pi_plan[k] for k in same}
+
+
+@pytest.mark.parametrize("case", _ids(D10_EMPTY_PREFIX), ids=lambda r: r.id)
+def test_d10_a_split_turn_with_an_empty_prefix_is_not_reported(case: Run) -> None:
+    """D10 (as _cut_point documents it): pi flags a cut on a bash execution as a split turn whose
+    prefix is empty; its compact() then behaves as for an unsplit turn, so we report no split."""
+    pi_plan = case.expected["compaction"]
+    assert pi_plan["isSplitTurn"]
+    assert pi_plan["turnPrefixEntryIds"] == []
+    assert pi_plan["turnStartEntryId"] == pi_plan["firstKeptEntryId"]
+    plan = ours(case)["compaction"]
+    assert not plan["isSplitTurn"]
+    assert plan["turnStartEntryId"] is None
+    differs = ("isSplitTurn", "turnStartEntryId")
+    assert {k: v for k, v in plan.items() if k not in differs} == {
+        k: v for k, v in pi_plan.items() if k not in differs
+    }
+
+
+def _legacy(fixture: str, name: str) -> dict[str, Any]:
+    data = json.loads((DATA / f"{fixture}.pi-0.58.3.expected.json").read_text(encoding="utf-8"))
+    assert data["piVersion"] == "0.58.3"
+    result: dict[str, Any] = data["runs"][name]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("fixture", "name"),
+    [
+        ("two-compactions", "planKeep50"),
+        ("two-compactions", "planKeep200"),
+        ("compaction", "planKeep100"),
+        ("compaction", "planKeep250"),
+        ("split-after-compaction", "planKeep200"),
+        ("split-after-compaction", "planKeep500"),
+    ],
+)
+def test_d8_kept_entries_stay_in_the_next_window(fixture: str, name: str) -> None:
+    """D8 (pi#2608): pi 0.58.3, the snapshot the reference describes, starts the next window
+    after the previous compaction, so the entries it had kept are neither summarized nor kept.
+    Current pi (the pinned version) fixed it the same way: there we match it exactly."""
+    case = run(fixture, name)
+    plan = ours(case)["compaction"]
+    assert plan == case.expected["compaction"]
+    entries = _entries(fixture)
+    compaction = next(e for e in reversed(entries) if e["type"] == "compaction")
+    first_kept = next(i for i, e in enumerate(entries) if e["id"] == compaction["firstKeptEntryId"])
+    kept_before = {e["id"] for e in entries[first_kept : entries.index(compaction)]}
+    covered = set(plan["summarizeEntryIds"]) | set(plan["turnPrefixEntryIds"])
+    old = _legacy(fixture, name)["compaction"]
+    old_covered = set(old["summarizeEntryIds"]) | set(old["turnPrefixEntryIds"])
+    # The kept region produces messages, and the old pi loses them while we do not.
+    assert kept_before
+    assert kept_before <= covered | {plan["firstKeptEntryId"]}
+    assert not kept_before & old_covered
+
+
+def test_d11_split_turn_right_after_a_compaction_keeps_the_previous_summary() -> None:
+    """D11 is about the summary text; the plan is pi's: a split turn with nothing else to
+    summarize, where pi's compact() would write "No prior history." and drop the summary."""
+    case = run("split-after-compaction", "planKeep200")
+    plan = ours(case)["compaction"]
+    assert plan == case.expected["compaction"]
+    assert plan["isSplitTurn"]
+    assert plan["summarizeEntryIds"] == []
+    assert plan["previousSummary"] == "summary before the long turn"
+
+
+def test_d6_custom_messages_are_counted_like_pi() -> None:
+    """D6: custom messages count chars/4 (pi), not 0 (OMP)."""
+    case = run("custom", "context")
+    report = ours(case)
+    custom = [i for i, m in enumerate(report["messages"]) if m["role"] == "custom"]
+    assert len(custom) == 4
+    assert all(report["messageTokens"][i] > 0 for i in custom)
+    assert report["messageTokens"] == case.expected["messageTokens"]
+
+
+def test_d17_branch_summaries_pi_wrote_are_read_verbatim() -> None:
+    """D17 changes what we write (fromId = the abandoned leaf); files pi wrote carry its quirk
+    (fromId = where the summary is attached) and the context shows them as pi does."""
+    entries = _entries("branch")
+    summaries = [e for e in entries if e["type"] == "branch_summary"]
+    assert summaries
+    assert all(e["fromId"] == e["parentId"] for e in summaries)
+    report = ours(run("branch", "context"))
+    shown = [m for m in report["messages"] if m["role"] == "branchSummary"]
+    assert [m["fromId"] for m in shown] == [s["fromId"] for s in summaries]
+    assert shown == [
+        m for m in run("branch", "context").expected["messages"] if m["role"] == "branchSummary"
+    ]
+
+
+# -- reference §11: the large v1 session ---------------------------------------------------------
+
+
+def test_large_v1_session_like_pi_test_suite() -> None:
+    """Reference §11 "large fixture": migrated, >100 entries, cut on user/assistant, context
+    >100 messages, model known; pi's answers and ours agree."""
+    path = DATA / "large-v1.jsonl"
+    assert "version" not in json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    session = Session.open(path)
+    try:
+        assert session.header["version"] == 3
+        assert len(session.tree) > 100
+        ids = [e["id"] for e in session.tree.entries]
+        assert all(len(i) == 8 and int(i, 16) >= 0 for i in ids)
+        assert len(set(ids)) == len(ids)
+        parents = [e["parentId"] for e in session.tree.entries]
+        assert parents == [None, *ids[:-1]]
+        for name in ("planDefault", "planKeep5000"):
+            case = run("large-v1", name)
+            plan = ours(case)["compaction"]
+            assert plan == case.expected["compaction"]
+            first = session.tree.entries[int(plan["firstKeptEntryId"][1:])]
+            assert first["type"] == "message"
+            assert first["message"]["role"] in ("user", "assistant")
+        context = ours(run("large-v1", "context"))
+        assert len(context["messages"]) > 100
+        assert context["model"] == {"provider": "anthropic", "modelId": "claude-sonnet-4-5"}
+        assert context == run("large-v1", "context").expected
+    finally:
+        session.close()
