@@ -54,7 +54,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -111,6 +111,7 @@ class Step:
         event: The event fired.
         dest: State after the step.
         effects: Effect names the driver must now perform, in order.
+        facts: The facts the guards read (recorded so a trace replays through the table).
     """
 
     machine: str
@@ -118,6 +119,7 @@ class Step:
     event: str
     dest: str
     effects: tuple[str, ...]
+    facts: Facts | None = field(default=None, compare=False)
 
 
 Observer = Callable[[Step], None]
@@ -361,6 +363,7 @@ class Runner:
             event=event,
             dest=row.dest,
             effects=row.effects,
+            facts=facts,
         )
         for observer in tuple(self._observers):
             observer(done)

@@ -26,6 +26,7 @@ standard ``OTEL_*`` variables. :func:`make_tracer_provider` wires one up.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -61,6 +62,7 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from ._errors import Cancelled, ModelError
+from ._guards import Facts
 from ._machine import Step
 from ._model import ModelRequest, ModelResponse
 
@@ -139,6 +141,16 @@ def _attribute(value: Any) -> AttributeValue:
             return tuple(value)
         return tuple(str(v) for v in value)
     return str(value)
+
+
+def facts_delta(facts: Facts) -> dict[str, Any]:
+    """The fields of ``facts`` that differ from :class:`Facts`' defaults."""
+    default = Facts()
+    return {
+        f.name: getattr(facts, f.name)
+        for f in dataclasses.fields(facts)
+        if getattr(facts, f.name) != getattr(default, f.name)
+    }
 
 
 class LifecycleTracer:
@@ -239,16 +251,18 @@ class LifecycleTracer:
             step: The step a machine took (give this method to ``Runner.subscribe``).
         """
         span = _ACTIVE.get().get(step.machine) or get_current_span()
-        span.add_event(
-            TRANSITION_EVENT,
-            {
-                "machine": step.machine,
-                "from": step.source,
-                "to": step.dest,
-                "trigger": step.event,
-                "effects": step.effects,
-            },
-        )
+        attributes: dict[str, AttributeValue] = {
+            "machine": step.machine,
+            "from": step.source,
+            "to": step.dest,
+            "trigger": step.event,
+            "effects": step.effects,
+        }
+        if step.facts is not None:
+            # Only the facts that differ from their defaults, as JSON: enough to replay the
+            # step through the table (house style habit 5) and short enough to read.
+            attributes["facts"] = json.dumps(facts_delta(step.facts), sort_keys=True)
+        span.add_event(TRANSITION_EVENT, attributes)
 
     @contextmanager
     def _span(
