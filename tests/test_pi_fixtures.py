@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 
 from orchestrator._session import Session
-from tests.conformance.pi_cases import DATA, HERE, Run, expected, ours, run, runs
+from tests.conformance.pi_cases import (
+    DATA,
+    HERE,
+    Run,
+    expected,
+    ours,
+    run,
+    runs,
+    without_custom_null_details,
+)
 
 NOTHING = "Nothing to compact (session too small)"
 
@@ -65,17 +74,6 @@ def _entries(fixture: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines[1:]]
 
 
-def _without_custom_null_details(report: dict[str, Any]) -> dict[str, Any]:
-    # The one undecided difference (see test_custom_message_without_details_omits_the_key).
-    messages = [
-        {k: v for k, v in m.items() if not (k == "details" and v is None)}
-        if m.get("role") == "custom"
-        else m
-        for m in report["messages"]
-    ]
-    return {**report, "messages": messages}
-
-
 # -- the recorded answers ------------------------------------------------------------------------
 
 
@@ -101,7 +99,7 @@ def test_same_as_pi(case: Run) -> None:
 
 def test_same_as_pi_apart_from_custom_details() -> None:
     for case in _ids(UNDECIDED_DETAILS):
-        assert _without_custom_null_details(ours(case)) == case.expected
+        assert without_custom_null_details(ours(case)) == case.expected
 
 
 @pytest.mark.xfail(
@@ -320,3 +318,53 @@ def test_large_v1_session_like_pi_test_suite() -> None:
         assert context == run("large-v1", "context").expected
     finally:
         session.close()
+
+
+# -- the classifier the opt-in sweep uses ----------------------------------------------------------
+
+
+def _path(case: Run) -> list[dict[str, Any]]:
+    session = Session.open(case.path)
+    try:
+        return session.path(ours(case)["leafId"])
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(
+    ("selected", "decision"),
+    [
+        (D12_NOTHING - D7_ADAPTIVE - {"v1:planDefault"}, "D12"),
+        (D9_TRAILING - D7_ADAPTIVE, "D9"),
+        (D10_METADATA | D10_EMPTY_PREFIX, "D10"),
+    ],
+)
+def test_sweep_classifier_names_the_decision(selected: set[str], decision: str) -> None:
+    from tests.conformance.pi_cases import explain_plan_difference
+
+    for case in _ids(selected):
+        assert explain_plan_difference(case.expected, ours(case), _path(case)) == decision
+
+
+def test_sweep_classifier_explains_nothing_else() -> None:
+    from tests.conformance.pi_cases import explain_plan_difference
+
+    for name in ("labels:planKeep150", "huge-trailing:planDefault", "plain:planDefault"):
+        case = next(r for r in ALL_RUNS if r.id == name)
+        mine = ours(case)
+        path = _path(case)
+        assert explain_plan_difference(case.expected, mine, path) is not None
+        if mine["compaction"] is None:
+            assert explain_plan_difference(case.expected, {**mine, "reason": None}, path) is None
+            wrong = {**case.expected, "compaction": {**case.expected["compaction"]}}
+            wrong["compaction"]["summarizeEntryIds"] = ["x"]
+            assert explain_plan_difference(wrong, mine, path) is None
+            continue
+        # File lists are not checked for D9 (we summarize more, so they legitimately differ).
+        mutations = [("tokensBefore", -1), ("firstKeptEntryId", "x"), ("previousSummary", "x")]
+        if name not in D9_TRAILING:
+            mutations.append(("readFiles", ["x"]))
+        for key, value in mutations:
+            changed = {**mine, "compaction": {**mine["compaction"], key: value}}
+            assert explain_plan_difference(case.expected, changed, path) is None
+        assert explain_plan_difference(case.expected, {**mine, "contextTokens": -1}, path) is None

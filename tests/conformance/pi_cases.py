@@ -162,3 +162,76 @@ def ours(case: Run, argv: Sequence[str] | None = None) -> dict[str, Any]:
         finally:
             session.close()
     return _cli_json([argv[0], str(case.path), *argv[1:], "--json"])
+
+
+def without_custom_null_details(report: dict[str, Any]) -> dict[str, Any]:
+    """Drop ``details: null`` from custom messages: the one undecided difference, a known bug
+    (pi leaves ``details`` undefined, so its JSON has no key; see test_pi_fixtures.py)."""
+    messages = [
+        {k: v for k, v in m.items() if not (k == "details" and v is None)}
+        if m.get("role") == "custom"
+        else m
+        for m in report["messages"]
+    ]
+    return {**report, "messages": messages}
+
+
+def _is_d9_cut(
+    path: Sequence[Mapping[str, Any]], theirs: Mapping[str, Any], mine: Mapping[str, Any]
+) -> bool:
+    # pi kept everything from its first kept entry; we cut at an assistant followed only by tool
+    # results, and summarize (history + turn prefix) exactly what lies between the two.
+    ids = [entry["id"] for entry in path]
+    if theirs["firstKeptEntryId"] not in ids or mine["firstKeptEntryId"] not in ids:
+        return False
+    start, cut = ids.index(theirs["firstKeptEntryId"]), ids.index(mine["firstKeptEntryId"])
+    after = [e["message"] for e in path[cut + 1 :] if e.get("type") == "message"]
+    producing = [
+        e["id"]
+        for e in path[start:cut]
+        if e.get("type") in ("message", "custom_message", "branch_summary")
+    ]
+    same = ("tokensBefore", "previousSummary")
+    return (
+        path[cut].get("message", {}).get("role") == "assistant"
+        and bool(after)
+        and all(m.get("role") == "toolResult" for m in after)
+        and mine["summarizeEntryIds"] + mine["turnPrefixEntryIds"] == producing
+        and all(theirs[k] == mine[k] for k in same)
+    )
+
+
+def explain_plan_difference(
+    pi: Mapping[str, Any], mine: Mapping[str, Any], path: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Name the decision that explains why our compaction plan differs from pi's, if one does.
+
+    Args:
+        pi: pi's ``plan --json`` object.
+        mine: Ours, for the same arguments with ``--no-adaptive-keep``.
+        path: The active path the plan was made on.
+
+    Returns:
+        ``"D12"``, ``"D9"`` or ``"D10"``; ``None`` when no decision explains the difference.
+    """
+    theirs, ours_ = pi["compaction"], mine["compaction"]
+    if {k: v for k, v in pi.items() if k not in ("compaction", "reason")} != {
+        k: v for k, v in mine.items() if k not in ("compaction", "reason")
+    }:
+        return None
+    if theirs is None or (ours_ is None and mine["reason"] is None):
+        return None
+    if ours_ is None:
+        empty = not theirs["summarizeEntryIds"] and not theirs["turnPrefixEntryIds"]
+        return "D12" if empty else None
+    if not theirs["summarizeEntryIds"] and not theirs["turnPrefixEntryIds"]:
+        # pi kept everything; we cut at the assistant whose results fill the budget.
+        return "D9" if _is_d9_cut(path, theirs, ours_) else None
+    split = ("isSplitTurn", "turnStartEntryId", "summarizeEntryIds", "turnPrefixEntryIds")
+    rest_same = {k: v for k, v in theirs.items() if k not in split} == {
+        k: v for k, v in ours_.items() if k not in split
+    }
+    if not rest_same or not theirs["isSplitTurn"] or ours_["isSplitTurn"]:
+        return None
+    merged = theirs["summarizeEntryIds"] + theirs["turnPrefixEntryIds"]
+    return "D10" if ours_["summarizeEntryIds"] == merged else None

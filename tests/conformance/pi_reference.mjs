@@ -9,6 +9,7 @@
 //   node pi_reference.mjs plan SESSION.jsonl --from OLD_LEAF --to TARGET [--budget N]
 //   node pi_reference.mjs record [--suffix S] [--only a,b]   (re-record tests/data/pi/*.expected.json)
 //   node pi_reference.mjs dump [--only a,b]   (the same answers as one JSON object on stdout)
+//   node pi_reference.mjs sweep            (thousands of runs over every leaf, for the opt-in test)
 //   node pi_reference.mjs version          (the pi version in use)
 // `--json` is accepted and ignored (the output is always JSON). `--index-ids` replaces every
 // entry id in the output by "#<file index>" (0 = first entry after the header): a v1 file gets
@@ -309,8 +310,36 @@ function record(args, write = true) {
 	return all;
 }
 
+// Every leaf of every v3 fixture: context, and plans at a few budgets; branch plans between every
+// pair of entries at a few budgets. Thousands of runs, compared live by test_pi_conformance.py.
+export function sweep() {
+	const dataDir = resolve(here, "..", "data", "pi");
+	const cases = JSON.parse(readFileSync(join(dataDir, "cases.json"), "utf8"));
+	const out = [];
+	for (const [name, fixture] of Object.entries(cases.fixtures)) {
+		if (fixture.indexIds) continue;
+		const file = join(dataDir, fixture.file);
+		const ids = readFileSync(file, "utf8").trim().split("\n").slice(1).map((l) => JSON.parse(l).id);
+		const add = (argv) => out.push({ fixture: name, argv, pi: report(file, argv) });
+		for (const id of ids) {
+			add(["context", "--leaf", id]);
+			for (const keep of ["1", "60", "150", "300", "800", "20000"]) {
+				add(["plan", "--leaf", id, "--keep-recent-tokens", keep, "--no-adaptive-keep"]);
+			}
+		}
+		for (const from of ids) for (const to of ids) for (const budget of ["0", "60", "200"]) {
+			add(["plan", "--from", from, "--to", to, "--budget", budget]);
+		}
+	}
+	return out;
+}
+
 const [command, file, ...rest] = process.argv.slice(2);
-if (command === "record") record(process.argv.slice(3));
+const isMain = process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href;
+if (!isMain) {
+	// imported (for example by a sweep script): export only
+} else if (command === "record") record(process.argv.slice(3));
 else if (command === "dump") process.stdout.write(`${JSON.stringify(record(process.argv.slice(3), false))}\n`);
+else if (command === "sweep") process.stdout.write(`${JSON.stringify(sweep())}\n`);
 else if (command === "version") process.stdout.write(`${piVersion}\n`);
 else process.stdout.write(`${JSON.stringify(report(file, [command, ...rest]), null, 2)}\n`);

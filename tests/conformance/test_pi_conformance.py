@@ -15,6 +15,9 @@ What is checked:
 * every recorded answer in ``tests/data/pi/*.expected.json`` is still what pi answers (so the
   default-run ``tests/test_pi_fixtures.py``, which compares our code with those answers, is
   comparing with pi, not with a stale file);
+* a sweep over every entry of every v3 fixture (context at each leaf, plans at six budgets, branch
+  plans between every pair of entries at three budgets: about 8 000 runs) is identical to pi or
+  differs in a way a decision explains (D9, D10, D12);
 * on each extra session file, our ``context --json`` equals pi's (apart from the one undecided
   ``details`` difference that test_pi_fixtures.py marks as a known bug).
 """
@@ -30,7 +33,18 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.pi_cases import HERE, Run, runs
+from orchestrator._cli_inspect import branch_report, context_report
+from orchestrator._compaction_plan import plan_report
+from orchestrator._session import Session
+from orchestrator._tokens import CompactionSettings
+from tests.conformance.pi_cases import (
+    DATA,
+    HERE,
+    Run,
+    explain_plan_difference,
+    runs,
+    without_custom_null_details,
+)
 
 ENABLED = os.environ.get("ORCHESTRATOR_CONFORMANCE") == "1"
 SCRIPT = HERE / "pi_reference.mjs"
@@ -93,3 +107,40 @@ def test_context_matches_pi_on_other_files(session: Path) -> None:
         if message.get("role") == "custom" and message.get("details", 0) is None:
             del message["details"]  # the known undecided difference
     assert ours == theirs
+
+
+def test_sweep_every_leaf_differs_only_by_decision() -> None:
+    sessions: dict[str, Session] = {}
+    explained: dict[str, int] = {}
+    unexplained: list[str] = []
+    try:
+        for item in json.loads(_node("sweep")):
+            fixture, argv, pi = item["fixture"], item["argv"], item["pi"]
+            if fixture not in sessions:
+                sessions[fixture] = Session.open(DATA / f"{fixture}.jsonl")
+            session = sessions[fixture]
+            if argv[0] == "context":
+                mine = without_custom_null_details(context_report(session, argv[2]))
+            elif argv[1] == "--from":
+                mine = branch_report(session, argv[2], argv[4], int(argv[6]))
+            else:
+                settings = CompactionSettings(keep_recent_tokens=int(argv[4]), adaptive_keep=False)
+                mine = plan_report(session.path(argv[2]), settings, None)
+            mine = json.loads(json.dumps(mine))
+            if mine == pi:
+                explained["same"] = explained.get("same", 0) + 1
+                continue
+            why = (
+                explain_plan_difference(pi, mine, session.path(argv[2]))
+                if argv[0] == "plan" and argv[1] == "--leaf"
+                else None
+            )
+            if why is None:
+                unexplained.append(f"{fixture} {' '.join(argv)}")
+            else:
+                explained[why] = explained.get(why, 0) + 1
+    finally:
+        for session in sessions.values():
+            session.close()
+    assert not unexplained, f"{len(unexplained)} unexplained, e.g. {unexplained[:5]}"
+    assert explained["same"] > 7000
