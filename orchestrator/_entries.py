@@ -127,14 +127,17 @@ def entry_message(entry: Mapping[str, Any]) -> Message | None:
         message = entry.get("message")
         return message if isinstance(message, dict) else None
     if kind == CUSTOM_MESSAGE:
-        return {
+        message: Message = {
             "role": "custom",
             "customType": entry.get("customType"),
             "content": entry.get("content"),
             "display": entry.get("display"),
-            "details": entry.get("details"),
-            "timestamp": iso_to_ms(entry.get("timestamp")),
         }
+        # pi leaves ``details`` undefined when the entry has none, so the key is absent.
+        if "details" in entry:
+            message["details"] = entry["details"]
+        message["timestamp"] = iso_to_ms(entry.get("timestamp"))
+        return message
     if kind == BRANCH_SUMMARY and entry.get("summary"):
         return {
             "role": "branchSummary",

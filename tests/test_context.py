@@ -230,7 +230,6 @@ def test_custom_message_and_branch_summary_become_messages_custom_entries_do_not
         "customType": "note",
         "content": "hello",
         "display": True,
-        "details": None,
         "timestamp": 1767225603000,
     }
     assert context.messages[2] == {

@@ -164,18 +164,6 @@ def ours(case: Run, argv: Sequence[str] | None = None) -> dict[str, Any]:
     return _cli_json([argv[0], str(case.path), *argv[1:], "--json"])
 
 
-def without_custom_null_details(report: dict[str, Any]) -> dict[str, Any]:
-    """Drop ``details: null`` from custom messages: the one undecided difference, a known bug
-    (pi leaves ``details`` undefined, so its JSON has no key; see test_pi_fixtures.py)."""
-    messages = [
-        {k: v for k, v in m.items() if not (k == "details" and v is None)}
-        if m.get("role") == "custom"
-        else m
-        for m in report["messages"]
-    ]
-    return {**report, "messages": messages}
-
-
 def _is_d9_cut(
     path: Sequence[Mapping[str, Any]], theirs: Mapping[str, Any], mine: Mapping[str, Any]
 ) -> bool:

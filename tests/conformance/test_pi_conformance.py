@@ -43,7 +43,6 @@ from tests.conformance.pi_cases import (
     Run,
     explain_plan_difference,
     runs,
-    without_custom_null_details,
 )
 
 ENABLED = os.environ.get("ORCHESTRATOR_CONFORMANCE") == "1"
@@ -120,7 +119,7 @@ def test_sweep_every_leaf_differs_only_by_decision() -> None:
                 sessions[fixture] = Session.open(DATA / f"{fixture}.jsonl")
             session = sessions[fixture]
             if argv[0] == "context":
-                mine = without_custom_null_details(context_report(session, argv[2]))
+                mine = context_report(session, argv[2])
             elif argv[1] == "--from":
                 mine = branch_report(session, argv[2], argv[4], int(argv[6]))
             else:
