@@ -17,7 +17,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from . import _cli_inspect, _cli_ops
+    from . import _cli_inspect, _cli_journal, _cli_machines, _cli_ops
 
     parser = argparse.ArgumentParser(
         prog="orchestrator",
@@ -26,6 +26,8 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _cli_inspect.register(commands)
     _cli_ops.register(commands)
+    _cli_journal.register(commands)
+    _cli_machines.register(commands)
     return parser
 
 

@@ -50,6 +50,8 @@ class Operation:
         observers: Extra step observers (the tracer).
         retry: The retry policy the summarizer uses (for the machine's facts).
         candidates: How many candidate models there are.
+        reason: Why it runs (``threshold``, ``overflow``, ``manual``, ``navigation``).
+        operation_id: Its id (default: 12 random hex digits).
     """
 
     def __init__(
@@ -62,8 +64,9 @@ class Operation:
         retry: RetryPolicy | None = None,
         candidates: int = 1,
         reason: str | None = None,
+        operation_id: str | None = None,
     ) -> None:
-        self.id = uuid.uuid4().hex[:12]
+        self.id = operation_id or uuid.uuid4().hex[:12]
         self.kind = kind
         self.reason = reason
         self.error: BaseException | None = None

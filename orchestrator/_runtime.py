@@ -120,6 +120,7 @@ class AgentSession(TurnEffects):
         tracer: OpenTelemetry tracer wrapper (default: none).
         sleep: Awaited for retry waits (inject a fake clock's ``sleep`` in tests).
         clock_ms: Epoch-ms clock for prunes and message times.
+        operation_ids: Source of operation ids (default: random; simulations pass a counter).
     """
 
     def __init__(
@@ -134,6 +135,7 @@ class AgentSession(TurnEffects):
         tracer: LifecycleTracer | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        operation_ids: Callable[[], str] | None = None,
     ) -> None:
         self.session = session
         self.agent = agent
@@ -156,6 +158,7 @@ class AgentSession(TurnEffects):
         self.branch_operation: Operation | None = None
         self._sleep = sleep
         self._clock_ms = clock_ms
+        self._operation_ids = operation_ids
         self._turn_state = _Turn()
         self._dropped: set[str] = set()
         self._queue: list[str] = []
@@ -174,19 +177,40 @@ class AgentSession(TurnEffects):
     # -- opening -----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], **kwargs: Any) -> AgentSession:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        random_hex: Callable[[], str] | None = None,
+        **kwargs: Any,
+    ) -> AgentSession:
         """Open a session file with its journal, settling operations left half-done (D24).
 
         No model is called while settling: an operation whose commit entry is in the file is
-        marked committed, any other is marked cancelled or failed.
+        marked committed, one caught before its commit cancelled, any other failed. Each
+        settlement is emitted as an ``operation_settled`` event and traced.
+
+        Args:
+            path: The session file (created when missing).
+            random_hex: Entry-id randomness (simulations pass a counter).
+            **kwargs: Passed to the constructor.
         """
-        session = Session.open(Path(path))
+        options: dict[str, Any] = {}
+        if "clock_ms" in kwargs:
+            options["clock"] = kwargs["clock_ms"]
+        if random_hex is not None:
+            options["random_hex"] = random_hex
+        session = Session.open(Path(path), **options)
         journal = Journal.open(path)
         runtime = cls(session, journal=journal, **kwargs)
         runtime.settlements = settle(
             journal, session.tree.by_id, is_applied=runtime._prune_applied
         )
         for settled in runtime.settlements:
+            with runtime.tracer.operation_span(settled.kind or "operation", settled.operation_id,
+                                               "reopened"):
+                runtime.tracer.on_step(Step(machine="operation", source=settled.source,
+                                            event="reopened", dest=settled.dest, effects=()))
             runtime.events.emit("operation_settled", id=settled.operation_id, kind=settled.kind,
                                 source=settled.source, dest=settled.dest)
         return runtime
@@ -235,6 +259,7 @@ class AgentSession(TurnEffects):
             kind, journal=self.journal, events=self.events, reason=reason,
             observers=(self.observe_step,), retry=self.summarizer.retry,
             candidates=len(self.summarizer.candidates),
+            operation_id=self._operation_ids() if self._operation_ids else None,
         )
         self._operation = op
         return op
