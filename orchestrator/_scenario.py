@@ -37,6 +37,8 @@ A scenario file reads like a test story and is inert data (house style habit 15)
     [crash]                         # optional: SIGKILL the process at this transition, then reopen
     machine = "operation"
     to = "committing"
+    kind = "compaction"             # optional: only in this kind of operation
+                                    # or: after = "commit" (die right after the commit is written)
 """
 
 from __future__ import annotations
@@ -118,8 +120,8 @@ def load_scenario(path: str | Path) -> Scenario:
         if behaviour not in _HOOK_BEHAVIOURS:
             raise _fail(source, f"hook {name}: behaviour must be one of {sorted(_HOOK_BEHAVIOURS)}")
     crash = raw.get("crash")
-    if crash is not None and not {"machine", "to"} <= set(crash):
-        raise _fail(source, "[crash] needs machine and to")
+    if crash is not None and not ({"machine", "to"} <= set(crash) or crash.get("after") == "commit"):
+        raise _fail(source, "[crash] needs machine and to, or after = \"commit\"")
     return Scenario(
         name=head["name"],
         doc=str(head.get("doc", "")),

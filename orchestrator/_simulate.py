@@ -158,6 +158,7 @@ class Simulation:
         self.provider = make_tracer_provider("jsonl", trace.parent, file_name=trace.name,
                                              shutdown_on_exit=False)
         self.models: list[ScriptedModel] = []
+        self._kind = ""
         self.runtime = self._open()
 
     def _open(self) -> AgentSession:
@@ -175,6 +176,7 @@ class Simulation:
             operation_ids=lambda: f"op{next(self._ops):04d}",
         )
         runtime.events.subscribe(self._event)
+        self._crash_after_commit(runtime)
         for settled in runtime.settlements:
             self.report.outcomes.append(
                 f"settled {settled.operation_id} ({settled.kind}): {settled.source} -> {settled.dest}")
@@ -184,12 +186,45 @@ class Simulation:
         if event.type not in ("transition", "message"):
             self.report.events.append(event.as_json())
         crash = self.scenario.crash
-        if crash and event.type == "transition" and os.environ.get(_CHILD) == "1":
+        if not crash or os.environ.get(_CHILD) != "1":
+            return
+        if event.type == "compaction_update" and event.payload["status"] == "in_progress":
+            self._kind = str(event.payload["kind"])
+        if event.type == "transition" and "after" not in crash:
             p = event.payload
-            if p["machine"] == crash["machine"] and p["dest"] == crash["to"] and (
-                "event" not in crash or p["event"] == crash["event"]
+            if (
+                p["machine"] == crash["machine"]
+                and p["dest"] == crash["to"]
+                and crash.get("event", p["event"]) == p["event"]
+                and crash.get("kind", self._kind) == self._kind
             ):
                 os.kill(os.getpid(), signal.SIGKILL)
+
+    def _crash_after_commit(self, runtime: AgentSession) -> None:
+        # ``after = "commit"``: die once the commit is written but before the operation records
+        # ``entry_appended``; the reopened session must then find the commit and settle it
+        # ``committed``. The commit is a flush (compaction, branch summary) or a rewrite (prune).
+        crash = self.scenario.crash
+        if not crash or crash.get("after") != "commit" or os.environ.get(_CHILD) != "1":
+            return
+        session = runtime.session
+        flush, replace = session.flush, session.replace_entries
+
+        def die_if_committing() -> None:
+            if self._kind == crash.get("kind", self._kind) and runtime._operation is not None \
+                    and runtime._operation.state == "committing":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        def flush_then_die() -> None:
+            flush()
+            die_if_committing()
+
+        def replace_then_die(entries: Any) -> None:
+            replace(entries)
+            die_if_committing()
+
+        session.flush = flush_then_die  # type: ignore[method-assign]
+        session.replace_entries = replace_then_die  # type: ignore[method-assign,assignment]
 
     async def run(self) -> Report:
         for action in self.scenario.actions:
@@ -276,8 +311,16 @@ async def _run(scenario: Scenario, workdir: Path, trace: Path) -> Report:
     return await Simulation(scenario, workdir, trace).run()
 
 
-def simulate(path: str | Path, trace: str | Path | None = None) -> Report:
+def simulate(
+    path: str | Path, trace: str | Path | None = None, *, workdir: str | Path | None = None
+) -> Report:
     """Run the scenario file at ``path``; write its trace to ``trace`` (a ``.jsonl`` file).
+
+    Args:
+        path: The scenario file.
+        trace: Where to write the trace (default: a temporary file).
+        workdir: Where the session file and its journal live (default: a temporary folder,
+            removed afterwards).
 
     Returns:
         The report. For a ``[crash]`` scenario, the child is killed at the named transition and
@@ -285,28 +328,33 @@ def simulate(path: str | Path, trace: str | Path | None = None) -> Report:
 
     Raises:
         DefinitionError: the scenario file is malformed.
+        OrchestratorError: a crash scenario's child was not killed where planned.
     """
     scenario = load_scenario(path)
     target = Path(trace) if trace else Path(tempfile.mkdtemp()) / f"{scenario.name}.jsonl"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        return _simulate_in(scenario, Path(path), Path(workdir), target)
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        if scenario.crash is None:
-            return anyio.run(_run, scenario, workdir, target)
-        child = subprocess.run(
-            [sys.executable, "-m", "orchestrator._simulate", str(path), str(workdir), str(target)],
-            env={**os.environ, _CHILD: "1"}, capture_output=True, text=True, check=False,
-        )
-        crashed = child.returncode == -signal.SIGKILL
-        if not crashed:
-            raise OrchestratorError(
-                f"{path}: the child should have been killed at the crash point, but exited "
-                f"with {child.returncode}: {child.stderr.strip()[-500:]}")
-        reopened = replace_actions(scenario, [{"do": "reopen"}])
-        report = anyio.run(_run, reopened, workdir, target)
-        report.crashed = True
-        return report
+        return _simulate_in(scenario, Path(path), Path(tmp), target)
+
+
+def _simulate_in(scenario: Scenario, path: Path, workdir: Path, target: Path) -> Report:
+    if scenario.crash is None:
+        return anyio.run(_run, scenario, workdir, target)
+    child = subprocess.run(
+        [sys.executable, "-m", "orchestrator._simulate", str(path), str(workdir), str(target)],
+        env={**os.environ, _CHILD: "1"}, capture_output=True, text=True, check=False,
+    )
+    if child.returncode != -signal.SIGKILL:
+        raise OrchestratorError(
+            f"{path}: the child should have been killed at the crash point, but exited "
+            f"with {child.returncode}: {child.stderr.strip()[-500:]}")
+    report = anyio.run(_run, replace_actions(scenario, [{"do": "reopen"}]), workdir, target)
+    report.crashed = True
+    return report
 
 
 def replace_actions(scenario: Scenario, actions: list[dict[str, Any]]) -> Scenario:
