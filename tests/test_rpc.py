@@ -1,0 +1,581 @@
+"""The JSON-RPC dispatcher and the session methods, without a transport."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator._cli_inspect import context_report, tree_rows
+from orchestrator._errors import (
+    Cancelled,
+    ModelError,
+    OrchestratorError,
+    SessionError,
+    SessionLockedError,
+    TransitionError,
+)
+from orchestrator._rpc import (
+    BUSY,
+    CANCELLED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MODEL_FAILED,
+    PARSE_ERROR,
+    SESSION_LOCKED,
+    Dispatcher,
+    Method,
+    Params,
+    RpcError,
+    error_for,
+    one_line,
+)
+from orchestrator._rpc_server import NO_AGENT, RuntimeOptions, SessionHub
+from orchestrator._runtime_nav import BUSY as NAVIGATION_BUSY
+from orchestrator.testing import AgentHang, Hang, reply
+from tests.runtime_kit import BIG, Kit, summary, until
+from tests.runtime_kit import settings as runtime_settings
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Client:
+    """Calls a hub's methods through a dispatcher, as a client would."""
+
+    def __init__(self, hub: SessionHub) -> None:
+        self.hub = hub
+        self.dispatcher = Dispatcher(hub.methods())
+        self.ids = itertools.count(1)
+        self.events: list[dict[str, Any]] = []
+        hub.listen(self.events.append)
+
+    async def raw(self, method: str, **params: Any) -> dict[str, Any]:
+        answer = await self.dispatcher.handle(
+            {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params})
+        assert isinstance(answer, dict)
+        return answer
+
+    async def call(self, method: str, **params: Any) -> Any:
+        answer = await self.raw(method, **params)
+        assert "error" not in answer, answer
+        return answer["result"]
+
+    async def error(self, method: str, **params: Any) -> dict[str, Any]:
+        answer = await self.raw(method, **params)
+        assert "result" not in answer, answer
+        error: dict[str, Any] = answer["error"]
+        return error
+
+    def event_types(self) -> list[str]:
+        return [m["params"]["event"]["type"] for m in self.events]
+
+
+def kit_client(kit: Kit) -> tuple[Client, str]:
+    hub = SessionHub(RuntimeOptions(summarizer=kit.summarizer, settings=runtime_settings(),
+                                    runtime_kwargs={"sleep": kit.clock.sleep}))
+    return Client(hub), hub.add(kit.runtime)
+
+
+def file_client(tmp_path: Path, **options: Any) -> Client:
+    shutil.copy(EXAMPLE, tmp_path / "example.jsonl")
+    return Client(SessionHub(RuntimeOptions(root=tmp_path, **options)))
+
+
+def compactable_kit(*summaries: Any, hang: bool = False) -> Kit:
+    turns: list[list[Any]] = [[reply("first", tokens=2000)], [reply("second", tokens=100)]]
+    if hang:
+        turns[1] = [AgentHang()]
+    return Kit(turns=turns, summaries=list(summaries) or [summary()],
+               runtime_settings=runtime_settings(adaptive_keep=False))
+
+
+# -- protocol ----------------------------------------------------------------------------------
+
+
+def echo_dispatcher() -> Dispatcher:
+    async def echo(p: Params) -> Any:
+        return {"text": p.optional_text("text"), "flag": p.flag("flag")}
+
+    async def broken(p: Params) -> Any:
+        raise ValueError("boom\nsecond line")
+
+    return Dispatcher({"echo": Method(handler=echo, params=frozenset({"text", "flag"})),
+                       "broken": Method(handler=broken)})
+
+
+async def test_parse_errors_answer_with_a_null_id() -> None:
+    dispatcher = echo_dispatcher()
+    for line in ("{", b"\xff\xfe", "[1,"):
+        answer = json.loads(await dispatcher.handle_text(line) or "")
+        assert answer["id"] is None and answer["error"]["code"] == PARSE_ERROR
+        assert answer["error"]["message"].startswith("Parse error: ")
+    assert await dispatcher.handle_text("  \t") is None
+
+
+@pytest.mark.parametrize(("message", "expected"), [
+    (5, "not an object"),
+    ({"id": 1, "method": "echo"}, "jsonrpc"),
+    ({"jsonrpc": "1.0", "id": 1, "method": "echo"}, "jsonrpc"),
+    ({"jsonrpc": "2.0", "id": 1, "method": 7}, "method"),
+    ({"jsonrpc": "2.0", "id": [1], "method": "echo"}, "id must be"),
+    ({"jsonrpc": "2.0", "id": True, "method": "echo"}, "id must be"),
+    ([], "empty batch"),
+])
+async def test_invalid_requests(message: Any, expected: str) -> None:
+    answer = await echo_dispatcher().handle(message)
+    # A usable id is echoed so that the client can match the error; an unusable one is null.
+    usable = isinstance(message, dict) and message["id"] == 1 and message["id"] is not True
+    assert answer["id"] == (1 if usable else None)
+    assert answer["error"]["code"] == INVALID_REQUEST
+    assert expected in answer["error"]["message"]
+
+
+async def test_method_not_found_and_parameter_checks() -> None:
+    dispatcher = echo_dispatcher()
+
+    async def error(params: Any) -> dict[str, Any]:
+        message = {"jsonrpc": "2.0", "id": "a", "method": "echo", "params": params}
+        answer = await dispatcher.handle(message)
+        assert answer["id"] == "a"
+        return dict(answer["error"])
+
+    missing = await dispatcher.handle({"jsonrpc": "2.0", "id": 1, "method": "nope"})
+    assert missing["error"] == {"code": METHOD_NOT_FOUND, "message": "Method not found: nope"}
+    assert (await error(["x"]))["code"] == INVALID_PARAMS
+    assert (await error({"other": 1}))["message"] == "echo: unknown parameter 'other'"
+    assert (await error({"text": True}))["message"] == "echo: 'text' must be a string"
+    assert (await error({"text": 5}))["message"] == "echo: 'text' must be a string"
+    assert (await error({"flag": 1}))["message"] == "echo: 'flag' must be a boolean"
+    ok = await dispatcher.handle({"jsonrpc": "2.0", "id": 2.5, "method": "echo",
+                                  "params": {"text": None, "flag": True}})
+    assert ok == {"jsonrpc": "2.0", "id": 2.5, "result": {"text": None, "flag": True}}
+
+
+async def test_required_text_parameters() -> None:
+    p = Params("m", {"a": "", "b": "x"})
+    with pytest.raises(RpcError, match="'a' must be a non-empty string"):
+        p.text("a")
+    with pytest.raises(RpcError, match="m: missing parameter 'c'"):
+        p.text("c")
+    assert p.text("b") == "x"
+
+
+async def test_a_bug_in_a_handler_is_an_internal_error_on_one_line() -> None:
+    answer = await echo_dispatcher().handle({"jsonrpc": "2.0", "id": 1, "method": "broken"})
+    assert answer["error"] == {"code": INTERNAL_ERROR,
+                               "message": "Internal error: ValueError: boom second line"}
+
+
+async def test_notifications_get_no_answer_even_when_they_fail() -> None:
+    dispatcher = echo_dispatcher()
+    assert await dispatcher.handle({"jsonrpc": "2.0", "method": "echo"}) is None
+    assert await dispatcher.handle({"jsonrpc": "2.0", "method": "nope"}) is None
+    assert await dispatcher.handle({"jsonrpc": "2.0", "method": "broken"}) is None
+    # A malformed notification is not a notification: it is answered.
+    assert (await dispatcher.handle({"method": "echo"}))["error"]["code"] == INVALID_REQUEST
+
+
+async def test_batches_answer_in_order_and_omit_notifications() -> None:
+    dispatcher = echo_dispatcher()
+    answers = await dispatcher.handle([
+        {"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": "a"}},
+        {"jsonrpc": "2.0", "method": "echo"},
+        {"jsonrpc": "2.0", "id": 2, "method": "nope"},
+        3,
+    ])
+    assert [a["id"] for a in answers] == [1, 2, None]
+    assert answers[0]["result"]["text"] == "a"
+    assert [a.get("error", {}).get("code") for a in answers] == [None, METHOD_NOT_FOUND,
+                                                                 INVALID_REQUEST]
+    assert await dispatcher.handle([{"jsonrpc": "2.0", "method": "echo"}]) is None
+    text = await dispatcher.handle_text('[{"jsonrpc":"2.0","id":9,"method":"echo"}]')
+    assert json.loads(text or "")[0]["id"] == 9
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (Cancelled("Compaction cancelled"), CANCELLED),
+    (ModelError("rate\nlimited", kind="transient"), MODEL_FAILED),
+    (SessionLockedError("held"), SESSION_LOCKED),
+    (SessionError("Entry x not found"), INVALID_PARAMS),
+    (TransitionError("turn", "running", "navigate"), BUSY),
+    (OrchestratorError("odd"), INTERNAL_ERROR),
+    (KeyError("k"), INTERNAL_ERROR),
+    (RpcError(BUSY, "as is"), BUSY),
+])
+def test_error_codes(error: Exception, code: int) -> None:
+    mapped = error_for(error)
+    assert mapped.code == code
+    assert "\n" not in str(mapped)
+    if isinstance(error, ModelError):
+        assert (str(mapped), mapped.data) == ("rate limited", {"kind": "transient"})
+    assert str(error_for(Cancelled())) == "Cancelled"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["jsonrpc", "id", "method", "params", "x"]) | st.text(
+        max_size=4), inner, max_size=5),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(message=json_values | st.fixed_dictionaries(
+    {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["echo", "broken", "nope"])},
+    optional={"id": st.integers() | st.text(max_size=3) | st.none(), "params": json_values}))
+def test_any_json_gets_a_well_formed_answer_or_none(message: Any) -> None:
+    async def run() -> Any:
+        return await echo_dispatcher().handle_text(json.dumps(message))
+
+    text = anyio.run(run)
+    if text is None:
+        return
+    answers = json.loads(text)
+    for answer in answers if isinstance(answers, list) else [answers]:
+        assert answer["jsonrpc"] == "2.0" and "id" in answer
+        assert ("result" in answer) != ("error" in answer)
+        if "error" in answer:
+            assert isinstance(answer["error"]["code"], int)
+            assert answer["error"]["message"] == one_line(answer["error"]["message"])
+
+
+# -- sessions: open, list, close ---------------------------------------------------------------
+
+
+async def test_open_list_and_reopen_return_the_same_session(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    opened = await client.call("session.open", path="example.jsonl")
+    assert opened["path"] == str(tmp_path / "example.jsonl")
+    assert (opened["entries"], opened["leafId"]) == (43, "935170bb")
+    assert opened["problems"] == [] and opened["settled"] == []
+    again = await client.call("session.open", path=str(tmp_path / "example.jsonl"))
+    assert again["session_id"] == opened["session_id"]
+    listed = await client.call("session.list")
+    assert [s["session_id"] for s in listed["sessions"]] == [opened["session_id"]]
+    assert listed["sessions"][0]["state"] == "idle" and listed["sessions"][0]["busy"] is False
+    assert await client.call("session.close", session_id=opened["session_id"]) == {"closed": True}
+    assert (await client.call("session.list")) == {"sessions": []}
+    error = await client.error("session.tree", session_id=opened["session_id"])
+    assert error == {"code": INVALID_PARAMS, "message": f"Unknown session: {opened['session_id']}"}
+
+
+async def test_open_refusals(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    (tmp_path / "notes.jsonl").write_text("hello\n")
+    shutil.copy(EXAMPLE, tmp_path / "copy.jsonl")
+    await client.call("session.open", path="example.jsonl")
+    cases = {
+        "missing.jsonl": "missing.jsonl: no such session file",
+        "../outside.jsonl": "../outside.jsonl: outside the served directory",
+        "copy.jsonl": "is already open from",
+        "notes.jsonl": "not a session file",
+    }
+    for path, message in cases.items():
+        error = await client.error("session.open", path=path)
+        assert error["code"] == INVALID_PARAMS and message in error["message"], error
+    created = await client.call("session.open", path="new.jsonl", create=True)
+    assert (created["entries"], created["leafId"]) == (0, None)
+
+
+async def test_relative_paths_without_a_root_resolve_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "example.jsonl")
+    monkeypatch.chdir(tmp_path)
+    client = Client(SessionHub())
+    opened = await client.call("session.open", path="example.jsonl")
+    assert opened["path"] == str(tmp_path / "example.jsonl")
+
+
+# -- session.compress --------------------------------------------------------------------------
+
+
+async def test_compress_commits_and_reports_the_summary() -> None:
+    kit = compactable_kit()
+    client, sid = kit_client(kit)
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    result = await client.call("session.compress", session_id=sid,
+                               focus="Preserve decisions and unresolved constraints")
+    entry = kit.session.tree.entries[-1]
+    assert result == {"compacted": True, "entryId": entry["id"], "summary": entry["summary"],
+                      "tokensBefore": entry["tokensBefore"],
+                      "firstKeptEntryId": entry["firstKeptEntryId"]}
+    assert "Preserve decisions and unresolved constraints" in kit.model.requests[0].prompt
+    statuses = [m["params"]["event"].get("status") for m in client.events
+                if m["params"]["event"]["type"] == "compaction_update"]
+    assert statuses == ["in_progress", "completed"]
+    assert "transition" not in client.event_types()
+    assert {m["params"]["session_id"] for m in client.events} == {sid}
+    again = await client.call("session.compress", session_id=sid)
+    assert again == {"compacted": False, "reason": "Already compacted"}
+
+
+async def test_d12_nothing_to_compact_is_a_result_not_an_error() -> None:
+    kit = Kit(turns=[[reply("hi", tokens=10)]])
+    client, sid = kit_client(kit)
+    await kit.runtime.prompt("short")
+    result = await client.call("session.compress", session_id=sid)
+    assert result == {"compacted": False, "reason": "Nothing to compact (session too small)"}
+    assert kit.model.requests == []
+
+
+async def test_compress_model_failure_is_32002_and_changes_nothing() -> None:
+    kit = compactable_kit(ModelError("provider exploded", kind="fatal"))
+    client, sid = kit_client(kit)
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    before = list(kit.session.tree.entries)
+    error = await client.error("session.compress", session_id=sid)
+    assert error["code"] == MODEL_FAILED and "provider exploded" in error["message"]
+    assert kit.session.tree.entries == before
+
+
+async def test_compress_cancelled_by_abort_is_32003_and_changes_nothing() -> None:
+    kit = compactable_kit(Hang())
+    client, sid = kit_client(kit)
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    before, leaf = list(kit.session.tree.entries), kit.session.leaf_id
+    answers: list[dict[str, Any]] = []
+
+    async def compress() -> None:
+        answers.append(await client.error("session.compress", session_id=sid))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(compress)
+        await until(lambda: len(kit.model.requests) == 1)
+        second = await client.error("session.compress", session_id=sid)
+        assert second == {"code": BUSY, "message": "A compaction is already running in this session"}
+        closing = await client.error("session.close", session_id=sid)
+        assert closing["code"] == BUSY
+        assert await client.call("session.abort", session_id=sid) == {"aborted": True}
+    assert answers == [{"code": CANCELLED, "message": "Compaction cancelled"}]
+    assert (kit.session.tree.entries, kit.session.leaf_id) == (before, leaf)
+
+
+async def test_d22_compress_while_a_prompt_hangs_stops_the_turn_and_does_not_resume_it() -> None:
+    kit = Kit(turns=[[reply("first", tokens=2000)], [AgentHang()], [reply("not used")]],
+              summaries=[summary()], runtime_settings=runtime_settings(adaptive_keep=False))
+    client, sid = kit_client(kit)
+    await client.call("session.prompt", session_id=sid, text=BIG)
+    prompts: list[dict[str, Any]] = []
+
+    async def prompt() -> None:
+        prompts.append(await client.call("session.prompt", session_id=sid, text=BIG))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(prompt)
+        await until(lambda: kit.runtime.state == "running")
+        listed = await client.call("session.list")
+        assert listed["sessions"][0]["busy"] is True
+        compressed = await client.call("session.compress", session_id=sid, focus="keep it")
+    assert compressed["compacted"] is True
+    assert [(p["state"], p["queued"]) for p in prompts] == [("idle", False)]
+    assert kit.agent.remaining == 1  # the interrupted turn was not resumed
+    assert kit.entry_types()[-1] == "compaction"
+    assert kit.runtime.state == "idle"
+
+
+# -- session.tree, session.context -------------------------------------------------------------
+
+
+async def test_tree_and_context_match_the_inspection_commands(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    runtime = client.hub.runtime(sid)
+    tree = await client.call("session.tree", session_id=sid)
+    assert tree == {"sessionId": sid, "name": runtime.session.tree.session_name(),
+                    "leafId": "935170bb", "nodes": tree_rows(runtime.session)}
+    context = await client.call("session.context", session_id=sid)
+    assert context == json.loads(json.dumps(context_report(runtime.session, "935170bb")))
+
+
+# -- session.tree.navigate ---------------------------------------------------------------------
+
+
+async def conversation(kit: Kit) -> dict[str, str]:
+    await kit.runtime.prompt("first question")
+    await kit.runtime.prompt("second question")
+    ids = [e["id"] for e in kit.session.tree.entries]
+    return dict(zip(["u1", "a1", "u2", "a2"], ids, strict=True))
+
+
+def nav_kit(*summaries: Any) -> Kit:
+    return Kit(turns=[[reply("answer one")], [reply("answer two")], [AgentHang()]],
+               summaries=list(summaries) or [summary("## Goal\nTried another way.")])
+
+
+async def test_navigate_to_a_user_message_with_a_summary_and_a_label() -> None:
+    kit = nav_kit()
+    client, sid = kit_client(kit)
+    ids = await conversation(kit)
+    result = await client.call("session.tree.navigate", session_id=sid, target_id=ids["u2"],
+                               summarize=True, focus="note the files", label="retry")
+    assert result["editorText"] == "second question"
+    assert (result["oldLeafId"], result["cancelled"], result["aborted"]) == (ids["a2"], False,
+                                                                              False)
+    summary_entry = kit.session.tree.by_id[result["summaryEntryId"]]
+    assert summary_entry["fromId"] == ids["a2"]
+    assert "Additional focus: note the files" in kit.model.requests[0].prompt
+    assert kit.session.tree.labels[result["summaryEntryId"]] == "retry"
+    assert "session_tree" in client.event_types()
+
+
+async def test_navigate_refusals() -> None:
+    kit = nav_kit()
+    client, sid = kit_client(kit)
+    ids = await conversation(kit)
+    error = await client.error("session.tree.navigate", session_id=sid, target_id="nope")
+    assert error == {"code": INVALID_PARAMS, "message": "Entry nope not found"}
+    error = await client.error("session.tree.navigate", session_id=sid, target_id=ids["a1"],
+                               summarize="yes")
+    assert error["message"] == "session.tree.navigate: 'summarize' must be a boolean"
+    async with anyio.create_task_group() as group:
+        group.start_soon(kit.runtime.prompt, "third")
+        await until(lambda: kit.runtime.state == "running")
+        error = await client.error("session.tree.navigate", session_id=sid, target_id=ids["a1"])
+        assert error == {"code": BUSY, "message": NAVIGATION_BUSY}
+        await client.call("session.abort", session_id=sid)
+    assert (await client.call("session.abort", session_id=sid)) == {"aborted": False}
+
+
+async def test_navigation_in_progress_blocks_other_work_and_abort_cancels_it() -> None:
+    kit = nav_kit(Hang())
+    client, sid = kit_client(kit)
+    ids = await conversation(kit)
+    results: list[dict[str, Any]] = []
+
+    async def navigate() -> None:
+        results.append(await client.call("session.tree.navigate", session_id=sid,
+                                         target_id=ids["a1"], summarize=True))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(navigate)
+        await until(lambda: len(kit.model.requests) == 1)
+        for method, params in [("session.tree.navigate", {"target_id": ids["u1"]}),
+                               ("session.compress", {}), ("session.prompt", {"text": "hi"}),
+                               ("session.close", {})]:
+            error = await client.error(method, session_id=sid, **params)
+            assert error["code"] == BUSY, (method, error)
+        assert await client.call("session.abort", session_id=sid) == {"aborted": True}
+    assert results[0]["cancelled"] is True and results[0]["aborted"] is True
+    assert kit.session.leaf_id == ids["a2"]
+
+
+async def test_navigate_summary_failure_is_32002() -> None:
+    kit = nav_kit(ModelError("no summary today", kind="fatal"))
+    client, sid = kit_client(kit)
+    ids = await conversation(kit)
+    error = await client.error("session.tree.navigate", session_id=sid, target_id=ids["a1"],
+                               summarize=True)
+    assert error["code"] == MODEL_FAILED and "no summary today" in error["message"]
+    assert kit.session.leaf_id == ids["a2"]
+
+
+# -- session.fork ------------------------------------------------------------------------------
+
+
+async def test_fork_opens_and_registers_the_new_session(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    forked = await client.call("session.fork", session_id=sid, entry_id="ec48c90d",
+                               path="fork.jsonl")
+    assert forked["cancelled"] is False and forked["session_id"] != sid
+    assert forked["path"] == str(tmp_path / "fork.jsonl")
+    assert forked["editorText"].startswith("Keep Decimal.")
+    assert (tmp_path / "fork.jsonl").is_file()
+    tree = await client.call("session.tree", session_id=forked["session_id"])
+    ids = [node["id"] for node in tree["nodes"]]
+    assert "4e114f5c" in ids and "ec48c90d" not in ids  # the path before the user message
+    listed = [s["session_id"] for s in (await client.call("session.list"))["sessions"]]
+    assert listed == [sid, forked["session_id"]]
+    # The fork is a session like the others (its path ends just after a compaction).
+    compressed = await client.call("session.compress", session_id=forked["session_id"])
+    assert compressed == {"compacted": False, "reason": "Already compacted"}
+
+
+async def test_fork_refusals_and_hook_cancel() -> None:
+    kit = nav_kit()
+    client, sid = kit_client(kit)
+    ids = await conversation(kit)
+    error = await client.error("session.fork", session_id=sid, entry_id=ids["a1"])
+    assert error == {"code": INVALID_PARAMS, "message": "Invalid entry ID for forking"}
+    in_memory = await client.call("session.fork", session_id=sid, entry_id=ids["u2"])
+    assert in_memory["path"].startswith("<memory")
+    kit.runtime.hooks.on("session_before_fork", lambda p: {"cancel": True})
+    cancelled = await client.call("session.fork", session_id=sid, entry_id=ids["u2"])
+    assert cancelled == {"session_id": None, "path": None, "editorText": "second question",
+                         "cancelled": True}
+
+
+async def test_fork_onto_an_existing_file_or_outside_the_root(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    error = await client.error("session.fork", session_id=sid, entry_id="ec48c90d",
+                               path="example.jsonl")
+    assert error["code"] == INVALID_PARAMS and "already exists" in error["message"]
+    error = await client.error("session.fork", session_id=sid, entry_id="ec48c90d",
+                               path="/elsewhere/f.jsonl")
+    assert error["code"] == INVALID_PARAMS and "outside the served directory" in error["message"]
+
+
+# -- session.prompt, session.abort -------------------------------------------------------------
+
+
+async def test_prompt_returns_the_reply_and_queues_behind_a_running_turn() -> None:
+    kit = Kit(turns=[[reply("hello there")], [AgentHang()], [reply("after")]])
+    client, sid = kit_client(kit)
+    result = await client.call("session.prompt", session_id=sid, text="hi")
+    assert result["state"] == "idle" and result["queued"] is False
+    assert result["reply"]["content"][0]["text"] == "hello there"
+    async with anyio.create_task_group() as group:
+        group.start_soon(partial(client.call, "session.prompt", session_id=sid, text="hang"))
+        await until(lambda: kit.runtime.state == "running")
+        queued = await client.call("session.prompt", session_id=sid, text="later")
+        assert queued["queued"] is True
+        await client.call("session.abort", session_id=sid)
+    assert "message" in client.event_types()
+
+
+async def test_prompt_without_an_agent_is_refused(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    error = await client.error("session.prompt", session_id=sid, text="hi")
+    assert error == {"code": METHOD_NOT_FOUND, "message": NO_AGENT}
+
+
+async def test_sessions_opened_by_the_hub_get_an_agent_from_the_factory(tmp_path: Path) -> None:
+    from orchestrator.testing import ScriptedAgent
+
+    agent = ScriptedAgent([[reply("from the factory")]])
+    client = file_client(tmp_path, agent_factory=lambda: agent)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    result = await client.call("session.prompt", session_id=sid, text="hi")
+    assert result["reply"]["content"][0]["text"] == "from the factory"
+
+
+async def test_close_all_releases_everything(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    await client.call("session.open", path="example.jsonl")
+    client.hub.abort_all()
+    client.hub.close_all()
+    assert await client.call("session.list") == {"sessions": []}
