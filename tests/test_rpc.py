@@ -508,9 +508,9 @@ async def test_fork_opens_and_registers_the_new_session(tmp_path: Path) -> None:
     assert "4e114f5c" in ids and "ec48c90d" not in ids  # the path before the user message
     listed = [s["session_id"] for s in (await client.call("session.list"))["sessions"]]
     assert listed == [sid, forked["session_id"]]
-    # The fork is a session like the others (its path ends just after a compaction).
+    # The fork is a session like the others (its path is small: nothing to compact).
     compressed = await client.call("session.compress", session_id=forked["session_id"])
-    assert compressed == {"compacted": False, "reason": "Already compacted"}
+    assert compressed == {"compacted": False, "reason": "Nothing to compact (session too small)"}
 
 
 async def test_fork_refusals_and_hook_cancel() -> None:
