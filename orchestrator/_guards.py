@@ -90,14 +90,20 @@ def _may_auto_compact(facts: Facts) -> bool:
 
 
 def _may_recover_overflow(facts: Facts) -> bool:
-    # D18 has its own once-per-turn budget, separate from D19's: without this one recovery the
-    # turn fails outright, so an earlier threshold compaction in the same turn does not spend it.
-    return facts.compaction_enabled and not facts.overflow_attempted
+    # D18: one overflow recovery per user turn. D19: at most one automatic compaction per turn,
+    # whatever its reason; an overflow after this turn's threshold compaction ends the turn with
+    # guidance rather than compacting a second time (no compaction loops).
+    return (
+        facts.compaction_enabled
+        and not facts.overflow_attempted
+        and facts.auto_compactions < MAX_AUTO_COMPACTIONS_PER_TURN
+    )
 
 
 GUARDS: Mapping[str, Guard] = MappingProxyType(
     {
         "auto_continue": lambda f: f.auto_continue,
+        "compaction_enabled": lambda f: f.compaction_enabled,
         "context_full": lambda f: f.context_full,
         "delay_within_limit": lambda f: f.delay_ms <= f.max_delay_ms,
         "entry_present": lambda f: f.entry_present,
@@ -108,7 +114,6 @@ GUARDS: Mapping[str, Guard] = MappingProxyType(
         "may_shrink": lambda f: f.shrink_attempts < MAX_SHRINK_ATTEMPTS,
         "more_candidates": lambda f: f.more_candidates,
         "over_threshold": lambda f: f.over_threshold,
-        "overflow_attempted": lambda f: f.overflow_attempted,
         "retries_left": lambda f: f.retry_attempt < f.max_retries,
         "retryable": lambda f: f.retryable,
         "same_position": lambda f: f.same_position,

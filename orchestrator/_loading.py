@@ -27,8 +27,10 @@ Unknown entry types and fields are not problems: they are kept verbatim (D2).
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,8 +95,32 @@ def parse_session_bytes(data: bytes, *, random_hex: RandomHex = uuid_hex) -> Loa
     return read_session(data, random_hex=random_hex).result
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector off while a file is parsed.
+
+    Parsing allocates millions of dicts and lists that all survive and contain no cycles. With the
+    collector on, each of those allocations counts toward a collection, and the full collections
+    it triggers walk every object parsed so far: on a 1M-entry file they took most of the load
+    time (issue 2's benchmark, tests/bench/bench_core.py). Reference counting still frees
+    everything that dies here; the collector catches up once, in one pass, after it is back on.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def read_session(data: bytes, *, random_hex: RandomHex = uuid_hex) -> ParsedSession:
     """Like :func:`parse_session_bytes`, and also report the version stored in the file."""
+    with _gc_paused():
+        return _read_session(data, random_hex=random_hex)
+
+
+def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
     lines = data.split(b"\n")
     # The last element is what follows the final "\n": empty for a well-terminated file.
     unterminated = lines.pop()

@@ -174,10 +174,8 @@ class TurnEffects:
     async def _auto_compaction(self, reason: str) -> str | None:
         t = self._turn_state
         t.will_retry = reason == "overflow"
-        if reason == "overflow":
-            t.overflow_attempted = True
-        else:
-            t.auto_compactions += 1
+        t.overflow_attempted = t.overflow_attempted or reason == "overflow"
+        t.auto_compactions += 1  # D19 counts every automatic compaction, whatever its reason
         self.events.emit("auto_compaction_start", reason=reason)
         outcome = await self._interruptible(lambda: self._compaction_event(reason, None))
         return outcome

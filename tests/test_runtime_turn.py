@@ -298,3 +298,20 @@ async def test_prompt_without_agent_is_an_error() -> None:
     kit.runtime.agent = None
     with pytest.raises(SessionError, match="no agent"):
         await kit.runtime.prompt("hi")
+
+
+async def test_d19_overflow_after_this_turns_threshold_compaction_does_not_compact_again() -> None:
+    kit = Kit(
+        turns=[
+            [reply("first", tokens=2000)],
+            [reply("second", tokens=9500)],
+            [error_reply("context_length_exceeded")],
+        ],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    assert kit.entry_types().count("compaction") == 1
+    assert kit.of("auto_compaction_end")[-1]["errorMessage"] == OVERFLOW_FAILED
+    assert kit.turn_path()[-1] == ("running", "overflow", "idle")
