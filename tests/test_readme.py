@@ -1,0 +1,44 @@
+"""The README's machine diagrams are generated from machines/: regenerate with
+``python tests/test_readme.py --write``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from orchestrator._machine import load_machine, shipped_machines
+from orchestrator._machine_render import render_markdown
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BEGIN, END = "<!-- machines:begin -->", "<!-- machines:end -->"
+
+
+def generated() -> str:
+    return "\n".join(render_markdown(load_machine(name)) for name in ("turn", "operation", "navigation")
+                     if name in shipped_machines())
+
+
+def with_diagrams(text: str) -> str:
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{generated()}{END}{tail}"
+
+
+def test_readme_diagrams_match_the_tables() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert text == with_diagrams(text), "README diagrams are stale: python tests/test_readme.py --write"
+    assert set(shipped_machines()) == {"turn", "operation", "navigation"}
+
+
+def test_readme_starts_with_install_and_test_commands() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    block = lines[lines.index("```sh") + 1 : lines.index("```sh") + 4]
+    assert block == [
+        "python3 -m pip install -e '.[dev]'",
+        "python3 -m pytest",
+        "orchestrator compact tests/data/example-session.jsonl --dry-run",
+    ]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    README.write_text(with_diagrams(README.read_text(encoding="utf-8")), encoding="utf-8")
