@@ -34,13 +34,14 @@ from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
 
 from ._cli_inspect import describe_entry, tree_rows
 from ._entries import Entry, role_of, text_of
 from ._errors import ModelError, OrchestratorError, SessionError
 from ._events import Event
 from ._navigation import navigation_target
-from ._runtime import AgentSession
+from ._runtime import AgentSession, TurnResult
 from ._runtime_nav import NavigationResult
 from ._session import Session
 
@@ -210,8 +211,7 @@ class TreePicker(ModalScreen[NavigationResult | None]):
     def _on_event(self, event: Event) -> None:
         if event.type == "transition" and event.payload.get("machine") == "operation":
             self._operation_state = str(event.payload.get("dest", ""))
-            if self.state is PickerState.NAVIGATING:
-                self._show_status()
+            self._show_status()
 
     def _tick(self) -> None:
         self._frame += 1
@@ -256,16 +256,15 @@ class TreePicker(ModalScreen[NavigationResult | None]):
 
     @on(OptionList.OptionSelected, "#rows")
     def _chosen(self, event: OptionList.OptionSelected) -> None:
-        if self.state is PickerState.CHOOSING and event.option.id is not None:
-            self._start(event.option.id, summarize=self.summarize, instructions=None)
+        if self.state is PickerState.CHOOSING:
+            target = self._rows[event.option_index]["id"]
+            self._start(target, summarize=self.summarize, instructions=None)
 
     @on(Input.Submitted, "#instructions")
     def _instructed(self, event: Input.Submitted) -> None:
         event.stop()
-        rows_view = self.query_one("#rows", OptionList)
-        if self.state is not PickerState.INSTRUCTING or rows_view.highlighted is None:
-            return
-        target = self._rows[rows_view.highlighted]["id"]
+        # The input is only shown (so only submitted) in INSTRUCTING, with rows to choose.
+        target = self._rows[self.query_one("#rows", OptionList).highlighted or 0]["id"]
         self._close_instructions()
         self._start(target, summarize=True, instructions=event.value.strip() or None)
 
@@ -278,25 +277,35 @@ class TreePicker(ModalScreen[NavigationResult | None]):
         if summarize:
             self._spinner = self.set_interval(1 / 12, self._tick)
         self._show_status()
-        self.run_worker(self._navigate(target, summarize, instructions), exclusive=True)
+        # The worker is the bare runtime call and I read its outcome in ``_navigated``: a
+        # coroutine resumed by a cancellation (an aborted summary) is not traced reliably on
+        # Python 3.11, so no logic of mine runs after that await.
+        self.run_worker(
+            self.runtime.navigate(target, summarize=summarize, instructions=instructions),
+            name="navigate", exclusive=True, exit_on_error=False,
+        )
 
-    async def _navigate(self, target: str, summarize: bool, instructions: str | None) -> None:
-        try:
-            result = await self.runtime.navigate(target, summarize=summarize,
-                                                 instructions=instructions)
-        except SessionError as exc:
-            return self._stay(str(exc))
-        except ModelError as exc:
-            return self._stay(f"Branch summary failed: {exc}; nothing changed")
-        finally:
-            if self._spinner is not None:
-                self._spinner.stop()
-                self._spinner = None
-        if result.aborted:
-            return self._stay("Summary aborted; history and position are unchanged")
-        if result.cancelled:
-            return self._stay("Navigation cancelled by an extension; nothing changed")
-        self.dismiss(result)
+    @on(Worker.StateChanged)
+    def _navigated(self, event: Worker.StateChanged) -> None:
+        event.stop()  # the app watches its own workers only
+        if event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+            return
+        if self._spinner is not None:
+            self._spinner.stop()
+            self._spinner = None
+        error, result = event.worker.error, event.worker.result
+        if isinstance(error, SessionError):
+            self._stay(str(error))
+        elif isinstance(error, ModelError):
+            self._stay(f"Branch summary failed: {error}; nothing changed")
+        elif not isinstance(result, NavigationResult):
+            raise error or TypeError(result)  # a bug, not an outcome: fail loudly
+        elif result.aborted:
+            self._stay("Summary aborted; history and position are unchanged")
+        elif result.cancelled:
+            self._stay("Navigation cancelled by an extension; nothing changed")
+        else:
+            self.dismiss(result)
 
     def _stay(self, message: str) -> None:
         self.state = PickerState.CHOOSING
@@ -369,7 +378,7 @@ class TreeApp(App[None]):
         if self.runtime.is_busy:
             self.set_status(UNAVAILABLE)
             return
-        self.push_screen(TreePicker(self.runtime), callback=self._navigated)
+        self.push_screen(TreePicker(self.runtime), callback=self._picked)
 
     def action_abort(self) -> None:
         """Esc on the main screen: stop the running turn."""
@@ -377,7 +386,7 @@ class TreeApp(App[None]):
             self.runtime.abort()
             self.set_status("Aborting the turn…")
 
-    def _navigated(self, result: NavigationResult | None) -> None:
+    def _picked(self, result: NavigationResult | None) -> None:
         if result is None:
             self.set_status("Navigation cancelled; nothing changed")
             return
@@ -406,14 +415,19 @@ class TreeApp(App[None]):
             self.set_status("No agent is attached: the text stays in the editor")
         elif text:
             self.editor.value = ""
-            self.run_worker(self._prompt(text), group="prompt")
+            self.set_status("The agent is working… (Esc: abort)")
+            self.run_worker(self.runtime.prompt(text), name="prompt", exit_on_error=False)
 
-    async def _prompt(self, text: str) -> None:
-        self.set_status("The agent is working… (Esc: abort)")
-        try:
-            result = await self.runtime.prompt(text)
-        except OrchestratorError as exc:
-            self.set_status(f"The turn failed: {exc}")
+    @on(Worker.StateChanged)
+    def _prompted(self, event: Worker.StateChanged) -> None:
+        if event.worker.name != "prompt" or event.state not in (WorkerState.SUCCESS,
+                                                                  WorkerState.ERROR):
             return
         self._show_path()
-        self.set_status("Queued behind the running turn" if result.queued else "Ready")
+        error, result = event.worker.error, event.worker.result
+        if isinstance(error, OrchestratorError):
+            self.set_status(f"The turn failed: {error}")
+        elif not isinstance(result, TurnResult):
+            raise error or TypeError(result)  # a bug, not an outcome: fail loudly
+        else:
+            self.set_status("Queued behind the running turn" if result.queued else "Ready")

@@ -53,6 +53,12 @@ async def settle(pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+async def run_keys(app: TreeApp, *keys: str) -> None:
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*keys)
+        await settle(pilot)
+
+
 async def wait_for(pilot: Pilot[None], predicate: Callable[[], bool]) -> None:
     for _ in range(200):
         if predicate():
@@ -82,8 +88,12 @@ async def test_picker_opens_on_the_leaf_and_marks_the_active_path() -> None:
         assert "Summarize: OFF" in screen.status_text
         await pilot.press("a")
         lines = [str(rows.get_option_at_index(i).prompt) for i in range(rows.option_count)]
-        assert lines[-1].startswith("●") and "label " in lines[-1]
+        assert lines[-1].startswith("●")
+        assert "label " in lines[-1]
         assert rows.highlighted == 4
+        await pilot.press("home")
+        preview = str(screen.query_one("#preview", Static).render())
+        assert preview.startswith(f"{ids['u1']} · message · on the active path\nlabel: start\n")
 
 
 async def test_enter_on_an_assistant_entry_moves_the_leaf_there() -> None:
@@ -101,7 +111,8 @@ async def test_enter_on_an_assistant_entry_moves_the_leaf_there() -> None:
         assert kit.turn_path() == turns_before  # navigating starts no reply
         assert "Moved to " + ids["a1"] in app.status_text
         transcript = str(app.query_one("#transcript", Static).render())
-        assert "answer one" in transcript and "second question" not in transcript
+        assert "answer one" in transcript
+        assert "second question" not in transcript
 
 
 async def test_user_message_goes_before_it_and_fills_an_empty_editor() -> None:
@@ -111,7 +122,8 @@ async def test_user_message_goes_before_it_and_fills_an_empty_editor() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("up")
         preview = str(picker(app).query_one("#preview", Static).render())
-        assert "second question" in preview and "Enter: go back to just before" in preview
+        assert "second question" in preview
+        assert "Enter: go back to just before" in preview
         await pilot.press("enter")
         await settle(pilot)
         assert kit.session.leaf_id == ids["a1"]
@@ -171,7 +183,7 @@ async def test_esc_cancels_the_picker_without_changes() -> None:
         assert app.status_text == "Navigation cancelled; nothing changed"
 
 
-# -- summaries ----------------------------------------------------------------------------------------
+# -- summaries -------------------------------------------------------------------------------------
 
 
 async def test_s_toggles_the_summary_and_enter_attaches_it() -> None:
@@ -187,7 +199,8 @@ async def test_s_toggles_the_summary_and_enter_attaches_it() -> None:
         await settle(pilot)
         entry = kit.session.tree.by_id[kit.session.leaf_id or ""]
         assert entry["type"] == "branch_summary"
-        assert entry["parentId"] == ids["a1"] and entry["fromId"] == ids["a2"]
+        assert entry["parentId"] == ids["a1"]
+        assert entry["fromId"] == ids["a2"]
         assert BRANCH_SUMMARY in entry["summary"]
         assert len(kit.model.requests) == 1
         assert f"branch summary {entry['id']} attached" in app.status_text
@@ -202,9 +215,9 @@ async def test_c_summarizes_with_custom_instructions() -> None:
         assert picker(app).state is PickerState.INSTRUCTING
         await pilot.press("escape")  # back to the list, nothing sent
         assert picker(app).state is PickerState.CHOOSING
-        await pilot.press("c", *"keep the files", "enter")
+        await pilot.press("c", *"files", "enter")
         await settle(pilot)
-        assert "Additional focus: keep the files" in kit.model.requests[0].prompt
+        assert "Additional focus: files" in kit.model.requests[0].prompt
         assert app.editor.value == "second question"
         assert kit.session.tree.by_id[kit.session.leaf_id or ""]["parentId"] == ids["a1"]
 
@@ -220,11 +233,13 @@ async def test_esc_during_the_summary_aborts_it_and_leaves_the_session_unchanged
         screen = picker(app)
         assert screen.state is PickerState.NAVIGATING
         assert "Summarizing the branch you leave [summarizing] (Esc: abort)" in screen.status_text
-        await pilot.press("s", "c")  # ignored while navigating
+        await pilot.press("s", "c", "a", "enter")  # ignored while navigating
         await pilot.press("escape")
         await settle(pilot)
-        assert picker(app) is screen and screen.state is PickerState.CHOOSING
-        assert "Summary aborted" in screen.status_text and "Summarize: ON" in screen.status_text
+        assert picker(app) is screen
+        assert screen.state is PickerState.CHOOSING
+        assert "Summary aborted" in screen.status_text
+        assert "Summarize: ON" in screen.status_text
         assert kit.session.tree.entries == before
         assert kit.session.leaf_id == ids["a2"]
         assert kit.runtime.branch_operation is None or kit.model.remaining == 0
@@ -238,7 +253,8 @@ async def test_a_failed_summary_is_reported_and_nothing_changes() -> None:
         await pilot.press("s", "up", "enter")
         await settle(pilot)
         assert "Branch summary failed" in picker(app).status_text
-        assert kit.session.leaf_id == ids["a2"] and len(kit.session.tree.entries) == 4
+        assert kit.session.leaf_id == ids["a2"]
+        assert len(kit.session.tree.entries) == 4
 
 
 async def test_a_hook_cancelling_navigation_keeps_the_picker_open() -> None:
@@ -253,7 +269,7 @@ async def test_a_hook_cancelling_navigation_keeps_the_picker_open() -> None:
         assert kit.session.leaf_id == ids["a2"]
 
 
-# -- busy, agent, empty -----------------------------------------------------------------------------
+# -- busy, agent, empty ----------------------------------------------------------------------------
 
 
 async def test_tree_is_refused_while_the_agent_works() -> None:
@@ -305,6 +321,32 @@ async def test_without_an_agent_the_editor_keeps_the_text() -> None:
         assert "No agent" in app.status_text
 
 
+async def test_an_empty_line_sends_nothing() -> None:
+    kit = nav_kit()
+    app = TreeApp(kit.runtime, open_tree=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.click("#editor")
+        await pilot.press("space", "enter")
+        await settle(pilot)
+        assert kit.turn_path() == []
+        assert kit.agent.remaining == 2
+
+
+async def test_a_bug_in_the_runtime_is_not_swallowed() -> None:
+    kit = nav_kit()
+    ids = await conversation(kit)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("bug")
+
+    kit.runtime.navigate = broken  # type: ignore[method-assign]
+    kit.runtime.prompt = broken  # type: ignore[method-assign]
+    for keys in (("up", "enter"), ("escape", "tab", "x", "enter")):
+        with pytest.raises(RuntimeError, match="bug"):
+            await run_keys(TreeApp(kit.runtime), *keys)
+    assert kit.session.leaf_id == ids["a2"]
+
+
 async def test_a_failed_turn_is_reported() -> None:
     kit = nav_kit()
 
@@ -343,10 +385,11 @@ def test_entry_text_shows_whole_entries() -> None:
     summary_message = {"type": "message", "message": {"role": "branchSummary", "summary": "S"}}
     assert entry_text(summary_message) == "S"
     assert entry_text({"type": "compaction", "summary": "C" * 200}) == "C" * 200
-    assert entry_text({"type": "thinking_level_change", "thinkingLevel": "high"}) == "thinking → high"
+    level = {"type": "thinking_level_change", "thinkingLevel": "high"}
+    assert entry_text(level) == "thinking → high"
 
 
-# -- the command ------------------------------------------------------------------------------------
+# -- the command -----------------------------------------------------------------------------------
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -375,7 +418,8 @@ async def test_the_command_navigates_a_file_with_the_offline_summarizer(tmp_path
     runtime.close()
     reopened = Session.open(path)
     entry = reopened.tree.by_id[reopened.leaf_id or ""]
-    assert entry["type"] == "branch_summary" and entry["parentId"] == ids["a1"]
+    assert entry["type"] == "branch_summary"
+    assert entry["parentId"] == ids["a1"]
     assert "the user explored a different branch" in entry["summary"]
     assert len(reopened.tree.entries) == 5
 
@@ -407,7 +451,8 @@ async def test_the_command_handler_runs_the_app_and_releases_the_file(
     monkeypatch.setattr(TreeApp, "run", fake_run)
     args = parse(str(path), "--model", "openai/gpt-4o-mini", "--chat", "--context-window", "8000")
     assert args.handler(args) == 0
-    assert ran and ran[0].runtime.agent is not None
+    assert ran
+    assert ran[0].runtime.agent is not None
     reopened = Session.open(path)  # the lock was released
     assert reopened.context().entry_ids == (ids["u1"], ids["a1"])
 
