@@ -148,12 +148,12 @@ class TreePicker(ModalScreen[NavigationResult | None]):
                     yield Static(id="preview", markup=False)
             yield Input(placeholder="Focus for the branch summary (Enter: summarize and go, "
                                     "Esc: back)", id="instructions")
-            yield Static(id="picker-status")
+            yield Static(id="picker-status", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
         """Fill the list and select the active leaf."""
-        self.border_title = "Session tree"
+        self.query_one("#picker").border_title = "Session tree"
         self._fill()
         self._show_status()
 
@@ -182,9 +182,8 @@ class TreePicker(ModalScreen[NavigationResult | None]):
             detail = f" [{self._operation_state}]" if self._operation_state else ""
             text = f"{frame} Summarizing the branch you leave{detail} (Esc: abort)"
         else:
-            keys = ("↑/↓ choose · Enter navigate · s summary · c summarize with focus · "
-                    "a all entries · Esc cancel")
-            text = f"Summarize: {'ON' if self.summarize else 'OFF'}   {keys}"
+            keys = "↑↓ choose · Enter go · s summary · c summary with focus · a all · Esc cancel"
+            text = f"Summarize: {'ON ' if self.summarize else 'OFF'} │ {keys}"
             if self.message:
                 text = f"{self.message}\n{text}"
         self.status_text = text
@@ -326,7 +325,6 @@ class TreeApp(App[None]):
     CSS = """
     #transcript-box { height: 1fr; padding: 0 1; }
     #status { height: auto; padding: 0 1; background: $boost; }
-    #editor { dock: bottom; }
     """
     BINDINGS = [
         Binding("ctrl+t", "open_tree", "Tree"),
@@ -345,8 +343,8 @@ class TreeApp(App[None]):
         with VerticalScroll(id="transcript-box"):
             yield Static(id="transcript", markup=False)
         yield Static(id="status", markup=False)
-        yield Footer()
         yield Input(placeholder="Message (/tree to navigate)", id="editor")
+        yield Footer()
 
     def on_mount(self) -> None:
         """Show the active path; open the picker if asked."""
@@ -368,9 +366,10 @@ class TreeApp(App[None]):
 
     def _show_path(self) -> None:
         path = self.runtime.session.path()
-        lines = [describe_entry(e) for e in path if role_of(e) is not None or
+        lines = [f"{role_of(e) or str(e['type']).replace('_', ' ')}: {entry_text(e)}"
+                 for e in path if role_of(e) is not None or
                  e.get("type") in ("compaction", "branch_summary")]
-        text = "\n".join(lines) or "(empty context: the next message starts a new root)"
+        text = "\n\n".join(lines) or "(empty context: the next message starts a new root)"
         self.query_one("#transcript", Static).update(text)
 
     def action_open_tree(self) -> None:
@@ -394,9 +393,10 @@ class TreeApp(App[None]):
         if result.new_leaf_id == result.old_leaf_id and result.summary_entry is None:
             self.set_status("Already there; nothing changed")
             return
-        notes = [f"Moved to {result.new_leaf_id or 'the root'}"]
         if result.summary_entry is not None:
-            notes.append(f"branch summary {result.summary_entry['id']} attached")
+            notes = [f"Branch summary {result.summary_entry['id']} attached as the new leaf"]
+        else:
+            notes = [f"Moved to {result.new_leaf_id or 'the root'}"]
         if result.editor_text is not None:
             if self.editor.value:
                 notes.append("the editor held a draft, so the message text was not restored")

@@ -203,7 +203,7 @@ async def test_s_toggles_the_summary_and_enter_attaches_it() -> None:
         assert entry["fromId"] == ids["a2"]
         assert BRANCH_SUMMARY in entry["summary"]
         assert len(kit.model.requests) == 1
-        assert f"branch summary {entry['id']} attached" in app.status_text
+        assert f"Branch summary {entry['id']} attached as the new leaf" in app.status_text
 
 
 async def test_c_summarizes_with_custom_instructions() -> None:
