@@ -8,7 +8,7 @@ The diagram is structural: states, and one arrow per (row, source) labelled with
 its guards. Explanations and effects go in the Markdown table, where long text reads well. Every
 name in a diagram is lower_snake_case (the loader enforces it), so nothing needs escaping there.
 
-Usage: ``python -m orchestrator._machine_render NAME [--mermaid | --table]``.
+Usage: ``orchestrator machines NAME [--mermaid | --table]``.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [a for a in args if not a.startswith("--")]
     if len(names) != 1 or not flags <= {"--mermaid", "--table"} or len(flags) > 1:
         print(
-            "usage: python -m orchestrator._machine_render NAME [--mermaid | --table]",
+            "usage: orchestrator machines NAME [--mermaid | --table]",
             file=sys.stderr,
         )
         return 2
@@ -125,7 +125,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sys.stdout.write(render(defn))
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess test
-    raise SystemExit(main())

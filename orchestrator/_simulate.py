@@ -345,7 +345,8 @@ def _simulate_in(scenario: Scenario, path: Path, workdir: Path, target: Path) ->
     if scenario.crash is None:
         return anyio.run(_run, scenario, workdir, target)
     child = subprocess.run(
-        [sys.executable, "-m", "orchestrator._simulate", str(path), str(workdir), str(target)],
+        [sys.executable, "-c", "import sys; from orchestrator._simulate import _child; "
+         "_child(sys.argv[1:])", str(path), str(workdir), str(target)],
         env={**os.environ, _CHILD: "1"}, capture_output=True, text=True, check=False,
     )
     if child.returncode != -signal.SIGKILL:
@@ -368,6 +369,3 @@ def _child(argv: list[str]) -> None:  # pragma: no cover - runs in the killed ch
     scenario_path, workdir, trace = argv
     anyio.run(_run, load_scenario(scenario_path), Path(workdir), Path(trace))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    _child(sys.argv[1:])

@@ -357,7 +357,7 @@ def test_render_cli_reports_a_broken_shipped_table(
 @pytest.mark.slow
 def test_render_module_runs_as_a_script() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator._machine_render", "turn", "--mermaid"],
+        [sys.executable, "-m", "orchestrator", "machines", "turn", "--mermaid"],
         capture_output=True,
         text=True,
         check=False,
