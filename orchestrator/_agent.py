@@ -72,7 +72,9 @@ def assistant_message(
     }
 
 
-def error_message(error: BaseException, now_ms: int, *, provider: str = "", model: str = "") -> Message:
+def error_message(
+    error: BaseException, now_ms: int, *, provider: str = "", model: str = ""
+) -> Message:
     """A pi assistant message recording a failed call (``stopReason: "error"``)."""
     return {
         "role": "assistant",

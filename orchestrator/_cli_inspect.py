@@ -143,9 +143,10 @@ def _print_compaction_plan(report: dict[str, Any]) -> None:
     if plan is None:
         print(f"no compaction: {report['reason']}")
         return
+    split = f" (split turn, prefix of {len(plan['turnPrefixEntryIds'])})"
     print(
         f"summarize {len(plan['summarizeEntryIds'])} entries, keep from {plan['firstKeptEntryId']}"
-        f"{' (split turn, prefix of ' + str(len(plan['turnPrefixEntryIds'])) + ')' if plan['isSplitTurn'] else ''}"
+        + (split if plan["isSplitTurn"] else "")
     )
     print(
         f"tokens before: {plan['tokensBefore']}; previous summary: "
@@ -184,9 +185,11 @@ def describe_entry(entry: Entry) -> str:
     if role is not None:
         return f"{role}: {_preview_message(entry['message'])}"
     if kind == "compaction":
-        return f"compaction: {_preview_message({'role': 'compactionSummary', 'summary': entry.get('summary', '')})}"
+        summary = {"role": "compactionSummary", "summary": entry.get("summary", "")}
+        return f"compaction: {_preview_message(summary)}"
     if kind == "branch_summary":
-        return f"branch summary: {_preview_message({'role': 'branchSummary', 'summary': entry.get('summary', '')})}"
+        summary = {"role": "branchSummary", "summary": entry.get("summary", "")}
+        return f"branch summary: {_preview_message(summary)}"
     if kind == "model_change":
         return f"model → {entry.get('provider', '')}/{entry.get('modelId', entry.get('model', ''))}"
     if kind == "thinking_level_change":

@@ -1,4 +1,4 @@
-"""Commands about the lifecycle machines: ``machines`` (render) and ``simulate`` (run a scenario)."""
+"""Commands about the lifecycle machines: ``machines`` (render) and ``simulate`` (a scenario)."""
 
 from __future__ import annotations
 
@@ -57,8 +57,15 @@ def _simulate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else scenario_dir().parent / f"{path.stem}.jsonl"
     report = simulate(path, out)
     if args.json:
-        print_json({"outcomes": report.outcomes, "events": report.events,
-                    "entries": report.entries, "trace": report.trace, "crashed": report.crashed})
+        print_json(
+            {
+                "outcomes": report.outcomes,
+                "events": report.events,
+                "entries": report.entries,
+                "trace": report.trace,
+                "crashed": report.crashed,
+            }
+        )
         return 0
     for line in report.outcomes:
         print(line)

@@ -27,12 +27,18 @@ LEAF_MARKER = "orchestrator/leaf"
 
 
 def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", action="append", default=[], metavar="M",
-                        help="litellm model id; repeat for candidates in order (default: offline)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="M",
+        help="litellm model id; repeat for candidates in order (default: offline)",
+    )
     parser.add_argument("--api-base", help="base URL for the litellm routes")
     parser.add_argument("--api-key", help="API key (default: the provider's usual variable)")
-    parser.add_argument("--context-window", type=int, default=0,
-                        help="the summarizer's context window in tokens")
+    parser.add_argument(
+        "--context-window", type=int, default=0, help="the summarizer's context window in tokens"
+    )
     parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
     parser.add_argument("--reserve-tokens", type=int, default=16384)
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -52,18 +58,29 @@ def register(commands: Any) -> None:
     navigate = commands.add_parser("navigate", help="move the active leaf, optionally summarizing")
     navigate.add_argument("session")
     navigate.add_argument("--to", required=True, metavar="ID", help="entry to navigate to")
-    navigate.add_argument("--summarize", action="store_true",
-                          help="summarize the abandoned branch at the new position")
+    navigate.add_argument(
+        "--summarize",
+        action="store_true",
+        help="summarize the abandoned branch at the new position",
+    )
     navigate.add_argument("--focus", help="instructions for the branch summary")
-    navigate.add_argument("--replace-instructions", action="store_true",
-                          help="--focus replaces the default branch-summary prompt")
+    navigate.add_argument(
+        "--replace-instructions",
+        action="store_true",
+        help="--focus replaces the default branch-summary prompt",
+    )
     _add_route_arguments(navigate)
     navigate.set_defaults(handler=_navigate)
 
     fork = commands.add_parser("fork", help="copy the path before a user message into a new file")
     fork.add_argument("session")
-    fork.add_argument("--from", dest="entry", required=True, metavar="ID",
-                      help="a user message: the new session holds the path before it")
+    fork.add_argument(
+        "--from",
+        dest="entry",
+        required=True,
+        metavar="ID",
+        help="a user message: the new session holds the path before it",
+    )
     fork.add_argument("--out", help="new session file (default: beside the source)")
     fork.add_argument("--json", action="store_true")
     fork.set_defaults(handler=_fork)
@@ -83,8 +100,9 @@ def _route_settings(args: argparse.Namespace) -> RouteSettings:
 def _attempt_text(progress: Progress) -> Any:
     def on_attempt(record: AttemptRecord, purpose: str) -> None:
         if record.outcome == "retry":
-            progress.text = (f"{record.candidate}: {record.error}; retrying in "
-                             f"{record.delay_ms / 1000:.1f}s")
+            progress.text = (
+                f"{record.candidate}: {record.error}; retrying in {record.delay_ms / 1000:.1f}s"
+            )
         elif record.outcome == "next_candidate":
             progress.text = f"{record.candidate} failed ({record.error}); trying the next model"
 
@@ -97,7 +115,9 @@ def _attempt_text(progress: Progress) -> Any:
 def _compact(args: argparse.Namespace) -> int:
     session = open_existing(args.session)
     routes = _route_settings(args)
-    progress = Progress("Summarizing with " + (", ".join(routes.models) or "the offline summarizer"))
+    progress = Progress(
+        "Summarizing with " + (", ".join(routes.models) or "the offline summarizer")
+    )
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
     settings = CompactionSettings(
         reserve_tokens=args.reserve_tokens,
@@ -121,14 +141,17 @@ def _compact(args: argparse.Namespace) -> int:
     if outcome.reason is not None:
         print(outcome.reason)
         return 0
-    assert outcome.result is not None and outcome.plan is not None
+    assert outcome.result is not None
+    assert outcome.plan is not None
     print(outcome.result.summary)
     print()
     verb = "would compact" if args.dry_run else "compacted"
-    print(f"-- {verb}: {len(outcome.plan.summarize_entry_ids)} messages summarized"
-          f"{' (split turn)' if outcome.plan.is_split_turn else ''}, kept from "
-          f"{outcome.result.first_kept_entry_id}; tokens before {outcome.tokens_before}, "
-          f"after ~{outcome.tokens_after}; summarizer {outcome.result.model or 'none'}")
+    print(
+        f"-- {verb}: {len(outcome.plan.summarize_entry_ids)} messages summarized"
+        f"{' (split turn)' if outcome.plan.is_split_turn else ''}, kept from "
+        f"{outcome.result.first_kept_entry_id}; tokens before {outcome.tokens_before}, "
+        f"after ~{outcome.tokens_after}; summarizer {outcome.result.model or 'none'}"
+    )
     if outcome.entry is not None:
         print(f"-- appended compaction entry {outcome.entry['id']} to {args.session}")
     return 0
@@ -140,8 +163,9 @@ def _compact(args: argparse.Namespace) -> int:
 def _navigate(args: argparse.Namespace) -> int:
     session = open_existing(args.session)
     routes = _route_settings(args)
-    progress = Progress("Summarizing the branch with "
-                        + (", ".join(routes.models) or "the offline summarizer"))
+    progress = Progress(
+        "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
+    )
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
 
     async def run() -> NavigateOutcome:
@@ -176,8 +200,10 @@ def _record_leaf(session: Session, outcome: NavigateOutcome) -> None:
     # of the context, pi ignores it) under the new leaf: reopening lands exactly there.
     session.append_entry(
         CUSTOM,
-        {"customType": LEAF_MARKER,
-         "data": {"from": outcome.old_leaf_id, "to": outcome.target.target_id}},
+        {
+            "customType": LEAF_MARKER,
+            "data": {"from": outcome.old_leaf_id, "to": outcome.target.target_id},
+        },
         parent_id=outcome.target.new_leaf_id,
     )
 
@@ -212,8 +238,12 @@ def _fork(args: argparse.Namespace) -> int:
     forked = branched_session(source, leaf, JsonlStore(out))
     forked.flush()
     forked.close()
-    report = {"sessionFile": str(out), "sessionId": forked.session_id,
-              "entries": len(forked.tree), "editorText": editor_text}
+    report = {
+        "sessionFile": str(out),
+        "sessionId": forked.session_id,
+        "entries": len(forked.tree),
+        "editorText": editor_text,
+    }
     if args.json:
         print_json(report)
     else:

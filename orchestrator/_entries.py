@@ -124,8 +124,8 @@ def entry_message(entry: Mapping[str, Any]) -> Message | None:
     """
     kind = entry.get("type")
     if kind == MESSAGE:
-        message = entry.get("message")
-        return message if isinstance(message, dict) else None
+        stored = entry.get("message")
+        return stored if isinstance(stored, dict) else None
     if kind == CUSTOM_MESSAGE:
         message: Message = {
             "role": "custom",

@@ -4,11 +4,11 @@ Every error we raise is an :class:`OrchestratorError`; callers can catch that on
 Each child names who is at fault::
 
     OrchestratorError
-    ├── DefinitionError    a machine table or prompt file we ship (or you pass) is wrong: our bug or yours, at load
+    ├── DefinitionError    a machine table or prompt file is wrong (ours or yours), found at load
     ├── SessionError       a session file, entry id or argument is wrong: the caller's input
     │   └── SessionLockedError   another writer holds the file
-    ├── TransitionError    an event the machine table does not list for the current state: a caller bug
-    ├── ModelError         the model provider failed (wraps the provider's exception with ``from exc``)
+    ├── TransitionError    an event the table does not list for the current state: a caller bug
+    ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
     └── Cancelled          the operation was cancelled on request; nothing was applied
 
 The house style names four children. I added ``SessionError`` because bad input (a corrupt file,

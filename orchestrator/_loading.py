@@ -96,7 +96,7 @@ def parse_session_bytes(data: bytes, *, random_hex: RandomHex = uuid_hex) -> Loa
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Keep the cyclic garbage collector off while a file is parsed.
 
     Parsing allocates millions of dicts and lists that all survive and contain no cycles. With the
@@ -116,7 +116,7 @@ def _gc_paused() -> Iterator[None]:
 
 def read_session(data: bytes, *, random_hex: RandomHex = uuid_hex) -> ParsedSession:
     """Like :func:`parse_session_bytes`, and also report the version stored in the file."""
-    with _gc_paused():
+    with gc_paused():
         return _read_session(data, random_hex=random_hex)
 
 

@@ -36,8 +36,12 @@ from ._machine import Runner, Step, load_machine
 from ._model import Purpose
 from ._retry import AttemptRecord, RetryPolicy
 
-_STATUS = {"committed": "completed", "skipped": "completed", "failed": "failed",
-           "cancelled": "cancelled"}
+_STATUS = {
+    "committed": "completed",
+    "skipped": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
 
 
 class Operation:
@@ -106,7 +110,10 @@ class Operation:
 
     def on_attempt(self, record: AttemptRecord, purpose: Purpose) -> None:
         """Feed one reported summarizer attempt to the machine (see the module comment)."""
-        if purpose not in ("history", "branch") or self.state not in ("summarizing", "waiting_retry"):
+        if purpose not in ("history", "branch") or self.state not in (
+            "summarizing",
+            "waiting_retry",
+        ):
             return
         if self.state == "waiting_retry":
             self.fire("wait_done")
@@ -115,8 +122,12 @@ class Operation:
         error = record.error
         error_text = str(error) if error is not None else None
         if record.outcome == "failed" and error is not None and error.kind == "overflow":
-            self.fire("summary_overflow", Facts(shrink_attempts=self._shrinks),
-                      error=error_text, model=record.candidate)
+            self.fire(
+                "summary_overflow",
+                Facts(shrink_attempts=self._shrinks),
+                error=error_text,
+                model=record.candidate,
+            )
             self._shrinks += 1
             return
         retryable = record.outcome == "retry" or (
@@ -124,14 +135,22 @@ class Operation:
         )
         facts = Facts(
             retryable=retryable,
-            retry_attempt=record.attempt - 1 if record.outcome == "retry" else self._retry.max_retries,
+            retry_attempt=record.attempt - 1
+            if record.outcome == "retry"
+            else self._retry.max_retries,
             max_retries=self._retry.max_retries,
             delay_ms=record.delay_ms,
             max_delay_ms=self._max_delay(),
             more_candidates=record.outcome == "next_candidate",
         )
-        self.fire("attempt_failed", facts, error=error_text, model=record.candidate,
-                  attempt=record.attempt, delay_ms=record.delay_ms or None)
+        self.fire(
+            "attempt_failed",
+            facts,
+            error=error_text,
+            model=record.candidate,
+            attempt=record.attempt,
+            delay_ms=record.delay_ms or None,
+        )
 
     def _max_delay(self) -> int:
         # The 30 s candidate switch applies while another candidate remains; on the last one the

@@ -97,7 +97,9 @@ async def compact_session(
     tokens_before = session.context().tokens().tokens
     if isinstance(plan, NothingToCompact):
         return CompactOutcome(reason=plan.reason, tokens_before=tokens_before)
-    result = await compact(plan, summarizer, focus=focus, kept_messages=kept_messages(session, plan))
+    result = await compact(
+        plan, summarizer, focus=focus, kept_messages=kept_messages(session, plan)
+    )
     entry = None
     if not dry_run:
         entry = commit_compaction(session, result)
@@ -208,6 +210,4 @@ async def navigate_session(
         summary=result.summary if result else None,
         details=result.details if result else None,
     )
-    return NavigateOutcome(
-        target=target, old_leaf_id=old_leaf, summary_entry=entry, result=result
-    )
+    return NavigateOutcome(target=target, old_leaf_id=old_leaf, summary_entry=entry, result=result)

@@ -326,11 +326,13 @@ class RpcServer:
 
     Args:
         hub: The sessions and their methods.
+        max_line_bytes: A longer request line is answered with a parse error and skipped.
     """
 
-    def __init__(self, hub: SessionHub) -> None:
+    def __init__(self, hub: SessionHub, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.hub = hub
         self.dispatcher = Dispatcher(hub.methods())
+        self.max_line_bytes = max_line_bytes
 
     async def serve_connection(self, transport: Transport) -> None:
         """Answer one connection until it ends and its last request is answered."""
@@ -344,7 +346,7 @@ class RpcServer:
 
         async def answer(line: bytes | None) -> None:
             if line is None:
-                error = RpcError(PARSE_ERROR, f"Parse error: line over {MAX_LINE_BYTES} bytes")
+                error = RpcError(PARSE_ERROR, f"Parse error: line over {self.max_line_bytes} bytes")
                 post(encode(failure(None, error)))
                 return
             reply = await self.dispatcher.handle_text(line)
@@ -356,7 +358,7 @@ class RpcServer:
             outer.start_soon(_write_all, transport, receive)
             try:
                 async with anyio.create_task_group() as requests:
-                    async for line in read_lines(transport):
+                    async for line in read_lines(transport, self.max_line_bytes):
                         requests.start_soon(answer, line)
             finally:
                 stop()

@@ -174,7 +174,7 @@ class AgentSession(TurnEffects):
         self._retry_wait_ms = 0
         self.turn = Runner(load_machine("turn"), observers=(self.observe_step,))
 
-    # -- opening -----------------------------------------------------------------------------------
+    # -- opening -------------------------------------------------------------------------------
 
     @classmethod
     def open(
@@ -203,16 +203,27 @@ class AgentSession(TurnEffects):
         session = Session.open(Path(path), **options)
         journal = Journal.open(path)
         runtime = cls(session, journal=journal, **kwargs)
-        runtime.settlements = settle(
-            journal, session.tree.by_id, is_applied=runtime._prune_applied
-        )
+        runtime.settlements = settle(journal, session.tree.by_id, is_applied=runtime._prune_applied)
         for settled in runtime.settlements:
-            with runtime.tracer.operation_span(settled.kind or "operation", settled.operation_id,
-                                               "reopened"):
-                runtime.tracer.on_step(Step(machine="operation", source=settled.source,
-                                            event="reopened", dest=settled.dest, effects=()))
-            runtime.events.emit("operation_settled", id=settled.operation_id, kind=settled.kind,
-                                source=settled.source, dest=settled.dest)
+            with runtime.tracer.operation_span(
+                settled.kind or "operation", settled.operation_id, "reopened"
+            ):
+                runtime.tracer.on_step(
+                    Step(
+                        machine="operation",
+                        source=settled.source,
+                        event="reopened",
+                        dest=settled.dest,
+                        effects=(),
+                    )
+                )
+            runtime.events.emit(
+                "operation_settled",
+                id=settled.operation_id,
+                kind=settled.kind,
+                source=settled.source,
+                dest=settled.dest,
+            )
         return runtime
 
     def _prune_applied(self, operation: Any) -> bool:
@@ -229,7 +240,7 @@ class AgentSession(TurnEffects):
         """Release the session (its write lock)."""
         self.session.close()
 
-    # -- observation ---------------------------------------------------------------------------------
+    # -- observation ---------------------------------------------------------------------------
 
     @property
     def state(self) -> str:
@@ -250,14 +261,24 @@ class AgentSession(TurnEffects):
         if self.journal is not None and step.machine != "operation":
             self.journal.record(step)
         self.tracer.on_step(step)
-        self.events.emit("transition", machine=step.machine, source=step.source,
-                         event=step.event, dest=step.dest, effects=list(step.effects))
+        self.events.emit(
+            "transition",
+            machine=step.machine,
+            source=step.source,
+            event=step.event,
+            dest=step.dest,
+            effects=list(step.effects),
+        )
 
     def new_operation(self, kind: str, *, reason: str | None = None) -> Operation:
         """A fresh operation, journaled and traced."""
         op = Operation(
-            kind, journal=self.journal, events=self.events, reason=reason,
-            observers=(self.observe_step,), retry=self.summarizer.retry,
+            kind,
+            journal=self.journal,
+            events=self.events,
+            reason=reason,
+            observers=(self.observe_step,),
+            retry=self.summarizer.retry,
             candidates=len(self.summarizer.candidates),
             operation_id=self._operation_ids() if self._operation_ids else None,
         )
@@ -266,7 +287,6 @@ class AgentSession(TurnEffects):
 
     def attempt_observer(self, op: Operation) -> Callable[[AttemptRecord, Purpose], None]:
         """Feed summarizer attempts to the operation's machine and the tracer."""
-
         return op.on_attempt
 
     async def run_hook(self, name: str, payload: dict[str, Any]) -> Mapping[str, Any] | None:
@@ -276,7 +296,7 @@ class AgentSession(TurnEffects):
     def _hook_error(self, name: str, error: BaseException) -> None:
         self.events.emit("hook_error", hook=name, error=f"{type(error).__name__}: {error}")
 
-    # -- prompting -----------------------------------------------------------------------------------
+    # -- prompting -----------------------------------------------------------------------------
 
     async def prompt(self, text: str) -> TurnResult:
         """Send a user message and run the turn to its end (compactions and retries included).
@@ -362,7 +382,7 @@ class AgentSession(TurnEffects):
             auto_continue=self.settings.compaction.auto_continue,
         )
 
-    # -- interrupts ----------------------------------------------------------------------------------
+    # -- interrupts ----------------------------------------------------------------------------
 
     def abort(self) -> None:
         """Stop the active work: the agent, a retry wait (only the wait, D22), or a compaction."""
@@ -382,7 +402,7 @@ class AgentSession(TurnEffects):
         if self.branch_operation is not None:
             self.branch_operation.scope.cancel()
 
-    # -- navigation and forks ----------------------------------------------------------------------
+    # -- navigation and forks ------------------------------------------------------------------
 
     async def navigate(
         self,
@@ -406,8 +426,14 @@ class AgentSession(TurnEffects):
             SessionError: a turn is running (finish or abort it first), or the id is unknown.
             ModelError: the branch summary failed; history and leaf are unchanged.
         """
-        return await navigate(self, target_id, summarize=summarize, instructions=instructions,
-                              replace_instructions=replace_instructions, label=label)
+        return await navigate(
+            self,
+            target_id,
+            summarize=summarize,
+            instructions=instructions,
+            replace_instructions=replace_instructions,
+            label=label,
+        )
 
     async def fork(self, entry_id: str, path: str | os.PathLike[str] | None = None) -> ForkResult:
         """Copy the path before a user message into a new session (reference §7.5).
@@ -430,7 +456,7 @@ class AgentSession(TurnEffects):
             store = JsonlStore(target)
         return await fork(self, entry_id, store)
 
-    # -- manual compaction ---------------------------------------------------------------------------
+    # -- manual compaction ---------------------------------------------------------------------
 
     async def compact(self, focus: str | None = None) -> OperationOutcome:
         """Compact now, with optional focus instructions (seed 2's ``session.compress``).
@@ -463,7 +489,6 @@ class AgentSession(TurnEffects):
         for done, _ in self._manual_waiters:
             done.set()
         self._manual_waiters.clear()
-
 
 
 def _raise_for(outcome: OperationOutcome) -> OperationOutcome:

@@ -84,15 +84,22 @@ async def navigate(
         nav.fire("navigate", Facts())
         entries, ancestor = collect_branch_entries(session.tree, old_leaf, target_id)
         nav.fire("collected")
-        hook = await runtime.run_hook("session_before_tree", {
-            "type": "session_before_tree",
-            "preparation": {
-                "targetId": target_id, "oldLeafId": old_leaf, "commonAncestorId": ancestor,
-                "entriesToSummarize": [e["id"] for e in entries], "userWantsSummary": summarize,
-                "customInstructions": instructions, "replaceInstructions": replace_instructions,
-                "label": label,
+        hook = await runtime.run_hook(
+            "session_before_tree",
+            {
+                "type": "session_before_tree",
+                "preparation": {
+                    "targetId": target_id,
+                    "oldLeafId": old_leaf,
+                    "commonAncestorId": ancestor,
+                    "entriesToSummarize": [e["id"] for e in entries],
+                    "userWantsSummary": summarize,
+                    "customInstructions": instructions,
+                    "replaceInstructions": replace_instructions,
+                    "label": label,
+                },
             },
-        })
+        )
         if hook and hook.get("cancel"):
             nav.fire("hooks_cancelled")
             return NavigationResult(cancelled=True, new_leaf_id=old_leaf, old_leaf_id=old_leaf)
@@ -107,8 +114,12 @@ async def navigate(
             summary_entry = None
             if "switch_leaf_with_summary" in step.effects:
                 summary_entry = apply_navigation(
-                    session, target, old_leaf_id=old_leaf, summary=supplied["summary"],
-                    details=supplied.get("details"), from_extension=True,
+                    session,
+                    target,
+                    old_leaf_id=old_leaf,
+                    summary=supplied["summary"],
+                    details=supplied.get("details"),
+                    from_extension=True,
                 )
             else:
                 apply_navigation(session, target, old_leaf_id=old_leaf)
@@ -119,22 +130,29 @@ async def navigate(
             nav.fire("switched")
             return await _finish(runtime, nav, target, old_leaf, None, label, False)
         budget = max(1, _window(runtime) - runtime.settings.branch_reserve_tokens)
-        plan = prepare_branch_entries(entries, budget, old_leaf_id=old_leaf, target_id=target_id,
-                                      common_ancestor_id=ancestor)
+        plan = prepare_branch_entries(
+            entries, budget, old_leaf_id=old_leaf, target_id=target_id, common_ancestor_id=ancestor
+        )
         outcome = await run_branch_summary(
-            runtime, plan, new_leaf_id=target.new_leaf_id, old_leaf_id=old_leaf,
-            instructions=instructions, replace_instructions=replace_instructions,
+            runtime,
+            plan,
+            new_leaf_id=target.new_leaf_id,
+            old_leaf_id=old_leaf,
+            instructions=instructions,
+            replace_instructions=replace_instructions,
         )
         if outcome.status == "cancelled":
             nav.fire("summary_cancelled")
-            return NavigationResult(cancelled=True, aborted=True, new_leaf_id=old_leaf,
-                                    old_leaf_id=old_leaf)
+            return NavigationResult(
+                cancelled=True, aborted=True, new_leaf_id=old_leaf, old_leaf_id=old_leaf
+            )
         if outcome.status != "committed":
             nav.fire("summary_failed")
             raise ModelError(outcome.error or "Branch summarization failed")
         nav.fire("summary_committed")
-        return await _finish(runtime, nav, target, old_leaf, outcome.entry, label, False,
-                             switched=True)
+        return await _finish(
+            runtime, nav, target, old_leaf, outcome.entry, label, False, switched=True
+        )
 
 
 def _window(runtime: AgentSession) -> int:
@@ -162,14 +180,26 @@ async def _finish(
         # Like pi, the label entry is a child of the new leaf (it moves the leaf; labels are
         # never in the context, so what the model sees is unchanged).
         session.append_label(summary_entry["id"] if summary_entry else target.target_id, label)
-    payload = {"type": "session_tree", "newLeafId": session.leaf_id, "oldLeafId": old_leaf,
-               "summaryEntry": summary_entry,
-               "fromExtension": from_extension if summary_entry else None}
+    payload = {
+        "type": "session_tree",
+        "newLeafId": session.leaf_id,
+        "oldLeafId": old_leaf,
+        "summaryEntry": summary_entry,
+        "fromExtension": from_extension if summary_entry else None,
+    }
     await runtime.run_hook("session_tree", payload)
-    runtime.events.emit("session_tree", newLeafId=session.leaf_id, oldLeafId=old_leaf,
-                        summaryEntryId=summary_entry["id"] if summary_entry else None)
-    return NavigationResult(editor_text=target.editor_text, new_leaf_id=session.leaf_id,
-                            old_leaf_id=old_leaf, summary_entry=summary_entry)
+    runtime.events.emit(
+        "session_tree",
+        newLeafId=session.leaf_id,
+        oldLeafId=old_leaf,
+        summaryEntryId=summary_entry["id"] if summary_entry else None,
+    )
+    return NavigationResult(
+        editor_text=target.editor_text,
+        new_leaf_id=session.leaf_id,
+        old_leaf_id=old_leaf,
+        summary_entry=summary_entry,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,13 +220,20 @@ class ForkResult:
 async def fork(runtime: AgentSession, entry_id: str, store: SessionStore) -> ForkResult:
     """Fork the path before a user message into a new session (reference §7.5)."""
     leaf, editor_text = fork_target(runtime.session, entry_id)
-    hook = await runtime.run_hook("session_before_fork", {"type": "session_before_fork",
-                                                            "entryId": entry_id})
+    hook = await runtime.run_hook(
+        "session_before_fork", {"type": "session_before_fork", "entryId": entry_id}
+    )
     if hook and hook.get("cancel"):
         return ForkResult(cancelled=True, editor_text=editor_text)
     new = branched_session(runtime.session, leaf, store)
-    await runtime.run_hook("session_fork", {"type": "session_fork",
-                                            "previousSessionFile": runtime.session.store.location})
-    runtime.events.emit("session_fork", previousSessionFile=runtime.session.store.location,
-                        newSessionFile=store.location, entryId=entry_id)
+    await runtime.run_hook(
+        "session_fork",
+        {"type": "session_fork", "previousSessionFile": runtime.session.store.location},
+    )
+    runtime.events.emit(
+        "session_fork",
+        previousSessionFile=runtime.session.store.location,
+        newSessionFile=store.location,
+        entryId=entry_id,
+    )
     return ForkResult(session=new, editor_text=editor_text)

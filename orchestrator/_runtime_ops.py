@@ -23,7 +23,7 @@ from ._operation import Operation
 from ._operations import kept_messages
 from ._prune import apply_prune, plan_prune
 from ._session import branch_summary_fields, compaction_fields
-from ._summarize import CompactionResult, Summarizer, compact, summarize_branch
+from ._summarize import CompactionResult, compact, summarize_branch
 
 if TYPE_CHECKING:
     from ._runtime import AgentSession
@@ -114,15 +114,22 @@ async def _compaction(
                 op.fire("prepared", Facts(has_work=False), reason=planned.reason)
                 return _outcome(op, reason=planned.reason)
             plan = planned
-            op.fire("prepared", Facts(has_work=True), firstKeptEntryId=plan.first_kept_entry_id,
-                    tokensBefore=plan.tokens_before)
-            hook = await runtime.run_hook("session_before_compact", {
-                "type": "session_before_compact",
-                "preparation": plan.as_json(),
-                "branchEntries": path,
-                "customInstructions": focus,
-                "reason": reason,
-            })
+            op.fire(
+                "prepared",
+                Facts(has_work=True),
+                firstKeptEntryId=plan.first_kept_entry_id,
+                tokensBefore=plan.tokens_before,
+            )
+            hook = await runtime.run_hook(
+                "session_before_compact",
+                {
+                    "type": "session_before_compact",
+                    "preparation": plan.as_json(),
+                    "branchEntries": path,
+                    "customInstructions": focus,
+                    "reason": reason,
+                },
+            )
             if hook and hook.get("cancel"):
                 op.fire("hooks_cancelled", reason="Compaction cancelled")
                 return _outcome(op, reason="Compaction cancelled", plan=plan)
@@ -132,15 +139,18 @@ async def _compaction(
                 event = "summary_ready"
             else:
                 event = "hook_supplied"
-            entry = runtime.session.new_entry(COMPACTION, compaction_fields(
-                summary=result.summary,
-                first_kept_entry_id=result.first_kept_entry_id,
-                tokens_before=result.tokens_before,
-                details=result.details,
-                from_extension=result.from_extension,
-                short_summary=result.short_summary,
-                preserve_data=result.preserve_data,
-            ))
+            entry = runtime.session.new_entry(
+                COMPACTION,
+                compaction_fields(
+                    summary=result.summary,
+                    first_kept_entry_id=result.first_kept_entry_id,
+                    tokens_before=result.tokens_before,
+                    details=result.details,
+                    from_extension=result.from_extension,
+                    short_summary=result.short_summary,
+                    preserve_data=result.preserve_data,
+                ),
+            )
             _commit(runtime, op, event, entry, lambda: runtime.session.add_entry(entry))
         if op.scope.cancelled_caught:
             op.settle_cancel()
@@ -152,12 +162,16 @@ async def _compaction(
         if not op.runner.done:
             op.settle_cancel()
     assert result is not None
-    await runtime.run_hook("session_compact", {
-        "type": "session_compact", "compactionEntry": entry, "fromExtension": result.from_extension,
-    })
+    await runtime.run_hook(
+        "session_compact",
+        {
+            "type": "session_compact",
+            "compactionEntry": entry,
+            "fromExtension": result.from_extension,
+        },
+    )
     runtime.events.emit("session_compact", entryId=entry["id"], fromExtension=result.from_extension)
-    return _outcome(op, entry=entry, result=result, plan=plan,
-                    from_extension=result.from_extension)
+    return _outcome(op, entry=entry, result=result, plan=plan, from_extension=result.from_extension)
 
 
 async def _summarize_plan(
@@ -169,9 +183,14 @@ async def _summarize_plan(
 ) -> CompactionResult:
     extra: dict[str, Any] = {}
     messages = list(plan.messages_to_summarize) + list(plan.turn_prefix_messages)
-    shaping = await runtime.run_hook("session.compacting", {
-        "type": "session.compacting", "sessionId": runtime.session.session_id, "messages": messages,
-    })
+    shaping = await runtime.run_hook(
+        "session.compacting",
+        {
+            "type": "session.compacting",
+            "sessionId": runtime.session.session_id,
+            "messages": messages,
+        },
+    )
     if shaping:
         extra = dict(shaping)
     op.fire("hooks_done")
@@ -265,17 +284,25 @@ async def _branch_summary(
                 runtime.summarizer, on_attempt=runtime.attempt_observer(op)
             )
             result = await summarize_branch(
-                plan, summarizer, instructions=instructions,
+                plan,
+                summarizer,
+                instructions=instructions,
                 replace_instructions=replace_instructions,
             )
             entry = runtime.session.new_entry(
                 BRANCH_SUMMARY,
-                branch_summary_fields(summary=result.summary, from_id=old_leaf_id,
-                                      details=result.details),
+                branch_summary_fields(
+                    summary=result.summary, from_id=old_leaf_id, details=result.details
+                ),
                 parent_id=new_leaf_id,
             )
-            _commit(runtime, op, "summary_ready", entry,
-                    lambda: runtime.session.attach_branch_summary(entry))
+            _commit(
+                runtime,
+                op,
+                "summary_ready",
+                entry,
+                lambda: runtime.session.attach_branch_summary(entry),
+            )
         if op.scope.cancelled_caught:
             op.settle_cancel()
             return _outcome(op)

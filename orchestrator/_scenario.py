@@ -30,9 +30,11 @@ A scenario file reads like a test story and is inert data (house style habit 15)
     do = "prompt"                   # prompt | compact | navigate | reopen
     text = "Fix the bug"            # or size = 2000 for filler text
     abort = "retry_wait"            # optional: while this action runs, abort once the runtime is
-                                    # in that phase: agent | retry_wait | compaction | branch_summary
+                                    # in that phase: agent | retry_wait | compaction |
+                                    # branch_summary
 
-    [hooks]                         # optional: session_before_compact = "cancel" | "throw" | "replace"
+    [hooks]                         # optional, e.g. session_before_compact = "cancel"
+                                    # (or "throw", or "replace")
 
     [crash]                         # optional: SIGKILL the process at this transition, then reopen
     machine = "operation"
@@ -51,8 +53,19 @@ from typing import Any
 from ._errors import DefinitionError
 
 _TOP = frozenset({"scenario", "settings", "turns", "summarizer", "actions", "hooks", "crash"})
-_SETTINGS = frozenset({"context_window", "reserve_tokens", "keep_recent_tokens", "adaptive_keep",
-                       "auto_continue", "candidates", "max_retries", "base_delay_ms", "prune"})
+_SETTINGS = frozenset(
+    {
+        "context_window",
+        "reserve_tokens",
+        "keep_recent_tokens",
+        "adaptive_keep",
+        "auto_continue",
+        "candidates",
+        "max_retries",
+        "base_delay_ms",
+        "prune",
+    }
+)
 _ACTIONS = frozenset({"prompt", "compact", "navigate", "reopen"})
 _ABORTS = frozenset({"agent", "retry_wait", "compaction", "branch_summary"})
 _HOOK_BEHAVIOURS = frozenset({"cancel", "throw", "replace"})
@@ -89,6 +102,16 @@ def _fail(source: str, reason: str) -> DefinitionError:
     return DefinitionError(f"{source}: {reason}")
 
 
+def _actions(raw: Any, source: str) -> tuple[dict[str, Any], ...]:
+    actions = tuple(dict(a) for a in raw)
+    for number, action in enumerate(actions, 1):
+        if action.get("do") not in _ACTIONS:
+            raise _fail(source, f"action {number}: 'do' must be one of {sorted(_ACTIONS)}")
+        if "abort" in action and action["abort"] not in _ABORTS:
+            raise _fail(source, f"action {number}: 'abort' must be one of {sorted(_ABORTS)}")
+    return actions
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and check a scenario file.
 
@@ -109,19 +132,16 @@ def load_scenario(path: str | Path) -> Scenario:
     settings = dict(raw.get("settings") or {})
     if set(settings) - _SETTINGS:
         raise _fail(source, f"unknown settings {sorted(set(settings) - _SETTINGS)}")
-    actions = tuple(dict(a) for a in raw.get("actions") or ())
-    for number, action in enumerate(actions, 1):
-        if action.get("do") not in _ACTIONS:
-            raise _fail(source, f"action {number}: 'do' must be one of {sorted(_ACTIONS)}")
-        if "abort" in action and action["abort"] not in _ABORTS:
-            raise _fail(source, f"action {number}: 'abort' must be one of {sorted(_ABORTS)}")
+    actions = _actions(raw.get("actions") or (), source)
     hooks = {str(k): str(v) for k, v in (raw.get("hooks") or {}).items()}
     for name, behaviour in hooks.items():
         if behaviour not in _HOOK_BEHAVIOURS:
             raise _fail(source, f"hook {name}: behaviour must be one of {sorted(_HOOK_BEHAVIOURS)}")
     crash = raw.get("crash")
-    if crash is not None and not ({"machine", "to"} <= set(crash) or crash.get("after") == "commit"):
-        raise _fail(source, "[crash] needs machine and to, or after = \"commit\"")
+    if crash is not None and not (
+        {"machine", "to"} <= set(crash) or crash.get("after") == "commit"
+    ):
+        raise _fail(source, '[crash] needs machine and to, or after = "commit"')
     return Scenario(
         name=head["name"],
         doc=str(head.get("doc", "")),

@@ -33,8 +33,14 @@ AgentStep: TypeAlias = "Message | AgentHang"
 
 def usage(total: int = 0) -> dict[str, Any]:
     """A pi usage object whose input is ``total`` tokens."""
-    return {"input": total, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": total,
-            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
+    return {
+        "input": total,
+        "output": 0,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+        "totalTokens": total,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+    }
 
 
 def reply(
@@ -47,20 +53,38 @@ def reply(
     """An assistant reply; ``calls`` are ``(call id, tool name, arguments)`` tool calls."""
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     content += [{"type": "toolCall", "id": i, "name": n, "arguments": a} for i, n, a in calls]
-    return {"role": "assistant", "content": content, "provider": PROVIDER, "model": MODEL,
-            "usage": usage(tokens), "stopReason": "toolUse" if calls else stop}
+    return {
+        "role": "assistant",
+        "content": content,
+        "provider": PROVIDER,
+        "model": MODEL,
+        "usage": usage(tokens),
+        "stopReason": "toolUse" if calls else stop,
+    }
 
 
 def tool_result(call_id: str, text: str, *, tool: str = "read", error: bool = False) -> Message:
     """A tool result answering ``call_id``."""
-    return {"role": "toolResult", "toolCallId": call_id, "toolName": tool,
-            "content": [{"type": "text", "text": text}], "isError": error}
+    return {
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "toolName": tool,
+        "content": [{"type": "text", "text": text}],
+        "isError": error,
+    }
 
 
 def error_reply(message: str) -> Message:
     """An assistant message recording a provider failure (``stopReason: "error"``)."""
-    return {"role": "assistant", "content": [], "provider": PROVIDER, "model": MODEL,
-            "usage": usage(0), "stopReason": "error", "errorMessage": message}
+    return {
+        "role": "assistant",
+        "content": [],
+        "provider": PROVIDER,
+        "model": MODEL,
+        "usage": usage(0),
+        "stopReason": "error",
+        "errorMessage": message,
+    }
 
 
 class ScriptedAgent:

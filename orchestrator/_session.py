@@ -36,6 +36,7 @@ from ._entries import (
     role_of,
 )
 from ._errors import SessionError
+from ._loading import gc_paused
 from ._store import LoadResult, Problem, SessionStore
 from ._tree import LEAF, SessionTree
 
@@ -98,7 +99,10 @@ def branch_summary_fields(
     from_extension: bool = False,
 ) -> dict[str, Any]:
     """The fields of a branch summary; ``fromId`` is the abandoned leaf (D17), else ``root``."""
-    fields: dict[str, Any] = {"fromId": from_id if from_id is not None else "root", "summary": summary}
+    fields: dict[str, Any] = {
+        "fromId": from_id if from_id is not None else "root",
+        "summary": summary,
+    }
     if details is not None:
         fields["details"] = details
     if from_extension:
@@ -167,11 +171,14 @@ class Session:
             return cls(
                 store, SessionTree(header), persisted=False, clock=clock, random_hex=random_hex
             )
-        result: LoadResult = store.load()
-        if result.header is None:
-            details = "; ".join(str(p) for p in result.problems) or "no session header"
-            raise SessionError(f"{store.location}: not a session file ({details})")
-        tree = SessionTree(result.header, result.entries)
+        # Parsing and indexing allocate millions of acyclic objects on a big file; with the
+        # cyclic collector on, its repeated passes over them made loading superlinear.
+        with gc_paused():
+            result: LoadResult = store.load()
+            if result.header is None:
+                details = "; ".join(str(p) for p in result.problems) or "no session header"
+                raise SessionError(f"{store.location}: not a session file ({details})")
+            tree = SessionTree(result.header, result.entries)
         return cls(
             store,
             tree,

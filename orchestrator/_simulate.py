@@ -70,12 +70,19 @@ def _agent(scenario: Scenario) -> ScriptedAgent:
                 turn.append(error_reply(str(step["error"])))
             elif "tool_result" in step:
                 text = str(step.get("text", "")) or "z" * int(step.get("size", 100))
-                turn.append(tool_result(str(step["tool_result"]), text,
-                                        tool=str(step.get("tool", "read"))))
+                turn.append(
+                    tool_result(str(step["tool_result"]), text, tool=str(step.get("tool", "read")))
+                )
             else:
                 calls = [(str(c[0]), str(c[1]), dict(c[2])) for c in step.get("calls", ())]
-                turn.append(reply(str(step.get("reply", "")), tokens=int(step.get("tokens", 0)),
-                                  stop=str(step.get("stop", "stop")), calls=calls))
+                turn.append(
+                    reply(
+                        str(step.get("reply", "")),
+                        tokens=int(step.get("tokens", 0)),
+                        stop=str(step.get("stop", "stop")),
+                        calls=calls,
+                    )
+                )
         turns.append(turn)
     return ScriptedAgent(turns)
 
@@ -85,21 +92,34 @@ def _answer(item: dict[str, Any]) -> Any:
         return Hang()
     if "error" in item:
         retry_after = item.get("retry_after")
-        return ModelError(str(item["error"]), kind=str(item.get("kind", "fatal")),
-                          retry_after=float(retry_after) if retry_after is not None else None)
-    return ModelResponse(text=str(item.get("text", "")), stop_reason=str(item.get("stop", "stop")),
-                         model="scripted", provider="simulation")
+        return ModelError(
+            str(item["error"]),
+            kind=str(item.get("kind", "fatal")),
+            retry_after=float(retry_after) if retry_after is not None else None,
+        )
+    return ModelResponse(
+        text=str(item.get("text", "")),
+        stop_reason=str(item.get("stop", "stop")),
+        model="scripted",
+        provider="simulation",
+    )
 
 
 def _summarizer(scenario: Scenario, clock: FakeClock) -> tuple[Summarizer, list[ScriptedModel]]:
     names = scenario.settings.get("candidates") or list(scenario.summarizer) or ["primary"]
-    models = [ScriptedModel([_answer(i) for i in scenario.summarizer.get(n, ())],
-                            name=f"scripted/{n}", clock=clock) for n in names]
+    models = [
+        ScriptedModel(
+            [_answer(i) for i in scenario.summarizer.get(n, ())], name=f"scripted/{n}", clock=clock
+        )
+        for n in names
+    ]
     summarizer = Summarizer(
         candidates=tuple(models),
         reserve_tokens=int(scenario.settings.get("reserve_tokens", 1000)),
-        retry=RetryPolicy(max_retries=int(scenario.settings.get("max_retries", 3)),
-                          base_delay_ms=int(scenario.settings.get("base_delay_ms", 2000))),
+        retry=RetryPolicy(
+            max_retries=int(scenario.settings.get("max_retries", 3)),
+            base_delay_ms=int(scenario.settings.get("base_delay_ms", 2000)),
+        ),
         sleep=clock.sleep,
     )
     return summarizer, models
@@ -115,8 +135,10 @@ def _settings(scenario: Scenario) -> RuntimeSettings:
             adaptive_keep=bool(s.get("adaptive_keep", False)),
             auto_continue=bool(s.get("auto_continue", True)),
         ),
-        retry=RetryPolicy(max_retries=int(s.get("max_retries", 3)),
-                          base_delay_ms=int(s.get("base_delay_ms", 2000))),
+        retry=RetryPolicy(
+            max_retries=int(s.get("max_retries", 3)),
+            base_delay_ms=int(s.get("base_delay_ms", 2000)),
+        ),
         prune=bool(s.get("prune", True)),
     )
 
@@ -135,10 +157,14 @@ def _hook(behaviour: str) -> Callable[[dict[str, Any]], Any]:
         if behaviour == "throw":
             raise RuntimeError("hook failure (simulated)")
         preparation = payload.get("preparation") or {}
-        return {"compaction": {"summary": "Summary supplied by a hook.",
-                               "firstKeptEntryId": preparation.get("firstKeptEntryId"),
-                               "tokensBefore": preparation.get("tokensBefore", 0)},
-                "summary": {"summary": "Branch summary supplied by a hook."}}
+        return {
+            "compaction": {
+                "summary": "Summary supplied by a hook.",
+                "firstKeptEntryId": preparation.get("firstKeptEntryId"),
+                "tokensBefore": preparation.get("tokensBefore", 0),
+            },
+            "summary": {"summary": "Branch summary supplied by a hook."},
+        }
 
     return handler
 
@@ -155,8 +181,9 @@ class Simulation:
         self._ms = itertools.count(START_MS, 1000)
         self._ids = itertools.count(1)
         self._ops = itertools.count(1)
-        self.provider = make_tracer_provider("jsonl", trace.parent, file_name=trace.name,
-                                             shutdown_on_exit=False)
+        self.provider = make_tracer_provider(
+            "jsonl", trace.parent, file_name=trace.name, shutdown_on_exit=False
+        )
         self.models: list[ScriptedModel] = []
         self._kind = ""
         self.runtime = self._open()
@@ -179,7 +206,9 @@ class Simulation:
         self._crash_after_commit(runtime)
         for settled in runtime.settlements:
             self.report.outcomes.append(
-                f"settled {settled.operation_id} ({settled.kind}): {settled.source} -> {settled.dest}")
+                f"settled {settled.operation_id} ({settled.kind}): "
+                f"{settled.source} -> {settled.dest}"
+            )
         return runtime
 
     def _event(self, event: Event) -> None:
@@ -211,8 +240,11 @@ class Simulation:
         flush, replace = session.flush, session.replace_entries
 
         def die_if_committing() -> None:
-            if self._kind == crash.get("kind", self._kind) and runtime._operation is not None \
-                    and runtime._operation.state == "committing":
+            if (
+                self._kind == crash.get("kind", self._kind)
+                and runtime._operation is not None
+                and runtime._operation.state == "committing"
+            ):
                 os.kill(os.getpid(), signal.SIGKILL)
 
         def flush_then_die() -> None:
@@ -288,11 +320,15 @@ class Simulation:
                 self.report.outcomes.append(f"compact: {outcome.status} {outcome.reason or ''}")
             else:
                 target = self._target(str(action["target"]))
-                nav = await runtime.navigate(target, summarize=bool(action.get("summarize")),
-                                             instructions=action.get("focus"))
+                nav = await runtime.navigate(
+                    target,
+                    summarize=bool(action.get("summarize")),
+                    instructions=action.get("focus"),
+                )
                 self.report.outcomes.append(
                     f"navigate: {'cancelled' if nav.cancelled else 'done'}"
-                    f"{' with summary' if nav.summary_entry else ''}")
+                    f"{' with summary' if nav.summary_entry else ''}"
+                )
         except (Cancelled, ModelError) as error:
             self.report.outcomes.append(f"{kind}: {type(error).__name__}: {error}")
 
@@ -345,14 +381,24 @@ def _simulate_in(scenario: Scenario, path: Path, workdir: Path, target: Path) ->
     if scenario.crash is None:
         return anyio.run(_run, scenario, workdir, target)
     child = subprocess.run(
-        [sys.executable, "-c", "import sys; from orchestrator._simulate import _child; "
-         "_child(sys.argv[1:])", str(path), str(workdir), str(target)],
-        env={**os.environ, _CHILD: "1"}, capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from orchestrator._simulate import _child; _child(sys.argv[1:])",
+            str(path),
+            str(workdir),
+            str(target),
+        ],
+        env={**os.environ, _CHILD: "1"},
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if child.returncode != -signal.SIGKILL:
         raise OrchestratorError(
             f"{path}: the child should have been killed at the crash point, but exited "
-            f"with {child.returncode}: {child.stderr.strip()[-500:]}")
+            f"with {child.returncode}: {child.stderr.strip()[-500:]}"
+        )
     report = anyio.run(_run, replace_actions(scenario, [{"do": "reopen"}]), workdir, target)
     report.crashed = True
     return report
@@ -368,4 +414,3 @@ def replace_actions(scenario: Scenario, actions: list[dict[str, Any]]) -> Scenar
 def _child(argv: list[str]) -> None:  # pragma: no cover - runs in the killed child
     scenario_path, workdir, trace = argv
     anyio.run(_run, load_scenario(scenario_path), Path(workdir), Path(trace))
-

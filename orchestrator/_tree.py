@@ -195,7 +195,7 @@ class SessionTree:
             stack.extend((depth + 1, c) for c in reversed(node.children))
 
     def session_name(self) -> str | None:
-        """The latest non-empty ``session_info`` name among all entries (pi), or the header title."""
+        """The latest non-empty ``session_info`` name (pi), or else the header's title (OMP)."""
         for entry in reversed(self.entries):
             if entry.get("type") == SESSION_INFO:
                 name = entry.get("name")
@@ -222,7 +222,8 @@ class SessionTree:
             fields: The type's own fields.
             now_ms: Creation time, epoch ms.
             random_hex: Id randomness; the default is ``uuid4``.
-            parent_id: The parent id, ``None`` for a new root; default :data:`LEAF`, the current leaf.
+            parent_id: The parent id, ``None`` for a new root; by default (:data:`LEAF`) the
+                current leaf.
 
         Returns:
             The entry, with ``id``, ``parentId`` and ``timestamp`` set.

@@ -78,7 +78,11 @@ class TurnEffects:
         self._dropped.clear()
         text, self._pending_prompt = self._pending_prompt or "", None
         self.session.append_message(
-            {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": self.now_ms()}
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": text}],
+                "timestamp": self.now_ms(),
+            }
         )
 
     async def _fx_call_agent(self) -> str | None:
@@ -88,11 +92,16 @@ class TurnEffects:
         assert self.agent is not None
         context = self.session.context()
         messages = [
-            m for m, i in zip(context.messages, context.entry_ids, strict=True)
+            m
+            for m, i in zip(context.messages, context.entry_ids, strict=True)
             if i not in self._dropped
         ]
-        turn = AgentInput(messages=messages, model=context.model,
-                          thinking_level=context.thinking_level, now_ms=self.now_ms)
+        turn = AgentInput(
+            messages=messages,
+            model=context.model,
+            thinking_level=context.thinking_level,
+            now_ms=self.now_ms,
+        )
         last: tuple[str, Message] | None = None
         async for message in self.agent.run(turn):
             entry = self.session.append_message(message)
@@ -235,25 +244,34 @@ class TurnEffects:
 
     async def _fx_emit_compaction_failed(self) -> None:
         error = self._outcome_error()
-        self.events.emit("auto_compaction_end", **{**self._end_payload(),
-                                                   "errorMessage": f"Auto-compaction failed: {error}"})
+        self.events.emit(
+            "auto_compaction_end",
+            **{**self._end_payload(), "errorMessage": f"Auto-compaction failed: {error}"},
+        )
 
     async def _fx_emit_recovery_failed(self) -> None:
         error = self._outcome_error()
-        self.events.emit("auto_compaction_end", **{
-            **self._end_payload(), "errorMessage": f"Context overflow recovery failed: {error}"})
+        self.events.emit(
+            "auto_compaction_end",
+            **{**self._end_payload(), "errorMessage": f"Context overflow recovery failed: {error}"},
+        )
 
     def _outcome_error(self) -> str:
         outcome = self._turn_state.outcome
-        return (outcome.error if outcome is not None and outcome.error else "compaction failed")
+        return outcome.error if outcome is not None and outcome.error else "compaction failed"
 
     async def _fx_emit_overflow_failed(self) -> None:
-        self.events.emit("auto_compaction_end", result=None, aborted=False, willRetry=False,
-                         errorMessage=OVERFLOW_FAILED)
+        self.events.emit(
+            "auto_compaction_end",
+            result=None,
+            aborted=False,
+            willRetry=False,
+            errorMessage=OVERFLOW_FAILED,
+        )
 
     def _retry_delay_ms(self) -> int:
         policy = self.settings.retry
-        delay = int(policy.base_delay_ms * 2 ** self._turn_state.retry_attempt)
+        delay = int(policy.base_delay_ms * 2**self._turn_state.retry_attempt)
         hint = retry_after_from_text(self._turn_state.last_error)
         if hint is not None:
             delay = max(delay, int(hint * 1000))
@@ -264,14 +282,22 @@ class TurnEffects:
         delay = self._retry_delay_ms()
         t.retry_attempt += 1
         self._retry_wait_ms = delay
-        self.events.emit("auto_retry_start", attempt=t.retry_attempt,
-                         maxAttempts=self.settings.retry.max_retries, delayMs=delay,
-                         errorMessage=t.last_error)
+        self.events.emit(
+            "auto_retry_start",
+            attempt=t.retry_attempt,
+            maxAttempts=self.settings.retry.max_retries,
+            delayMs=delay,
+            errorMessage=t.last_error,
+        )
 
     async def _fx_emit_retry_end(self) -> None:
         t = self._turn_state
-        self.events.emit("auto_retry_end", success=False, attempt=t.retry_attempt,
-                         finalError=t.last_error or "aborted")
+        self.events.emit(
+            "auto_retry_end",
+            success=False,
+            attempt=t.retry_attempt,
+            finalError=t.last_error or "aborted",
+        )
         t.retry_attempt = 0
 
     async def _fx_sleep_retry(self) -> str | None:
@@ -289,8 +315,9 @@ class TurnEffects:
         return None
 
     async def _fx_append_continue_message(self) -> None:
-        self.session.append_custom_message(AUTO_CONTINUE_TYPE, render("auto_continue"),
-                                           display=False)
+        self.session.append_custom_message(
+            AUTO_CONTINUE_TYPE, render("auto_continue"), display=False
+        )
 
     async def _fx_start_manual_compaction(self) -> str | None:
         focus, self._manual_focus = self._manual_focus, None
@@ -299,8 +326,9 @@ class TurnEffects:
     async def _fx_report_manual_result(self) -> None:
         outcome = self._turn_state.outcome
         if self.turn.state == "idle" and (outcome is None or outcome.status not in ENDED):
-            outcome = OperationOutcome(operation_id=outcome.operation_id if outcome else "",
-                                       status="cancelled")
+            outcome = OperationOutcome(
+                operation_id=outcome.operation_id if outcome else "", status="cancelled"
+            )
             self._turn_state.outcome = outcome
         for done, box in self._manual_waiters:
             if outcome is not None:
