@@ -202,6 +202,12 @@ class JsonlStore:
                 f"cannot rewrite {self.location}: the header is not a session header"
             )
         data = b"".join(write_pi_line(entry) for entry in (header, *entries))
+        # Refuse from what was loaded before taking the writer, whose first act is to move a torn
+        # tail aside: a refused rewrite must leave the file exactly as it was.
+        known = self._state or (self._loaded[1] if self._loaded is not None else None)
+        early = rewrite_refusal(self.location, known) if known is not None else None
+        if early:
+            raise SessionError(early)
         self._writer()
         assert self._state is not None
         refusal = rewrite_refusal(self.location, self._state)
