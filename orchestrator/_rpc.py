@@ -81,7 +81,7 @@ class RpcError(OrchestratorError):
     """
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
+        super().__init__(one_line(message))
         self.code = code
         self.data = data
 
@@ -270,7 +270,7 @@ class Dispatcher:
             raise RpcError(INVALID_PARAMS, f"{name}: params must be an object of named values")
         unknown = sorted(set(values) - method.params)
         if unknown:
-            raise RpcError(INVALID_PARAMS, f"{name}: unknown parameter '{unknown[0]}'")
+            raise RpcError(INVALID_PARAMS, f"{name}: unknown parameter {unknown[0]!r}")
         return method, Params(name, values)
 
 
@@ -352,14 +352,17 @@ async def read_lines(
     buffer = bytearray()
     skipping = False
     while chunk := await transport.read():
+        # Only the new chunk can hold a newline: the buffer before it had none.
+        searched = len(buffer)
         buffer += chunk
-        while (end := buffer.find(b"\n")) >= 0:
+        while (end := buffer.find(b"\n", searched)) >= 0:
             line = bytes(buffer[:end])
             del buffer[: end + 1]
+            searched = 0
             if skipping:
                 skipping = False
             else:
-                yield line
+                yield line if len(line) <= limit else None
         if len(buffer) > limit and not skipping:
             yield None
             skipping = True

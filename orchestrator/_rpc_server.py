@@ -339,10 +339,8 @@ class RpcServer:
         send, receive = anyio.create_memory_object_stream[str](max_buffer_size=math.inf)
 
         def post(text: str) -> None:
-            try:
-                send.send_nowait(text + "\n")
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass  # the connection ended; nobody will read it
+            # Unbounded and drained until every request is answered: this never blocks or fails.
+            send.send_nowait(text + "\n")
 
         async def answer(line: bytes | None) -> None:
             if line is None:
@@ -381,9 +379,9 @@ class RpcServer:
         async with stream:
             await self.serve_connection(StreamTransport(stream))
 
-    async def serve_stdio(self) -> None:
+    async def serve_stdio(self, fd_in: int = 0, fd_out: int = 1) -> None:
         """Serve one connection on stdin/stdout until stdin ends."""
-        await self.serve_connection(FdTransport(0, 1))
+        await self.serve_connection(FdTransport(fd_in, fd_out))
 
 
 async def _write_all(transport: Transport, receive: MemoryObjectReceiveStream[str]) -> None:

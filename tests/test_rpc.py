@@ -124,7 +124,8 @@ async def test_parse_errors_answer_with_a_null_id() -> None:
     dispatcher = echo_dispatcher()
     for line in ("{", b"\xff\xfe", "[1,"):
         answer = json.loads(await dispatcher.handle_text(line) or "")
-        assert answer["id"] is None and answer["error"]["code"] == PARSE_ERROR
+        assert answer["id"] is None
+        assert answer["error"]["code"] == PARSE_ERROR
         assert answer["error"]["message"].startswith("Parse error: ")
     assert await dispatcher.handle_text("  \t") is None
 
@@ -250,7 +251,8 @@ def test_any_json_gets_a_well_formed_answer_or_none(message: Any) -> None:
         return
     answers = json.loads(text)
     for answer in answers if isinstance(answers, list) else [answers]:
-        assert answer["jsonrpc"] == "2.0" and "id" in answer
+        assert answer["jsonrpc"] == "2.0"
+        assert "id" in answer
         assert ("result" in answer) != ("error" in answer)
         if "error" in answer:
             assert isinstance(answer["error"]["code"], int)
@@ -265,12 +267,14 @@ async def test_open_list_and_reopen_return_the_same_session(tmp_path: Path) -> N
     opened = await client.call("session.open", path="example.jsonl")
     assert opened["path"] == str(tmp_path / "example.jsonl")
     assert (opened["entries"], opened["leafId"]) == (43, "935170bb")
-    assert opened["problems"] == [] and opened["settled"] == []
+    assert opened["problems"] == []
+    assert opened["settled"] == []
     again = await client.call("session.open", path=str(tmp_path / "example.jsonl"))
     assert again["session_id"] == opened["session_id"]
     listed = await client.call("session.list")
     assert [s["session_id"] for s in listed["sessions"]] == [opened["session_id"]]
-    assert listed["sessions"][0]["state"] == "idle" and listed["sessions"][0]["busy"] is False
+    assert listed["sessions"][0]["state"] == "idle"
+    assert listed["sessions"][0]["busy"] is False
     assert await client.call("session.close", session_id=opened["session_id"]) == {"closed": True}
     assert (await client.call("session.list")) == {"sessions": []}
     error = await client.error("session.tree", session_id=opened["session_id"])
@@ -290,7 +294,8 @@ async def test_open_refusals(tmp_path: Path) -> None:
     }
     for path, message in cases.items():
         error = await client.error("session.open", path=path)
-        assert error["code"] == INVALID_PARAMS and message in error["message"], error
+        assert error["code"] == INVALID_PARAMS, error
+        assert message in error["message"], error
     created = await client.call("session.open", path="new.jsonl", create=True)
     assert (created["entries"], created["leafId"]) == (0, None)
 
@@ -345,7 +350,8 @@ async def test_compress_model_failure_is_32002_and_changes_nothing() -> None:
     await kit.runtime.prompt(BIG)
     before = list(kit.session.tree.entries)
     error = await client.error("session.compress", session_id=sid)
-    assert error["code"] == MODEL_FAILED and "provider exploded" in error["message"]
+    assert error["code"] == MODEL_FAILED
+    assert "provider exploded" in error["message"]
     assert kit.session.tree.entries == before
 
 
@@ -364,7 +370,8 @@ async def test_compress_cancelled_by_abort_is_32003_and_changes_nothing() -> Non
         group.start_soon(compress)
         await until(lambda: len(kit.model.requests) == 1)
         second = await client.error("session.compress", session_id=sid)
-        assert second == {"code": BUSY, "message": "A compaction is already running in this session"}
+        assert second == {"code": BUSY,
+                          "message": "A compaction is already running in this session"}
         closing = await client.error("session.close", session_id=sid)
         assert closing["code"] == BUSY
         assert await client.call("session.abort", session_id=sid) == {"aborted": True}
@@ -477,7 +484,8 @@ async def test_navigation_in_progress_blocks_other_work_and_abort_cancels_it() -
             error = await client.error(method, session_id=sid, **params)
             assert error["code"] == BUSY, (method, error)
         assert await client.call("session.abort", session_id=sid) == {"aborted": True}
-    assert results[0]["cancelled"] is True and results[0]["aborted"] is True
+    assert results[0]["cancelled"] is True
+    assert results[0]["aborted"] is True
     assert kit.session.leaf_id == ids["a2"]
 
 
@@ -487,7 +495,8 @@ async def test_navigate_summary_failure_is_32002() -> None:
     ids = await conversation(kit)
     error = await client.error("session.tree.navigate", session_id=sid, target_id=ids["a1"],
                                summarize=True)
-    assert error["code"] == MODEL_FAILED and "no summary today" in error["message"]
+    assert error["code"] == MODEL_FAILED
+    assert "no summary today" in error["message"]
     assert kit.session.leaf_id == ids["a2"]
 
 
@@ -499,13 +508,15 @@ async def test_fork_opens_and_registers_the_new_session(tmp_path: Path) -> None:
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
     forked = await client.call("session.fork", session_id=sid, entry_id="ec48c90d",
                                path="fork.jsonl")
-    assert forked["cancelled"] is False and forked["session_id"] != sid
+    assert forked["cancelled"] is False
+    assert forked["session_id"] != sid
     assert forked["path"] == str(tmp_path / "fork.jsonl")
     assert forked["editorText"].startswith("Keep Decimal.")
     assert (tmp_path / "fork.jsonl").is_file()
     tree = await client.call("session.tree", session_id=forked["session_id"])
     ids = [node["id"] for node in tree["nodes"]]
-    assert "4e114f5c" in ids and "ec48c90d" not in ids  # the path before the user message
+    assert "4e114f5c" in ids
+    assert "ec48c90d" not in ids
     listed = [s["session_id"] for s in (await client.call("session.list"))["sessions"]]
     assert listed == [sid, forked["session_id"]]
     # The fork is a session like the others (its path is small: nothing to compact).
@@ -532,10 +543,12 @@ async def test_fork_onto_an_existing_file_or_outside_the_root(tmp_path: Path) ->
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
     error = await client.error("session.fork", session_id=sid, entry_id="ec48c90d",
                                path="example.jsonl")
-    assert error["code"] == INVALID_PARAMS and "already exists" in error["message"]
+    assert error["code"] == INVALID_PARAMS
+    assert "already exists" in error["message"]
     error = await client.error("session.fork", session_id=sid, entry_id="ec48c90d",
                                path="/elsewhere/f.jsonl")
-    assert error["code"] == INVALID_PARAMS and "outside the served directory" in error["message"]
+    assert error["code"] == INVALID_PARAMS
+    assert "outside the served directory" in error["message"]
 
 
 # -- session.prompt, session.abort -------------------------------------------------------------
@@ -545,7 +558,8 @@ async def test_prompt_returns_the_reply_and_queues_behind_a_running_turn() -> No
     kit = Kit(turns=[[reply("hello there")], [AgentHang()], [reply("after")]])
     client, sid = kit_client(kit)
     result = await client.call("session.prompt", session_id=sid, text="hi")
-    assert result["state"] == "idle" and result["queued"] is False
+    assert result["state"] == "idle"
+    assert result["queued"] is False
     assert result["reply"]["content"][0]["text"] == "hello there"
     async with anyio.create_task_group() as group:
         group.start_soon(partial(client.call, "session.prompt", session_id=sid, text="hang"))

@@ -1,0 +1,369 @@
+"""The RPC server's transports: line framing, connections, TCP on 127.0.0.1, stdio, ``serve``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator._agent import ChatAgent
+from orchestrator._cli_serve import _options, main
+from orchestrator._rpc import FdTransport, StreamTransport, read_lines
+from orchestrator._rpc_server import RpcServer, RuntimeOptions, SessionHub
+from orchestrator.testing import AgentHang, ScriptedAgent
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
+REPO = Path(__file__).resolve().parent.parent
+SERVE = [sys.executable, "-m", "orchestrator._cli_serve"]
+LIMIT = 4 * 1024 * 1024  # no answer in these tests comes near this: a bound on every read
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def request(request_id: int | None, method: str, **params: Any) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if request_id is not None:
+        message["id"] = request_id
+    return (json.dumps(message) + "\n").encode()
+
+
+class Chunks:
+    """A transport whose input is given chunks (then the end) and whose output is recorded."""
+
+    def __init__(self, chunks: Iterable[bytes] = (), *, broken: bool = False) -> None:
+        self.chunks = deque(chunks)
+        self.out = bytearray()
+        self.broken = broken
+
+    async def read(self) -> bytes:
+        await anyio.lowlevel.checkpoint()
+        return self.chunks.popleft() if self.chunks else b""
+
+    async def write(self, data: bytes) -> None:
+        if self.broken:
+            raise anyio.BrokenResourceError
+        self.out += data
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.decode().splitlines()]
+
+
+async def collect(transport: Chunks, limit: int = 10) -> list[bytes | None]:
+    return [line async for line in read_lines(transport, limit)]
+
+
+# -- framing -----------------------------------------------------------------------------------
+
+
+async def test_lines_split_across_chunks_and_a_last_line_without_newline() -> None:
+    lines = await collect(Chunks([b"ab", b"c\nde\n\nf", b"g"]))
+    assert lines == [b"abc", b"de", b"", b"fg"]
+
+
+async def test_an_over_long_line_is_reported_once_and_skipped_to_its_newline() -> None:
+    lines = await collect(Chunks([b"ok\n0123456789AB", b"CDEF", b"GH\nnext\n", b"0123456789ABC"]))
+    assert lines == [b"ok", None, b"next", None]
+
+
+@given(lines=st.lists(st.binary(max_size=6).filter(lambda b: b"\n" not in b), max_size=6),
+       cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=6))
+def test_any_chunking_gives_the_same_lines(lines: list[bytes], cuts: list[int]) -> None:
+    data = b"".join(line + b"\n" for line in lines)
+    points = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
+    chunks = [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    assert anyio.run(collect, Chunks(chunks), 100) == lines
+
+
+# -- one connection ----------------------------------------------------------------------------
+
+
+def example_hub(tmp_path: Path, **options: Any) -> SessionHub:
+    shutil.copy(EXAMPLE, tmp_path / "example.jsonl")
+    return SessionHub(RuntimeOptions(root=tmp_path, **options))
+
+
+async def test_a_connection_answers_every_line_then_ends(tmp_path: Path) -> None:
+    hub = example_hub(tmp_path)
+    transport = Chunks([request(1, "session.open", path="example.jsonl"), b"not json\n",
+                        b"x" * 200 + b"\n", request(None, "session.list"),
+                        request(2, "session.list")])
+    await RpcServer(hub, max_line_bytes=150).serve_connection(transport)
+    answers = {m["id"]: m for m in transport.messages() if "id" in m and m["id"] is not None}
+    assert answers[1]["result"]["entries"] == 43
+    assert len(answers[2]["result"]["sessions"]) == 1
+    errors = [m["error"]["message"] for m in transport.messages() if m.get("id", 0) is None]
+    assert sorted(errors) == sorted(["Parse error: Expecting value: line 1 column 1 (char 0)",
+                                     "Parse error: line over 150 bytes"])
+    hub.close_all()
+
+
+async def test_a_vanished_client_does_not_stop_the_work(tmp_path: Path) -> None:
+    hub = example_hub(tmp_path)
+    transport = Chunks([request(1, "session.open", path="example.jsonl"),
+                        request(2, "session.list")], broken=True)
+    server = RpcServer(hub)
+    await server.serve_connection(transport)
+    # The open ran although nobody could read its answer.
+    listed = await server.dispatcher.handle({"jsonrpc": "2.0", "id": 1, "method": "session.list"})
+    assert [s["leafId"] for s in listed["result"]["sessions"]] == ["935170bb"]
+    hub.close_all()
+
+
+# -- TCP ---------------------------------------------------------------------------------------
+
+
+class Peer:
+    """A client on a real socket: sends lines, reads messages (bounded), keeps notifications."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.stream = stream
+        self.buffered = BufferedByteReceiveStream(stream)
+        self.notifications: list[dict[str, Any]] = []
+        self.answers: dict[int, dict[str, Any]] = {}
+
+    async def send(self, line: bytes) -> None:
+        await self.stream.send(line)
+
+    async def answer(self, request_id: int) -> dict[str, Any]:
+        """Read until the response to ``request_id``; other messages are kept on the way."""
+        while request_id not in self.answers:
+            message = json.loads(await self.buffered.receive_until(b"\n", LIMIT))
+            if "id" not in message:
+                self.notifications.append(message)
+            else:
+                self.answers[message["id"]] = message
+        return self.answers.pop(request_id)
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [n["params"]["event"] for n in self.notifications
+                if n["params"]["event"]["type"] == kind]
+
+
+async def test_tcp_compress_with_notifications(tmp_path: Path) -> None:
+    hub = example_hub(tmp_path)
+    server = RpcServer(hub)
+    async with anyio.create_task_group() as group:
+        port = await group.start(server.serve_tcp, 0)
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            peer = Peer(stream)
+            await peer.send(request(1, "session.open", path="example.jsonl"))
+            sid = (await peer.answer(1))["result"]["session_id"]
+            await peer.send(request(2, "session.compress", session_id=sid,
+                                    focus="Preserve decisions and unresolved constraints"))
+            compressed = await peer.answer(2)
+            updates = [e["status"] for e in peer.events("compaction_update")]
+            await peer.send(request(3, "session.compress", session_id=sid))
+            again = await peer.answer(3)
+        group.cancel_scope.cancel()
+    hub.close_all()
+    assert compressed["result"]["compacted"] is True
+    assert again["result"] == {"compacted": False, "reason": "Already compacted"}
+    # Events emitted before the answer are written before it.
+    assert updates == ["in_progress", "completed"]
+    assert {n["params"]["session_id"] for n in peer.notifications} == {sid}
+    assert all(n["method"] == "session.event" and "id" not in n for n in peer.notifications)
+    assert '"type":"compaction"' in (tmp_path / "example.jsonl").read_text()
+
+
+async def test_tcp_compress_interrupts_a_hanging_prompt_on_the_same_connection(
+    tmp_path: Path,
+) -> None:
+    agent = ScriptedAgent([[AgentHang()], [AgentHang()]])
+    hub = example_hub(tmp_path, agent_factory=lambda: agent)
+    server = RpcServer(hub)
+    async with anyio.create_task_group() as group:
+        port = await group.start(server.serve_tcp, 0)
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            peer = Peer(stream)
+            await peer.send(request(1, "session.open", path="example.jsonl"))
+            sid = (await peer.answer(1))["result"]["session_id"]
+            await peer.send(request(2, "session.prompt", session_id=sid, text="carry on"))
+            state = ""
+            while state != "running":  # the turn has started: the agent is being called
+                await peer.send(request(9, "session.list"))
+                state = (await peer.answer(9))["result"]["sessions"][0]["state"]
+            await peer.send(request(3, "session.compress", session_id=sid))
+            compressed = await peer.answer(3)
+            prompted = await peer.answer(2)
+        group.cancel_scope.cancel()
+    hub.close_all()
+    assert compressed["result"]["compacted"] is True
+    assert prompted["result"]["state"] == "idle"
+    assert prompted["result"]["queued"] is False
+    assert agent.remaining == 1  # the interrupted turn was not resumed
+    assert peer.events("compaction_update")[-1]["status"] == "completed"
+
+
+# -- stdio and the serve command ---------------------------------------------------------------
+
+
+async def read_all(stream: anyio.abc.ByteReceiveStream) -> bytes:
+    data = bytearray()
+    async for chunk in stream:
+        data += chunk
+        assert len(data) < LIMIT
+    return bytes(data)
+
+
+async def test_serve_stdio_subprocess(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    sid = json.loads(EXAMPLE.read_text().splitlines()[0])["id"]
+    lines = [request(1, "session.list"), b"{oops\n",
+             request(2, "session.compress", session_id=sid, focus="Preserve decisions"),
+             request(3, "session.prompt", session_id=sid, text="hi")]
+    async with await anyio.open_process([*SERVE, "--stdio", str(session)], cwd=REPO,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        for line in lines:
+            await process.stdin.send(line)
+        await process.stdin.aclose()
+        out = await read_all(process.stdout)
+        err = await read_all(process.stderr)
+        assert await process.wait() == 0
+    messages = [json.loads(line) for line in out.decode().splitlines()]
+    answers = {m["id"]: m for m in messages if "id" in m}
+    assert answers[1]["result"]["sessions"][0]["path"] == str(session)
+    assert answers[None]["error"]["code"] == -32700
+    assert answers[2]["result"]["compacted"] is True
+    assert answers[3]["error"]["code"] == -32601
+    statuses = [m["params"]["event"]["status"] for m in messages if "id" not in m
+                and m["params"]["event"]["type"] == "compaction_update"]
+    assert statuses == ["in_progress", "completed"]
+    assert f"session {sid}: {session}" in err.decode()
+
+
+async def test_serve_tcp_subprocess_stops_cleanly_on_interrupt(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    async with await anyio.open_process([*SERVE, "--port", "0", "--dir", str(tmp_path),
+                                         "s.jsonl"], cwd=REPO, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE) as process:
+        assert process.stderr is not None
+        assert process.stdout is not None
+        err = BufferedByteReceiveStream(process.stderr)
+        line = b""
+        while b"listening on" not in line:
+            line = await err.receive_until(b"\n", 4096)
+        port = int(line.rsplit(b":", 1)[1])
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            peer = Peer(stream)
+            await peer.send(request(1, "session.list"))
+            listed = await peer.answer(1)
+        process.send_signal(signal.SIGINT)
+        rest = await read_all(err)
+        assert await process.wait() == 0
+        assert await read_all(process.stdout) == b""
+    assert listed["result"]["sessions"][0]["path"] == str(session)
+    assert b"stopped" in rest
+
+
+def test_serve_refuses_a_session_outside_its_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--dir", str(tmp_path), "/elsewhere/s.jsonl"]) == 1
+    assert "outside the served directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--stdio", "--port", "1"])
+
+
+def test_serve_options() -> None:
+    import argparse
+
+    def parse(*argv: str) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        from orchestrator._cli_serve import register
+
+        register(parser.add_subparsers())
+        return parser.parse_args(["serve", *argv])
+
+    offline = _options(parse())
+    assert offline.agent_factory is None
+    assert offline.root is None
+    assert offline.settings is not None
+    assert offline.settings.context_window == 128_000
+    chat = _options(parse("--model", "openai/gpt-test", "--model", "openai/other",
+                          "--context-window", "64000", "--keep-recent-tokens", "500",
+                          "--dir", "/srv"))
+    assert chat.agent_factory is not None
+    agent = chat.agent_factory()
+    assert isinstance(agent, ChatAgent)
+    assert agent.model.name == "openai/gpt-test"
+    assert chat.summarizer is not None
+    assert len(chat.summarizer.candidates) == 2
+    assert chat.settings is not None
+    assert chat.settings.context_window == 64000
+    assert chat.settings.compaction.keep_recent_tokens == 500
+    assert chat.root == Path("/srv")
+
+
+async def test_fd_transport_over_a_pipe_and_a_regular_file(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    out_file = tmp_path / "out"
+    with open(out_file, "wb") as out, open(EXAMPLE, "rb") as regular:
+        piped = FdTransport(read_end, out.fileno())
+        os.write(write_end, b"hello\n")
+        os.close(write_end)
+        assert await piped.read() == b"hello\n"
+        assert await piped.read() == b""
+        await piped.write(b"x" * 10_000)
+        from_file = FdTransport(regular.fileno(), out.fileno())
+        assert (await from_file.read()).startswith(b'{"type":"session"')
+        assert await from_file.read()  # a file is never polled: the next read goes straight on
+    os.close(read_end)
+    assert out_file.read_bytes() == b"x" * 10_000
+
+
+async def test_serve_stdio_on_given_descriptors(tmp_path: Path) -> None:
+    hub = example_hub(tmp_path)
+    in_read, in_write = os.pipe()
+    os.write(in_write, request(1, "session.open", path="example.jsonl"))
+    os.close(in_write)
+    with open(tmp_path / "out", "wb") as out:
+        await RpcServer(hub).serve_stdio(in_read, out.fileno())
+    os.close(in_read)
+    hub.close_all()
+    [answer] = [json.loads(line) for line in (tmp_path / "out").read_text().splitlines()]
+    assert answer["result"]["entries"] == 43
+
+
+async def test_stream_transport_reads_the_end_of_a_socket() -> None:
+    received: list[bytes] = []
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as group:
+
+            async def handle(stream: anyio.abc.SocketStream) -> None:
+                async with stream:
+                    transport = StreamTransport(stream)
+                    while chunk := await transport.read():
+                        received.append(chunk)
+                group.cancel_scope.cancel()
+
+            group.start_soon(listener.serve, handle)
+            async with await anyio.connect_tcp("127.0.0.1", port) as client:
+                await client.send(b"hi")
+    assert b"".join(received) == b"hi"
