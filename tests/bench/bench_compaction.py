@@ -1,0 +1,279 @@
+"""Compaction benchmark: orchestration overhead of one compaction against a fixed-latency model.
+
+Run on demand (not part of the test run)::
+
+    python tests/bench/bench_compaction.py                   # 1k and 100k entries, 5 runs, L=0.2 s
+    python tests/bench/bench_compaction.py --runs 3 1000     # chosen sizes and runs
+    python tests/bench/bench_compaction.py --latency 0.5     # another model latency
+
+The model is a fake whose ``complete()`` sleeps ``L`` seconds and answers with a short summary.
+For each size two sessions are built from the same linear history as ``bench_core.py``, with a
+different last turn:
+
+* plain: the last turn opens with a user message bigger than ``keep_recent_tokens``, so the cut
+  lands on that user message and one summary (the history) is asked for;
+* split: the last turn opens with a short user message followed by an assistant message bigger
+  than ``keep_recent_tokens``, so the cut lands inside the turn and two summaries are asked for
+  (history and turn prefix), which must run concurrently: total about ``L``, not ``2L``.
+
+Each run opens a fresh copy of the session file (the JSONL store, fsync per turn; loading and the
+first context build are not timed: a live session has both) and times
+``compact_session(..., dry_run=False)``: plan, summaries, commit (one appended, fsynced line). It
+prints the median total, total minus ``L`` (the orchestration overhead), how many model calls
+were made and how many were in flight at once, and, for reference, the time planning alone takes.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_core import write_session  # noqa: E402
+
+from orchestrator._compaction_plan import CompactionPlan, plan_compaction  # noqa: E402
+from orchestrator._model import ModelRequest, ModelResponse, Usage  # noqa: E402
+from orchestrator._operations import compact_session  # noqa: E402
+from orchestrator._session import Session  # noqa: E402
+from orchestrator._summarize import Summarizer  # noqa: E402
+from orchestrator._tokens import CompactionSettings  # noqa: E402
+
+SIZES = [1_000, 100_000]
+RUNS = 5
+LATENCY = 0.2
+BIG = "word " * 40_000  # 200 000 characters: about 50 000 estimated tokens, over keep_recent
+
+
+class FakeModel:
+    """A model route that takes exactly ``latency`` seconds and always answers."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+        self.calls: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    @property
+    def name(self) -> str:
+        return "fake/fixed-latency"
+
+    @property
+    def context_window(self) -> int:
+        return 200_000
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls.append(request.purpose)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await anyio.sleep(self.latency)
+        finally:
+            self.in_flight -= 1
+        return ModelResponse(
+            text=f"## Goal\nBenchmark summary ({request.purpose}).\n\n## Progress\n- done",
+            stop_reason="stop",
+            usage=Usage(input=1000, output=20),
+            model="fixed-latency",
+            provider="fake",
+        )
+
+
+def _line(entry: dict[str, Any]) -> str:
+    return json.dumps(entry, separators=(",", ":")) + "\n"
+
+
+def _tail(kind: str, parent: str) -> list[dict[str, Any]]:
+    """The last turn: the one that decides whether the cut splits a turn."""
+    ts = "2025-12-02T11:00:00.000Z"
+    usage = {"input": 60_000, "output": 50, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 60_050}
+    if kind == "plain":
+        messages: list[dict[str, Any]] = [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "read this: " + BIG}],
+                "timestamp": 1,
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "done"}],
+                "provider": "p",
+                "model": "m",
+                "stopReason": "stop",
+                "timestamp": 2,
+                "usage": usage,
+            },
+        ]
+    else:
+        messages = [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "write the report"}],
+                "timestamp": 1,
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": BIG},
+                    {
+                        "type": "toolCall",
+                        "id": "tail",
+                        "name": "write",
+                        "arguments": {"path": "report.md"},
+                    },
+                ],
+                "provider": "p",
+                "model": "m",
+                "stopReason": "toolUse",
+                "timestamp": 2,
+                "usage": usage,
+            },
+            {
+                "role": "toolResult",
+                "toolCallId": "tail",
+                "toolName": "write",
+                "content": [{"type": "text", "text": "ok"}],
+                "isError": False,
+                "timestamp": 3,
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "written"}],
+                "provider": "p",
+                "model": "m",
+                "stopReason": "stop",
+                "timestamp": 4,
+                "usage": usage,
+            },
+        ]
+    entries = []
+    for i, message in enumerate(messages):
+        eid = f"tail{i:04d}"
+        entries.append(
+            {"type": "message", "id": eid, "parentId": parent, "timestamp": ts, "message": message}
+        )
+        parent = eid
+    return entries
+
+
+def session_bytes(n: int, kind: str) -> bytes:
+    """A session of ``n`` history entries plus a plain or split last turn."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.jsonl"
+        write_session(path, n)
+        with path.open("a", encoding="utf-8") as out:
+            for entry in _tail(kind, f"{n - 1:08x}"):
+                out.write(_line(entry))
+        return path.read_bytes()
+
+
+def _check_plan(plan: object, kind: str) -> CompactionPlan:
+    assert isinstance(plan, CompactionPlan), plan
+    assert plan.is_split_turn == (kind == "split"), (kind, plan.is_split_turn)
+    return plan
+
+
+async def one_run(data: bytes, kind: str, latency: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "session.jsonl"
+        path.write_bytes(data)
+        session = Session.open(path)  # the file store, fsync per turn: the commit is fsynced
+        try:
+            return await _timed(session, kind, latency)
+        finally:
+            session.close()
+
+
+async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
+    settings = CompactionSettings()
+    # A live session has its context built already (the agent loop asked for it every turn).
+    session.context()
+    t0 = time.perf_counter()
+    _check_plan(plan_compaction(session.path(), settings), kind)
+    t_plan = time.perf_counter() - t0
+    fake = FakeModel(latency)
+    summarizer = Summarizer(candidates=(fake,))
+    t0 = time.perf_counter()
+    outcome = await compact_session(session, summarizer, settings=settings, dry_run=False)
+    total = time.perf_counter() - t0
+    assert outcome.entry is not None, outcome.reason
+    _check_plan(outcome.plan, kind)
+    assert session.leaf_id == outcome.entry["id"]
+    return {
+        "total": total,
+        "plan": t_plan,
+        "calls": len(fake.calls),
+        "max_in_flight": fake.max_in_flight,
+        "purposes": sorted(fake.calls),
+    }
+
+
+def main(argv: list[str]) -> None:
+    runs, latency = RUNS, LATENCY
+    while argv[:1] and argv[0].startswith("--"):
+        if argv[0] == "--runs":
+            runs = int(argv[1])
+        elif argv[0] == "--latency":
+            latency = float(argv[1])
+        else:
+            raise SystemExit(f"unknown option {argv[0]}")
+        argv = argv[2:]
+    sizes = [int(a) for a in argv] or SIZES
+    print(
+        f"Python {sys.version.split()[0]}, fake model latency L = {latency * 1e3:.0f} ms, "
+        f"median of {runs} runs"
+    )
+    rows = []
+    for n in sizes:
+        for kind in ("plain", "split"):
+            data = session_bytes(n, kind)
+            results = [anyio.run(one_run, data, kind, latency) for _ in range(runs)]
+            for r in results:
+                print(
+                    f"  run n={n} {kind}: total {r['total'] * 1e3:.1f} ms, calls {r['purposes']}",
+                    flush=True,
+                )
+            rows.append(
+                {
+                    "n": n,
+                    "kind": kind,
+                    "total": statistics.median(r["total"] for r in results),
+                    "plan": statistics.median(r["plan"] for r in results),
+                    "calls": results[0]["calls"],
+                    "max_in_flight": results[0]["max_in_flight"],
+                }
+            )
+    print()
+    print(
+        f"{'entries':>9} {'kind':>6} {'calls':>5} {'parallel':>8} {'total ms':>9} "
+        f"{'total-L ms':>10} {'plan ms':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['n']:>9} {r['kind']:>6} {r['calls']:>5} {r['max_in_flight']:>8} "
+            f"{r['total'] * 1e3:>9.1f} {(r['total'] - latency) * 1e3:>10.1f} "
+            f"{r['plan'] * 1e3:>8.1f}"
+        )
+    print()
+    for n in sizes:
+        plain, split = (
+            next(r for r in rows if r["n"] == n and r["kind"] == k) for k in ("plain", "split")
+        )
+        print(
+            f"n={n}: split - plain = {(split['total'] - plain['total']) * 1e3:+.1f} ms "
+            f"(sequential summaries would add L = {latency * 1e3:.0f} ms); "
+            f"split total = {split['total'] / latency:.2f} L"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
