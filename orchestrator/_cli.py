@@ -17,7 +17,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from . import _cli_inspect, _cli_journal, _cli_machines, _cli_ops, _cli_tui
+    from . import _cli_inspect, _cli_journal, _cli_machines, _cli_ops, _cli_serve, _cli_tui
 
     parser = argparse.ArgumentParser(
         prog="orchestrator",
@@ -29,6 +29,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _cli_journal.register(commands)
     _cli_machines.register(commands)
     _cli_tui.register(commands)
+    _cli_serve.register(commands)
     return parser
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 
 from ._agent import Agent, ChatAgent
-from ._errors import OrchestratorError
 from ._routes import RouteSettings, build_summarizer
 from ._rpc_server import RpcServer, RuntimeOptions, SessionHub
 from ._runtime import RuntimeSettings
@@ -96,20 +95,3 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _say(text: str) -> None:
     print(f"orchestrator serve: {text}", file=sys.stderr, flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``serve`` alone (``python -m orchestrator._cli_serve``), as ``orchestrator serve``."""
-    parser = argparse.ArgumentParser(prog="orchestrator")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        result: int = args.handler(args)
-    except OrchestratorError as exc:
-        _say(str(exc))
-        return 1
-    return result
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,7 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator._agent import ChatAgent
-from orchestrator._cli_serve import _options, main
+from orchestrator._cli import main as cli_main
+from orchestrator._cli_serve import _options
 from orchestrator._rpc import FdTransport, StreamTransport, read_lines
 from orchestrator._rpc_server import RpcServer, RuntimeOptions, SessionHub
 from orchestrator.testing import AgentHang, ScriptedAgent
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.anyio
 
 EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
 REPO = Path(__file__).resolve().parent.parent
-SERVE = [sys.executable, "-m", "orchestrator._cli_serve"]
+SERVE = [sys.executable, "-m", "orchestrator", "serve"]
 LIMIT = 4 * 1024 * 1024  # no answer in these tests comes near this: a bound on every read
 
 
@@ -284,10 +285,10 @@ async def test_serve_tcp_subprocess_stops_cleanly_on_interrupt(tmp_path: Path) -
 def test_serve_refuses_a_session_outside_its_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--dir", str(tmp_path), "/elsewhere/s.jsonl"]) == 1
+    assert cli_main(["serve", "--dir", str(tmp_path), "/elsewhere/s.jsonl"]) == 1
     assert "outside the served directory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["--stdio", "--port", "1"])
+        cli_main(["serve", "--stdio", "--port", "1"])
 
 
 def test_serve_options() -> None:
