@@ -164,6 +164,7 @@ class AgentSession(TurnEffects):
         self._queue: list[str] = []
         self._pending_prompt: str | None = None
         self._busy = False
+        self._navigating = False
         self._lock = anyio.Lock()
         self._effect_scope: anyio.CancelScope | None = None
         self._interrupt: str | None = None
@@ -252,6 +253,15 @@ class AgentSession(TurnEffects):
         """A turn (or a manual compaction) is in progress."""
         return self._busy
 
+    @property
+    def is_navigating(self) -> bool:
+        """A tree navigation (perhaps writing a branch summary) is in progress."""
+        return self._navigating
+
+    def _refuse_during_navigation(self, what: str) -> None:
+        if self._navigating:
+            raise SessionError(f"Cannot {what} while a tree navigation is in progress")
+
     def now_ms(self) -> int:
         """The runtime's clock."""
         return self._clock_ms()
@@ -309,6 +319,7 @@ class AgentSession(TurnEffects):
         """
         if self.agent is None:
             raise SessionError("this session has no agent; pass agent= to AgentSession")
+        self._refuse_during_navigation("prompt")
         if self._busy:
             self._queue.append(text)
             return TurnResult(queued=True, state=self.state)
@@ -423,17 +434,22 @@ class AgentSession(TurnEffects):
             What happened; ``cancelled`` when a hook cancelled or the summary was aborted.
 
         Raises:
-            SessionError: a turn is running (finish or abort it first), or the id is unknown.
+            SessionError: a turn or another navigation is running, or the id is unknown.
             ModelError: the branch summary failed; history and leaf are unchanged.
         """
-        return await navigate(
-            self,
-            target_id,
-            summarize=summarize,
-            instructions=instructions,
-            replace_instructions=replace_instructions,
-            label=label,
-        )
+        self._refuse_during_navigation("navigate")
+        self._navigating = True
+        try:
+            return await navigate(
+                self,
+                target_id,
+                summarize=summarize,
+                instructions=instructions,
+                replace_instructions=replace_instructions,
+                label=label,
+            )
+        finally:
+            self._navigating = False
 
     async def fork(self, entry_id: str, path: str | os.PathLike[str] | None = None) -> ForkResult:
         """Copy the path before a user message into a new session (reference §7.5).
@@ -467,7 +483,11 @@ class AgentSession(TurnEffects):
         Raises:
             Cancelled: the compaction was cancelled (by ``abort_compaction`` or a hook).
             ModelError: the summary failed; the session is unchanged.
+            SessionError: a manual compaction or a tree navigation is already running.
         """
+        self._refuse_during_navigation("compact")
+        if self._manual_waiters or self.state == "manual_compacting":
+            raise SessionError("A manual compaction is already running")
         self._manual_focus = focus
         if self._busy:
             done = anyio.Event()

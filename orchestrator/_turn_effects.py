@@ -77,13 +77,14 @@ class TurnEffects:
         self._turn_state = type(self._turn_state)()
         self._dropped.clear()
         text, self._pending_prompt = self._pending_prompt or "", None
-        self.session.append_message(
+        entry = self.session.append_message(
             {
                 "role": "user",
                 "content": [{"type": "text", "text": text}],
                 "timestamp": self.now_ms(),
             }
         )
+        self.events.emit("message", entryId=entry["id"], role="user")
 
     async def _fx_call_agent(self) -> str | None:
         return await self._interruptible(self._call_agent)

@@ -209,3 +209,29 @@ async def test_fork_from_the_first_message_and_refusals() -> None:
         await kit.runtime.fork(ids["a1"])
     kit.runtime.hooks.on("session_before_fork", lambda p: {"cancel": True})
     assert (await kit.runtime.fork(ids["u2"])).cancelled is True
+
+
+async def test_work_is_refused_while_a_branch_summary_is_written() -> None:
+    kit = nav_kit(summaries=[Hang()])
+    ids = await conversation(kit)
+    refusals: list[str] = []
+
+    async def interfere() -> None:
+        await until(lambda: len(kit.model.requests) == 1)
+        for attempt in (lambda: kit.runtime.prompt("hi"), kit.runtime.compact,
+                        lambda: kit.runtime.navigate(ids["a1"])):
+            try:
+                await attempt()
+            except SessionError as exc:
+                refusals.append(str(exc))
+        kit.runtime.abort_branch_summary()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: kit.runtime.navigate(ids["u1"], summarize=True))
+        group.start_soon(interfere)
+    assert refusals == [
+        "Cannot prompt while a tree navigation is in progress",
+        "Cannot compact while a tree navigation is in progress",
+        "Cannot navigate while a tree navigation is in progress",
+    ]
+    assert kit.runtime.is_navigating is False

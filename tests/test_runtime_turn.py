@@ -315,3 +315,28 @@ async def test_d19_overflow_after_this_turns_threshold_compaction_does_not_compa
     assert kit.entry_types().count("compaction") == 1
     assert kit.of("auto_compaction_end")[-1]["errorMessage"] == OVERFLOW_FAILED
     assert kit.turn_path()[-1] == ("running", "overflow", "idle")
+
+
+async def test_a_second_manual_compaction_is_refused_while_one_runs() -> None:
+    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+              summaries=[Hang()], runtime_settings=settings(adaptive_keep=False))
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    errors: list[str] = []
+
+    async def second() -> None:
+        await until(lambda: len(kit.model.requests) == 1)
+        try:
+            await kit.runtime.compact()
+        except SessionError as exc:
+            errors.append(str(exc))
+        kit.runtime.abort_compaction()
+
+    async def first() -> None:
+        with pytest.raises(Cancelled):
+            await kit.runtime.compact()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(first)
+        group.start_soon(second)
+    assert errors == ["A manual compaction is already running"]
