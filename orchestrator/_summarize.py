@@ -148,6 +148,18 @@ async def _summarize(
         return response.text.strip(), model.name
 
 
+def _one_model_error(failures: BaseExceptionGroup[BaseException]) -> BaseException:
+    # Both halves of a split turn may fail at once; the caller expects one ModelError, not a
+    # group. Anything else in the group (a bug, a cancellation) is re-raised as it is.
+    errors, rest = failures.split(ModelError)
+    if rest is not None or errors is None:
+        return failures
+    first = errors.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
 def _history_routes(summarizer: Summarizer) -> tuple[Model, ...]:
     return (summarizer.remote,) if summarizer.remote is not None else summarizer.candidates
 
@@ -218,9 +230,12 @@ async def compact(
         async def run(key: str, job: Callable[[], Awaitable[tuple[str, str]]]) -> None:
             results[key] = await job()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(run, "history", history)
-            group.start_soon(run, "prefix", turn_prefix)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(run, "history", history)
+                group.start_soon(run, "prefix", turn_prefix)
+        except BaseExceptionGroup as failures:
+            raise _one_model_error(failures) from None
         text = merge_split_turn(results["history"][0], results["prefix"][0])
         model = results["history"][1] or results["prefix"][1]
     else:

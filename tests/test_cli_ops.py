@@ -1,0 +1,147 @@
+"""compact, navigate and fork from the command line: offline, and through litellm's real HTTP
+path against the local provider."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator._cli import main
+from orchestrator._session import Session
+from orchestrator.testing import LocalProvider, Reply
+
+EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    target = tmp_path / "session.jsonl"
+    shutil.copy(EXAMPLE, target)
+    return target
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compact_offline_appends_an_entry_pi_can_read(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "compact", str(example))
+    assert code == 0, err
+    assert out.startswith("_Extractive summary generated offline (no model was called)._")
+    assert "-- compacted:" in out and "tokens before 66900" in out
+    session = Session.open(example)
+    entry = session.tree.entries[-1]
+    assert entry["type"] == "compaction"
+    assert entry["details"]["modifiedFiles"] == ["invoice/tax.py", "invoice/totals.py",
+                                                 "tests/test_tax_rounding.py"]
+    context = session.context()
+    assert context.messages[0]["role"] == "compactionSummary"
+    kept = session.tree.path()
+    ids = [e["id"] for e in kept]
+    first_kept = ids.index(entry["firstKeptEntryId"])
+    assert context.entry_ids[1] == entry["firstKeptEntryId"] or first_kept < len(ids)
+    assert session.problems == []
+    code, out, _ = run(capsys, "check", str(example))
+    assert code == 0
+
+
+def test_compact_dry_run_and_json_write_nothing(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = example.read_bytes()
+    code, out, _ = run(capsys, "compact", str(example), "--dry-run", "--json", "--focus", "VAT")
+    assert code == 0
+    report = json.loads(out)
+    assert report["compacted"] is False and report["reason"] is None
+    assert report["summary"] and report["tokensBefore"] == 66900
+    assert report["tokensAfter"] < report["tokensBefore"]
+    assert example.read_bytes() == before
+
+
+def test_compact_twice_says_already_compacted(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "compact", str(example))[0] == 0
+    code, out, _ = run(capsys, "compact", str(example))
+    assert (code, out.strip()) == (0, "Already compacted")
+
+
+def test_compact_through_litellm_and_the_local_provider(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    replies = (Reply.summary("## Goal\nFrom the provider (history)."),
+               Reply.summary("## Original Request\nFrom the provider (prefix)."))
+    with LocalProvider(replies) as provider:
+        code, out, err = run(capsys, "compact", str(example), "--model", "openai/test-model",
+                             "--api-base", provider.url + "/v1", "--api-key", "test",
+                             "--context-window", "128000")
+        requests = provider.requests
+    assert code == 0, err
+    assert len(requests) == 2  # a split turn: history and turn prefix, one HTTP call each
+    assert {r.body["max_tokens"] for r in requests} == {13107, 8192}
+    assert "From the provider" in Session.open(example).tree.entries[-1]["summary"]
+
+
+def test_provider_failure_is_one_line_and_the_file_is_unchanged(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = example.read_bytes()
+    with LocalProvider((Reply.error(401, "invalid api key"),) * 4) as provider:
+        code, out, err = run(capsys, "compact", str(example), "--model", "openai/test-model",
+                             "--api-base", provider.url + "/v1", "--api-key", "bad")
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("orchestrator compact: ")
+    assert "invalid api key" in err
+    assert example.read_bytes() == before
+
+
+def test_navigate_with_summary_attaches_it_and_prints_the_editor_text(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
+    users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
+    target = users[-1]  # "Keep Decimal. ..." on the active branch
+    code, out, err = run(capsys, "navigate", str(example), "--to", target["id"], "--summarize")
+    assert code == 0, err
+    assert "-- editor text (edit and resend it):" in out
+    assert "Keep Decimal." in out
+    session = Session.open(example)
+    summary = session.tree.entries[-1]
+    assert summary["type"] == "branch_summary"
+    assert summary["parentId"] == target["parentId"]
+    assert summary["fromId"] == lines[-1]["id"]  # D17: the abandoned leaf
+    assert session.leaf_id == summary["id"]
+
+
+def test_navigate_without_summary_is_remembered_across_processes(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
+    assistant = next(e for e in lines if e["type"] == "message" and e["message"]["role"] == "assistant")
+    code, out, _ = run(capsys, "navigate", str(example), "--to", assistant["id"], "--json")
+    assert code == 0
+    assert json.loads(out)["newLeafId"] == assistant["id"]
+    reopened = Session.open(example)
+    assert reopened.context().entry_ids[-1] == assistant["id"]
+    assert reopened.tree.entries[-1]["customType"] == "orchestrator/leaf"
+
+
+def test_navigate_to_an_unknown_entry(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = example.read_bytes()
+    code, _, err = run(capsys, "navigate", str(example), "--to", "nope")
+    assert (code, err.strip()) == (1, "orchestrator navigate: Entry nope not found")
+    assert example.read_bytes() == before
+
+
+def test_fork_writes_the_path_before_a_user_message(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
+    users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
+    code, out, err = run(capsys, "fork", str(example), "--from", users[2]["id"], "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    forked = Session.open(report["sessionFile"])
+    assert forked.header["parentSession"] == str(example)
+    # The path's label is carried over as a fresh label entry at the end.
+    assert forked.tree.entries[-1]["type"] == "label"
+    assert forked.tree.labels == {users[1]["id"]: "tax investigation"}
+    assert [e for e in forked.tree.entries if e["type"] == "label"] == [forked.tree.entries[-1]]
+    assert report["editorText"].startswith("Now add a regression test")
+    code, _, err = run(capsys, "fork", str(example), "--from", lines[-1]["id"])
+    assert (code, err.strip()) == (1, "orchestrator fork: Invalid entry ID for forking")
