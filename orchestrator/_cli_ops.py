@@ -8,19 +8,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+from opentelemetry.sdk.trace import TracerProvider
 
 from ._cli_common import open_existing, print_json
-from ._entries import CUSTOM
-from ._operations import CompactOutcome, NavigateOutcome, compact_session, navigate_session
+from ._entries import CUSTOM, Entry
+from ._errors import SessionError
+from ._operations import CompactOutcome, compact_session, tokens_after
 from ._progress import Progress, spinner
 from ._retry import AttemptRecord
 from ._routes import RouteSettings, build_summarizer
+from ._runtime import AgentSession, RuntimeSettings
+from ._runtime_nav import NavigationResult
 from ._session import Session
+from ._summarize import Summarizer
 from ._tokens import CompactionSettings
+from ._tracing import LifecycleTracer, make_tracer_provider
 
 LEAF_MARKER = "orchestrator/leaf"
 """``customType`` of the entry that records a navigation without a summary (see ``navigate``)."""
@@ -41,6 +49,11 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
     parser.add_argument("--reserve-tokens", type=int, default=16384)
+    parser.add_argument(
+        "--trace",
+        metavar="SPEC",
+        help="export OpenTelemetry spans: otlp (OTEL_* variables), console, or jsonl:FOLDER",
+    )
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
 
 
@@ -113,7 +126,6 @@ def _attempt_text(progress: Progress) -> Any:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    session = open_existing(args.session)
     routes = _route_settings(args)
     progress = Progress(
         "Summarizing with " + (", ".join(routes.models) or "the offline summarizer")
@@ -124,23 +136,50 @@ def _compact(args: argparse.Namespace) -> int:
         keep_recent_tokens=args.keep_recent_tokens,
         adaptive_keep=not args.no_adaptive_keep,
     )
+    if args.dry_run:
+        # A dry run writes nothing, not even the journal: plan and summarize only.
+        session = open_existing(args.session)
 
-    async def run() -> CompactOutcome:
-        async with spinner(progress):
-            return await compact_session(
-                session, summarizer, settings=settings, focus=args.focus, dry_run=args.dry_run
-            )
+        async def preview() -> CompactOutcome:
+            async with spinner(progress):
+                return await compact_session(
+                    session, summarizer, settings=settings, focus=args.focus, dry_run=True
+                )
 
-    try:
-        outcome = anyio.run(run)
-    finally:
-        session.close()
+        try:
+            outcome = anyio.run(preview)
+        finally:
+            session.close()
+    else:
+        outcome = _run_runtime(args, summarizer, settings, progress, _compact_through)
     if args.json:
         print_json(outcome.as_json())
         return 0
+    _print_compaction(args, outcome)
+    return 0
+
+
+async def _compact_through(runtime: AgentSession, args: argparse.Namespace) -> CompactOutcome:
+    # Through the runtime, the compaction is an operation machine: journaled beside the file,
+    # traced, and settled on the next open if this process dies half-way (D24).
+    done = await runtime.compact(args.focus)
+    if done.plan is None or done.result is None:
+        tokens = runtime.session.context().tokens().tokens
+        return CompactOutcome(reason=done.reason, tokens_before=tokens)
+    return CompactOutcome(
+        reason=None,
+        plan=done.plan,
+        result=done.result,
+        entry=done.entry,
+        tokens_before=done.plan.tokens_before,
+        tokens_after=tokens_after(done.plan, done.result, runtime.session),
+    )
+
+
+def _print_compaction(args: argparse.Namespace, outcome: CompactOutcome) -> None:
     if outcome.reason is not None:
         print(outcome.reason)
-        return 0
+        return
     assert outcome.result is not None
     assert outcome.plan is not None
     print(outcome.result.summary)
@@ -154,71 +193,124 @@ def _compact(args: argparse.Namespace) -> int:
     )
     if outcome.entry is not None:
         print(f"-- appended compaction entry {outcome.entry['id']} to {args.session}")
-    return 0
+
+
+T = TypeVar("T")
+
+
+def _run_runtime(
+    args: argparse.Namespace,
+    summarizer: Summarizer,
+    settings: CompactionSettings,
+    progress: Progress,
+    work: Callable[[AgentSession, argparse.Namespace], Awaitable[T]],
+) -> T:
+    open_existing(args.session).close()  # exists, is a session; problems reported once
+    provider = make_trace_provider(args.trace)
+    runtime = AgentSession.open(
+        args.session,
+        summarizer=summarizer,
+        settings=RuntimeSettings(compaction=settings, branch_reserve_tokens=args.reserve_tokens),
+        tracer=LifecycleTracer(provider),
+    )
+    for settled in runtime.settlements:
+        print(
+            f"note: operation {settled.operation_id} ({settled.kind}) left half-done by an "
+            f"earlier process was settled as {settled.dest}",
+            file=sys.stderr,
+        )
+
+    async def run() -> T:
+        async with spinner(progress):
+            return await work(runtime, args)
+
+    try:
+        return anyio.run(run)
+    finally:
+        runtime.close()
+        if provider is not None:
+            provider.shutdown()
+
+
+def make_trace_provider(spec: str | None) -> TracerProvider | None:
+    """A tracer provider for ``--trace``: ``otlp``, ``console`` or ``jsonl:FOLDER``.
+
+    Raises:
+        SessionError: an unknown specification.
+    """
+    if not spec:
+        return None
+    kind, _, folder = spec.partition(":")
+    if kind == "jsonl" and folder:
+        return make_tracer_provider("jsonl", folder, shutdown_on_exit=False)
+    if kind == "otlp" and not folder:
+        return make_tracer_provider("otlp", shutdown_on_exit=False)
+    if kind == "console" and not folder:
+        return make_tracer_provider("console", shutdown_on_exit=False)
+    raise SessionError(f"--trace {spec}: use otlp, console or jsonl:FOLDER")
 
 
 # -- navigate ----------------------------------------------------------------------------------
 
 
 def _navigate(args: argparse.Namespace) -> int:
-    session = open_existing(args.session)
     routes = _route_settings(args)
     progress = Progress(
         "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
     )
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
-
-    async def run() -> NavigateOutcome:
-        async with spinner(progress):
-            return await navigate_session(
-                session,
-                args.to,
-                summarize=args.summarize,
-                summarizer=summarizer,
-                instructions=args.focus,
-                replace_instructions=args.replace_instructions,
-                reserve_tokens=args.reserve_tokens,
-            )
-
-    try:
-        outcome = anyio.run(run)
-        if outcome.summary_entry is None and not outcome.no_op:
-            _record_leaf(session, outcome)
-        session.flush()
-    finally:
-        session.close()
+    result = _run_runtime(args, summarizer, CompactionSettings(), progress, _navigate_through)
+    report = {**result.as_json(), "targetId": args.to,
+              "summary": result.summary_entry["summary"] if result.summary_entry else None}
     if args.json:
-        print_json(outcome.as_json())
+        print_json(report)
         return 0
-    _print_navigation(outcome)
+    _print_navigation(result)
     return 0
 
 
-def _record_leaf(session: Session, outcome: NavigateOutcome) -> None:
-    # pi keeps the leaf in memory and reopens a file at its last entry. A command is a separate
-    # process, so without a summary entry I record the move as a ``custom`` entry (never part
-    # of the context, pi ignores it) under the new leaf: reopening lands exactly there.
-    session.append_entry(
+async def _navigate_through(runtime: AgentSession, args: argparse.Namespace) -> NavigationResult:
+    before = runtime.session.leaf_id
+    result = await runtime.navigate(
+        args.to,
+        summarize=args.summarize,
+        instructions=args.focus,
+        replace_instructions=args.replace_instructions,
+    )
+    if result.summary_entry is None and not result.cancelled and runtime.session.leaf_id != before:
+        record_leaf(runtime.session, before, args.to)
+    runtime.session.flush()
+    return result
+
+
+def record_leaf(session: Session, old_leaf: str | None, target: str) -> Entry:
+    """Record a navigation without a summary so that the file reopens at the new leaf.
+
+    pi keeps the leaf in memory and reopens a file at its last entry. A command is a separate
+    process, so I record the move as a ``custom`` entry (never part of the context; pi ignores
+    it) under the new leaf: reopening lands exactly there.
+    """
+    return session.append_entry(
         CUSTOM,
-        {
-            "customType": LEAF_MARKER,
-            "data": {"from": outcome.old_leaf_id, "to": outcome.target.target_id},
-        },
-        parent_id=outcome.target.new_leaf_id,
+        {"customType": LEAF_MARKER, "data": {"from": old_leaf, "to": target}},
+        parent_id=session.leaf_id,
     )
 
 
-def _print_navigation(outcome: NavigateOutcome) -> None:
-    if outcome.no_op:
+def _print_navigation(result: NavigationResult) -> None:
+    if result.cancelled:
+        print("navigation cancelled; nothing changed")
+        return
+    if result.new_leaf_id == result.old_leaf_id and result.summary_entry is None:
         print("already at that entry; nothing changed")
         return
-    print(f"leaf: {outcome.old_leaf_id} -> {outcome.target.new_leaf_id or '(root)'}")
-    if outcome.summary_entry is not None:
-        print(f"branch summary {outcome.summary_entry['id']} attached:")
-        print(outcome.summary_entry["summary"])
-    if outcome.target.editor_text is not None:
+    print(f"leaf: {result.old_leaf_id} -> {result.new_leaf_id or '(root)'}")
+    if result.summary_entry is not None:
+        print(f"branch summary {result.summary_entry['id']} attached:")
+        print(result.summary_entry["summary"])
+    if result.editor_text is not None:
         print("-- editor text (edit and resend it):")
-        print(outcome.target.editor_text)
+        print(result.editor_text)
 
 
 # -- fork --------------------------------------------------------------------------------------

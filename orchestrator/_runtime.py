@@ -145,6 +145,7 @@ class AgentSession(TurnEffects):
             candidates=(OfflineSummarizer(),),
             reserve_tokens=self.settings.compaction.reserve_tokens,
         )
+        self._caller_on_attempt = base.on_attempt
         # Every summarizer call gets a model span with the GenAI attributes.
         self.summarizer = dataclasses.replace(
             base,
@@ -296,8 +297,16 @@ class AgentSession(TurnEffects):
         return op
 
     def attempt_observer(self, op: Operation) -> Callable[[AttemptRecord, Purpose], None]:
-        """Feed summarizer attempts to the operation's machine and the tracer."""
-        return op.on_attempt
+        """Feed summarizer attempts to the operation's machine, then to the caller's observer."""
+        caller = self._caller_on_attempt
+        if caller is None:
+            return op.on_attempt
+
+        def observe(record: AttemptRecord, purpose: Purpose) -> None:
+            op.on_attempt(record, purpose)
+            caller(record, purpose)
+
+        return observe
 
     async def run_hook(self, name: str, payload: dict[str, Any]) -> Mapping[str, Any] | None:
         """Run a hook; handler errors become ``hook_error`` events (D25)."""

@@ -145,3 +145,26 @@ def test_fork_writes_the_path_before_a_user_message(example: Path, capsys: pytes
     assert report["editorText"].startswith("Now add a regression test")
     code, _, err = run(capsys, "fork", str(example), "--from", lines[-1]["id"])
     assert (code, err.strip()) == (1, "orchestrator fork: Invalid entry ID for forking")
+
+
+def test_compact_is_journaled_and_traced(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tmp_path / "spans"
+    code, _, err = run(capsys, "compact", str(example), "--trace", f"jsonl:{traces}")
+    assert code == 0, err
+    code, out, _ = run(capsys, "journal", str(example), "--json")
+    assert code == 0
+    report = json.loads(out)
+    [operation] = report["operations"]
+    assert operation["kind"] == "compaction" and operation["state"] == "committed"
+    from orchestrator._tracing import read_trace
+
+    [trace] = list(traces.glob("*.jsonl"))
+    names = [span["name"] for span in read_trace(trace)]
+    assert "orchestrator.compaction" in names and "orchestrator.turn" in names
+    assert any(name.startswith("summarize ") for name in names)
+
+
+def test_bad_trace_spec_is_a_one_line_error(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "compact", str(example), "--trace", "zipkin")
+    assert code == 1
+    assert "--trace zipkin: use otlp, console or jsonl:FOLDER" in err
