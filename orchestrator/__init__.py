@@ -21,7 +21,7 @@ from ._errors import (
 from ._events import Event, EventBus
 from ._guards import Facts
 from ._hooks import Hooks
-from ._journal import Journal, settle
+from ._journal import Journal
 from ._jsonl_store import JsonlStore
 from ._litellm_model import LiteLLMModel
 from ._llm_messages import convert_to_llm
@@ -38,6 +38,7 @@ from ._runtime_nav import ForkResult, NavigationResult
 from ._runtime_ops import OperationOutcome
 from ._serialize import serialize_conversation
 from ._session import Session
+from ._settle import settle
 from ._store import LoadResult, Problem, SessionStore
 from ._summarize import BranchSummaryResult, CompactionResult, Summarizer, compact, summarize_branch
 from ._tokens import (

@@ -38,7 +38,7 @@ from ._errors import Cancelled, ModelError, SessionError
 from ._events import EventBus
 from ._guards import Facts
 from ._hooks import Hooks
-from ._journal import Journal, Settlement, settle
+from ._journal import Journal
 from ._jsonl_store import JsonlStore
 from ._machine import Runner, Step, load_machine
 from ._memory_store import MemoryStore
@@ -49,6 +49,7 @@ from ._retry import AttemptRecord, RetryPolicy
 from ._runtime_nav import ForkResult, NavigationResult, fork, navigate
 from ._runtime_ops import OperationOutcome
 from ._session import Session, wall_clock_ms
+from ._settle import Settlement, settle
 from ._store import SessionStore
 from ._summarize import Summarizer
 from ._tokens import CompactionSettings

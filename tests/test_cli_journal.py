@@ -11,8 +11,9 @@ import pytest
 from orchestrator._cli_journal import register, transition_line
 from orchestrator._errors import SessionError
 from orchestrator._guards import Facts
-from orchestrator._journal import Journal, JournalRecord, journal_path, settle
+from orchestrator._journal import Journal, JournalRecord, journal_path
 from orchestrator._machine import Runner, Step, load_machine
+from orchestrator._settle import settle
 
 START = 1_700_000_000_000  # 2023-11-14T22:13:20.000Z
 

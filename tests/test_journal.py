@@ -18,9 +18,9 @@ from orchestrator._journal import (
     JournalRecord,
     journal_path,
     parse_journal,
-    settle,
 )
 from orchestrator._machine import Runner, Step, load_machine
+from orchestrator._settle import settle
 
 
 class Clock:
