@@ -50,7 +50,8 @@ from ._tokens import (
     estimate_tokens,
     should_compact,
 )
-from ._tracing import JsonLinesSpanExporter, LifecycleTracer, make_tracer_provider, read_trace
+from ._trace_export import JsonLinesSpanExporter, make_tracer_provider, read_trace
+from ._tracing import LifecycleTracer
 from ._tree import SessionTree, TreeNode
 
 __all__ = (

@@ -28,7 +28,8 @@ from ._runtime_nav import NavigationResult
 from ._session import Session
 from ._summarize import Summarizer
 from ._tokens import CompactionSettings
-from ._tracing import LifecycleTracer, make_tracer_provider
+from ._trace_export import make_tracer_provider
+from ._tracing import LifecycleTracer
 
 LEAF_MARKER = "orchestrator/leaf"
 """``customType`` of the entry that records a navigation without a summary (see ``navigate``)."""

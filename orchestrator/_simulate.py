@@ -34,7 +34,8 @@ from ._scenario import Scenario, load_scenario
 from ._scripted_agent import AgentHang, ScriptedAgent, error_reply, reply, tool_result
 from ._summarize import Summarizer
 from ._tokens import CompactionSettings
-from ._tracing import LifecycleTracer, make_tracer_provider
+from ._trace_export import make_tracer_provider
+from ._tracing import LifecycleTracer
 from .testing import FakeClock, Hang, ScriptedModel
 
 START_MS = 1_767_225_600_000

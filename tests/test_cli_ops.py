@@ -156,7 +156,7 @@ def test_compact_is_journaled_and_traced(example: Path, tmp_path: Path, capsys: 
     report = json.loads(out)
     [operation] = report["operations"]
     assert operation["kind"] == "compaction" and operation["state"] == "committed"
-    from orchestrator._tracing import read_trace
+    from orchestrator._trace_export import read_trace
 
     [trace] = list(traces.glob("*.jsonl"))
     names = [span["name"] for span in read_trace(trace)]

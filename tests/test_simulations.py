@@ -13,7 +13,7 @@ from orchestrator._guards import Facts
 from orchestrator._machine import load_machine, step
 from orchestrator._scenario import load_scenario
 from orchestrator._simulate import simulate
-from orchestrator._tracing import read_trace
+from orchestrator._trace_export import read_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 SCENARIOS = sorted((TRACES / "scenarios").glob("*.toml"))

@@ -19,6 +19,12 @@ from orchestrator._errors import Cancelled, ModelError
 from orchestrator._guards import Facts
 from orchestrator._machine import Runner, Step, load_machine
 from orchestrator._model import ModelRequest, ModelResponse, Usage
+from orchestrator._trace_export import (
+    JsonLinesSpanExporter,
+    exporter_of,
+    make_tracer_provider,
+    read_trace,
+)
 from orchestrator._tracing import (
     ERROR_TYPE,
     GEN_AI_OPERATION_NAME,
@@ -28,11 +34,7 @@ from orchestrator._tracing import (
     GEN_AI_RESPONSE_MODEL,
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
-    JsonLinesSpanExporter,
     LifecycleTracer,
-    exporter_of,
-    make_tracer_provider,
-    read_trace,
     set_attributes,
 )
 
