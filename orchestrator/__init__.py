@@ -33,9 +33,10 @@ from ._offline import OfflineSummarizer
 from ._prune import PrunePlan, apply_prune, plan_prune
 from ._remote_model import RemoteSummaryModel
 from ._retry import AttemptRecord, RetryPolicy
-from ._runtime import AgentSession, RuntimeSettings, TurnResult
+from ._runtime import AgentSession
 from ._runtime_nav import ForkResult, NavigationResult
 from ._runtime_ops import OperationOutcome
+from ._runtime_types import RuntimeSettings, TurnResult
 from ._serialize import serialize_conversation
 from ._session import Session
 from ._settle import settle

@@ -23,8 +23,9 @@ from ._operations import CompactOutcome, compact_session, tokens_after
 from ._progress import Progress, spinner
 from ._retry import AttemptRecord
 from ._routes import RouteSettings, build_summarizer
-from ._runtime import AgentSession, RuntimeSettings
+from ._runtime import AgentSession
 from ._runtime_nav import NavigationResult
+from ._runtime_types import RuntimeSettings
 from ._session import Session
 from ._summarize import Summarizer
 from ._tokens import CompactionSettings

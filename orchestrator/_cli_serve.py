@@ -20,7 +20,7 @@ import anyio
 from ._agent import Agent, ChatAgent
 from ._routes import RouteSettings, build_summarizer
 from ._rpc_server import RpcServer, RuntimeOptions, SessionHub
-from ._runtime import RuntimeSettings
+from ._runtime_types import RuntimeSettings
 from ._tokens import CompactionSettings
 
 

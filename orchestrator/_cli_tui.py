@@ -16,7 +16,8 @@ from ._cli_ops import LEAF_MARKER
 from ._entries import CUSTOM
 from ._errors import SessionError
 from ._routes import RouteSettings, build_summarizer, candidate_models
-from ._runtime import AgentSession, RuntimeSettings
+from ._runtime import AgentSession
+from ._runtime_types import RuntimeSettings
 
 
 def register(commands: Any) -> None:

@@ -54,8 +54,9 @@ from ._rpc import (
     notification,
     read_lines,
 )
-from ._runtime import AgentSession, RuntimeSettings
+from ._runtime import AgentSession
 from ._runtime_nav import BUSY as NAVIGATION_BUSY
+from ._runtime_types import RuntimeSettings
 from ._summarize import Summarizer
 
 EVENT_METHOD = "session.event"

@@ -26,14 +26,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ._agent import Agent
-from ._entries import Message
 from ._errors import Cancelled, ModelError, SessionError
 from ._events import EventBus
 from ._guards import Facts
@@ -45,67 +43,17 @@ from ._memory_store import MemoryStore
 from ._model import Purpose
 from ._offline import OfflineSummarizer
 from ._operation import Operation
-from ._retry import AttemptRecord, RetryPolicy
+from ._retry import AttemptRecord
 from ._runtime_nav import ForkResult, NavigationResult, fork, navigate
 from ._runtime_ops import OperationOutcome
+from ._runtime_types import RuntimeSettings, TurnCounters, TurnResult
 from ._session import Session, wall_clock_ms
 from ._settle import Settlement, settle
 from ._store import SessionStore
 from ._summarize import Summarizer
-from ._tokens import CompactionSettings
 from ._traced_model import TracedModel
 from ._tracing import LifecycleTracer
 from ._turn_effects import TurnEffects
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RuntimeSettings:
-    """Settings of an agent session.
-
-    Attributes:
-        context_window: The chat model's window in tokens.
-        compaction: Compaction settings (threshold, keep, auto-continue).
-        retry: Agent retry policy for transient errors (pi ``retry.*``).
-        prune: Prune old tool outputs before a threshold compaction (D23).
-        branch_reserve_tokens: Reserve for branch summaries (budget = window - reserve).
-    """
-
-    context_window: int = 128_000
-    compaction: CompactionSettings = field(default_factory=CompactionSettings)
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    prune: bool = True
-    branch_reserve_tokens: int = 16384
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnResult:
-    """What :meth:`AgentSession.prompt` returns.
-
-    Attributes:
-        queued: The prompt was queued behind a running turn.
-        reply: The last assistant message of the turn, if any.
-        state: The turn machine's state afterwards.
-    """
-
-    queued: bool = False
-    reply: Message | None = None
-    state: str = "idle"
-
-
-@dataclass(slots=True)
-class _Turn:
-    """Per-user-turn counters and measurements (reset by ``start_turn``)."""
-
-    overflow_attempted: bool = False
-    auto_compactions: int = 0
-    retry_attempt: int = 0
-    will_retry: bool = False
-    over_threshold: bool = False
-    context_full: bool = False
-    last_error: str = ""
-    last_reply: Message | None = None
-    last_reply_id: str | None = None
-    outcome: OperationOutcome | None = None
 
 
 class AgentSession(TurnEffects):
@@ -161,7 +109,7 @@ class AgentSession(TurnEffects):
         self._sleep = sleep
         self._clock_ms = clock_ms
         self._operation_ids = operation_ids
-        self._turn_state = _Turn()
+        self._turn_state = TurnCounters()
         self._dropped: set[str] = set()
         self._queue: list[str] = []
         self._pending_prompt: str | None = None

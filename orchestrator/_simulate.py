@@ -29,7 +29,8 @@ from ._events import Event
 from ._hooks import Hooks
 from ._model import ModelResponse
 from ._retry import RetryPolicy
-from ._runtime import AgentSession, RuntimeSettings
+from ._runtime import AgentSession
+from ._runtime_types import RuntimeSettings
 from ._scenario import Scenario, load_scenario
 from ._scripted_agent import AgentHang, ScriptedAgent, error_reply, reply, tool_result
 from ._summarize import Summarizer

@@ -41,8 +41,9 @@ from ._entries import Entry, role_of, text_of
 from ._errors import ModelError, OrchestratorError, SessionError
 from ._events import Event
 from ._navigation import navigation_target
-from ._runtime import AgentSession, TurnResult
+from ._runtime import AgentSession
 from ._runtime_nav import NavigationResult
+from ._runtime_types import TurnResult
 from ._session import Session
 
 UNAVAILABLE = "/tree is unavailable while the agent works; wait for the turn to end or press Esc"

@@ -27,7 +27,8 @@ from ._session import Session
 from ._tokens import calculate_context_tokens, should_compact
 
 if TYPE_CHECKING:
-    from ._runtime import AgentSession, RuntimeSettings, _Turn
+    from ._runtime import AgentSession
+    from ._runtime_types import RuntimeSettings, TurnCounters
 
 OVERFLOW_FAILED = (
     "Context overflow recovery failed after one compact-and-retry attempt. "
@@ -54,7 +55,7 @@ class TurnEffects:
     settings: RuntimeSettings
     events: EventBus
     turn: Runner
-    _turn_state: _Turn
+    _turn_state: TurnCounters
     _dropped: set[str]
     _pending_prompt: str | None
     _retry_wait_ms: int

@@ -10,7 +10,8 @@ from orchestrator._events import Event
 from orchestrator._journal import Journal
 from orchestrator._model import ModelResponse
 from orchestrator._retry import RetryPolicy
-from orchestrator._runtime import AgentSession, RuntimeSettings
+from orchestrator._runtime import AgentSession
+from orchestrator._runtime_types import RuntimeSettings
 from orchestrator._session import Session
 from orchestrator._summarize import Summarizer
 from orchestrator._tokens import CompactionSettings
