@@ -1,10 +1,10 @@
-"""Whole operations on a session: compact it, or navigate it with an optional branch summary.
+"""A compaction as one call, without the lifecycle machines: plan, summarize, commit.
 
-Each operation is plan → summarize → commit, and the commit is one appended entry (D24), made
-only after the model answered and the answer passed its checks. A failure or a cancellation
-before that point leaves the session exactly as it was (D15, D22). The lifecycle runtime wraps
-these same steps in its operation machine; the command line and the RPC server call them
-through the runtime or directly.
+The commit is one appended entry (D24), made only after the model answered and the answer passed
+its checks; a failure or a cancellation before that point leaves the session exactly as it was
+(D15, D22). The runtime (:class:`~orchestrator.AgentSession`) runs the same steps inside its
+journaled operation machine; this direct form serves ``orchestrator compact --dry-run`` (which
+writes nothing, not even a journal), benchmarks, and embedders who want no lifecycle at all.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._branch_plan import collect_branch_entries, prepare_branch_entries
 from ._compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
 from ._entries import Entry, entry_message
-from ._navigation import NavigationTarget, apply_navigation, navigation_target
 from ._session import Session
-from ._summarize import BranchSummaryResult, CompactionResult, Summarizer, compact, summarize_branch
-from ._summary_request import FALLBACK_CONTEXT_WINDOW
+from ._summarize import CompactionResult, Summarizer, compact
 from ._tokens import CompactionSettings
 
 
@@ -126,88 +123,3 @@ def commit_compaction(session: Session, result: CompactionResult) -> Entry:
     )
     session.flush()
     return entry
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NavigateOutcome:
-    """What a navigation did.
-
-    Attributes:
-        target: The decision (new leaf, editor text).
-        old_leaf_id: The leaf before.
-        summary_entry: The branch summary attached, if any.
-        result: The branch summary result, if one was made.
-        no_op: The target was already the leaf.
-    """
-
-    target: NavigationTarget
-    old_leaf_id: str | None
-    summary_entry: Entry | None = None
-    result: BranchSummaryResult | None = None
-    no_op: bool = False
-
-    def as_json(self) -> dict[str, Any]:
-        """A JSON form for the command line and RPC."""
-        return {
-            "oldLeafId": self.old_leaf_id,
-            "newLeafId": self.target.new_leaf_id,
-            "targetId": self.target.target_id,
-            "editorText": self.target.editor_text,
-            "summaryEntryId": self.summary_entry["id"] if self.summary_entry else None,
-            "summary": self.summary_entry.get("summary") if self.summary_entry else None,
-            "cancelled": False,
-            "noOp": self.no_op,
-        }
-
-
-def branch_budget(summarizer: Summarizer, reserve_tokens: int) -> int:
-    """The branch summary's token budget: the summarizer's window minus the reserve (§7.3)."""
-    window = summarizer.candidates[0].context_window if summarizer.candidates else 0
-    return max(1, (window or FALLBACK_CONTEXT_WINDOW) - reserve_tokens)
-
-
-async def navigate_session(
-    session: Session,
-    target_id: str,
-    *,
-    summarize: bool = False,
-    summarizer: Summarizer | None = None,
-    instructions: str | None = None,
-    replace_instructions: bool = False,
-    reserve_tokens: int = 16384,
-) -> NavigateOutcome:
-    """Navigate to ``target_id``, summarizing the abandoned branch when asked.
-
-    Raises:
-        SessionError: unknown target.
-        ModelError: the summary failed; leaf and history are unchanged.
-    """
-    old_leaf = session.leaf_id
-    target = navigation_target(session.tree, target_id)
-    if target_id == old_leaf:
-        return NavigateOutcome(target=target, old_leaf_id=old_leaf, no_op=True)
-    result = None
-    if summarize and summarizer is not None:
-        entries, ancestor = collect_branch_entries(session.tree, old_leaf, target_id)
-        if entries:
-            plan = prepare_branch_entries(
-                entries,
-                branch_budget(summarizer, reserve_tokens),
-                old_leaf_id=old_leaf,
-                target_id=target_id,
-                common_ancestor_id=ancestor,
-            )
-            result = await summarize_branch(
-                plan,
-                summarizer,
-                instructions=instructions,
-                replace_instructions=replace_instructions,
-            )
-    entry = apply_navigation(
-        session,
-        target,
-        old_leaf_id=old_leaf,
-        summary=result.summary if result else None,
-        details=result.details if result else None,
-    )
-    return NavigateOutcome(target=target, old_leaf_id=old_leaf, summary_entry=entry, result=result)
