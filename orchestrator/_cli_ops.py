@@ -7,7 +7,6 @@ with no key. A spinner runs on stderr while a model is called (terminals only).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -319,12 +318,12 @@ def _print_navigation(result: NavigationResult) -> None:
 
 
 def _fork(args: argparse.Namespace) -> int:
-    from ._fork import branched_session, fork_target
+    from ._fork import branched_session, fork_path, fork_target
     from ._jsonl_store import JsonlStore
 
     source = open_existing(args.session)
     leaf, editor_text = fork_target(source, args.entry)
-    out = Path(args.out) if args.out else _fork_path(Path(args.session))
+    out = Path(args.out) if args.out else fork_path(args.session)
     if out.exists():
         from ._errors import SessionError
 
@@ -345,12 +344,3 @@ def _fork(args: argparse.Namespace) -> int:
         print("-- editor text:")
         print(editor_text)
     return 0
-
-
-def _fork_path(source: Path) -> Path:
-    stem = source.stem
-    for n in range(1, 1000):
-        candidate = source.with_name(f"{stem}.fork{n}.jsonl")
-        if not candidate.exists():
-            return candidate
-    return source.with_name(f"{stem}.fork-{os.getpid()}.jsonl")

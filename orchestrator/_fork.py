@@ -8,7 +8,9 @@ when the path holds an assistant message, else lazily like any new session.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from ._entries import LABEL, Entry, role_of, text_of
 from ._errors import SessionError
@@ -65,3 +67,17 @@ def fork_target(source: Session, entry_id: str) -> tuple[str | None, str]:
         raise SessionError("Invalid entry ID for forking")
     parent = source.tree.parent_of(entry)
     return (parent["id"] if parent is not None else None), text_of(entry["message"].get("content"))
+
+
+def fork_path(location: str | os.PathLike[str]) -> Path:
+    """A free file name beside ``location`` for a fork: ``<stem>.fork<N><suffix>``.
+
+    Raises:
+        SessionError: ten thousand forks already sit beside it.
+    """
+    source = Path(location)
+    for n in range(1, 10_000):
+        candidate = source.with_name(f"{source.stem}.fork{n}{source.suffix}")
+        if not candidate.exists():
+            return candidate
+    raise SessionError(f"{source}: too many forks beside it")

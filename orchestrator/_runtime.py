@@ -34,6 +34,7 @@ import anyio
 from ._agent import Agent
 from ._errors import Cancelled, ModelError, SessionError
 from ._events import EventBus
+from ._fork import fork_path
 from ._guards import Facts
 from ._hooks import Hooks
 from ._journal import Journal
@@ -424,7 +425,7 @@ class AgentSession(TurnEffects):
         if path is None and isinstance(self.session.store, MemoryStore):
             store = MemoryStore()
         else:
-            target = Path(path) if path is not None else _fork_path(self.session.store.location)
+            target = Path(path) if path is not None else fork_path(self.session.store.location)
             if target.exists():
                 raise SessionError(f"{target}: already exists")
             store = JsonlStore(target)
@@ -475,12 +476,3 @@ def _raise_for(outcome: OperationOutcome) -> OperationOutcome:
     if outcome.status == "failed":
         raise ModelError(outcome.error or "Compaction failed")
     return outcome
-
-
-def _fork_path(location: str) -> Path:
-    source = Path(location)
-    for n in range(1, 10_000):
-        candidate = source.with_name(f"{source.stem}.fork{n}{source.suffix}")
-        if not candidate.exists():
-            return candidate
-    raise SessionError(f"{source}: too many forks beside it")
