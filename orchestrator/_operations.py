@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
-from ._entries import Entry, entry_message
+from ._entries import COMPACTION, Entry, entry_message
 from ._session import Session
 from ._summarize import CompactionResult, Summarizer, compact
 from ._tokens import CompactionSettings
@@ -112,14 +112,6 @@ async def compact_session(
 
 def commit_compaction(session: Session, result: CompactionResult) -> Entry:
     """Append the compaction entry: the operation's single commit point (D24)."""
-    entry = session.append_compaction(
-        summary=result.summary,
-        first_kept_entry_id=result.first_kept_entry_id,
-        tokens_before=result.tokens_before,
-        details=result.details,
-        from_extension=result.from_extension,
-        short_summary=result.short_summary,
-        preserve_data=result.preserve_data,
-    )
+    entry = session.append_entry(COMPACTION, result.entry_fields())
     session.flush()
     return entry

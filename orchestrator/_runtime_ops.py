@@ -22,7 +22,7 @@ from ._guards import Facts
 from ._operation import Operation
 from ._operations import kept_messages
 from ._prune import apply_prune, plan_prune
-from ._session import branch_summary_fields, compaction_fields
+from ._session import branch_summary_fields
 from ._summarize import CompactionResult, compact, summarize_branch
 
 if TYPE_CHECKING:
@@ -139,18 +139,7 @@ async def _compaction(
                 event = "summary_ready"
             else:
                 event = "hook_supplied"
-            entry = runtime.session.new_entry(
-                COMPACTION,
-                compaction_fields(
-                    summary=result.summary,
-                    first_kept_entry_id=result.first_kept_entry_id,
-                    tokens_before=result.tokens_before,
-                    details=result.details,
-                    from_extension=result.from_extension,
-                    short_summary=result.short_summary,
-                    preserve_data=result.preserve_data,
-                ),
-            )
+            entry = runtime.session.new_entry(COMPACTION, result.entry_fields())
             _commit(runtime, op, event, entry, lambda: runtime.session.add_entry(entry))
         if op.scope.cancelled_caught:
             op.settle_cancel()

@@ -27,6 +27,7 @@ from ._entries import Message
 from ._errors import ModelError
 from ._model import Model, ModelRequest, Purpose
 from ._retry import AttemptRecord, RetryPolicy, call_with_candidates
+from ._session import compaction_fields
 from ._summary_request import (
     MAX_HALVINGS,
     PromptBudget,
@@ -93,6 +94,18 @@ class CompactionResult:
     preserve_data: dict[str, Any] | None = None
     from_extension: bool = False
     model: str = ""
+
+    def entry_fields(self) -> dict[str, Any]:
+        """The fields of the compaction entry that commits this result."""
+        return compaction_fields(
+            summary=self.summary,
+            first_kept_entry_id=self.first_kept_entry_id,
+            tokens_before=self.tokens_before,
+            details=self.details,
+            from_extension=self.from_extension,
+            short_summary=self.short_summary,
+            preserve_data=self.preserve_data,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
