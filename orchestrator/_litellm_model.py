@@ -47,6 +47,23 @@ def _load_litellm() -> ModuleType:
     return _litellm
 
 
+def _known_window(model: str) -> int:
+    # litellm's bundled map (LITELLM_LOCAL_MODEL_COST_MAP keeps it offline); unknown models
+    # raise, and then the window is simply unknown.
+    try:
+        info = _load_litellm().get_model_info(model=model)
+    except Exception:  # noqa: BLE001 - an unknown model is not an error here
+        return 0
+    return int(info.get("max_input_tokens") or info.get("max_tokens") or 0)
+
+
+def _known_reasoning(model: str) -> bool:
+    try:
+        return bool(_load_litellm().supports_reasoning(model=model))
+    except Exception:  # noqa: BLE001 - an unknown model does not reason, as far as we know
+        return False
+
+
 class LiteLLMModel:
     """A :class:`~orchestrator.Model` backed by ``litellm.acompletion`` (asyncio only).
 
@@ -54,8 +71,10 @@ class LiteLLMModel:
         model: litellm's model id, ``provider/model`` (e.g. ``"openai/gpt-4o-mini"``).
         api_key: Key for the provider; litellm reads its usual variables when ``None``.
         api_base: Base URL, for proxies and local servers.
-        context_window: The model's window in tokens (0 when unknown).
-        reasoning_supported: Whether to pass ``reasoning_effort`` when a request asks for it.
+        context_window: The model's window in tokens; ``None`` asks litellm's bundled model map
+            (no network), and 0 means unknown.
+        reasoning_supported: Whether to pass ``reasoning_effort`` when a request asks for it;
+            ``None`` asks litellm's bundled model map.
         timeout: Seconds before litellm gives up on the HTTP call.
     """
 
@@ -65,8 +84,8 @@ class LiteLLMModel:
         *,
         api_key: str | None = None,
         api_base: str | None = None,
-        context_window: int = 0,
-        reasoning_supported: bool = False,
+        context_window: int | None = 0,
+        reasoning_supported: bool | None = False,
         timeout: float = 120.0,
     ) -> None:
         self._model = model
@@ -83,8 +102,15 @@ class LiteLLMModel:
 
     @property
     def context_window(self) -> int:
-        """The configured context window (0 when unknown)."""
+        """The context window: as configured, or from litellm's model map (0 when unknown)."""
+        if self._context_window is None:
+            self._context_window = _known_window(self._model)
         return self._context_window
+
+    def _supports_reasoning(self) -> bool:
+        if self._reasoning_supported is None:
+            self._reasoning_supported = _known_reasoning(self._model)
+        return self._reasoning_supported
 
     def arguments(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments passed to ``litellm.acompletion`` for ``request``."""
@@ -104,7 +130,7 @@ class LiteLLMModel:
             kwargs["api_key"] = self._api_key
         if self._api_base is not None:
             kwargs["api_base"] = self._api_base
-        if request.reasoning and self._reasoning_supported:
+        if request.reasoning and self._supports_reasoning():
             kwargs["reasoning_effort"] = request.reasoning
         if request.tools:
             kwargs["tools"] = list(request.tools)

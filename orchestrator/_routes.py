@@ -51,7 +51,10 @@ def candidate_models(settings: RouteSettings) -> tuple[Model, ...]:
             name,
             api_base=settings.api_base,
             api_key=settings.api_key,
-            context_window=settings.context_window,
+            # Not given: litellm's bundled model map knows the window and reasoning support of
+            # the common models (D14 budgets the summary request with it).
+            context_window=settings.context_window or None,
+            reasoning_supported=None,
         )
         for name in settings.models
     )

@@ -243,3 +243,19 @@ def test_importing_the_package_does_not_import_litellm() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_window_and_reasoning_come_from_litellms_bundled_map_when_not_given() -> None:
+    from orchestrator._litellm_model import LiteLLMModel
+    from orchestrator._model import ModelRequest
+
+    known = LiteLLMModel("openai/gpt-4o-mini", context_window=None, reasoning_supported=None)
+    assert known.context_window == 128000
+    request = ModelRequest(purpose="history", system="s", messages=(), max_tokens=10,
+                           reasoning="high")
+    assert "reasoning_effort" not in known.arguments(request)
+    thinker = LiteLLMModel("openai/o3-mini", reasoning_supported=None)
+    assert thinker.arguments(request)["reasoning_effort"] == "high"
+    unknown = LiteLLMModel("nobody/never-heard-of-it", context_window=None, reasoning_supported=None)
+    assert unknown.context_window == 0
+    assert "reasoning_effort" not in unknown.arguments(request)
