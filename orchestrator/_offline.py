@@ -1,50 +1,50 @@
 """The built-in offline summarizer: deterministic, extractive, no model called.
 
 Theory of operation. A fresh machine with no key must still be able to compact, so this route
-answers summary requests by reading them, not by generating text. It parses the request's
-``<conversation>`` (the labelled paragraphs of :mod:`orchestrator._serialize`), its optional
-``<previous-summary>`` and ``<additional-context>``, and copies out what it can recognise: the
-first and last user requests, sentences that state rules, tool calls and their results, the files
-they read and changed, and error lines. It lays them out in the same sections the prompts ask a
-model for, so everything downstream (file tags, split-turn merges, later updates) works the same.
+answers summary requests by reading them, not by generating text. It reads the request's
+``<conversation>`` (:mod:`orchestrator._offline_facts`), its optional ``<previous-summary>``,
+summaries embedded in the conversation (:mod:`orchestrator._offline_summary`) and any
+``<additional-context>``, and lays out what it recognised in the sections the prompts ask a model
+for, so everything downstream (file tags, split-turn merges, later updates) works the same.
 
 It never invents: every item is a quotation or a count, and the first line says the summary is
-extractive. When updating, the previous summary's items are kept and the new ones merged in;
-only Next Steps is rewritten, because a stale next step is worse than none. Output is trimmed to
-the request's output budget by showing fewer items per section (saying how many were left out),
-so it never ends with stop reason ``length``.
+extractive. Updating is where an extractive summary usually goes wrong, so the rules are explicit:
+
+* Goal is the session's goal (the previous summary's, else the first request) plus at most one
+  ``Latest request`` line; an abandoned branch's goal goes to Critical Context instead.
+* An In Progress item moves to Done only on evidence: it names a file that was then changed and
+  a test run passed after that change, or its words are nearly all in a new Done item.
+* A Blocked item goes once the same call (or, for a failed test run, any test run) succeeded
+  later. An open question goes once assistant text follows it.
+* Next Steps is rewritten every time, because a stale next step is worse than none.
+* Every section keeps at most a fixed number of items (the newest, or for constraints the first
+  and the last ones), and says how many it left out, so repeated compactions cannot make the
+  summary grow without bound. Output is also trimmed to the request's output budget, so it never
+  ends with stop reason ``length``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from ._errors import ModelError
 from ._model import ModelRequest, ModelResponse, Usage
+from ._offline_facts import RULE, Call, Facts, block, gist, read_conversation, sentences, short
+from ._offline_summary import (
+    FILES_MODIFIED,
+    FILES_READ,
+    LATEST,
+    NOTE,
+    UNANSWERED,
+    Parsed,
+    branch_lesson,
+    parse_summary,
+)
 
-NOTE = "_Extractive summary generated offline (no model was called)._"
-"""First line of every offline summary."""
+__all__ = ("NOTE", "OfflineSummarizer", "summarize")
 
-_LABELS = ("User", "Assistant thinking", "Assistant tool calls", "Assistant", "Tool result")
-_PARAGRAPH = re.compile(r"(?:^|\n\n)\[(" + "|".join(map(re.escape, _LABELS)) + r")\]: ")
-_RULE = re.compile(
-    r"\b(must|never|always|don'?t|do not|prefer|please use|avoid|make sure|should(?:n'?t| not)?"
-    r"|only use|instead of)\b",
-    re.IGNORECASE,
-)
-_DECISION = re.compile(
-    r"\b(I'll|I will|I decided|decided|let's|we'll|instead|chose|going to|the plan is)\b",
-    re.IGNORECASE,
-)
-_ERROR = re.compile(
-    r"(?i:\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found)\b)"
-    r"|\b\w+(Error|Exception)\b|Command exited with code"
-)
-_TAGS = re.compile(r"<(read-files|modified-files)>.*?</\1>", re.DOTALL)
 _SECTION_ORDER = (
     "Goal",
     "Constraints & Preferences",
@@ -55,244 +55,209 @@ _SECTION_ORDER = (
     "Next Steps",
     "Critical Context",
 )
-_ITEM_CHARS = 300
+# How many items each section keeps across updates. Together with the item length (at most 300
+# characters, 400 for a branch line) they bound the summary: about 60 items at the very worst,
+# and far fewer in practice because most items are short call descriptions.
+_KEEP = {
+    "Goal": 4,
+    "Constraints & Preferences": 16,
+    "Done": 15,
+    "In Progress": 8,
+    "Blocked": 6,
+    "Key Decisions": 8,
+    "Critical Context": 14,
+}
+_KEEP_ENDS = {"Constraints & Preferences"}  # the first rules are as binding as the last
+_KEEP_FIRST = {"Goal", "Next Steps"}
+_FILES_SHOWN = 20
+_COMMAND = re.compile(r"^Ran `[^`]*`")
 
 
-def _short(text: str, limit: int = _ITEM_CHARS) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[\w./-]+", text.lower()) if len(w) > 2}
 
 
-def _block(text: str, tag: str) -> str | None:
-    match = re.search(rf"<{tag}>\n(.*?)\n</{tag}>", text, re.DOTALL)
-    return match.group(1) if match else None
+def _mentions(item: str, path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    whole_name = re.search(rf"(?<![\w/.-]){re.escape(name)}\b", item) is not None
+    return path in item or ("." in name and whole_name)
 
 
-def _split_top(text: str, separator: str) -> list[str]:
-    """Split ``text`` at ``separator`` outside JSON strings and brackets."""
-    parts, depth, in_string, escaped, start = [], 0, False, False, 0
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if in_string:
-            escaped = char == "\\" and not escaped
-            in_string = escaped or char != '"'
-        elif char == '"':
-            in_string = True
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif depth == 0 and text.startswith(separator, i):
-            parts.append(text[start:i])
-            start = i + len(separator)
-            i = start
-            continue
-        i += 1
-    parts.append(text[start:])
-    return parts
+def _passing_runs(facts: Facts) -> list[int]:
+    return [c.seq for c in facts.calls if c.is_test_run() and c.result and not c.failed()]
 
 
-@dataclass(slots=True)
-class _Call:
-    name: str
-    text: str
-    path: str | None
-    result: str | None = None
+def _completed(item: str, facts: Facts, done: list[str]) -> bool:
+    passes = _passing_runs(facts)
+    for call in facts.calls:
+        changed = call.name in ("write", "edit") and call.result is not None and not call.failed()
+        if changed and call.path and _mentions(item, call.path):
+            if any(seq > call.seq for seq in passes):
+                return True
+    words = _words(item)
+    return len(words) >= 3 and any(len(words & _words(d)) >= 0.8 * len(words) for d in done)
 
 
-def _parse_call(text: str) -> _Call:
-    name, _, rest = text.partition("(")
-    path = None
-    for pair in _split_top(rest.removesuffix(")"), ", "):
-        key, _, value = pair.partition("=")
-        if key in ("path", "file_path"):
-            try:
-                decoded = json.loads(value)
-            except ValueError:
-                decoded = value
-            path = decoded if isinstance(decoded, str) and decoded else None
-    return _Call(name=name.strip(), text=text, path=path)
+def _resolved(item: str, calls: list[Call]) -> bool:
+    good = [c for c in calls if c.result is not None and not c.failed()]
+    if any(c.is_test_run() for c in good) and re.search(r"pytest|\btests?\b", item):
+        return True
+    return any((c.command or c.describe()) in item for c in good)
 
 
-@dataclass(slots=True)
-class _Facts:
-    """What the conversation says, in order of appearance."""
-
-    requests: list[str] = field(default_factory=list)
-    rules: list[str] = field(default_factory=list)
-    calls: list[_Call] = field(default_factory=list)
-    commands: list[str] = field(default_factory=list)
-    decisions: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    replies: list[str] = field(default_factory=list)
-    embedded: list[str] = field(default_factory=list)
-    last_label: str = ""
-
-
-def _paragraphs(conversation: str) -> Iterator[tuple[str, str]]:
-    matches = list(_PARAGRAPH.finditer(conversation))
-    for index, match in enumerate(matches):
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(conversation)
-        yield match.group(1), conversation[match.end() : end]
+def _newest_last(items: list[str]) -> list[str]:
+    # Work done again moves to the end, and the same command run again replaces its older line:
+    # the latest outcome is what counts, and the newest items are the ones a cap keeps.
+    seen: set[str] = set()
+    kept = []
+    for item in reversed(items):
+        command = _COMMAND.match(item)
+        key = command.group(0) if command else item
+        if key not in seen:
+            kept.append(item)
+            seen.add(key)
+    return kept[::-1]
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+def _files_line(label: str, paths: set[str]) -> list[str]:
+    if not paths:
+        return []
+    shown = sorted(paths)[:_FILES_SHOWN]
+    more = f" (+{len(paths) - _FILES_SHOWN} more)" if len(paths) > _FILES_SHOWN else ""
+    return [label + ", ".join(f"`{p}`" for p in shown) + more]
 
 
-def _error_lines(text: str) -> list[str]:
-    # Error strings are kept exactly (only the ends trimmed): they are what gets searched for.
-    lines = (line.strip() for line in text.splitlines() if _ERROR.search(line))
-    return [line if len(line) <= _ITEM_CHARS else line[: _ITEM_CHARS - 1] + "…" for line in lines]
+def _goal(facts: Facts, previous: Parsed) -> list[str]:
+    base = [g for g in previous.items("Goal") if not g.startswith(LATEST)]
+    later = [*previous.items("Original Request"), *(r.text for r in facts.requests)]
+    if not base and later:
+        # The first request's rules are listed under Constraints; the goal is the rest of it.
+        aims = [s for s in sentences(later[0]) if not RULE.search(s)]
+        base, later = [short(" ".join(aims) or later[0])], later[1:]
+    latest = [LATEST + gist(later[-1])] if later else []
+    latest = latest or [g for g in previous.items("Goal") if g.startswith(LATEST)][-1:]
+    return [*base, *latest]
 
 
-def _read_user(facts: _Facts, text: str) -> None:
-    summary = _block(text, "summary")
-    if summary is not None:
-        facts.embedded.append(summary)
-    elif text.startswith("Ran `"):
-        facts.commands.append(_short(text.partition("\n")[0]))
-        facts.errors.extend(_error_lines(text))
-    else:
-        facts.requests.append(text)
-        facts.rules.extend(_short(s) for s in _sentences(text) if _RULE.search(s))
+def _progress(facts: Facts, previous: Parsed) -> dict[str, list[str]]:
+    calls = [c for c in facts.calls if c.name != "read" and c.result is not None]
+    done = [c.outcome() for c in calls if not c.failed()]
+    blocked = [
+        f"{c.describe()} failed"
+        for c in calls
+        if c.failed() and not _resolved(c.describe(), [d for d in calls if d.seq > c.seq])
+    ]
+    answered = {short(q.removeprefix(UNANSWERED)) for q in _answered(facts, previous)}
+    still_open = [
+        item
+        for item in previous.items("In Progress")
+        if item not in answered and not _completed(item, facts, done)
+    ]
+    finished = [i for i in previous.items("In Progress") if i not in still_open + list(answered)]
+    all_done = _newest_last([*previous.items("Done"), *finished, *done])
+    opened = [short(q) for q in facts.open_questions()]
+    in_progress = [i for i in dict.fromkeys([*still_open, *opened]) if i not in all_done]
+    old_blocked = [b for b in previous.items("Blocked") if not _resolved(b, facts.calls)]
+    return {
+        "Done": all_done,
+        "In Progress": in_progress,
+        "Blocked": list(dict.fromkeys([*old_blocked, *blocked])),
+    }
 
 
-def _read_tool_result(facts: _Facts, text: str) -> None:
-    waiting = next((call for call in facts.calls if call.result is None), None)
-    if waiting is not None:
-        waiting.result = text
-    # A file's contents are not errors, even when the code in it mentions some.
-    if waiting is None or waiting.name != "read":
-        facts.errors.extend(_error_lines(text))
+def _answered(facts: Facts, previous: Parsed) -> list[str]:
+    questions = [i for i in previous.items("Critical Context") if i.startswith(UNANSWERED)]
+    return questions if facts.answers_earlier else []
 
 
-def _read(conversation: str) -> _Facts:
-    facts = _Facts()
-    for label, text in _paragraphs(conversation):
-        facts.last_label = label
-        if label == "User":
-            _read_user(facts, text)
-        elif label == "Assistant":
-            facts.replies.append(text)
-            facts.decisions.extend(_short(s) for s in _sentences(text) if _DECISION.search(s))
-        elif label == "Assistant tool calls":
-            facts.calls.extend(_parse_call(call) for call in _split_top(text, "; "))
-        elif label == "Tool result":
-            _read_tool_result(facts, text)
-    return facts
+def _critical(facts: Facts, previous: Parsed, extra: list[str]) -> tuple[list[str], int]:
+    read, modified = facts.files()
+    changed = previous.modified | set(modified)
+    files = _files_line(FILES_READ, (previous.read | set(read)) - changed)
+    files += _files_line(FILES_MODIFIED, changed)
+    answered = _answered(facts, previous)
+    kept = [i for i in previous.items("Critical Context") if i not in answered]
+    new = [f"Error seen: {line}" for line in facts.errors]
+    new += [f"Reference: {line}" for line in facts.references]
+    questions = [UNANSWERED + q for q in facts.open_questions()]
+    rest = [i for i in dict.fromkeys([*kept, *new, *extra]) if not i.startswith(UNANSWERED)]
+    pending = [i for i in dict.fromkeys([*kept, *questions]) if i.startswith(UNANSWERED)]
+    cap = _KEEP["Critical Context"]
+    return [*files, *rest[-cap:], *pending], len(rest) - len(rest[-cap:])
 
 
-def _parse_summary(text: str) -> dict[str, list[str]]:
-    """Sections of a Markdown summary: heading -> item lines (markers stripped)."""
-    sections: dict[str, list[str]] = {}
-    current = "Critical Context"
-    for raw in _TAGS.sub("", text).splitlines():
-        line = raw.strip()
-        if not line or line == NOTE or set(line) == {"-"}:
-            continue
-        heading = re.match(r"#{2,3}\s+(.*)", line) or re.fullmatch(r"\*\*(.+?):?\*\*", line)
-        if heading:
-            current = heading.group(1).strip()
-            if current != "Progress":
-                sections.setdefault(current, [])
-            continue
-        item = re.sub(r"^(?:[-*]\s+(?:\[[ xX]\]\s+)?|\d+\.\s+)", "", line)
-        if item and item != "(none)":
-            sections.setdefault(current, []).append(item)
-    return sections
-
-
-def _merge(*lists: list[str]) -> list[str]:
-    return list(dict.fromkeys(item for items in lists for item in items))
-
-
-def _merge_sections(
-    first: dict[str, list[str]], second: dict[str, list[str]]
-) -> dict[str, list[str]]:
-    merged = {name: _merge(items, second.get(name, [])) for name, items in first.items()}
-    merged.update({name: items for name, items in second.items() if name not in merged})
-    return merged
-
-
-def _describe(call: _Call) -> str:
-    subject = f"`{call.path}`" if call.path else _short(call.text, 160)
-    return f"{call.name} {subject}" if call.path else subject
-
-
-def _failed(call: _Call) -> bool:
-    # Tools report failure at the start or the end of their output; a match in the middle is
-    # more likely content than status.
-    lines = (call.result or "").strip().splitlines()
-    return call.name != "read" and any(_ERROR.search(line) for line in lines[:1] + lines[-1:])
-
-
-def _files(facts: _Facts) -> tuple[list[str], list[str]]:
-    modified = sorted({c.path for c in facts.calls if c.path and c.name in ("write", "edit")})
-    read = sorted({c.path for c in facts.calls if c.path and c.name == "read"} - set(modified))
-    return read, modified
-
-
-def _stopped_at(facts: _Facts) -> str:
-    if facts.last_label == "User" and facts.requests:
-        return "the user's last message, which has no reply yet"
-    if facts.last_label == "Assistant" and facts.replies:
-        return "the assistant's reply: " + _short(facts.replies[-1])
-    if facts.calls:
-        return "the tool call " + _describe(facts.calls[-1])
-    return "the end of the recorded messages"
+def _next_steps(facts: Facts, sections: dict[str, list[str]]) -> list[str]:
+    questions = facts.open_questions()
+    steps = [f"Answer the user's pending message: {gist(q)}" for q in questions[-1:]]
+    opened = {short(q) for q in questions}
+    steps += [f"Continue: {i}" for i in sections["In Progress"] if i not in opened][:3]
+    steps += [f"Resolve: {i}" for i in sections["Blocked"]][-2:]
+    if not steps and facts.last != "call":
+        steps.append("No request is open: wait for the user's next instruction")
+    if facts.last == "request" and questions:
+        steps.append("Work stopped at the user's last message, which has no reply yet")
+    elif facts.last == "reply":
+        steps.append("Work stopped at the assistant's reply: " + short(facts.replies[-1], 160))
+    elif facts.last == "call":
+        steps.append("Work stopped at the tool call " + facts.calls[-1].describe())
+    return steps
 
 
 def _sections(
-    facts: _Facts, previous: dict[str, list[str]], extra: list[str]
-) -> dict[str, list[str]]:
-    read, modified = _files(facts)
-    goal = [_short(facts.requests[0])] if facts.requests else []
-    done = [_describe(c) for c in facts.calls if not _failed(c)] + facts.commands
-    blocked = [f"{_describe(c)} failed" for c in facts.calls if _failed(c)]
-    answered = facts.last_label == "Assistant"
-    open_now = [_short(facts.requests[-1])] if facts.requests and not answered else []
-    steps = [f"Work stopped at {_stopped_at(facts)}"]
-    if facts.requests:
-        steps.insert(0, "Finish the last request: " + _short(facts.requests[-1]))
-    critical = [f"Files read: {', '.join(f'`{p}`' for p in read)}"] if read else []
-    critical += [f"Files modified: {', '.join(f'`{p}`' for p in modified)}"] if modified else []
-    critical += [f"Error seen: {line}" for line in dict.fromkeys(facts.errors)]
-    critical += extra
-    if facts.last_label == "User" and facts.requests:
-        critical.append("Unanswered (verbatim): " + facts.requests[-1].strip())
-    new = {
-        "Goal": goal,
-        "Constraints & Preferences": facts.rules,
-        "Done": done,
-        "In Progress": open_now,
-        "Blocked": blocked,
-        "Key Decisions": facts.decisions,
-        "Next Steps": steps,
-        "Critical Context": critical,
+    facts: Facts, previous: Parsed, extra: list[str]
+) -> tuple[dict[str, list[str]], dict[str, int]]:
+    rules = [*previous.items("Constraints & Preferences"), *facts.rules]
+    decisions = [*previous.items("Key Decisions"), *facts.decisions]
+    sections = {
+        "Goal": _goal(facts, previous),
+        "Constraints & Preferences": list(dict.fromkeys(rules)),
+        **_progress(facts, previous),
+        "Key Decisions": list(dict.fromkeys(decisions)),
     }
-    merged = _merge_sections(previous, new)
-    merged["In Progress"] = [i for i in merged["In Progress"] if i not in merged["Done"]]
-    merged["Next Steps"] = steps  # Rewritten, never carried over: a stale next step misleads.
-    return merged
+    omitted = dict(previous.omitted)
+    for name, items in list(sections.items()):
+        sections[name], dropped = _trim(name, items, _KEEP[name])
+        omitted[name] = omitted.get(name, 0) + dropped
+    sections["Critical Context"], dropped = _critical(facts, previous, extra)
+    omitted["Critical Context"] = omitted.get("Critical Context", 0) + dropped
+    sections["Next Steps"] = _next_steps(facts, sections)
+    extras = {k: v for k, v in previous.sections.items() if k not in sections}
+    extras.pop("Original Request", None)  # folded into Goal
+    return {**sections, **extras}, omitted
 
 
-def _capped(items: list[str], cap: int, keep_newest: bool) -> list[str]:
+def _trim(name: str, items: list[str], cap: int) -> tuple[list[str], int]:
     if len(items) <= cap:
+        return items, 0
+    if name in _KEEP_ENDS:
+        return [*items[: cap - cap // 2], *items[-(cap // 2) :]], len(items) - cap
+    return (items[:cap] if name in _KEEP_FIRST else items[-cap:]), len(items) - cap
+
+
+def _marked(name: str, items: list[str], omitted: int) -> list[str]:
+    if not omitted:
         return items
-    omitted = f"… ({len(items) - cap} more items omitted)"
-    return [omitted, *items[-cap:]] if keep_newest else [*items[:cap], omitted]
+    marker = f"… ({omitted} more items omitted)"
+    if name in _KEEP_ENDS:
+        half = len(items) - len(items) // 2
+        return [*items[:half], marker, *items[half:]]
+    return [*items, marker] if name in _KEEP_FIRST else [marker, *items]
 
 
-def _layout(sections: dict[str, list[str]], cap: int, names: tuple[str, ...]) -> str:
+def _layout(
+    sections: dict[str, list[str]], omitted: dict[str, int], cap: int, names: tuple[str, ...]
+) -> str:
     marks = {"Done": "- [x] ", "In Progress": "- [ ] "}
     lines = [NOTE]
     extras = [k for k in sections if k not in names and k not in _SECTION_ORDER]
     for name in [*names, *extras]:
         if name == "Done":
             lines += ["", "## Progress"]
-        items = _capped(sections.get(name, []), cap, keep_newest=name in ("Done", "Blocked"))
+        items, dropped = _trim(name, sections.get(name, []), cap)
+        if name == "Critical Context":  # file lists and pending questions are never dropped
+            pinned = [i for i in sections[name] if i.startswith((FILES_READ, FILES_MODIFIED))]
+            items = pinned + [i for i in items if i not in pinned]
+        items = _marked(name, items, omitted.get(name, 0) + dropped)
         level = "###" if name in ("Done", "In Progress", "Blocked") else "##"
         lines += ([] if level == "###" else [""]) + [f"{level} {name}"]
         if name == "Next Steps":
@@ -304,40 +269,35 @@ def _layout(sections: dict[str, list[str]], cap: int, names: tuple[str, ...]) ->
 
 def _fit(render: Callable[[int], str], max_tokens: int) -> str:
     limit = max(len(NOTE), max_tokens * 4)
-    for cap in (12, 6, 3, 1):
+    for cap in (16, 8, 4, 2, 1):
         text = render(cap)
         if len(text) <= limit:
             return text
     return text[: limit - 1] + "…"
 
 
-def _turn_prefix(facts: _Facts) -> dict[str, list[str]]:
-    read, modified = _files(facts)
-    context = [f"Files read: {', '.join(read)}"] if read else []
-    context += [f"Files modified: {', '.join(modified)}"] if modified else []
+def _turn_prefix(facts: Facts) -> dict[str, list[str]]:
+    read, modified = facts.files()
+    context = _files_line(FILES_READ, set(read)) + _files_line(FILES_MODIFIED, set(modified))
     context += [f"Error seen: {line}" for line in dict.fromkeys(facts.errors)]
-    context += [f"Last assistant text: {_short(facts.replies[-1])}"] if facts.replies else []
-    done = [_describe(c) + (" (failed)" if _failed(c) else "") for c in facts.calls]
+    context += [f"Reference: {line}" for line in dict.fromkeys(facts.references)]
+    context += [f"Last assistant text: {short(facts.replies[-1])}"] if facts.replies else []
+    calls = [c for c in facts.calls if c.name != "read" and c.result is not None]
+    done = [c.outcome() + (" (failed)" if c.failed() else "") for c in calls]
     return {
-        "Original Request": [_short(r) for r in facts.requests[:1]],
-        "Early Progress": done + facts.commands + facts.decisions,
+        "Original Request": [short(r.text) for r in facts.requests[:1]],
+        "Early Progress": list(dict.fromkeys(done + facts.decisions)),
         "Context for Suffix": context,
     }
 
 
-def _short_summary(facts: _Facts, previous: dict[str, list[str]]) -> str:
-    goal = (previous.get("Goal") or [_short(r) for r in facts.requests[:1]] or ["the task"])[0]
-    listed = [i for i in previous.get("Critical Context", []) if i.startswith("Files modified: ")]
-    changed = _merge(
-        [p.strip() for item in listed for p in item.removeprefix("Files modified: ").split(",")],
-        [f"`{path}`" for path in _files(facts)[1]],
-    )
-    sentences = [f"I worked on: {goal.rstrip('.')}."]
-    if changed:
-        sentences.append(f"I changed {', '.join(changed)}.")
-    else:
-        sentences.append("I have not changed any files yet.")
-    return f"{NOTE}\n\n" + " ".join(sentences)
+def _short_summary(facts: Facts, previous: Parsed) -> str:
+    goal = (previous.items("Goal") or [short(r.text) for r in facts.requests[:1]] or ["the task"])
+    changed = sorted(previous.modified | set(facts.files()[1]))
+    said = [f"I worked on: {goal[0].rstrip('.')}."]
+    shown = ", ".join(f"`{p}`" for p in changed[:8]) + (" and more" if len(changed) > 8 else "")
+    said.append(f"I changed {shown}." if changed else "I have not changed any files yet.")
+    return f"{NOTE}\n\n" + " ".join(said)
 
 
 def _split_prompt(prompt: str) -> tuple[str, str]:
@@ -350,6 +310,14 @@ def _split_prompt(prompt: str) -> tuple[str, str]:
     return prompt[start + len("<conversation>\n") : end], prompt[end:]
 
 
+def _previous(facts: Facts, rest: str) -> Parsed:
+    # The previous summary is older than anything in the conversation, so it comes first.
+    previous = parse_summary(block(rest, "previous-summary") or "")
+    for kind, text in facts.embedded:
+        previous.merge(branch_lesson(text) if kind == "branch" else parse_summary(text))
+    return previous
+
+
 def summarize(request: ModelRequest) -> str:
     """The offline summary for a summary request (pure; see the module docstring).
 
@@ -359,23 +327,24 @@ def summarize(request: ModelRequest) -> str:
     if request.purpose == "chat":
         raise ModelError("the offline summarizer only writes summaries", kind="fatal")
     conversation, rest = _split_prompt(request.prompt)
-    facts = _read(conversation)
-    previous: dict[str, list[str]] = {}
-    for text in [*facts.embedded, _block(rest, "previous-summary") or ""]:
-        previous = _merge_sections(previous, _parse_summary(text))
-    context = _block(rest, "additional-context") or ""
-    extra = [line.removeprefix("- ") for line in context.splitlines()]
+    facts = read_conversation(conversation)
+    previous = _previous(facts, rest)
+    context = _block_lines(block(rest, "additional-context"))
     focus = re.search(r"\n\nAdditional focus: (.*)\Z", rest, re.DOTALL)
-    extra += [f"Requested focus: {_short(focus.group(1))}"] if focus else []
+    context += [f"Requested focus: {short(focus.group(1))}"] if focus else []
     if request.purpose == "short":
         return _fit(lambda cap: _short_summary(facts, previous), request.max_tokens)
     if request.purpose == "turn_prefix":
-        sections = _turn_prefix(facts)
+        sections, omitted = _turn_prefix(facts), dict[str, int]()
         names: tuple[str, ...] = tuple(sections)
     else:
-        sections = _sections(facts, previous, [e for e in extra if e])
+        sections, omitted = _sections(facts, previous, context)
         names = _SECTION_ORDER[:-1] if request.purpose == "branch" else _SECTION_ORDER
-    return _fit(lambda cap: _layout(sections, cap, names), request.max_tokens)
+    return _fit(lambda cap: _layout(sections, omitted, cap, names), request.max_tokens)
+
+
+def _block_lines(text: str | None) -> list[str]:
+    return [line.removeprefix("- ") for line in (text or "").splitlines() if line.strip()]
 
 
 class OfflineSummarizer:

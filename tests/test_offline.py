@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from orchestrator._errors import ModelError
 from orchestrator._model import Model, ModelRequest
 from orchestrator._offline import NOTE, OfflineSummarizer, summarize
+from orchestrator._prompts import render
 from orchestrator._summary_request import (
     branch_request,
     history_request,
@@ -99,20 +100,23 @@ def test_history_summary_has_every_section_in_order():
 
 def test_history_summary_keeps_exact_facts():
     summary = run(history_request(SESSION, reserve_tokens=16384)).text
-    assert "Fix the failing login test in src/auth/login.py." in section(summary, "## Goal")
+    goal = section(summary, "## Goal")
+    assert goal.startswith("- Fix the failing login test in src/auth/login.py.\n")
+    assert "public API" not in goal  # the first request's rules are Constraints, not the goal
+    assert "- Latest request: Now also update docs/AUTH.md?" in goal
     rules = section(summary, "## Constraints & Preferences")
     assert "- You must not change the public API." in rules
     assert "- Please use pytest." in rules
     done = section(summary, "## Progress").split("### In Progress")[0]
-    assert "- [x] read `src/auth/login.py`" in done
     assert "- [x] edit `src/auth/tokens.py`" in done
+    assert "read `" not in done  # reads are inputs: they are listed under Files read
     blocked = section(summary, "## Progress").split("### Blocked\n")[1]
-    assert 'bash(command="pytest -q; echo done") failed' in blocked
+    assert "- Ran `pytest -q; echo done` failed" in blocked
     assert "Decided to patch the token check instead of the fixture." in section(
         summary, "## Key Decisions"
     )
     steps = section(summary, "## Next Steps")
-    assert steps.startswith("1. Finish the last request: Now also update docs/AUTH.md?")
+    assert steps.startswith("1. Answer the user's pending message: Now also update docs/AUTH.md?")
     critical = section(summary, "## Critical Context")
     assert "- Files read: `docs/AUTH.md`, `src/auth/login.py`" in critical
     assert "- Files modified: `src/auth/tokens.py`" in critical
@@ -139,14 +143,14 @@ def test_update_merges_the_previous_summary():
     assert summary.count(NOTE) == 1
     assert "<read-files>" not in summary
     goal = section(summary, "## Goal")
-    assert goal.index("Fix the failing login test") < goal.index("Never touch the CI config.")
+    assert goal.startswith("- Fix the failing login test in src/auth/login.py.\n")
+    assert "- Latest request: Never touch the CI config." in goal
     rules = section(summary, "## Constraints & Preferences")
     assert "- You must not change the public API." in rules
     assert "- Never touch the CI config." in rules
     done = section(summary, "## Progress")
-    assert "- [x] read `src/auth/login.py`" in done
     assert "- [x] write `NOTES.md`" in done
-    assert "I'll read the file first." in section(summary, "## Key Decisions")
+    assert "- Files read: `src/auth/login.py`" in section(summary, "## Critical Context")
     # Next Steps is rewritten from the new messages, never carried over.
     steps = section(summary, "## Next Steps")
     assert "Fix the failing login test" not in steps
@@ -233,7 +237,7 @@ def test_embedded_compaction_summary_is_merged_not_quoted_as_a_request():
     ]
     summary = run(branch_request(messages)).text
     goal = section(summary, "## Goal")
-    assert goal.startswith("- Old goal\n- continue please")
+    assert goal.startswith("- Old goal\n- Latest request: continue please\n")
 
 
 @settings(max_examples=40, deadline=None)
@@ -272,7 +276,7 @@ def _raw(conversation, purpose="history", max_tokens=4000):
     )
 
 
-def test_shell_runs_count_as_done_work_with_their_errors():
+def test_failed_shell_runs_are_blocked_with_their_errors():
     bash = {
         "role": "bashExecution",
         "command": "make build",
@@ -282,7 +286,7 @@ def test_shell_runs_count_as_done_work_with_their_errors():
         "truncated": False,
     }
     summary = run(history_request([bash], reserve_tokens=16384)).text
-    assert "- [x] Ran `make build`" in summary
+    assert "- Ran `make build` failed" in section(summary, "## Progress").split("### Blocked")[1]
     assert "- Error seen: fatal: no rule" in summary
     assert "- Error seen: Command exited with code 2" in summary
     assert section(summary, "## Goal").startswith("(none)")
@@ -291,11 +295,11 @@ def test_shell_runs_count_as_done_work_with_their_errors():
 def test_hand_written_calls_and_thinking_are_read_leniently():
     conversation = (
         "[User]: go\n\n[Assistant thinking]: hmm\n\n"
-        '[Assistant tool calls]: read(path=not-json); write(path="")'
+        '[Assistant tool calls]: read(path=not-json); write(path="")\n\n'
+        "[Tool result]: text\n\n[Tool result]: ok"
     )
     summary = summarize(_raw(conversation))
-    assert "- [x] read `not-json`" in summary  # an unquoted value is taken as written
-    assert '- [x] write(path="")' in summary
+    assert '- [x] write(path="")' in summary  # no usable path: the call is quoted
     assert "- Files read: `not-json`" in summary
     assert "hmm" not in summary
 
@@ -305,3 +309,133 @@ def test_a_tiny_budget_still_gets_a_cut_answer():
     assert summary.startswith(NOTE)
     assert summary.endswith("…")
     assert len(summary) == 120
+
+
+# -- quality: what the README's example showed, and what other sessions showed ----------------
+
+PI_PREAMBLE = (
+    "The user explored a different direction before returning here. "
+    "Summary of that exploration:"
+)
+BRANCH_BODY = (
+    "## Goal\nAdd a VAT rounding regression test.\n\n## Progress\n### Done\n"
+    "- [x] Wrote tests/test_tax_rounding.py\n### Blocked\n"
+    "- Switching invoice/tax.py to integer cents broke the Decimal API\n\n## Key Decisions\n"
+    "- **Abandoned integer cents**: it would change public signatures\n\n"
+    "<modified-files>\ninvoice/tax.py\n</modified-files>"
+)
+PREVIOUS = (
+    "## Goal\nFix the one-cent rounding bug in invoice totals (invoice/totals.py).\n\n"
+    "## Constraints & Preferences\n- Never change public function signatures\n\n"
+    "## Progress\n### Done\n- [x] Changed invoice/totals.py to round once at the end\n"
+    "### In Progress\n- [ ] Check invoice/tax.py for the same problem\n"
+    "- [ ] Update the changelog\n\n## Next Steps\n1. Fix tax.py the same way\n\n"
+    "## Critical Context\n- Failing test: tests/test_totals.py:41"
+)
+
+
+def branch_summary(preamble=PI_PREAMBLE, body=BRANCH_BODY):
+    return {"role": "branchSummary", "summary": f"{preamble}\n\n{body}", "fromId": "f"}
+
+
+def tax_fix(test_output="52 passed in 1.48s"):
+    """The README example's kept turn: a request, an edit, a test run, an answer."""
+    return [
+        {"role": "user", "content": "Good. Now also look at invoice/tax.py, I think the VAT "
+         "calculation has the same problem."},
+        assistant(text("Reading the tax module."), call("t1", "read", path="invoice/tax.py")),
+        result("t1", "def vat_for_lines(lines): ..."),
+        assistant(
+            call("t2", "edit", path="invoice/tax.py", oldText="a", newText="b"),
+            call("t3", "bash", command="python -m pytest -q"),
+        ),
+        result("t2", "Successfully replaced text in invoice/tax.py."),
+        result("t3", "....\n" + test_output),
+        assistant(text("Both fixes are in and the full suite passes (52 tests).")),
+    ]
+
+
+def update(messages, previous=PREVIOUS, **kwargs):
+    return run(history_request(messages, reserve_tokens=16384, previous_summary=previous,
+                               **kwargs)).text
+
+
+def test_a_summary_wrapper_at_the_end_is_not_the_users_last_message():
+    summary = update([*tax_fix(), branch_summary()])
+    assert "Unanswered" not in summary
+    assert "no reply yet" not in summary
+    assert "Good. Now also look" not in section(summary, "## Next Steps")
+    assert section(summary, "## Progress").split("### In Progress\n")[1].startswith(
+        "- [ ] Update the changelog\n### Blocked"
+    )
+    assert "1. Continue: Update the changelog" in section(summary, "## Next Steps")
+
+
+@pytest.mark.parametrize(
+    "preamble",
+    [
+        PI_PREAMBLE,
+        "The user explored a different conversation branch before returning here.\n"
+        "Summary of that exploration:",
+        render("branch_preamble").strip(),
+        "Summary of that exploration:",
+    ],
+)
+def test_preambles_and_wrapper_sentences_never_become_items(preamble):
+    glued = {"role": "branchSummary", "summary": preamble + BRANCH_BODY, "fromId": "f"}
+    messages = [
+        {"role": "compactionSummary", "summary": "## Goal\n- Old goal", "tokensBefore": 5},
+        *tax_fix(),
+        glued,  # OMP joins the preamble to the text without a line break
+        branch_summary(preamble),
+    ]
+    for request in (
+        history_request(messages, reserve_tokens=16384),
+        branch_request(messages),
+        turn_prefix_request(messages, reserve_tokens=16384),
+    ):
+        summary = run(request).text
+        for framing in ("exploration", "explored", "compacted", "following is a summary"):
+            assert framing not in summary
+
+
+def test_in_progress_moves_to_done_when_its_file_was_edited_and_tests_passed():
+    summary = update(tax_fix())
+    progress = section(summary, "## Progress")
+    done, in_progress = progress.split("### In Progress\n")
+    assert "- [x] Check invoice/tax.py for the same problem" in done
+    assert "- [x] Ran `python -m pytest -q`: 52 passed in 1.48s" in done
+    assert in_progress.startswith("- [ ] Update the changelog\n### Blocked")
+
+
+def test_in_progress_stays_when_the_tests_failed_after_the_edit():
+    summary = update(tax_fix(test_output="E   AssertionError: vat\n1 failed, 51 passed"))
+    in_progress = section(summary, "## Progress").split("### In Progress\n")[1]
+    assert "- [ ] Check invoice/tax.py for the same problem" in in_progress
+    assert "- Ran `python -m pytest -q` failed" in in_progress.split("### Blocked\n")[1]
+
+
+def test_in_progress_moves_to_done_when_a_new_done_item_covers_its_words():
+    previous = "## Progress\n### In Progress\n- [ ] Ran `make docs`\n- [ ] Ran `make release`"
+    later = [assistant(call("d", "bash", command="make docs")), result("d", "docs built")]
+    progress = section(update(later, previous=previous), "## Progress")
+    assert "- [x] Ran `make docs`: docs built" in progress
+    assert "- [ ] Ran `make docs`" not in progress
+    assert "- [ ] Ran `make release`" in progress
+
+
+def test_goal_is_the_sessions_goal_and_a_branch_goal_is_context():
+    summary = update([*tax_fix(), branch_summary()])
+    assert section(summary, "## Goal") == (
+        "- Fix the one-cent rounding bug in invoice totals (invoice/totals.py).\n"
+        "- Latest request: Now also look at invoice/tax.py, I think the VAT calculation has "
+        "the same problem.\n"
+    )
+    critical = section(summary, "## Critical Context")
+    assert (
+        "- An abandoned branch tried: Add a VAT rounding regression test. It did: Wrote "
+        "tests/test_tax_rounding.py. It hit: Switching invoice/tax.py to integer cents broke "
+        "the Decimal API." in critical
+    )
+    assert "Wrote tests/test_tax_rounding.py" not in section(summary, "## Progress")
+    assert "**Abandoned integer cents**" in section(summary, "## Key Decisions")
