@@ -37,6 +37,7 @@ from ._offline_summary import (
     FILES_READ,
     LATEST,
     NOTE,
+    STILL_OPEN,
     UNANSWERED,
     Parsed,
     branch_lesson,
@@ -66,10 +67,13 @@ _KEEP = {
     "Blocked": 6,
     "Key Decisions": 8,
     "Critical Context": 14,
+    "Open questions": 4,  # pending questions, kept after the rest of Critical Context
 }
 _KEEP_ENDS = {"Constraints & Preferences"}  # the first rules are as binding as the last
 _KEEP_FIRST = {"Goal", "Next Steps"}
 _FILES_SHOWN = 20
+_PENDING = (UNANSWERED, STILL_OPEN)
+_FILES = (FILES_READ, FILES_MODIFIED)
 _COMMAND = re.compile(r"^Ran `[^`]*`")
 
 
@@ -147,7 +151,7 @@ def _progress(facts: Facts, previous: Parsed) -> dict[str, list[str]]:
         for c in calls
         if c.failed() and not _resolved(c.describe(), [d for d in calls if d.seq > c.seq])
     ]
-    answered = {short(q.removeprefix(UNANSWERED)) for q in _answered(facts, previous)}
+    answered = {short(q) for q in _pending(facts, previous)[1]}
     still_open = [
         item
         for item in previous.items("In Progress")
@@ -155,7 +159,7 @@ def _progress(facts: Facts, previous: Parsed) -> dict[str, list[str]]:
     ]
     finished = [i for i in previous.items("In Progress") if i not in still_open + list(answered)]
     all_done = _newest_last([*previous.items("Done"), *finished, *done])
-    opened = [short(q) for q in facts.open_questions()]
+    opened = [short(q) for q in [*facts.passed_over(), facts.last_open()] if q]
     in_progress = [i for i in dict.fromkeys([*still_open, *opened]) if i not in all_done]
     old_blocked = [b for b in previous.items("Blocked") if not _resolved(b, facts.calls)]
     return {
@@ -165,9 +169,28 @@ def _progress(facts: Facts, previous: Parsed) -> dict[str, list[str]]:
     }
 
 
-def _answered(facts: Facts, previous: Parsed) -> list[str]:
-    questions = [i for i in previous.items("Critical Context") if i.startswith(UNANSWERED)]
-    return questions if facts.answers_earlier else []
+def _pending(facts: Facts, previous: Parsed) -> tuple[list[str], set[str]]:
+    """Open questions to carry (newest last), and the earlier ones the new messages settled.
+
+    The previous summary's last request is answered when the new messages start with assistant
+    text; when they start with another request instead, it was passed over: a question stays
+    open, an instruction was taken up by what followed.
+    """
+    carried, settled = [], set()
+    for item in previous.items("Critical Context"):
+        text = item.removeprefix(UNANSWERED)
+        if item.startswith(STILL_OPEN):
+            carried.append(item)
+        elif text == item:
+            continue
+        elif facts.answers_earlier or (facts.requests and "?" not in text):
+            settled.add(text)
+        else:
+            carried.append((STILL_OPEN if facts.requests else UNANSWERED) + text)
+    carried += [STILL_OPEN + q for q in facts.passed_over()]
+    last = facts.last_open()
+    carried += [UNANSWERED + last] if last else []
+    return list(dict.fromkeys(carried)), settled
 
 
 def _critical(facts: Facts, previous: Parsed, extra: list[str]) -> tuple[list[str], int]:
@@ -175,26 +198,25 @@ def _critical(facts: Facts, previous: Parsed, extra: list[str]) -> tuple[list[st
     changed = previous.modified | set(modified)
     files = _files_line(FILES_READ, (previous.read | set(read)) - changed)
     files += _files_line(FILES_MODIFIED, changed)
-    answered = _answered(facts, previous)
-    kept = [i for i in previous.items("Critical Context") if i not in answered]
+    kept = [i for i in previous.items("Critical Context") if not i.startswith(_PENDING)]
     new = [f"Error seen: {line}" for line in facts.errors]
     new += [f"Reference: {line}" for line in facts.references]
-    questions = [UNANSWERED + q for q in facts.open_questions()]
-    rest = [i for i in dict.fromkeys([*kept, *new, *extra]) if not i.startswith(UNANSWERED)]
-    pending = [i for i in dict.fromkeys([*kept, *questions]) if i.startswith(UNANSWERED)]
-    cap = _KEEP["Critical Context"]
-    return [*files, *rest[-cap:], *pending], len(rest) - len(rest[-cap:])
+    rest = list(dict.fromkeys([*kept, *new, *extra]))
+    pending = _pending(facts, previous)[0]
+    cap, open_cap = _KEEP["Critical Context"], _KEEP["Open questions"]
+    dropped = len(rest[:-cap]) + len(pending[:-open_cap])
+    return [*files, *rest[-cap:], *pending[-open_cap:]], dropped
 
 
-def _next_steps(facts: Facts, sections: dict[str, list[str]]) -> list[str]:
-    questions = facts.open_questions()
+def _next_steps(facts: Facts, previous: Parsed, sections: dict[str, list[str]]) -> list[str]:
+    questions = [q.partition("(verbatim): ")[2] for q in _pending(facts, previous)[0]]
     steps = [f"Answer the user's pending message: {gist(q)}" for q in questions[-1:]]
     opened = {short(q) for q in questions}
     steps += [f"Continue: {i}" for i in sections["In Progress"] if i not in opened][:3]
     steps += [f"Resolve: {i}" for i in sections["Blocked"]][-2:]
     if not steps and facts.last != "call":
-        steps.append("No request is open: wait for the user's next instruction")
-    if facts.last == "request" and questions:
+        steps.append("Carry on from the most recent messages: nothing summarized here is open")
+    if facts.last == "request" and facts.last_open():
         steps.append("Work stopped at the user's last message, which has no reply yet")
     elif facts.last == "reply":
         steps.append("Work stopped at the assistant's reply: " + short(facts.replies[-1], 160))
@@ -220,7 +242,7 @@ def _sections(
         omitted[name] = omitted.get(name, 0) + dropped
     sections["Critical Context"], dropped = _critical(facts, previous, extra)
     omitted["Critical Context"] = omitted.get("Critical Context", 0) + dropped
-    sections["Next Steps"] = _next_steps(facts, sections)
+    sections["Next Steps"] = _next_steps(facts, previous, sections)
     extras = {k: v for k, v in previous.sections.items() if k not in sections}
     extras.pop("Original Request", None)  # folded into Goal
     return {**sections, **extras}, omitted
@@ -253,11 +275,12 @@ def _layout(
     for name in [*names, *extras]:
         if name == "Done":
             lines += ["", "## Progress"]
-        items, dropped = _trim(name, sections.get(name, []), cap)
-        if name == "Critical Context":  # file lists and pending questions are never dropped
-            pinned = [i for i in sections[name] if i.startswith((FILES_READ, FILES_MODIFIED))]
-            items = pinned + [i for i in items if i not in pinned]
-        items = _marked(name, items, omitted.get(name, 0) + dropped)
+        items = sections.get(name, [])
+        # File lists and open questions are never dropped: only what lies between them is.
+        head = [i for i in items if name == "Critical Context" and i.startswith(_FILES)]
+        tail = [i for i in items if name == "Critical Context" and i.startswith(_PENDING)]
+        middle, dropped = _trim(name, [i for i in items if i not in head + tail], cap)
+        items = [*head, *_marked(name, middle, omitted.get(name, 0) + dropped), *tail]
         level = "###" if name in ("Done", "In Progress", "Blocked") else "##"
         lines += ([] if level == "###" else [""]) + [f"{level} {name}"]
         if name == "Next Steps":

@@ -198,13 +198,14 @@ class Facts:
         read = {c.path for c in self.calls if c.path and c.name == "read"} - changed
         return sorted(read), sorted(changed)
 
-    def open_questions(self) -> list[str]:
-        """Requests still waiting for an answer: the last one, or any question passed over."""
-        return [
-            r.text.strip()
-            for i, r in enumerate(self.requests)
-            if not r.answered and (i == len(self.requests) - 1 or "?" in r.text)
-        ]
+    def last_open(self) -> str | None:
+        """The last request, verbatim, when no assistant text followed it."""
+        last = self.requests[-1] if self.requests else None
+        return last.text.strip() if last is not None and not last.answered else None
+
+    def passed_over(self) -> list[str]:
+        """Questions that got no answer before the user went on to something else."""
+        return [r.text.strip() for r in self.requests[:-1] if not r.answered and "?" in r.text]
 
 
 def _wrapper_lead(name: str) -> str:

@@ -33,6 +33,7 @@ FILES_READ = "Files read: "
 FILES_MODIFIED = "Files modified: "
 BRANCH_LEAD = "An abandoned branch tried: "
 UNANSWERED = "Unanswered (verbatim): "
+STILL_OPEN = "Question still open (verbatim): "
 LATEST = "Latest request: "
 _STALE = ("Last assistant text: ", "Requested focus: ")
 _MARKER = re.compile(r"… \((\d+) more items omitted\)")
