@@ -104,7 +104,7 @@ def _completed(item: str, facts: Facts, done: list[str]) -> bool:
 
 def _resolved(item: str, calls: list[Call]) -> bool:
     good = [c for c in calls if c.result is not None and not c.failed()]
-    if any(c.is_test_run() for c in good) and re.search(r"pytest|\btests?\b", item):
+    if any(c.is_test_run() for c in good) and re.search(r"pytest|\btests?\b", item, re.IGNORECASE):
         return True
     return any((c.command or c.describe()) in item for c in good)
 
@@ -144,8 +144,8 @@ def _goal(facts: Facts, previous: Parsed) -> list[str]:
 
 
 def _progress(facts: Facts, previous: Parsed) -> dict[str, list[str]]:
-    calls = [c for c in facts.calls if c.name != "read" and c.result is not None]
-    done = [c.outcome() for c in calls if not c.failed()]
+    calls = [c for c in facts.calls if c.result is not None]
+    done = [c.outcome() for c in calls if not c.failed() and c.name != "read"]
     blocked = [
         f"{c.describe()} failed"
         for c in calls
@@ -306,7 +306,7 @@ def _turn_prefix(facts: Facts) -> dict[str, list[str]]:
     context += [f"Reference: {line}" for line in dict.fromkeys(facts.references)]
     context += [f"Last assistant text: {short(facts.replies[-1])}"] if facts.replies else []
     calls = [c for c in facts.calls if c.name != "read" and c.result is not None]
-    done = [c.outcome() + (" (failed)" if c.failed() else "") for c in calls]
+    done = [c.describe() + " (failed)" if c.failed() else c.outcome() for c in calls]
     return {
         "Original Request": [short(r.text) for r in facts.requests[:1]],
         "Early Progress": list(dict.fromkeys(done + facts.decisions)),

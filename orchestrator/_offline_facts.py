@@ -134,8 +134,8 @@ class Call:
 
     def outcome(self) -> str:
         """The call as a Done item: a command gets its last output line when that is short."""
-        lines = (self.result or "").strip().splitlines()
-        tail = lines[-1].strip().strip("`").strip() if lines else ""
+        lines = [ln.strip() for ln in (self.result or "").splitlines() if ln.strip("` \t")]
+        tail = lines[-1] if lines else ""
         if self.command is not None and tail and len(tail) <= 80:
             return f"{self.describe()}: {tail}"
         return self.describe()

@@ -134,10 +134,8 @@ def parse_summary(text: str) -> Parsed:
         if section is None and (line.endswith(":") or _PREAMBLE.search(line)):
             continue  # a lead-in before the first heading frames the summary; it is no item
         item = re.sub(r"^(?:[-*]\s+(?:\[[ xX]\]\s+)?|\d+\.\s+)", "", line)
-        if section not in (None, "Progress", "Turn Context (split turn)"):
-            _item(parsed, section, item)
-        elif item:
-            _item(parsed, "Critical Context", item)
+        loose = section in (None, "Progress", "Turn Context (split turn)")
+        _item(parsed, "Critical Context" if loose or section is None else section, item)
     return parsed
 
 

@@ -10,8 +10,10 @@ from orchestrator._prompts import render
 from orchestrator._summary_request import (
     branch_request,
     history_request,
+    merge_split_turn,
     short_summary_request,
     turn_prefix_request,
+    upsert_file_tags,
 )
 
 ERROR_LINE = "E   AssertionError: expected 200, got 401"
@@ -439,3 +441,128 @@ def test_goal_is_the_sessions_goal_and_a_branch_goal_is_context():
     )
     assert "Wrote tests/test_tax_rounding.py" not in section(summary, "## Progress")
     assert "**Abandoned integer cents**" in section(summary, "## Key Decisions")
+
+
+def shell(command, output, code=0):
+    return {"role": "bashExecution", "command": command, "output": output, "exitCode": code,
+            "cancelled": False, "truncated": False}
+
+
+def test_a_shell_run_after_the_reply_does_not_reopen_the_request():
+    messages = [
+        {"role": "user", "content": "Also write a changelog entry."},
+        assistant(text("Writing it."), call("w", "write", path="CHANGELOG.md", content="x")),
+        result("w", "Wrote 10 bytes"),
+        assistant(text("The entry is written.")),
+        shell("git status", "nothing to commit"),
+    ]
+    summary = run(history_request(messages, reserve_tokens=16384)).text
+    assert "Unanswered" not in summary
+    assert "Also write a changelog entry." not in section(summary, "## Next Steps")
+    assert "- [x] Ran `git status`: nothing to commit" in summary
+
+
+def test_a_failed_read_is_blocked_not_done():
+    messages = [
+        {"role": "user", "content": "Read missing.txt"},
+        assistant(call("m", "read", path="missing.txt")),
+        result("m", "ENOENT: missing.txt"),
+        assistant(text("That file does not exist.")),
+    ]
+    progress = section(run(history_request(messages, reserve_tokens=16384)).text, "## Progress")
+    assert "- read `missing.txt` failed" in progress.split("### Blocked\n")[1]
+    assert "read `missing.txt`" not in progress.split("### In Progress")[0]
+
+
+def test_a_failure_fixed_later_is_not_blocked_and_previous_failures_clear():
+    messages = [
+        assistant(call("a", "bash", command="pytest -q")),
+        result("a", "E   KeyError: 'x'\n1 failed"),
+        assistant(call("b", "bash", command="pytest -q tests/test_x.py")),
+        result("b", "3 passed"),
+    ]
+    previous = "## Progress\n### Blocked\n- Tests fail with KeyError\n- The CI token is missing"
+    summary = update(messages, previous=previous)
+    blocked = section(summary, "## Progress").split("### Blocked\n")[1]
+    assert blocked == "- The CI token is missing\n"
+    assert "- Error seen: E   KeyError: 'x'" in summary  # the error text itself is kept
+
+
+def test_open_questions_across_updates():
+    previous = update([{"role": "user", "content": "Is the cache thread-safe?"}], previous=None)
+    assert "- Unanswered (verbatim): Is the cache thread-safe?" in previous
+    answered = update([assistant(text("Yes, it takes a lock."))], previous=previous)
+    assert "thread-safe" not in section(answered, "## Critical Context")
+    assert "thread-safe" not in section(answered, "## Progress")
+    passed_over = update([{"role": "user", "content": "Add a cache test."},
+                          assistant(text("Added."))], previous=previous)
+    assert "- Question still open (verbatim): Is the cache thread-safe?" in passed_over
+    assert "- [ ] Is the cache thread-safe?" in passed_over
+    assert "Unanswered (verbatim)" not in passed_over
+    instruction = update([{"role": "user", "content": "Use Redis."}], previous=None)
+    moved_on = update([{"role": "user", "content": "Add a cache test."},
+                       assistant(text("Added."))], previous=instruction)
+    assert "Use Redis." not in section(moved_on, "## Critical Context")
+    assert "- [ ] Use Redis." not in moved_on
+
+
+def test_a_split_turn_summary_is_folded_into_the_sections_on_update():
+    history = run(history_request(SESSION[:5], reserve_tokens=16384)).text
+    prefix = run(turn_prefix_request(SESSION[3:9], reserve_tokens=16384)).text
+    previous = merge_split_turn(history, prefix) + "\n\n<read-files>\nsrc/x.py\n</read-files>"
+    summary = update([assistant(text("Finished the token fix."))], previous=previous)
+    for heading in ("Original Request", "Early Progress", "Context for Suffix", "Turn Context"):
+        assert heading not in summary
+    assert "Last assistant text" not in summary
+    assert "- [x] edit `src/auth/tokens.py`" in section(summary, "## Progress")
+    blocked = section(summary, "## Progress").split("### Blocked\n")[1]
+    assert blocked == "- Ran `pytest -q; echo done` failed\n"  # a failed early step
+    assert summary.count("Files read:") == summary.count("Files modified:") == 1
+    assert "`src/x.py`" in section(summary, "## Critical Context")
+    assert summary.count(NOTE) == 1
+
+
+def test_turn_prefix_lists_files_like_the_history_summary():
+    prefix = run(turn_prefix_request(SESSION[:7], reserve_tokens=16384)).text
+    context = section(prefix, "## Context for Suffix")
+    assert "- Files read: `src/auth/login.py`\n" in context
+    assert "- Files modified: `src/auth/tokens.py`\n" in context
+    assert "read `" not in section(prefix, "## Early Progress")
+
+
+def test_slash_commands_intentions_and_references():
+    messages = [
+        {"role": "user", "content": "/mode"},
+        {"role": "user", "content": "Port the parser. It broke in a3f9c21d, see https://x.test/1"},
+        assistant(text("I'll read the parser first. I chose a table-driven design.")),
+        {"role": "compactionSummary", "summary": "## Done\n- … (7 more items omitted)\n- x"},
+        assistant(text("Compare with 0badc0de.")),
+    ]
+    summary = run(history_request(messages, reserve_tokens=16384)).text
+    assert section(summary, "## Goal").startswith("- Port the parser.")
+    assert "/mode" not in summary
+    assert section(summary, "## Key Decisions") == "- I chose a table-driven design.\n"
+    assert "- Reference: It broke in a3f9c21d, see https://x.test/1" in summary
+    assert "- Reference: Compare with 0badc0de." in summary
+    assert "- [x] … (7 more items omitted)\n- [x] x\n" in summary  # counts carry over
+
+
+def test_repeated_updates_stay_bounded():
+    summary, sizes, changed = None, [], []
+    for n in range(24):
+        messages = [
+            {"role": "user", "content": f"Step {n}: you must keep rule {n}. Is part {n} ok?"},
+            assistant(text(f"I decided to use approach {n}."),
+                      call(f"e{n}", "edit", path=f"src/m{n}.py")),
+            result(f"e{n}", f"error: E{n} broke"),
+            {"role": "branchSummary", "summary": f"## Goal\nBranch {n}", "fromId": "f"},
+        ]
+        changed.append(f"src/m{n}.py")
+        summary = upsert_file_tags(update(messages, previous=summary), [], changed)
+        sizes.append(len(summary))
+    assert sizes[-1] - sizes[-3] < 20  # saturated: every section (and file list) is at its cap
+    assert max(sizes) < 4000
+    assert summary.count("more items omitted)") == 4
+    assert "- Step 0: you must keep rule 0.\n" in summary  # the first rules stay, and the last
+    assert "- Step 23: you must keep rule 23.\n" in summary
+    assert "(+4 more)" in section(summary, "## Critical Context")
