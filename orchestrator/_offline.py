@@ -137,7 +137,7 @@ def _goal(facts: Facts, previous: Parsed) -> list[str]:
     if not base and later:
         # The first request's rules are listed under Constraints; the goal is the rest of it.
         aims = [s for s in sentences(later[0]) if not RULE.search(s)]
-        base, later = [short(" ".join(aims) or later[0])], later[1:]
+        base, later = [gist(" ".join(aims) or later[0], 300)], later[1:]
     latest = [LATEST + gist(later[-1])] if later else []
     latest = latest or [g for g in previous.items("Goal") if g.startswith(LATEST)][-1:]
     return [*base, *latest]

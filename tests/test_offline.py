@@ -441,6 +441,8 @@ def test_goal_is_the_sessions_goal_and_a_branch_goal_is_context():
     )
     assert "Wrote tests/test_tax_rounding.py" not in section(summary, "## Progress")
     assert "**Abandoned integer cents**" in section(summary, "## Key Decisions")
+    branch = run(branch_request([*tax_fix(), branch_summary()])).text
+    assert section(branch, "## Goal").startswith("- Now also look at invoice/tax.py, I think")
 
 
 def shell(command, output, code=0):
