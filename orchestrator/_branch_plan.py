@@ -18,7 +18,7 @@ the full file lists for ``details`` (D16: the text may cap them, the details nev
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._entries import BRANCH_SUMMARY, COMPACTION, Entry, Message, compaction_message, entry_message
@@ -55,9 +55,9 @@ class BranchPlan:
     old_leaf_id: str | None
     target_id: str | None
     common_ancestor_id: str | None
-    entry_ids: tuple[str, ...]
-    summarized_entry_ids: tuple[str, ...]
-    messages: tuple[Message, ...]
+    entry_ids: tuple[str, ...] = field(repr=False)
+    summarized_entry_ids: tuple[str, ...] = field(repr=False)
+    messages: tuple[Message, ...] = field(repr=False)
     total_tokens: int
     read_files: tuple[str, ...]
     modified_files: tuple[str, ...]

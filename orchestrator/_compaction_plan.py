@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._context import SessionContext, build_context
@@ -80,11 +80,11 @@ class CompactionPlan:
     first_kept_entry_id: str
     is_split_turn: bool
     turn_start_entry_id: str | None
-    summarize_entry_ids: tuple[str, ...]
-    turn_prefix_entry_ids: tuple[str, ...]
-    messages_to_summarize: tuple[Message, ...]
-    turn_prefix_messages: tuple[Message, ...]
-    kept_entry_ids: tuple[str, ...]
+    summarize_entry_ids: tuple[str, ...] = field(repr=False)
+    turn_prefix_entry_ids: tuple[str, ...] = field(repr=False)
+    messages_to_summarize: tuple[Message, ...] = field(repr=False)
+    turn_prefix_messages: tuple[Message, ...] = field(repr=False)
+    kept_entry_ids: tuple[str, ...] = field(repr=False)
     tokens_before: int
     previous_summary: str | None
     previous_compaction_id: str | None
