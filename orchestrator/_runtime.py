@@ -41,7 +41,7 @@ from ._journal import Journal
 from ._jsonl_store import JsonlStore
 from ._machine import Runner, Step, load_machine
 from ._memory_store import MemoryStore
-from ._model import Purpose
+from ._model import Model, Purpose
 from ._offline import OfflineSummarizer
 from ._operation import Operation
 from ._retry import AttemptRecord
@@ -63,7 +63,8 @@ class AgentSession(TurnEffects):
     Args:
         session: The session to drive.
         agent: Runs turns (required for :meth:`prompt`).
-        summarizer: Summary routes (default: the offline summarizer).
+        summarizer: Summary routes (default: the agent's own model route when it has one, as
+            the seed says summaries use the current model route; else the offline summarizer).
         settings: Runtime settings.
         hooks: Hook registry (default: empty).
         journal: Lifecycle journal (default: none).
@@ -92,8 +93,9 @@ class AgentSession(TurnEffects):
         self.settings = settings or RuntimeSettings()
         self.tracer = tracer or LifecycleTracer(None)
         base = summarizer or Summarizer(
-            candidates=(OfflineSummarizer(),),
+            candidates=(_current_route(agent),),
             reserve_tokens=self.settings.compaction.reserve_tokens,
+            retry=self.settings.retry,
         )
         self._caller_on_attempt = base.on_attempt
         # Every summarizer call gets a model span with the GenAI attributes.
@@ -476,3 +478,9 @@ def _raise_for(outcome: OperationOutcome) -> OperationOutcome:
     if outcome.status == "failed":
         raise ModelError(outcome.error or "Compaction failed")
     return outcome
+
+
+def _current_route(agent: Agent | None) -> Model:
+    # A ChatAgent (or any agent with a ``model`` route) summarizes with its own model.
+    model = getattr(agent, "model", None)
+    return model if isinstance(model, Model) else OfflineSummarizer()

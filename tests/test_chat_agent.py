@@ -107,3 +107,24 @@ async def test_a_whole_turn_through_litellm_and_the_local_provider(tmp_path: Any
     assert tool_message == {"role": "tool", "tool_call_id": "call_1", "content": "contents of src/app.py"}
     runtime.close()
     assert Session.open(tmp_path / "s.jsonl").problems == []
+
+
+async def test_summaries_use_the_current_model_route_by_default() -> None:
+    model = ScriptedModel([ModelResponse(text="first answer " + "a" * 800),
+                           ModelResponse(text="second answer " + "b" * 800),
+                           ModelResponse(text="## Goal\nSummarized by the chat model."),
+                           ModelResponse(text="## Original Request\nAnd its turn prefix.")])
+    runtime = AgentSession(Session.in_memory(), agent=ChatAgent(model=model))
+    await runtime.prompt("question one " + "q" * 800)
+    await runtime.prompt("question two " + "r" * 800)
+    from orchestrator._runtime_types import RuntimeSettings
+    from orchestrator._tokens import CompactionSettings
+
+    runtime.settings = RuntimeSettings(
+        compaction=CompactionSettings(keep_recent_tokens=100, adaptive_keep=False))
+    outcome = await runtime.compact()
+    assert outcome.status == "committed"
+    purposes = [r.purpose for r in model.requests]
+    assert purposes[:2] == ["chat", "chat"]
+    assert "history" in purposes[2:] and "chat" not in purposes[2:]
+    assert runtime.summarizer.candidates[0].name == model.name
