@@ -233,6 +233,15 @@ class AgentSession(TurnEffects):
             effects=list(step.effects),
         )
 
+    def routes_for(self, reason: str | None) -> tuple[Model, ...]:
+        """The summarizer routes an operation may use.
+
+        D21: an automatic compaction walks the candidate list; a manual compaction and a branch
+        summary use the current model's route (the first candidate), with retries.
+        """
+        candidates = self.summarizer.candidates
+        return candidates[:1] if reason in ("manual", "navigation") else candidates
+
     def new_operation(self, kind: str, *, reason: str | None = None) -> Operation:
         """A fresh operation, journaled and traced."""
         op = Operation(
@@ -242,7 +251,7 @@ class AgentSession(TurnEffects):
             reason=reason,
             observers=(self.observe_step,),
             retry=self.summarizer.retry,
-            candidates=len(self.summarizer.candidates),
+            candidates=len(self.routes_for(reason)),
             operation_id=self._operation_ids() if self._operation_ids else None,
         )
         self._operation = op

@@ -183,7 +183,13 @@ async def _summarize_plan(
     if shaping:
         extra = dict(shaping)
     op.fire("hooks_done")
-    summarizer = dataclasses.replace(runtime.summarizer, on_attempt=runtime.attempt_observer(op))
+    summarizer = dataclasses.replace(
+        runtime.summarizer,
+        # D21: automatic compaction walks the candidate list; a manual one uses the current
+        # model's route (the first candidate), with retries.
+        candidates=runtime.routes_for(op.reason),
+        on_attempt=runtime.attempt_observer(op),
+    )
     return await compact(
         plan,
         summarizer,
@@ -270,7 +276,9 @@ async def _branch_summary(
             op.fire("prepared", Facts(has_work=True), oldLeafId=old_leaf_id)
             op.fire("hooks_done")
             summarizer = dataclasses.replace(
-                runtime.summarizer, on_attempt=runtime.attempt_observer(op)
+                runtime.summarizer,
+                candidates=runtime.routes_for(op.reason),
+                on_attempt=runtime.attempt_observer(op),
             )
             result = await summarize_branch(
                 plan,

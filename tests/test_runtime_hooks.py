@@ -136,3 +136,27 @@ async def test_preserve_data_is_inherited_across_compactions() -> None:
     await two_turns(kit)
     await kit.runtime.compact()
     assert kit.session.tree.entries[-1]["preserveData"] == {"n": 1}
+
+
+async def test_d21_manual_compaction_uses_the_current_route_automatic_walks_the_candidates() -> None:
+    from orchestrator._errors import ModelError
+    from orchestrator._summarize import Summarizer
+    from orchestrator.testing import ScriptedModel
+
+    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)],
+                     [reply("third", tokens=9500)], [reply("continued", tokens=500)]],
+              runtime_settings=settings(adaptive_keep=False))
+    current = ScriptedModel([ModelError("bad request", kind="fatal"),
+                             ModelError("bad request", kind="fatal")], name="current")
+    fallback = ScriptedModel([summary()], name="fallback")
+    kit.runtime.summarizer = Summarizer(candidates=(current, fallback), reserve_tokens=1000,
+                                        sleep=kit.clock.sleep)
+    await two_turns(kit)
+    from orchestrator._errors import ModelError as Failed
+
+    with pytest.raises(Failed, match="bad request"):
+        await kit.runtime.compact()
+    assert fallback.requests == []
+    await kit.runtime.prompt(BIG)  # over the threshold: automatic, so the fallback is tried
+    assert len(fallback.requests) == 1
+    assert kit.entry_types().count("compaction") == 1
