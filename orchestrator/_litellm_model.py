@@ -15,6 +15,7 @@ caller decides whether that is a failure (D15, ``check_summary_response``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from types import ModuleType
 from typing import Any
@@ -43,6 +44,10 @@ def _load_litellm() -> ModuleType:
         # Its "Give Feedback / Get Help" banner goes to stdout on every error; a library
         # must not print.
         litellm.suppress_debug_info = True
+        # Its own logger writes warnings about its internal logging worker to stderr (e.g.
+        # "event loop changed" when a process runs a second event loop). Failures reach our
+        # callers as ModelError; its chatter should not reach their terminal.
+        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
         _litellm = litellm
     return _litellm
 

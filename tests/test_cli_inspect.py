@@ -145,6 +145,19 @@ DAMAGES = {
     "no_id": (lambda lines: lines + ['{"type":"message","parentId":null}'], 45),
     "torn_line": (lambda lines: lines + ['{"type":"message","id":"ab'], 45),
     "duplicate_id": (lambda lines: lines + [lines[5]], 45),
+    "unknown_parent": (
+        lambda lines: lines + ['{"type":"message","id":"0rphan00","parentId":"gone0000",'
+                               '"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user",'
+                               '"content":"lost","timestamp":0}}'],
+        45,
+    ),
+    "cycle": (
+        lambda lines: lines + ['{"type":"custom","id":"cyc1e000","parentId":"cyc1e001",'
+                               '"timestamp":"2026-01-01T00:00:00.000Z","customType":"x"}',
+                               '{"type":"custom","id":"cyc1e001","parentId":"cyc1e000",'
+                               '"timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}'],
+        45,
+    ),
 }
 
 

@@ -168,3 +168,34 @@ def test_bad_trace_spec_is_a_one_line_error(example: Path, capsys: pytest.Captur
     code, _, err = run(capsys, "compact", str(example), "--trace", "zipkin")
     assert code == 1
     assert "--trace zipkin: use otlp, console or jsonl:FOLDER" in err
+
+
+def test_navigate_summarize_through_litellm_and_the_local_provider(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
+    users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
+    with LocalProvider((Reply.summary("## Goal\nExplored the parametrized test."),)) as provider:
+        code, out, err = run(capsys, "navigate", str(example), "--to", users[-1]["id"],
+                             "--summarize", "--focus", "name the files",
+                             "--model", "openai/test-model", "--api-base", provider.url + "/v1",
+                             "--api-key", "test", "--json")
+        [request] = provider.requests
+    assert code == 0, err
+    report = json.loads(out)
+    assert "Explored the parametrized test." in report["summary"]
+    assert request.body["max_tokens"] == 2048
+    assert request.body["messages"][-1]["content"].endswith("Additional focus: name the files")
+
+
+def test_navigate_summary_failure_changes_nothing(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
+    users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
+    before = example.read_bytes()
+    with LocalProvider((Reply.summary("   "),)) as provider:
+        code, _, err = run(capsys, "navigate", str(example), "--to", users[-1]["id"],
+                           "--summarize", "--model", "openai/test-model",
+                           "--api-base", provider.url + "/v1", "--api-key", "test")
+    assert code == 1
+    assert err.strip() == "orchestrator navigate: Summarization failed: empty summary"
+    assert example.read_bytes() == before
