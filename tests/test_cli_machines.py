@@ -1,0 +1,77 @@
+"""The machines and simulate commands, and the event bus's async stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator._cli import main
+from orchestrator._events import EventBus
+from orchestrator._machine import load_machine
+from orchestrator._machine_render import render_mermaid, render_table
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_machines_renders_one_or_all(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "machines", "turn", "--mermaid")
+    assert (code, out) == (0, render_mermaid(load_machine("turn")))
+    code, out, _ = run(capsys, "machines", "navigation", "--table")
+    assert (code, out) == (0, render_table(load_machine("navigation")))
+    code, out, _ = run(capsys, "machines")
+    assert code == 0
+    assert out.count("stateDiagram-v2") == 3 and "### `operation`" in out
+
+
+def test_unknown_machine_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "machines", "teleport")
+    assert code == 1
+    assert err.strip() == ("orchestrator machines: unknown machine 'teleport'; "
+                           "known: navigation, operation, turn")
+
+
+def test_simulate_a_shipped_scenario_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = tmp_path / "overflow.jsonl"
+    code, out, err = run(capsys, "simulate", "overflow", "--out", str(out_file))
+    assert code == 0, err
+    assert "event auto_compaction_start {'reason': 'overflow'}" in out
+    assert f"-- trace written to {out_file}" in out
+    assert out_file.stat().st_size > 0
+    code, out, _ = run(capsys, "simulate", "crash", "--out", str(tmp_path / "c.jsonl"), "--json")
+    report = json.loads(out)
+    assert report["crashed"] is True
+    assert report["outcomes"][0].endswith("committing -> failed")
+
+
+def test_simulate_unknown_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "simulate", "no-such-scenario")
+    assert code == 1
+    assert "no such scenario file or shipped scenario" in err
+
+
+@pytest.mark.anyio
+async def test_event_stream_delivers_what_is_emitted_while_open() -> None:
+    bus = EventBus()
+    seen: list[str] = []
+    unsubscribe = bus.subscribe(lambda e: seen.append(e.type))
+    bus.emit("before")
+    async with bus.stream() as events:
+        bus.emit("one", n=1)
+        bus.emit("two", n=2)
+        received = [await events.__anext__(), await events.__anext__()]
+    bus.emit("after")
+    unsubscribe()
+    bus.emit("unheard")
+    assert [e.as_json() for e in received] == [{"type": "one", "n": 1}, {"type": "two", "n": 2}]
+    assert seen == ["before", "one", "two", "after"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
