@@ -14,7 +14,8 @@ from textual.widgets import OptionList, Static
 from orchestrator._cli_tui import build_runtime, keep_position, register
 from orchestrator._errors import ModelError, SessionError
 from orchestrator._session import Session
-from orchestrator._tui import UNAVAILABLE, PickerState, TreeApp, TreePicker, entry_text
+from orchestrator._tui import TreeApp
+from orchestrator._tui_picker import UNAVAILABLE, PickerState, TreePicker, entry_text
 from orchestrator.testing import AgentHang, Hang, reply
 from tests.runtime_kit import Kit, summary
 
