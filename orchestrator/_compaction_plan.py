@@ -187,13 +187,17 @@ def _messages(entries: Sequence[Entry]) -> tuple[tuple[str, ...], tuple[Message,
 
 
 def plan_compaction(
-    path: Sequence[Entry], settings: CompactionSettings
+    path: Sequence[Entry],
+    settings: CompactionSettings,
+    *,
+    context: SessionContext | None = None,
 ) -> CompactionPlan | NothingToCompact:
     """Decide what a compaction of ``path`` summarizes and keeps (reference §4.1).
 
     Args:
         path: The active path, root first (``SessionTree.path()``).
         settings: Compaction settings (``keep_recent_tokens``, ``adaptive_keep``).
+        context: The context built from ``path``, when the caller already has it.
 
     Returns:
         The plan, or :class:`NothingToCompact` when the last entry is already a compaction, or
@@ -203,7 +207,9 @@ def plan_compaction(
         return NothingToCompact(reason=ALREADY_COMPACTED)
     previous_index = last_compaction_index(path)
     start, end = window_start(path, previous_index), len(path)
-    context = build_context(path)
+    # The caller may pass the path's context when it already has it (a live session keeps it
+    # incrementally); rebuilding it is most of the planning cost on a long session.
+    context = context if context is not None else build_context(path)
     keep = effective_keep_recent_tokens(path, settings, context)
     cut = find_cut_point(path, start, end, keep)
     first_kept = path[cut.first_kept_index] if cut.first_kept_index < end else None
@@ -261,7 +267,7 @@ def plan_report(
     """
     context = build_context(path)
     tokens = context.tokens().tokens
-    plan = plan_compaction(path, settings)
+    plan = plan_compaction(path, settings, context=context)
     return {
         "leafId": path[-1]["id"] if path else None,
         "keepRecentTokens": settings.keep_recent_tokens,

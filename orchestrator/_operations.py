@@ -90,8 +90,9 @@ async def compact_session(
         ModelError: every summarizer route failed; the session is unchanged.
     """
     path = session.path()
-    plan = plan_compaction(path, settings or CompactionSettings())
-    tokens_before = session.context().tokens().tokens
+    context = session.context()
+    plan = plan_compaction(path, settings or CompactionSettings(), context=context)
+    tokens_before = context.tokens().tokens
     if isinstance(plan, NothingToCompact):
         return CompactOutcome(reason=plan.reason, tokens_before=tokens_before)
     result = await compact(

@@ -109,7 +109,9 @@ async def _compaction(
     try:
         with op.scope:
             path = runtime.session.path()
-            planned = plan_compaction(path, runtime.settings.compaction)
+            planned = plan_compaction(
+                path, runtime.settings.compaction, context=runtime.session.context()
+            )
             if isinstance(planned, NothingToCompact):
                 op.fire("prepared", Facts(has_work=False), reason=planned.reason)
                 return _outcome(op, reason=planned.reason)

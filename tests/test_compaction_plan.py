@@ -232,3 +232,19 @@ def test_kept_context_after_applying_the_plan() -> None:
     s.compaction("new", first_kept=plan.first_kept_entry_id)
     context = build_context(s.path())
     assert context.entry_ids[1:] == plan.kept_entry_ids
+
+
+def test_a_given_context_gives_the_same_plan_as_a_rebuilt_one() -> None:
+    from orchestrator._compaction_plan import plan_compaction as plan
+    from orchestrator._context import build_context
+    from orchestrator._tokens import CompactionSettings as Settings
+    from tests.sessions import SessionBuilder as Builder
+    from tests.sessions import usage as used
+
+    s = Builder()
+    for n in range(6):
+        s.user(f"request {n} " + "x" * 300)
+        s.assistant(f"answer {n} " + "y" * 300, usage=used(1000 + n))
+    path = s.path()
+    settings = Settings(keep_recent_tokens=200)
+    assert plan(path, settings, context=build_context(path)) == plan(path, settings)
