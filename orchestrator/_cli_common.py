@@ -11,19 +11,32 @@ from ._errors import SessionError
 from ._session import Session
 
 
+def require_file(path: str) -> None:
+    """Refuse a path that is not an existing file (opening would create a new session).
+
+    Raises:
+        SessionError: the file does not exist.
+    """
+    if not Path(path).is_file():
+        raise SessionError(f"{path}: no such session file")
+
+
+def warn_problems(path: str, session: Session) -> None:
+    """Report what loading found wrong (D3), one line each on stderr."""
+    for problem in session.problems:
+        print(f"warning: {path}: {problem}", file=sys.stderr)
+
+
 def open_existing(path: str, *, warn: bool = True) -> Session:
     """Open a session file that must exist, reporting load problems on stderr (D3).
 
     Raises:
         SessionError: the file does not exist or is not a session.
     """
-    file = Path(path)
-    if not file.is_file():
-        raise SessionError(f"{path}: no such session file")
-    session = Session.open(file)
+    require_file(path)
+    session = Session.open(Path(path))
     if warn:
-        for problem in session.problems:
-            print(f"warning: {path}: {problem}", file=sys.stderr)
+        warn_problems(path, session)
     return session
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
-from ._cli_common import open_existing, print_json
+from ._cli_common import open_existing, print_json, require_file, warn_problems
 from ._entries import CUSTOM, Entry
 from ._errors import SessionError
 from ._operations import CompactOutcome, compact_session, tokens_after
@@ -206,7 +206,7 @@ def _run_runtime(
     progress: Progress,
     work: Callable[[AgentSession, argparse.Namespace], Awaitable[T]],
 ) -> T:
-    open_existing(args.session).close()  # exists, is a session; problems reported once
+    require_file(args.session)  # opening a missing path would start a new session there
     provider = make_trace_provider(args.trace)
     runtime = AgentSession.open(
         args.session,
@@ -214,6 +214,7 @@ def _run_runtime(
         settings=RuntimeSettings(compaction=settings, branch_reserve_tokens=args.reserve_tokens),
         tracer=LifecycleTracer(provider),
     )
+    warn_problems(args.session, runtime.session)
     for settled in runtime.settlements:
         print(
             f"note: operation {settled.operation_id} ({settled.kind}) left half-done by an "

@@ -24,7 +24,7 @@ Message = dict[str, Any]
 
 CURRENT_VERSION = 3
 
-# Entry types the reference defines. Anything else is kept verbatim and ignored (D2).
+# Entry types the reference defines. Any other type is kept verbatim and ignored (D2).
 MESSAGE = "message"
 THINKING_LEVEL_CHANGE = "thinking_level_change"
 MODEL_CHANGE = "model_change"
@@ -34,20 +34,6 @@ CUSTOM = "custom"
 CUSTOM_MESSAGE = "custom_message"
 LABEL = "label"
 SESSION_INFO = "session_info"
-
-KNOWN_TYPES = frozenset(
-    {
-        MESSAGE,
-        THINKING_LEVEL_CHANGE,
-        MODEL_CHANGE,
-        COMPACTION,
-        BRANCH_SUMMARY,
-        CUSTOM,
-        CUSTOM_MESSAGE,
-        LABEL,
-        SESSION_INFO,
-    }
-)
 
 
 def role_of(entry: Mapping[str, Any]) -> str | None:

@@ -46,10 +46,6 @@ class Hooks:
         self._handlers[name].append(handler)
         return lambda: self._handlers[name].remove(handler)
 
-    def has(self, name: str) -> bool:
-        """True when ``name`` has handlers."""
-        return bool(self._handlers.get(name))
-
     async def run(
         self, name: str, payload: dict[str, Any], on_error: ErrorReporter
     ) -> Mapping[str, Any] | None:

@@ -17,7 +17,7 @@ from ._classify import (
     retry_after_from_text,
     silent_overflow,
 )
-from ._entries import Message, iso_to_ms
+from ._entries import Message
 from ._events import EventBus
 from ._machine import Runner
 from ._model import Usage
@@ -146,10 +146,11 @@ class TurnEffects:
 
     def _is_stale(self, reply: Message) -> bool:
         # A reply from before the latest compaction measured a context that no longer exists.
-        for entry in reversed(self.session.path()):
-            if entry.get("type") == "compaction":
-                return int(reply.get("timestamp") or 0) <= iso_to_ms(entry.get("timestamp"))
-        return False
+        # The live context opens with that compaction's summary when there is one: O(1).
+        messages = self.session.context().messages
+        if not messages or messages[0].get("role") != "compactionSummary":
+            return False
+        return int(reply.get("timestamp") or 0) <= int(messages[0].get("timestamp") or 0)
 
     def _retry_finished(self, *, success: bool) -> None:
         t = self._turn_state
