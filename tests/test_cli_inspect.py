@@ -3,27 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from orchestrator._cli import main
-
-EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
-
-
-@pytest.fixture
-def example(tmp_path: Path) -> Path:
-    target = tmp_path / "session.jsonl"
-    shutil.copy(EXAMPLE, target)
-    return target
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli_kit import EXAMPLE, run
 
 
 def test_context_json_has_the_stable_fields(example: Path, capsys: pytest.CaptureFixture[str]) -> None:

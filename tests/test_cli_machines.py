@@ -7,16 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._cli import main
 from orchestrator._events import EventBus
 from orchestrator._machine import load_machine
 from orchestrator._machine_render import render_mermaid, render_table
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli_kit import run
 
 
 def test_machines_renders_one_or_all(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,29 +4,13 @@ path against the local provider."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from orchestrator._cli import main
 from orchestrator._session import Session
 from orchestrator.testing import LocalProvider, Reply
-
-EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
-
-
-@pytest.fixture
-def example(tmp_path: Path) -> Path:
-    target = tmp_path / "session.jsonl"
-    shutil.copy(EXAMPLE, target)
-    return target
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli_kit import run
 
 
 def test_compact_offline_appends_an_entry_pi_can_read(example: Path, capsys: pytest.CaptureFixture[str]) -> None:

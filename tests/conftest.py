@@ -1,0 +1,18 @@
+"""Fixtures shared by several test modules."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.cli_kit import EXAMPLE
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    """A private copy of the shipped example session, safe to change."""
+    target = tmp_path / "session.jsonl"
+    shutil.copy(EXAMPLE, target)
+    return target
