@@ -198,7 +198,8 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     # A live session has its context built already (the agent loop asked for it every turn).
     session.context()
     t0 = time.perf_counter()
-    _check_plan(plan_compaction(session.path(), settings), kind)
+    # The same planning compact_session does: over the path, reusing the live context.
+    _check_plan(plan_compaction(session.path(), settings, context=session.context()), kind)
     t_plan = time.perf_counter() - t0
     fake = FakeModel(latency)
     summarizer = Summarizer(candidates=(fake,))
