@@ -103,6 +103,10 @@ class ScriptedAgent:
         """Append turns to the script."""
         self._turns.extend(turns)
 
+    def clear(self) -> None:
+        """Drop the turns not played yet."""
+        self._turns.clear()
+
     @property
     def remaining(self) -> int:
         """Turns left in the script."""

@@ -145,6 +145,10 @@ class ScriptedModel:
         """Append answers to the script."""
         self._script.extend(items)
 
+    def clear(self) -> None:
+        """Drop the answers not used yet."""
+        self._script.clear()
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Record the request and play the next script item."""
         self.requests.append(request)

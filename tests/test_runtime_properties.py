@@ -67,8 +67,8 @@ class RuntimeMachine(RuleBasedStateMachine):
                             [reply("settled", tokens=500)])
         self._feed_summaries(summaries)
         self.portal.call(self.kit.runtime.prompt, BIG)
-        self.kit.agent._turns.clear()
-        self.kit.model._script.clear()
+        self.kit.agent.clear()
+        self.kit.model.clear()
 
     @rule(kind=st.sampled_from(sorted(SUMMARIES)), focus=st.sampled_from([None, "the decisions"]))
     def compact(self, kind: str, focus: str | None) -> None:
@@ -77,7 +77,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             self.portal.call(self.kit.runtime.compact, focus)
         except (ModelError, Cancelled):
             pass
-        self.kit.model._script.clear()
+        self.kit.model.clear()
 
     @rule()
     def abort_a_hanging_turn(self) -> None:
@@ -102,7 +102,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             self.portal.call(lambda: self.kit.runtime.navigate(target, summarize=summarize))
         except ModelError:
             pass
-        self.kit.model._script.clear()
+        self.kit.model.clear()
 
     # -- invariants -------------------------------------------------------------------------------
 
