@@ -5,11 +5,14 @@ The façade. Everything public is re-exported here; implementation modules are p
 :mod:`orchestrator.testing`.
 """
 
-from ._agent import Agent, AgentInput, ChatAgent, ToolSpec
-from ._branch_plan import BranchPlan, collect_branch_entries, prepare_branch_entries
-from ._compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
-from ._context import ContextBuilder, ModelRef, SessionContext, build_context
-from ._errors import (
+from orchestrator._core.branch_plan import (
+    BranchPlan,
+    collect_branch_entries,
+    prepare_branch_entries,
+)
+from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
+from orchestrator._core.context import ContextBuilder, ModelRef, SessionContext, build_context
+from orchestrator._core.errors import (
     Cancelled,
     DefinitionError,
     ModelError,
@@ -18,31 +21,11 @@ from ._errors import (
     SessionLockedError,
     TransitionError,
 )
-from ._events import Event, EventBus
-from ._guards import Facts
-from ._hooks import Hooks
-from ._journal import Journal
-from ._jsonl_store import JsonlStore
-from ._litellm_model import LiteLLMModel
-from ._llm_messages import convert_to_llm
-from ._machine import MachineDef, Runner, Step, load_machine
-from ._machine_render import render_mermaid, render_table
-from ._memory_store import MemoryStore
-from ._model import Model, ModelRequest, ModelResponse, ToolCall, Usage
-from ._offline import OfflineSummarizer
-from ._prune import PrunePlan, apply_prune, plan_prune
-from ._remote_model import RemoteSummaryModel
-from ._retry import AttemptRecord, RetryPolicy
-from ._runtime import AgentSession
-from ._runtime_nav import ForkResult, NavigationResult
-from ._runtime_ops import OperationOutcome
-from ._runtime_types import RuntimeSettings, TurnResult
-from ._serialize import serialize_conversation
-from ._session import Session
-from ._settle import settle
-from ._store import LoadResult, Problem, SessionStore
-from ._summarize import BranchSummaryResult, CompactionResult, Summarizer, compact, summarize_branch
-from ._tokens import (
+from orchestrator._core.messages import convert_to_llm
+from orchestrator._core.model import Model, ModelRequest, ModelResponse, ToolCall, Usage
+from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
+from orchestrator._core.serialize import serialize_conversation
+from orchestrator._core.tokens import (
     CompactionSettings,
     ContextTokens,
     calculate_context_tokens,
@@ -51,9 +34,36 @@ from ._tokens import (
     estimate_tokens,
     should_compact,
 )
-from ._trace_export import JsonLinesSpanExporter, make_tracer_provider, read_trace
-from ._tracing import LifecycleTracer
-from ._tree import SessionTree, TreeNode
+from orchestrator._core.tree import SessionTree, TreeNode
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import MachineDef, Runner, Step, load_machine
+from orchestrator._lifecycle.render import render_mermaid, render_table
+from orchestrator._models.litellm import LiteLLMModel
+from orchestrator._models.offline import OfflineSummarizer
+from orchestrator._models.remote import RemoteSummaryModel
+from orchestrator._runtime.agent import Agent, AgentInput, ChatAgent, ToolSpec
+from orchestrator._runtime.events import Event, EventBus
+from orchestrator._runtime.hooks import Hooks
+from orchestrator._runtime.navigate import ForkResult, NavigationResult
+from orchestrator._runtime.operations import OperationOutcome
+from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import (
+    BranchSummaryResult,
+    CompactionResult,
+    SummaryRoutes,
+    compact,
+    summarize_branch,
+)
+from orchestrator._runtime.types import RuntimeSettings, TurnResult
+from orchestrator._store.journal import Journal
+from orchestrator._store.jsonl import JsonlStore
+from orchestrator._store.memory import MemoryStore
+from orchestrator._store.protocol import LoadResult, Problem, SessionStore
+from orchestrator._store.session import Session
+from orchestrator._store.settle import settle_unfinished_operations
+from orchestrator._telemetry.export import JsonLinesSpanExporter, make_tracer_provider, read_trace
+from orchestrator._telemetry.tracing import LifecycleTracer
 
 __all__ = (
     "Agent",
@@ -106,7 +116,7 @@ __all__ = (
     "SessionStore",
     "SessionTree",
     "Step",
-    "Summarizer",
+    "SummaryRoutes",
     "ToolCall",
     "ToolSpec",
     "TransitionError",
@@ -131,7 +141,7 @@ __all__ = (
     "render_mermaid",
     "render_table",
     "serialize_conversation",
-    "settle",
+    "settle_unfinished_operations",
     "should_compact",
     "summarize_branch",
 )

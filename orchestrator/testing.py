@@ -27,9 +27,16 @@ from typing import TypeAlias
 import anyio
 import anyio.lowlevel
 
-from ._model import ModelRequest, ModelResponse
-from ._provider_server import LocalProvider, RecordedRequest, Reply
-from ._scripted_agent import AgentHang, ScriptedAgent, error_reply, reply, tool_result, usage
+from orchestrator._core.model import ModelRequest, ModelResponse
+from orchestrator._models.provider_server import LocalProvider, RecordedRequest, Reply
+from orchestrator._runtime.scripted_agent import (
+    AgentHang,
+    ScriptedAgent,
+    error_reply,
+    reply,
+    tool_result,
+    usage,
+)
 
 __all__ = (
     "AgentHang",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._cli import main
+from orchestrator._cli.main import main
 
 EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
 

@@ -6,15 +6,15 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator._events import Event
-from orchestrator._journal import Journal
-from orchestrator._model import ModelResponse
-from orchestrator._retry import RetryPolicy
-from orchestrator._runtime import AgentSession
-from orchestrator._runtime_types import RuntimeSettings
-from orchestrator._session import Session
-from orchestrator._summarize import Summarizer
-from orchestrator._tokens import CompactionSettings
+from orchestrator._core.model import ModelResponse
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._runtime.events import Event
+from orchestrator._runtime.retry import RetryPolicy
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.journal import Journal
+from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, ScriptedAgent, ScriptedModel
 
 SUMMARY = "## Goal\nShip it.\n\n## Next Steps\n1. Carry on"
@@ -23,8 +23,11 @@ SUMMARY = "## Goal\nShip it.\n\n## Next Steps\n1. Carry on"
 def settings(**compaction: Any) -> RuntimeSettings:
     base = {"reserve_tokens": 1000, "keep_recent_tokens": 300}
     base.update(compaction)
-    return RuntimeSettings(context_window=10_000, compaction=CompactionSettings(**base),
-                           retry=RetryPolicy(max_retries=3, base_delay_ms=2000))
+    return RuntimeSettings(
+        context_window=10_000,
+        compaction=CompactionSettings(**base),
+        retry=RetryPolicy(max_retries=3, base_delay_ms=2000),
+    )
 
 
 class Kit:
@@ -47,14 +50,21 @@ class Kit:
         )
         self.agent = ScriptedAgent(turns)
         self.model = ScriptedModel(summaries, name="scripted/summarizer", clock=self.clock)
-        self.summarizer = Summarizer(candidates=(self.model,), reserve_tokens=1000,
-                                     retry=RetryPolicy(max_retries=2, base_delay_ms=1000),
-                                     sleep=self.clock.sleep)
+        self.summarizer = SummaryRoutes(
+            candidates=(self.model,),
+            reserve_tokens=1000,
+            retry=RetryPolicy(max_retries=2, base_delay_ms=1000),
+            sleep=self.clock.sleep,
+        )
         self.journal = journal or Journal.in_memory(clock=lambda: 0)
         self.runtime = AgentSession(
-            self.session, agent=self.agent, summarizer=self.summarizer,
-            settings=runtime_settings or settings(), journal=self.journal,
-            sleep=self.clock.sleep, clock_ms=lambda: next(self.ms),
+            self.session,
+            agent=self.agent,
+            summarizer=self.summarizer,
+            settings=runtime_settings or settings(),
+            journal=self.journal,
+            sleep=self.clock.sleep,
+            clock_ms=lambda: next(self.ms),
         )
         self.events: list[Event] = []
         self.runtime.events.subscribe(self.events.append)

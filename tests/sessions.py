@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from orchestrator._entries import Entry, Message, iso_now
-from orchestrator._tree import SessionTree
+from orchestrator._core.entries import Entry, Message, iso_now
+from orchestrator._core.tree import SessionTree
 
 PROVIDER = "anthropic"
 MODEL = "claude-test"

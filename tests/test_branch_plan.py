@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator._branch_plan import (
+from orchestrator._core.branch_plan import (
     collect_branch_entries,
     plan_branch_summary,
     prepare_branch_entries,
 )
-from orchestrator._errors import SessionError
-from orchestrator._tokens import estimate_tokens
+from orchestrator._core.errors import SessionError
+from orchestrator._core.tokens import estimate_tokens
 from tests.sessions import SessionBuilder
 
 

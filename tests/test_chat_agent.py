@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator._agent import AgentInput, ChatAgent, ToolSpec
-from orchestrator._errors import ModelError
-from orchestrator._litellm_model import LiteLLMModel
-from orchestrator._model import ModelResponse, ToolCall
-from orchestrator._runtime import AgentSession
-from orchestrator._session import Session
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import ModelResponse, ToolCall
+from orchestrator._models.litellm import LiteLLMModel
+from orchestrator._runtime.agent import AgentInput, ChatAgent, ToolSpec
+from orchestrator._runtime.session import AgentSession
+from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -33,9 +33,15 @@ async def broken(args: Mapping[str, Any]) -> str:
     raise FileNotFoundError(args["path"])
 
 
-READ = ToolSpec(name="read", description="Read a file", run=read_file,
-                parameters={"type": "object", "properties": {"path": {"type": "string"}}})
-BROKEN = ToolSpec(name="broken", description="Always fails", run=broken, parameters={"type": "object"})
+READ = ToolSpec(
+    name="read",
+    description="Read a file",
+    run=read_file,
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+)
+BROKEN = ToolSpec(
+    name="broken", description="Always fails", run=broken, parameters={"type": "object"}
+)
 
 
 def turn(messages: list[dict[str, Any]]) -> AgentInput:
@@ -47,21 +53,40 @@ async def collect(agent: ChatAgent, messages: list[dict[str, Any]]) -> list[dict
 
 
 async def test_tool_calls_run_and_the_loop_ends_on_a_plain_reply() -> None:
-    model = ScriptedModel([
-        ModelResponse(text="Let me look.", stop_reason="toolUse", tool_calls=(
-            ToolCall(id="c1", name="read", arguments={"path": "a.py"}),
-            ToolCall(id="c2", name="broken", arguments={"path": "b.py"}),
-            ToolCall(id="c3", name="missing", arguments={}),
-        )),
-        ModelResponse(text="All done."),
-    ])
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                text="Let me look.",
+                stop_reason="toolUse",
+                tool_calls=(
+                    ToolCall(id="c1", name="read", arguments={"path": "a.py"}),
+                    ToolCall(id="c2", name="broken", arguments={"path": "b.py"}),
+                    ToolCall(id="c3", name="missing", arguments={}),
+                ),
+            ),
+            ModelResponse(text="All done."),
+        ]
+    )
     agent = ChatAgent(model=model, tools=[READ, BROKEN])
     out = await collect(agent, [{"role": "user", "content": "go", "timestamp": 1}])
-    assert [m["role"] for m in out] == ["assistant", "toolResult", "toolResult", "toolResult", "assistant"]
-    assert out[1]["content"][0]["text"] == "contents of a.py" and out[1]["isError"] is False
-    assert out[2]["content"][0]["text"] == "FileNotFoundError: b.py" and out[2]["isError"] is True
+    assert [m["role"] for m in out] == [
+        "assistant",
+        "toolResult",
+        "toolResult",
+        "toolResult",
+        "assistant",
+    ]
+    assert out[1]["content"][0]["text"] == "contents of a.py"
+    assert out[1]["isError"] is False
+    assert out[2]["content"][0]["text"] == "FileNotFoundError: b.py"
+    assert out[2]["isError"] is True
     assert out[3]["content"][0]["text"] == "Tool missing not found"
-    assert out[0]["content"][1] == {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "a.py"}}
+    assert out[0]["content"][1] == {
+        "type": "toolCall",
+        "id": "c1",
+        "name": "read",
+        "arguments": {"path": "a.py"},
+    }
     second = model.requests[1].messages
     assert second[1]["tool_calls"][0]["function"]["name"] == "read"
     assert [m["role"] for m in second[2:5]] == ["tool", "tool", "tool"]
@@ -71,30 +96,50 @@ async def test_tool_calls_run_and_the_loop_ends_on_a_plain_reply() -> None:
 async def test_a_provider_failure_becomes_an_error_reply() -> None:
     agent = ChatAgent(model=ScriptedModel([ModelError("503 overloaded", kind="transient")]))
     [reply] = await collect(agent, [{"role": "user", "content": "go", "timestamp": 1}])
-    assert reply["stopReason"] == "error" and reply["errorMessage"] == "503 overloaded"
+    assert reply["stopReason"] == "error"
+    assert reply["errorMessage"] == "503 overloaded"
 
 
-def completion(content: str | None, tool_calls: list[dict[str, Any]] | None = None,
-               finish: str = "stop", prompt_tokens: int = 50) -> Reply:
+def completion(
+    content: str | None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    finish: str = "stop",
+    prompt_tokens: int = 50,
+) -> Reply:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
-    return Reply(body={
-        "id": "chatcmpl-local", "object": "chat.completion", "created": 0, "model": "test-model",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5,
-                  "total_tokens": prompt_tokens + 5},
-    })
+    return Reply(
+        body={
+            "id": "chatcmpl-local",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "test-model",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": 5,
+                "total_tokens": prompt_tokens + 5,
+            },
+        }
+    )
 
 
 async def test_a_whole_turn_through_litellm_and_the_local_provider(tmp_path: Any) -> None:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "read", "arguments": json.dumps({"path": "src/app.py"})}}
-    replies = (completion(None, [call], finish="tool_calls"), completion("The app reads config twice."))
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "read", "arguments": json.dumps({"path": "src/app.py"})},
+    }
+    replies = (
+        completion(None, [call], finish="tool_calls"),
+        completion("The app reads config twice."),
+    )
     with LocalProvider(replies) as provider:
         model = LiteLLMModel("openai/test-model", api_base=provider.url + "/v1", api_key="test")
-        runtime = AgentSession(Session.open(tmp_path / "s.jsonl"),
-                               agent=ChatAgent(model=model, tools=[READ]))
+        runtime = AgentSession(
+            Session.open(tmp_path / "s.jsonl"), agent=ChatAgent(model=model, tools=[READ])
+        )
         result = await runtime.prompt("Why is startup slow?")
         requests = provider.requests
     assert result.reply is not None
@@ -104,27 +149,37 @@ async def test_a_whole_turn_through_litellm_and_the_local_provider(tmp_path: Any
     assert runtime.session.tree.entries[1]["message"]["stopReason"] == "toolUse"
     assert runtime.session.tree.entries[-1]["message"]["usage"]["totalTokens"] == 55
     tool_message = requests[1].body["messages"][-1]
-    assert tool_message == {"role": "tool", "tool_call_id": "call_1", "content": "contents of src/app.py"}
+    assert tool_message == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "contents of src/app.py",
+    }
     runtime.close()
     assert Session.open(tmp_path / "s.jsonl").problems == []
 
 
 async def test_summaries_use_the_current_model_route_by_default() -> None:
-    model = ScriptedModel([ModelResponse(text="first answer " + "a" * 800),
-                           ModelResponse(text="second answer " + "b" * 800),
-                           ModelResponse(text="## Goal\nSummarized by the chat model."),
-                           ModelResponse(text="## Original Request\nAnd its turn prefix.")])
+    model = ScriptedModel(
+        [
+            ModelResponse(text="first answer " + "a" * 800),
+            ModelResponse(text="second answer " + "b" * 800),
+            ModelResponse(text="## Goal\nSummarized by the chat model."),
+            ModelResponse(text="## Original Request\nAnd its turn prefix."),
+        ]
+    )
     runtime = AgentSession(Session.in_memory(), agent=ChatAgent(model=model))
     await runtime.prompt("question one " + "q" * 800)
     await runtime.prompt("question two " + "r" * 800)
-    from orchestrator._runtime_types import RuntimeSettings
-    from orchestrator._tokens import CompactionSettings
+    from orchestrator._core.tokens import CompactionSettings
+    from orchestrator._runtime.types import RuntimeSettings
 
     runtime.settings = RuntimeSettings(
-        compaction=CompactionSettings(keep_recent_tokens=100, adaptive_keep=False))
+        compaction=CompactionSettings(keep_recent_tokens=100, adaptive_keep=False)
+    )
     outcome = await runtime.compact()
     assert outcome.status == "committed"
     purposes = [r.purpose for r in model.requests]
     assert purposes[:2] == ["chat", "chat"]
-    assert "history" in purposes[2:] and "chat" not in purposes[2:]
+    assert "history" in purposes[2:]
+    assert "chat" not in purposes[2:]
     assert runtime.summarizer.candidates[0].name == model.name

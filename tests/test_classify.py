@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._classify import (
+from orchestrator._core.classify import (
     _OVERFLOW_PATTERNS,
     classify_exception,
     is_context_overflow_text,
@@ -13,8 +13,8 @@ from orchestrator._classify import (
     retry_after_from_text,
     silent_overflow,
 )
-from orchestrator._errors import ModelError
-from orchestrator._model import Usage
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import Usage
 
 # One positive example per pattern, in the table's order (reference-behaviour §8.5).
 OVERFLOW_EXAMPLES = (

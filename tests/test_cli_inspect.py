@@ -7,15 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._cli import main
+from orchestrator._cli.main import main
 from tests.cli_kit import EXAMPLE, run
 
 
-def test_context_json_has_the_stable_fields(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_context_json_has_the_stable_fields(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run(capsys, "context", str(example), "--json")
     assert code == 0, err
     report = json.loads(out)
-    assert set(report) >= {"leafId", "messages", "thinkingLevel", "model", "tokens", "messageTokens"}
+    assert set(report) >= {
+        "leafId",
+        "messages",
+        "thinkingLevel",
+        "model",
+        "tokens",
+        "messageTokens",
+    }
     assert report["messages"][0]["role"] == "compactionSummary"
     assert report["model"] == {"provider": "anthropic", "modelId": "claude-opus-4-1"}
     assert report["thinkingLevel"] == "medium"
@@ -27,7 +36,9 @@ def test_context_json_has_the_stable_fields(example: Path, capsys: pytest.Captur
 
 def test_context_at_another_leaf(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = [json.loads(line) for line in example.read_text().splitlines()]
-    first_user = next(e for e in lines[1:] if e.get("type") == "message" and e["message"]["role"] == "user")
+    first_user = next(
+        e for e in lines[1:] if e.get("type") == "message" and e["message"]["role"] == "user"
+    )
     code, out, _ = run(capsys, "context", str(example), "--leaf", first_user["id"], "--json")
     assert code == 0
     report = json.loads(out)
@@ -42,7 +53,9 @@ def test_context_text_form(example: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "messages, ~" in out
 
 
-def test_unknown_leaf_is_one_line_error_exit_1(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_leaf_is_one_line_error_exit_1(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run(capsys, "context", str(example), "--leaf", "nope1234", "--json")
     assert code == 1
     assert out == ""
@@ -65,23 +78,43 @@ def test_plan_json_compaction_form(example: Path, capsys: pytest.CaptureFixture[
     code, out, err = run(capsys, "plan", str(example), "--context-window", "80000", "--json")
     assert code == 0, err
     report = json.loads(out)
-    assert set(report) >= {"leafId", "keepRecentTokens", "effectiveKeepRecentTokens", "contextTokens",
-                           "threshold", "shouldCompact", "compaction", "reason"}
+    assert set(report) >= {
+        "leafId",
+        "keepRecentTokens",
+        "effectiveKeepRecentTokens",
+        "contextTokens",
+        "threshold",
+        "shouldCompact",
+        "compaction",
+        "reason",
+    }
     assert report["threshold"] == 80000 - 16384
     assert report["shouldCompact"] is True
     plan = report["compaction"]
-    assert set(plan) >= {"firstKeptEntryId", "isSplitTurn", "turnStartEntryId", "summarizeEntryIds",
-                         "turnPrefixEntryIds", "tokensBefore", "previousSummary", "readFiles", "modifiedFiles"}
+    assert set(plan) >= {
+        "firstKeptEntryId",
+        "isSplitTurn",
+        "turnStartEntryId",
+        "summarizeEntryIds",
+        "turnPrefixEntryIds",
+        "tokensBefore",
+        "previousSummary",
+        "readFiles",
+        "modifiedFiles",
+    }
     assert plan["previousSummary"].startswith("## Goal")
     assert "invoice/totals.py" in plan["modifiedFiles"]
     assert report["effectiveKeepRecentTokens"] < report["keepRecentTokens"]
 
 
-def test_plan_without_window_and_without_adaptation(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_without_window_and_without_adaptation(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, "plan", str(example), "--no-adaptive-keep", "--json")
     report = json.loads(out)
     assert code == 0
-    assert report["threshold"] is None and report["shouldCompact"] is None
+    assert report["threshold"] is None
+    assert report["shouldCompact"] is None
     assert report["effectiveKeepRecentTokens"] == report["keepRecentTokens"] == 20000
 
 
@@ -89,7 +122,9 @@ def test_plan_branch_form(example: Path, capsys: pytest.CaptureFixture[str]) -> 
     lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
     summary = next(e for e in lines if e["type"] == "branch_summary")
     old_leaf = summary["fromId"]
-    code, out, err = run(capsys, "plan", str(example), "--from", old_leaf, "--to", summary["parentId"], "--json")
+    code, out, err = run(
+        capsys, "plan", str(example), "--from", old_leaf, "--to", summary["parentId"], "--json"
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["oldLeafId"] == old_leaf
@@ -99,13 +134,17 @@ def test_plan_branch_form(example: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert set(report) >= {"targetId", "summarizedEntryIds", "totalTokens", "readFiles"}
 
 
-def test_plan_from_without_to_is_an_error(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_from_without_to_is_an_error(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(capsys, "plan", str(example), "--from", "x")
     assert code == 1
     assert "--from and --to go together" in err
 
 
-def test_tree_marks_leaf_labels_and_branches(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tree_marks_leaf_labels_and_branches(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, "tree", str(example))
     assert code == 0
     assert "[tax investigation]" in out
@@ -113,7 +152,9 @@ def test_tree_marks_leaf_labels_and_branches(example: Path, capsys: pytest.Captu
     assert sum(1 for line in out.splitlines() if line.startswith("*")) == 1
     code, out, _ = run(capsys, "tree", str(example), "--json")
     report = json.loads(out)
-    assert report["leafId"] == report["nodes"][-1]["id"] or any(n["isLeaf"] for n in report["nodes"])
+    assert report["leafId"] == report["nodes"][-1]["id"] or any(
+        n["isLeaf"] for n in report["nodes"]
+    )
     depths = {n["depth"] for n in report["nodes"]}
     assert depths == {0, 1}
     assert len(report["nodes"]) == len(example.read_text().splitlines()) - 1
@@ -131,16 +172,26 @@ DAMAGES = {
     "torn_line": (lambda lines: lines + ['{"type":"message","id":"ab'], 45),
     "duplicate_id": (lambda lines: lines + [lines[5]], 45),
     "unknown_parent": (
-        lambda lines: lines + ['{"type":"message","id":"0rphan00","parentId":"gone0000",'
-                               '"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user",'
-                               '"content":"lost","timestamp":0}}'],
+        lambda lines: (
+            lines
+            + [
+                '{"type":"message","id":"0rphan00","parentId":"gone0000",'
+                '"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user",'
+                '"content":"lost","timestamp":0}}'
+            ]
+        ),
         45,
     ),
     "cycle": (
-        lambda lines: lines + ['{"type":"custom","id":"cyc1e000","parentId":"cyc1e001",'
-                               '"timestamp":"2026-01-01T00:00:00.000Z","customType":"x"}',
-                               '{"type":"custom","id":"cyc1e001","parentId":"cyc1e000",'
-                               '"timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}'],
+        lambda lines: (
+            lines
+            + [
+                '{"type":"custom","id":"cyc1e000","parentId":"cyc1e001",'
+                '"timestamp":"2026-01-01T00:00:00.000Z","customType":"x"}',
+                '{"type":"custom","id":"cyc1e001","parentId":"cyc1e000",'
+                '"timestamp":"2026-01-01T00:00:01.000Z","customType":"x"}',
+            ]
+        ),
         45,
     ),
 }

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._cli_journal import register, transition_line
-from orchestrator._errors import SessionError
-from orchestrator._guards import Facts
-from orchestrator._journal import Journal, JournalRecord, journal_path
-from orchestrator._machine import Runner, Step, load_machine
-from orchestrator._settle import settle
+from orchestrator._cli.journal import register, transition_line
+from orchestrator._core.errors import SessionError
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import Runner, Step, load_machine
+from orchestrator._store.journal import Journal, JournalRecord, journal_path
+from orchestrator._store.settle import settle_unfinished_operations
 
 START = 1_700_000_000_000  # 2023-11-14T22:13:20.000Z
 
@@ -44,15 +44,26 @@ def session(tmp_path: Path) -> Path:
     ticks = iter(range(START, START + 100_000, 250))
     path = tmp_path / "s.jsonl"
     journal = Journal.open(path, clock=lambda: next(ticks))
-    turn = Step(machine="turn", source="idle", event="user_prompt", dest="running",
-                effects=("start_turn", "call_agent"))
+    turn = Step(
+        machine="turn",
+        source="idle",
+        event="user_prompt",
+        dest="running",
+        effects=("start_turn", "call_agent"),
+    )
     journal.record(turn)
-    operation(journal, "op-1", "compaction", ["prepared", "hooks_done", "summary_ready",
-                                               "entry_appended"], entryId="e1")
+    operation(
+        journal,
+        "op-1",
+        "compaction",
+        ["prepared", "hooks_done", "summary_ready", "entry_appended"],
+        entryId="e1",
+    )
     operation(journal, "op-2", "prune", ["prepared"])
-    settle(journal, {"e1"})
-    operation(journal, "op-3", "branch_summary", ["prepared", "hooks_done", "summary_ready"],
-              entryId="e9")
+    settle_unfinished_operations(journal, {"e1"})
+    operation(
+        journal, "op-3", "branch_summary", ["prepared", "hooks_done", "summary_ready"], entryId="e9"
+    )
     journal.record(Step(machine="navigation", source="idle", event="x", dest="y", effects=()))
     return path
 
@@ -136,11 +147,16 @@ def test_torn_tail_is_a_warning_not_a_failure(
         file.write(b'{"time": "20')
     code, out, err = run(capsys, str(session), "--json")
     assert code == 0
-    assert err == f"warning: {journal_path(session)}: line 12: the last line is torn " \
+    assert (
+        err == f"warning: {journal_path(session)}: line 12: the last line is torn "
         "(a crash mid-write); ignored\n"
+    )
     assert json.loads(out)["problems"] == [
-        {"line": 12, "code": "torn_line", "message": "the last line is torn (a crash mid-write); "
-         "ignored"},
+        {
+            "line": 12,
+            "code": "torn_line",
+            "message": "the last line is torn (a crash mid-write); ignored",
+        },
     ]
 
 
@@ -150,8 +166,10 @@ def test_missing_journal_is_one_line_error(tmp_path: Path) -> None:
     args = parser.parse_args(["journal", str(tmp_path / "none.jsonl")])
     with pytest.raises(SessionError) as caught:
         args.handler(args)
-    assert str(caught.value) == f"{tmp_path / 'none.jsonl.journal'}: no such journal " \
+    assert (
+        str(caught.value) == f"{tmp_path / 'none.jsonl.journal'}: no such journal "
         "(nothing was journaled)"
+    )
 
 
 def test_unknown_operation_is_an_error(session: Path) -> None:
@@ -170,8 +188,7 @@ def test_transition_line_keeps_an_unusual_time_as_is() -> None:
 def test_unknown_kind_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     journal = Journal.open(tmp_path / "s.jsonl")
     journal.record(
-        Step(machine="operation", source="preparing", event="prepared", dest="skipped",
-             effects=()),
+        Step(machine="operation", source="preparing", event="prepared", dest="skipped", effects=()),
         operation_id="op",
     )
     _, out, _ = run(capsys, str(tmp_path / "s.jsonl"))

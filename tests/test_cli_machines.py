@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._events import EventBus
-from orchestrator._machine import load_machine
-from orchestrator._machine_render import render_mermaid, render_table
+from orchestrator._lifecycle.machine import load_machine
+from orchestrator._lifecycle.render import render_mermaid, render_table
+from orchestrator._runtime.events import EventBus
 from tests.cli_kit import run
 
 
@@ -20,17 +20,21 @@ def test_machines_renders_one_or_all(capsys: pytest.CaptureFixture[str]) -> None
     assert (code, out) == (0, render_table(load_machine("navigation")))
     code, out, _ = run(capsys, "machines")
     assert code == 0
-    assert out.count("stateDiagram-v2") == 3 and "### `operation`" in out
+    assert out.count("stateDiagram-v2") == 3
+    assert "### `operation`" in out
 
 
 def test_unknown_machine_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "machines", "teleport")
     assert code == 1
-    assert err.strip() == ("orchestrator machines: unknown machine 'teleport'; "
-                           "known: navigation, operation, turn")
+    assert err.strip() == (
+        "orchestrator machines: unknown machine 'teleport'; known: navigation, operation, turn"
+    )
 
 
-def test_simulate_a_shipped_scenario_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_simulate_a_shipped_scenario_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out_file = tmp_path / "overflow.jsonl"
     code, out, err = run(capsys, "simulate", "overflow", "--out", str(out_file))
     assert code == 0, err

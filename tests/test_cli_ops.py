@@ -8,21 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._session import Session
+from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
 from tests.cli_kit import run
 
 
-def test_compact_offline_appends_an_entry_pi_can_read(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compact_offline_appends_an_entry_pi_can_read(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run(capsys, "compact", str(example))
     assert code == 0, err
     assert out.startswith("_Extractive summary generated offline (no model was called)._")
-    assert "-- compacted:" in out and "tokens before 66900" in out
+    assert "-- compacted:" in out
+    assert "tokens before 66900" in out
     session = Session.open(example)
     entry = session.tree.entries[-1]
     assert entry["type"] == "compaction"
-    assert entry["details"]["modifiedFiles"] == ["invoice/tax.py", "invoice/totals.py",
-                                                 "tests/test_tax_rounding.py"]
+    assert entry["details"]["modifiedFiles"] == [
+        "invoice/tax.py",
+        "invoice/totals.py",
+        "tests/test_tax_rounding.py",
+    ]
     context = session.context()
     assert context.messages[0]["role"] == "compactionSummary"
     kept = session.tree.path()
@@ -34,30 +40,50 @@ def test_compact_offline_appends_an_entry_pi_can_read(example: Path, capsys: pyt
     assert code == 0
 
 
-def test_compact_dry_run_and_json_write_nothing(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compact_dry_run_and_json_write_nothing(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = example.read_bytes()
     code, out, _ = run(capsys, "compact", str(example), "--dry-run", "--json", "--focus", "VAT")
     assert code == 0
     report = json.loads(out)
-    assert report["compacted"] is False and report["reason"] is None
-    assert report["summary"] and report["tokensBefore"] == 66900
+    assert report["compacted"] is False
+    assert report["reason"] is None
+    assert report["summary"]
+    assert report["tokensBefore"] == 66900
     assert report["tokensAfter"] < report["tokensBefore"]
     assert example.read_bytes() == before
 
 
-def test_compact_twice_says_already_compacted(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compact_twice_says_already_compacted(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(capsys, "compact", str(example))[0] == 0
     code, out, _ = run(capsys, "compact", str(example))
     assert (code, out.strip()) == (0, "Already compacted")
 
 
-def test_compact_through_litellm_and_the_local_provider(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    replies = (Reply.summary("## Goal\nFrom the provider (history)."),
-               Reply.summary("## Original Request\nFrom the provider (prefix)."))
+def test_compact_through_litellm_and_the_local_provider(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replies = (
+        Reply.summary("## Goal\nFrom the provider (history)."),
+        Reply.summary("## Original Request\nFrom the provider (prefix)."),
+    )
     with LocalProvider(replies) as provider:
-        code, out, err = run(capsys, "compact", str(example), "--model", "openai/test-model",
-                             "--api-base", provider.url + "/v1", "--api-key", "test",
-                             "--context-window", "128000")
+        code, out, err = run(
+            capsys,
+            "compact",
+            str(example),
+            "--model",
+            "openai/test-model",
+            "--api-base",
+            provider.url + "/v1",
+            "--api-key",
+            "test",
+            "--context-window",
+            "128000",
+        )
         requests = provider.requests
     assert code == 0, err
     assert len(requests) == 2  # a split turn: history and turn prefix, one HTTP call each
@@ -65,13 +91,25 @@ def test_compact_through_litellm_and_the_local_provider(example: Path, capsys: p
     assert "From the provider" in Session.open(example).tree.entries[-1]["summary"]
 
 
-def test_provider_failure_is_one_line_and_the_file_is_unchanged(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_provider_failure_is_one_line_and_the_file_is_unchanged(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = example.read_bytes()
     with LocalProvider((Reply.error(401, "invalid api key"),) * 4) as provider:
-        code, out, err = run(capsys, "compact", str(example), "--model", "openai/test-model",
-                             "--api-base", provider.url + "/v1", "--api-key", "bad")
+        code, out, err = run(
+            capsys,
+            "compact",
+            str(example),
+            "--model",
+            "openai/test-model",
+            "--api-base",
+            provider.url + "/v1",
+            "--api-key",
+            "bad",
+        )
     assert code == 1
-    assert err.count("\n") == 1 and err.startswith("orchestrator compact: ")
+    assert err.count("\n") == 1
+    assert err.startswith("orchestrator compact: ")
     assert "invalid api key" in err
     assert example.read_bytes() == before
 
@@ -98,7 +136,9 @@ def test_navigate_without_summary_is_remembered_across_processes(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
-    assistant = next(e for e in lines if e["type"] == "message" and e["message"]["role"] == "assistant")
+    assistant = next(
+        e for e in lines if e["type"] == "message" and e["message"]["role"] == "assistant"
+    )
     code, out, _ = run(capsys, "navigate", str(example), "--to", assistant["id"], "--json")
     assert code == 0
     assert json.loads(out)["newLeafId"] == assistant["id"]
@@ -114,7 +154,9 @@ def test_navigate_to_an_unknown_entry(example: Path, capsys: pytest.CaptureFixtu
     assert example.read_bytes() == before
 
 
-def test_fork_writes_the_path_before_a_user_message(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fork_writes_the_path_before_a_user_message(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
     users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
     code, out, err = run(capsys, "fork", str(example), "--from", users[2]["id"], "--json")
@@ -131,7 +173,9 @@ def test_fork_writes_the_path_before_a_user_message(example: Path, capsys: pytes
     assert (code, err.strip()) == (1, "orchestrator fork: Invalid entry ID for forking")
 
 
-def test_compact_is_journaled_and_traced(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compact_is_journaled_and_traced(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     traces = tmp_path / "spans"
     code, _, err = run(capsys, "compact", str(example), "--trace", f"jsonl:{traces}")
     assert code == 0, err
@@ -139,16 +183,20 @@ def test_compact_is_journaled_and_traced(example: Path, tmp_path: Path, capsys: 
     assert code == 0
     report = json.loads(out)
     [operation] = report["operations"]
-    assert operation["kind"] == "compaction" and operation["state"] == "committed"
-    from orchestrator._trace_export import read_trace
+    assert operation["kind"] == "compaction"
+    assert operation["state"] == "committed"
+    from orchestrator._telemetry.export import read_trace
 
     [trace] = list(traces.glob("*.jsonl"))
     names = [span["name"] for span in read_trace(trace)]
-    assert "orchestrator.compaction" in names and "orchestrator.turn" in names
+    assert "orchestrator.compaction" in names
+    assert "orchestrator.turn" in names
     assert any(name.startswith("summarize ") for name in names)
 
 
-def test_bad_trace_spec_is_a_one_line_error(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_trace_spec_is_a_one_line_error(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(capsys, "compact", str(example), "--trace", "zipkin")
     assert code == 1
     assert "--trace zipkin: use otlp, console or jsonl:FOLDER" in err
@@ -160,10 +208,23 @@ def test_navigate_summarize_through_litellm_and_the_local_provider(
     lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
     users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
     with LocalProvider((Reply.summary("## Goal\nExplored the parametrized test."),)) as provider:
-        code, out, err = run(capsys, "navigate", str(example), "--to", users[-1]["id"],
-                             "--summarize", "--focus", "name the files",
-                             "--model", "openai/test-model", "--api-base", provider.url + "/v1",
-                             "--api-key", "test", "--json")
+        code, out, err = run(
+            capsys,
+            "navigate",
+            str(example),
+            "--to",
+            users[-1]["id"],
+            "--summarize",
+            "--focus",
+            "name the files",
+            "--model",
+            "openai/test-model",
+            "--api-base",
+            provider.url + "/v1",
+            "--api-key",
+            "test",
+            "--json",
+        )
         [request] = provider.requests
     assert code == 0, err
     report = json.loads(out)
@@ -172,14 +233,27 @@ def test_navigate_summarize_through_litellm_and_the_local_provider(
     assert request.body["messages"][-1]["content"].endswith("Additional focus: name the files")
 
 
-def test_navigate_summary_failure_changes_nothing(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_navigate_summary_failure_changes_nothing(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
     users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
     before = example.read_bytes()
     with LocalProvider((Reply.summary("   "),)) as provider:
-        code, _, err = run(capsys, "navigate", str(example), "--to", users[-1]["id"],
-                           "--summarize", "--model", "openai/test-model",
-                           "--api-base", provider.url + "/v1", "--api-key", "test")
+        code, _, err = run(
+            capsys,
+            "navigate",
+            str(example),
+            "--to",
+            users[-1]["id"],
+            "--summarize",
+            "--model",
+            "openai/test-model",
+            "--api-base",
+            provider.url + "/v1",
+            "--api-key",
+            "test",
+        )
     assert code == 1
     assert err.strip() == "orchestrator navigate: Summarization failed: empty summary"
     assert example.read_bytes() == before

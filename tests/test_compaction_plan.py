@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator._compaction_plan import (
+from orchestrator._core.compaction_plan import (
     ALREADY_COMPACTED,
     NOTHING_TO_COMPACT,
     CompactionPlan,
@@ -11,8 +11,8 @@ from orchestrator._compaction_plan import (
     plan_report,
     window_start,
 )
-from orchestrator._context import build_context
-from orchestrator._tokens import CompactionSettings
+from orchestrator._core.context import build_context
+from orchestrator._core.tokens import CompactionSettings
 from tests.sessions import SessionBuilder
 
 SMALL = CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
@@ -235,9 +235,9 @@ def test_kept_context_after_applying_the_plan() -> None:
 
 
 def test_a_given_context_gives_the_same_plan_as_a_rebuilt_one() -> None:
-    from orchestrator._compaction_plan import plan_compaction as plan
-    from orchestrator._context import build_context
-    from orchestrator._tokens import CompactionSettings as Settings
+    from orchestrator._core.compaction_plan import plan_compaction as plan
+    from orchestrator._core.context import build_context
+    from orchestrator._core.tokens import CompactionSettings as Settings
     from tests.sessions import SessionBuilder as Builder
     from tests.sessions import usage as used
 

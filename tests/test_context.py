@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator._context import ContextBuilder, ModelRef, build_context
-from orchestrator._tree import SessionTree
+from orchestrator._core.context import ContextBuilder, ModelRef, build_context
+from orchestrator._core.tree import SessionTree
 
 HEADER = {
     "type": "session",

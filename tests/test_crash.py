@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._journal import Journal
-from orchestrator._session import Session
-from orchestrator._simulate import simulate
+from orchestrator._sim.simulate import simulate
+from orchestrator._store.journal import Journal
+from orchestrator._store.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +37,14 @@ primary = [{{ error = "503 unavailable", kind = "transient" }}, {{ text = "## Go
 {crash}
 """
 
-COMPACT = '\n[[actions]]\ndo = "prompt"\nsize = 2000\n\n[[actions]]\ndo = "prompt"\nsize = 2000\n' \
-          '\n[[actions]]\ndo = "compact"\n'
-NAVIGATE = '\n[[actions]]\ndo = "prompt"\nsize = 2000\n\n[[actions]]\ndo = "prompt"\nsize = 2000\n' \
-           '\n[[actions]]\ndo = "navigate"\ntarget = "user:2"\nsummarize = true\n'
+COMPACT = (
+    '\n[[actions]]\ndo = "prompt"\nsize = 2000\n\n[[actions]]\ndo = "prompt"\nsize = 2000\n'
+    '\n[[actions]]\ndo = "compact"\n'
+)
+NAVIGATE = (
+    '\n[[actions]]\ndo = "prompt"\nsize = 2000\n\n[[actions]]\ndo = "prompt"\nsize = 2000\n'
+    '\n[[actions]]\ndo = "navigate"\ntarget = "user:2"\nsummarize = true\n'
+)
 PRUNE = '\n[[actions]]\ndo = "prompt"\nsize = 2000\n\n[[actions]]\ndo = "prompt"\nsize = 2000\n'
 
 SMALL = ('{ reply = "First.", tokens = 3000 }', '{ reply = "Second.", tokens = 3500 }')
@@ -64,13 +68,30 @@ POINTS = [
 PRUNE_POINTS = [p for p in POINTS if "waiting_retry" not in p[0]]
 
 
-def run(tmp_path: Path, name: str, crash: str, kind: str, actions: str,
-        turns: tuple[str, str] = SMALL, window: int = 10000, reserve: int = 1000) -> tuple[object, Path]:
+def run(
+    tmp_path: Path,
+    name: str,
+    crash: str,
+    kind: str,
+    actions: str,
+    turns: tuple[str, str] = SMALL,
+    window: int = 10000,
+    reserve: int = 1000,
+) -> tuple[object, Path]:
     scenario = tmp_path / f"{name}.toml"
     if "after" not in crash:
         crash = f'machine = "operation"\n{crash}'
-    text = BASE.format(name=name, window=window, reserve=reserve, first=turns[0],
-                       second=turns[1], crash=f'{crash}\nkind = "{kind}"') + actions
+    text = (
+        BASE.format(
+            name=name,
+            window=window,
+            reserve=reserve,
+            first=turns[0],
+            second=turns[1],
+            crash=f'{crash}\nkind = "{kind}"',
+        )
+        + actions
+    )
     scenario.write_text(text)
     workdir = tmp_path / "work"
     report = simulate(scenario, tmp_path / "trace.jsonl", workdir=workdir)
@@ -109,7 +130,9 @@ def test_compaction_killed_at_each_step(tmp_path: Path, crash: str, expected: st
 
 
 @pytest.mark.parametrize(("crash", "expected"), POINTS, ids=[p[0] for p in POINTS])
-def test_branch_summary_killed_at_each_step(tmp_path: Path, crash: str, expected: str | None) -> None:
+def test_branch_summary_killed_at_each_step(
+    tmp_path: Path, crash: str, expected: str | None
+) -> None:
     report, path = run(tmp_path, "branch", crash, "branch_summary", NAVIGATE)
     assert report.crashed  # type: ignore[attr-defined]
     assert settled(report) == expected
@@ -120,13 +143,15 @@ def test_branch_summary_killed_at_each_step(tmp_path: Path, crash: str, expected
 
 @pytest.mark.parametrize(("crash", "expected"), PRUNE_POINTS, ids=[p[0] for p in PRUNE_POINTS])
 def test_prune_killed_at_each_step(tmp_path: Path, crash: str, expected: str | None) -> None:
-    report, path = run(tmp_path, "prune", crash, "prune", PRUNE, turns=BIG, window=100000,
-                       reserve=30000)
+    report, path = run(
+        tmp_path, "prune", crash, "prune", PRUNE, turns=BIG, window=100000, reserve=30000
+    )
     assert report.crashed  # type: ignore[attr-defined]
     assert settled(report) == expected
     session = check_consistent(path)
     pruned = [e for e in session.tree.entries if e.get("message", {}).get("prunedAt")]
     if expected in ("committed", None):
-        assert len(pruned) == 1 and pruned[0]["prunedContent"]  # D23: the original is kept
+        assert len(pruned) == 1
+        assert pruned[0]["prunedContent"]
     else:
         assert pruned == []

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from orchestrator._cut_point import (
+from orchestrator._core.cut_point import (
     CutPoint,
     find_cut_point,
     find_turn_start_index,
     is_cut_point,
     valid_cut_points,
 )
-from orchestrator._entries import role_of
+from orchestrator._core.entries import role_of
 from tests.sessions import SessionBuilder, usage
 
 

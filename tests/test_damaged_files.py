@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._errors import SessionError
-from orchestrator._jsonl_store import JsonlStore
-from orchestrator._memory_store import MemoryStore
+from orchestrator._core.errors import SessionError
+from orchestrator._store.jsonl import JsonlStore
+from orchestrator._store.memory import MemoryStore
 
 HEADER = (
     b'{"type":"session","version":3,"id":"s1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}\n'

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator._compaction_plan import (
+from orchestrator._core.compaction_plan import (
     ALREADY_COMPACTED,
     NOTHING_TO_COMPACT,
     CompactionPlan,
@@ -10,9 +10,9 @@ from orchestrator._compaction_plan import (
     effective_keep_recent_tokens,
     plan_compaction,
 )
-from orchestrator._context import build_context
-from orchestrator._prune import apply_prune, plan_prune
-from orchestrator._tokens import CompactionSettings
+from orchestrator._core.context import build_context
+from orchestrator._core.prune import apply_prune, plan_prune
+from orchestrator._core.tokens import CompactionSettings
 from tests.sessions import SessionBuilder, usage
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator._file_ops import (
+from orchestrator._core.file_ops import (
     FileOperations,
     compute_file_lists,
     file_ops_from_details,

@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._errors import TransitionError
-from orchestrator._guards import Facts
-from orchestrator._journal import (
+from orchestrator._core.errors import TransitionError
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import Runner, Step, load_machine
+from orchestrator._store.journal import (
     Journal,
     JournaledOperation,
     JournalRecord,
     journal_path,
     parse_journal,
 )
-from orchestrator._machine import Runner, Step, load_machine
-from orchestrator._settle import settle
+from orchestrator._store.settle import settle_unfinished_operations
 
 
 class Clock:
@@ -71,18 +71,36 @@ def test_each_step_is_one_json_line_with_the_documented_keys(tmp_path: Path) -> 
     assert len(lines) == 5
     first = json.loads(lines[0])
     assert list(first) == [
-        "time", "machine", "operationId", "kind", "from", "event", "to", "effects", "data",
+        "time",
+        "machine",
+        "operationId",
+        "kind",
+        "from",
+        "event",
+        "to",
+        "effects",
+        "data",
     ]
     assert first == {
-        "time": "2023-11-14T22:13:20.001Z", "machine": "operation", "operationId": "op-1",
-        "kind": "compaction", "from": "preparing", "event": "prepared", "to": "consulting_hooks",
-        "effects": ["run_hooks"], "data": {"entryId": "e1"},
+        "time": "2023-11-14T22:13:20.001Z",
+        "machine": "operation",
+        "operationId": "op-1",
+        "kind": "compaction",
+        "from": "preparing",
+        "event": "prepared",
+        "to": "consulting_hooks",
+        "effects": ["run_hooks"],
+        "data": {"entryId": "e1"},
     }
     last = json.loads(lines[-1])
     assert (last["machine"], last["operationId"], last["kind"]) == ("turn", None, None)
     records = journal.records()
     assert [r.dest for r in records] == [
-        "consulting_hooks", "summarizing", "committing", "committed", "running",
+        "consulting_hooks",
+        "summarizing",
+        "committing",
+        "committed",
+        "running",
     ]
     assert journal.open_operations() == ()
 
@@ -136,8 +154,15 @@ def test_torn_last_line_is_ignored_and_reported(tmp_path: Path) -> None:
 
 def test_damaged_lines_are_skipped_never_fatal() -> None:
     good: dict[str, object] = {
-        "time": "t", "machine": "turn", "operationId": None, "kind": None, "from": "a",
-        "event": "e", "to": "b", "effects": [], "data": {},
+        "time": "t",
+        "machine": "turn",
+        "operationId": None,
+        "kind": None,
+        "from": "a",
+        "event": "e",
+        "to": "b",
+        "effects": [],
+        "data": {},
     }
     raw = b"\n".join(
         [
@@ -152,7 +177,9 @@ def test_damaged_lines_are_skipped_never_fatal() -> None:
     read = parse_journal(raw)
     assert len(read.records) == 2
     assert [(p.line, p.code) for p in read.problems] == [
-        (2, "not_record"), (3, "not_record"), (4, "not_json"),
+        (2, "not_record"),
+        (3, "not_record"),
+        (4, "not_json"),
     ]
 
 
@@ -187,7 +214,10 @@ def test_open_operations_report_last_state_and_merged_data() -> None:
     drive(journal, "mid", "branch_summary", ["prepared", "hooks_done"], model="m1")
     drive(journal, "commit", "compaction", ["prepared", "hooks_done"])
     ready = Step(
-        machine="operation", source="summarizing", event="summary_ready", dest="committing",
+        machine="operation",
+        source="summarizing",
+        event="summary_ready",
+        dest="committing",
         effects=("append_entry",),
     )
     journal.record(ready, operation_id="commit", data={"entryId": "e9"})
@@ -205,11 +235,15 @@ def test_open_operations_report_last_state_and_merged_data() -> None:
 
 def test_final_states_come_from_the_operation_table() -> None:
     table = load_machine("operation")
-    text = Path(table.source).read_text().replace(
-        'final = ["committed", "cancelled", "failed", "skipped"]',
-        'final = ["committed", "cancelled", "failed", "skipped"]\n# (same table)',
+    text = (
+        Path(table.source)
+        .read_text()
+        .replace(
+            'final = ["committed", "cancelled", "failed", "skipped"]',
+            'final = ["committed", "cancelled", "failed", "skipped"]\n# (same table)',
+        )
     )
-    from orchestrator._machine import MachineDef
+    from orchestrator._lifecycle.machine import MachineDef
 
     custom = MachineDef.parse(text)
     journal = Journal.in_memory(operation_machine=custom)
@@ -222,22 +256,24 @@ def test_settle_commits_when_the_planned_entry_is_in_the_session(tmp_path: Path)
     journal = Journal.open(tmp_path / "s.jsonl", clock=Clock())
     drive(journal, "op", "compaction", TO_COMMITTING, entryId="e42")
     reopened = Journal.open(tmp_path / "s.jsonl", clock=Clock())
-    settled = settle(reopened, {"e1", "e42"})
+    settled = settle_unfinished_operations(reopened, {"e1", "e42"})
     assert [(s.operation_id, s.kind, s.source, s.dest) for s in settled] == [
         ("op", "compaction", "committing", "committed"),
     ]
     last = reopened.records()[-1]
     assert (last.event, last.dest, dict(last.data)) == (
-        "reopened", "committed", {"settled": True, "applied": True},
+        "reopened",
+        "committed",
+        {"settled": True, "applied": True},
     )
     assert reopened.open_operations() == ()
-    assert settle(reopened, {"e42"}) == []  # settling twice does nothing
+    assert settle_unfinished_operations(reopened, {"e42"}) == []  # settling twice does nothing
 
 
 def test_settle_fails_a_commit_that_never_landed() -> None:
     journal = Journal.in_memory()
     drive(journal, "op", "compaction", TO_COMMITTING, entryId="e42")
-    settled = settle(journal, set())
+    settled = settle_unfinished_operations(journal, set())
     assert [(s.source, s.dest) for s in settled] == [("committing", "failed")]
 
 
@@ -245,7 +281,7 @@ def test_settle_cancels_an_operation_caught_before_its_commit() -> None:
     journal = Journal.in_memory()
     drive(journal, "a", "branch_summary", ["prepared", "hooks_done"])
     drive(journal, "b", "compaction", ["prepared"])
-    settled = settle(journal, {"whatever"})
+    settled = settle_unfinished_operations(journal, {"whatever"})
     assert [(s.operation_id, s.source, s.dest) for s in settled] == [
         ("a", "summarizing", "cancelled"),
         ("b", "consulting_hooks", "cancelled"),
@@ -262,7 +298,7 @@ def test_settle_asks_the_driver_when_the_change_is_not_one_entry() -> None:
         seen.append(op)
         return bool(op.data["entryIds"] == ["x", "y"])
 
-    settled = settle(journal, set(), is_applied=pruned)
+    settled = settle_unfinished_operations(journal, set(), is_applied=pruned)
     assert [(s.operation_id, s.dest) for s in settled] == [("p1", "committed"), ("p2", "failed")]
     assert [op.operation_id for op in seen] == ["p1", "p2"]
 
@@ -274,13 +310,20 @@ def test_settle_refuses_a_state_the_table_does_not_know() -> None:
         operation_id="op",
     )
     with pytest.raises(TransitionError, match="can't reopened when in mystery"):
-        settle(journal, set())
+        settle_unfinished_operations(journal, set())
 
 
 def test_record_round_trips_through_json() -> None:
     record = JournalRecord(
-        time="t", machine="operation", operation_id="o", kind="prune", source="a", event="e",
-        dest="b", effects=("x",), data={"k": 1},
+        time="t",
+        machine="operation",
+        operation_id="o",
+        kind="prune",
+        source="a",
+        event="e",
+        dest="b",
+        effects=("x",),
+        data={"k": 1},
     )
     assert JournalRecord.from_json(json.loads(json.dumps(record.as_json()))) == record
     assert JournalRecord.from_json({"time": "t"}) is None

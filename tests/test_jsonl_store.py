@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._errors import SessionError, SessionLockedError
-from orchestrator._jsonl_store import JsonlStore, write_pi_line
-from orchestrator._store import SessionStore
+from orchestrator._core.errors import SessionError, SessionLockedError
+from orchestrator._store.jsonl import JsonlStore, write_pi_line
+from orchestrator._store.protocol import SessionStore
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "store"
@@ -277,8 +277,8 @@ def test_writer_in_another_process_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     code = (
         "import sys\n"
-        "from orchestrator._jsonl_store import JsonlStore\n"
-        "from orchestrator._errors import SessionLockedError\n"
+        "from orchestrator._store.jsonl import JsonlStore\n"
+        "from orchestrator._core.errors import SessionLockedError\n"
         "try:\n"
         "    JsonlStore(sys.argv[1]).append([{'type': 'custom', 'id': 'x', 'parentId': None}])\n"
         "except SessionLockedError as exc:\n"
@@ -300,7 +300,7 @@ def test_lock_held_by_another_process_refuses_us_until_it_exits(tmp_path: Path) 
     path.write_bytes(write_pi_line(HEADER))
     code = (
         "import sys\n"
-        "from orchestrator._jsonl_store import JsonlStore\n"
+        "from orchestrator._store.jsonl import JsonlStore\n"
         "store = JsonlStore(sys.argv[1])\n"
         "store.repair_torn_tail()\n"  # takes the lock
         "print('locked', flush=True)\n"

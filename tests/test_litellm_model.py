@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-import orchestrator._litellm_model as litellm_model
-from orchestrator._errors import ModelError
-from orchestrator._litellm_model import LiteLLMModel, response_from_litellm
-from orchestrator._model import ModelRequest, ToolCall, Usage
+import orchestrator._models.litellm as litellm_model
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import ModelRequest, ToolCall, Usage
+from orchestrator._models.litellm import LiteLLMModel, response_from_litellm
 from orchestrator.testing import LocalProvider, Reply
 
 pytestmark = pytest.mark.anyio
@@ -237,8 +237,8 @@ def test_loading_litellm_pins_the_local_cost_map(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.slow
 def test_importing_the_package_does_not_import_litellm() -> None:
     code = (
-        "import sys, orchestrator, orchestrator._litellm_model, orchestrator.testing, "
-        "orchestrator._retry, orchestrator._remote_model; "
+        "import sys, orchestrator, orchestrator._models.litellm, orchestrator.testing, "
+        "orchestrator._runtime.retry, orchestrator._models.remote; "
         "print('litellm' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -246,16 +246,19 @@ def test_importing_the_package_does_not_import_litellm() -> None:
 
 
 def test_window_and_reasoning_come_from_litellms_bundled_map_when_not_given() -> None:
-    from orchestrator._litellm_model import LiteLLMModel
-    from orchestrator._model import ModelRequest
+    from orchestrator._core.model import ModelRequest
+    from orchestrator._models.litellm import LiteLLMModel
 
     known = LiteLLMModel("openai/gpt-4o-mini", context_window=None, reasoning_supported=None)
     assert known.context_window == 128000
-    request = ModelRequest(purpose="history", system="s", messages=(), max_tokens=10,
-                           reasoning="high")
+    request = ModelRequest(
+        purpose="history", system="s", messages=(), max_tokens=10, reasoning="high"
+    )
     assert "reasoning_effort" not in known.arguments(request)
     thinker = LiteLLMModel("openai/o3-mini", reasoning_supported=None)
     assert thinker.arguments(request)["reasoning_effort"] == "high"
-    unknown = LiteLLMModel("nobody/never-heard-of-it", context_window=None, reasoning_supported=None)
+    unknown = LiteLLMModel(
+        "nobody/never-heard-of-it", context_window=None, reasoning_supported=None
+    )
     assert unknown.context_window == 0
     assert "reasoning_effort" not in unknown.arguments(request)

@@ -1,6 +1,6 @@
 import json
 
-from orchestrator._llm_messages import (
+from orchestrator._core.messages import (
     NO_RESULT,
     PRUNED_FALLBACK,
     TOOL_IMAGES_LEAD,
@@ -8,7 +8,7 @@ from orchestrator._llm_messages import (
     convert_to_llm,
     to_llm_messages,
 )
-from orchestrator._prompts import render
+from orchestrator._core.prompts import render
 
 IMAGE = {"type": "image", "data": "QUJD", "mimeType": "image/jpeg"}
 

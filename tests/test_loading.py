@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._loading import (
+from orchestrator._core.loading import (
     append_refusal,
     parse_session_bytes,
     plan_tail_repair,

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._errors import DefinitionError, TransitionError
-from orchestrator._guards import GUARDS, Facts
-from orchestrator._machine import MachineDef, Runner, Step, load_machine, step
-from orchestrator._machine_render import main, render_markdown, render_mermaid, render_table
+from orchestrator._core.errors import DefinitionError, TransitionError
+from orchestrator._lifecycle.guards import GUARDS, Facts
+from orchestrator._lifecycle.machine import MachineDef, Runner, Step, load_machine, step
+from orchestrator._lifecycle.render import main, render_markdown, render_mermaid, render_table
 
 MINI = """\
 [machine]
@@ -344,7 +344,7 @@ def test_render_cli_refuses_bad_arguments(
 def test_render_cli_reports_a_broken_shipped_table(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import orchestrator._machine_render as render
+    import orchestrator._lifecycle.render as render
 
     def broken(name: str) -> MachineDef:
         raise DefinitionError(f"{name}.toml: broken")

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._errors import TransitionError
-from orchestrator._guards import GUARDS, Facts
-from orchestrator._machine import MachineDef, Row, Runner, Step, load_machine, step
+from orchestrator._core.errors import TransitionError
+from orchestrator._lifecycle.guards import GUARDS, Facts
+from orchestrator._lifecycle.machine import MachineDef, Row, Runner, Step, load_machine, step
 
 MACHINES = ("turn", "operation", "navigation")
 

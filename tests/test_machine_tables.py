@@ -2,10 +2,10 @@
 
 import pytest
 
-from orchestrator._errors import TransitionError
-from orchestrator._guards import EFFECTS, GUARDS, Facts
-from orchestrator._machine import Runner, load_machine, shipped_machines
-from orchestrator._machine_render import guard_label, render_mermaid
+from orchestrator._core.errors import TransitionError
+from orchestrator._lifecycle.guards import EFFECTS, GUARDS, Facts
+from orchestrator._lifecycle.machine import Runner, load_machine, shipped_machines
+from orchestrator._lifecycle.render import guard_label, render_mermaid
 
 NO = Facts()
 

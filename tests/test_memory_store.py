@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._errors import SessionError
-from orchestrator._jsonl_store import JsonlStore, write_pi_line
-from orchestrator._memory_store import MemoryStore
-from orchestrator._store import SessionStore
+from orchestrator._core.errors import SessionError
+from orchestrator._store.jsonl import JsonlStore, write_pi_line
+from orchestrator._store.memory import MemoryStore
+from orchestrator._store.protocol import SessionStore
 
 DATA = Path(__file__).parent / "data" / "store"
 HEADER: dict[str, Any] = {"type": "session", "version": 3, "id": "s1", "cwd": "/w"}

@@ -11,8 +11,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._loading import parse_session_bytes
-from orchestrator._migration import header_version, migrate
+from orchestrator._core.loading import parse_session_bytes
+from orchestrator._core.migration import header_version, migrate
 
 DATA = Path(__file__).parent / "data" / "store"
 HEX8 = re.compile(r"^[0-9a-f]{8}$")

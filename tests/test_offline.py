@@ -3,11 +3,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._errors import ModelError
-from orchestrator._model import Model, ModelRequest
-from orchestrator._offline import NOTE, OfflineSummarizer, summarize
-from orchestrator._prompts import render
-from orchestrator._summary_request import (
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import Model, ModelRequest
+from orchestrator._core.prompts import render
+from orchestrator._core.summary_request import (
     branch_request,
     history_request,
     merge_split_turn,
@@ -15,6 +14,7 @@ from orchestrator._summary_request import (
     turn_prefix_request,
     upsert_file_tags,
 )
+from orchestrator._models.offline import NOTE, OfflineSummarizer, summarize
 
 ERROR_LINE = "E   AssertionError: expected 200, got 401"
 
@@ -316,8 +316,7 @@ def test_a_tiny_budget_still_gets_a_cut_answer():
 # -- quality: what the README's example showed, and what other sessions showed ----------------
 
 PI_PREAMBLE = (
-    "The user explored a different direction before returning here. "
-    "Summary of that exploration:"
+    "The user explored a different direction before returning here. Summary of that exploration:"
 )
 BRANCH_BODY = (
     "## Goal\nAdd a VAT rounding regression test.\n\n## Progress\n### Done\n"
@@ -343,8 +342,11 @@ def branch_summary(preamble=PI_PREAMBLE, body=BRANCH_BODY):
 def tax_fix(test_output="52 passed in 1.48s"):
     """The README example's kept turn: a request, an edit, a test run, an answer."""
     return [
-        {"role": "user", "content": "Good. Now also look at invoice/tax.py, I think the VAT "
-         "calculation has the same problem."},
+        {
+            "role": "user",
+            "content": "Good. Now also look at invoice/tax.py, I think the VAT "
+            "calculation has the same problem.",
+        },
         assistant(text("Reading the tax module."), call("t1", "read", path="invoice/tax.py")),
         result("t1", "def vat_for_lines(lines): ..."),
         assistant(
@@ -358,8 +360,9 @@ def tax_fix(test_output="52 passed in 1.48s"):
 
 
 def update(messages, previous=PREVIOUS, **kwargs):
-    return run(history_request(messages, reserve_tokens=16384, previous_summary=previous,
-                               **kwargs)).text
+    return run(
+        history_request(messages, reserve_tokens=16384, previous_summary=previous, **kwargs)
+    ).text
 
 
 def test_a_summary_wrapper_at_the_end_is_not_the_users_last_message():
@@ -367,8 +370,10 @@ def test_a_summary_wrapper_at_the_end_is_not_the_users_last_message():
     assert "Unanswered" not in summary
     assert "no reply yet" not in summary
     assert "Good. Now also look" not in section(summary, "## Next Steps")
-    assert section(summary, "## Progress").split("### In Progress\n")[1].startswith(
-        "- [ ] Update the changelog\n### Blocked"
+    assert (
+        section(summary, "## Progress")
+        .split("### In Progress\n")[1]
+        .startswith("- [ ] Update the changelog\n### Blocked")
     )
     assert "1. Continue: Update the changelog" in section(summary, "## Next Steps")
 
@@ -446,8 +451,14 @@ def test_goal_is_the_sessions_goal_and_a_branch_goal_is_context():
 
 
 def shell(command, output, code=0):
-    return {"role": "bashExecution", "command": command, "output": output, "exitCode": code,
-            "cancelled": False, "truncated": False}
+    return {
+        "role": "bashExecution",
+        "command": command,
+        "output": output,
+        "exitCode": code,
+        "cancelled": False,
+        "truncated": False,
+    }
 
 
 def test_a_shell_run_after_the_reply_does_not_reopen_the_request():
@@ -496,14 +507,18 @@ def test_open_questions_across_updates():
     answered = update([assistant(text("Yes, it takes a lock."))], previous=previous)
     assert "thread-safe" not in section(answered, "## Critical Context")
     assert "thread-safe" not in section(answered, "## Progress")
-    passed_over = update([{"role": "user", "content": "Add a cache test."},
-                          assistant(text("Added."))], previous=previous)
+    passed_over = update(
+        [{"role": "user", "content": "Add a cache test."}, assistant(text("Added."))],
+        previous=previous,
+    )
     assert "- Question still open (verbatim): Is the cache thread-safe?" in passed_over
     assert "- [ ] Is the cache thread-safe?" in passed_over
     assert "Unanswered (verbatim)" not in passed_over
     instruction = update([{"role": "user", "content": "Use Redis."}], previous=None)
-    moved_on = update([{"role": "user", "content": "Add a cache test."},
-                       assistant(text("Added."))], previous=instruction)
+    moved_on = update(
+        [{"role": "user", "content": "Add a cache test."}, assistant(text("Added."))],
+        previous=instruction,
+    )
     assert "Use Redis." not in section(moved_on, "## Critical Context")
     assert "- [ ] Use Redis." not in moved_on
 
@@ -554,8 +569,9 @@ def test_repeated_updates_stay_bounded():
     for n in range(24):
         messages = [
             {"role": "user", "content": f"Step {n}: you must keep rule {n}. Is part {n} ok?"},
-            assistant(text(f"I decided to use approach {n}."),
-                      call(f"e{n}", "edit", path=f"src/m{n}.py")),
+            assistant(
+                text(f"I decided to use approach {n}."), call(f"e{n}", "edit", path=f"src/m{n}.py")
+            ),
             result(f"e{n}", f"error: E{n} broke"),
             {"role": "branchSummary", "summary": f"## Goal\nBranch {n}", "fromId": "f"},
         ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator._session import Session
+from orchestrator._store.session import Session
 from tests.conformance.pi_cases import (
     DATA,
     HERE,

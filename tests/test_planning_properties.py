@@ -12,16 +12,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator._compaction_plan import (
+from orchestrator._core.compaction_plan import (
     CompactionPlan,
     last_compaction_index,
     plan_compaction,
     window_start,
 )
-from orchestrator._context import build_context
-from orchestrator._cut_point import find_cut_point, valid_cut_points
-from orchestrator._entries import COMPACTION, entry_message, role_of
-from orchestrator._tokens import CompactionSettings
+from orchestrator._core.context import build_context
+from orchestrator._core.cut_point import find_cut_point, valid_cut_points
+from orchestrator._core.entries import COMPACTION, entry_message, role_of
+from orchestrator._core.tokens import CompactionSettings
 from tests.sessions import SessionBuilder, usage
 
 TEXT = st.integers(min_value=0, max_value=1600)

@@ -8,7 +8,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from orchestrator._progress import Progress, spinner
+from orchestrator._cli.progress import Progress, spinner
 
 pytestmark = pytest.mark.anyio
 

@@ -2,9 +2,9 @@ import string
 
 import pytest
 
-from orchestrator._errors import DefinitionError
-from orchestrator._prompts import PLACEHOLDERS, PromptSet, default_prompts, render
-from orchestrator._resources import data_dir
+from orchestrator._core.errors import DefinitionError
+from orchestrator._core.prompts import PLACEHOLDERS, PromptSet, default_prompts, render
+from orchestrator._core.resources import data_dir
 
 # What the code fills, written out by hand: adding or removing a placeholder in a prompt file
 # (or in PLACEHOLDERS) without changing the code that renders it fails here.

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import copy
 
-from orchestrator._context import build_context
-from orchestrator._prune import PruneCandidate, PrunePlan, apply_prune, plan_prune, prune_notice
+from orchestrator._core.context import build_context
+from orchestrator._core.prune import (
+    PruneCandidate,
+    PrunePlan,
+    apply_prune,
+    plan_prune,
+    prune_notice,
+)
 from tests.sessions import SessionBuilder
 
 NOW = 1_800_000_000_000

@@ -6,16 +6,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from orchestrator._machine import load_machine, shipped_machines
-from orchestrator._machine_render import render_markdown
+from orchestrator._lifecycle.machine import load_machine, shipped_machines
+from orchestrator._lifecycle.render import render_markdown
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- machines:begin -->", "<!-- machines:end -->"
 
 
 def generated() -> str:
-    return "\n".join(render_markdown(load_machine(name)) for name in ("turn", "operation", "navigation")
-                     if name in shipped_machines())
+    return "\n".join(
+        render_markdown(load_machine(name))
+        for name in ("turn", "operation", "navigation")
+        if name in shipped_machines()
+    )
 
 
 def with_diagrams(text: str) -> str:
@@ -26,7 +29,9 @@ def with_diagrams(text: str) -> str:
 
 def test_readme_diagrams_match_the_tables() -> None:
     text = README.read_text(encoding="utf-8")
-    assert text == with_diagrams(text), "README diagrams are stale: python tests/test_readme.py --write"
+    assert text == with_diagrams(text), (
+        "README diagrams are stale: python tests/test_readme.py --write"
+    )
     assert set(shipped_machines()) == {"turn", "operation", "navigation"}
 
 

@@ -5,9 +5,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from orchestrator._errors import ModelError
-from orchestrator._model import ModelRequest
-from orchestrator._remote_model import MISSING_SUMMARY, RemoteSummaryModel
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import ModelRequest
+from orchestrator._models.remote import MISSING_SUMMARY, RemoteSummaryModel
 from orchestrator.testing import LocalProvider, Reply
 
 pytestmark = pytest.mark.anyio

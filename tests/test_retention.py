@@ -12,13 +12,13 @@ import re
 
 import pytest
 
-from orchestrator._journal import Journal
-from orchestrator._offline import OfflineSummarizer
-from orchestrator._runtime import AgentSession
-from orchestrator._runtime_types import RuntimeSettings
-from orchestrator._session import Session
-from orchestrator._summarize import Summarizer
-from orchestrator._tokens import CompactionSettings
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._models.offline import OfflineSummarizer
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.journal import Journal
+from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, ScriptedAgent, reply, tool_result
 
 pytestmark = pytest.mark.anyio
@@ -45,37 +45,55 @@ def anyio_backend() -> str:
 def fix_turn(n: int, path: str) -> list[dict]:
     """A turn that edits ``path`` and runs the tests, which pass."""
     return [
-        reply(f"Editing {path}.", calls=[(f"e{n}", "edit", {"path": path, "oldText": "a",
-                                                             "newText": "b"})], tokens=100),
+        reply(
+            f"Editing {path}.",
+            calls=[(f"e{n}", "edit", {"path": path, "oldText": "a", "newText": "b"})],
+            tokens=100,
+        ),
         tool_result(f"e{n}", f"Successfully replaced text in {path}.", tool="edit"),
         reply("", calls=[(f"t{n}", "bash", {"command": "python -m pytest -q"})], tokens=100),
         tool_result(f"t{n}", f"........\n{40 + n} passed in 0.9s", tool="bash"),
-        reply(f"Done with {path}: the suite passes ({40 + n} tests). " + "detail " * 40,
-              tokens=150),
+        reply(
+            f"Done with {path}: the suite passes ({40 + n} tests). " + "detail " * 40, tokens=150
+        ),
     ]
 
 
 def script() -> tuple[list[tuple[str, list[dict]]], ...]:
     """(user prompt, agent turn) pairs per round."""
     first = [
-        (f"Refactor the invoice totals in {PATH}. {NEVER} {ALWAYS}",
-         [reply("Reading the module.", calls=[("r1", "read", {"path": PATH})], tokens=100),
-          tool_result("r1", "def total(lines):\n    ...\n" * 40),
-          reply("The module is read; totals are computed per line. " + "note " * 40,
-                tokens=150)]),
-        ("Run the test suite and tell me what fails.",
-         [reply("", calls=[("b1", "bash", {"command": "python -m pytest -q"})], tokens=100),
-          tool_result("b1", f"F.......\n{ERROR}\n1 failed, 40 passed in 0.8s", tool="bash"),
-          reply("One test fails with a KeyError on currency_code.", tokens=120)]),
+        (
+            f"Refactor the invoice totals in {PATH}. {NEVER} {ALWAYS}",
+            [
+                reply("Reading the module.", calls=[("r1", "read", {"path": PATH})], tokens=100),
+                tool_result("r1", "def total(lines):\n    ...\n" * 40),
+                reply(
+                    "The module is read; totals are computed per line. " + "note " * 40, tokens=150
+                ),
+            ],
+        ),
+        (
+            "Run the test suite and tell me what fails.",
+            [
+                reply("", calls=[("b1", "bash", {"command": "python -m pytest -q"})], tokens=100),
+                tool_result("b1", f"F.......\n{ERROR}\n1 failed, 40 passed in 0.8s", tool="bash"),
+                reply("One test fails with a KeyError on currency_code.", tokens=120),
+            ],
+        ),
         (QUESTION, [reply("", stop="aborted")]),  # the user stopped it: no answer yet
-        (f"Fix the KeyError in {PATH} first; it appeared after commit {SHA}.",
-         fix_turn(0, PATH)),
+        (f"Fix the KeyError in {PATH} first; it appeared after commit {SHA}.", fix_turn(0, PATH)),
     ]
     later = [
-        [(f"Now add a rounding helper to src/billing/tax_{r}.py.",
-          fix_turn(r, f"src/billing/tax_{r}.py")),
-         (f"Also tidy the imports in src/billing/report_{r}.py.",
-          fix_turn(10 + r, f"src/billing/report_{r}.py"))]
+        [
+            (
+                f"Now add a rounding helper to src/billing/tax_{r}.py.",
+                fix_turn(r, f"src/billing/tax_{r}.py"),
+            ),
+            (
+                f"Also tidy the imports in src/billing/report_{r}.py.",
+                fix_turn(10 + r, f"src/billing/report_{r}.py"),
+            ),
+        ]
         for r in range(1, ROUNDS)
     ]
     return (first, *later)
@@ -93,10 +111,16 @@ def runtime() -> tuple[AgentSession, ScriptedAgent, Session]:
         context_window=200_000,  # no automatic compaction: every round is a manual one
         compaction=CompactionSettings(reserve_tokens=16384, keep_recent_tokens=150),
     )
-    summarizer = Summarizer(candidates=(OfflineSummarizer(),), sleep=clock.sleep)
-    rt = AgentSession(session, agent=agent, summarizer=summarizer, settings=settings,
-                      journal=Journal.in_memory(clock=lambda: 0), sleep=clock.sleep,
-                      clock_ms=lambda: next(ms))
+    summarizer = SummaryRoutes(candidates=(OfflineSummarizer(),), sleep=clock.sleep)
+    rt = AgentSession(
+        session,
+        agent=agent,
+        summarizer=summarizer,
+        settings=settings,
+        journal=Journal.in_memory(clock=lambda: 0),
+        sleep=clock.sleep,
+        clock_ms=lambda: next(ms),
+    )
     return rt, agent, session
 
 

@@ -3,9 +3,9 @@ import math
 import anyio
 import pytest
 
-from orchestrator._errors import ModelError
-from orchestrator._model import Model, ModelRequest, ModelResponse
-from orchestrator._retry import (
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import Model, ModelRequest, ModelResponse
+from orchestrator._runtime.retry import (
     NO_MODEL,
     AttemptRecord,
     RetryPolicy,

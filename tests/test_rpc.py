@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._cli_inspect import context_report, tree_rows
-from orchestrator._errors import (
+from orchestrator._core.errors import (
     Cancelled,
     ModelError,
     OrchestratorError,
@@ -23,7 +22,7 @@ from orchestrator._errors import (
     SessionLockedError,
     TransitionError,
 )
-from orchestrator._rpc import (
+from orchestrator._rpc.protocol import (
     BUSY,
     CANCELLED,
     INTERNAL_ERROR,
@@ -40,8 +39,9 @@ from orchestrator._rpc import (
     error_for,
     one_line,
 )
-from orchestrator._rpc_server import NO_AGENT, RuntimeOptions, SessionHub
-from orchestrator._runtime_nav import BUSY as NAVIGATION_BUSY
+from orchestrator._rpc.server import NO_AGENT, RuntimeOptions, SessionHub
+from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
+from orchestrator._store.reports import context_report, tree_rows
 from orchestrator.testing import AgentHang, Hang, reply
 from tests.runtime_kit import BIG, Kit, summary, until
 from tests.runtime_kit import settings as runtime_settings
@@ -68,7 +68,8 @@ class Client:
 
     async def raw(self, method: str, **params: Any) -> dict[str, Any]:
         answer = await self.dispatcher.handle(
-            {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params})
+            {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
+        )
         assert isinstance(answer, dict)
         return answer
 
@@ -88,8 +89,13 @@ class Client:
 
 
 def kit_client(kit: Kit) -> tuple[Client, str]:
-    hub = SessionHub(RuntimeOptions(summarizer=kit.summarizer, settings=runtime_settings(),
-                                    runtime_kwargs={"sleep": kit.clock.sleep}))
+    hub = SessionHub(
+        RuntimeOptions(
+            summarizer=kit.summarizer,
+            settings=runtime_settings(),
+            runtime_kwargs={"sleep": kit.clock.sleep},
+        )
+    )
     return Client(hub), hub.add(kit.runtime)
 
 
@@ -102,8 +108,11 @@ def compactable_kit(*summaries: Any, hang: bool = False) -> Kit:
     turns: list[list[Any]] = [[reply("first", tokens=2000)], [reply("second", tokens=100)]]
     if hang:
         turns[1] = [AgentHang()]
-    return Kit(turns=turns, summaries=list(summaries) or [summary()],
-               runtime_settings=runtime_settings(adaptive_keep=False))
+    return Kit(
+        turns=turns,
+        summaries=list(summaries) or [summary()],
+        runtime_settings=runtime_settings(adaptive_keep=False),
+    )
 
 
 # -- protocol ----------------------------------------------------------------------------------
@@ -116,8 +125,12 @@ def echo_dispatcher() -> Dispatcher:
     async def broken(p: Params) -> Any:
         raise ValueError("boom\nsecond line")
 
-    return Dispatcher({"echo": Method(handler=echo, params=frozenset({"text", "flag"})),
-                       "broken": Method(handler=broken)})
+    return Dispatcher(
+        {
+            "echo": Method(handler=echo, params=frozenset({"text", "flag"})),
+            "broken": Method(handler=broken),
+        }
+    )
 
 
 async def test_parse_errors_answer_with_a_null_id() -> None:
@@ -130,15 +143,18 @@ async def test_parse_errors_answer_with_a_null_id() -> None:
     assert await dispatcher.handle_text("  \t") is None
 
 
-@pytest.mark.parametrize(("message", "expected"), [
-    (5, "not an object"),
-    ({"id": 1, "method": "echo"}, "jsonrpc"),
-    ({"jsonrpc": "1.0", "id": 1, "method": "echo"}, "jsonrpc"),
-    ({"jsonrpc": "2.0", "id": 1, "method": 7}, "method"),
-    ({"jsonrpc": "2.0", "id": [1], "method": "echo"}, "id must be"),
-    ({"jsonrpc": "2.0", "id": True, "method": "echo"}, "id must be"),
-    ([], "empty batch"),
-])
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (5, "not an object"),
+        ({"id": 1, "method": "echo"}, "jsonrpc"),
+        ({"jsonrpc": "1.0", "id": 1, "method": "echo"}, "jsonrpc"),
+        ({"jsonrpc": "2.0", "id": 1, "method": 7}, "method"),
+        ({"jsonrpc": "2.0", "id": [1], "method": "echo"}, "id must be"),
+        ({"jsonrpc": "2.0", "id": True, "method": "echo"}, "id must be"),
+        ([], "empty batch"),
+    ],
+)
 async def test_invalid_requests(message: Any, expected: str) -> None:
     answer = await echo_dispatcher().handle(message)
     # A usable id is echoed so that the client can match the error; an unusable one is null.
@@ -164,8 +180,9 @@ async def test_method_not_found_and_parameter_checks() -> None:
     assert (await error({"text": True}))["message"] == "echo: 'text' must be a string"
     assert (await error({"text": 5}))["message"] == "echo: 'text' must be a string"
     assert (await error({"flag": 1}))["message"] == "echo: 'flag' must be a boolean"
-    ok = await dispatcher.handle({"jsonrpc": "2.0", "id": 2.5, "method": "echo",
-                                  "params": {"text": None, "flag": True}})
+    ok = await dispatcher.handle(
+        {"jsonrpc": "2.0", "id": 2.5, "method": "echo", "params": {"text": None, "flag": True}}
+    )
     assert ok == {"jsonrpc": "2.0", "id": 2.5, "result": {"text": None, "flag": True}}
 
 
@@ -180,8 +197,10 @@ async def test_required_text_parameters() -> None:
 
 async def test_a_bug_in_a_handler_is_an_internal_error_on_one_line() -> None:
     answer = await echo_dispatcher().handle({"jsonrpc": "2.0", "id": 1, "method": "broken"})
-    assert answer["error"] == {"code": INTERNAL_ERROR,
-                               "message": "Internal error: ValueError: boom second line"}
+    assert answer["error"] == {
+        "code": INTERNAL_ERROR,
+        "message": "Internal error: ValueError: boom second line",
+    }
 
 
 async def test_notifications_get_no_answer_even_when_they_fail() -> None:
@@ -195,31 +214,39 @@ async def test_notifications_get_no_answer_even_when_they_fail() -> None:
 
 async def test_batches_answer_in_order_and_omit_notifications() -> None:
     dispatcher = echo_dispatcher()
-    answers = await dispatcher.handle([
-        {"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": "a"}},
-        {"jsonrpc": "2.0", "method": "echo"},
-        {"jsonrpc": "2.0", "id": 2, "method": "nope"},
-        3,
-    ])
+    answers = await dispatcher.handle(
+        [
+            {"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": "a"}},
+            {"jsonrpc": "2.0", "method": "echo"},
+            {"jsonrpc": "2.0", "id": 2, "method": "nope"},
+            3,
+        ]
+    )
     assert [a["id"] for a in answers] == [1, 2, None]
     assert answers[0]["result"]["text"] == "a"
-    assert [a.get("error", {}).get("code") for a in answers] == [None, METHOD_NOT_FOUND,
-                                                                 INVALID_REQUEST]
+    assert [a.get("error", {}).get("code") for a in answers] == [
+        None,
+        METHOD_NOT_FOUND,
+        INVALID_REQUEST,
+    ]
     assert await dispatcher.handle([{"jsonrpc": "2.0", "method": "echo"}]) is None
     text = await dispatcher.handle_text('[{"jsonrpc":"2.0","id":9,"method":"echo"}]')
     assert json.loads(text or "")[0]["id"] == 9
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    (Cancelled("Compaction cancelled"), CANCELLED),
-    (ModelError("rate\nlimited", kind="transient"), MODEL_FAILED),
-    (SessionLockedError("held"), SESSION_LOCKED),
-    (SessionError("Entry x not found"), INVALID_PARAMS),
-    (TransitionError("turn", "running", "navigate"), BUSY),
-    (OrchestratorError("odd"), INTERNAL_ERROR),
-    (KeyError("k"), INTERNAL_ERROR),
-    (RpcError(BUSY, "as is"), BUSY),
-])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (Cancelled("Compaction cancelled"), CANCELLED),
+        (ModelError("rate\nlimited", kind="transient"), MODEL_FAILED),
+        (SessionLockedError("held"), SESSION_LOCKED),
+        (SessionError("Entry x not found"), INVALID_PARAMS),
+        (TransitionError("turn", "running", "navigate"), BUSY),
+        (OrchestratorError("odd"), INTERNAL_ERROR),
+        (KeyError("k"), INTERNAL_ERROR),
+        (RpcError(BUSY, "as is"), BUSY),
+    ],
+)
 def test_error_codes(error: Exception, code: int) -> None:
     mapped = error_for(error)
     assert mapped.code == code
@@ -231,17 +258,26 @@ def test_error_codes(error: Exception, code: int) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.sampled_from(["jsonrpc", "id", "method", "params", "x"]) | st.text(
-        max_size=4), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["jsonrpc", "id", "method", "params", "x"]) | st.text(max_size=4),
+            inner,
+            max_size=5,
+        )
+    ),
     max_leaves=12,
 )
 
 
 @settings(max_examples=200, deadline=None)
-@given(message=json_values | st.fixed_dictionaries(
-    {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["echo", "broken", "nope"])},
-    optional={"id": st.integers() | st.text(max_size=3) | st.none(), "params": json_values}))
+@given(
+    message=json_values
+    | st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["echo", "broken", "nope"])},
+        optional={"id": st.integers() | st.text(max_size=3) | st.none(), "params": json_values},
+    )
+)
 def test_any_json_gets_a_well_formed_answer_or_none(message: Any) -> None:
     async def run() -> Any:
         return await echo_dispatcher().handle_text(json.dumps(message))
@@ -318,15 +354,23 @@ async def test_compress_commits_and_reports_the_summary() -> None:
     client, sid = kit_client(kit)
     await kit.runtime.prompt(BIG)
     await kit.runtime.prompt(BIG)
-    result = await client.call("session.compress", session_id=sid,
-                               focus="Preserve decisions and unresolved constraints")
+    result = await client.call(
+        "session.compress", session_id=sid, focus="Preserve decisions and unresolved constraints"
+    )
     entry = kit.session.tree.entries[-1]
-    assert result == {"compacted": True, "entryId": entry["id"], "summary": entry["summary"],
-                      "tokensBefore": entry["tokensBefore"],
-                      "firstKeptEntryId": entry["firstKeptEntryId"]}
+    assert result == {
+        "compacted": True,
+        "entryId": entry["id"],
+        "summary": entry["summary"],
+        "tokensBefore": entry["tokensBefore"],
+        "firstKeptEntryId": entry["firstKeptEntryId"],
+    }
     assert "Preserve decisions and unresolved constraints" in kit.model.requests[0].prompt
-    statuses = [m["params"]["event"].get("status") for m in client.events
-                if m["params"]["event"]["type"] == "compaction_update"]
+    statuses = [
+        m["params"]["event"].get("status")
+        for m in client.events
+        if m["params"]["event"]["type"] == "compaction_update"
+    ]
     assert statuses == ["in_progress", "completed"]
     assert "transition" not in client.event_types()
     assert {m["params"]["session_id"] for m in client.events} == {sid}
@@ -370,8 +414,10 @@ async def test_compress_cancelled_by_abort_is_32003_and_changes_nothing() -> Non
         group.start_soon(compress)
         await until(lambda: len(kit.model.requests) == 1)
         second = await client.error("session.compress", session_id=sid)
-        assert second == {"code": BUSY,
-                          "message": "A compaction is already running in this session"}
+        assert second == {
+            "code": BUSY,
+            "message": "A compaction is already running in this session",
+        }
         closing = await client.error("session.close", session_id=sid)
         assert closing["code"] == BUSY
         assert await client.call("session.abort", session_id=sid) == {"aborted": True}
@@ -380,8 +426,11 @@ async def test_compress_cancelled_by_abort_is_32003_and_changes_nothing() -> Non
 
 
 async def test_d22_compress_while_a_prompt_hangs_stops_the_turn_and_does_not_resume_it() -> None:
-    kit = Kit(turns=[[reply("first", tokens=2000)], [AgentHang()], [reply("not used")]],
-              summaries=[summary()], runtime_settings=runtime_settings(adaptive_keep=False))
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [AgentHang()], [reply("not used")]],
+        summaries=[summary()],
+        runtime_settings=runtime_settings(adaptive_keep=False),
+    )
     client, sid = kit_client(kit)
     await client.call("session.prompt", session_id=sid, text=BIG)
     prompts: list[dict[str, Any]] = []
@@ -410,8 +459,12 @@ async def test_tree_and_context_match_the_inspection_commands(tmp_path: Path) ->
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
     runtime = client.hub.runtime(sid)
     tree = await client.call("session.tree", session_id=sid)
-    assert tree == {"sessionId": sid, "name": runtime.session.tree.session_name(),
-                    "leafId": "935170bb", "nodes": tree_rows(runtime.session)}
+    assert tree == {
+        "sessionId": sid,
+        "name": runtime.session.tree.session_name(),
+        "leafId": "935170bb",
+        "nodes": tree_rows(runtime.session),
+    }
     context = await client.call("session.context", session_id=sid)
     assert context == json.loads(json.dumps(context_report(runtime.session, "935170bb")))
 
@@ -427,19 +480,30 @@ async def conversation(kit: Kit) -> dict[str, str]:
 
 
 def nav_kit(*summaries: Any) -> Kit:
-    return Kit(turns=[[reply("answer one")], [reply("answer two")], [AgentHang()]],
-               summaries=list(summaries) or [summary("## Goal\nTried another way.")])
+    return Kit(
+        turns=[[reply("answer one")], [reply("answer two")], [AgentHang()]],
+        summaries=list(summaries) or [summary("## Goal\nTried another way.")],
+    )
 
 
 async def test_navigate_to_a_user_message_with_a_summary_and_a_label() -> None:
     kit = nav_kit()
     client, sid = kit_client(kit)
     ids = await conversation(kit)
-    result = await client.call("session.tree.navigate", session_id=sid, target_id=ids["u2"],
-                               summarize=True, focus="note the files", label="retry")
+    result = await client.call(
+        "session.tree.navigate",
+        session_id=sid,
+        target_id=ids["u2"],
+        summarize=True,
+        focus="note the files",
+        label="retry",
+    )
     assert result["editorText"] == "second question"
-    assert (result["oldLeafId"], result["cancelled"], result["aborted"]) == (ids["a2"], False,
-                                                                              False)
+    assert (result["oldLeafId"], result["cancelled"], result["aborted"]) == (
+        ids["a2"],
+        False,
+        False,
+    )
     summary_entry = kit.session.tree.by_id[result["summaryEntryId"]]
     assert summary_entry["fromId"] == ids["a2"]
     assert "Additional focus: note the files" in kit.model.requests[0].prompt
@@ -453,8 +517,9 @@ async def test_navigate_refusals() -> None:
     ids = await conversation(kit)
     error = await client.error("session.tree.navigate", session_id=sid, target_id="nope")
     assert error == {"code": INVALID_PARAMS, "message": "Entry nope not found"}
-    error = await client.error("session.tree.navigate", session_id=sid, target_id=ids["a1"],
-                               summarize="yes")
+    error = await client.error(
+        "session.tree.navigate", session_id=sid, target_id=ids["a1"], summarize="yes"
+    )
     assert error["message"] == "session.tree.navigate: 'summarize' must be a boolean"
     async with anyio.create_task_group() as group:
         group.start_soon(kit.runtime.prompt, "third")
@@ -472,15 +537,21 @@ async def test_navigation_in_progress_blocks_other_work_and_abort_cancels_it() -
     results: list[dict[str, Any]] = []
 
     async def navigate() -> None:
-        results.append(await client.call("session.tree.navigate", session_id=sid,
-                                         target_id=ids["a1"], summarize=True))
+        results.append(
+            await client.call(
+                "session.tree.navigate", session_id=sid, target_id=ids["a1"], summarize=True
+            )
+        )
 
     async with anyio.create_task_group() as group:
         group.start_soon(navigate)
         await until(lambda: len(kit.model.requests) == 1)
-        for method, params in [("session.tree.navigate", {"target_id": ids["u1"]}),
-                               ("session.compress", {}), ("session.prompt", {"text": "hi"}),
-                               ("session.close", {})]:
+        for method, params in [
+            ("session.tree.navigate", {"target_id": ids["u1"]}),
+            ("session.compress", {}),
+            ("session.prompt", {"text": "hi"}),
+            ("session.close", {}),
+        ]:
             error = await client.error(method, session_id=sid, **params)
             assert error["code"] == BUSY, (method, error)
         assert await client.call("session.abort", session_id=sid) == {"aborted": True}
@@ -493,8 +564,9 @@ async def test_navigate_summary_failure_is_32002() -> None:
     kit = nav_kit(ModelError("no summary today", kind="fatal"))
     client, sid = kit_client(kit)
     ids = await conversation(kit)
-    error = await client.error("session.tree.navigate", session_id=sid, target_id=ids["a1"],
-                               summarize=True)
+    error = await client.error(
+        "session.tree.navigate", session_id=sid, target_id=ids["a1"], summarize=True
+    )
     assert error["code"] == MODEL_FAILED
     assert "no summary today" in error["message"]
     assert kit.session.leaf_id == ids["a2"]
@@ -506,8 +578,9 @@ async def test_navigate_summary_failure_is_32002() -> None:
 async def test_fork_opens_and_registers_the_new_session(tmp_path: Path) -> None:
     client = file_client(tmp_path)
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
-    forked = await client.call("session.fork", session_id=sid, entry_id="ec48c90d",
-                               path="fork.jsonl")
+    forked = await client.call(
+        "session.fork", session_id=sid, entry_id="ec48c90d", path="fork.jsonl"
+    )
     assert forked["cancelled"] is False
     assert forked["session_id"] != sid
     assert forked["path"] == str(tmp_path / "fork.jsonl")
@@ -534,19 +607,25 @@ async def test_fork_refusals_and_hook_cancel() -> None:
     assert in_memory["path"].startswith("<memory")
     kit.runtime.hooks.on("session_before_fork", lambda p: {"cancel": True})
     cancelled = await client.call("session.fork", session_id=sid, entry_id=ids["u2"])
-    assert cancelled == {"session_id": None, "path": None, "editorText": "second question",
-                         "cancelled": True}
+    assert cancelled == {
+        "session_id": None,
+        "path": None,
+        "editorText": "second question",
+        "cancelled": True,
+    }
 
 
 async def test_fork_onto_an_existing_file_or_outside_the_root(tmp_path: Path) -> None:
     client = file_client(tmp_path)
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
-    error = await client.error("session.fork", session_id=sid, entry_id="ec48c90d",
-                               path="example.jsonl")
+    error = await client.error(
+        "session.fork", session_id=sid, entry_id="ec48c90d", path="example.jsonl"
+    )
     assert error["code"] == INVALID_PARAMS
     assert "already exists" in error["message"]
-    error = await client.error("session.fork", session_id=sid, entry_id="ec48c90d",
-                               path="/elsewhere/f.jsonl")
+    error = await client.error(
+        "session.fork", session_id=sid, entry_id="ec48c90d", path="/elsewhere/f.jsonl"
+    )
     assert error["code"] == INVALID_PARAMS
     assert "outside the served directory" in error["message"]
 

@@ -20,11 +20,11 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._agent import ChatAgent
-from orchestrator._cli import main as cli_main
-from orchestrator._cli_serve import _options
-from orchestrator._rpc import FdTransport, StreamTransport, read_lines
-from orchestrator._rpc_server import RpcServer, RuntimeOptions, SessionHub
+from orchestrator._cli.main import main as cli_main
+from orchestrator._cli.serve import _options
+from orchestrator._rpc.protocol import FdTransport, StreamTransport, read_lines
+from orchestrator._rpc.server import RpcServer, RuntimeOptions, SessionHub
+from orchestrator._runtime.agent import ChatAgent
 from orchestrator.testing import AgentHang, ScriptedAgent
 
 pytestmark = pytest.mark.anyio
@@ -85,8 +85,10 @@ async def test_an_over_long_line_is_reported_once_and_skipped_to_its_newline() -
     assert lines == [b"ok", None, b"next", None]
 
 
-@given(lines=st.lists(st.binary(max_size=6).filter(lambda b: b"\n" not in b), max_size=6),
-       cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=6))
+@given(
+    lines=st.lists(st.binary(max_size=6).filter(lambda b: b"\n" not in b), max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=6),
+)
 def test_any_chunking_gives_the_same_lines(lines: list[bytes], cuts: list[int]) -> None:
     data = b"".join(line + b"\n" for line in lines)
     points = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
@@ -104,23 +106,34 @@ def example_hub(tmp_path: Path, **options: Any) -> SessionHub:
 
 async def test_a_connection_answers_every_line_then_ends(tmp_path: Path) -> None:
     hub = example_hub(tmp_path)
-    transport = Chunks([request(1, "session.open", path="example.jsonl"), b"not json\n",
-                        b"x" * 200 + b"\n", request(None, "session.list"),
-                        request(2, "session.list")])
+    transport = Chunks(
+        [
+            request(1, "session.open", path="example.jsonl"),
+            b"not json\n",
+            b"x" * 200 + b"\n",
+            request(None, "session.list"),
+            request(2, "session.list"),
+        ]
+    )
     await RpcServer(hub, max_line_bytes=150).serve_connection(transport)
     answers = {m["id"]: m for m in transport.messages() if "id" in m and m["id"] is not None}
     assert answers[1]["result"]["entries"] == 43
     assert len(answers[2]["result"]["sessions"]) == 1
     errors = [m["error"]["message"] for m in transport.messages() if m.get("id", 0) is None]
-    assert sorted(errors) == sorted(["Parse error: Expecting value: line 1 column 1 (char 0)",
-                                     "Parse error: line over 150 bytes"])
+    assert sorted(errors) == sorted(
+        [
+            "Parse error: Expecting value: line 1 column 1 (char 0)",
+            "Parse error: line over 150 bytes",
+        ]
+    )
     hub.close_all()
 
 
 async def test_a_vanished_client_does_not_stop_the_work(tmp_path: Path) -> None:
     hub = example_hub(tmp_path)
-    transport = Chunks([request(1, "session.open", path="example.jsonl"),
-                        request(2, "session.list")], broken=True)
+    transport = Chunks(
+        [request(1, "session.open", path="example.jsonl"), request(2, "session.list")], broken=True
+    )
     server = RpcServer(hub)
     await server.serve_connection(transport)
     # The open ran although nobody could read its answer.
@@ -155,8 +168,9 @@ class Peer:
         return self.answers.pop(request_id)
 
     def events(self, kind: str) -> list[dict[str, Any]]:
-        return [n["params"]["event"] for n in self.notifications
-                if n["params"]["event"]["type"] == kind]
+        return [
+            n["params"]["event"] for n in self.notifications if n["params"]["event"]["type"] == kind
+        ]
 
 
 async def test_tcp_compress_with_notifications(tmp_path: Path) -> None:
@@ -168,8 +182,14 @@ async def test_tcp_compress_with_notifications(tmp_path: Path) -> None:
             peer = Peer(stream)
             await peer.send(request(1, "session.open", path="example.jsonl"))
             sid = (await peer.answer(1))["result"]["session_id"]
-            await peer.send(request(2, "session.compress", session_id=sid,
-                                    focus="Preserve decisions and unresolved constraints"))
+            await peer.send(
+                request(
+                    2,
+                    "session.compress",
+                    session_id=sid,
+                    focus="Preserve decisions and unresolved constraints",
+                )
+            )
             compressed = await peer.answer(2)
             updates = [e["status"] for e in peer.events("compaction_update")]
             await peer.send(request(3, "session.compress", session_id=sid))
@@ -229,12 +249,19 @@ async def test_serve_stdio_subprocess(tmp_path: Path) -> None:
     session = tmp_path / "s.jsonl"
     shutil.copy(EXAMPLE, session)
     sid = json.loads(EXAMPLE.read_text().splitlines()[0])["id"]
-    lines = [request(1, "session.list"), b"{oops\n",
-             request(2, "session.compress", session_id=sid, focus="Preserve decisions"),
-             request(3, "session.prompt", session_id=sid, text="hi")]
-    async with await anyio.open_process([*SERVE, "--stdio", str(session)], cwd=REPO,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE) as process:
+    lines = [
+        request(1, "session.list"),
+        b"{oops\n",
+        request(2, "session.compress", session_id=sid, focus="Preserve decisions"),
+        request(3, "session.prompt", session_id=sid, text="hi"),
+    ]
+    async with await anyio.open_process(
+        [*SERVE, "--stdio", str(session)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
         assert process.stdin is not None
         assert process.stdout is not None
         assert process.stderr is not None
@@ -250,8 +277,11 @@ async def test_serve_stdio_subprocess(tmp_path: Path) -> None:
     assert answers[None]["error"]["code"] == -32700
     assert answers[2]["result"]["compacted"] is True
     assert answers[3]["error"]["code"] == -32601
-    statuses = [m["params"]["event"]["status"] for m in messages if "id" not in m
-                and m["params"]["event"]["type"] == "compaction_update"]
+    statuses = [
+        m["params"]["event"]["status"]
+        for m in messages
+        if "id" not in m and m["params"]["event"]["type"] == "compaction_update"
+    ]
     assert statuses == ["in_progress", "completed"]
     assert f"session {sid}: {session}" in err.decode()
 
@@ -259,10 +289,13 @@ async def test_serve_stdio_subprocess(tmp_path: Path) -> None:
 async def test_serve_tcp_subprocess_stops_cleanly_on_interrupt(tmp_path: Path) -> None:
     session = tmp_path / "s.jsonl"
     shutil.copy(EXAMPLE, session)
-    async with await anyio.open_process([*SERVE, "--port", "0", "--dir", str(tmp_path),
-                                         "s.jsonl"], cwd=REPO, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE) as process:
+    async with await anyio.open_process(
+        [*SERVE, "--port", "0", "--dir", str(tmp_path), "s.jsonl"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
         assert process.stderr is not None
         assert process.stdout is not None
         err = BufferedByteReceiveStream(process.stderr)
@@ -296,7 +329,7 @@ def test_serve_options() -> None:
 
     def parse(*argv: str) -> argparse.Namespace:
         parser = argparse.ArgumentParser()
-        from orchestrator._cli_serve import register
+        from orchestrator._cli.serve import register
 
         register(parser.add_subparsers())
         return parser.parse_args(["serve", *argv])
@@ -306,9 +339,20 @@ def test_serve_options() -> None:
     assert offline.root is None
     assert offline.settings is not None
     assert offline.settings.context_window == 128_000
-    chat = _options(parse("--model", "openai/gpt-test", "--model", "openai/other",
-                          "--context-window", "64000", "--keep-recent-tokens", "500",
-                          "--dir", "/srv"))
+    chat = _options(
+        parse(
+            "--model",
+            "openai/gpt-test",
+            "--model",
+            "openai/other",
+            "--context-window",
+            "64000",
+            "--keep-recent-tokens",
+            "500",
+            "--dir",
+            "/srv",
+        )
+    )
     assert chat.agent_factory is not None
     agent = chat.agent_factory()
     assert isinstance(agent, ChatAgent)

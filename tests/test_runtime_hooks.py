@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator._errors import Cancelled
-from orchestrator._hooks import Hooks
+from orchestrator._core.errors import Cancelled
+from orchestrator._runtime.hooks import Hooks
 from orchestrator.testing import reply
 from tests.runtime_kit import BIG, Kit, settings, summary
 
@@ -25,8 +25,11 @@ async def two_turns(kit: Kit) -> None:
 
 
 def make_kit(summaries: list[Any] | None = None) -> Kit:
-    return Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
-               summaries=summaries or [summary()], runtime_settings=settings(adaptive_keep=False))
+    return Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=summaries or [summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
 
 
 async def test_before_compact_cancel_stops_with_compaction_cancelled() -> None:
@@ -41,9 +44,16 @@ async def test_before_compact_cancel_stops_with_compaction_cancelled() -> None:
 
 async def test_hook_supplied_compaction_is_used_verbatim_from_extension() -> None:
     kit = make_kit()
-    kit.runtime.hooks.on("session_before_compact", lambda payload: {"compaction": {
-        "summary": "HOOK SUMMARY", "firstKeptEntryId": payload["preparation"]["firstKeptEntryId"],
-        "tokensBefore": 999}})
+    kit.runtime.hooks.on(
+        "session_before_compact",
+        lambda payload: {
+            "compaction": {
+                "summary": "HOOK SUMMARY",
+                "firstKeptEntryId": payload["preparation"]["firstKeptEntryId"],
+                "tokensBefore": 999,
+            }
+        },
+    )
     seen: list[dict[str, Any]] = []
     kit.runtime.hooks.on("session_compact", seen.append)
     await two_turns(kit)
@@ -70,8 +80,9 @@ async def test_throwing_handler_is_reported_and_default_compaction_continues() -
     outcome = await kit.runtime.compact()
     assert outcome.status == "committed"
     assert kit.session.tree.entries[-1].get("fromExtension") is None
-    assert kit.of("hook_error") == [{"hook": "session_before_compact",
-                                     "error": "RuntimeError: handler bug"}]
+    assert kit.of("hook_error") == [
+        {"hook": "session_before_compact", "error": "RuntimeError: handler bug"}
+    ]
 
 
 async def test_handlers_run_in_order_last_truthy_wins_and_cancel_short_circuits() -> None:
@@ -112,23 +123,36 @@ def test_unknown_hook_name_is_refused() -> None:
 
 async def test_compacting_hook_adds_context_prompt_and_preserve_data() -> None:
     kit = make_kit()
-    kit.runtime.hooks.on("session.compacting", lambda payload: {
-        "context": ["ticket ABC-123 is the source of truth"],
-        "prompt": "Summarize tersely.",
-        "preserveData": {"plan": "v2"},
-    })
+    kit.runtime.hooks.on(
+        "session.compacting",
+        lambda payload: {
+            "context": ["ticket ABC-123 is the source of truth"],
+            "prompt": "Summarize tersely.",
+            "preserveData": {"plan": "v2"},
+        },
+    )
     await two_turns(kit)
     await kit.runtime.compact()
     prompt = kit.model.requests[0].prompt
-    assert "<additional-context>\n- ticket ABC-123 is the source of truth\n</additional-context>" in prompt
+    assert (
+        "<additional-context>\n- ticket ABC-123 is the source of truth\n</additional-context>"
+        in prompt
+    )
     assert prompt.endswith("Summarize tersely.")
     assert kit.session.tree.entries[-1]["preserveData"] == {"plan": "v2"}
 
 
 async def test_preserve_data_is_inherited_across_compactions() -> None:
-    kit = Kit(turns=[[reply("a", tokens=2000)], [reply("b", tokens=100)], [reply("c", tokens=100)],
-                     [reply("d", tokens=100)]],
-              summaries=[summary(), summary()], runtime_settings=settings(adaptive_keep=False))
+    kit = Kit(
+        turns=[
+            [reply("a", tokens=2000)],
+            [reply("b", tokens=100)],
+            [reply("c", tokens=100)],
+            [reply("d", tokens=100)],
+        ],
+        summaries=[summary(), summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
     kit.runtime.hooks.on("session.compacting", lambda payload: {"preserveData": {"n": 1}})
     await two_turns(kit)
     await kit.runtime.compact()
@@ -138,21 +162,32 @@ async def test_preserve_data_is_inherited_across_compactions() -> None:
     assert kit.session.tree.entries[-1]["preserveData"] == {"n": 1}
 
 
-async def test_d21_manual_compaction_uses_the_current_route_automatic_walks_the_candidates() -> None:
-    from orchestrator._errors import ModelError
-    from orchestrator._summarize import Summarizer
+async def test_d21_manual_compaction_uses_the_current_route_automatic_walks_the_candidates() -> (
+    None
+):
+    from orchestrator._core.errors import ModelError
+    from orchestrator._runtime.summarize import SummaryRoutes
     from orchestrator.testing import ScriptedModel
 
-    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)],
-                     [reply("third", tokens=9500)], [reply("continued", tokens=500)]],
-              runtime_settings=settings(adaptive_keep=False))
-    current = ScriptedModel([ModelError("bad request", kind="fatal"),
-                             ModelError("bad request", kind="fatal")], name="current")
+    kit = Kit(
+        turns=[
+            [reply("first", tokens=2000)],
+            [reply("second", tokens=100)],
+            [reply("third", tokens=9500)],
+            [reply("continued", tokens=500)],
+        ],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    current = ScriptedModel(
+        [ModelError("bad request", kind="fatal"), ModelError("bad request", kind="fatal")],
+        name="current",
+    )
     fallback = ScriptedModel([summary()], name="fallback")
-    kit.runtime.summarizer = Summarizer(candidates=(current, fallback), reserve_tokens=1000,
-                                        sleep=kit.clock.sleep)
+    kit.runtime.summarizer = SummaryRoutes(
+        candidates=(current, fallback), reserve_tokens=1000, sleep=kit.clock.sleep
+    )
     await two_turns(kit)
-    from orchestrator._errors import ModelError as Failed
+    from orchestrator._core.errors import ModelError as Failed
 
     with pytest.raises(Failed, match="bad request"):
         await kit.runtime.compact()

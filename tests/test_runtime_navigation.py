@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator._errors import SessionError
-from orchestrator._session import Session
+from orchestrator._core.errors import SessionError
+from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, Hang, reply
 from tests.runtime_kit import Kit, summary, until
 
@@ -32,8 +32,10 @@ async def conversation(kit: Kit) -> dict[str, str]:
 
 
 def nav_kit(summaries: list[Any] | None = None) -> Kit:
-    return Kit(turns=[[reply("answer one")], [reply("answer two")], [reply("answer three")]],
-               summaries=summaries or [summary(BRANCH_SUMMARY)])
+    return Kit(
+        turns=[[reply("answer one")], [reply("answer two")], [reply("answer three")]],
+        summaries=summaries or [summary(BRANCH_SUMMARY)],
+    )
 
 
 async def test_root_user_target_returns_editor_text_and_empties_the_leaf() -> None:
@@ -112,7 +114,8 @@ async def test_d22_abort_during_branch_summary_leaves_everything_unchanged() -> 
         group.start_soon(go)
         await until(lambda: len(kit.model.requests) == 1)
         kit.runtime.abort_branch_summary()
-    assert results[0].cancelled is True and results[0].aborted is True
+    assert results[0].cancelled is True
+    assert results[0].aborted is True
     assert kit.session.tree.entries == before
     assert kit.session.leaf_id == ids["a2"]
 
@@ -134,7 +137,8 @@ async def test_navigation_is_refused_while_a_turn_runs() -> None:
     async with anyio.create_task_group() as group:
         group.start_soon(kit.runtime.prompt, "second")
         group.start_soon(navigate)
-    assert errors and "Cannot navigate while the agent is working" in errors[0]
+    assert errors
+    assert "Cannot navigate while the agent is working" in errors[0]
 
 
 async def test_unknown_target_errors() -> None:
@@ -160,7 +164,8 @@ async def test_before_tree_hook_can_cancel_or_supply_the_summary() -> None:
     assert result.summary_entry["summary"] == "from hook"
     assert result.summary_entry["fromExtension"] is True
     assert kit.model.requests == []
-    assert trees[0]["fromExtension"] is True and trees[0]["oldLeafId"] == ids["a2"]
+    assert trees[0]["fromExtension"] is True
+    assert trees[0]["oldLeafId"] == ids["a2"]
 
 
 async def test_label_goes_on_the_summary_or_the_target() -> None:
@@ -180,7 +185,12 @@ async def test_branch_switching_scenario_keeps_both_branches() -> None:
     await kit.runtime.prompt("second question, rephrased")
     context = kit.session.context()
     assert [m["role"] for m in context.messages] == [
-        "user", "assistant", "branchSummary", "user", "assistant"]
+        "user",
+        "assistant",
+        "branchSummary",
+        "user",
+        "assistant",
+    ]
     assert kit.session.tree.by_id[ids["a2"]]  # the old branch is still there
 
 
@@ -204,7 +214,8 @@ async def test_fork_from_the_first_message_and_refusals() -> None:
     kit = nav_kit()
     ids = await conversation(kit)
     result = await kit.runtime.fork(ids["u1"])
-    assert result.session is not None and len(result.session.tree) == 0
+    assert result.session is not None
+    assert len(result.session.tree) == 0
     with pytest.raises(SessionError, match="Invalid entry ID for forking"):
         await kit.runtime.fork(ids["a1"])
     kit.runtime.hooks.on("session_before_fork", lambda p: {"cancel": True})
@@ -218,8 +229,11 @@ async def test_work_is_refused_while_a_branch_summary_is_written() -> None:
 
     async def interfere() -> None:
         await until(lambda: len(kit.model.requests) == 1)
-        for attempt in (lambda: kit.runtime.prompt("hi"), kit.runtime.compact,
-                        lambda: kit.runtime.navigate(ids["a1"])):
+        for attempt in (
+            lambda: kit.runtime.prompt("hi"),
+            kit.runtime.compact,
+            lambda: kit.runtime.navigate(ids["a1"]),
+        ):
             try:
                 await attempt()
             except SessionError as exc:

@@ -16,20 +16,25 @@ from __future__ import annotations
 
 import anyio
 import anyio.from_thread
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from orchestrator._errors import Cancelled, ModelError
-from orchestrator._machine import load_machine
-from orchestrator._memory_store import MemoryStore
-from orchestrator._session import Session
+from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._lifecycle.machine import load_machine
+from orchestrator._store.memory import MemoryStore
+from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, error_reply, reply, tool_result
-from tests.runtime_kit import BIG, Kit, settings as runtime_settings, summary, until
+from tests.runtime_kit import BIG, Kit, summary, until
+from tests.runtime_kit import settings as runtime_settings
 
 OUTCOMES = {
     "ok": lambda n: [reply("fine", tokens=1500)],
-    "tools": lambda n: [reply("reading", tokens=1200, calls=[(f"c{n}", "read", {"path": f"f{n}.py"})]),
-                        tool_result(f"c{n}", "y" * 800), reply("read it", tokens=2500)],
+    "tools": lambda n: [
+        reply("reading", tokens=1200, calls=[(f"c{n}", "read", {"path": f"f{n}.py"})]),
+        tool_result(f"c{n}", "y" * 800),
+        reply("read it", tokens=2500),
+    ],
     "threshold": lambda n: [reply("big", tokens=9600)],
     "overflow": lambda n: [error_reply("prompt is too long: 300000 tokens > 200000 maximum")],
     "transient": lambda n: [error_reply("503 service unavailable")],
@@ -57,14 +62,21 @@ class RuntimeMachine(RuleBasedStateMachine):
     def _feed_summaries(self, kinds: list[str]) -> None:
         self.kit.model.push(*[SUMMARIES[k]() for k in kinds])
 
-    @rule(outcome=st.sampled_from(sorted(OUTCOMES)), later=st.sampled_from(sorted(OUTCOMES)),
-          summaries=st.lists(st.sampled_from(sorted(SUMMARIES)), min_size=2, max_size=2))
+    @rule(
+        outcome=st.sampled_from(sorted(OUTCOMES)),
+        later=st.sampled_from(sorted(OUTCOMES)),
+        summaries=st.lists(st.sampled_from(sorted(SUMMARIES)), min_size=2, max_size=2),
+    )
     def prompt(self, outcome: str, later: str, summaries: list[str]) -> None:
         self.turns += 1
         # The follow-up turn answers a retry, a continuation or an overflow retry, if any.
-        self.kit.agent.push(OUTCOMES[outcome](self.turns), OUTCOMES[later](self.turns + 100),
-                            [reply("settled", tokens=500)], [reply("settled", tokens=500)],
-                            [reply("settled", tokens=500)])
+        self.kit.agent.push(
+            OUTCOMES[outcome](self.turns),
+            OUTCOMES[later](self.turns + 100),
+            [reply("settled", tokens=500)],
+            [reply("settled", tokens=500)],
+            [reply("settled", tokens=500)],
+        )
         self._feed_summaries(summaries)
         self.portal.call(self.kit.runtime.prompt, BIG)
         self.kit.agent.clear()
@@ -92,8 +104,11 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.portal.call(go)
 
     @precondition(lambda self: len(self.kit.session.tree.entries) > 1)
-    @rule(index=st.integers(min_value=0), summarize=st.booleans(),
-          kind=st.sampled_from(sorted(SUMMARIES)))
+    @rule(
+        index=st.integers(min_value=0),
+        summarize=st.booleans(),
+        kind=st.sampled_from(sorted(SUMMARIES)),
+    )
     def navigate(self, index: int, summarize: bool, kind: str) -> None:
         entries = self.kit.session.tree.entries
         target = entries[index % len(entries)]["id"]
@@ -118,8 +133,11 @@ class RuntimeMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_partial_is_applied(self) -> None:
-        committed = {r.data.get("entryId") for r in self.kit.journal.records()
-                     if r.machine == "operation" and r.dest == "committed"}
+        committed = {
+            r.data.get("entryId")
+            for r in self.kit.journal.records()
+            if r.machine == "operation" and r.dest == "committed"
+        }
         for entry in self.kit.session.tree.entries:
             if entry["type"] in ("compaction", "branch_summary"):
                 assert entry["id"] in committed or entry.get("fromExtension")
@@ -154,8 +172,9 @@ class RuntimeMachine(RuleBasedStateMachine):
 
 
 RuntimeMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=12, deadline=None,
+    max_examples=25,
+    stateful_step_count=12,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestRuntimeMachine = RuntimeMachine.TestCase
-

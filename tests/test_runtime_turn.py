@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from orchestrator._errors import Cancelled, SessionError
-from orchestrator._turn_effects import OVERFLOW_FAILED
+from orchestrator._core.errors import Cancelled, SessionError
+from orchestrator._runtime.turn_effects import OVERFLOW_FAILED
 from orchestrator.testing import AgentHang, Hang, error_reply, reply
 from tests.runtime_kit import BIG, HangingSleep, Kit, settings, summary, until
 
@@ -20,23 +20,34 @@ def anyio_backend() -> str:
 
 async def test_threshold_compaction_then_auto_continue_d20() -> None:
     kit = Kit(
-        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)], [reply("continued", tokens=1500)]],
+        turns=[
+            [reply("first", tokens=2000)],
+            [reply("second", tokens=9500)],
+            [reply("continued", tokens=1500)],
+        ],
         summaries=[summary()],
         runtime_settings=settings(adaptive_keep=False),
     )
     await kit.runtime.prompt(BIG)
     result = await kit.runtime.prompt(BIG)
-    assert result.reply is not None and result.reply["content"][0]["text"] == "continued"
+    assert result.reply is not None
+    assert result.reply["content"][0]["text"] == "continued"
     assert kit.entry_types() == [
-        "message:user", "message:assistant", "message:user", "message:assistant",
-        "compaction", "custom_message", "message:assistant",
+        "message:user",
+        "message:assistant",
+        "message:user",
+        "message:assistant",
+        "compaction",
+        "custom_message",
+        "message:assistant",
     ]
     continue_entry = kit.session.tree.entries[5]
     assert continue_entry["customType"] == "auto-continue"
     assert continue_entry["content"] == "Continue if you have next steps."
     assert kit.of("auto_compaction_start") == [{"reason": "threshold"}]
     [end] = kit.of("auto_compaction_end")
-    assert end["willRetry"] is False and end["aborted"] is False
+    assert end["willRetry"] is False
+    assert end["aborted"] is False
     assert end["result"]["summary"].startswith("## Goal")
     third_input = kit.agent.inputs[2].messages
     assert third_input[0]["role"] == "compactionSummary"
@@ -47,7 +58,11 @@ async def test_threshold_compaction_then_auto_continue_d20() -> None:
 
 async def test_d19_at_most_one_automatic_compaction_per_turn() -> None:
     kit = Kit(
-        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)], [reply("still big", tokens=9800)]],
+        turns=[
+            [reply("first", tokens=2000)],
+            [reply("second", tokens=9500)],
+            [reply("still big", tokens=9800)],
+        ],
         summaries=[summary()],
         runtime_settings=settings(adaptive_keep=False),
     )
@@ -89,12 +104,15 @@ async def test_d18_overflow_compacts_once_and_retries_without_the_failed_reply()
     )
     await kit.runtime.prompt(BIG)
     result = await kit.runtime.prompt(BIG)
-    assert result.reply is not None and result.reply["content"][0]["text"] == "recovered"
+    assert result.reply is not None
+    assert result.reply["content"][0]["text"] == "recovered"
     assert kit.of("auto_compaction_start") == [{"reason": "overflow"}]
     [end] = kit.of("auto_compaction_end")
     assert end["willRetry"] is True
     # The failed reply stays in the file but is not sent again.
-    failed = [e for e in kit.session.tree.entries if e.get("message", {}).get("stopReason") == "error"]
+    failed = [
+        e for e in kit.session.tree.entries if e.get("message", {}).get("stopReason") == "error"
+    ]
     assert len(failed) == 1
     retry_input = kit.agent.inputs[2].messages
     assert all(m.get("stopReason") != "error" for m in retry_input)
@@ -121,7 +139,7 @@ async def test_d18_second_overflow_in_the_same_turn_fails_with_guidance() -> Non
 
 
 async def test_overflow_recovery_failure_is_reported_and_nothing_applied() -> None:
-    from orchestrator._errors import ModelError
+    from orchestrator._core.errors import ModelError
 
     kit = Kit(
         turns=[[reply("first", tokens=2000)], [error_reply("request_too_large")]],
@@ -137,7 +155,7 @@ async def test_overflow_recovery_failure_is_reported_and_nothing_applied() -> No
 
 
 async def test_threshold_failure_says_auto_compaction_failed() -> None:
-    from orchestrator._errors import ModelError
+    from orchestrator._core.errors import ModelError
 
     kit = Kit(
         turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)]],
@@ -151,13 +169,16 @@ async def test_threshold_failure_says_auto_compaction_failed() -> None:
 
 
 async def test_transient_errors_retry_with_backoff_and_retry_after() -> None:
-    kit = Kit(turns=[
-        [error_reply("429 rate limit exceeded")],
-        [error_reply("overloaded, retry-after: 7")],
-        [reply("finally", tokens=100)],
-    ])
+    kit = Kit(
+        turns=[
+            [error_reply("429 rate limit exceeded")],
+            [error_reply("overloaded, retry-after: 7")],
+            [reply("finally", tokens=100)],
+        ]
+    )
     result = await kit.runtime.prompt("hi")
-    assert result.reply is not None and result.reply["content"][0]["text"] == "finally"
+    assert result.reply is not None
+    assert result.reply["content"][0]["text"] == "finally"
     starts = kit.of("auto_retry_start")
     assert [(s["attempt"], s["delayMs"]) for s in starts] == [(1, 2000), (2, 7000)]
     assert kit.clock.sleeps == [2.0, 7.0]
@@ -171,7 +192,8 @@ async def test_retries_exhausted_end_with_the_final_error() -> None:
     await kit.runtime.prompt("hi")
     assert len(kit.of("auto_retry_start")) == 3
     [end] = kit.of("auto_retry_end")
-    assert end["success"] is False and end["finalError"] == "503 service unavailable"
+    assert end["success"] is False
+    assert end["finalError"] == "503 service unavailable"
     assert kit.runtime.state == "idle"
 
 
@@ -209,8 +231,11 @@ async def test_abort_stops_a_running_agent() -> None:
 
 
 async def test_d22_manual_compaction_stops_work_and_does_not_resume() -> None:
-    kit = Kit(turns=[[reply("first", tokens=2000)], [AgentHang()], [reply("not used")]],
-              summaries=[summary()], runtime_settings=settings(adaptive_keep=False))
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [AgentHang()], [reply("not used")]],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
     await kit.runtime.prompt(BIG)
     outcomes = []
 
@@ -241,8 +266,11 @@ async def test_manual_compaction_when_idle_and_nothing_to_compact_d12() -> None:
 
 
 async def test_manual_compaction_twice_says_already_compacted() -> None:
-    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
-              summaries=[summary()], runtime_settings=settings(adaptive_keep=False))
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
     await kit.runtime.prompt(BIG)
     await kit.runtime.prompt(BIG)
     assert (await kit.runtime.compact()).status == "committed"
@@ -251,8 +279,11 @@ async def test_manual_compaction_twice_says_already_compacted() -> None:
 
 
 async def test_d22_abort_compaction_applies_nothing() -> None:
-    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
-              summaries=[Hang()], runtime_settings=settings(adaptive_keep=False))
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=[Hang()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
     await kit.runtime.prompt(BIG)
     await kit.runtime.prompt(BIG)
     before = list(kit.session.tree.entries)
@@ -288,8 +319,11 @@ async def test_prompt_while_busy_is_queued_and_runs_next() -> None:
         group.start_soon(kit.runtime.prompt, "first")
         group.start_soon(second)
     assert results[0].queued is True
-    texts = [e["message"]["content"][0]["text"] for e in kit.session.tree.entries
-             if e.get("message", {}).get("role") == "user"]
+    texts = [
+        e["message"]["content"][0]["text"]
+        for e in kit.session.tree.entries
+        if e.get("message", {}).get("role") == "user"
+    ]
     assert texts == ["first", "queued"]
 
 
@@ -318,8 +352,11 @@ async def test_d19_overflow_after_this_turns_threshold_compaction_does_not_compa
 
 
 async def test_a_second_manual_compaction_is_refused_while_one_runs() -> None:
-    kit = Kit(turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
-              summaries=[Hang()], runtime_settings=settings(adaptive_keep=False))
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=[Hang()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
     await kit.runtime.prompt(BIG)
     await kit.runtime.prompt(BIG)
     errors: list[str] = []

@@ -3,7 +3,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._serialize import (
+from orchestrator._core.serialize import (
     TOOL_RESULT_MAX_CHARS,
     format_tool_call,
     js_json,

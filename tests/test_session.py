@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator._context import build_context
-from orchestrator._session import Session
+from orchestrator._core.context import build_context
+from orchestrator._store.session import Session
 
 
 def assistant(text: str) -> dict[str, object]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}], "provider": "p",
-            "model": "m", "stopReason": "stop", "usage": {"totalTokens": 5}, "timestamp": 2}
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "provider": "p",
+        "model": "m",
+        "stopReason": "stop",
+        "usage": {"totalTokens": 5},
+        "timestamp": 2,
+    }
 
 
 def test_nothing_is_written_until_an_assistant_message_exists(tmp_path: Path) -> None:

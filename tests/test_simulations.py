@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator._errors import DefinitionError
-from orchestrator._guards import Facts
-from orchestrator._machine import load_machine, step
-from orchestrator._scenario import load_scenario
-from orchestrator._simulate import simulate
-from orchestrator._trace_export import read_trace
+from orchestrator._core.errors import DefinitionError
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import load_machine, step
+from orchestrator._sim.scenario import load_scenario
+from orchestrator._sim.simulate import simulate
+from orchestrator._telemetry.export import read_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 SCENARIOS = sorted((TRACES / "scenarios").glob("*.toml"))

@@ -10,17 +10,22 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from orchestrator._branch_plan import prepare_branch_entries
-from orchestrator._compaction_plan import CompactionPlan, plan_compaction
-from orchestrator._errors import ModelError
-from orchestrator._model import ModelRequest, ModelResponse
-from orchestrator._operations import compact_session
-from orchestrator._remote_model import RemoteSummaryModel
-from orchestrator._retry import AttemptRecord, RetryPolicy
-from orchestrator._session import Session
-from orchestrator._summary_request import history_request
-from orchestrator._summarize import NO_BRANCH_CONTENT, Summarizer, compact, summarize_branch
-from orchestrator._tokens import CompactionSettings
+from orchestrator._core.branch_plan import prepare_branch_entries
+from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import ModelRequest, ModelResponse
+from orchestrator._core.summary_request import history_request
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._models.remote import RemoteSummaryModel
+from orchestrator._runtime.compaction import compact_session
+from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
+from orchestrator._runtime.summarize import (
+    NO_BRANCH_CONTENT,
+    SummaryRoutes,
+    compact,
+    summarize_branch,
+)
+from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, FunctionModel, Hang, LocalProvider, Reply, ScriptedModel
 from tests.runtime_kit import until
 from tests.sessions import SessionBuilder, usage
@@ -59,9 +64,13 @@ def the_plan(s: SessionBuilder, settings: CompactionSettings = SETTINGS) -> Comp
     return plan
 
 
-def summarizer(*models: object, **kwargs: object) -> Summarizer:
-    return Summarizer(candidates=tuple(models), reserve_tokens=2000,  # type: ignore[arg-type]
-                      sleep=FakeClock().sleep, **kwargs)  # type: ignore[arg-type]
+def summarizer(*models: object, **kwargs: object) -> SummaryRoutes:
+    return SummaryRoutes(
+        candidates=tuple(models),
+        reserve_tokens=2000,  # type: ignore[arg-type]
+        sleep=FakeClock().sleep,
+        **kwargs,
+    )  # type: ignore[arg-type]
 
 
 async def test_plain_compaction_sends_the_conversation_and_adds_file_tags() -> None:
@@ -109,12 +118,17 @@ async def test_split_turn_summaries_run_concurrently() -> None:
         s.tool_result("e" * 400)
     s.assistant("tail " + "f" * 100, usage=usage(2000))
     plan = the_plan(s, CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
-    assert plan.is_split_turn and plan.messages_to_summarize and plan.turn_prefix_messages
+    assert plan.is_split_turn
+    assert plan.messages_to_summarize
+    assert plan.turn_prefix_messages
     model = FunctionModel(answer)
     result = await compact(plan, summarizer(model))
     assert peak == 2
     assert sorted(r.purpose for r in model.requests) == ["history", "turn_prefix"]
-    assert "summary for history\n\n---\n\n**Turn Context (split turn):**\n\nsummary for turn_prefix" in result.summary
+    assert (
+        "summary for history\n\n---\n\n**Turn Context (split turn):**\n\nsummary for turn_prefix"
+        in result.summary
+    )
 
 
 async def test_both_halves_of_a_split_turn_failing_raise_one_model_error() -> None:
@@ -142,7 +156,8 @@ async def test_d11_split_turn_without_older_history_keeps_the_previous_summary()
         s.tool_result("e" * 400)
     s.assistant("tail", usage=usage(2000))
     plan = the_plan(s, CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
-    assert plan.is_split_turn and not plan.messages_to_summarize
+    assert plan.is_split_turn
+    assert not plan.messages_to_summarize
     # The executor's edge path: a previous summary and nothing older than the split turn.
     plan = dataclasses.replace(plan, previous_summary="## Goal\nKEEP ME")
     model = ScriptedModel(["prefix summary"])
@@ -150,8 +165,10 @@ async def test_d11_split_turn_without_older_history_keeps_the_previous_summary()
     assert result.summary.startswith("## Goal\nKEEP ME\n\n---\n\n**Turn Context (split turn):**")
     assert "No prior history." not in result.summary
     assert [r.purpose for r in model.requests] == ["turn_prefix"]
-    without = await compact(dataclasses.replace(plan, previous_summary=None),
-                            summarizer(ScriptedModel(["prefix summary"])))
+    without = await compact(
+        dataclasses.replace(plan, previous_summary=None),
+        summarizer(ScriptedModel(["prefix summary"])),
+    )
     assert without.summary.startswith("No prior history.")
 
 
@@ -160,8 +177,10 @@ async def test_d14_summarizer_overflow_halves_the_request() -> None:
     whole = history_request(plan.messages_to_summarize, reserve_tokens=2000)
     # The window leaves room for the whole prompt once, not for it halved.
     room = math.ceil((len(whole.system) + len(whole.prompt)) / 4) + 10
-    model = ScriptedModel([ModelError("context_length_exceeded", kind="overflow"), "## Goal\nOK"],
-                          context_window=1600 + room)
+    model = ScriptedModel(
+        [ModelError("context_length_exceeded", kind="overflow"), "## Goal\nOK"],
+        context_window=1600 + room,
+    )
     result = await compact(plan, summarizer(model))
     assert result.summary.startswith("## Goal\nOK")
     first, second = (r.prompt for r in model.requests)
@@ -180,9 +199,14 @@ async def test_d14_gives_up_after_three_halvings() -> None:
 
 @pytest.mark.parametrize(
     ("reply", "kind"),
-    [(ModelResponse(text="   "), "empty"), (ModelResponse(text="cut", stop_reason="length"), "truncated")],
+    [
+        (ModelResponse(text="   "), "empty"),
+        (ModelResponse(text="cut", stop_reason="length"), "truncated"),
+    ],
 )
-async def test_d15_empty_or_truncated_summaries_are_failures(reply: ModelResponse, kind: str) -> None:
+async def test_d15_empty_or_truncated_summaries_are_failures(
+    reply: ModelResponse, kind: str
+) -> None:
     model = ScriptedModel([reply])
     with pytest.raises(ModelError) as caught:
         await compact(the_plan(conversation()), summarizer(model))
@@ -191,11 +215,17 @@ async def test_d15_empty_or_truncated_summaries_are_failures(reply: ModelRespons
 
 async def test_retries_and_candidate_switch_are_reported() -> None:
     attempts: list[tuple[str, str]] = []
-    first = ScriptedModel([ModelError("503", kind="transient"), ModelError("503", kind="transient", retry_after=45)],
-                          name="first")
+    first = ScriptedModel(
+        [ModelError("503", kind="transient"), ModelError("503", kind="transient", retry_after=45)],
+        name="first",
+    )
     second = ScriptedModel(["## Goal\nfrom the second"], name="second")
-    s = summarizer(first, second, retry=RetryPolicy(max_retries=3, base_delay_ms=2000),
-                   on_attempt=lambda r, p: attempts.append((r.candidate, r.outcome)))
+    s = summarizer(
+        first,
+        second,
+        retry=RetryPolicy(max_retries=3, base_delay_ms=2000),
+        on_attempt=lambda r, p: attempts.append((r.candidate, r.outcome)),
+    )
     result = await compact(the_plan(conversation()), s)
     assert result.model == "second"
     assert attempts == [("first", "retry"), ("first", "next_candidate"), ("second", "ok")]
@@ -206,24 +236,31 @@ async def test_all_candidates_failing_raise_the_last_error() -> None:
     a = ScriptedModel([ModelError("bad key", kind="fatal")], name="a")
     b = ScriptedModel([ModelError("also down", kind="fatal")], name="b")
     with pytest.raises(ModelError, match="also down"):
-        await compact(the_plan(conversation()), summarizer(a, b, on_attempt=lambda r, p: records.append(r)))
+        await compact(
+            the_plan(conversation()), summarizer(a, b, on_attempt=lambda r, p: records.append(r))
+        )
     assert [(r.candidate, r.outcome) for r in records] == [("a", "next_candidate"), ("b", "failed")]
 
 
 async def test_remote_endpoint_takes_the_history_summary() -> None:
     with LocalProvider((Reply.remote("## Goal\nFrom the endpoint"),)) as provider:
         remote = RemoteSummaryModel(provider.url + "/summary")
-        result = await compact(the_plan(conversation()), summarizer(ScriptedModel([]), remote=remote))
+        result = await compact(
+            the_plan(conversation()), summarizer(ScriptedModel([]), remote=remote)
+        )
         [request] = provider.requests
     assert result.summary.startswith("## Goal\nFrom the endpoint")
     assert set(request.body) == {"systemPrompt", "prompt"}
     assert request.body["prompt"].startswith("<conversation>")
 
 
-@pytest.mark.parametrize(("reply", "message"), [
-    (Reply.error(500, "boom"), "Remote compaction failed (500"),
-    (Reply.remote(summary=None), "Remote compaction response missing summary"),
-])
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (Reply.error(500, "boom"), "Remote compaction failed (500"),
+        (Reply.remote(summary=None), "Remote compaction response missing summary"),
+    ],
+)
 async def test_remote_endpoint_failures(reply: Reply, message: str) -> None:
     with LocalProvider((reply,) * 4) as provider:
         remote = RemoteSummaryModel(provider.url + "/summary")
@@ -259,7 +296,9 @@ async def test_branch_summary_with_preamble_and_no_call_when_nothing_to_summariz
     model = ScriptedModel(["## Goal\nExplored b.py"])
     result = await summarize_branch(plan, summarizer(model), instructions="note files")
     assert result.summary.split("\n")[0].startswith("Before coming back to this point")
-    assert "\n\n## Goal\nExplored b.py\n\n<modified-files>\nb.py\n</modified-files>" in result.summary
+    assert (
+        "\n\n## Goal\nExplored b.py\n\n<modified-files>\nb.py\n</modified-files>" in result.summary
+    )
     assert model.requests[0].prompt.endswith("Additional focus: note files")
     assert model.requests[0].max_tokens == 2048
     empty = prepare_branch_entries([], 0)

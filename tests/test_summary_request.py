@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._prompts import render
-from orchestrator._summary_request import (
+from orchestrator._core.prompts import render
+from orchestrator._core.summary_request import (
     BRANCH_MAX_TOKENS,
     PromptBudget,
     branch_request,

@@ -5,8 +5,8 @@ import anyio.lowlevel
 import pytest
 
 import orchestrator.testing as testing
-from orchestrator._errors import ModelError
-from orchestrator._model import Model, ModelRequest, ModelResponse
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator.testing import Delay, FakeClock, FunctionModel, Hang, ScriptedModel
 
 pytestmark = pytest.mark.anyio

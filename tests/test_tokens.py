@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from orchestrator._tokens import (
+from orchestrator._core.tokens import (
     CompactionSettings,
     calculate_context_tokens,
     compaction_threshold,

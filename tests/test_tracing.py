@@ -15,17 +15,17 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from orchestrator._errors import Cancelled, ModelError
-from orchestrator._guards import Facts
-from orchestrator._machine import Runner, Step, load_machine
-from orchestrator._model import ModelRequest, ModelResponse, Usage
-from orchestrator._trace_export import (
+from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.model import ModelRequest, ModelResponse, Usage
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import Runner, Step, load_machine
+from orchestrator._telemetry.export import (
     JsonLinesSpanExporter,
     exporter_of,
     make_tracer_provider,
     read_trace,
 )
-from orchestrator._tracing import (
+from orchestrator._telemetry.tracing import (
     ERROR_TYPE,
     GEN_AI_OPERATION_NAME,
     GEN_AI_REQUEST_MAX_TOKENS,
@@ -38,8 +38,9 @@ from orchestrator._tracing import (
     set_attributes,
 )
 
-SUMMARY = ModelRequest(purpose="history", system="s", messages=({"role": "user", "content": "x"},),
-                       max_tokens=1234)
+SUMMARY = ModelRequest(
+    purpose="history", system="s", messages=({"role": "user", "content": "x"},), max_tokens=1234
+)
 CHAT = ModelRequest(purpose="chat", system="s", messages=(), max_tokens=99)
 
 
@@ -64,8 +65,13 @@ def transitions(span: ReadableSpan) -> list[tuple[str, str, str, str, tuple[str,
         effects = a["effects"]
         assert isinstance(effects, tuple)
         found.append(
-            (str(a["machine"]), str(a["from"]), str(a["trigger"]), str(a["to"]),
-             tuple(str(e) for e in effects))
+            (
+                str(a["machine"]),
+                str(a["from"]),
+                str(a["trigger"]),
+                str(a["to"]),
+                tuple(str(e) for e in effects),
+            )
         )
     return found
 
@@ -126,8 +132,13 @@ def test_transition_events_land_on_their_machines_span(
         ("operation", "preparing", "prepared", "consulting_hooks", ("run_hooks",)),
         ("operation", "consulting_hooks", "hooks_done", "summarizing", ("call_model",)),
         ("operation", "summarizing", "summary_ready", "committing", ("append_entry",)),
-        ("operation", "committing", "entry_appended", "committed",
-         ("rebuild_context", "emit_result")),
+        (
+            "operation",
+            "committing",
+            "entry_appended",
+            "committed",
+            ("rebuild_context", "emit_result"),
+        ),
     ]
     turn_events = transitions(spans["orchestrator.turn"])
     assert len(turn_events) == 1
@@ -155,7 +166,7 @@ def test_model_span_carries_genai_attributes(
         GEN_AI_USAGE_OUTPUT_TOKENS: 40,
         GEN_AI_RESPONSE_MODEL: "claude-x",
     }
-    chat = (spans["chat openai/gpt"].attributes or {})
+    chat = spans["chat openai/gpt"].attributes or {}
     assert chat[GEN_AI_OPERATION_NAME] == "chat"
     assert chat[GEN_AI_RESPONSE_FINISH_REASONS] == ("toolUse",)
     assert GEN_AI_RESPONSE_MODEL not in chat
@@ -264,8 +275,7 @@ def test_concurrent_sessions_keep_their_events_apart(
 
     anyio.run(main)
     spans = {
-        (s.attributes or {})["orchestrator.operation.id"]: s
-        for s in exporter.get_finished_spans()
+        (s.attributes or {})["orchestrator.operation.id"]: s for s in exporter.get_finished_spans()
     }
     assert [e[1] for e in transitions(spans["A"])] == ["a"]
     assert [e[1] for e in transitions(spans["B"])] == ["x"]
@@ -295,11 +305,21 @@ def test_jsonl_exporter_writes_one_parseable_line_per_span(tmp_path: Path) -> No
     assert len(file.stem) == 32
     lines = [json.loads(line) for line in file.read_text().splitlines()]
     assert [line["name"] for line in lines] == [
-        "summarize anthropic/claude", "orchestrator.compaction", "orchestrator.turn",
+        "summarize anthropic/claude",
+        "orchestrator.compaction",
+        "orchestrator.turn",
     ]
     assert list(lines[0]) == [
-        "name", "kind", "traceId", "spanId", "parentSpanId", "start", "end", "status",
-        "attributes", "events",
+        "name",
+        "kind",
+        "traceId",
+        "spanId",
+        "parentSpanId",
+        "start",
+        "end",
+        "status",
+        "attributes",
+        "events",
     ]
     assert list(lines[0]["attributes"]) == sorted(lines[0]["attributes"])
     assert lines[1]["events"][0]["attributes"]["effects"] == ["run_hooks"]
@@ -437,6 +457,8 @@ def test_otlp_exporter_sends_spans_to_the_configured_endpoint(
             for scope_spans in resource_spans.scope_spans:
                 names += [span.name for span in scope_spans.spans]
     assert sorted(names) == [
-        "orchestrator.compaction", "orchestrator.turn", "summarize anthropic/claude",
+        "orchestrator.compaction",
+        "orchestrator.turn",
+        "summarize anthropic/claude",
     ]
     assert services == {"otlp-test"}

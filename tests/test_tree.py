@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from orchestrator._errors import SessionError
-from orchestrator._tree import SessionTree
+from orchestrator._core.errors import SessionError
+from orchestrator._core.tree import SessionTree
 
 HEADER = {
     "type": "session",

@@ -11,11 +11,11 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import OptionList, Static
 
-from orchestrator._cli_tui import build_runtime, keep_position, register
-from orchestrator._errors import ModelError, SessionError
-from orchestrator._session import Session
-from orchestrator._tui import TreeApp
-from orchestrator._tui_picker import UNAVAILABLE, PickerState, TreePicker, entry_text
+from orchestrator._cli.tui import build_runtime, keep_position, register
+from orchestrator._core.errors import ModelError, SessionError
+from orchestrator._store.session import Session
+from orchestrator._tui.app import TreeApp
+from orchestrator._tui.picker import UNAVAILABLE, PickerState, TreePicker, entry_text
 from orchestrator.testing import AgentHang, Hang, reply
 from tests.runtime_kit import Kit, summary
 
@@ -30,8 +30,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def nav_kit(summaries: list[Any] | None = None, extra_turns: list[Any] | None = None,
-            session: Session | None = None) -> Kit:
+def nav_kit(
+    summaries: list[Any] | None = None,
+    extra_turns: list[Any] | None = None,
+    session: Session | None = None,
+) -> Kit:
     turns = [[reply("answer one")], [reply("answer two")], *(extra_turns or [])]
     return Kit(turns=turns, summaries=summaries or [summary(BRANCH_SUMMARY)], session=session)
 
@@ -375,13 +378,22 @@ async def test_an_empty_session_shows_an_empty_picker() -> None:
 
 
 def test_entry_text_shows_whole_entries() -> None:
-    assistant = {"type": "message", "message": {"role": "assistant", "content": [
-        {"type": "text", "text": "reading"},
-        {"type": "toolCall", "name": "read", "arguments": {"path": "a.py"}},
-        {"type": "thinking", "thinking": "hidden"}]}}
+    assistant = {
+        "type": "message",
+        "message": {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "reading"},
+                {"type": "toolCall", "name": "read", "arguments": {"path": "a.py"}},
+                {"type": "thinking", "thinking": "hidden"},
+            ],
+        },
+    }
     assert entry_text(assistant) == "reading\n→ read({'path': 'a.py'})"
-    bash = {"type": "message", "message": {"role": "bashExecution", "command": "ls",
-                                           "output": "a.py"}}
+    bash = {
+        "type": "message",
+        "message": {"role": "bashExecution", "command": "ls", "output": "a.py"},
+    }
     assert entry_text(bash) == "$ ls\na.py"
     summary_message = {"type": "message", "message": {"role": "branchSummary", "summary": "S"}}
     assert entry_text(summary_message) == "S"

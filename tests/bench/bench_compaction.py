@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import write_session  # noqa: E402
 
-from orchestrator._compaction_plan import CompactionPlan, plan_compaction  # noqa: E402
-from orchestrator._model import ModelRequest, ModelResponse, Usage  # noqa: E402
-from orchestrator._operations import compact_session  # noqa: E402
-from orchestrator._session import Session  # noqa: E402
-from orchestrator._summarize import Summarizer  # noqa: E402
-from orchestrator._tokens import CompactionSettings  # noqa: E402
+from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction  # noqa: E402
+from orchestrator._core.model import ModelRequest, ModelResponse, Usage  # noqa: E402
+from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._runtime.compaction import compact_session  # noqa: E402
+from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._store.session import Session  # noqa: E402
 
 SIZES = [1_000, 100_000]
 RUNS = 5
@@ -202,7 +202,7 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     _check_plan(plan_compaction(session.path(), settings, context=session.context()), kind)
     t_plan = time.perf_counter() - t0
     fake = FakeModel(latency)
-    summarizer = Summarizer(candidates=(fake,))
+    summarizer = SummaryRoutes(candidates=(fake,))
     t0 = time.perf_counter()
     outcome = await compact_session(session, summarizer, settings=settings, dry_run=False)
     total = time.perf_counter() - t0

@@ -18,7 +18,7 @@ message. Per size it prints the median over the runs of:
   repeated ``APPENDS`` times; median and worst single operation. This is the "does not re-walk
   the path" check: it must stay flat in N while the full context build grows with N;
 * one full garbage collection, timed after the rest (loading pauses the collector, see
-  ``orchestrator._loading.gc_paused``; the passes it skipped are at most a few of these);
+  ``orchestrator._core.loading.gc_paused``; the passes it skipped are at most a few of these);
 * peak RSS of the process.
 
 Linear cost means the per-entry times (µs/entry) stay flat as N grows; the last lines print the
@@ -121,10 +121,10 @@ def write_session(path: Path, n: int) -> None:
 def measure(n: int) -> dict[str, float]:
     """One run at one size, in this process."""
     sys.path.insert(0, str(ROOT))
-    from orchestrator._compaction_plan import plan_compaction
-    from orchestrator._jsonl_store import JsonlStore
-    from orchestrator._session import Session
-    from orchestrator._tokens import CompactionSettings
+    from orchestrator._core.compaction_plan import plan_compaction
+    from orchestrator._core.tokens import CompactionSettings
+    from orchestrator._store.jsonl import JsonlStore
+    from orchestrator._store.session import Session
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.jsonl"

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator._cli import _build_parser, main
-from orchestrator._cli_inspect import branch_report, context_report
-from orchestrator._compaction_plan import plan_report
-from orchestrator._session import Session
-from orchestrator._tokens import CompactionSettings
+from orchestrator._cli.main import _build_parser, main
+from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._store.reports import branch_report, context_report
+from orchestrator._store.session import Session
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "pi"
 HERE = Path(__file__).resolve().parent

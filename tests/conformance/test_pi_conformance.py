@@ -33,10 +33,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator._cli_inspect import branch_report, context_report
-from orchestrator._compaction_plan import plan_report
-from orchestrator._session import Session
-from orchestrator._tokens import CompactionSettings
+from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._store.reports import branch_report, context_report
+from orchestrator._store.session import Session
 from tests.conformance.pi_cases import (
     DATA,
     HERE,
@@ -95,7 +95,7 @@ def test_context_matches_pi_on_other_files(session: Path) -> None:
     import contextlib
     import io
 
-    from orchestrator._cli import main
+    from orchestrator._cli.main import main
 
     theirs = json.loads(_node("context", str(session)))
     out = io.StringIO()

@@ -1,0 +1,176 @@
+"""Inspection commands: ``context``, ``plan``, ``tree`` and ``check`` (read-only).
+
+Their ``--json`` output is the stable contract of ``spec/inspection-json.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from orchestrator._cli.common import check_leaf, open_existing, print_json
+from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.errors import SessionError
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
+
+
+def register(commands: Any) -> None:
+    """Add the inspection commands to the parser."""
+    context = commands.add_parser("context", help="show what the model would see")
+    context.add_argument("session")
+    context.add_argument("--leaf", help="entry id to build the context at (default: last entry)")
+    context.add_argument("--json", action="store_true", help="print the stable JSON form")
+    context.set_defaults(handler=_context)
+
+    plan = commands.add_parser("plan", help="show what a compaction or branch summary would do")
+    plan.add_argument("session")
+    plan.add_argument("--leaf")
+    plan.add_argument("--keep-recent-tokens", type=int, default=20000)
+    plan.add_argument("--reserve-tokens", type=int, default=16384)
+    plan.add_argument("--context-window", type=int)
+    plan.add_argument("--no-adaptive-keep", action="store_true")
+    plan.add_argument("--from", dest="from_leaf", metavar="OLD_LEAF")
+    plan.add_argument("--to", dest="to_target", metavar="TARGET")
+    plan.add_argument("--budget", type=int, default=0, help="branch-summary token budget (0: none)")
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(handler=_plan)
+
+    tree = commands.add_parser("tree", help="draw the session tree")
+    tree.add_argument("session")
+    tree.add_argument("--json", action="store_true")
+    tree.set_defaults(handler=_tree)
+
+    check = commands.add_parser("check", help="validate a session file (exit 1 on problems)")
+    check.add_argument("session")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(handler=_check)
+
+
+# -- context -----------------------------------------------------------------------------------
+
+
+def _context(args: argparse.Namespace) -> int:
+    session = open_existing(args.session)
+    report = context_report(session, check_leaf(session, args.leaf))
+    if args.json:
+        print_json(report)
+        return 0
+    for message, tokens in zip(report["messages"], report["messageTokens"], strict=True):
+        print(f"[{message.get('role')}] ~{tokens} tokens: {preview_message(message)}")
+    tokens = report["tokens"]
+    print(f"-- {len(report['messages'])} messages, ~{tokens['tokens']} tokens", end="")
+    print(f" (model {_model_text(report['model'])}, thinking {report['thinkingLevel']})")
+    return 0
+
+
+def _model_text(model: dict[str, str] | None) -> str:
+    return f"{model['provider']}/{model['modelId']}" if model else "none"
+
+
+# -- plan --------------------------------------------------------------------------------------
+
+
+def _plan(args: argparse.Namespace) -> int:
+    session = open_existing(args.session)
+    if (args.from_leaf is None) != (args.to_target is None):
+        raise SessionError("--from and --to go together (branch plan)")
+    if args.from_leaf is not None:
+        report = branch_report(session, args.from_leaf, args.to_target, args.budget)
+        if args.json:
+            print_json(report)
+        else:
+            print(
+                f"abandoned entries: {len(report['entryIds'])}, summarized: "
+                f"{len(report['summarizedEntryIds'])}, ~{report['totalTokens']} tokens"
+            )
+            print(f"common ancestor: {report['commonAncestorId']}")
+        return 0
+    leaf = check_leaf(session, args.leaf)
+    settings = CompactionSettings(
+        reserve_tokens=args.reserve_tokens,
+        keep_recent_tokens=args.keep_recent_tokens,
+        adaptive_keep=not args.no_adaptive_keep,
+    )
+    report = plan_report(session.path(leaf) if leaf else [], settings, args.context_window)
+    if args.json:
+        print_json(report)
+        return 0
+    _print_compaction_plan(report)
+    return 0
+
+
+def _print_compaction_plan(report: dict[str, Any]) -> None:
+    print(f"context: ~{report['contextTokens']} tokens", end="")
+    if report["threshold"] is not None:
+        print(
+            f", threshold {report['threshold']}, should compact: {report['shouldCompact']}", end=""
+        )
+    print()
+    print(
+        f"keep recent: {report['effectiveKeepRecentTokens']} tokens "
+        f"(configured {report['keepRecentTokens']})"
+    )
+    plan = report["compaction"]
+    if plan is None:
+        print(f"no compaction: {report['reason']}")
+        return
+    split = f" (split turn, prefix of {len(plan['turnPrefixEntryIds'])})"
+    print(
+        f"summarize {len(plan['summarizeEntryIds'])} entries, keep from {plan['firstKeptEntryId']}"
+        + (split if plan["isSplitTurn"] else "")
+    )
+    print(
+        f"tokens before: {plan['tokensBefore']}; previous summary: "
+        f"{'yes' if plan['previousSummary'] else 'no'}"
+    )
+    print(f"files read: {len(plan['readFiles'])}, modified: {len(plan['modifiedFiles'])}")
+
+
+# -- tree --------------------------------------------------------------------------------------
+
+
+def _tree(args: argparse.Namespace) -> int:
+    session = open_existing(args.session)
+    rows = tree_rows(session)
+    if args.json:
+        print_json(
+            {
+                "sessionId": session.session_id,
+                "name": session.tree.session_name(),
+                "leafId": session.leaf_id,
+                "nodes": rows,
+            }
+        )
+        return 0
+    for row in rows:
+        marker = "*" if row["isLeaf"] else ("│" if row["onActivePath"] else " ")
+        label = f" [{row['label']}]" if row["label"] else ""
+        print(f"{marker} {'  ' * row['depth']}{row['id']}{label} {row['text']}")
+    print(f"-- {len(rows)} entries; * marks the active leaf, │ the active path")
+    return 0
+
+
+# -- check -------------------------------------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> int:
+    session = open_existing(args.session, warn=False)
+    problems = session.problems
+    if args.json:
+        print_json(
+            {
+                "ok": not problems,
+                "entries": len(session.tree),
+                "problems": [
+                    {"line": p.line, "code": p.code, "message": p.message} for p in problems
+                ],
+            }
+        )
+    else:
+        for problem in problems:
+            print(f"{args.session}: {problem}", file=sys.stderr)
+        if not problems:
+            print(f"{args.session}: ok, {len(session.tree)} entries")
+    return 1 if problems else 0

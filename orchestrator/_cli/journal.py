@@ -1,0 +1,137 @@
+"""The ``journal`` command: a session's lifecycle journal, readably (D24).
+
+One line per transition, ``HH:MM:SS.mmm machine[op-id] from --event--> to  (effects)``, grouped:
+first the session's turn and navigation steps, then each operation in the order it started, with
+a closing line giving its outcome. An operation left open (the process died mid-way) is marked,
+with the note that it is settled the next time the session is opened. Times are UTC, as recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from orchestrator._cli.common import print_json
+from orchestrator._core.errors import SessionError
+from orchestrator._store.journal import (
+    JOURNAL_SUFFIX,
+    Journal,
+    JournaledOperation,
+    JournalRead,
+    JournalRecord,
+    operations,
+)
+
+
+def register(commands: Any) -> None:
+    """Add the ``journal`` command to the parser."""
+    journal = commands.add_parser("journal", help="show a session's lifecycle journal")
+    journal.add_argument("session", help="the session file (or its .journal file)")
+    journal.add_argument("--operation", metavar="ID", help="show one operation only")
+    journal.add_argument("--json", action="store_true", help="print records as JSON")
+    journal.set_defaults(handler=_journal)
+
+
+def _journal(args: argparse.Namespace) -> int:
+    session = str(args.session)
+    if session.endswith(JOURNAL_SUFFIX):
+        session = session[: -len(JOURNAL_SUFFIX)]
+    journal = Journal.open(session)
+    if not journal.exists():
+        raise SessionError(f"{journal.location}: no such journal (nothing was journaled)")
+    read = journal.read()
+    for problem in read.problems:
+        print(f"warning: {journal.location}: {problem}", file=sys.stderr)
+    ops = operations(read.records)
+    if args.operation is not None:
+        ops = [op for op in ops if op.operation_id == args.operation]
+        if not ops:
+            raise SessionError(f"operation {args.operation} is not in {journal.location}")
+    final = journal.operation_machine.final
+    if args.json:
+        print_json(journal_report(journal.location, read, ops, final, whole=args.operation is None))
+        return 0
+    if args.operation is None:
+        _print_session_steps(read.records)
+    for op in ops:
+        _print_operation(op, final)
+    if args.operation is None:
+        still_open = sum(op.state not in final for op in ops)
+        print(f"-- {len(read.records)} transitions, {len(ops)} operations ({still_open} open)")
+    return 0
+
+
+def journal_report(
+    location: str,
+    read: JournalRead,
+    ops: list[JournaledOperation],
+    final: frozenset[str],
+    *,
+    whole: bool = True,
+) -> dict[str, Any]:
+    """The ``orchestrator journal --json`` object.
+
+    Args:
+        location: The journal's path.
+        read: What reading it found.
+        ops: The operations to show.
+        final: The operation machine's final states.
+        whole: Show every record; otherwise only those of ``ops``.
+
+    Returns:
+        ``{"journal", "records", "operations", "problems"}``; each operation has
+        ``operationId, kind, state, open, settled, records, data``.
+    """
+    records = read.records if whole else tuple(r for op in ops for r in op.records)
+    return {
+        "journal": location,
+        "records": [r.as_json() for r in records],
+        "operations": [
+            {
+                "operationId": op.operation_id,
+                "kind": op.kind,
+                "state": op.state,
+                "open": op.state not in final,
+                "settled": bool(op.records[-1].data.get("settled")),
+                "records": len(op.records),
+                "data": dict(op.data),
+            }
+            for op in ops
+        ],
+        "problems": [{"line": p.line, "code": p.code, "message": p.message} for p in read.problems],
+    }
+
+
+def _print_session_steps(records: tuple[JournalRecord, ...]) -> None:
+    steps = [r for r in records if r.operation_id is None]
+    if steps:
+        print("turn and navigation")
+        for record in steps:
+            print("  " + transition_line(record))
+
+
+def _print_operation(op: JournaledOperation, final: frozenset[str]) -> None:
+    print(f"operation {op.operation_id} ({op.kind or 'unknown kind'})")
+    for record in op.records:
+        print("  " + transition_line(record))
+    if op.state in final:
+        settled = " (settled on reopen)" if op.records[-1].data.get("settled") else ""
+        print(f"  => {op.state}{settled}")
+    else:
+        planned = f", entry {op.entry_id} planned" if op.entry_id else ""
+        print(
+            f"  => OPEN in {op.state}{planned}: it will be settled when the session is next opened"
+        )
+
+
+def transition_line(record: JournalRecord) -> str:
+    """One transition as ``HH:MM:SS.mmm machine[op-id] from --event--> to  (effects)``.
+
+    Returns:
+        The line, without the effects part when the step asked for none.
+    """
+    clock = record.time[11:23] if len(record.time) >= 23 and record.time[10] == "T" else record.time
+    machine = f"{record.machine}[{record.operation_id}]" if record.operation_id else record.machine
+    effects = f"  ({', '.join(record.effects)})" if record.effects else ""
+    return f"{clock} {machine} {record.source} --{record.event}--> {record.dest}{effects}"

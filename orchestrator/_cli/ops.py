@@ -1,0 +1,350 @@
+"""Commands that change a session: ``compact``, ``navigate`` and ``fork``.
+
+With no ``--model`` they use the built-in offline summarizer, so they work on a fresh machine
+with no key. A spinner runs on stderr while a model is called (terminals only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+from opentelemetry.sdk.trace import TracerProvider
+
+from orchestrator._cli.common import open_existing, print_json, require_file, warn_problems
+from orchestrator._cli.progress import Progress, spinner
+from orchestrator._core.entries import CUSTOM, Entry
+from orchestrator._core.errors import SessionError
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._runtime.compaction import CompactOutcome, compact_session, tokens_after
+from orchestrator._runtime.navigate import NavigationResult
+from orchestrator._runtime.retry import AttemptRecord
+from orchestrator._runtime.routes import RouteSettings, build_summarizer
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.session import Session
+from orchestrator._telemetry.export import make_tracer_provider
+from orchestrator._telemetry.tracing import LifecycleTracer
+
+LEAF_MARKER = "orchestrator/leaf"
+"""``customType`` of the entry that records a navigation without a summary (see ``navigate``)."""
+
+
+def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="M",
+        help="litellm model id; repeat for candidates in order (default: offline)",
+    )
+    parser.add_argument("--api-base", help="base URL for the litellm routes")
+    parser.add_argument("--api-key", help="API key (default: the provider's usual variable)")
+    parser.add_argument(
+        "--context-window", type=int, default=0, help="the summarizer's context window in tokens"
+    )
+    parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    parser.add_argument("--reserve-tokens", type=int, default=16384)
+    parser.add_argument(
+        "--trace",
+        metavar="SPEC",
+        help="export OpenTelemetry spans: otlp (OTEL_* variables), console, or jsonl:FOLDER",
+    )
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+
+
+def register(commands: Any) -> None:
+    """Add the commands that change sessions."""
+    compact = commands.add_parser("compact", help="summarize old history into a compaction entry")
+    compact.add_argument("session")
+    compact.add_argument("--focus", help="what the summary should preserve above all")
+    compact.add_argument("--keep-recent-tokens", type=int, default=20000)
+    compact.add_argument("--no-adaptive-keep", action="store_true")
+    compact.add_argument("--dry-run", action="store_true", help="show the summary, write nothing")
+    _add_route_arguments(compact)
+    compact.set_defaults(handler=_compact)
+
+    navigate = commands.add_parser("navigate", help="move the active leaf, optionally summarizing")
+    navigate.add_argument("session")
+    navigate.add_argument("--to", required=True, metavar="ID", help="entry to navigate to")
+    navigate.add_argument(
+        "--summarize",
+        action="store_true",
+        help="summarize the abandoned branch at the new position",
+    )
+    navigate.add_argument("--focus", help="instructions for the branch summary")
+    navigate.add_argument(
+        "--replace-instructions",
+        action="store_true",
+        help="--focus replaces the default branch-summary prompt",
+    )
+    _add_route_arguments(navigate)
+    navigate.set_defaults(handler=_navigate)
+
+    fork = commands.add_parser("fork", help="copy the path before a user message into a new file")
+    fork.add_argument("session")
+    fork.add_argument(
+        "--from",
+        dest="entry",
+        required=True,
+        metavar="ID",
+        help="a user message: the new session holds the path before it",
+    )
+    fork.add_argument("--out", help="new session file (default: beside the source)")
+    fork.add_argument("--json", action="store_true")
+    fork.set_defaults(handler=_fork)
+
+
+def _route_settings(args: argparse.Namespace) -> RouteSettings:
+    return RouteSettings(
+        models=tuple(args.model),
+        api_base=args.api_base,
+        api_key=args.api_key or None,
+        context_window=args.context_window,
+        remote_url=args.remote,
+        reserve_tokens=args.reserve_tokens,
+    )
+
+
+def _attempt_text(progress: Progress) -> Any:
+    def on_attempt(record: AttemptRecord, purpose: str) -> None:
+        if record.outcome == "retry":
+            progress.text = (
+                f"{record.candidate}: {record.error}; retrying in {record.delay_ms / 1000:.1f}s"
+            )
+        elif record.outcome == "next_candidate":
+            progress.text = f"{record.candidate} failed ({record.error}); trying the next model"
+
+    return on_attempt
+
+
+# -- compact -----------------------------------------------------------------------------------
+
+
+def _compact(args: argparse.Namespace) -> int:
+    routes = _route_settings(args)
+    progress = Progress(
+        "Summarizing with " + (", ".join(routes.models) or "the offline summarizer")
+    )
+    summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
+    settings = CompactionSettings(
+        reserve_tokens=args.reserve_tokens,
+        keep_recent_tokens=args.keep_recent_tokens,
+        adaptive_keep=not args.no_adaptive_keep,
+    )
+    if args.dry_run:
+        # A dry run writes nothing, not even the journal: plan and summarize only.
+        session = open_existing(args.session)
+
+        async def preview() -> CompactOutcome:
+            async with spinner(progress):
+                return await compact_session(
+                    session, summarizer, settings=settings, focus=args.focus, dry_run=True
+                )
+
+        try:
+            outcome = anyio.run(preview)
+        finally:
+            session.close()
+    else:
+        outcome = _run_runtime(args, summarizer, settings, progress, _compact_through)
+    if args.json:
+        print_json(outcome.as_json())
+        return 0
+    _print_compaction(args, outcome)
+    return 0
+
+
+async def _compact_through(runtime: AgentSession, args: argparse.Namespace) -> CompactOutcome:
+    # Through the runtime, the compaction is an operation machine: journaled beside the file,
+    # traced, and settled on the next open if this process dies half-way (D24).
+    done = await runtime.compact(args.focus)
+    if done.plan is None or done.result is None:
+        tokens = runtime.session.context().tokens().tokens
+        return CompactOutcome(reason=done.reason, tokens_before=tokens)
+    return CompactOutcome(
+        reason=None,
+        plan=done.plan,
+        result=done.result,
+        entry=done.entry,
+        tokens_before=done.plan.tokens_before,
+        tokens_after=tokens_after(done.plan, done.result, runtime.session),
+    )
+
+
+def _print_compaction(args: argparse.Namespace, outcome: CompactOutcome) -> None:
+    if outcome.reason is not None:
+        print(outcome.reason)
+        return
+    assert outcome.result is not None
+    assert outcome.plan is not None
+    print(outcome.result.summary)
+    print()
+    verb = "would compact" if args.dry_run else "compacted"
+    print(
+        f"-- {verb}: {len(outcome.plan.summarize_entry_ids)} messages summarized"
+        f"{' (split turn)' if outcome.plan.is_split_turn else ''}, kept from "
+        f"{outcome.result.first_kept_entry_id}; tokens before {outcome.tokens_before}, "
+        f"after ~{outcome.tokens_after}; summarizer {outcome.result.model or 'none'}"
+    )
+    if outcome.entry is not None:
+        print(f"-- appended compaction entry {outcome.entry['id']} to {args.session}")
+
+
+T = TypeVar("T")
+
+
+def _run_runtime(
+    args: argparse.Namespace,
+    summarizer: SummaryRoutes,
+    settings: CompactionSettings,
+    progress: Progress,
+    work: Callable[[AgentSession, argparse.Namespace], Awaitable[T]],
+) -> T:
+    require_file(args.session)  # opening a missing path would start a new session there
+    provider = make_trace_provider(args.trace)
+    runtime = AgentSession.open(
+        args.session,
+        summarizer=summarizer,
+        settings=RuntimeSettings(compaction=settings, branch_reserve_tokens=args.reserve_tokens),
+        tracer=LifecycleTracer(provider),
+    )
+    warn_problems(args.session, runtime.session)
+    for settled in runtime.settlements:
+        print(
+            f"note: operation {settled.operation_id} ({settled.kind}) left half-done by an "
+            f"earlier process was settled as {settled.dest}",
+            file=sys.stderr,
+        )
+
+    async def run() -> T:
+        async with spinner(progress):
+            return await work(runtime, args)
+
+    try:
+        return anyio.run(run)
+    finally:
+        runtime.close()
+        if provider is not None:
+            provider.shutdown()
+
+
+def make_trace_provider(spec: str | None) -> TracerProvider | None:
+    """A tracer provider for ``--trace``: ``otlp``, ``console`` or ``jsonl:FOLDER``.
+
+    Raises:
+        SessionError: an unknown specification.
+    """
+    if not spec:
+        return None
+    kind, _, folder = spec.partition(":")
+    if kind == "jsonl" and folder:
+        return make_tracer_provider("jsonl", folder, shutdown_on_exit=False)
+    if kind == "otlp" and not folder:
+        return make_tracer_provider("otlp", shutdown_on_exit=False)
+    if kind == "console" and not folder:
+        return make_tracer_provider("console", shutdown_on_exit=False)
+    raise SessionError(f"--trace {spec}: use otlp, console or jsonl:FOLDER")
+
+
+# -- navigate ----------------------------------------------------------------------------------
+
+
+def _navigate(args: argparse.Namespace) -> int:
+    routes = _route_settings(args)
+    progress = Progress(
+        "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
+    )
+    summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
+    result = _run_runtime(args, summarizer, CompactionSettings(), progress, _navigate_through)
+    report = {
+        **result.as_json(),
+        "targetId": args.to,
+        "summary": result.summary_entry["summary"] if result.summary_entry else None,
+    }
+    if args.json:
+        print_json(report)
+        return 0
+    _print_navigation(result)
+    return 0
+
+
+async def _navigate_through(runtime: AgentSession, args: argparse.Namespace) -> NavigationResult:
+    before = runtime.session.leaf_id
+    result = await runtime.navigate(
+        args.to,
+        summarize=args.summarize,
+        instructions=args.focus,
+        replace_instructions=args.replace_instructions,
+    )
+    if result.summary_entry is None and not result.cancelled and runtime.session.leaf_id != before:
+        record_leaf(runtime.session, before, args.to)
+    runtime.session.flush()
+    return result
+
+
+def record_leaf(session: Session, old_leaf: str | None, target: str) -> Entry:
+    """Record a navigation without a summary so that the file reopens at the new leaf.
+
+    pi keeps the leaf in memory and reopens a file at its last entry. A command is a separate
+    process, so I record the move as a ``custom`` entry (never part of the context; pi ignores
+    it) under the new leaf: reopening lands exactly there.
+    """
+    return session.append_entry(
+        CUSTOM,
+        {"customType": LEAF_MARKER, "data": {"from": old_leaf, "to": target}},
+        parent_id=session.leaf_id,
+    )
+
+
+def _print_navigation(result: NavigationResult) -> None:
+    if result.cancelled:
+        print("navigation cancelled; nothing changed")
+        return
+    if result.new_leaf_id == result.old_leaf_id and result.summary_entry is None:
+        print("already at that entry; nothing changed")
+        return
+    print(f"leaf: {result.old_leaf_id} -> {result.new_leaf_id or '(root)'}")
+    if result.summary_entry is not None:
+        print(f"branch summary {result.summary_entry['id']} attached:")
+        print(result.summary_entry["summary"])
+    if result.editor_text is not None:
+        print("-- editor text (edit and resend it):")
+        print(result.editor_text)
+
+
+# -- fork --------------------------------------------------------------------------------------
+
+
+def _fork(args: argparse.Namespace) -> int:
+    from orchestrator._store.fork import branched_session, fork_path, fork_target
+    from orchestrator._store.jsonl import JsonlStore
+
+    source = open_existing(args.session)
+    leaf, editor_text = fork_target(source, args.entry)
+    out = Path(args.out) if args.out else fork_path(args.session)
+    if out.exists():
+        from orchestrator._core.errors import SessionError
+
+        raise SessionError(f"{out}: already exists; choose another --out")
+    forked = branched_session(source, leaf, JsonlStore(out))
+    forked.flush()
+    forked.close()
+    report = {
+        "sessionFile": str(out),
+        "sessionId": forked.session_id,
+        "entries": len(forked.tree),
+        "editorText": editor_text,
+    }
+    if args.json:
+        print_json(report)
+    else:
+        print(f"forked into {out} ({len(forked.tree)} entries)")
+        print("-- editor text:")
+        print(editor_text)
+    return 0

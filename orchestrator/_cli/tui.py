@@ -1,0 +1,110 @@
+"""The ``tui`` command: browse a session's tree and navigate it in a terminal UI.
+
+With no ``--model`` branch summaries come from the built-in offline summarizer, so the command
+works on a fresh machine with no key. With ``--chat`` the first ``--model`` also answers what is
+typed in the editor; without it, typed text just stays in the editor.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from orchestrator._cli.ops import LEAF_MARKER
+from orchestrator._core.entries import CUSTOM
+from orchestrator._core.errors import SessionError
+from orchestrator._runtime.agent import ChatAgent
+from orchestrator._runtime.routes import RouteSettings, build_summarizer, candidate_models
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.types import RuntimeSettings
+
+
+def register(commands: Any) -> None:
+    """Add the ``tui`` command."""
+    tui = commands.add_parser("tui", help="browse the session tree and navigate it (terminal UI)")
+    tui.add_argument("session")
+    tui.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="M",
+        help="litellm model id; repeat for candidates in order (default: offline)",
+    )
+    tui.add_argument("--api-base", help="base URL for the litellm routes")
+    tui.add_argument("--api-key", help="API key (default: the provider's usual variable)")
+    tui.add_argument(
+        "--context-window", type=int, default=0, help="the summarizer's context window in tokens"
+    )
+    tui.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    tui.add_argument(
+        "--reserve-tokens",
+        type=int,
+        default=16384,
+        help="tokens kept free when summarizing a branch",
+    )
+    tui.add_argument(
+        "--chat",
+        action="store_true",
+        help="send editor messages to the first --model (default: no agent)",
+    )
+    tui.set_defaults(handler=_tui)
+
+
+def build_runtime(args: argparse.Namespace) -> AgentSession:
+    """The agent session the TUI drives, from the command's arguments.
+
+    Raises:
+        SessionError: the file does not exist, or ``--chat`` without ``--model``.
+    """
+    if not Path(args.session).is_file():
+        raise SessionError(f"{args.session}: no such session file")
+    routes = RouteSettings(
+        models=tuple(args.model),
+        api_base=args.api_base,
+        api_key=args.api_key or None,
+        context_window=args.context_window,
+        remote_url=args.remote,
+        reserve_tokens=args.reserve_tokens,
+    )
+    if args.chat and not args.model:
+        raise SessionError("--chat needs a --model to talk to")
+    agent = ChatAgent(model=candidate_models(routes)[0]) if args.chat else None
+    return AgentSession.open(
+        args.session,
+        agent=agent,
+        summarizer=build_summarizer(routes),
+        settings=RuntimeSettings(branch_reserve_tokens=args.reserve_tokens),
+    )
+
+
+def keep_position(runtime: AgentSession) -> None:
+    """Record the active leaf so that reopening the file lands where the user left it.
+
+    pi keeps the leaf in memory and reopens a file at its last entry. A navigation without a
+    summary appends nothing, so, like the ``navigate`` command, I record the position as a
+    ``custom`` entry under the leaf (never part of the context; pi ignores it). Nothing is
+    written when the last entry already is the leaf.
+    """
+    session = runtime.session
+    entries = session.tree.entries
+    if not entries or entries[-1]["id"] == session.leaf_id:
+        return
+    session.append_entry(
+        CUSTOM,
+        {"customType": LEAF_MARKER, "data": {"to": session.leaf_id}},
+        parent_id=session.leaf_id,
+    )
+    session.flush()
+
+
+def _tui(args: argparse.Namespace) -> int:
+    from orchestrator._tui.app import TreeApp
+
+    runtime = build_runtime(args)
+    try:
+        TreeApp(runtime).run()
+        keep_position(runtime)
+    finally:
+        runtime.close()
+    return 0

@@ -1,0 +1,301 @@
+"""Summary requests: what the summarizer is sent, and how its answer is finished.
+
+Theory of operation. Each summary (history, turn prefix, short, branch) is one user message: the
+serialized conversation in a ``<conversation>`` tag, optional context blocks, then the
+instructions (reference §5.2, §7.3), under one system prompt. Output budgets follow §5.5.
+
+The request must fit before it is sent (D14). Given a :class:`PromptBudget` (the summarizer's
+context window), I estimate the prompt at chars/4, the same rule the trigger uses; over budget,
+the *oldest* part of the serialized conversation is replaced by a marker line that says how many
+characters were left out. The instructions, the previous summary and the newest messages are what
+the summary most depends on, so they are kept whole. If the summarizer still reports an overflow
+(the estimate is only an estimate), the caller retries with :meth:`PromptBudget.halve`, at most
+:data:`MAX_HALVINGS` times; it keeps that count, because it owns the retry loop.
+
+The finishing helpers put file lists on summaries (D16) and merge a split turn (§4.4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator._core.entries import Message
+from orchestrator._core.model import ModelRequest, Purpose
+from orchestrator._core.prompts import render
+from orchestrator._core.serialize import serialize_conversation
+
+BRANCH_MAX_TOKENS = 2048
+"""Output budget of a branch summary."""
+
+FALLBACK_CONTEXT_WINDOW = 128_000
+"""The window assumed for a summarizer that does not say (pi's fallback)."""
+
+MAX_HALVINGS = 3
+"""How many times a caller may halve the budget after the summarizer reports an overflow."""
+
+FILE_LIST_LIMIT = 20
+"""At most this many paths per file list in a summary's text; ``details`` keeps them all."""
+
+SPLIT_TURN_SEPARATOR = "\n\n---\n\n**Turn Context (split turn):**\n\n"
+
+_SNAP_CHARS = 2000  # how far past the cut I look for a line start, so no line is half kept
+
+
+def history_max_tokens(reserve_tokens: int) -> int:
+    """Output budget of a history summary: ``floor(0.8 * reserve)``."""
+    return reserve_tokens * 8 // 10
+
+
+def turn_prefix_max_tokens(reserve_tokens: int) -> int:
+    """Output budget of a turn-prefix summary: ``floor(0.5 * reserve)``."""
+    return reserve_tokens // 2
+
+
+def short_max_tokens(reserve_tokens: int) -> int:
+    """Output budget of a short summary: ``min(512, floor(0.2 * reserve))``."""
+    return min(512, reserve_tokens * 2 // 10)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptBudget:
+    """How much prompt a summarizer can take (D14).
+
+    Attributes:
+        context_window: The summarizer's window in tokens (0 or less: unknown, 128000 assumed).
+        halvings: How many times the prompt allowance was halved after an overflow.
+    """
+
+    context_window: int
+    halvings: int = 0
+
+    def prompt_tokens(self, max_tokens: int) -> int:
+        """Tokens the prompt may use: (window - output budget), halved ``halvings`` times."""
+        window = self.context_window if self.context_window > 0 else FALLBACK_CONTEXT_WINDOW
+        return max(0, window - max_tokens) >> self.halvings
+
+    def halve(self) -> PromptBudget:
+        """The same budget with half the prompt allowance."""
+        return dataclasses.replace(self, halvings=self.halvings + 1)
+
+
+def elision_marker(count: int) -> str:
+    """The line that replaces ``count`` elided characters of the conversation."""
+    return f"[... {count} earlier characters elided to fit the summarizer's context window]"
+
+
+def elide_oldest(serialized: str, room: int) -> str:
+    """Elide the oldest part of ``serialized`` so that at most ``room`` characters remain.
+
+    The newest part is kept under a marker line (D14); a cut that lands inside a line moves to the
+    next line start when one is near. When even the marker does not fit, the bare marker is
+    returned.
+    """
+    if not serialized:
+        return serialized
+    if len(serialized) <= room:
+        return serialized
+    keep = max(0, room - len(elision_marker(len(serialized))) - 2)
+    start = len(serialized) - keep
+    tail = serialized[start:] if keep else ""
+    newline = tail.find("\n", 0, _SNAP_CHARS)
+    if newline != -1 and serialized[start - 1] != "\n":
+        tail = tail[newline + 1 :]
+    tail = tail.lstrip("\n")  # the marker already ends with a blank line
+    marker = elision_marker(len(serialized) - len(tail))
+    return f"{marker}\n\n{tail}" if tail else marker
+
+
+def _request(
+    purpose: Purpose,
+    messages: Sequence[Message],
+    after: str,
+    *,
+    max_tokens: int,
+    budget: PromptBudget | None,
+    reasoning: str | None,
+) -> ModelRequest:
+    system = render("summarizer_system")
+    serialized = serialize_conversation(messages)
+    if budget is not None:
+        frame = len(system) + len("<conversation>\n\n</conversation>\n\n") + len(after)
+        serialized = elide_oldest(serialized, budget.prompt_tokens(max_tokens) * 4 - frame)
+    prompt = f"<conversation>\n{serialized}\n</conversation>\n\n{after}"
+    return ModelRequest(
+        purpose=purpose,
+        system=system,
+        messages=({"role": "user", "content": prompt},),
+        max_tokens=max_tokens,
+        reasoning=reasoning,
+    )
+
+
+def _context_blocks(previous_summary: str | None, additional_context: Sequence[str]) -> str:
+    text = ""
+    if previous_summary:
+        text += f"<previous-summary>\n{previous_summary}\n</previous-summary>\n\n"
+    if additional_context:
+        lines = "\n".join(f"- {line}" for line in additional_context)
+        text += f"<additional-context>\n{lines}\n</additional-context>\n\n"
+    return text
+
+
+def _with_focus(prompt: str, focus: str | None) -> str:
+    return f"{prompt}\n\nAdditional focus: {focus}" if focus else prompt
+
+
+def history_request(
+    messages: Sequence[Message],
+    *,
+    reserve_tokens: int,
+    previous_summary: str | None = None,
+    additional_context: Sequence[str] = (),
+    prompt_override: str | None = None,
+    focus: str | None = None,
+    budget: PromptBudget | None = None,
+    reasoning: str | None = None,
+) -> ModelRequest:
+    """The history summary request (reference §5.2).
+
+    Args:
+        messages: Context messages to summarize, oldest first.
+        reserve_tokens: The compaction reserve; the output budget is 80 % of it.
+        previous_summary: The last compaction's summary; selects the update prompt.
+        additional_context: Lines a hook added (``<additional-context>``).
+        prompt_override: A hook's prompt, replacing the initial or update prompt.
+        focus: The user's instructions, appended as ``Additional focus:``.
+        budget: The summarizer's budget; ``None`` sends the conversation whole.
+        reasoning: Reasoning effort to ask for, if the route supports it.
+
+    Returns:
+        The request.
+    """
+    prompt = prompt_override or render(
+        "compaction_update" if previous_summary else "compaction_summary"
+    )
+    after = _context_blocks(previous_summary, additional_context) + _with_focus(prompt, focus)
+    return _request(
+        "history",
+        messages,
+        after,
+        max_tokens=history_max_tokens(reserve_tokens),
+        budget=budget,
+        reasoning=reasoning,
+    )
+
+
+def turn_prefix_request(
+    messages: Sequence[Message],
+    *,
+    reserve_tokens: int,
+    budget: PromptBudget | None = None,
+    reasoning: str | None = None,
+) -> ModelRequest:
+    """The request summarizing the first part of a split turn (no previous summary, no focus)."""
+    return _request(
+        "turn_prefix",
+        messages,
+        render("turn_prefix"),
+        max_tokens=turn_prefix_max_tokens(reserve_tokens),
+        budget=budget,
+        reasoning=reasoning,
+    )
+
+
+def short_summary_request(
+    messages: Sequence[Message],
+    *,
+    summary: str,
+    reserve_tokens: int,
+    additional_context: Sequence[str] = (),
+    budget: PromptBudget | None = None,
+    reasoning: str | None = None,
+) -> ModelRequest:
+    """The short (two or three sentence) summary over the kept messages (reference §5.6).
+
+    Args:
+        messages: The messages the compaction keeps.
+        summary: The new history summary, before file lists, sent as ``<previous-summary>``.
+        reserve_tokens: The compaction reserve.
+        additional_context: Lines a hook added.
+        budget: The summarizer's budget.
+        reasoning: Reasoning effort to ask for.
+
+    Returns:
+        The request.
+    """
+    after = _context_blocks(summary, additional_context) + render("short_summary")
+    return _request(
+        "short",
+        messages,
+        after,
+        max_tokens=short_max_tokens(reserve_tokens),
+        budget=budget,
+        reasoning=reasoning,
+    )
+
+
+def branch_request(
+    messages: Sequence[Message],
+    *,
+    instructions: str | None = None,
+    replace: bool = False,
+    budget: PromptBudget | None = None,
+) -> ModelRequest:
+    """The branch summary request (reference §7.3).
+
+    Args:
+        messages: The abandoned branch's messages, oldest first.
+        instructions: The user's instructions: appended as ``Additional focus:``, or used
+            instead of the default prompt when ``replace`` is true.
+        replace: Whether ``instructions`` replace the default prompt.
+        budget: The summarizer's budget.
+
+    Returns:
+        The request.
+    """
+    if replace and instructions:
+        prompt = instructions
+    else:
+        prompt = _with_focus(render("branch_summary"), instructions)
+    return _request(
+        "branch", messages, prompt, max_tokens=BRANCH_MAX_TOKENS, budget=budget, reasoning=None
+    )
+
+
+_FILE_TAGS = re.compile(r"<(read-files|modified-files)>.*?</\1>\s*", re.DOTALL)
+
+
+def _file_block(tag: str, files: Sequence[str]) -> str:
+    lines = list(files[:FILE_LIST_LIMIT])
+    if len(files) > FILE_LIST_LIMIT:
+        lines.append(f"… ({len(files) - FILE_LIST_LIMIT} more files omitted)")
+    return f"<{tag}>\n" + "\n".join(lines) + f"\n</{tag}>"
+
+
+def upsert_file_tags(text: str, read_files: Sequence[str], modified_files: Sequence[str]) -> str:
+    """Replace a summary's file lists with fresh ones (D16).
+
+    Existing ``<read-files>`` / ``<modified-files>`` blocks are removed, the text is trimmed at
+    the end, and the new blocks follow after a blank line, separated by a blank line. Each list
+    shows at most :data:`FILE_LIST_LIMIT` paths, then a line saying how many were left out.
+
+    Returns:
+        The text with its file lists; unchanged but trimmed when both lists are empty.
+    """
+    body = _FILE_TAGS.sub("", text).rstrip()
+    lists = (("read-files", read_files), ("modified-files", modified_files))
+    blocks = [_file_block(tag, files) for tag, files in lists if files]
+    return "\n\n".join([body, *blocks] if body else blocks)
+
+
+def branch_summary_text(text: str, read_files: Sequence[str], modified_files: Sequence[str]) -> str:
+    """The stored branch summary: preamble, blank line, the model's text, file lists (D16)."""
+    return upsert_file_tags(f"{render('branch_preamble')}\n\n{text}", read_files, modified_files)
+
+
+def merge_split_turn(history: str, turn_prefix: str) -> str:
+    """Join a history summary and a turn-prefix summary (reference §4.4)."""
+    return f"{history}{SPLIT_TURN_SEPARATOR}{turn_prefix}"

@@ -1,0 +1,206 @@
+"""Token estimates, usage anchoring and the compaction trigger (reference §3, D5, D6).
+
+Estimates are pi's chars/4 rule, rounded up. Where the provider reported usage, that number is
+the anchor and only what came after it is estimated: the provider's count is the truth, the
+estimate only fills the gap since.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator._core.entries import Message
+
+IMAGE_CHARS = 4800
+"""An image block in a tool result or custom message counts as 4800 chars (1200 tokens)."""
+
+
+def _block_chars(content: object, *, count_images: bool) -> int:
+    if isinstance(content, str):
+        return len(content)
+    if not isinstance(content, list):
+        return 0
+    chars = 0
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            chars += len(block.get("text") or "")
+        elif block.get("type") == "image" and count_images:
+            chars += IMAGE_CHARS
+    return chars
+
+
+def _json_len(value: object) -> int:
+    # JSON.stringify(arguments).length: compact separators, non-ASCII kept as is.
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def _assistant_chars(message: Mapping[str, Any]) -> int:
+    chars = 0
+    content = message.get("content")
+    if isinstance(content, str):
+        return len(content)
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            chars += len(block.get("text") or "")
+        elif kind == "thinking":
+            chars += len(block.get("thinking") or "")
+        elif kind == "toolCall":
+            chars += len(block.get("name") or "") + _json_len(block.get("arguments", {}))
+    return chars
+
+
+def estimate_tokens(message: Mapping[str, Any]) -> int:
+    """Estimate a message's tokens as ``ceil(chars / 4)`` (reference §3.1, D6).
+
+    ``custom`` messages are counted (D6): they are sent to the model, so they take room.
+    """
+    role = message.get("role")
+    if role == "user":
+        chars = _block_chars(message.get("content"), count_images=False)
+    elif role == "assistant":
+        chars = _assistant_chars(message)
+    elif role in ("toolResult", "custom", "hookMessage"):
+        chars = _block_chars(message.get("content"), count_images=True)
+    elif role == "bashExecution":
+        chars = len(message.get("command") or "") + len(message.get("output") or "")
+    elif role in ("branchSummary", "compactionSummary"):
+        chars = len(message.get("summary") or "")
+    else:
+        chars = 0
+    return math.ceil(chars / 4)
+
+
+def calculate_context_tokens(usage: Mapping[str, Any]) -> int:
+    """``totalTokens`` when non-zero, else input + output + cache read + cache write."""
+    total = usage.get("totalTokens") or 0
+    if total:
+        return int(total)
+    return int(
+        (usage.get("input") or 0)
+        + (usage.get("output") or 0)
+        + (usage.get("cacheRead") or 0)
+        + (usage.get("cacheWrite") or 0)
+    )
+
+
+def calculate_prompt_tokens(usage: Mapping[str, Any]) -> int:
+    """Input + cache read + cache write, or the context total when that is 0 (OMP)."""
+    prompt = (
+        (usage.get("input") or 0) + (usage.get("cacheRead") or 0) + (usage.get("cacheWrite") or 0)
+    )
+    return int(prompt) if prompt > 0 else calculate_context_tokens(usage)
+
+
+def valid_usage(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The usage of an assistant message that counts as an anchor, else ``None``.
+
+    Aborted and errored replies do not count: their usage does not describe a full request.
+    """
+    if message.get("role") != "assistant":
+        return None
+    if message.get("stopReason") in ("aborted", "error"):
+        return None
+    usage = message.get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextTokens:
+    """The token count of a context, anchored on the last valid usage (reference §3.2)."""
+
+    tokens: int
+    usage_tokens: int
+    trailing_tokens: int
+    last_usage_index: int | None
+
+    def as_json(self) -> dict[str, int | None]:
+        """The inspection-JSON shape (``spec/inspection-json.md``)."""
+        return {
+            "tokens": self.tokens,
+            "usageTokens": self.usage_tokens,
+            "trailingTokens": self.trailing_tokens,
+            "lastUsageIndex": self.last_usage_index,
+        }
+
+
+def estimate_context_tokens(
+    messages: Sequence[Message], estimates: Sequence[int] | None = None
+) -> ContextTokens:
+    """Count a context: last valid usage plus estimates of every message after it.
+
+    Args:
+        messages: The context's messages, in order.
+        estimates: Precomputed :func:`estimate_tokens` per message, when the caller has them.
+
+    Returns:
+        The anchored count. With no usage, everything is estimated and
+        ``last_usage_index`` is ``None``.
+    """
+    if estimates is None:
+        estimates = [estimate_tokens(m) for m in messages]
+    for index in range(len(messages) - 1, -1, -1):
+        usage = valid_usage(messages[index])
+        if usage is not None:
+            usage_tokens = calculate_context_tokens(usage)
+            trailing = sum(estimates[index + 1 :])
+            return ContextTokens(
+                tokens=usage_tokens + trailing,
+                usage_tokens=usage_tokens,
+                trailing_tokens=trailing,
+                last_usage_index=index,
+            )
+    total = sum(estimates)
+    return ContextTokens(tokens=total, usage_tokens=0, trailing_tokens=total, last_usage_index=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionSettings:
+    """Compaction settings (reference §10; defaults are pi's).
+
+    Attributes:
+        enabled: ``False`` turns every automatic path off (D5).
+        reserve_tokens: Room kept for the next reply; the threshold is ``window - reserve``.
+        keep_recent_tokens: Recent tokens kept verbatim (before the D7 adaptation).
+        threshold_percent: OMP's optional percent threshold (``None`` = unset).
+        threshold_tokens: OMP's optional absolute threshold (``None`` = unset).
+        adaptive_keep: Apply the measured-ratio adaptation of ``keep_recent_tokens`` (D7).
+        auto_continue: After a threshold compaction, continue the agent (D20).
+    """
+
+    enabled: bool = True
+    reserve_tokens: int = 16384
+    keep_recent_tokens: int = 20000
+    threshold_percent: float | None = None
+    threshold_tokens: int | None = None
+    adaptive_keep: bool = True
+    auto_continue: bool = True
+
+
+def compaction_threshold(context_window: int, settings: CompactionSettings) -> int:
+    """The token count above which a context should compact (D5).
+
+    ``threshold_tokens`` wins (clamped into the window), then ``threshold_percent`` (clamped to
+    1..99 %), else the seed's ``window - reserve``.
+    """
+    if settings.threshold_tokens is not None and settings.threshold_tokens > 0:
+        return max(1, min(settings.threshold_tokens, context_window - 1))
+    if settings.threshold_percent is not None and settings.threshold_percent > 0:
+        percent = min(max(settings.threshold_percent, 1.0), 99.0)
+        return math.floor(context_window * percent / 100)
+    return context_window - settings.reserve_tokens
+
+
+def should_compact(context_tokens: int, context_window: int, settings: CompactionSettings) -> bool:
+    """True when ``context_tokens`` is strictly above the threshold and compaction is on (D5)."""
+    if not settings.enabled or context_window <= 0:
+        return False
+    return context_tokens > compaction_threshold(context_window, settings)

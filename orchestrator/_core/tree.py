@@ -1,0 +1,277 @@
+"""The session tree: entries indexed by id, parent links, labels and the active leaf.
+
+Sans-I/O: this module never touches a file or a clock. Callers pass ``now_ms`` and an id source
+when they create entries. The tree follows pi's ``SessionManager`` semantics (reference §1.5):
+
+* every append is a child of the current leaf and becomes the new leaf;
+* a root is an entry whose ``parentId`` is null, its own id, or an id that does not exist;
+* ``path()`` walks parent links from the leaf to a root and returns it root-first.
+
+The path of the current leaf is cached and extended on append, so asking for the active path after
+appending one entry costs O(1), not a walk of the whole branch (issue 2's benchmark checks this).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator._core.entries import LABEL, SESSION_INFO, Entry, iso_now, new_entry_id
+from orchestrator._core.errors import SessionError
+
+LEAF: object = object()
+"""Default ``parent_id`` of :meth:`SessionTree.new_entry`: the current leaf."""
+
+
+@dataclass(slots=True)
+class TreeNode:
+    """One node of :meth:`SessionTree.nodes`: an entry, its children, and its label."""
+
+    entry: Entry
+    children: list[TreeNode] = field(default_factory=list)
+    label: str | None = None
+
+
+class SessionTree:
+    """An in-memory index over a session's entries (the header is kept beside it).
+
+    Args:
+        header: The ``session`` header object.
+        entries: Entries in file order. They are indexed, not copied.
+    """
+
+    def __init__(self, header: Entry, entries: list[Entry] | None = None) -> None:
+        self.header = header
+        self.entries: list[Entry] = []
+        self.by_id: dict[str, Entry] = {}
+        self.children: dict[str | None, list[str]] = {}
+        self.labels: dict[str, str] = {}
+        self.leaf_id: str | None = None
+        self._path: list[Entry] = []
+        self._path_leaf: str | None = None
+        for entry in entries or ():
+            self._index(entry)
+        self.leaf_id = self.entries[-1]["id"] if self.entries else None
+
+    # -- indexing ----------------------------------------------------------------------------
+
+    def _index(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        entry_id = entry["id"]
+        self.by_id[entry_id] = entry
+        self.children.setdefault(self._parent_key(entry), []).append(entry_id)
+        if entry.get("type") == LABEL:
+            target, label = entry.get("targetId"), entry.get("label")
+            if isinstance(target, str):
+                if isinstance(label, str) and label:
+                    self.labels[target] = label
+                else:
+                    self.labels.pop(target, None)
+
+    def _parent_key(self, entry: Entry) -> str | None:
+        parent = entry.get("parentId")
+        if not isinstance(parent, str) or parent == entry["id"]:
+            return None
+        return parent
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self.by_id
+
+    def get(self, entry_id: str) -> Entry:
+        """Return the entry with this id.
+
+        Raises:
+            SessionError: ``Entry <id> not found``.
+        """
+        try:
+            return self.by_id[entry_id]
+        except KeyError:
+            raise SessionError(f"Entry {entry_id} not found") from None
+
+    def parent_of(self, entry: Entry) -> Entry | None:
+        """The parent entry, or ``None`` for a root (including an orphan)."""
+        key = self._parent_key(entry)
+        return self.by_id.get(key) if key is not None else None
+
+    def path(self, leaf_id: str | None = None) -> list[Entry]:
+        """Entries from a root down to ``leaf_id`` (default: the active leaf), root first.
+
+        A missing parent ends the walk (an orphan chain gives a partial path), and so does a
+        cycle, which the loader reports; the walk never loops.
+
+        Raises:
+            SessionError: when ``leaf_id`` is given and unknown.
+        """
+        if leaf_id is None:
+            leaf_id = self.leaf_id
+            if leaf_id is None:
+                return []
+            if self._path_leaf == leaf_id:
+                return list(self._path)
+            path = self._walk(leaf_id)
+            self._path, self._path_leaf = path, leaf_id
+            return list(path)
+        self.get(leaf_id)
+        return self._walk(leaf_id)
+
+    def _walk(self, leaf_id: str) -> list[Entry]:
+        path: list[Entry] = []
+        seen: set[str] = set()
+        entry: Entry | None = self.by_id.get(leaf_id)
+        while entry is not None and entry["id"] not in seen:
+            seen.add(entry["id"])
+            path.append(entry)
+            entry = self.parent_of(entry)
+        path.reverse()
+        return path
+
+    def children_of(self, entry_id: str | None) -> list[Entry]:
+        """Children of an entry (``None``: the roots), oldest timestamp first."""
+        if entry_id is None:
+            return self.roots()
+        kids = [self.by_id[i] for i in self.children.get(entry_id, ())]
+        return sorted(kids, key=lambda e: str(e.get("timestamp", "")))
+
+    def roots(self) -> list[Entry]:
+        """Entries without a (known) parent, oldest timestamp first."""
+        roots = [e for e in self.entries if self.parent_of(e) is None]
+        return sorted(roots, key=lambda e: str(e.get("timestamp", "")))
+
+    def nodes(self) -> list[TreeNode]:
+        """The whole tree as nested nodes (pi ``getTree``), children by timestamp."""
+        built: dict[str, TreeNode] = {
+            e["id"]: TreeNode(entry=e, label=self.labels.get(e["id"])) for e in self.entries
+        }
+        breakers = self._cycle_breakers()
+        roots: list[TreeNode] = []
+        for entry in self.entries:
+            node = built[entry["id"]]
+            parent = self.parent_of(entry)
+            if parent is None or entry["id"] in breakers:
+                roots.append(node)
+            else:
+                built[parent["id"]].children.append(node)
+        key: Callable[[TreeNode], str] = lambda n: str(n.entry.get("timestamp", ""))  # noqa: E731
+        for node in built.values():
+            node.children.sort(key=key)
+        roots.sort(key=key)
+        return roots
+
+    def _cycle_breakers(self) -> set[str]:
+        # Entries on a parent cycle are reachable from no root. The loader reports the cycle;
+        # here the first member in file order becomes a root so the whole tree stays visible
+        # and walking it never loops.
+        reached: set[str] = set()
+        breakers: set[str] = set()
+
+        def mark(start: str) -> None:
+            stack = [start]
+            while stack:
+                current = stack.pop()
+                if current not in reached:
+                    reached.add(current)
+                    stack.extend(self.children.get(current, ()))
+
+        for root in self.roots():
+            mark(root["id"])
+        for entry in self.entries:
+            if entry["id"] not in reached:
+                breakers.add(entry["id"])
+                mark(entry["id"])
+        return breakers
+
+    def iter_depth_first(self) -> Iterator[tuple[int, TreeNode]]:
+        """Walk :meth:`nodes` depth-first, yielding ``(depth, node)``."""
+        stack = [(0, n) for n in reversed(self.nodes())]
+        while stack:
+            depth, node = stack.pop()
+            yield depth, node
+            stack.extend((depth + 1, c) for c in reversed(node.children))
+
+    def session_name(self) -> str | None:
+        """The latest non-empty ``session_info`` name (pi), or else the header's title (OMP)."""
+        for entry in reversed(self.entries):
+            if entry.get("type") == SESSION_INFO:
+                name = entry.get("name")
+                if isinstance(name, str) and name.strip():
+                    return name.strip()
+        title = self.header.get("title")
+        return title if isinstance(title, str) and title else None
+
+    # -- changing ----------------------------------------------------------------------------
+
+    def new_entry(
+        self,
+        kind: str,
+        fields: dict[str, Any],
+        *,
+        now_ms: int,
+        random_hex: Callable[[], str] | None = None,
+        parent_id: str | None | object = LEAF,
+    ) -> Entry:
+        """Build (but do not append) an entry of ``kind`` as a child of the leaf.
+
+        Args:
+            kind: The entry ``type``.
+            fields: The type's own fields.
+            now_ms: Creation time, epoch ms.
+            random_hex: Id randomness; the default is ``uuid4``.
+            parent_id: The parent id, ``None`` for a new root; by default (:data:`LEAF`) the
+                current leaf.
+
+        Returns:
+            The entry, with ``id``, ``parentId`` and ``timestamp`` set.
+        """
+        new_id = new_entry_id(self.by_id, random_hex) if random_hex else new_entry_id(self.by_id)
+        parent = self.leaf_id if parent_id is LEAF else parent_id
+        entry: Entry = {
+            "type": kind,
+            "id": new_id,
+            "parentId": parent,
+            "timestamp": iso_now(now_ms),
+        }
+        entry.update(fields)
+        return entry
+
+    def append(self, entry: Entry) -> None:
+        """Add an entry and make it the leaf.
+
+        Raises:
+            SessionError: when the id is already used.
+        """
+        if entry.get("id") in self.by_id:
+            raise SessionError(f"Entry id {entry.get('id')} is already in the session")
+        extends_cache = self._path_leaf is not None and self._path_leaf == self.leaf_id
+        self._index(entry)
+        if extends_cache and self._parent_key(entry) == self._path_leaf:
+            self._path.append(entry)
+            self._path_leaf = entry["id"]
+        self.leaf_id = entry["id"]
+
+    def replace(self, entry: Entry) -> None:
+        """Swap an entry for a new version with the same id and parent (used by pruning)."""
+        old = self.get(entry["id"])
+        if old.get("parentId") != entry.get("parentId"):
+            raise SessionError(f"Entry {entry['id']}: a replacement must keep its parentId")
+        self.by_id[entry["id"]] = entry
+        self.entries[self.entries.index(old)] = entry
+        self._path_leaf = None
+
+    def branch(self, entry_id: str) -> None:
+        """Move the leaf to an existing entry (the next append becomes its child).
+
+        Raises:
+            SessionError: ``Entry <id> not found``.
+        """
+        self.get(entry_id)
+        self.leaf_id = entry_id
+
+    def reset_leaf(self) -> None:
+        """Set the leaf to nothing: the next append becomes a new root."""
+        self.leaf_id = None

@@ -1,0 +1,206 @@
+"""Loading a machine table: TOML parsing and every load-time check (house style habit 11).
+
+Split from ``_machine`` so that each module stays small. The checks: unknown keys anywhere, an
+initial state that does not exist, a row naming an undeclared state, a state unreachable from the
+initial one, a trap (a non-final state with no path to a final one), a final state with outgoing
+rows, a guard not in the registry or an effect outside the machine's vocabulary, a row shadowed by
+an earlier unguarded row, and names that would collide with what ``transitions`` adds to its
+model. Each failure is a ``DefinitionError`` naming the file and the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from orchestrator._core.errors import DefinitionError
+from orchestrator._lifecycle.guards import EFFECTS, Guard
+from orchestrator._lifecycle.machine import NAME as _NAME
+from orchestrator._lifecycle.machine import MachineDef, Row
+
+_TOP_KEYS = frozenset({"machine", "states", "transitions"})
+_MACHINE_KEYS = frozenset({"name", "initial", "final", "doc"})
+_STATE_KEYS = frozenset({"doc"})
+_ROW_KEYS = frozenset({"source", "event", "dest", "guards", "unless", "effects", "doc"})
+# transitions adds `trigger`, `state`, `is_<state>`, `may_<event>` and `<event>` to its model.
+_RESERVED = frozenset({"trigger", "state", "may_trigger"})
+_RESERVED_PREFIXES = ("is_", "may_", "to_")
+
+
+def _fail(source: str, reason: str) -> NoReturn:
+    raise DefinitionError(f"{source}: {reason}")
+
+
+def _table(value: object, where: str, allowed: frozenset[str], source: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(source, f"{where} must be a table")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        _fail(source, f"unknown key(s) in {where}: {', '.join(unknown)}")
+    return value
+
+
+def _text(table: Mapping[str, Any], key: str, where: str, source: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str) or not value.strip():
+        _fail(source, f"{where} needs a non-empty string {key!r}")
+    return value
+
+
+def _strings(value: object, where: str, source: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        _fail(source, f"{where} must be a string or a list of strings")
+    return tuple(value)
+
+
+def _parse_states(raw: object, source: str) -> dict[str, str]:
+    if not isinstance(raw, dict) or not raw:
+        _fail(source, "[states] must declare at least one state")
+    states: dict[str, Any] = raw
+    return {
+        name: _text(_table(body, f"[states.{name}]", _STATE_KEYS, source), "doc", name, source)
+        for name, body in states.items()
+    }
+
+
+def _parse_row(index: int, raw: object, source: str) -> Row:
+    where = f"transition #{index + 1}"
+    body = _table(raw, where, _ROW_KEYS, source)
+    sources = _strings(body.get("source"), f"{where} source", source)
+    if not sources:
+        _fail(source, f"{where} has an empty source list")
+    doc = body.get("doc", "")
+    if not isinstance(doc, str):
+        _fail(source, f"{where} doc must be a string")
+    return Row(
+        index=index,
+        sources=sources,
+        event=_text(body, "event", where, source),
+        dest=_text(body, "dest", where, source),
+        guards=_strings(body.get("guards", []), f"{where} guards", source),
+        unless=_strings(body.get("unless", []), f"{where} unless", source),
+        effects=_strings(body.get("effects", []), f"{where} effects", source),
+        doc=doc,
+    )
+
+
+def build(
+    data: Mapping[str, Any],
+    *,
+    source: str,
+    guards: Mapping[str, Guard],
+    effects: Iterable[str] | None,
+) -> MachineDef:
+    """Build and validate a definition from parsed TOML.
+
+    Raises:
+        DefinitionError: a rule is broken; the message names the file.
+    """
+    top = _table(data, "the file", _TOP_KEYS, source)
+    if "machine" not in top:
+        _fail(source, "missing the [machine] table")
+    head = _table(top["machine"], "[machine]", _MACHINE_KEYS, source)
+    name = _text(head, "name", "[machine]", source)
+    final = _strings(head.get("final"), "[machine] final", source)
+    raw_rows = top.get("transitions", [])
+    if not isinstance(raw_rows, list):
+        _fail(source, "transitions must be an array of tables ([[transitions]])")
+    if effects is None:
+        if name not in EFFECTS:
+            _fail(source, f"no effect vocabulary registered for machine {name!r}")
+        effects = EFFECTS[name]
+    defn = MachineDef(
+        name=name,
+        source=source,
+        doc=str(head.get("doc", "")),
+        initial=_text(head, "initial", "[machine]", source),
+        final=frozenset(final),
+        states=MappingProxyType(_parse_states(top.get("states"), source)),
+        rows=tuple(_parse_row(i, raw, source) for i, raw in enumerate(raw_rows)),
+        guards=guards,
+    )
+    _check_names(defn, frozenset(effects))
+    _check_graph(defn)
+    _check_shadowing(defn)
+    return defn
+
+
+def _usable(name: str) -> bool:
+    return (
+        _NAME.match(name) is not None
+        and name not in _RESERVED
+        and not name.startswith(_RESERVED_PREFIXES)
+    )
+
+
+def _check_names(defn: MachineDef, effects: frozenset[str]) -> None:
+    src, states = defn.source, defn.states
+    for name in (*states, *defn.events):
+        if not _usable(name):
+            _fail(src, f"{name!r} is not a usable name (lower_snake_case, not reserved)")
+    if not defn.final:
+        _fail(src, "[machine] final lists no state")
+    for name in (defn.initial, *sorted(defn.final)):
+        if name not in states:
+            _fail(src, f"[machine] names state {name!r}, which [states] does not declare")
+    for row in defn.rows:
+        _check_row(defn, row, effects)
+
+
+def _check_row(defn: MachineDef, row: Row, effects: frozenset[str]) -> None:
+    where = f"transition #{row.index + 1} ({row.event})"
+    unknown_states = [s for s in (*row.sources, row.dest) if s not in defn.states]
+    unknown_guards = [g for g in (*row.guards, *row.unless) if g not in defn.guards]
+    unknown_effects = [e for e in row.effects if e not in effects]
+    if unknown_states:
+        _fail(defn.source, f"{where} names undeclared state {unknown_states[0]!r}")
+    if unknown_guards:
+        _fail(defn.source, f"{where} names unregistered guard {unknown_guards[0]!r}")
+    if unknown_effects:
+        _fail(defn.source, f"{where} names unregistered effect {unknown_effects[0]!r}")
+
+
+def _closure(start: Iterable[str], edges: Mapping[str, set[str]]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for nxt in edges.get(todo.pop(), set()) - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def _check_graph(defn: MachineDef) -> None:
+    forward: dict[str, set[str]] = {}
+    backward: dict[str, set[str]] = {}
+    for row in defn.rows:
+        for src in row.sources:
+            if src in defn.final:
+                _fail(defn.source, f"final state {src!r} has an outgoing transition ({row.event})")
+            forward.setdefault(src, set()).add(row.dest)
+            backward.setdefault(row.dest, set()).add(src)
+    unreachable = [s for s in defn.states if s not in _closure([defn.initial], forward)]
+    if unreachable:
+        _fail(defn.source, f"unreachable from {defn.initial!r}: {', '.join(unreachable)}")
+    finishing = _closure(defn.final, backward)
+    traps = [s for s in defn.states if s not in finishing]
+    if traps:
+        _fail(defn.source, f"no path to a final state (trap) from: {', '.join(traps)}")
+
+
+def _check_shadowing(defn: MachineDef) -> None:
+    # An unguarded row always wins, so a later row for the same (state, event) is dead text.
+    winner: dict[tuple[str, str], Row] = {}
+    for row in defn.rows:
+        for src in row.sources:
+            first = winner.get((src, row.event))
+            if first is not None:
+                _fail(
+                    defn.source,
+                    f"transition #{row.index + 1} can never fire from {src!r}: "
+                    f"transition #{first.index + 1} has no guard for {row.event!r}",
+                )
+            if not row.guards and not row.unless:
+                winner[(src, row.event)] = row

@@ -1,0 +1,216 @@
+"""The litellm route: any provider litellm knows, behind the one-method ``Model`` interface.
+
+Theory of operation: ``import litellm`` takes seconds and, left to itself, fetches a price table
+from the internet. A library must do neither unasked, so I import it on the first call only,
+after setting ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (its switch for the bundled table). Every
+call makes exactly one HTTP attempt (``max_retries=0, num_retries=0``): retries and candidate
+switching are ours (D21, ``_retry.py``). Provider exceptions become ``ModelError`` through the
+classifier, chained with ``from exc``. Cancellation (anyio or asyncio) is a ``BaseException``
+and is never caught here, so cancelling the caller's scope ends the HTTP request.
+
+I do not judge the reply: an empty text or a ``length`` stop is reported as it is, and the
+caller decides whether that is a failure (D15, ``check_summary_response``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from types import ModuleType
+from typing import Any
+
+from orchestrator._core.classify import classify_exception
+from orchestrator._core.model import ModelRequest, ModelResponse, ToolCall, Usage
+
+_FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "toolUse",
+    "function_call": "toolUse",
+    "content_filter": "error",
+}
+
+_litellm: ModuleType | None = None
+
+
+def _load_litellm() -> ModuleType:
+    """Import and configure litellm once, without network access at import."""
+    global _litellm
+    if _litellm is None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        # Its "Give Feedback / Get Help" banner goes to stdout on every error; a library
+        # must not print.
+        litellm.suppress_debug_info = True
+        # Its own logger writes warnings about its internal logging worker to stderr (e.g.
+        # "event loop changed" when a process runs a second event loop). Failures reach our
+        # callers as ModelError; its chatter should not reach their terminal.
+        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
+        _litellm = litellm
+    return _litellm
+
+
+def _known_window(model: str) -> int:
+    # litellm's bundled map (LITELLM_LOCAL_MODEL_COST_MAP keeps it offline); unknown models
+    # raise, and then the window is simply unknown.
+    try:
+        info = _load_litellm().get_model_info(model=model)
+    except Exception:  # noqa: BLE001 - an unknown model is not an error here
+        return 0
+    return int(info.get("max_input_tokens") or info.get("max_tokens") or 0)
+
+
+def _known_reasoning(model: str) -> bool:
+    try:
+        return bool(_load_litellm().supports_reasoning(model=model))
+    except Exception:  # noqa: BLE001 - an unknown model does not reason, as far as we know
+        return False
+
+
+class LiteLLMModel:
+    """A :class:`~orchestrator.Model` backed by ``litellm.acompletion`` (asyncio only).
+
+    Args:
+        model: litellm's model id, ``provider/model`` (e.g. ``"openai/gpt-4o-mini"``).
+        api_key: Key for the provider; litellm reads its usual variables when ``None``.
+        api_base: Base URL, for proxies and local servers.
+        context_window: The model's window in tokens; ``None`` asks litellm's bundled model map
+            (no network), and 0 means unknown.
+        reasoning_supported: Whether to pass ``reasoning_effort`` when a request asks for it;
+            ``None`` asks litellm's bundled model map.
+        timeout: Seconds before litellm gives up on the HTTP call.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        api_base: str | None = None,
+        context_window: int | None = 0,
+        reasoning_supported: bool | None = False,
+        timeout: float = 120.0,
+    ) -> None:
+        self._model = model
+        self._api_key = api_key
+        self._api_base = api_base
+        self._context_window = context_window
+        self._reasoning_supported = reasoning_supported
+        self._timeout = timeout
+
+    @property
+    def name(self) -> str:
+        """The litellm model id."""
+        return self._model
+
+    @property
+    def context_window(self) -> int:
+        """The context window: as configured, or from litellm's model map (0 when unknown)."""
+        if self._context_window is None:
+            self._context_window = _known_window(self._model)
+        return self._context_window
+
+    def _supports_reasoning(self) -> bool:
+        if self._reasoning_supported is None:
+            self._reasoning_supported = _known_reasoning(self._model)
+        return self._reasoning_supported
+
+    def arguments(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments passed to ``litellm.acompletion`` for ``request``."""
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        messages.extend(request.messages)
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            "timeout": self._timeout,
+            "max_retries": 0,
+            "num_retries": 0,
+        }
+        if self._api_key is not None:
+            kwargs["api_key"] = self._api_key
+        if self._api_base is not None:
+            kwargs["api_base"] = self._api_base
+        if request.reasoning and self._supports_reasoning():
+            kwargs["reasoning_effort"] = request.reasoning
+        if request.tools:
+            kwargs["tools"] = list(request.tools)
+        return kwargs
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Make one call through litellm.
+
+        Returns:
+            The reply, with pi's stop reason and usage.
+
+        Raises:
+            ModelError: the provider failed; ``kind`` is ``overflow``, ``transient`` or ``fatal``.
+        """
+        litellm = _load_litellm()
+        try:
+            raw = await litellm.acompletion(**self.arguments(request))
+        except Exception as exc:  # only Exception: cancellation must pass through untouched
+            raise classify_exception(exc) from exc
+        return response_from_litellm(raw, fallback_model=self._model)
+
+
+def response_from_litellm(raw: Any, *, fallback_model: str = "") -> ModelResponse:
+    """Map a litellm ``ModelResponse`` (OpenAI chat shape) to ours.
+
+    Returns:
+        A :class:`ModelResponse`; ``input`` excludes cached prompt tokens, as pi counts them.
+    """
+    choice = raw.choices[0]
+    message = choice.message
+    hidden = getattr(raw, "_hidden_params", None) or {}
+    return ModelResponse(
+        text=_text_of(getattr(message, "content", None)),
+        stop_reason=_FINISH_REASONS.get(str(choice.finish_reason), "stop"),
+        usage=_usage_of(getattr(raw, "usage", None)),
+        model=getattr(raw, "model", None) or fallback_model,
+        provider=str(hidden.get("custom_llm_provider") or ""),
+        thinking=getattr(message, "reasoning_content", None) or "",
+        tool_calls=tuple(_tool_call(call) for call in getattr(message, "tool_calls", None) or ()),
+    )
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # some providers return content blocks
+        return "\n".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return ""
+
+
+def _usage_of(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+    output = int(getattr(usage, "completion_tokens", 0) or 0)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = int(getattr(details, "cached_tokens", 0) or 0)
+    cache_write = int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
+    # litellm folds cache reads (and, for Anthropic, cache writes) into prompt_tokens; pi keeps
+    # them apart, and the silent-overflow rule adds them back up.
+    return Usage(
+        input=max(prompt - cached - cache_write, 0),
+        output=output,
+        cache_read=cached,
+        cache_write=cache_write,
+        total=int(getattr(usage, "total_tokens", 0) or 0),
+    )
+
+
+def _tool_call(call: Any) -> ToolCall:
+    function = call.function
+    try:
+        arguments = json.loads(function.arguments or "{}")
+    except ValueError:
+        arguments = {"_raw": function.arguments}
+    if not isinstance(arguments, dict):
+        arguments = {"_value": arguments}
+    return ToolCall(id=str(call.id), name=str(function.name), arguments=arguments)

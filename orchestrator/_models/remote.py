@@ -1,0 +1,89 @@
+"""The remote summary endpoint (oh-my-pi's ``compaction.remoteEndpoint``, reference §5.6).
+
+Theory of operation: some deployments summarise on a server of their own. The protocol is one
+``POST <url>`` with ``{"systemPrompt", "prompt"}`` as JSON, answered by ``{"summary": "..."}``
+(any other keys, such as ``shortSummary``, are ignored). I keep oh-my-pi's two error messages
+word for word, and add a ``kind`` so the retry layer knows a 429 or a 5xx is worth another try.
+Like every adapter this makes one attempt per call, and cancelling the caller's scope closes
+the connection (httpx is anyio-native, so this route also runs on trio).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from orchestrator._core.classify import classify_exception, retry_after_from_headers
+from orchestrator._core.errors import ModelError
+from orchestrator._core.model import ModelRequest, ModelResponse
+
+MISSING_SUMMARY = "Remote compaction response missing summary"
+
+
+class RemoteSummaryModel:
+    """A :class:`~orchestrator.Model` that asks a remote summary endpoint.
+
+    Args:
+        url: The endpoint; the request is a ``POST`` to exactly this URL.
+        timeout: Seconds before the HTTP call gives up.
+        context_window: The window to report (0: unknown; the server decides).
+    """
+
+    def __init__(self, url: str, *, timeout: float = 120.0, context_window: int = 0) -> None:
+        self._url = url
+        self._timeout = timeout
+        self._context_window = context_window
+
+    @property
+    def name(self) -> str:
+        """``remote/<url>``."""
+        return f"remote/{self._url}"
+
+    @property
+    def context_window(self) -> int:
+        """The configured context window (0 when unknown)."""
+        return self._context_window
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """POST the system prompt and the assembled prompt; return the summary.
+
+        Returns:
+            A reply whose text is the endpoint's ``summary``.
+
+        Raises:
+            ModelError: ``Remote compaction failed (<status> <reason>)`` on a non-2xx answer
+                (``transient`` for 429 and 5xx, else ``fatal``), ``Remote compaction response
+                missing summary`` when the body has no string ``summary``, or the classified
+                transport error.
+        """
+        body = {"systemPrompt": request.system, "prompt": request.prompt}
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout) as client:
+                response = await client.post(
+                    self._url, json=body, headers={"content-type": "application/json"}
+                )
+        except httpx.HTTPError as exc:
+            raise classify_exception(exc) from exc
+        if not response.is_success:
+            status = response.status_code
+            transient = status == 429 or status >= 500
+            raise ModelError(
+                f"Remote compaction failed ({status} {response.reason_phrase})",
+                kind="transient" if transient else "fatal",
+                retry_after=retry_after_from_headers(response.headers) if transient else None,
+                status=status,
+            )
+        summary = _summary_of(response)
+        return ModelResponse(text=summary, stop_reason="stop", model=self._url, provider="remote")
+
+
+def _summary_of(response: httpx.Response) -> str:
+    try:
+        payload: Any = response.json()
+    except ValueError as exc:
+        raise ModelError(MISSING_SUMMARY, status=response.status_code) from exc
+    summary = payload.get("summary") if isinstance(payload, dict) else None
+    if not isinstance(summary, str):
+        raise ModelError(MISSING_SUMMARY, status=response.status_code)
+    return summary

@@ -1,0 +1,441 @@
+"""The lifecycle journal: every machine step of a session, as JSON lines beside it (D24).
+
+Theory of operation
+-------------------
+
+The runtime driver subscribes the journal to each of its machines (one turn machine and one
+navigation machine per session, one operation machine per compaction, branch summary or prune)
+and calls :meth:`Journal.record` with every :class:`~orchestrator._lifecycle.machine.Step`. One record is
+one line::
+
+    {"time": ISO, "machine": "turn"|"operation"|"navigation", "operationId": str|null,
+     "kind": "compaction"|"branch_summary"|"prune"|null, "from": str, "event": str, "to": str,
+     "effects": [...], "data": {...}}
+
+The file is ``<session path>.journal``. It must not end in ``.jsonl``: pi lists every ``*.jsonl``
+file in a session folder as a session. Each record is one ``os.write`` of a whole line on an
+``O_APPEND`` descriptor, so a crash leaves at most one torn line at the end. Operation records
+are fsynced before :meth:`Journal.record` returns: the record of a half-done operation is exactly
+what the next process needs to settle it, so losing it would defeat the journal. Turn and
+navigation records are not fsynced; they are history, and a crash may lose the last few.
+
+Reading is lenient (D3): a torn last line, or a damaged line in the middle, is skipped and
+reported as a :class:`~orchestrator._store.protocol.Problem`, never raised. Before appending after a torn
+line I write a newline first, so the torn bytes stay a line of their own and never swallow the
+next record.
+
+Settling (:func:`settle_unfinished_operations`) reads the open operations when the session is opened again and closes
+each with the operation table's own ``reopened`` row, without calling any model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator._core.entries import iso_now
+from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
+from orchestrator._store.protocol import Problem
+
+Clock = Callable[[], int]
+"""Returns the time in epoch milliseconds."""
+
+JOURNAL_SUFFIX = ".journal"
+OPERATION_MACHINE = "operation"
+_KEYS = ("time", "machine", "operationId", "kind", "from", "event", "to", "effects", "data")
+
+
+def _wall_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def journal_path(session_path: str | os.PathLike[str]) -> Path:
+    """Return the journal file of a session: the session path plus ``.journal``."""
+    return Path(os.fspath(session_path) + JOURNAL_SUFFIX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalRecord:
+    """One machine step as the journal keeps it.
+
+    Attributes:
+        time: When it was recorded (ISO, milliseconds, ``Z``).
+        machine: ``turn``, ``operation`` or ``navigation``.
+        operation_id: The operation's id (operation records only).
+        kind: ``compaction``, ``branch_summary`` or ``prune`` (operation records only).
+        source: State before the step.
+        event: The event fired.
+        dest: State after the step.
+        effects: Effect names the step asked for.
+        data: Small extra facts (``entryId`` planned for the commit, reason, error text, model).
+    """
+
+    time: str
+    machine: str
+    operation_id: str | None = None
+    kind: str | None = None
+    source: str
+    event: str
+    dest: str
+    effects: tuple[str, ...] = ()
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """The record's JSON object, keys in the documented order."""
+        values = (
+            self.time,
+            self.machine,
+            self.operation_id,
+            self.kind,
+            self.source,
+            self.event,
+            self.dest,
+            list(self.effects),
+            dict(self.data),
+        )
+        return dict(zip(_KEYS, values, strict=True))
+
+    @classmethod
+    def from_json(cls, value: object) -> JournalRecord | None:
+        """Build a record from a parsed line, or return ``None`` when it is not one."""
+        if not isinstance(value, dict) or not all(key in value for key in _KEYS):
+            return None
+        strings = (value["time"], value["machine"], value["from"], value["event"], value["to"])
+        optional = (value["operationId"], value["kind"])
+        effects, data = value["effects"], value["data"]
+        if not (
+            all(isinstance(s, str) for s in strings)
+            and all(o is None or isinstance(o, str) for o in optional)
+            and isinstance(effects, list)
+            and all(isinstance(e, str) for e in effects)
+            and isinstance(data, dict)
+        ):
+            return None
+        return cls(
+            time=value["time"],
+            machine=value["machine"],
+            operation_id=value["operationId"],
+            kind=value["kind"],
+            source=value["from"],
+            event=value["event"],
+            dest=value["to"],
+            effects=tuple(effects),
+            data=data,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalRead:
+    """What reading a journal found.
+
+    Attributes:
+        records: The usable records, in file order.
+        problems: Skipped lines (``torn_line``, ``not_json``, ``not_record``), in line order.
+    """
+
+    records: tuple[JournalRecord, ...]
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournaledOperation:
+    """One operation as the journal tells it.
+
+    Attributes:
+        operation_id: Its id.
+        kind: ``compaction``, ``branch_summary`` or ``prune``.
+        state: The state of its last record.
+        data: The ``data`` of all its records merged in order (later keys win), so the
+            ``entryId`` recorded on reaching ``committing`` is here.
+        records: Its records, in order.
+    """
+
+    operation_id: str
+    kind: str | None
+    state: str
+    data: Mapping[str, Any]
+    records: tuple[JournalRecord, ...]
+
+    @property
+    def entry_id(self) -> str | None:
+        """The entry id planned for the commit, when one was recorded."""
+        value = self.data.get("entryId")
+        return value if isinstance(value, str) else None
+
+
+class _Sink(Protocol):
+    location: str
+
+    def exists(self) -> bool: ...
+
+    def read(self) -> bytes: ...
+
+    def append(self, line: bytes, *, durable: bool) -> None: ...
+
+
+class _FileSink:
+    """The journal file. Each append opens, writes once, fsyncs when asked, and closes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.location = str(path)
+        self._dir_synced = False
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def read(self) -> bytes:
+        return self.path.read_bytes()
+
+    def append(self, line: bytes, *, durable: bool) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # keep a torn line apart from this record
+            os.write(fd, line)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if durable and not self._dir_synced:
+            # The file may have been created by this process, maybe by a turn record that was
+            # not fsynced: its name is durable only once the directory is. Once per journal.
+            _fsync_dir(self.path.parent)
+            self._dir_synced = True
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _MemorySink:
+    """The journal of an in-memory session: the same bytes, kept in a buffer."""
+
+    location = "<memory>"
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def exists(self) -> bool:
+        return True
+
+    def read(self) -> bytes:
+        return bytes(self.buffer)
+
+    def append(self, line: bytes, *, durable: bool) -> None:
+        self.buffer += line  # always whole lines: nothing in memory can tear
+
+
+class Journal:
+    """A session's lifecycle journal. Build it with :meth:`open` or :meth:`in_memory`.
+
+    Args:
+        sink: Where the lines go.
+        clock: Returns epoch milliseconds; stamps each record.
+        operation_machine: The operation table whose final states close an operation; defaults
+            to the shipped ``operation`` table.
+    """
+
+    def __init__(
+        self,
+        sink: _Sink,
+        *,
+        clock: Clock = _wall_clock,
+        operation_machine: MachineDef | None = None,
+    ) -> None:
+        self._sink = sink
+        self._clock = clock
+        self._operation_machine = operation_machine
+
+    @classmethod
+    def open(
+        cls,
+        session_path: str | os.PathLike[str],
+        *,
+        clock: Clock = _wall_clock,
+        operation_machine: MachineDef | None = None,
+    ) -> Journal:
+        """Return the journal of the session file at ``session_path`` (created on first record)."""
+        sink = _FileSink(journal_path(session_path))
+        return cls(sink, clock=clock, operation_machine=operation_machine)
+
+    @classmethod
+    def in_memory(
+        cls, *, clock: Clock = _wall_clock, operation_machine: MachineDef | None = None
+    ) -> Journal:
+        """Return a journal kept in memory, for an in-memory session."""
+        return cls(_MemorySink(), clock=clock, operation_machine=operation_machine)
+
+    @property
+    def location(self) -> str:
+        """The journal's path, or ``<memory>``."""
+        return self._sink.location
+
+    @property
+    def operation_machine(self) -> MachineDef:
+        """The operation table this journal reads final states from."""
+        if self._operation_machine is None:
+            self._operation_machine = load_machine(OPERATION_MACHINE)
+        return self._operation_machine
+
+    def exists(self) -> bool:
+        """Whether anything has been journaled (for files: the file exists)."""
+        return self._sink.exists()
+
+    def record(
+        self,
+        step: Step,
+        *,
+        operation_id: str | None = None,
+        kind: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> JournalRecord:
+        """Append one step; operation records are fsynced before this returns.
+
+        Args:
+            step: The step a machine took.
+            operation_id: The operation's id; required for ``operation`` steps.
+            kind: The operation's kind (``compaction``, ``branch_summary``, ``prune``).
+            data: Small JSON-serializable facts about the step.
+
+        Returns:
+            The record written.
+
+        Raises:
+            ValueError: An operation step without an operation id (a driver bug).
+            OSError: The journal file cannot be written.
+        """
+        is_operation = step.machine == OPERATION_MACHINE
+        if is_operation and not operation_id:
+            raise ValueError("an operation step needs its operation id")
+        entry = JournalRecord(
+            time=iso_now(self._clock()),
+            machine=step.machine,
+            operation_id=operation_id,
+            kind=kind,
+            source=step.source,
+            event=step.event,
+            dest=step.dest,
+            effects=step.effects,
+            data=dict(data or {}),
+        )
+        line = json.dumps(entry.as_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
+        self._sink.append(line.encode("utf-8"), durable=is_operation)
+        return entry
+
+    def observer(
+        self,
+        *,
+        operation_id: str | None = None,
+        kind: str | None = None,
+        data: Callable[[Step], Mapping[str, Any] | None] | None = None,
+    ) -> Callable[[Step], None]:
+        """Return a ``Runner`` observer that records every step of one machine.
+
+        Args:
+            operation_id: The operation's id, for an operation machine.
+            kind: The operation's kind.
+            data: Called with each step for its ``data`` (e.g. the ``entryId`` on reaching
+                ``committing``).
+
+        Returns:
+            The observer, for ``Runner.subscribe``.
+        """
+
+        def observe(taken: Step) -> None:
+            extra = data(taken) if data is not None else None
+            self.record(taken, operation_id=operation_id, kind=kind, data=extra)
+
+        return observe
+
+    def read(self) -> JournalRead:
+        """Parse the journal, skipping and reporting damaged lines (never raising for them).
+
+        Returns:
+            The records and the problems; empty when nothing has been journaled.
+        """
+        if not self._sink.exists():
+            return JournalRead(records=())
+        return parse_journal(self._sink.read())
+
+    def records(self) -> tuple[JournalRecord, ...]:
+        """Return the usable records in order (see :meth:`read` for the problems)."""
+        return self.read().records
+
+    def open_operations(self) -> tuple[JournaledOperation, ...]:
+        """Return the operations left in a non-final state, in order of first record."""
+        final = self.operation_machine.final
+        return tuple(op for op in operations(self.records()) if op.state not in final)
+
+
+def parse_journal(raw: bytes) -> JournalRead:
+    """Parse journal bytes: one record per line; damaged lines become problems.
+
+    Returns:
+        The records and problems.
+    """
+    records: list[JournalRecord] = []
+    problems: list[Problem] = []
+    lines = raw.split(b"\n")
+    torn_at = len(lines) if raw.endswith(b"\n") else len(lines) - 1
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            code = "torn_line" if number - 1 == torn_at else "not_json"
+            problems.append(Problem(line=number, code=code, message=_MESSAGES[code]))
+            continue
+        entry = JournalRecord.from_json(value)
+        if entry is None:
+            message = _MESSAGES["not_record"]
+            problems.append(Problem(line=number, code="not_record", message=message))
+        else:
+            records.append(entry)
+    return JournalRead(records=tuple(records), problems=tuple(problems))
+
+
+_MESSAGES = {
+    "torn_line": "the last line is torn (a crash mid-write); ignored",
+    "not_json": "not valid JSON; skipped",
+    "not_record": "not a journal record; skipped",
+}
+
+
+def operations(records: Iterable[JournalRecord]) -> list[JournaledOperation]:
+    """Group operation records by id, in order of first record, with each one's last state.
+
+    Returns:
+        One :class:`JournaledOperation` per operation id, open or closed.
+    """
+    grouped: dict[str, list[JournalRecord]] = {}
+    for entry in records:
+        if entry.machine == OPERATION_MACHINE and entry.operation_id is not None:
+            grouped.setdefault(entry.operation_id, []).append(entry)
+    found = []
+    for op_id, group in grouped.items():
+        data: dict[str, Any] = {}
+        for entry in group:
+            data.update(entry.data)
+        kind = next((e.kind for e in group if e.kind is not None), None)
+        found.append(
+            JournaledOperation(
+                operation_id=op_id,
+                kind=kind,
+                state=group[-1].dest,
+                data=data,
+                records=tuple(group),
+            )
+        )
+    return found

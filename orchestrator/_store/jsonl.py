@@ -1,0 +1,375 @@
+"""The JSONL file store: pi's session file, durable appends, atomic rewrites, one writer.
+
+Theory of operation (decisions D3 and D4):
+
+* **Reading never writes.** :meth:`JsonlStore.load` reads the bytes and parses them with
+  :func:`~orchestrator._core.loading.parse_session_bytes`; damage becomes a list of problems.
+* **The first write checks the file.** The first append, rewrite or tail repair takes the writer
+  lock, moves a torn last line aside (into ``<path>.corrupt``, appended, never overwritten) and
+  looks at what the file holds. A damaged file may still be appended to, since appending keeps
+  every byte, but never rewritten, since a rewrite keeps only what loaded. pi overwrites such a
+  file with a fresh header; I refuse and say why.
+* **Appends are whole lines in one ``os.write``** on an ``O_APPEND`` descriptor, so a crash
+  leaves at worst one torn line at the end, which the next writer moves aside. The fsync policy
+  decides when they become durable: after every append, at :meth:`sync` (once per turn), or
+  never.
+* **Rewrites are atomic**: a temporary file in the same directory, fsynced, renamed over the
+  original, then the directory fsynced. A crash leaves the old file or the new one, never a mix.
+  Rewrites and tail repairs fsync whatever the policy says: they replace or cut data, and an
+  unsynced rename is exactly how files end up empty after a power cut.
+* **One writer.** The lock is an exclusive ``flock`` on a sidecar ``<path>.lock``. I lock a
+  sidecar rather than the session file because a rewrite replaces the session file's inode, and
+  a lock on the old inode would no longer exclude anyone. ``flock`` belongs to an open file
+  description, so two stores in one process conflict just like two processes do. The sidecar is
+  left in place on close: deleting lock files races with the next writer opening them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from orchestrator._core.entries import Entry
+from orchestrator._core.errors import SessionError, SessionLockedError
+from orchestrator._core.loading import (
+    ParsedSession,
+    append_refusal,
+    plan_tail_repair,
+    read_session,
+    rewrite_refusal,
+)
+from orchestrator._core.migration import RandomHex, header_version, uuid_hex
+from orchestrator._store.protocol import FsyncPolicy, LoadResult
+
+_CHUNK = 1 << 16
+
+
+def write_pi_line(entry: Entry) -> bytes:
+    """Serialize one entry as the line pi writes (``JSON.stringify`` plus a newline), in UTF-8.
+
+    Compact separators and raw (unescaped) non-ASCII, like ``JSON.stringify``. A lone surrogate
+    is written as a backslash-u escape, as ``JSON.stringify`` does, so the line is valid UTF-8.
+    Known difference: Python spells some floats differently (``1e-07`` for ``1e-7``); both read
+    back as the same number.
+
+    Args:
+        entry: The entry (or header) to write.
+
+    Returns:
+        The line, ending in a newline.
+
+    Raises:
+        SessionError: The entry holds something JSON cannot carry (NaN, infinity, a set...),
+            which pi could not read back.
+    """
+    try:
+        text = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SessionError(f"entry {entry.get('id')!r} cannot be written as JSON: {exc}") from exc
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _read_all(fd: int) -> bytes:
+    """Read a freshly opened descriptor to its end."""
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, _CHUNK * 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_last_line(fd: int, size: int) -> tuple[int, bytes]:
+    """Return ``(offset, bytes)`` of the file from just before its last newline to the end."""
+    position, buffer = size, b""
+    while position > 0:
+        start = max(0, position - _CHUNK)
+        piece = os.pread(fd, position - start, start)
+        buffer, position = piece + buffer, start
+        if b"\n" in piece:
+            break
+    return position, buffer
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class JsonlStore:
+    """A session kept in a pi-compatible JSONL file.
+
+    Args:
+        path: The session file. It need not exist yet.
+        fsync: ``"always"`` (fsync after every append), ``"per_turn"`` (at :meth:`sync` and
+            :meth:`close`) or ``"never"``.
+        lock: Take the single-writer lock at the first write. Turn off only where another
+            mechanism guarantees one writer.
+        random_hex: Randomness for ids a v1 migration assigns on load (tests inject it).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync: FsyncPolicy = "per_turn",
+        lock: bool = True,
+        random_hex: RandomHex = uuid_hex,
+    ) -> None:
+        self.path = Path(path)
+        self.lock_path = Path(f"{self.path}.lock")
+        self.corrupt_path = Path(f"{self.path}.corrupt")
+        self._policy: FsyncPolicy = fsync
+        self._use_lock = lock
+        self._random_hex = random_hex
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+        self._dirty = False
+        self._state: ParsedSession | None = None
+        self._loaded: tuple[tuple[int, int, int, int], ParsedSession] | None = None
+
+    @property
+    def location(self) -> str:
+        """The file's path as given."""
+        return str(self.path)
+
+    def exists(self) -> bool:
+        """True when the file exists and is not empty."""
+        try:
+            return self.path.stat().st_size > 0
+        except FileNotFoundError:
+            return False
+
+    def load(self) -> LoadResult:
+        """Read and parse the file; a missing file loads as empty. Never writes (D3)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._loaded = None
+            return LoadResult(header=None)
+        try:
+            stat = os.fstat(fd)
+            parsed = read_session(_read_all(fd), random_hex=self._random_hex)
+        finally:
+            os.close(fd)
+        self._loaded = (_signature(stat), parsed)
+        return parsed.result
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append entries as whole lines in one write, fsynced per the policy.
+
+        Raises:
+            SessionLockedError: Another store or process is writing this file.
+            SessionError: The file is not a session file, is a v1 file not yet rewritten, or
+                has no header and the first entry is not one; or an entry is not JSON.
+        """
+        if not entries:
+            return
+        data = b"".join(write_pi_line(entry) for entry in entries)
+        fd = self._writer()
+        assert self._state is not None  # set by _writer
+        refusal = append_refusal(self.location, self._state, entries)
+        if refusal:
+            raise SessionError(refusal)
+        self._write(fd, data)
+        if self._policy == "always":
+            os.fsync(fd)
+        else:
+            self._dirty = True
+        if self._state.result.header is None:
+            self._state = read_session(data, random_hex=self._random_hex)
+
+    def rewrite(self, header: Entry, entries: Sequence[Entry]) -> None:
+        """Replace the file atomically with ``header`` and ``entries``.
+
+        Raises:
+            SessionLockedError: Another store or process is writing this file.
+            SessionError: ``header`` is not a session header, or the file has problems a
+                rewrite would erase (D3; see :func:`~orchestrator._core.loading.rewrite_refusal`).
+        """
+        if header.get("type") != "session" or not isinstance(header.get("id"), str):
+            raise SessionError(
+                f"cannot rewrite {self.location}: the header is not a session header"
+            )
+        data = b"".join(write_pi_line(entry) for entry in (header, *entries))
+        # Refuse from what was loaded before taking the writer, whose first act is to move a torn
+        # tail aside: a refused rewrite must leave the file exactly as it was.
+        known = self._state or (self._loaded[1] if self._loaded is not None else None)
+        early = rewrite_refusal(self.location, known) if known is not None else None
+        if early:
+            raise SessionError(early)
+        self._writer()
+        assert self._state is not None
+        refusal = rewrite_refusal(self.location, self._state)
+        if refusal:
+            raise SessionError(refusal)
+        temporary = self._write_temporary(data)
+        try:
+            os.replace(temporary, self.path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.path.parent)
+        # The old descriptor still points at the replaced file: reopen on the new one.
+        self._close_fd()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        self._dirty = False
+        self._loaded = None
+        result = LoadResult(header=header, entries=list(entries))
+        self._state = ParsedSession(result=result, stored_version=header_version(header))
+
+    def repair_torn_tail(self) -> bytes:
+        """Make the file end on a whole line before writing (D3); takes the writer lock.
+
+        A torn last line is appended to ``<path>.corrupt`` and cut from the file; a whole last
+        line missing its newline gets one. Every write does this first, once.
+
+        Returns:
+            The bytes moved aside (empty when there was no torn line).
+        """
+        if self._fd is None:
+            return self._open_writer()
+        return self._repair(self._fd)
+
+    def sync(self) -> None:
+        """Fsync what was appended since the last sync (the ``per_turn`` boundary)."""
+        if self._fd is not None and self._dirty and self._policy != "never":
+            os.fsync(self._fd)
+        self._dirty = False
+
+    def close(self) -> None:
+        """Sync per the policy, close the file and release the writer lock. Idempotent."""
+        try:
+            self.sync()
+        finally:
+            self._close_fd()
+            self._state = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # closing the description releases the flock
+                self._lock_fd = None
+
+    def __enter__(self) -> JsonlStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _writer(self) -> int:
+        if self._fd is None:
+            self._open_writer()
+        assert self._fd is not None
+        return self._fd
+
+    def _open_writer(self) -> bytes:
+        """Lock, open for appending, repair the tail and learn what the file holds."""
+        self._lock()
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            if created and self._policy != "never":
+                _fsync_dir(self.path.parent)  # a new file's name is durable only this way
+            stat = os.fstat(fd)
+            loaded = self._loaded
+            # Parsing a big file twice is wasteful: reuse the last load if the file is unchanged.
+            # A torn tail does not matter for that: the refusals ignore it.
+            if loaded is not None and loaded[0] == _signature(stat):
+                state = loaded[1]
+            else:
+                state = read_session(_read_all(fd), random_hex=self._random_hex)
+            moved = self._repair(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._state = fd, state
+        return moved
+
+    def _lock(self) -> None:
+        if not self._use_lock or self._lock_fd is not None:
+            return
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SessionLockedError(
+                f"{self.path} is already open for writing by another store or process "
+                f"(its lock {self.lock_path} is held); a session has one writer at a time"
+            ) from None
+        self._lock_fd = fd
+
+    def _repair(self, fd: int) -> bytes:
+        offset, last = _read_last_line(fd, os.fstat(fd).st_size)
+        plan = plan_tail_repair(last)
+        if plan is None:
+            return b""
+        if plan.add_newline:
+            os.write(fd, b"\n")
+        else:
+            created = not self.corrupt_path.exists()
+            side = os.open(
+                self.corrupt_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666
+            )
+            try:
+                os.write(side, plan.moved)
+                os.fsync(side)  # the copy must be durable before the original is cut
+            finally:
+                os.close(side)
+            if created:
+                _fsync_dir(self.path.parent)
+            os.ftruncate(fd, offset + plan.keep)
+        os.fsync(fd)
+        return plan.moved
+
+    def _write(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            written = os.write(fd, view)
+            while written < len(view):  # a regular file writes fully unless the disk is full
+                written += os.write(fd, view[written:])
+        except BaseException:
+            # Part of a line may now end the file. Reopening repairs the tail before the next
+            # append, so nothing is ever glued onto the torn piece.
+            self._close_fd()
+            raise
+
+    def _write_temporary(self, data: bytes) -> Path:
+        directory = self.path.parent
+        temporary = directory / f".{self.path.name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            # Keep the original's mode. The file exists: the writer created it if it had not
+            # (with the umask's mode, as pi's writeFileSync would).
+            os.fchmod(fd, self.path.stat().st_mode & 0o7777)
+            view = memoryview(data)
+            written = 0
+            while written < len(view):
+                written += os.write(fd, view[written:])
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            temporary.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        return temporary
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,108 @@
+"""Read-only reports over a stored session: the inspection JSON objects and tree rows.
+
+The command line, the JSON-RPC server and the TUI all show these; they live below the surfaces so
+that no surface imports another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
+from orchestrator._core.context import ContextBuilder
+from orchestrator._core.entries import Entry, role_of, text_of
+from orchestrator._store.session import Session
+
+
+def context_report(session: Session, leaf: str | None) -> dict[str, Any]:
+    """The ``orchestrator context --json`` object."""
+    context = ContextBuilder(session.path(leaf) if leaf else []).context()
+    return {
+        "leafId": leaf,
+        "messages": list(context.messages),
+        "thinkingLevel": context.thinking_level,
+        "model": context.model.as_json() if context.model else None,
+        "tokens": context.tokens().as_json(),
+        "messageTokens": list(context.estimates),
+    }
+
+
+def branch_report(session: Session, old_leaf: str, target: str, budget: int) -> dict[str, Any]:
+    """The branch form of ``orchestrator plan --json``."""
+    session.tree.get(old_leaf)
+    session.tree.get(target)
+    entries, ancestor = collect_branch_entries(session.tree, old_leaf, target)
+    plan = prepare_branch_entries(
+        entries, budget, old_leaf_id=old_leaf, target_id=target, common_ancestor_id=ancestor
+    )
+    return plan.as_json()
+
+
+def preview_message(message: dict[str, Any], width: int = 70) -> str:
+    """One line of a message's text, cut to ``width`` characters."""
+    role = message.get("role")
+    if role in ("compactionSummary", "branchSummary"):
+        text = str(message.get("summary", ""))
+    elif role == "bashExecution":
+        text = f"$ {message.get('command', '')}"
+    elif role == "assistant":
+        parts = []
+        for block in message.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "text":
+                parts.append(block.get("text", ""))
+            elif isinstance(block, dict) and block.get("type") == "toolCall":
+                parts.append(f"{block.get('name')}(…)")
+        text = " ".join(parts)
+    else:
+        text = text_of(message.get("content"))
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def describe_entry(entry: Entry) -> str:
+    """A one-line description of an entry for trees and pickers."""
+    kind = entry.get("type")
+    role = role_of(entry)
+    if role is not None:
+        return f"{role}: {preview_message(entry['message'])}"
+    if kind == "compaction":
+        summary = {"role": "compactionSummary", "summary": entry.get("summary", "")}
+        return f"compaction: {preview_message(summary)}"
+    if kind == "branch_summary":
+        summary = {"role": "branchSummary", "summary": entry.get("summary", "")}
+        return f"branch summary: {preview_message(summary)}"
+    if kind == "model_change":
+        return f"model → {entry.get('provider', '')}/{entry.get('modelId', entry.get('model', ''))}"
+    if kind == "thinking_level_change":
+        return f"thinking → {entry.get('thinkingLevel')}"
+    if kind == "label":
+        return f"label {entry.get('targetId')} = {entry.get('label', '(cleared)')}"
+    if kind == "custom_message":
+        return f"custom message [{entry.get('customType')}]: {text_of(entry.get('content'))[:60]}"
+    return str(kind)
+
+
+def tree_rows(session: Session) -> list[dict[str, Any]]:
+    """Depth-first rows of the tree; depth grows only where the tree branches."""
+    active = {e["id"] for e in session.path()}
+    rows: list[dict[str, Any]] = []
+    stack = [(0, node, False) for node in reversed(session.tree.nodes())]
+    while stack:
+        depth, node, _ = stack.pop()
+        entry = node.entry
+        rows.append(
+            {
+                "id": entry["id"],
+                "parentId": entry.get("parentId"),
+                "type": entry.get("type"),
+                "role": role_of(entry),
+                "label": node.label,
+                "depth": depth,
+                "onActivePath": entry["id"] in active,
+                "isLeaf": entry["id"] == session.leaf_id,
+                "text": describe_entry(entry),
+            }
+        )
+        child_depth = depth + 1 if len(node.children) > 1 else depth
+        stack.extend((child_depth, child, False) for child in reversed(node.children))
+    return rows

@@ -1,0 +1,430 @@
+"""A session: the tree of entries, the store it lives in, and the active context.
+
+This is the layer that turns tree operations into store writes. The tree and the context
+builder stay sans-I/O; the ``Session`` is the one place where an append reaches the store.
+
+Persistence follows pi (reference §1.1): nothing is written until the session holds an
+assistant message; at that moment the header and every entry are written in one go, and each
+later entry is appended as one whole line (D4). A session opened from an existing file is already
+persisted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator._core.context import ContextBuilder, SessionContext
+from orchestrator._core.entries import (
+    BRANCH_SUMMARY,
+    COMPACTION,
+    CURRENT_VERSION,
+    CUSTOM,
+    CUSTOM_MESSAGE,
+    LABEL,
+    MESSAGE,
+    MODEL_CHANGE,
+    SESSION_INFO,
+    THINKING_LEVEL_CHANGE,
+    Entry,
+    Message,
+    iso_now,
+    role_of,
+)
+from orchestrator._core.errors import SessionError
+from orchestrator._core.loading import gc_paused
+from orchestrator._core.tree import LEAF, SessionTree
+from orchestrator._store.protocol import LoadResult, Problem, SessionStore
+
+
+def wall_clock_ms() -> int:
+    """The real clock, in epoch milliseconds (the default; tests inject their own)."""
+    return int(time.time() * 1000)
+
+
+def _random_hex() -> str:
+    return uuid.uuid4().hex
+
+
+def new_header(cwd: str, now_ms: int, *, parent_session: str | None = None) -> Entry:
+    """A version-3 session header, as pi writes it."""
+    header: Entry = {
+        "type": "session",
+        "version": CURRENT_VERSION,
+        "id": str(uuid.uuid4()),
+        "timestamp": iso_now(now_ms),
+        "cwd": cwd,
+    }
+    if parent_session is not None:
+        header["parentSession"] = parent_session
+    return header
+
+
+def compaction_fields(
+    *,
+    summary: str,
+    first_kept_entry_id: str,
+    tokens_before: int,
+    details: dict[str, Any] | None = None,
+    from_extension: bool = False,
+    short_summary: str | None = None,
+    preserve_data: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The fields of a compaction entry, as pi writes them (OMP extras only when set)."""
+    fields: dict[str, Any] = {
+        "summary": summary,
+        "firstKeptEntryId": first_kept_entry_id,
+        "tokensBefore": tokens_before,
+    }
+    if details is not None:
+        fields["details"] = details
+    if from_extension:
+        fields["fromExtension"] = True
+    if short_summary:
+        fields["shortSummary"] = short_summary
+    if preserve_data:
+        fields["preserveData"] = preserve_data
+    return fields
+
+
+def branch_summary_fields(
+    *,
+    summary: str,
+    from_id: str | None,
+    details: dict[str, Any] | None = None,
+    from_extension: bool = False,
+) -> dict[str, Any]:
+    """The fields of a branch summary; ``fromId`` is the abandoned leaf (D17), else ``root``."""
+    fields: dict[str, Any] = {
+        "fromId": from_id if from_id is not None else "root",
+        "summary": summary,
+    }
+    if details is not None:
+        fields["details"] = details
+    if from_extension:
+        fields["fromExtension"] = True
+    return fields
+
+
+class Session:
+    """One session: a :class:`SessionTree` kept in a :class:`SessionStore`.
+
+    Build one with :meth:`open` (a JSONL file), :meth:`in_memory`, or :meth:`from_store`.
+
+    Args:
+        store: Where lines are written.
+        tree: The loaded tree.
+        persisted: Whether the store already holds the header.
+        problems: What loading reported (D3); kept so callers can show it.
+        clock: Epoch-ms clock for entry timestamps.
+        random_hex: Id randomness.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        tree: SessionTree,
+        *,
+        persisted: bool,
+        problems: Sequence[Problem] = (),
+        migrated: bool = False,
+        clock: Callable[[], int] = wall_clock_ms,
+        random_hex: Callable[[], str] = _random_hex,
+    ) -> None:
+        self.store = store
+        # A migrated file (version 1 or 2) holds its new ids only in memory; pi rewrites it at
+        # load. I rewrite it at the first write instead, so that inspecting never writes.
+        self._migration_pending = migrated
+        self.tree = tree
+        self.problems = list(problems)
+        self._persisted = persisted
+        self._clock = clock
+        self._random_hex = random_hex
+        self._builder: ContextBuilder | None = None
+        self._builder_leaf: str | None = None
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def from_store(
+        cls,
+        store: SessionStore,
+        *,
+        cwd: str | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+        random_hex: Callable[[], str] = _random_hex,
+    ) -> Session:
+        """Load a session from a store, or start a new one when the store is empty.
+
+        Damaged content is loaded as far as it goes; the problems are in :attr:`problems` and
+        the stored bytes are never rewritten because of them (D3).
+
+        Raises:
+            SessionError: the store holds something that is not a session at all.
+        """
+        if not store.exists():
+            header = new_header(cwd or os.getcwd(), clock())
+            return cls(
+                store, SessionTree(header), persisted=False, clock=clock, random_hex=random_hex
+            )
+        # Parsing and indexing allocate millions of acyclic objects on a big file; with the
+        # cyclic collector on, its repeated passes over them made loading superlinear.
+        with gc_paused():
+            result: LoadResult = store.load()
+            if result.header is None:
+                details = "; ".join(str(p) for p in result.problems) or "no session header"
+                raise SessionError(f"{store.location}: not a session file ({details})")
+            tree = SessionTree(result.header, result.entries)
+        return cls(
+            store,
+            tree,
+            persisted=True,
+            problems=result.problems,
+            migrated=result.migrated,
+            clock=clock,
+            random_hex=random_hex,
+        )
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], **kwargs: Any) -> Session:
+        """Open (or create) a pi JSONL session file. Keyword arguments go to :meth:`from_store`."""
+        from orchestrator._store.jsonl import JsonlStore
+
+        fsync = kwargs.pop("fsync", "per_turn")
+        return cls.from_store(JsonlStore(Path(path), fsync=fsync), **kwargs)
+
+    @classmethod
+    def in_memory(cls, cwd: str = "/", **kwargs: Any) -> Session:
+        """A new session kept in memory only."""
+        from orchestrator._store.memory import MemoryStore
+
+        return cls.from_store(MemoryStore(), cwd=cwd, **kwargs)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def header(self) -> Entry:
+        """The session header."""
+        return self.tree.header
+
+    @property
+    def session_id(self) -> str:
+        """The header's id."""
+        return str(self.header.get("id", ""))
+
+    @property
+    def leaf_id(self) -> str | None:
+        """The active leaf."""
+        return self.tree.leaf_id
+
+    def path(self, leaf_id: str | None = None) -> list[Entry]:
+        """Entries root-first down to ``leaf_id`` (default: the active leaf)."""
+        return self.tree.path(leaf_id)
+
+    def context(self, leaf_id: str | None = None) -> SessionContext:
+        """The context the model sees at ``leaf_id`` (default: the active leaf).
+
+        For the active leaf the builder is kept between calls and extended on append, so the
+        context after one more entry costs O(1) (compactions: O(kept entries)).
+        """
+        if leaf_id is not None and leaf_id != self.tree.leaf_id:
+            return ContextBuilder(self.tree.path(leaf_id)).context()
+        if self._builder is None or self._builder_leaf != self.tree.leaf_id:
+            self._builder = ContextBuilder(self.tree.path())
+            self._builder_leaf = self.tree.leaf_id
+        return self._builder.context()
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def new_entry(self, kind: str, fields: dict[str, Any], *, parent_id: object = LEAF) -> Entry:
+        """Build an entry (id, parent, timestamp) without adding it.
+
+        The runtime journals a commit's entry id before appending it (D24), so building and
+        adding are separate steps. The entry's parent is the leaf at build time.
+        """
+        return self.tree.new_entry(
+            kind, fields, now_ms=self._clock(), random_hex=self._random_hex, parent_id=parent_id
+        )
+
+    def add_entry(self, entry: Entry) -> Entry:
+        """Append an entry built by :meth:`new_entry`; it becomes the leaf.
+
+        Raises:
+            SessionError: the id is already used.
+        """
+        self._add(entry)
+        return entry
+
+    def append_entry(self, kind: str, fields: dict[str, Any], *, parent_id: object = LEAF) -> Entry:
+        """Append an entry of any type as a child of the leaf (or of ``parent_id``).
+
+        Returns:
+            The entry as written.
+        """
+        return self.add_entry(self.new_entry(kind, fields, parent_id=parent_id))
+
+    def _add(self, entry: Entry) -> None:
+        follows_builder = (
+            self._builder is not None
+            and self._builder_leaf == self.tree.leaf_id
+            and entry.get("parentId") == self.tree.leaf_id
+        )
+        self.tree.append(entry)
+        if follows_builder and self._builder is not None:
+            self._builder.push(entry)
+            self._builder_leaf = entry["id"]
+        self._persist(entry)
+
+    def _persist(self, entry: Entry) -> None:
+        if self._migration_pending:
+            self.store.rewrite(self.header, self.tree.entries)
+            self._migration_pending = False
+        elif self._persisted:
+            self.store.append([entry])
+        elif role_of(entry) == "assistant":
+            self.store.rewrite(self.header, self.tree.entries)
+            self._persisted = True
+
+    def flush(self) -> None:
+        """Write everything now, even without an assistant message, and make it durable."""
+        if not self._persisted:
+            self.store.rewrite(self.header, self.tree.entries)
+            self._persisted = True
+        self.store.sync()
+
+    def append_message(self, message: Message) -> Entry:
+        """Append a ``message`` entry (any role)."""
+        return self.append_entry(MESSAGE, {"message": message})
+
+    def append_thinking_level_change(self, level: str) -> Entry:
+        """Record a thinking-level change."""
+        return self.append_entry(THINKING_LEVEL_CHANGE, {"thinkingLevel": level})
+
+    def append_model_change(self, provider: str, model_id: str) -> Entry:
+        """Record a model change (pi's shape, D1)."""
+        return self.append_entry(MODEL_CHANGE, {"provider": provider, "modelId": model_id})
+
+    def append_custom(self, custom_type: str, data: Any = None) -> Entry:
+        """Extension state that never reaches the context."""
+        fields: dict[str, Any] = {"customType": custom_type}
+        if data is not None:
+            fields["data"] = data
+        return self.append_entry(CUSTOM, fields)
+
+    def append_custom_message(
+        self, custom_type: str, content: Any, *, display: bool = True, details: Any = None
+    ) -> Entry:
+        """A message an extension injects into the context (the model sees it as a user message)."""
+        fields: dict[str, Any] = {"customType": custom_type, "content": content, "display": display}
+        if details is not None:
+            fields["details"] = details
+        return self.append_entry(CUSTOM_MESSAGE, fields)
+
+    def append_compaction(
+        self,
+        *,
+        summary: str,
+        first_kept_entry_id: str,
+        tokens_before: int,
+        details: dict[str, Any] | None = None,
+        from_extension: bool = False,
+        short_summary: str | None = None,
+        preserve_data: dict[str, Any] | None = None,
+    ) -> Entry:
+        """Commit a compaction: one appended entry (D24's commit point)."""
+        return self.append_entry(
+            COMPACTION,
+            compaction_fields(
+                summary=summary,
+                first_kept_entry_id=first_kept_entry_id,
+                tokens_before=tokens_before,
+                details=details,
+                from_extension=from_extension,
+                short_summary=short_summary,
+                preserve_data=preserve_data,
+            ),
+        )
+
+    def branch_with_summary(
+        self,
+        target_id: str | None,
+        summary: str,
+        *,
+        from_id: str | None,
+        details: dict[str, Any] | None = None,
+        from_extension: bool = False,
+    ) -> Entry:
+        """Move the leaf to ``target_id`` and attach a branch summary there (D17).
+
+        ``from_id`` is the abandoned leaf (D17), not the attachment point as pi writes it.
+
+        Raises:
+            SessionError: ``Entry <id> not found``.
+        """
+        entry = self.new_entry(
+            BRANCH_SUMMARY,
+            branch_summary_fields(
+                summary=summary, from_id=from_id, details=details, from_extension=from_extension
+            ),
+            parent_id=target_id,
+        )
+        return self.attach_branch_summary(entry)
+
+    def attach_branch_summary(self, entry: Entry) -> Entry:
+        """Move the leaf to the summary's parent and append it there (the navigation commit).
+
+        Raises:
+            SessionError: ``Entry <id> not found`` for an unknown parent.
+        """
+        parent = entry.get("parentId")
+        if isinstance(parent, str):
+            self.tree.branch(parent)
+        else:
+            self.tree.reset_leaf()
+        return self.add_entry(entry)
+
+    def append_label(self, target_id: str, label: str | None) -> Entry:
+        """Set (or clear, with ``None`` or ``""``) the label of an entry.
+
+        Raises:
+            SessionError: ``Entry <id> not found``.
+        """
+        self.tree.get(target_id)
+        fields: dict[str, Any] = {"targetId": target_id}
+        if label:
+            fields["label"] = label
+        return self.append_entry(LABEL, fields)
+
+    def set_name(self, name: str) -> Entry:
+        """Name the session (a ``session_info`` entry, as pi does)."""
+        return self.append_entry(SESSION_INFO, {"name": name.strip()})
+
+    def branch(self, entry_id: str) -> None:
+        """Move the leaf to ``entry_id``. Raises ``SessionError`` when unknown."""
+        self.tree.branch(entry_id)
+
+    def reset_leaf(self) -> None:
+        """Move the leaf before the first entry: the next append starts a new root."""
+        self.tree.reset_leaf()
+
+    # -- rewriting -----------------------------------------------------------------------------
+
+    def replace_entries(self, replacements: Sequence[Entry]) -> None:
+        """Swap entries for new versions (same ids and parents) and rewrite the store atomically.
+
+        Pruning uses this (D23); the rewrite goes through a temporary file (D4).
+        """
+        for entry in replacements:
+            self.tree.replace(entry)
+        self._builder = None
+        if self._persisted:
+            self.store.rewrite(self.header, self.tree.entries)
+            self._migration_pending = False
+
+    def close(self) -> None:
+        """Release the store (its lock, if any)."""
+        self.store.close()

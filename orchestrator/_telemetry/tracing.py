@@ -1,0 +1,283 @@
+"""OpenTelemetry tracing of the lifecycle: turn, operation and model-call spans, steps as events.
+
+Theory of operation
+-------------------
+
+Tracing is an observer (house style habit 5): the runtime driver opens a span around each turn,
+each operation (compaction, branch summary, prune) and each model call, and hands every machine
+:class:`~orchestrator._lifecycle.machine.Step` to :meth:`LifecycleTracer.on_step`, which adds one
+``transition`` event (``machine``, ``from``, ``to``, ``trigger``, ``effects``) to the innermost
+open span of *that* machine: operation steps land on the operation span even while a model-call
+span is open inside it. A step whose machine has no open span lands on the current span, if any.
+
+The open spans per machine live in a :class:`contextvars.ContextVar`, not on the tracer: anyio
+tasks each see their own copy of the context, so two sessions driven concurrently by one tracer
+never put events on each other's spans.
+
+I never touch the global ``TracerProvider``: a library that sets it fights its host. The tracer
+takes a provider, or ``None`` for a no-op tracer that costs almost nothing. Model-call spans carry
+the GenAI semantic-convention attribute names, defined here as our own constants because the
+semconv package keeps them in a private, deprecated module.
+
+Exporters (the end of this module): JSON lines into a folder (the ``traces/`` convention, with
+:func:`read_trace` to compare recordings), the console, and OTLP over HTTP configured by the
+standard ``OTEL_*`` variables. :func:`make_tracer_provider` wires one up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import (
+    NoOpTracer,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    get_current_span,
+)
+from opentelemetry.util.types import AttributeValue
+
+from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.model import ModelRequest, ModelResponse
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import Step
+
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ERROR_TYPE = "error.type"
+
+TRANSITION_EVENT = "transition"
+TRACER_NAME = "orchestrator"
+
+_ACTIVE: ContextVar[Mapping[str, Span]] = ContextVar(
+    "orchestrator_machine_spans", default=MappingProxyType({})
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanHandle:
+    """An open span and the attribute prefix of its kind (``orchestrator.operation.`` ...).
+
+    Attributes:
+        span: The OpenTelemetry span.
+        prefix: Prepended to the keys given to :meth:`set`.
+    """
+
+    span: Span
+    prefix: str
+
+    def set(self, **attrs: Any) -> None:
+        """Set attributes under this span's prefix; ``None`` values are skipped."""
+        set_attributes(self, **attrs)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall(SpanHandle):
+    """The span of one model call; record the reply with :meth:`record_response`."""
+
+    def record_response(self, response: ModelResponse) -> None:
+        """Set the GenAI response attributes: finish reason (pi's vocabulary), usage, model."""
+        attributes: dict[str, AttributeValue] = {
+            GEN_AI_RESPONSE_FINISH_REASONS: (response.stop_reason,),
+            GEN_AI_USAGE_INPUT_TOKENS: response.usage.input,
+            GEN_AI_USAGE_OUTPUT_TOKENS: response.usage.output,
+        }
+        if response.model:
+            attributes[GEN_AI_RESPONSE_MODEL] = response.model
+        self.span.set_attributes(attributes)
+
+
+def set_attributes(target: SpanHandle | Span, **attrs: Any) -> None:
+    """Set attributes on a handle (keys get its prefix) or on a bare span (keys as given).
+
+    Values that OpenTelemetry cannot hold are turned into strings; sequences become tuples;
+    ``None`` is skipped, because "unknown" is better shown by absence than by a fake value.
+
+    Args:
+        target: A :class:`SpanHandle` or a span.
+        **attrs: The attributes, e.g. ``tokens_before=1200, outcome="committed"``.
+    """
+    span, prefix = (target.span, target.prefix) if isinstance(target, SpanHandle) else (target, "")
+    for key, value in attrs.items():
+        if value is not None:
+            span.set_attribute(prefix + key, _attribute(value))
+
+
+def _attribute(value: Any) -> AttributeValue:
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        # OpenTelemetry wants one primitive type per sequence; mixed ones become strings.
+        if len({type(v) for v in value}) == 1 and isinstance(value[0], str | bool | int | float):
+            return tuple(value)
+        return tuple(str(v) for v in value)
+    return str(value)
+
+
+def facts_delta(facts: Facts) -> dict[str, Any]:
+    """The fields of ``facts`` that differ from :class:`Facts`' defaults."""
+    default = Facts()
+    return {
+        f.name: getattr(facts, f.name)
+        for f in dataclasses.fields(facts)
+        if getattr(facts, f.name) != getattr(default, f.name)
+    }
+
+
+class LifecycleTracer:
+    """Opens lifecycle spans and turns machine steps into span events.
+
+    Args:
+        provider: Where spans go; ``None`` makes every method a no-op.
+    """
+
+    def __init__(self, provider: TracerProvider | None) -> None:
+        self._tracer: Tracer = (
+            NoOpTracer() if provider is None else provider.get_tracer(TRACER_NAME)
+        )
+
+    @contextmanager
+    def turn_span(self, session_id: str, turn_no: int) -> Iterator[SpanHandle]:
+        """Open the span of one agent turn; turn steps go on it.
+
+        Yields:
+            Its handle; attributes set through it get the ``orchestrator.turn.`` prefix.
+        """
+        attrs: dict[str, AttributeValue] = {
+            "orchestrator.session.id": session_id,
+            "orchestrator.turn.number": turn_no,
+        }
+        with self._span("turn", "orchestrator.turn", attrs, machine="turn") as handle:
+            yield handle
+
+    @contextmanager
+    def operation_span(
+        self, kind: str, operation_id: str, reason: str | None = None
+    ) -> Iterator[SpanHandle]:
+        """Open the span of one compaction, branch summary or prune; operation steps go on it.
+
+        Set ``tokens_before``, ``tokens_after``, ``summarized``, ``kept``, ``attempts``,
+        ``model`` and ``outcome`` through the handle as they become known.
+
+        Yields:
+            Its handle; attributes get the ``orchestrator.operation.`` prefix.
+        """
+        attrs: dict[str, AttributeValue] = {
+            "orchestrator.operation.kind": kind,
+            "orchestrator.operation.id": operation_id,
+        }
+        if reason is not None:
+            attrs["orchestrator.operation.reason"] = reason
+        with self._span("operation", f"orchestrator.{kind}", attrs, machine="operation") as handle:
+            yield handle
+
+    @contextmanager
+    def navigation_span(self, session_id: str, target_id: str | None) -> Iterator[SpanHandle]:
+        """Open the span of one tree navigation; navigation steps go on it.
+
+        Yields:
+            Its handle; attributes get the ``orchestrator.navigation.`` prefix.
+        """
+        attrs: dict[str, AttributeValue] = {"orchestrator.session.id": session_id}
+        if target_id is not None:
+            attrs["orchestrator.navigation.target_id"] = target_id
+        with self._span(
+            "navigation", "orchestrator.navigation", attrs, machine="navigation"
+        ) as handle:
+            yield handle
+
+    @contextmanager
+    def model_span(self, request: ModelRequest, model_name: str) -> Iterator[ModelCall]:
+        """Open the span of one model call, with the GenAI request attributes.
+
+        A :class:`~orchestrator.ModelError` escaping the block marks the span as an error with
+        ``error.type`` set to the error's kind, and is re-raised.
+
+        Yields:
+            A :class:`ModelCall`; call :meth:`ModelCall.record_response` with the reply.
+        """
+        operation = "chat" if request.purpose == "chat" else "summarize"
+        attrs: dict[str, AttributeValue] = {
+            GEN_AI_OPERATION_NAME: operation,
+            GEN_AI_REQUEST_MODEL: model_name,
+            GEN_AI_REQUEST_MAX_TOKENS: request.max_tokens,
+            "orchestrator.model.purpose": request.purpose,
+        }
+        with self._tracer.start_as_current_span(
+            f"{operation} {model_name}",
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            with _failures(span):
+                yield ModelCall(span, "orchestrator.model.")
+
+    def on_step(self, step: Step) -> None:
+        """Add a ``transition`` event to the innermost open span of the step's machine.
+
+        Args:
+            step: The step a machine took (give this method to ``Runner.subscribe``).
+        """
+        span = _ACTIVE.get().get(step.machine) or get_current_span()
+        attributes: dict[str, AttributeValue] = {
+            "machine": step.machine,
+            "from": step.source,
+            "to": step.dest,
+            "trigger": step.event,
+            "effects": step.effects,
+        }
+        if step.facts is not None:
+            # Only the facts that differ from their defaults, as JSON: enough to replay the
+            # step through the table (house style habit 5) and short enough to read.
+            attributes["facts"] = json.dumps(facts_delta(step.facts), sort_keys=True)
+        span.add_event(TRANSITION_EVENT, attributes)
+
+    @contextmanager
+    def _span(
+        self, kind: str, name: str, attrs: Mapping[str, AttributeValue], *, machine: str
+    ) -> Iterator[SpanHandle]:
+        with self._tracer.start_as_current_span(
+            name, attributes=attrs, record_exception=False, set_status_on_exception=False
+        ) as span:
+            token = _ACTIVE.set(MappingProxyType({**_ACTIVE.get(), machine: span}))
+            try:
+                with _failures(span):
+                    yield SpanHandle(span, f"orchestrator.{kind}.")
+            finally:
+                _ACTIVE.reset(token)
+
+
+@contextmanager
+def _failures(span: Span) -> Iterator[None]:
+    """Record an escaping error on ``span``; a cancellation is marked, not called an error."""
+    try:
+        yield
+    except Cancelled:
+        span.set_attribute("orchestrator.cancelled", True)
+        raise
+    except Exception as exc:
+        span.record_exception(exc)
+        kind = exc.kind if isinstance(exc, ModelError) else type(exc).__name__
+        span.set_attribute(ERROR_TYPE, kind)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        raise
+    except BaseException:
+        # anyio/trio cancellation and KeyboardInterrupt are not failures of the traced work.
+        span.set_attribute("orchestrator.cancelled", True)
+        raise
