@@ -21,7 +21,7 @@ SUMMARY = "## Goal\nShip it.\n\n## Next Steps\n1. Carry on"
 
 
 def settings(**compaction: Any) -> RuntimeSettings:
-    base = {"reserve_tokens": 1000, "keep_recent_tokens": 300}
+    base: dict[str, Any] = {"reserve_tokens": 1000, "keep_recent_tokens": 300}
     base.update(compaction)
     return RuntimeSettings(
         context_window=10_000,

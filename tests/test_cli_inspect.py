@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -166,7 +167,7 @@ def test_check_ok(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "ok, 43 entries" in out
 
 
-DAMAGES = {
+DAMAGES: dict[str, tuple[Callable[[list[str]], list[str]], int]] = {
     "not_json": (lambda lines: lines[:3] + ["{not json"] + lines[3:], 4),
     "no_id": (lambda lines: lines + ['{"type":"message","parentId":null}'], 45),
     "torn_line": (lambda lines: lines + ['{"type":"message","id":"ab'], 45),

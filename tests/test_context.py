@@ -94,7 +94,7 @@ def test_thinking_and_model_changes_tracked_and_assistant_overrides_model_change
 
 
 def test_d1_model_change_in_omp_shape() -> None:
-    path = [
+    path: list[dict[str, Any]] = [
         {
             "type": "model_change",
             "id": "m1",

@@ -1,4 +1,5 @@
 import json
+from typing import Any
 
 from orchestrator._core.messages import (
     NO_RESULT,
@@ -10,18 +11,20 @@ from orchestrator._core.messages import (
 )
 from orchestrator._core.prompts import render
 
-IMAGE = {"type": "image", "data": "QUJD", "mimeType": "image/jpeg"}
+Message = dict[str, Any]
+
+IMAGE: Message = {"type": "image", "data": "QUJD", "mimeType": "image/jpeg"}
 
 
-def call(call_id, name="read", **arguments):
+def call(call_id: str, name: str = "read", **arguments: Any) -> Message:
     return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
 
 
-def assistant(*blocks, stop="toolUse"):
+def assistant(*blocks: Message, stop: str = "toolUse") -> Message:
     return {"role": "assistant", "content": list(blocks), "stopReason": stop}
 
 
-def result(call_id, *blocks, **extra):
+def result(call_id: str, *blocks: object, **extra: Any) -> Message:
     return {
         "role": "toolResult",
         "toolCallId": call_id,
@@ -32,16 +35,16 @@ def result(call_id, *blocks, **extra):
     }
 
 
-def text(value):
+def text(value: str) -> Message:
     return {"type": "text", "text": value}
 
 
-def bash(**fields):
-    base = {"role": "bashExecution", "command": "ls", "output": "a\nb", "exitCode": 0}
+def bash(**fields: Any) -> Message:
+    base: Message = {"role": "bashExecution", "command": "ls", "output": "a\nb", "exitCode": 0}
     return {**base, "cancelled": False, "truncated": False, **fields}
 
 
-def test_bash_text_matches_pi():
+def test_bash_text_matches_pi() -> None:
     assert bash_execution_text(bash()) == "Ran `ls`\n```\na\nb\n```"
     assert bash_execution_text(bash(output="")) == "Ran `ls`\n(no output)"
     assert bash_execution_text(bash(exitCode=1)).endswith("```\n\nCommand exited with code 1")
@@ -54,7 +57,7 @@ def test_bash_text_matches_pi():
     assert "Output truncated" not in bash_execution_text(bash(truncated=True))
 
 
-def test_to_llm_messages_maps_every_role():
+def test_to_llm_messages_maps_every_role() -> None:
     messages = [
         {"role": "user", "content": "hi", "timestamp": 1},
         bash(timestamp=2),
@@ -74,7 +77,7 @@ def test_to_llm_messages_maps_every_role():
     assert [m["timestamp"] for m in out] == [1, 2, 3, 4, 5]
 
 
-def test_pruned_result_keeps_only_its_text():
+def test_pruned_result_keeps_only_its_text() -> None:
     pruned = result("c", text("[Output truncated - 50 tokens]"), IMAGE, prunedAt=9)
     (out,) = to_llm_messages([pruned])
     assert out["content"] == [text("[Output truncated - 50 tokens]")]
@@ -83,7 +86,7 @@ def test_pruned_result_keeps_only_its_text():
     assert empty["content"] == [text(PRUNED_FALLBACK)]
 
 
-def test_chat_conversion_of_a_tool_turn():
+def test_chat_conversion_of_a_tool_turn() -> None:
     messages = [
         {"role": "user", "content": "read it"},
         assistant(
@@ -113,13 +116,13 @@ def test_chat_conversion_of_a_tool_turn():
     ]
 
 
-def test_tool_call_only_reply_has_null_content_and_json_arguments():
+def test_tool_call_only_reply_has_null_content_and_json_arguments() -> None:
     out = convert_to_llm([assistant(call("c1", path="a")), result("c1", text("x"))])
     assert out[0]["content"] is None
     assert json.loads(out[0]["tool_calls"][0]["function"]["arguments"]) == {"path": "a"}
 
 
-def test_user_images_become_image_url_parts():
+def test_user_images_become_image_url_parts() -> None:
     message = {"role": "user", "content": [text("look"), IMAGE]}
     (out,) = convert_to_llm([message])
     assert out["content"] == [
@@ -128,7 +131,7 @@ def test_user_images_become_image_url_parts():
     ]
 
 
-def test_tool_images_follow_the_tool_messages_in_a_user_message():
+def test_tool_images_follow_the_tool_messages_in_a_user_message() -> None:
     messages = [
         assistant(call("c1"), call("c2")),
         result("c1", IMAGE),
@@ -143,7 +146,7 @@ def test_tool_images_follow_the_tool_messages_in_a_user_message():
     assert out[4] == {"role": "user", "content": "next"}
 
 
-def test_missing_results_get_a_placeholder_and_orphans_are_dropped():
+def test_missing_results_get_a_placeholder_and_orphans_are_dropped() -> None:
     messages = [
         result("ghost", text("orphan")),
         assistant(call("c1"), call("c2")),
@@ -164,7 +167,7 @@ def test_missing_results_get_a_placeholder_and_orphans_are_dropped():
     assert out[4]["role"] == "assistant"
 
 
-def test_failed_and_aborted_replies_are_left_out_with_their_results():
+def test_failed_and_aborted_replies_are_left_out_with_their_results() -> None:
     messages = [
         {"role": "user", "content": "q"},
         assistant(call("c1"), stop="error"),
@@ -175,7 +178,7 @@ def test_failed_and_aborted_replies_are_left_out_with_their_results():
     assert convert_to_llm(messages) == [{"role": "user", "content": "q"}]
 
 
-def test_summaries_and_bash_reach_the_chat_model_as_user_text():
+def test_summaries_and_bash_reach_the_chat_model_as_user_text() -> None:
     out = convert_to_llm(
         [{"role": "compactionSummary", "summary": "S", "tokensBefore": 3}, bash(exitCode=3)]
     )
@@ -185,8 +188,8 @@ def test_summaries_and_bash_reach_the_chat_model_as_user_text():
     assert out[1]["content"][0]["text"].endswith("Command exited with code 3")
 
 
-def test_odd_content_shapes_are_tolerated():
-    messages = [
+def test_odd_content_shapes_are_tolerated() -> None:
+    messages: list[Message] = [
         {"role": "custom", "customType": "t", "content": None},
         {"role": "user", "content": [text("a"), {"type": "audio"}, "junk"]},
         assistant(text("x"), stop="stop"),

@@ -8,7 +8,8 @@ transitions-backed Runner and the pure ``step`` must agree.
 
 import random
 from collections import defaultdict
-from dataclasses import fields
+from dataclasses import Field, fields
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -145,19 +146,19 @@ def test_random_walks_stay_on_the_table(name: str, data: st.DataObject) -> None:
 def _random_facts(count: int) -> list[Facts]:
     # Seeded, so the witness search is the same on every run.
     rng = random.Random(4)
-    return [
-        Facts(
-            **{
-                f.name: rng.random() < 0.5
-                if f.type == "bool"
-                else rng.choice([0, 1, 3, 4, 30_000, 60_000])
-                if f.name.endswith("delay_ms")
-                else rng.randint(0, 4)
-                for f in fields(Facts)
-            }
-        )
-        for _ in range(count)
-    ]
+
+    def value(f: Field[Any]) -> bool | int:
+        if f.type == "bool":
+            return rng.random() < 0.5
+        if f.name.endswith("delay_ms"):
+            return rng.choice([0, 1, 3, 4, 30_000, 60_000])
+        return rng.randint(0, 4)
+
+    def one() -> Facts:
+        values: dict[str, Any] = {f.name: value(f) for f in fields(Facts)}
+        return Facts(**values)
+
+    return [one() for _ in range(count)]
 
 
 WITNESSES = _random_facts(2_000)

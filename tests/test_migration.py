@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -81,7 +82,7 @@ def test_v3_is_untouched_and_not_migrated() -> None:
 
 def test_migrate_does_not_mutate_its_input() -> None:
     header = {"type": "session", "id": "s"}
-    entries = [
+    entries: list[dict[str, Any]] = [
         {"type": "message", "message": {"role": "hookMessage"}},
         {"type": "compaction", "firstKeptEntryIndex": 1},
     ]
@@ -96,7 +97,10 @@ def test_migrate_does_not_mutate_its_input() -> None:
 def test_index_pointing_at_header_or_outside_is_dropped_without_an_id() -> None:
     header = {"type": "session", "id": "s"}
     for index in (0, 3, -1, 1.5, 99):
-        entries = [{"type": "message"}, {"type": "compaction", "firstKeptEntryIndex": index}]
+        entries: list[dict[str, Any]] = [
+            {"type": "message"},
+            {"type": "compaction", "firstKeptEntryIndex": index},
+        ]
         compaction = migrate(header, entries, random_hex=counting_hex()).entries[1]
         assert "firstKeptEntryIndex" not in compaction, index
         assert "firstKeptEntryId" not in compaction, index
@@ -110,7 +114,10 @@ def test_non_numeric_index_is_left_as_it_was() -> None:
 
 def test_forward_index_gets_the_id_of_the_later_entry() -> None:
     # pi would read an id not assigned yet; I assign all ids first (see _migration docstring).
-    entries = [{"type": "compaction", "firstKeptEntryIndex": 2}, {"type": "message"}]
+    entries: list[dict[str, Any]] = [
+        {"type": "compaction", "firstKeptEntryIndex": 2},
+        {"type": "message"},
+    ]
     migration = migrate({"type": "session", "id": "s"}, entries, random_hex=counting_hex())
     assert migration.entries[0]["firstKeptEntryId"] == migration.entries[1]["id"]
 

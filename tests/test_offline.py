@@ -1,10 +1,12 @@
+from typing import Any
+
 import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator._core.errors import ModelError
-from orchestrator._core.model import Model, ModelRequest
+from orchestrator._core.model import Model, ModelRequest, ModelResponse, Purpose
 from orchestrator._core.prompts import render
 from orchestrator._core.summary_request import (
     branch_request,
@@ -18,12 +20,14 @@ from orchestrator._models.offline import NOTE, OfflineSummarizer, summarize
 
 ERROR_LINE = "E   AssertionError: expected 200, got 401"
 
+Message = dict[str, Any]
 
-def call(call_id, name, **arguments):
+
+def call(call_id: str, name: str, **arguments: Any) -> Message:
     return {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
 
 
-def result(call_id, text):
+def result(call_id: str, text: str) -> Message:
     return {
         "role": "toolResult",
         "toolCallId": call_id,
@@ -33,11 +37,11 @@ def result(call_id, text):
     }
 
 
-def assistant(*blocks):
+def assistant(*blocks: Message) -> Message:
     return {"role": "assistant", "content": list(blocks), "stopReason": "toolUse"}
 
 
-def text(value):
+def text(value: str) -> Message:
     return {"type": "text", "text": value}
 
 
@@ -74,33 +78,33 @@ SECTIONS = [
 ]
 
 
-def run(request):
+def run(request: ModelRequest) -> ModelResponse:
     response = anyio.run(OfflineSummarizer().complete, request)
     assert response.stop_reason == "stop"
     assert response.text.strip()
     return response
 
 
-def section(summary, heading):
+def section(summary: str, heading: str) -> str:
     body = summary.split(heading + "\n", 1)[1]
     return body.split("\n## ", 1)[0]
 
 
-def test_it_is_a_model():
+def test_it_is_a_model() -> None:
     model = OfflineSummarizer()
     assert isinstance(model, Model)
     assert model.name == "offline/extractive"
     assert model.context_window >= 1_000_000
 
 
-def test_history_summary_has_every_section_in_order():
+def test_history_summary_has_every_section_in_order() -> None:
     summary = run(history_request(SESSION, reserve_tokens=16384)).text
     assert summary.startswith(NOTE + "\n\n## Goal\n")
     positions = [summary.index(h + "\n") for h in SECTIONS]
     assert positions == sorted(positions)
 
 
-def test_history_summary_keeps_exact_facts():
+def test_history_summary_keeps_exact_facts() -> None:
     summary = run(history_request(SESSION, reserve_tokens=16384)).text
     goal = section(summary, "## Goal")
     assert goal.startswith("- Fix the failing login test in src/auth/login.py.\n")
@@ -127,13 +131,13 @@ def test_history_summary_keeps_exact_facts():
     assert "- Unanswered (verbatim): Now also update docs/AUTH.md?" in critical
 
 
-def test_it_is_deterministic():
+def test_it_is_deterministic() -> None:
     request = history_request(SESSION, reserve_tokens=16384, previous_summary="## Goal\nG")
     assert summarize(request) == summarize(request)
     assert run(request).text == summarize(request)
 
 
-def test_update_merges_the_previous_summary():
+def test_update_merges_the_previous_summary() -> None:
     previous = run(history_request(SESSION[:3], reserve_tokens=16384)).text
     previous += "\n\n<read-files>\nsrc/auth/login.py\n</read-files>"
     later = [
@@ -159,14 +163,14 @@ def test_update_merges_the_previous_summary():
     assert "Never touch the CI config." in steps
 
 
-def test_previous_summary_items_are_not_duplicated():
+def test_previous_summary_items_are_not_duplicated() -> None:
     previous = run(history_request(SESSION, reserve_tokens=16384)).text
     summary = run(history_request(SESSION, reserve_tokens=16384, previous_summary=previous)).text
     assert summary.count("- [x] edit `src/auth/tokens.py`") == 1
     assert summary.count("- You must not change the public API.") == 1
 
 
-def test_additional_context_and_focus_reach_critical_context():
+def test_additional_context_and_focus_reach_critical_context() -> None:
     request = history_request(
         SESSION, reserve_tokens=16384, additional_context=["branch main"], focus="the tokens"
     )
@@ -176,7 +180,7 @@ def test_additional_context_and_focus_reach_critical_context():
     assert summary
 
 
-def test_turn_prefix_sections():
+def test_turn_prefix_sections() -> None:
     summary = run(turn_prefix_request(SESSION[:5], reserve_tokens=16384)).text
     assert summary.startswith(NOTE)
     for heading in ("## Original Request", "## Early Progress", "## Context for Suffix"):
@@ -186,7 +190,7 @@ def test_turn_prefix_sections():
     assert ERROR_LINE in section(summary, "## Context for Suffix")
 
 
-def test_short_summary_is_first_person_and_short():
+def test_short_summary_is_first_person_and_short() -> None:
     history = run(history_request(SESSION, reserve_tokens=16384)).text
     response = run(short_summary_request(SESSION[-1:], summary=history, reserve_tokens=16384))
     assert response.text.startswith(NOTE + "\n\n")
@@ -196,14 +200,14 @@ def test_short_summary_is_first_person_and_short():
     assert len(response.text) <= 512 * 4
 
 
-def test_branch_summary_has_no_critical_context():
+def test_branch_summary_has_no_critical_context() -> None:
     summary = run(branch_request(SESSION, instructions="files")).text
     for heading in SECTIONS[:-1]:
         assert heading + "\n" in summary
     assert "## Critical Context" not in summary
 
 
-def test_output_fits_the_budget_and_says_what_was_left_out():
+def test_output_fits_the_budget_and_says_what_was_left_out() -> None:
     many = []
     for i in range(60):
         many.append(assistant(call(f"c{i}", "edit", path=f"src/module_{i:02}.py")))
@@ -215,14 +219,14 @@ def test_output_fits_the_budget_and_says_what_was_left_out():
     assert "src/module_59.py" in response.text  # the newest work is what stays
 
 
-def test_chat_requests_are_refused():
+def test_chat_requests_are_refused() -> None:
     request = ModelRequest(purpose="chat", system="", messages=(), max_tokens=10)
     with pytest.raises(ModelError) as caught:
         anyio.run(OfflineSummarizer().complete, request)
     assert caught.value.kind == "fatal"
 
 
-def test_a_request_without_conversation_still_answers():
+def test_a_request_without_conversation_still_answers() -> None:
     request = ModelRequest(
         purpose="history",
         system="",
@@ -232,8 +236,8 @@ def test_a_request_without_conversation_still_answers():
     assert summarize(request).startswith(NOTE)
 
 
-def test_embedded_compaction_summary_is_merged_not_quoted_as_a_request():
-    messages = [
+def test_embedded_compaction_summary_is_merged_not_quoted_as_a_request() -> None:
+    messages: list[Message] = [
         {"role": "compactionSummary", "summary": "## Goal\n- Old goal", "tokensBefore": 5},
         {"role": "user", "content": "continue please"},
     ]
@@ -255,7 +259,7 @@ def test_embedded_compaction_summary_is_merged_not_quoted_as_a_request():
     ),
     st.sampled_from(["history", "turn_prefix", "short", "branch"]),
 )
-def test_never_empty_and_always_within_budget(messages, purpose):
+def test_never_empty_and_always_within_budget(messages: list[Message], purpose: str) -> None:
     builders = {
         "history": lambda: history_request(messages, reserve_tokens=2000),
         "turn_prefix": lambda: turn_prefix_request(messages, reserve_tokens=2000),
@@ -268,7 +272,7 @@ def test_never_empty_and_always_within_budget(messages, purpose):
     assert len(out) <= request.max_tokens * 4
 
 
-def _raw(conversation, purpose="history", max_tokens=4000):
+def _raw(conversation: str, purpose: Purpose = "history", max_tokens: int = 4000) -> ModelRequest:
     prompt = f"<conversation>\n{conversation}\n</conversation>\n\nSummarize."
     return ModelRequest(
         purpose=purpose,
@@ -278,7 +282,7 @@ def _raw(conversation, purpose="history", max_tokens=4000):
     )
 
 
-def test_failed_shell_runs_are_blocked_with_their_errors():
+def test_failed_shell_runs_are_blocked_with_their_errors() -> None:
     bash = {
         "role": "bashExecution",
         "command": "make build",
@@ -294,7 +298,7 @@ def test_failed_shell_runs_are_blocked_with_their_errors():
     assert section(summary, "## Goal").startswith("(none)")
 
 
-def test_hand_written_calls_and_thinking_are_read_leniently():
+def test_hand_written_calls_and_thinking_are_read_leniently() -> None:
     conversation = (
         "[User]: go\n\n[Assistant thinking]: hmm\n\n"
         '[Assistant tool calls]: read(path=not-json); write(path="")\n\n'
@@ -306,7 +310,7 @@ def test_hand_written_calls_and_thinking_are_read_leniently():
     assert "hmm" not in summary
 
 
-def test_a_tiny_budget_still_gets_a_cut_answer():
+def test_a_tiny_budget_still_gets_a_cut_answer() -> None:
     summary = summarize(_raw("[User]: " + "word " * 500, max_tokens=30))
     assert summary.startswith(NOTE)
     assert summary.endswith("…")
@@ -335,11 +339,11 @@ PREVIOUS = (
 )
 
 
-def branch_summary(preamble=PI_PREAMBLE, body=BRANCH_BODY):
+def branch_summary(preamble: str = PI_PREAMBLE, body: str = BRANCH_BODY) -> Message:
     return {"role": "branchSummary", "summary": f"{preamble}\n\n{body}", "fromId": "f"}
 
 
-def tax_fix(test_output="52 passed in 1.48s"):
+def tax_fix(test_output: str = "52 passed in 1.48s") -> list[Message]:
     """The README example's kept turn: a request, an edit, a test run, an answer."""
     return [
         {
@@ -359,13 +363,13 @@ def tax_fix(test_output="52 passed in 1.48s"):
     ]
 
 
-def update(messages, previous=PREVIOUS, **kwargs):
+def update(messages: list[Message], previous: str | None = PREVIOUS, **kwargs: Any) -> str:
     return run(
         history_request(messages, reserve_tokens=16384, previous_summary=previous, **kwargs)
     ).text
 
 
-def test_a_summary_wrapper_at_the_end_is_not_the_users_last_message():
+def test_a_summary_wrapper_at_the_end_is_not_the_users_last_message() -> None:
     summary = update([*tax_fix(), branch_summary()])
     assert "Unanswered" not in summary
     assert "no reply yet" not in summary
@@ -388,7 +392,7 @@ def test_a_summary_wrapper_at_the_end_is_not_the_users_last_message():
         "Summary of that exploration:",
     ],
 )
-def test_preambles_and_wrapper_sentences_never_become_items(preamble):
+def test_preambles_and_wrapper_sentences_never_become_items(preamble: str) -> None:
     glued = {"role": "branchSummary", "summary": preamble + BRANCH_BODY, "fromId": "f"}
     messages = [
         {"role": "compactionSummary", "summary": "## Goal\n- Old goal", "tokensBefore": 5},
@@ -406,7 +410,7 @@ def test_preambles_and_wrapper_sentences_never_become_items(preamble):
             assert framing not in summary
 
 
-def test_in_progress_moves_to_done_when_its_file_was_edited_and_tests_passed():
+def test_in_progress_moves_to_done_when_its_file_was_edited_and_tests_passed() -> None:
     summary = update(tax_fix())
     progress = section(summary, "## Progress")
     done, in_progress = progress.split("### In Progress\n")
@@ -415,14 +419,14 @@ def test_in_progress_moves_to_done_when_its_file_was_edited_and_tests_passed():
     assert in_progress.startswith("- [ ] Update the changelog\n### Blocked")
 
 
-def test_in_progress_stays_when_the_tests_failed_after_the_edit():
+def test_in_progress_stays_when_the_tests_failed_after_the_edit() -> None:
     summary = update(tax_fix(test_output="E   AssertionError: vat\n1 failed, 51 passed"))
     in_progress = section(summary, "## Progress").split("### In Progress\n")[1]
     assert "- [ ] Check invoice/tax.py for the same problem" in in_progress
     assert "- Ran `python -m pytest -q` failed" in in_progress.split("### Blocked\n")[1]
 
 
-def test_in_progress_moves_to_done_when_a_new_done_item_covers_its_words():
+def test_in_progress_moves_to_done_when_a_new_done_item_covers_its_words() -> None:
     previous = "## Progress\n### In Progress\n- [ ] Ran `make docs`\n- [ ] Ran `make release`"
     later = [assistant(call("d", "bash", command="make docs")), result("d", "docs built")]
     progress = section(update(later, previous=previous), "## Progress")
@@ -431,7 +435,7 @@ def test_in_progress_moves_to_done_when_a_new_done_item_covers_its_words():
     assert "- [ ] Ran `make release`" in progress
 
 
-def test_goal_is_the_sessions_goal_and_a_branch_goal_is_context():
+def test_goal_is_the_sessions_goal_and_a_branch_goal_is_context() -> None:
     summary = update([*tax_fix(), branch_summary()])
     assert section(summary, "## Goal") == (
         "- Fix the one-cent rounding bug in invoice totals (invoice/totals.py).\n"
@@ -450,7 +454,7 @@ def test_goal_is_the_sessions_goal_and_a_branch_goal_is_context():
     assert section(branch, "## Goal").startswith("- Now also look at invoice/tax.py, I think")
 
 
-def shell(command, output, code=0):
+def shell(command: str, output: str, code: int = 0) -> Message:
     return {
         "role": "bashExecution",
         "command": command,
@@ -461,7 +465,7 @@ def shell(command, output, code=0):
     }
 
 
-def test_a_shell_run_after_the_reply_does_not_reopen_the_request():
+def test_a_shell_run_after_the_reply_does_not_reopen_the_request() -> None:
     messages = [
         {"role": "user", "content": "Also write a changelog entry."},
         assistant(text("Writing it."), call("w", "write", path="CHANGELOG.md", content="x")),
@@ -475,7 +479,7 @@ def test_a_shell_run_after_the_reply_does_not_reopen_the_request():
     assert "- [x] Ran `git status`: nothing to commit" in summary
 
 
-def test_a_failed_read_is_blocked_not_done():
+def test_a_failed_read_is_blocked_not_done() -> None:
     messages = [
         {"role": "user", "content": "Read missing.txt"},
         assistant(call("m", "read", path="missing.txt")),
@@ -487,7 +491,7 @@ def test_a_failed_read_is_blocked_not_done():
     assert "read `missing.txt`" not in progress.split("### In Progress")[0]
 
 
-def test_a_failure_fixed_later_is_not_blocked_and_previous_failures_clear():
+def test_a_failure_fixed_later_is_not_blocked_and_previous_failures_clear() -> None:
     messages = [
         assistant(call("a", "bash", command="pytest -q")),
         result("a", "E   KeyError: 'x'\n1 failed"),
@@ -501,7 +505,7 @@ def test_a_failure_fixed_later_is_not_blocked_and_previous_failures_clear():
     assert "- Error seen: E   KeyError: 'x'" in summary  # the error text itself is kept
 
 
-def test_open_questions_across_updates():
+def test_open_questions_across_updates() -> None:
     previous = update([{"role": "user", "content": "Is the cache thread-safe?"}], previous=None)
     assert "- Unanswered (verbatim): Is the cache thread-safe?" in previous
     answered = update([assistant(text("Yes, it takes a lock."))], previous=previous)
@@ -523,7 +527,7 @@ def test_open_questions_across_updates():
     assert "- [ ] Use Redis." not in moved_on
 
 
-def test_a_split_turn_summary_is_folded_into_the_sections_on_update():
+def test_a_split_turn_summary_is_folded_into_the_sections_on_update() -> None:
     history = run(history_request(SESSION[:5], reserve_tokens=16384)).text
     prefix = run(turn_prefix_request(SESSION[3:9], reserve_tokens=16384)).text
     previous = merge_split_turn(history, prefix) + "\n\n<read-files>\nsrc/x.py\n</read-files>"
@@ -539,7 +543,7 @@ def test_a_split_turn_summary_is_folded_into_the_sections_on_update():
     assert summary.count(NOTE) == 1
 
 
-def test_turn_prefix_lists_files_like_the_history_summary():
+def test_turn_prefix_lists_files_like_the_history_summary() -> None:
     prefix = run(turn_prefix_request(SESSION[:7], reserve_tokens=16384)).text
     context = section(prefix, "## Context for Suffix")
     assert "- Files read: `src/auth/login.py`\n" in context
@@ -547,7 +551,7 @@ def test_turn_prefix_lists_files_like_the_history_summary():
     assert "read `" not in section(prefix, "## Early Progress")
 
 
-def test_slash_commands_intentions_and_references():
+def test_slash_commands_intentions_and_references() -> None:
     messages = [
         {"role": "user", "content": "/mode"},
         {"role": "user", "content": "Port the parser. It broke in a3f9c21d, see https://x.test/1"},
@@ -564,8 +568,10 @@ def test_slash_commands_intentions_and_references():
     assert "- [x] … (7 more items omitted)\n- [x] x\n" in summary  # counts carry over
 
 
-def test_repeated_updates_stay_bounded():
-    summary, sizes, changed = None, [], []
+def test_repeated_updates_stay_bounded() -> None:
+    summary: str | None = None
+    sizes: list[int] = []
+    changed: list[str] = []
     for n in range(24):
         messages = [
             {"role": "user", "content": f"Step {n}: you must keep rule {n}. Is part {n} ok?"},
@@ -578,6 +584,7 @@ def test_repeated_updates_stay_bounded():
         changed.append(f"src/m{n}.py")
         summary = upsert_file_tags(update(messages, previous=summary), [], changed)
         sizes.append(len(summary))
+    assert summary is not None
     assert sizes[-1] - sizes[-3] < 20  # saturated: every section (and file list) is at its cap
     assert max(sizes) < 4000
     assert summary.count("more items omitted)") == 4

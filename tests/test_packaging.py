@@ -35,9 +35,8 @@ def test_wheel_holds_the_package_machines_and_prompts(tmp_path: Path) -> None:
     others = [
         n for n in names if n not in machines and n not in prompts and n != "orchestrator/py.typed"
     ]
-    assert others and all(n.startswith("orchestrator/") and n.endswith(".py") for n in others), (
-        others
-    )
+    assert others
+    assert all(n.startswith("orchestrator/") and n.endswith(".py") for n in others), others
     assert sorted(others) == sorted(
         p.relative_to(ROOT).as_posix() for p in (ROOT / "orchestrator").rglob("*.py")
     )
@@ -53,9 +52,11 @@ def test_resources_fall_back_to_the_checkout() -> None:
 def test_resources_prefer_the_packaged_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import importlib.resources
+
     from orchestrator._core import resources as _resources
 
     (tmp_path / "machines").mkdir()
-    monkeypatch.setattr(_resources.resources, "files", lambda package: tmp_path)
+    monkeypatch.setattr(importlib.resources, "files", lambda package: tmp_path)
     assert _resources.data_dir("machines") == tmp_path / "machines"
     assert _resources.data_dir("prompts") == _resources._CHECKOUT / "prompts"

@@ -6,7 +6,7 @@ the calls, and every compaction on a path was planned by :func:`plan_compaction`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -59,12 +59,17 @@ def _branch(draw: st.DrawFn, s: SessionBuilder) -> None:
         s.branch(draw(st.sampled_from([e["id"] for e in s.entries])))
 
 
+def _meta(draw: st.DrawFn, s: SessionBuilder) -> None:
+    makers: list[Callable[[], str]] = [s.model_change, s.thinking, s.custom]
+    draw(st.sampled_from(makers))()
+
+
 ACTIONS: dict[str, Callable[[st.DrawFn, SessionBuilder], object]] = {
     "user": lambda draw, s: s.user(_text("u", draw(TEXT))),
     "turn": _turn,
     "bash": lambda draw, s: s.bash("ls", _text("o", draw(TEXT))),
     "custom_message": lambda draw, s: s.custom_message(_text("c", draw(TEXT))),
-    "meta": lambda draw, s: draw(st.sampled_from([s.model_change, s.thinking, s.custom]))(),
+    "meta": _meta,
     "compact": _compact,
     "branch": _branch,
     "branch_summary": lambda draw, s: s.branch_summary(_text("s", draw(TEXT))),
@@ -123,7 +128,7 @@ def _check_plan(path: list[dict[str, Any]], keep: int) -> None:
     _assert_results_follow_calls(build_context([*path, compaction]).messages)
 
 
-def _assert_results_follow_calls(messages: tuple[dict[str, Any], ...]) -> None:
+def _assert_results_follow_calls(messages: Sequence[dict[str, Any]]) -> None:
     seen_calls: set[str] = set()
     for message in messages:
         if message.get("role") == "assistant":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def fix_turn(n: int, path: str) -> list[dict]:
+def fix_turn(n: int, path: str) -> list[dict[str, Any]]:
     """A turn that edits ``path`` and runs the tests, which pass."""
     return [
         reply(
@@ -59,7 +60,7 @@ def fix_turn(n: int, path: str) -> list[dict]:
     ]
 
 
-def script() -> tuple[list[tuple[str, list[dict]]], ...]:
+def script() -> tuple[list[tuple[str, list[dict[str, Any]]]], ...]:
     """(user prompt, agent turn) pairs per round."""
     first = [
         (

@@ -14,6 +14,8 @@ hanging turn; navigations with and without summaries. After every step:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import anyio.from_thread
 from hypothesis import HealthCheck, settings
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.model import ModelResponse
 from orchestrator._lifecycle.machine import load_machine
 from orchestrator._store.memory import MemoryStore
 from orchestrator._store.session import Session
@@ -41,7 +44,7 @@ OUTCOMES = {
     "fatal": lambda n: [error_reply("invalid api key")],
     "length": lambda n: [reply("cut", tokens=9700, stop="length")],
 }
-SUMMARIES = {
+SUMMARIES: dict[str, Callable[[], ModelResponse | ModelError]] = {
     "ok": summary,
     "fatal": lambda: ModelError("summarizer down", kind="fatal"),
     "empty": lambda: summary("   "),

@@ -1,4 +1,5 @@
 import json
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,11 +13,11 @@ from orchestrator._core.serialize import (
 )
 
 
-def user(text):
+def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-def tool_result(text, **extra):
+def tool_result(text: str, **extra: Any) -> dict[str, Any]:
     return {
         "role": "toolResult",
         "toolCallId": "c1",
@@ -27,22 +28,22 @@ def tool_result(text, **extra):
     }
 
 
-def test_long_tool_result_is_cut_with_pi_marker():
+def test_long_tool_result_is_cut_with_pi_marker() -> None:
     text = serialize_conversation([tool_result("x" * 5000)])
     assert text == "[Tool result]: " + "x" * 2000 + "\n\n[... 3000 more characters truncated]"
 
 
-def test_short_tool_result_is_exact():
+def test_short_tool_result_is_exact() -> None:
     body = "y" * 1500
     assert serialize_conversation([tool_result(body)]) == "[Tool result]: " + body
 
 
-def test_tool_result_at_the_limit_is_not_cut():
+def test_tool_result_at_the_limit_is_not_cut() -> None:
     body = "z" * TOOL_RESULT_MAX_CHARS
     assert serialize_conversation([tool_result(body)]) == "[Tool result]: " + body
 
 
-def test_user_and_assistant_text_are_never_cut():
+def test_user_and_assistant_text_are_never_cut() -> None:
     long = "u" * 10_000
     assistant = {"role": "assistant", "content": [{"type": "text", "text": long}]}
     text = serialize_conversation([user(long), assistant])
@@ -50,7 +51,7 @@ def test_user_and_assistant_text_are_never_cut():
     assert "truncated" not in text
 
 
-def test_assistant_parts_in_pi_order_and_format():
+def test_assistant_parts_in_pi_order_and_format() -> None:
     assistant = {
         "role": "assistant",
         "content": [
@@ -75,7 +76,7 @@ def test_assistant_parts_in_pi_order_and_format():
     )
 
 
-def test_user_blocks_join_without_separator_and_drop_images():
+def test_user_blocks_join_without_separator_and_drop_images() -> None:
     message = {
         "role": "user",
         "content": [
@@ -87,12 +88,12 @@ def test_user_blocks_join_without_separator_and_drop_images():
     assert serialize_conversation([message]) == "[User]: ab"
 
 
-def test_empty_messages_produce_nothing():
+def test_empty_messages_produce_nothing() -> None:
     empty_assistant = {"role": "assistant", "content": []}
     assert serialize_conversation([user(""), empty_assistant, tool_result("")]) == ""
 
 
-def test_other_roles_go_through_convert_to_llm_as_user_text():
+def test_other_roles_go_through_convert_to_llm_as_user_text() -> None:
     bash = {
         "role": "bashExecution",
         "command": "make",
@@ -112,16 +113,16 @@ def test_other_roles_go_through_convert_to_llm_as_user_text():
     assert len(parts) == 3
 
 
-def test_pruned_tool_result_shows_its_notice():
+def test_pruned_tool_result_shows_its_notice() -> None:
     pruned = tool_result("[Output truncated - 900 tokens]", prunedAt=5, prunedContent=["x"])
     assert serialize_conversation([pruned]) == "[Tool result]: [Output truncated - 900 tokens]"
 
 
-def test_truncate_counts_the_removed_characters():
+def test_truncate_counts_the_removed_characters() -> None:
     assert truncate_for_summary("abcdef", 2) == "ab\n\n[... 4 more characters truncated]"
 
 
-def test_js_json_numbers_match_javascript():
+def test_js_json_numbers_match_javascript() -> None:
     cases = {
         1.0: "1",
         -0.0: "0",
@@ -139,7 +140,7 @@ def test_js_json_numbers_match_javascript():
         assert js_json(value) == expected, value
 
 
-def test_js_json_keeps_non_ascii_and_escapes_controls():
+def test_js_json_keeps_non_ascii_and_escapes_controls() -> None:
     assert js_json('é\n"\x01') == '"é\\n\\"\\u0001"'
 
 
@@ -150,19 +151,19 @@ def test_js_json_keeps_non_ascii_and_escapes_controls():
         max_leaves=10,
     )
 )
-def test_js_json_is_compact_json(value):
+def test_js_json_is_compact_json(value: object) -> None:
     text = js_json(value)
     assert json.loads(text) == value
     assert text == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def test_format_tool_call_keeps_key_order():
+def test_format_tool_call_keeps_key_order() -> None:
     assert format_tool_call("f", {"b": 1, "a": "x"}) == 'f(b=1, a="x")'
     assert format_tool_call("g", {}) == "g()"
 
 
-def test_malformed_content_is_tolerated():
-    messages = [
+def test_malformed_content_is_tolerated() -> None:
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": None},
         {"role": "assistant", "content": "plain string reply"},
         {
@@ -177,5 +178,5 @@ def test_malformed_content_is_tolerated():
     )
 
 
-def test_js_json_prints_other_values_as_strings():
+def test_js_json_prints_other_values_as_strings() -> None:
     assert js_json({1: (1.5, {2})}) == '{"1":[1.5,"{2}"]}'

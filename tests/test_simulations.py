@@ -1,4 +1,7 @@
-"""Shipped simulation scenarios: reruns match the recorded traces, which replay through the tables."""
+"""Shipped simulation scenarios.
+
+Reruns match the recorded traces, which replay through the tables.
+"""
 
 from __future__ import annotations
 

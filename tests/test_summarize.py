@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -13,7 +14,7 @@ import pytest
 from orchestrator._core.branch_plan import prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
 from orchestrator._core.errors import ModelError
-from orchestrator._core.model import ModelRequest, ModelResponse
+from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._core.summary_request import history_request
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.remote import RemoteSummaryModel
@@ -64,13 +65,13 @@ def the_plan(s: SessionBuilder, settings: CompactionSettings = SETTINGS) -> Comp
     return plan
 
 
-def summarizer(*models: object, **kwargs: object) -> SummaryRoutes:
+def summarizer(*models: Model, **kwargs: Any) -> SummaryRoutes:
     return SummaryRoutes(
         candidates=tuple(models),
-        reserve_tokens=2000,  # type: ignore[arg-type]
+        reserve_tokens=2000,
         sleep=FakeClock().sleep,
         **kwargs,
-    )  # type: ignore[arg-type]
+    )
 
 
 async def test_plain_compaction_sends_the_conversation_and_adds_file_tags() -> None:

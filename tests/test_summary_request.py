@@ -1,10 +1,12 @@
 import math
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator._core.model import ModelRequest
 from orchestrator._core.prompts import render
 from orchestrator._core.summary_request import (
     BRANCH_MAX_TOKENS,
@@ -23,14 +25,14 @@ from orchestrator._core.summary_request import (
     upsert_file_tags,
 )
 
-CONVERSATION = [
+CONVERSATION: list[dict[str, Any]] = [
     {"role": "user", "content": "hello"},
     {"role": "assistant", "content": [{"type": "text", "text": "hi"}], "stopReason": "stop"},
 ]
 SERIALIZED = "<conversation>\n[User]: hello\n\n[Assistant]: hi\n</conversation>\n\n"
 
 
-def test_output_budgets_follow_the_reference():
+def test_output_budgets_follow_the_reference() -> None:
     assert history_max_tokens(16384) == 13107
     assert turn_prefix_max_tokens(16384) == 8192
     assert short_max_tokens(16384) == 512
@@ -38,7 +40,7 @@ def test_output_budgets_follow_the_reference():
     assert BRANCH_MAX_TOKENS == 2048
 
 
-def test_initial_history_request():
+def test_initial_history_request() -> None:
     request = history_request(CONVERSATION, reserve_tokens=16384, reasoning="high")
     assert request.purpose == "history"
     assert request.system == render("summarizer_system")
@@ -49,7 +51,7 @@ def test_initial_history_request():
     )
 
 
-def test_update_request_with_previous_summary_context_and_focus():
+def test_update_request_with_previous_summary_context_and_focus() -> None:
     request = history_request(
         CONVERSATION,
         reserve_tokens=1000,
@@ -67,7 +69,7 @@ def test_update_request_with_previous_summary_context_and_focus():
     assert request.max_tokens == 800
 
 
-def test_prompt_override_replaces_the_base_prompt_and_keeps_focus():
+def test_prompt_override_replaces_the_base_prompt_and_keeps_focus() -> None:
     request = history_request(
         CONVERSATION,
         reserve_tokens=1000,
@@ -81,14 +83,14 @@ def test_prompt_override_replaces_the_base_prompt_and_keeps_focus():
     assert render("compaction_update") not in request.prompt
 
 
-def test_turn_prefix_request():
+def test_turn_prefix_request() -> None:
     request = turn_prefix_request(CONVERSATION, reserve_tokens=16384)
     assert request.purpose == "turn_prefix"
     assert request.max_tokens == 8192
     assert request.prompt == SERIALIZED + render("turn_prefix")
 
 
-def test_short_summary_request_sends_the_new_summary_as_previous():
+def test_short_summary_request_sends_the_new_summary_as_previous() -> None:
     request = short_summary_request(
         CONVERSATION, summary="NEW", reserve_tokens=16384, additional_context=["x"]
     )
@@ -102,7 +104,7 @@ def test_short_summary_request_sends_the_new_summary_as_previous():
     )
 
 
-def test_branch_request_instructions():
+def test_branch_request_instructions() -> None:
     plain = branch_request(CONVERSATION)
     assert plain.purpose == "branch"
     assert plain.max_tokens == 2048
@@ -117,21 +119,21 @@ def test_branch_request_instructions():
     assert branch_request(CONVERSATION, replace=True).prompt == plain.prompt
 
 
-def _long_conversation(count):
+def _long_conversation(count: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"message number {i} " + "x" * 80} for i in range(count)]
 
 
-def _prompt_tokens(request):
+def _prompt_tokens(request: ModelRequest) -> int:
     return math.ceil((len(request.system) + len(request.prompt)) / 4)
 
 
-def test_request_that_fits_is_not_elided():
+def test_request_that_fits_is_not_elided() -> None:
     budget = PromptBudget(context_window=100_000)
     request = history_request(CONVERSATION, reserve_tokens=1000, budget=budget)
     assert request.prompt == SERIALIZED + render("compaction_summary")
 
 
-def test_over_budget_elides_oldest_part_with_a_marker():
+def test_over_budget_elides_oldest_part_with_a_marker() -> None:
     messages = _long_conversation(200)
     whole = history_request(messages, reserve_tokens=2000)
     budget = PromptBudget(context_window=6000)
@@ -161,7 +163,7 @@ def test_over_budget_elides_oldest_part_with_a_marker():
     assert kept.startswith("[User]: message number")
 
 
-def test_halving_shrinks_the_prompt():
+def test_halving_shrinks_the_prompt() -> None:
     messages = _long_conversation(400)
     budget = PromptBudget(context_window=20_000)
     sizes = []
@@ -176,18 +178,18 @@ def test_halving_shrinks_the_prompt():
     assert PromptBudget(context_window=10_000).halve().prompt_tokens(2000) == 4000
 
 
-def test_unknown_window_assumes_the_fallback():
+def test_unknown_window_assumes_the_fallback() -> None:
     assert PromptBudget(context_window=0).prompt_tokens(1000) == 127_000
 
 
-def test_elision_when_nothing_fits_keeps_only_the_marker():
+def test_elision_when_nothing_fits_keeps_only_the_marker() -> None:
     assert elide_oldest("abc" * 10, 5) == elision_marker(30)
     assert elide_oldest("", -5) == ""
     assert elide_oldest("short", 5) == "short"
 
 
 @given(st.text(alphabet="ab\n", max_size=400), st.integers(min_value=0, max_value=500))
-def test_elision_never_exceeds_room_unless_only_the_marker(text, room):
+def test_elision_never_exceeds_room_unless_only_the_marker(text: str, room: int) -> None:
     out = elide_oldest(text, room)
     if len(text) <= room:
         assert out == text
@@ -199,7 +201,7 @@ def test_elision_never_exceeds_room_unless_only_the_marker(text, room):
         assert len(out) <= room or kept == ""
 
 
-def test_file_tags_appended_after_a_blank_line():
+def test_file_tags_appended_after_a_blank_line() -> None:
     text = upsert_file_tags("Summary.\n\n", ["b.py", "a.py"], ["c.py"])
     assert text == (
         "Summary.\n\n<read-files>\nb.py\na.py\n</read-files>\n\n"
@@ -207,7 +209,7 @@ def test_file_tags_appended_after_a_blank_line():
     )
 
 
-def test_file_tags_replace_old_ones():
+def test_file_tags_replace_old_ones() -> None:
     old = "S\n\n<read-files>\nold.py\n</read-files>\n\n<modified-files>\nx\n</modified-files>\n"
     assert upsert_file_tags(old, ["new.py"], []) == "S\n\n<read-files>\nnew.py\n</read-files>"
     assert upsert_file_tags(old, [], []) == "S"
@@ -216,7 +218,7 @@ def test_file_tags_replace_old_ones():
     )
 
 
-def test_file_lists_are_capped_with_an_omitted_line():
+def test_file_lists_are_capped_with_an_omitted_line() -> None:
     files = [f"f{i:02}.py" for i in range(25)]
     text = upsert_file_tags("S", files, files[:20])
     read_block = text.split("<read-files>\n")[1].split("\n</read-files>")[0].split("\n")
@@ -225,7 +227,7 @@ def test_file_lists_are_capped_with_an_omitted_line():
     assert modified == files[:20]
 
 
-def test_branch_summary_text_has_preamble_blank_line_and_tags():
+def test_branch_summary_text_has_preamble_blank_line_and_tags() -> None:
     text = branch_summary_text("## Goal\nG", ["r.py"], [])
     assert text == (
         render("branch_preamble") + "\n\n## Goal\nG\n\n<read-files>\nr.py\n</read-files>"
@@ -233,11 +235,11 @@ def test_branch_summary_text_has_preamble_blank_line_and_tags():
     assert render("branch_preamble").endswith("Summary of that exploration:")
 
 
-def test_split_turn_merge():
+def test_split_turn_merge() -> None:
     assert merge_split_turn("H", "P") == "H\n\n---\n\n**Turn Context (split turn):**\n\nP"
 
 
 @pytest.mark.parametrize("previous", [None, "P"])
-def test_prompt_starts_with_the_conversation(previous):
+def test_prompt_starts_with_the_conversation(previous: str | None) -> None:
     request = history_request([], reserve_tokens=100, previous_summary=previous)
     assert request.prompt.startswith("<conversation>\n\n</conversation>\n\n")

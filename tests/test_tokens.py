@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,7 @@ def test_d6_custom_messages_are_counted() -> None:
 
 
 def test_estimate_context_anchors_on_last_valid_usage() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "x" * 400},
         {"role": "assistant", "content": [], "stopReason": "stop", "usage": {"totalTokens": 1000}},
         {"role": "user", "content": "y" * 40},

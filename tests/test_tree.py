@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -33,10 +34,10 @@ def add(
         random_hex=lambda: f"{n:08x}" + "0" * 24,
     )
     tree.append(entry)
-    return entry["id"]
+    return str(entry["id"])
 
 
-def user(text: str) -> dict[str, object]:
+def user(text: str) -> dict[str, Any]:
     return {"message": {"role": "user", "content": text, "timestamp": 0}}
 
 
@@ -172,14 +173,19 @@ def test_session_name_from_latest_session_info() -> None:
     assert tree.session_name() == "second"
 
 
-def test_path_cache_extends_on_append_without_rewalk() -> None:
+def test_path_cache_extends_on_append_without_rewalk(monkeypatch: pytest.MonkeyPatch) -> None:
     tree, clock = make_tree()
     for i in range(5):
         add(tree, clock, **user(str(i)))
     first = tree.path()
     walked: list[str] = []
     original = tree._walk
-    tree._walk = lambda leaf: walked.append(leaf) or original(leaf)  # type: ignore[method-assign]
+
+    def spy(leaf_id: str) -> list[dict[str, Any]]:
+        walked.append(leaf_id)
+        return original(leaf_id)
+
+    monkeypatch.setattr(tree, "_walk", spy)
     add(tree, clock, **user("more"))
     assert tree.path()[:-1] == first
     assert walked == []

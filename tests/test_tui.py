@@ -241,7 +241,7 @@ async def test_esc_during_the_summary_aborts_it_and_leaves_the_session_unchanged
         await pilot.press("escape")
         await settle(pilot)
         assert picker(app) is screen
-        assert screen.state is PickerState.CHOOSING
+        assert picker(app).state is PickerState.CHOOSING
         assert "Summary aborted" in screen.status_text
         assert "Summarize: ON" in screen.status_text
         assert kit.session.tree.entries == before

@@ -2,10 +2,11 @@
 
 Theory of operation. A fresh machine with no key must still be able to compact, so this route
 answers summary requests by reading them, not by generating text. It reads the request's
-``<conversation>`` (:mod:`orchestrator._models.offline_evidence`), its optional ``<previous-summary>``,
-summaries embedded in the conversation (:mod:`orchestrator._models.offline_summary`) and any
-``<additional-context>``, and lays out what it recognised in the sections the prompts ask a model
-for, so everything downstream (file tags, split-turn merges, later updates) works the same.
+``<conversation>`` (:mod:`orchestrator._models.offline_evidence`), its optional
+``<previous-summary>``, summaries embedded in the conversation
+(:mod:`orchestrator._models.offline_summary`) and any ``<additional-context>``, and lays out what
+it recognised in the sections the prompts ask a model for, so everything downstream (file tags,
+split-turn merges, later updates) works the same.
 
 It never invents: every item is a quotation or a count, and the first line says the summary is
 extractive. Updating is where an extractive summary usually goes wrong, so the rules are explicit:

@@ -7,12 +7,12 @@ to listeners as ``compaction_update``. The phases are:
     preparing -> consulting_hooks -> summarizing [-> waiting_retry -> summarizing ...]
               -> committing -> committed        (or skipped / cancelled / failed)
 
-The summary calls themselves run through :mod:`orchestrator._runtime.retry` (tenacity does the waiting);
-the driver translates each reported attempt into the machine's events (``attempt_failed`` with
-the facts that pick the row, ``wait_done``, ``summary_overflow``), so the machine both records
-and validates what happened: an attempt sequence the table does not allow raises. For a split
-turn the history summary's attempts drive the machine and the concurrent turn-prefix attempts
-are traced only, since one machine cannot be in two summarizing states at once.
+The summary calls themselves run through :mod:`orchestrator._runtime.retry` (tenacity does the
+waiting); the driver translates each reported attempt into the machine's events (``attempt_failed``
+with the facts that pick the row, ``wait_done``, ``summary_overflow``), so the machine both records
+and validates what happened: an attempt sequence the table does not allow raises. For a split turn
+the history summary's attempts drive the machine and the concurrent turn-prefix attempts are traced
+only, since one machine cannot be in two summarizing states at once.
 
 The commit is one step: the entry to append is built first, its id journaled when the machine
 enters ``committing``, then appended. On reopen, an operation left in ``committing`` is settled

@@ -1,9 +1,9 @@
 """The runtime's operations: compaction, prune and branch summary, each through its machine.
 
 These functions are the effects the turn and navigation machines ask for. Each runs one
-:class:`~orchestrator._runtime.operation.Operation` (machine + journal + ``compaction_update``), calls
-hooks (D25), summarizes through the summarizer routes, and commits one entry (D24). They return
-an :class:`OperationOutcome`; they never raise for a model failure or a cancellation (the
+:class:`~orchestrator._runtime.operation.Operation` (machine + journal + ``compaction_update``),
+calls hooks (D25), summarizes through the summarizer routes, and commits one entry (D24). They
+return an :class:`OperationOutcome`; they never raise for a model failure or a cancellation (the
 outcome says so), because the calling machine turns the outcome into its next event.
 """
 

@@ -16,8 +16,8 @@ whatever state the machine is in, and the table decides what that means there (D
 wait is cancelled alone; manual compaction stops the active work, waits for it to settle,
 compacts, and does not resume the turn).
 
-Facts. Guards read a :class:`~orchestrator._lifecycle.guards.Facts` record that this class builds from
-its per-turn counters (D18 overflow recovery once per user turn, D19 one automatic compaction
+Facts. Guards read a :class:`~orchestrator._lifecycle.guards.Facts` record that this class builds
+from its per-turn counters (D18 overflow recovery once per user turn, D19 one automatic compaction
 per turn) and from the last reply's measurements.
 """
 

@@ -5,12 +5,12 @@ summarize; this module only asks models and assembles text. It never touches the
 it returns a result record, and the caller commits it as one appended entry (D24). So a
 failure or a cancellation applies nothing (D22): there is nothing partial to undo.
 
-Each call goes through :func:`~orchestrator._runtime.retry.call_with_candidates` (ordered candidates,
-retries, D21) and every reply is checked (empty, truncated or error summaries are failures, D15).
-If the summarizer reports an overflow although the request was budgeted (the estimate is only
-an estimate), the prompt allowance is halved and the call made again, at most three times (D14).
-A split turn's two summaries run concurrently in one anyio task group, so a split compaction
-costs about one model latency, not two.
+Each call goes through :func:`~orchestrator._runtime.retry.call_with_candidates` (ordered
+candidates, retries, D21) and every reply is checked (empty, truncated or error summaries are
+failures, D15). If the summarizer reports an overflow although the request was budgeted (the
+estimate is only an estimate), the prompt allowance is halved and the call made again, at most three
+times (D14). A split turn's two summaries run concurrently in one anyio task group, so a split
+compaction costs about one model latency, not two.
 """
 
 from __future__ import annotations

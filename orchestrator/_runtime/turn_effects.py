@@ -1,8 +1,9 @@
 """The turn machine's effects: what each effect name in ``machines/turn.toml`` does.
 
-A mixin of :class:`~orchestrator._runtime.session.AgentSession`, split out to keep each module small.
-Each ``_fx_<effect>`` method performs one effect; one that produces an outcome returns the turn
-machine's next event (the agent's classified reply, ``retry_wait_done``, a compaction's result).
+A mixin of :class:`~orchestrator._runtime.session.AgentSession`, split out to keep each module
+small. Each ``_fx_<effect>`` method performs one effect; one that produces an outcome returns the
+turn machine's next event (the agent's classified reply, ``retry_wait_done``, a compaction's
+result).
 """
 
 from __future__ import annotations

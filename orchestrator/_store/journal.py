@@ -5,8 +5,8 @@ Theory of operation
 
 The runtime driver subscribes the journal to each of its machines (one turn machine and one
 navigation machine per session, one operation machine per compaction, branch summary or prune)
-and calls :meth:`Journal.record` with every :class:`~orchestrator._lifecycle.machine.Step`. One record is
-one line::
+and calls :meth:`Journal.record` with every :class:`~orchestrator._lifecycle.machine.Step`. One
+record is one line::
 
     {"time": ISO, "machine": "turn"|"operation"|"navigation", "operationId": str|null,
      "kind": "compaction"|"branch_summary"|"prune"|null, "from": str, "event": str, "to": str,
@@ -20,12 +20,13 @@ what the next process needs to settle it, so losing it would defeat the journal.
 navigation records are not fsynced; they are history, and a crash may lose the last few.
 
 Reading is lenient (D3): a torn last line, or a damaged line in the middle, is skipped and
-reported as a :class:`~orchestrator._store.protocol.Problem`, never raised. Before appending after a torn
-line I write a newline first, so the torn bytes stay a line of their own and never swallow the
-next record.
+reported as a :class:`~orchestrator._store.protocol.Problem`, never raised. Before appending
+after a torn line I write a newline first, so the torn bytes stay a line of their own and never
+swallow the next record.
 
-Settling (:func:`settle_unfinished_operations`) reads the open operations when the session is opened again and closes
-each with the operation table's own ``reopened`` row, without calling any model.
+Settling (:func:`settle_unfinished_operations`) reads the open operations when the session is
+opened again and closes each with the operation table's own ``reopened`` row, without calling any
+model.
 """
 
 from __future__ import annotations

@@ -37,9 +37,6 @@ import anyio
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_core import write_session  # noqa: E402
 
 from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction  # noqa: E402
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage  # noqa: E402
@@ -47,6 +44,7 @@ from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._runtime.compaction import compact_session  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
+from tests.bench.bench_core import write_session  # noqa: E402
 
 SIZES = [1_000, 100_000]
 RUNS = 5

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ class Writer:
     def assistant(
         self,
         text: str,
-        calls: list[tuple[str, dict[str, Any]]] = (),
+        calls: Sequence[tuple[str, dict[str, Any]]] = (),
         total: int = 0,
         stop: str | None = None,
         model: str = "claude-sonnet-4-5",
@@ -115,7 +116,8 @@ def source(name: str, lines: int) -> str:
             f'    """Apply adjustment {i} to an amount (kept for backwards compatibility)."""'
         )
         body.append(
-            f"    return (amount * rate + Decimal('{i}.{i % 10}')).quantize(Decimal('0.01'), rounding=ROUND_HALF_UP)"
+            f"    return (amount * rate + Decimal('{i}.{i % 10}'))"
+            ".quantize(Decimal('0.01'), rounding=ROUND_HALF_UP)"
         )
         body.append("")
     return "\n".join(body)
@@ -164,7 +166,6 @@ def build() -> list[dict[str, Any]]:
         15900,
     )
     w.result(ids[0], "edit", "Successfully replaced text in invoice/totals.py.")
-    w.label = None
     checkpoint = w.user(
         "Good. Now also look at invoice/tax.py, I think the VAT calculation has the same problem."
     )
@@ -224,14 +225,15 @@ def build() -> list[dict[str, Any]]:
 
         <modified-files>
         invoice/totals.py
-        </modified-files>"""),
+        </modified-files>"""),  # noqa: E501 (a verbatim summary line)
         firstKeptEntryId=checkpoint,
         tokensBefore=29100,
         details={"readFiles": ["tests/test_totals.py"], "modifiedFiles": ["invoice/totals.py"]},
     )
     after_compaction = w.leaf
     w.user(
-        "Now add a regression test for the VAT rounding, with an order of three lines at 3.335 each."
+        "Now add a regression test for the VAT rounding, "
+        "with an order of three lines at 3.335 each."
     )
     a, ids = w.assistant(
         "Adding the regression test.",
@@ -297,7 +299,8 @@ def build() -> list[dict[str, Any]]:
     )
     w.entry("model_change", provider="anthropic", modelId="claude-opus-4-1")
     w.user(
-        "Keep Decimal. Write the regression test expecting 10.01 and make sure the whole suite passes. "
+        "Keep Decimal. Write the regression test expecting 10.01 "
+        "and make sure the whole suite passes. "
         "Please use pytest parametrize for the cases."
     )
     a, ids = w.assistant(
