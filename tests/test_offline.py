@@ -107,8 +107,11 @@ def test_history_summary_has_every_section_in_order() -> None:
 def test_history_summary_keeps_exact_facts() -> None:
     summary = run(history_request(SESSION, reserve_tokens=16384)).text
     goal = section(summary, "## Goal")
-    assert goal.startswith("- Fix the failing login test in src/auth/login.py.\n")
-    assert "public API" not in goal  # the first request's rules are Constraints, not the goal
+    # The goal is the request whole; its rules are also listed under Constraints.
+    assert goal.startswith(
+        "- Fix the failing login test in src/auth/login.py. You must not change the public API. "
+        "Please use pytest.\n"
+    )
     assert "- Latest request: Now also update docs/AUTH.md?" in goal
     rules = section(summary, "## Constraints & Preferences")
     assert "- You must not change the public API." in rules
@@ -149,7 +152,10 @@ def test_update_merges_the_previous_summary() -> None:
     assert summary.count(NOTE) == 1
     assert "<read-files>" not in summary
     goal = section(summary, "## Goal")
-    assert goal.startswith("- Fix the failing login test in src/auth/login.py.\n")
+    assert goal.startswith(
+        "- Fix the failing login test in src/auth/login.py. You must not change the public API. "
+        "Please use pytest.\n"
+    )
     assert "- Latest request: Never touch the CI config." in goal
     rules = section(summary, "## Constraints & Preferences")
     assert "- You must not change the public API." in rules
@@ -200,11 +206,41 @@ def test_short_summary_is_first_person_and_short() -> None:
     assert len(response.text) <= 512 * 4
 
 
-def test_branch_summary_has_no_critical_context() -> None:
-    summary = run(branch_request(SESSION, instructions="files")).text
-    for heading in SECTIONS[:-1]:
-        assert heading + "\n" in summary
-    assert "## Critical Context" not in summary
+def test_branch_summary_has_every_section_and_honours_the_focus() -> None:
+    summary = run(branch_request(SESSION, instructions="the token check")).text
+    positions = [summary.index(h + "\n") for h in SECTIONS]
+    assert positions == sorted(positions)
+    critical = section(summary, "## Critical Context")
+    assert "- Requested focus: the token check\n" in critical
+    assert (
+        "- On the focus (verbatim): Decided to patch the token check instead of the fixture.\n"
+        in critical
+    )
+    assert "- Unanswered (verbatim): Now also update docs/AUTH.md?" in critical
+
+
+def test_a_focus_nothing_mentions_is_said_so() -> None:
+    summary = run(branch_request(SESSION, instructions="the billing currency")).text
+    critical = section(summary, "## Critical Context")
+    assert (
+        "- Requested focus: the billing currency (nothing in the summarized messages mentions it)"
+        in critical
+    )
+    assert "On the focus" not in summary
+
+
+def test_focus_lines_are_not_carried_into_the_next_update() -> None:
+    previous = run(history_request(SESSION, reserve_tokens=16384, focus="the token check")).text
+    assert "On the focus (verbatim)" in previous
+    summary = update([assistant(text("Finished."))], previous=previous)
+    assert "focus" not in summary
+
+
+def test_replacement_instructions_are_refused_not_ignored() -> None:
+    request = branch_request(SESSION, instructions="Write a haiku.", replace=True)
+    with pytest.raises(ModelError, match="cannot follow replacement instructions") as caught:
+        anyio.run(OfflineSummarizer().complete, request)
+    assert caught.value.kind == "fatal"
 
 
 def test_output_fits_the_budget_and_says_what_was_left_out() -> None:

@@ -256,6 +256,11 @@ def make_trace_provider(spec: str | None) -> TracerProvider | None:
 
 
 def _navigate(args: argparse.Namespace) -> int:
+    # Instructions without a summary would be dropped without a word: refuse them instead.
+    if (args.focus or args.replace_instructions) and not args.summarize:
+        raise SessionError("--focus and --replace-instructions shape the summary: add --summarize")
+    if args.replace_instructions and not args.focus:
+        raise SessionError("--replace-instructions needs --focus (the prompt to use instead)")
     routes = _route_settings(args)
     progress = Progress(
         "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")

@@ -32,17 +32,18 @@ from collections.abc import Callable
 
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage
+from orchestrator._core.prompts import render
 from orchestrator._models.offline_evidence import (
-    RULE,
     Call,
     Evidence,
     block,
     gist,
     read_conversation,
-    sentences,
     short,
 )
+from orchestrator._models.offline_focus import FOCUS, ON_FOCUS, focus_lines
 from orchestrator._models.offline_summary import (
+    ASKED,
     FILES_MODIFIED,
     FILES_READ,
     LATEST,
@@ -82,8 +83,10 @@ _KEEP = {
 _KEEP_ENDS = {"Constraints & Preferences"}  # the first rules are as binding as the last
 _KEEP_FIRST = {"Goal", "Next Steps"}
 _FILES_SHOWN = 20
+_GOAL_CHARS = 600  # a request is the goal whole, up to a pasted log's worth
 _PENDING = (UNANSWERED, STILL_OPEN)
 _FILES = (FILES_READ, FILES_MODIFIED)
+_HEAD = (*_FILES, FOCUS, ON_FOCUS)
 _COMMAND = re.compile(r"^Ran `[^`]*`")
 
 
@@ -98,13 +101,13 @@ def _mentions(item: str, path: str) -> bool:
 
 
 def _passing_runs(facts: Evidence) -> list[int]:
-    return [c.seq for c in facts.calls if c.is_test_run() and c.result and not c.failed()]
+    return [c.seq for c in facts.calls if c.is_test_run() and c.settled() and not c.failed()]
 
 
 def _completed(item: str, facts: Evidence, done: list[str]) -> bool:
     passes = _passing_runs(facts)
     for call in facts.calls:
-        changed = call.name in ("write", "edit") and call.result is not None and not call.failed()
+        changed = call.name in ("write", "edit") and call.settled() and not call.failed()
         if changed and call.path and _mentions(item, call.path):
             if any(seq > call.seq for seq in passes):
                 return True
@@ -113,7 +116,7 @@ def _completed(item: str, facts: Evidence, done: list[str]) -> bool:
 
 
 def _resolved(item: str, calls: list[Call]) -> bool:
-    good = [c for c in calls if c.result is not None and not c.failed()]
+    good = [c for c in calls if c.settled() and not c.failed()]
     if any(c.is_test_run() for c in good) and re.search(r"pytest|\btests?\b", item, re.IGNORECASE):
         return True
     return any((c.command or c.describe()) in item for c in good)
@@ -145,19 +148,19 @@ def _goal(facts: Evidence, previous: Parsed) -> list[str]:
     base = [g for g in previous.items("Goal") if not g.startswith(LATEST)]
     later = [*previous.items("Original Request"), *(r.text for r in facts.requests)]
     if not base and later:
-        # The first request's rules are listed under Constraints; the goal is the rest of it.
-        aims = [s for s in sentences(later[0]) if not RULE.search(s)]
-        base, later = [gist(" ".join(aims) or later[0], 300)], later[1:]
+        # The goal is the first request whole: its rules are also listed under Constraints,
+        # but a goal cut down to the sentences without rules loses what was asked.
+        base, later = [gist(later[0], _GOAL_CHARS)], later[1:]
     latest = [LATEST + gist(later[-1])] if later else []
     latest = latest or [g for g in previous.items("Goal") if g.startswith(LATEST)][-1:]
     return [*base, *latest]
 
 
 def _progress(facts: Evidence, previous: Parsed) -> dict[str, list[str]]:
-    calls = [c for c in facts.calls if c.result is not None]
+    calls = [c for c in facts.calls if c.settled()]
     done = [c.outcome() for c in calls if not c.failed() and c.name != "read"]
     blocked = [
-        f"{c.describe()} failed"
+        c.failure()
         for c in calls
         if c.failed() and not _resolved(c.describe(), [d for d in calls if d.seq > c.seq])
     ]
@@ -203,7 +206,9 @@ def _pending(facts: Evidence, previous: Parsed) -> tuple[list[str], set[str]]:
     return list(dict.fromkeys(carried)), settled
 
 
-def _critical(facts: Evidence, previous: Parsed, extra: list[str]) -> tuple[list[str], int]:
+def _critical(
+    facts: Evidence, previous: Parsed, extra: list[str], focus: list[str]
+) -> tuple[list[str], int]:
     read, modified = facts.files()
     changed = previous.modified | set(modified)
     files = _files_line(FILES_READ, (previous.read | set(read)) - changed)
@@ -211,11 +216,12 @@ def _critical(facts: Evidence, previous: Parsed, extra: list[str]) -> tuple[list
     kept = [i for i in previous.items("Critical Context") if not i.startswith(_PENDING)]
     new = [f"Error seen: {line}" for line in facts.errors]
     new += [f"Reference: {line}" for line in facts.references]
+    new += [f"{ASKED}{short(q, 160)} Answer: {short(a, 200)}" for q, a in facts.answered()]
     rest = list(dict.fromkeys([*kept, *new, *extra]))
     pending = _pending(facts, previous)[0]
     cap, open_cap = _KEEP["Critical Context"], _KEEP["Open questions"]
     dropped = len(rest[:-cap]) + len(pending[:-open_cap])
-    return [*files, *rest[-cap:], *pending[-open_cap:]], dropped
+    return [*files, *focus, *rest[-cap:], *pending[-open_cap:]], dropped
 
 
 def _next_steps(facts: Evidence, previous: Parsed, sections: dict[str, list[str]]) -> list[str]:
@@ -236,7 +242,7 @@ def _next_steps(facts: Evidence, previous: Parsed, sections: dict[str, list[str]
 
 
 def _sections(
-    facts: Evidence, previous: Parsed, extra: list[str]
+    facts: Evidence, previous: Parsed, extra: list[str], focus: list[str]
 ) -> tuple[dict[str, list[str]], dict[str, int]]:
     rules = [*previous.items("Constraints & Preferences"), *facts.rules]
     decisions = [*previous.items("Key Decisions"), *facts.decisions]
@@ -250,7 +256,7 @@ def _sections(
     for name, items in list(sections.items()):
         sections[name], dropped = _trim(name, items, _KEEP[name])
         omitted[name] = omitted.get(name, 0) + dropped
-    sections["Critical Context"], dropped = _critical(facts, previous, extra)
+    sections["Critical Context"], dropped = _critical(facts, previous, extra, focus)
     omitted["Critical Context"] = omitted.get("Critical Context", 0) + dropped
     sections["Next Steps"] = _next_steps(facts, previous, sections)
     extras = {k: v for k, v in previous.sections.items() if k not in sections}
@@ -286,8 +292,8 @@ def _layout(
         if name == "Done":
             lines += ["", "## Progress"]
         items = sections.get(name, [])
-        # File lists and open questions are never dropped: only what lies between them is.
-        head = [i for i in items if name == "Critical Context" and i.startswith(_FILES)]
+        # File lists, the focus and open questions are never dropped: only what lies between.
+        head = [i for i in items if name == "Critical Context" and i.startswith(_HEAD)]
         tail = [i for i in items if name == "Critical Context" and i.startswith(_PENDING)]
         middle, dropped = _trim(name, [i for i in items if i not in head + tail], cap)
         items = [*head, *_marked(name, middle, omitted.get(name, 0) + dropped), *tail]
@@ -315,7 +321,7 @@ def _turn_prefix(facts: Evidence) -> dict[str, list[str]]:
     context += [f"Error seen: {line}" for line in dict.fromkeys(facts.errors)]
     context += [f"Reference: {line}" for line in dict.fromkeys(facts.references)]
     context += [f"Last assistant text: {short(facts.replies[-1])}"] if facts.replies else []
-    calls = [c for c in facts.calls if c.name != "read" and c.result is not None]
+    calls = [c for c in facts.calls if c.name != "read" and c.settled()]
     done = [c.describe() + " (failed)" if c.failed() else c.outcome() for c in calls]
     return {
         "Original Request": [short(r.text) for r in facts.requests[:1]],
@@ -362,17 +368,25 @@ def summarize(request: ModelRequest) -> str:
     conversation, rest = _split_prompt(request.prompt)
     facts = read_conversation(conversation)
     previous = _previous(facts, rest)
+    if request.purpose == "branch" and render("branch_summary") not in rest:
+        # The instructions replaced the prompt: they may ask for anything, and an extractive
+        # summarizer cannot follow them. Saying so beats a summary that ignores them.
+        raise ModelError(
+            "the offline summarizer cannot follow replacement instructions; give them as "
+            "focus (without replacing the prompt) or summarize with a model",
+            kind="fatal",
+        )
     context = _block_lines(block(rest, "additional-context"))
-    focus = re.search(r"\n\nAdditional focus: (.*)\Z", rest, re.DOTALL)
-    context += [f"Requested focus: {short(focus.group(1))}"] if focus else []
+    asked = re.search(r"\n\nAdditional focus: (.*)\Z", rest, re.DOTALL)
+    focus = focus_lines(asked.group(1), facts) if asked else []
     if request.purpose == "short":
         return _fit(lambda cap: _short_summary(facts, previous), request.max_tokens)
     if request.purpose == "turn_prefix":
         sections, omitted = _turn_prefix(facts), dict[str, int]()
         names: tuple[str, ...] = tuple(sections)
     else:
-        sections, omitted = _sections(facts, previous, context)
-        names = _SECTION_ORDER[:-1] if request.purpose == "branch" else _SECTION_ORDER
+        sections, omitted = _sections(facts, previous, context, focus)
+        names = _SECTION_ORDER
     return _fit(lambda cap: _layout(sections, omitted, cap, names), request.max_tokens)
 
 

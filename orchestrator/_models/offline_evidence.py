@@ -11,6 +11,11 @@ question from a handled one without understanding either.
 
 Everything keeps its order (calls carry a sequence number), because the merge rules in
 :mod:`orchestrator._models.offline` ask "was this file edited, and did a test run pass *after* it?".
+
+A branch summary request carries no tool results (pi leaves them out to save room), so there a
+call's outcome is what the assistant said next: the first assistant text after a call is its
+*report*, and a report that names a failure marks the call failed. The report is evidence, not
+proof, so the summary quotes it as the assistant's words.
 """
 
 from __future__ import annotations
@@ -58,6 +63,20 @@ _ACK = re.compile(
     re.IGNORECASE,
 )
 _SLASH_COMMAND = re.compile(r"/[\w:.-]+")
+# What an assistant says about an outcome ("all 54 tests pass", "the build failed"), and the
+# failure words among them; "no failures" and "0 failed" are not failures.
+_OUTCOME = re.compile(
+    r"(?i:\b(pass(?:es|ed|ing)?|fail\w*|succeed\w*|errors?|green|broke\w*|works?|wrong"
+    r"|\d+ tests?)\b)|\b\w+(?:Error|Exception)\b"
+)
+_FAILURE = re.compile(
+    r"(?i:\b(fail\w*|errors?|broke\w*|wrong|exception|traceback|(?:does|did) ?n[o']t work)\b)"
+    r"|\b\w+(?:Error|Exception)\b"
+)
+_NO_FAILURE = re.compile(
+    r"(?i)\b(?:no|0|zero|without|none of the)\s+(?:\w+\s+)?(?:fail\w*|errors?)\b"
+)
+ANSWER_CHARS = 200
 
 
 def short(text: str, limit: int = ITEM_CHARS) -> str:
@@ -117,6 +136,17 @@ class Call:
     path: str | None = None
     command: str | None = None
     result: str | None = None
+    report: str | None = None
+    """The assistant's next text, when the result is not shown (see the module docstring)."""
+
+    def settled(self) -> bool:
+        """Whether the call's outcome is known: its result, or else the assistant's report."""
+        return self.result is not None or self.report is not None
+
+    def reported(self) -> str | None:
+        """The sentence of the report that speaks of an outcome, if any."""
+        found = (s for s in sentences(self.report or "") if _OUTCOME.search(s))
+        return next(found, None)
 
     def describe(self) -> str:
         """How the call is listed: ``edit `a.py```, ``Ran `pytest```, or the call itself."""
@@ -126,19 +156,35 @@ class Call:
 
     def failed(self) -> bool:
         """Whether the result reports a failure (at its start or end, where tools say so)."""
-        lines = (self.result or "").strip().splitlines()
+        if self.result is None:
+            said = self.reported()
+            return said is not None and bool(_FAILURE.search(_NO_FAILURE.sub("", said)))
+        lines = self.result.strip().splitlines()
         if self.name == "read":
             # A file's contents may mention errors anywhere; only a one-line answer is status.
             return len(lines) == 1 and len(lines[0]) <= 200 and bool(ERROR.search(lines[0]))
         return any(ERROR.search(line) for line in lines[:1] + lines[-1:])
 
     def outcome(self) -> str:
-        """The call as a Done item: a command gets its last output line when that is short."""
+        """The call as a Done item: a command gets its last output line when that is short.
+
+        Without a result, a command gets the assistant's report instead, quoted as such.
+        """
+        said = self.reported() if self.result is None else None
+        if said is not None and self.command is not None:
+            return f"{self.describe()} (the assistant reported: {short(said, ANSWER_CHARS)})"
         lines = [ln.strip() for ln in (self.result or "").splitlines() if ln.strip("` \t")]
         tail = lines[-1] if lines else ""
         if self.command is not None and tail and len(tail) <= 80:
             return f"{self.describe()}: {tail}"
         return self.describe()
+
+    def failure(self) -> str:
+        """The call as a Blocked item."""
+        said = self.reported() if self.result is None else None
+        if said is not None:
+            return f"{self.describe()} failed (the assistant reported: {short(said, ANSWER_CHARS)})"
+        return f"{self.describe()} failed"
 
     def is_test_run(self) -> bool:
         """Whether the call runs a test suite."""
@@ -172,6 +218,8 @@ class Request:
 
     text: str
     answered: bool = False
+    answer: str | None = None
+    """The assistant's first reply to a question (one with a question mark)."""
 
 
 @dataclass(slots=True)
@@ -202,6 +250,10 @@ class Evidence:
         """The last request, verbatim, when no assistant text followed it."""
         last = self.requests[-1] if self.requests else None
         return last.text.strip() if last is not None and not last.answered else None
+
+    def answered(self) -> list[tuple[str, str]]:
+        """Questions and the assistant's answers to them, in order."""
+        return [(r.text.strip(), r.answer) for r in self.requests if r.answer]
 
     def passed_over(self) -> list[str]:
         """Questions that got no answer before the user went on to something else."""
@@ -246,8 +298,14 @@ def _read_user(facts: Evidence, text: str) -> None:
 def _read_assistant(facts: Evidence, text: str) -> None:
     facts.replies.append(text)
     facts.last = "reply"
+    for call in facts.calls:
+        if not call.settled():
+            call.report = text
     if facts.requests:
-        facts.requests[-1].answered = True
+        request = facts.requests[-1]
+        if not request.answered and "?" in request.text and text.strip():
+            request.answer = " ".join(sentences(text)[:2])
+        request.answered = True
     else:
         facts.answers_earlier = True
     for sentence in sentences(text):
@@ -258,7 +316,7 @@ def _read_assistant(facts: Evidence, text: str) -> None:
 
 
 def _read_tool_result(facts: Evidence, text: str) -> None:
-    waiting = next((call for call in facts.calls if call.result is None), None)
+    waiting = next((call for call in facts.calls if not call.settled()), None)
     if waiting is not None:
         waiting.result = text
     # A file's contents are not errors, even when the code in it mentions some.

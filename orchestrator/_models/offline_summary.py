@@ -35,7 +35,9 @@ BRANCH_LEAD = "An abandoned branch tried: "
 UNANSWERED = "Unanswered (verbatim): "
 STILL_OPEN = "Question still open (verbatim): "
 LATEST = "Latest request: "
-_STALE = ("Last assistant text: ", "Requested focus: ")
+ASKED = "Asked: "
+# Lines that describe one request, not the session: a later update drops them.
+_STALE = ("Last assistant text: ", "Requested focus: ", "On the focus (verbatim): ")
 _MARKER = re.compile(r"… \((\d+) more items omitted\)")
 _TAGS = re.compile(r"<(read-files|modified-files)>\n?(.*?)\n?</\1>", re.DOTALL)
 _PREAMBLE = re.compile(r"explored a different .*before (?:returning|coming back)", re.IGNORECASE)
