@@ -208,6 +208,8 @@ def test_plan_report_with_and_without_window() -> None:
         "shouldCompact": None,
         "compaction": _plan(s.path()).as_json(),
         "reason": None,
+        "staleUsage": False,
+        "estimatedTokens": 400,
     }
     windowed = plan_report(s.path(), CompactionSettings(reserve_tokens=100), 450)
     assert windowed["threshold"] == 350

@@ -59,10 +59,21 @@ def _context(args: argparse.Namespace) -> int:
         return 0
     for message, tokens in zip(report["messages"], report["messageTokens"], strict=True):
         print(f"[{message.get('role')}] ~{tokens} tokens: {preview_message(message)}")
-    tokens = report["tokens"]
-    print(f"-- {len(report['messages'])} messages, ~{tokens['tokens']} tokens", end="")
+    count = _tokens_text(report["tokens"]["tokens"], report)
+    print(f"-- {len(report['messages'])} messages, {count}", end="")
     print(f" (model {_model_text(report['model'])}, thinking {report['thinkingLevel']})")
     return 0
+
+
+def _tokens_text(tokens: int, report: dict[str, Any]) -> str:
+    # D29: a provider usage measured before the latest compaction describes a context that is
+    # gone; I show the estimate and say why the bigger number is not believed.
+    if report["staleUsage"]:
+        return (
+            f"~{report['estimatedTokens']} tokens estimated "
+            f"(provider usage ~{tokens} is stale: measured before the latest compaction)"
+        )
+    return f"~{tokens} tokens"
 
 
 def _model_text(model: dict[str, str] | None) -> str:
@@ -102,7 +113,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _print_compaction_plan(report: dict[str, Any]) -> None:
-    print(f"context: ~{report['contextTokens']} tokens", end="")
+    print(f"context: {_tokens_text(report['contextTokens'], report)}", end="")
     if report["threshold"] is not None:
         print(
             f", threshold {report['threshold']}, should compact: {report['shouldCompact']}", end=""

@@ -270,19 +270,23 @@ def plan_report(
         A JSON-ready dict with camelCase keys.
     """
     context = build_context(path)
-    tokens = context.tokens().tokens
+    counted = context.tokens()
     plan = plan_compaction(path, settings, context=context)
+    # D29: a usage from before the latest compaction never triggers one; the estimate decides.
+    trusted = counted.trusted_tokens
     return {
         "leafId": path[-1]["id"] if path else None,
         "keepRecentTokens": settings.keep_recent_tokens,
         "effectiveKeepRecentTokens": effective_keep_recent_tokens(path, settings, context),
-        "contextTokens": tokens,
+        "contextTokens": counted.tokens,
         "threshold": (
             compaction_threshold(context_window, settings) if context_window is not None else None
         ),
         "shouldCompact": (
-            should_compact(tokens, context_window, settings) if context_window is not None else None
+            None if context_window is None else should_compact(trusted, context_window, settings)
         ),
         "compaction": plan.as_json() if isinstance(plan, CompactionPlan) else None,
         "reason": plan.reason if isinstance(plan, NothingToCompact) else None,
+        "staleUsage": counted.stale_usage,
+        "estimatedTokens": counted.estimated_tokens,
     }

@@ -98,6 +98,8 @@ class SessionContext:
         estimates: For each message, :func:`estimate_tokens`.
         thinking_level: Restored from the path (default ``"off"``).
         model: Restored from the path (last ``model_change`` or assistant wins).
+        fresh_from: Index of the first message written after the latest compaction; the
+            summary and the kept messages come before it (0 without a compaction).
     """
 
     messages: Sequence[Message]
@@ -105,10 +107,14 @@ class SessionContext:
     estimates: Sequence[int]
     thinking_level: str
     model: ModelRef | None
+    fresh_from: int = 0
 
     def tokens(self) -> ContextTokens:
-        """The context's token count, anchored on the last valid usage (reference §3.2)."""
-        return estimate_context_tokens(self.messages, self.estimates)
+        """The context's token count, anchored on the last valid usage (reference §3.2).
+
+        ``stale_usage`` says whether that usage predates the latest compaction (D29).
+        """
+        return estimate_context_tokens(self.messages, self.estimates, fresh_from=self.fresh_from)
 
 
 def _model_from_change(entry: Entry) -> ModelRef | None:
@@ -134,6 +140,7 @@ class ContextBuilder:
         self._messages: list[Message] = []
         self._entry_ids: list[str] = []
         self._estimates: list[int] = []
+        self._fresh_from = 0
         self.thinking_level = "off"
         self.model: ModelRef | None = None
         for entry in path:
@@ -180,6 +187,7 @@ class ContextBuilder:
         start = self._position.get(compaction.get("firstKeptEntryId", ""), here)
         for entry in self._path[min(start, here) : here]:
             self._emit(entry)
+        self._fresh_from = len(self._messages)
 
     def context(self) -> SessionContext:
         """The context as of the last pushed entry."""
@@ -189,6 +197,7 @@ class ContextBuilder:
             estimates=Snapshot(self._estimates),
             thinking_level=self.thinking_level,
             model=self.model,
+            fresh_from=self._fresh_from,
         )
 
 

@@ -115,12 +115,33 @@ def valid_usage(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextTokens:
-    """The token count of a context, anchored on the last valid usage (reference §3.2)."""
+    """The token count of a context, anchored on the last valid usage (reference §3.2).
+
+    Attributes:
+        tokens: pi's count: the last valid usage plus the estimates of what followed it.
+        usage_tokens: That usage's context total (0 without one).
+        trailing_tokens: The estimates after the usage (everything without one).
+        last_usage_index: The message that carried the usage, or ``None``.
+        stale_usage: The usage was measured before the latest compaction, on a context that no
+            longer exists (D29): ``tokens`` then overstates what the model would see.
+        estimated_tokens: The chars/4 estimate of every message, ignoring any usage.
+    """
 
     tokens: int
     usage_tokens: int
     trailing_tokens: int
     last_usage_index: int | None
+    stale_usage: bool = False
+    estimated_tokens: int = 0
+
+    @property
+    def trusted_tokens(self) -> int:
+        """The count to act on: pi's, or the estimate when the usage is stale (D29).
+
+        Automatic triggers read this one, never ``tokens``, so a usage measured before a
+        compaction cannot start another.
+        """
+        return self.estimated_tokens if self.stale_usage else self.tokens
 
     def as_json(self) -> dict[str, int | None]:
         """The inspection-JSON shape (``spec/inspection-json.md``)."""
@@ -133,13 +154,15 @@ class ContextTokens:
 
 
 def estimate_context_tokens(
-    messages: Sequence[Message], estimates: Sequence[int] | None = None
+    messages: Sequence[Message], estimates: Sequence[int] | None = None, *, fresh_from: int = 0
 ) -> ContextTokens:
     """Count a context: last valid usage plus estimates of every message after it.
 
     Args:
         messages: The context's messages, in order.
         estimates: Precomputed :func:`estimate_tokens` per message, when the caller has them.
+        fresh_from: Index of the first message written after the latest compaction (0 when the
+            context has none). A usage on an earlier message is stale (D29).
 
     Returns:
         The anchored count. With no usage, everything is estimated and
@@ -147,6 +170,7 @@ def estimate_context_tokens(
     """
     if estimates is None:
         estimates = [estimate_tokens(m) for m in messages]
+    total = sum(estimates)
     for index in range(len(messages) - 1, -1, -1):
         usage = valid_usage(messages[index])
         if usage is not None:
@@ -157,9 +181,26 @@ def estimate_context_tokens(
                 usage_tokens=usage_tokens,
                 trailing_tokens=trailing,
                 last_usage_index=index,
+                stale_usage=usage_is_stale(index, fresh_from),
+                estimated_tokens=total,
             )
-    total = sum(estimates)
-    return ContextTokens(tokens=total, usage_tokens=0, trailing_tokens=total, last_usage_index=None)
+    return ContextTokens(
+        tokens=total,
+        usage_tokens=0,
+        trailing_tokens=total,
+        last_usage_index=None,
+        estimated_tokens=total,
+    )
+
+
+def usage_is_stale(usage_index: int | None, fresh_from: int) -> bool:
+    """True when the usage at ``usage_index`` was measured before the latest compaction (D29).
+
+    A compacted context is the summary, the kept messages, then what came after the
+    compaction (``fresh_from`` onwards). A kept assistant reply carries the usage of the whole
+    pre-compaction context, so it no longer describes what the model sees.
+    """
+    return usage_index is not None and usage_index < fresh_from
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

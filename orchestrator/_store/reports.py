@@ -17,13 +17,17 @@ from orchestrator._store.session import Session
 def context_report(session: Session, leaf: str | None) -> dict[str, Any]:
     """The ``orchestrator context --json`` object."""
     context = ContextBuilder(session.path(leaf) if leaf else []).context()
+    tokens = context.tokens()
     return {
         "leafId": leaf,
         "messages": list(context.messages),
         "thinkingLevel": context.thinking_level,
         "model": context.model.as_json() if context.model else None,
-        "tokens": context.tokens().as_json(),
+        "tokens": tokens.as_json(),
         "messageTokens": list(context.estimates),
+        # D29: pi's "tokens" stays as pi computes it; these say whether to believe it.
+        "staleUsage": tokens.stale_usage,
+        "estimatedTokens": tokens.estimated_tokens,
     }
 
 
