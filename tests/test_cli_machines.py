@@ -47,6 +47,29 @@ def test_simulate_a_shipped_scenario_by_name(
     assert report["outcomes"][0].endswith("committing -> failed")
 
 
+def test_simulate_without_out_keeps_no_trace_anywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = Path(__file__).resolve().parent.parent / "traces"
+    recorded = {p: p.read_bytes() for p in traces.glob("*.jsonl")}
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "simulate", "threshold")
+    assert code == 0, err
+    assert out.rstrip().endswith("-- trace not kept (pass --out FILE to write it)")
+    assert list(tmp_path.iterdir()) == []
+    assert {p: p.read_bytes() for p in traces.glob("*.jsonl")} == recorded
+    code, out, _ = run(capsys, "simulate", "threshold", "--json")
+    assert json.loads(out)["trace"] is None
+
+
+def test_simulate_help_lists_the_shipped_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run(capsys, "simulate", "--help")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "shipped scenarios: abort-retry-wait, abort-summary," in out
+    assert "threshold" in out.split("shipped scenarios:")[1]
+
+
 def test_simulate_unknown_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "simulate", "no-such-scenario")
     assert code == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,15 @@ def register(commands: Any) -> None:
     form.add_argument("--table", action="store_true", help="Markdown transition table only")
     machines.set_defaults(handler=_machines)
 
-    simulate = commands.add_parser("simulate", help="run a simulation scenario, write its trace")
+    simulate = commands.add_parser(
+        "simulate",
+        help="run a simulation scenario, optionally writing its trace",
+        epilog=f"shipped scenarios: {', '.join(shipped_scenarios()) or '(none found)'}",
+    )
     simulate.add_argument("scenario", help="a scenario file, or the name of a shipped one")
-    simulate.add_argument("--out", help="trace file (default: traces/<name>.jsonl in the checkout)")
+    simulate.add_argument(
+        "--out", metavar="FILE", help="write the OpenTelemetry trace here (default: not kept)"
+    )
     simulate.add_argument("--json", action="store_true", help="print the report as JSON")
     simulate.set_defaults(handler=_simulate)
 
@@ -40,29 +47,40 @@ def _machines(args: argparse.Namespace) -> int:
     return 0
 
 
-def scenario_dir() -> Path:
-    """The shipped scenarios (``traces/scenarios`` in the checkout)."""
-    return data_dir("machines").parent / "traces" / "scenarios"
+def shipped_scenarios() -> list[str]:
+    """Names of the shipped scenarios (in the wheel, or ``traces/scenarios`` in a checkout)."""
+    return sorted(p.stem for p in data_dir("scenarios").glob("*.toml"))
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from orchestrator._sim.simulate import simulate
-
     path = Path(args.scenario)
     if not path.is_file():
-        shipped = scenario_dir() / f"{args.scenario}.toml"
+        shipped = data_dir("scenarios") / f"{args.scenario}.toml"
         if not shipped.is_file():
-            raise SessionError(f"{args.scenario}: no such scenario file or shipped scenario")
+            raise SessionError(
+                f"{args.scenario}: no such scenario file or shipped scenario "
+                f"(shipped: {', '.join(shipped_scenarios())})"
+            )
         path = shipped
-    out = Path(args.out) if args.out else scenario_dir().parent / f"{path.stem}.jsonl"
-    report = simulate(path, out)
+    if args.out:
+        return _run_and_report(args, path, Path(args.out), keep=True)
+    # Without --out the trace is not kept: the recorded traces in a checkout are test data, and
+    # a command run from any folder must not rewrite them.
+    with tempfile.TemporaryDirectory() as tmp:
+        return _run_and_report(args, path, Path(tmp) / f"{path.stem}.jsonl", keep=False)
+
+
+def _run_and_report(args: argparse.Namespace, path: Path, trace: Path, *, keep: bool) -> int:
+    from orchestrator._sim.simulate import simulate
+
+    report = simulate(path, trace)
     if args.json:
         print_json(
             {
                 "outcomes": report.outcomes,
                 "events": report.events,
                 "entries": report.entries,
-                "trace": report.trace,
+                "trace": report.trace if keep else None,
                 "crashed": report.crashed,
             }
         )
@@ -76,5 +94,8 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"-- entries: {', '.join(report.entries)}")
     if report.crashed:
         print("-- the process was killed at the crash point; the reopened session was settled")
-    print(f"-- trace written to {out}")
+    if keep:
+        print(f"-- trace written to {trace}")
+    else:
+        print("-- trace not kept (pass --out FILE to write it)")
     return 0

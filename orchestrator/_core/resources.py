@@ -1,8 +1,9 @@
-"""Locate the data folders ``machines/`` and ``prompts/``.
+"""Locate the data folders ``machines/``, ``prompts/`` and the simulation ``scenarios/``.
 
 In a wheel they live inside the package (hatchling rewrites their paths). An editable install
-does not see them there, so I fall back to the checkout's top-level folders. Nothing else in the
-library reads these folders directly.
+does not see them there, so I fall back to the checkout's folders (the scenarios live in
+``traces/scenarios`` there, beside their recorded traces). Nothing else in the library reads
+these folders directly.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from importlib import resources
 from pathlib import Path
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
+_IN_CHECKOUT = {"scenarios": Path("traces") / "scenarios"}
 
 
 def data_dir(name: str) -> Path:
     """Return the folder holding the shipped data files called ``name``.
 
     Args:
-        name: ``"machines"`` or ``"prompts"``.
+        name: ``"machines"``, ``"prompts"`` or ``"scenarios"``.
 
     Returns:
         The packaged folder when it exists, else the checkout's top-level one.
@@ -25,4 +27,4 @@ def data_dir(name: str) -> Path:
     packaged = Path(str(resources.files("orchestrator"))) / name
     if packaged.is_dir():
         return packaged
-    return _CHECKOUT / name
+    return _CHECKOUT / _IN_CHECKOUT.get(name, Path(name))
