@@ -135,14 +135,6 @@ def test_plan_branch_form(example: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert set(report) >= {"targetId", "summarizedEntryIds", "totalTokens", "readFiles"}
 
 
-def test_plan_from_without_to_is_an_error(
-    example: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, _, err = run(capsys, "plan", str(example), "--from", "x")
-    assert code == 1
-    assert "--from and --to go together" in err
-
-
 def test_tree_marks_leaf_labels_and_branches(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -476,3 +476,26 @@ def test_the_command_refuses_missing_files_and_chat_without_a_model(tmp_path: Pa
     (tmp_path / "s.jsonl").write_text("")
     with pytest.raises(SessionError, match="--chat needs a --model"):
         build_runtime(parse(str(tmp_path / "s.jsonl"), "--chat"))
+
+
+async def test_the_transcript_follows_the_new_position_after_enter() -> None:
+    long = "\n".join(f"line {i} of a long answer" for i in range(12))
+    kit = Kit(
+        turns=[[reply(f"answer {n}\n{long}")] for n in range(6)],
+        summaries=[summary(BRANCH_SUMMARY)],
+    )
+    for n in range(6):
+        await kit.runtime.prompt(f"question {n}")
+    app = TreeApp(kit.runtime)
+    async with app.run_test(size=SIZE) as pilot:
+        box = app.query_one("#transcript-box")
+        box.scroll_home(animate=False)
+        await pilot.press("s", "up", "up", "enter")
+        await settle(pilot)
+        assert kit.session.tree.by_id[kit.session.leaf_id or ""]["type"] == "branch_summary"
+        assert not isinstance(app.screen, TreePicker)
+        await wait_for(pilot, lambda: box.max_scroll_y > 0 and box.scroll_y == box.max_scroll_y)
+        # The summary, the transcript's last line, is inside the visible region.
+        transcript = app.query_one("#transcript", Static)
+        bottom = transcript.virtual_region.bottom
+        assert box.scroll_y <= bottom <= box.scroll_y + box.scrollable_content_region.height

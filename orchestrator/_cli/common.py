@@ -1,7 +1,8 @@
-"""Helpers shared by the command modules: opening sessions and printing."""
+"""Helpers shared by the command modules: opening sessions, checking arguments, printing."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -11,13 +12,48 @@ from orchestrator._core.errors import SessionError
 from orchestrator._store.session import Session
 
 
+class UsageError(Exception):
+    """A command's arguments do not make sense together; reported with its usage, exit 2."""
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type for token counts and windows: an integer of at least 1.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not a positive integer.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of tokens")
+    return value
+
+
+def check_reserve(context_window: int | None, reserve_tokens: int) -> None:
+    """Refuse a reserve that leaves no room in the window (the threshold would be <= 0).
+
+    Raises:
+        UsageError: ``reserve_tokens`` is not below ``context_window``.
+    """
+    if context_window and reserve_tokens >= context_window:
+        raise UsageError(
+            f"--reserve-tokens {reserve_tokens} must be smaller than "
+            f"--context-window {context_window}"
+        )
+
+
 def require_file(path: str) -> None:
     """Refuse a path that is not an existing file (opening would create a new session).
 
     Raises:
-        SessionError: the file does not exist.
+        SessionError: the path does not exist or is a directory.
     """
-    if not Path(path).is_file():
+    target = Path(path)
+    if target.is_dir():
+        raise SessionError(f"{path}: is a directory, not a session file")
+    if not target.is_file():
         raise SessionError(f"{path}: no such session file")
 
 

@@ -9,9 +9,15 @@ import argparse
 import sys
 from typing import Any
 
-from orchestrator._cli.common import check_leaf, open_existing, print_json
+from orchestrator._cli.common import (
+    UsageError,
+    check_leaf,
+    check_reserve,
+    open_existing,
+    positive_int,
+    print_json,
+)
 from orchestrator._core.compaction_plan import plan_report
-from orchestrator._core.errors import SessionError
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
 
@@ -20,21 +26,60 @@ def register(commands: Any) -> None:
     """Add the inspection commands to the parser."""
     context = commands.add_parser("context", help="show what the model would see")
     context.add_argument("session")
-    context.add_argument("--leaf", help="entry id to build the context at (default: last entry)")
+    context.add_argument(
+        "--leaf", metavar="ID", help="entry id to build the context at (default: last entry)"
+    )
     context.add_argument("--json", action="store_true", help="print the stable JSON form")
     context.set_defaults(handler=_context)
 
-    plan = commands.add_parser("plan", help="show what a compaction or branch summary would do")
+    plan = commands.add_parser(
+        "plan",
+        help="show what a compaction or branch summary would do",
+        description="Show what a compaction (default) or, with --from and --to, a branch "
+        "summary would cover, without calling any model.",
+    )
     plan.add_argument("session")
-    plan.add_argument("--leaf")
-    plan.add_argument("--keep-recent-tokens", type=int, default=20000)
-    plan.add_argument("--reserve-tokens", type=int, default=16384)
-    plan.add_argument("--context-window", type=int)
-    plan.add_argument("--no-adaptive-keep", action="store_true")
-    plan.add_argument("--from", dest="from_leaf", metavar="OLD_LEAF")
-    plan.add_argument("--to", dest="to_target", metavar="TARGET")
-    plan.add_argument("--budget", type=int, default=0, help="branch-summary token budget (0: none)")
-    plan.add_argument("--json", action="store_true")
+    plan.add_argument(
+        "--leaf", metavar="ID", help="plan the compaction at this entry (default: last entry)"
+    )
+    plan.add_argument(
+        "--keep-recent-tokens",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="recent tokens kept verbatim (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--reserve-tokens",
+        type=positive_int,
+        default=16384,
+        metavar="N",
+        help="room kept for the reply; threshold = window - reserve (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--context-window",
+        type=positive_int,
+        metavar="N",
+        help="the model's window; adds the threshold and whether to compact",
+    )
+    plan.add_argument(
+        "--no-adaptive-keep",
+        action="store_true",
+        help="keep --keep-recent-tokens as given, without the measured-ratio adaptation (D7)",
+    )
+    plan.add_argument(
+        "--from", dest="from_leaf", metavar="OLD_LEAF", help="branch plan: the leaf being left"
+    )
+    plan.add_argument(
+        "--to", dest="to_target", metavar="TARGET", help="branch plan: the entry navigated to"
+    )
+    plan.add_argument(
+        "--budget",
+        type=positive_int,
+        metavar="N",
+        help="branch plan: token budget of the summarized entries (default: no limit)",
+    )
+    plan.add_argument("--json", action="store_true", help="print the stable JSON form")
     plan.set_defaults(handler=_plan)
 
     tree = commands.add_parser("tree", help="draw the session tree")
@@ -86,9 +131,9 @@ def _model_text(model: dict[str, str] | None) -> str:
 def _plan(args: argparse.Namespace) -> int:
     session = open_existing(args.session)
     if (args.from_leaf is None) != (args.to_target is None):
-        raise SessionError("--from and --to go together (branch plan)")
+        raise UsageError("--from and --to go together (branch plan)")
     if args.from_leaf is not None:
-        report = branch_report(session, args.from_leaf, args.to_target, args.budget)
+        report = branch_report(session, args.from_leaf, args.to_target, args.budget or 0)
         if args.json:
             print_json(report)
         else:
@@ -98,6 +143,7 @@ def _plan(args: argparse.Namespace) -> int:
             )
             print(f"common ancestor: {report['commonAncestorId']}")
         return 0
+    check_reserve(args.context_window, args.reserve_tokens)
     leaf = check_leaf(session, args.leaf)
     settings = CompactionSettings(
         reserve_tokens=args.reserve_tokens,

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from orchestrator._cli.common import print_json
+from orchestrator._cli.common import print_json, require_file
 from orchestrator._core.errors import SessionError
 from orchestrator._store.journal import (
     JOURNAL_SUFFIX,
@@ -39,6 +39,8 @@ def _journal(args: argparse.Namespace) -> int:
         session = session[: -len(JOURNAL_SUFFIX)]
     journal = Journal.open(session)
     if not journal.exists():
+        # Name what is really missing: a mistyped session path is the likelier mistake.
+        require_file(session)
         raise SessionError(f"{journal.location}: no such journal (nothing was journaled)")
     read = journal.read()
     for problem in read.problems:

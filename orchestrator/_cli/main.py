@@ -11,18 +11,20 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from orchestrator._cli.common import UsageError
 from orchestrator._core.errors import OrchestratorError
 
 Command = Callable[[argparse.Namespace], int]
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     from orchestrator._cli import inspect, journal, machines, ops, serve, tui
 
     parser = argparse.ArgumentParser(
         prog="orchestrator",
         description="Inspect, compact and navigate pi-format agent sessions.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     inspect.register(commands)
     ops.register(commands)
@@ -30,16 +32,32 @@ def _build_parser() -> argparse.ArgumentParser:
     machines.register(commands)
     tui.register(commands)
     serve.register(commands)
-    return parser
+    return parser, dict(commands.choices)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("session-orchestrator")
+    except PackageNotFoundError:  # pragma: no cover - only when run from an uninstalled tree
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
+    parser, subcommands = _build_parser()
+    args, extra = parser.parse_known_args(argv)
+    command = subcommands[args.command]
+    if extra:
+        # argparse would blame the top-level parser and show its usage; the mistake is in the
+        # subcommand's arguments, so its usage is the helpful one. error() exits with 2.
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     handler: Command = args.handler
     try:
         return handler(args)
+    except UsageError as exc:
+        command.error(str(exc))
     except OrchestratorError as exc:
         print(f"orchestrator {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -15,7 +15,14 @@ from typing import Any, TypeVar
 import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
-from orchestrator._cli.common import open_existing, print_json, require_file, warn_problems
+from orchestrator._cli.common import (
+    check_reserve,
+    open_existing,
+    positive_int,
+    print_json,
+    require_file,
+    warn_problems,
+)
 from orchestrator._cli.progress import Progress, spinner
 from orchestrator._core.entries import CUSTOM, Entry
 from orchestrator._core.errors import SessionError
@@ -46,10 +53,13 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-base", help="base URL for the litellm routes")
     parser.add_argument("--api-key", help="API key (default: the provider's usual variable)")
     parser.add_argument(
-        "--context-window", type=int, default=0, help="the summarizer's context window in tokens"
+        "--context-window",
+        type=positive_int,
+        default=0,
+        help="the summarizer's context window in tokens",
     )
     parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
-    parser.add_argument("--reserve-tokens", type=int, default=16384)
+    parser.add_argument("--reserve-tokens", type=positive_int, default=16384)
     parser.add_argument(
         "--trace",
         metavar="SPEC",
@@ -63,7 +73,7 @@ def register(commands: Any) -> None:
     compact = commands.add_parser("compact", help="summarize old history into a compaction entry")
     compact.add_argument("session")
     compact.add_argument("--focus", help="what the summary should preserve above all")
-    compact.add_argument("--keep-recent-tokens", type=int, default=20000)
+    compact.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
     compact.add_argument("--no-adaptive-keep", action="store_true")
     compact.add_argument("--dry-run", action="store_true", help="show the summary, write nothing")
     _add_route_arguments(compact)
@@ -101,6 +111,7 @@ def register(commands: Any) -> None:
 
 
 def _route_settings(args: argparse.Namespace) -> RouteSettings:
+    check_reserve(args.context_window, args.reserve_tokens)
     return RouteSettings(
         models=tuple(args.model),
         api_base=args.api_base,

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator._cli.common import positive_int
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._rpc.server import RpcServer, RuntimeOptions, SessionHub
 from orchestrator._runtime.agent import Agent, ChatAgent
@@ -50,11 +51,14 @@ def register(commands: Any) -> None:
     serve.add_argument("--api-base", help="base URL for the litellm routes")
     serve.add_argument("--api-key", help="API key (default: the provider's usual variable)")
     serve.add_argument(
-        "--context-window", type=int, default=0, help="the model's context window in tokens"
+        "--context-window",
+        type=positive_int,
+        default=0,
+        help="the model's context window in tokens",
     )
     serve.add_argument("--remote", metavar="URL", help="remote summary endpoint")
-    serve.add_argument("--reserve-tokens", type=int, default=16384)
-    serve.add_argument("--keep-recent-tokens", type=int, default=20000)
+    serve.add_argument("--reserve-tokens", type=positive_int, default=16384)
+    serve.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
     serve.set_defaults(handler=_serve)
 
 

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from orchestrator._cli.common import positive_int
 from orchestrator._cli.ops import LEAF_MARKER
 from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
@@ -34,12 +35,15 @@ def register(commands: Any) -> None:
     tui.add_argument("--api-base", help="base URL for the litellm routes")
     tui.add_argument("--api-key", help="API key (default: the provider's usual variable)")
     tui.add_argument(
-        "--context-window", type=int, default=0, help="the summarizer's context window in tokens"
+        "--context-window",
+        type=positive_int,
+        default=0,
+        help="the summarizer's context window in tokens",
     )
     tui.add_argument("--remote", metavar="URL", help="remote summary endpoint")
     tui.add_argument(
         "--reserve-tokens",
-        type=int,
+        type=positive_int,
         default=16384,
         help="tokens kept free when summarizing a branch",
     )

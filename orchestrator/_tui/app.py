@@ -97,6 +97,10 @@ class TreeApp(App[None]):
         ]
         text = "\n\n".join(lines) or "(empty context: the next message starts a new root)"
         self.query_one("#transcript", Static).update(text)
+        # The active position is the path's end (a new branch summary, the latest reply): follow
+        # it, or after a navigation the user would be looking at the top of an old transcript.
+        # scroll_end waits for the refresh, so it sees the new text's height.
+        self.query_one("#transcript-box", VerticalScroll).scroll_end(animate=False)
 
     def action_open_tree(self) -> None:
         """Open the picker, unless the agent is working."""

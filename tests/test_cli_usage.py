@@ -1,0 +1,111 @@
+"""What a new user trips over on the command line: usage errors, help, version, error wording."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from orchestrator._cli.main import _build_parser, main
+from tests.cli_kit import run
+
+
+def _usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    return err
+
+
+def test_unknown_flag_shows_the_subcommand_usage(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _usage_error(capsys, "plan", str(example), "--bogus")
+    assert err.startswith("usage: orchestrator plan ")
+    assert err.rstrip().endswith("orchestrator plan: error: unrecognized arguments: --bogus")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("plan", "S", "--context-window", "-16389"),
+        ("plan", "S", "--context-window", "0"),
+        ("plan", "S", "--keep-recent-tokens", "0"),
+        ("plan", "S", "--reserve-tokens", "-1"),
+        ("plan", "S", "--from", "a", "--to", "b", "--budget", "0"),
+        ("compact", "S", "--keep-recent-tokens", "-5"),
+        ("compact", "S", "--context-window", "0"),
+        ("navigate", "S", "--to", "x", "--reserve-tokens", "0"),
+        ("tui", "S", "--context-window", "-1"),
+        ("serve", "--keep-recent-tokens", "0"),
+    ],
+)
+def test_token_counts_must_be_positive(
+    argv: tuple[str, ...], example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = example.read_bytes()
+    args = [str(example) if a == "S" else a for a in argv]
+    err = _usage_error(capsys, *args)
+    assert f"usage: orchestrator {argv[0]} " in err
+    assert "is not a positive number of tokens" in err
+    assert example.read_bytes() == before
+
+
+def test_a_reserve_that_fills_the_window_is_a_usage_error(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _usage_error(capsys, "plan", str(example), "--context-window", "5")
+    assert "--reserve-tokens 16384 must be smaller than --context-window 5" in err
+    err = _usage_error(capsys, "compact", str(example), "--context-window", "100")
+    assert "must be smaller than --context-window 100" in err
+
+
+def test_from_without_to_is_a_usage_error(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _usage_error(capsys, "plan", str(example), "--from", "x")
+    assert "--from and --to go together" in err
+
+
+def test_context_of_a_directory_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "context", str(tmp_path))
+    assert code == 1
+    assert err.strip() == f"orchestrator context: {tmp_path}: is a directory, not a session file"
+
+
+def test_journal_of_a_missing_session_names_the_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.jsonl"
+    code, _, err = run(capsys, "journal", str(missing))
+    assert code == 1
+    assert err.strip() == f"orchestrator journal: {missing}: no such session file"
+
+
+def test_journal_of_an_unjournaled_session_names_the_journal(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "journal", str(example))
+    assert code == 1
+    assert "example" not in err
+    assert err.strip().endswith(".journal: no such journal (nothing was journaled)")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"orchestrator {version('session-orchestrator')}"
+
+
+def test_every_plan_option_has_help() -> None:
+    _, commands = _build_parser()
+    missing = [
+        action.option_strings
+        for action in commands["plan"]._actions
+        if action.option_strings and not action.help
+    ]
+    assert missing == []
