@@ -102,10 +102,10 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_every_plan_option_has_help() -> None:
-    _, commands = _build_parser()
+    plan = _build_parser().parse_args(["plan", "S"]).command_parser
     missing = [
         action.option_strings
-        for action in commands["plan"]._actions
+        for action in plan._actions
         if action.option_strings and not action.help
     ]
     assert missing == []

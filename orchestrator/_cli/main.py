@@ -17,7 +17,7 @@ from orchestrator._core.errors import OrchestratorError
 Command = Callable[[argparse.Namespace], int]
 
 
-def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+def _build_parser() -> argparse.ArgumentParser:
     from orchestrator._cli import inspect, journal, machines, ops, serve, tui
 
     parser = argparse.ArgumentParser(
@@ -32,7 +32,10 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     machines.register(commands)
     tui.register(commands)
     serve.register(commands)
-    return parser, dict(commands.choices)
+    for command in commands.choices.values():
+        # Errors found after parsing are reported with the subcommand's own usage (main).
+        command.set_defaults(command_parser=command)
+    return parser
 
 
 def _version() -> str:
@@ -46,9 +49,8 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
-    parser, subcommands = _build_parser()
-    args, extra = parser.parse_known_args(argv)
-    command = subcommands[args.command]
+    args, extra = _build_parser().parse_known_args(argv)
+    command: argparse.ArgumentParser = args.command_parser
     if extra:
         # argparse would blame the top-level parser and show its usage; the mistake is in the
         # subcommand's arguments, so its usage is the helpful one. error() exits with 2.

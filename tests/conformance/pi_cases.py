@@ -138,7 +138,7 @@ def _with_session(session: Session, argv: Sequence[str]) -> dict[str, Any]:
     if args.command == "context":
         report = context_report(session, args.leaf or session.leaf_id)
     elif args.from_leaf is not None:
-        report = branch_report(session, args.from_leaf, args.to_target, args.budget)
+        report = branch_report(session, args.from_leaf, args.to_target, args.budget or 0)
     else:
         leaf = args.leaf or session.leaf_id
         settings = CompactionSettings(
@@ -152,16 +152,25 @@ def _with_session(session: Session, argv: Sequence[str]) -> dict[str, Any]:
     return indexed
 
 
+OUR_ADDITIONS = ("staleUsage", "estimatedTokens")
+"""Fields we add to pi's objects (D29); pi has nothing to compare them with."""
+
+
 def ours(case: Run, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Our answer to a run (or to other arguments on the same fixture), as JSON data."""
+    """Our answer to a run (or to other arguments on the same fixture), as JSON data.
+
+    The fields of :data:`OUR_ADDITIONS` are left out: the rest is what pi answers.
+    """
     argv = tuple(argv if argv is not None else case.argv)
     if case.index_ids:
         session = Session.open(case.path)
         try:
-            return _with_session(session, argv)
+            report = _with_session(session, argv)
         finally:
             session.close()
-    return _cli_json([argv[0], str(case.path), *argv[1:], "--json"])
+    else:
+        report = _cli_json([argv[0], str(case.path), *argv[1:], "--json"])
+    return {k: v for k, v in report.items() if k not in OUR_ADDITIONS}
 
 
 def _is_d9_cut(
