@@ -163,6 +163,7 @@ def test_torn_tail_is_a_warning_not_a_failure(
 def test_missing_journal_is_one_line_error(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command", required=True))
+    (tmp_path / "none.jsonl").write_text("")  # the session exists; only its journal is missing
     args = parser.parse_args(["journal", str(tmp_path / "none.jsonl")])
     with pytest.raises(SessionError) as caught:
         args.handler(args)
