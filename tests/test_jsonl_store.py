@@ -318,7 +318,9 @@ def test_lock_held_by_another_process_refuses_us_until_it_exits(tmp_path: Path) 
         assert child.stdout is not None
         assert child.stdin is not None
         assert child.stdout.readline() == "locked\n"
-        with pytest.raises(SessionLockedError, match="another store or process"):
+        with pytest.raises(
+            SessionLockedError, match=rf"being changed by pid {child.pid} \(python\)"
+        ):
             JsonlStore(path).append([entry("a")])
         child.stdin.write("go\n")
         child.stdin.close()
@@ -350,7 +352,7 @@ def test_rewrite_crash_before_rename_leaves_the_original_and_no_temp_file(
     with JsonlStore(path) as store, pytest.raises(OSError, match="simulated crash"):
         store.rewrite(HEADER, [entry("b")])
     assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl", "s.jsonl.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
 
 
 def test_rewrite_crash_while_writing_the_temp_file_leaves_no_temp_file(
@@ -372,7 +374,7 @@ def test_rewrite_crash_while_writing_the_temp_file_leaves_no_temp_file(
     monkeypatch.setattr(os, "fsync", real_fsync)
     store.close()
     assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl", "s.jsonl.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
 
 
 def test_rewrite_replaces_content_keeps_mode_and_later_appends_land_in_the_new_file(

@@ -6,7 +6,8 @@ Each child names who is at fault::
     OrchestratorError
     ├── DefinitionError    a machine table or prompt file is wrong (ours or yours), found at load
     ├── SessionError       a session file, entry id or argument is wrong: the caller's input
-    │   └── SessionLockedError   another writer holds the file
+    │   ├── SessionLockedError   another process owns the session (D27)
+    │   └── ConflictError        the session changed since it was read; nothing written (D27)
     ├── TransitionError    an event the table does not list for the current state: a caller bug
     ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
     └── Cancelled          the operation was cancelled on request; nothing was applied
@@ -34,7 +35,15 @@ class SessionError(OrchestratorError):
 
 
 class SessionLockedError(SessionError):
-    """Another process holds the session file's write lock (decision D4)."""
+    """Another store or process owns the session: it holds the writer lock (D4, D27)."""
+
+
+class ConflictError(SessionError):
+    """A conditional write found the session no longer ending where the caller read it (D27).
+
+    Another program (pi appends without asking) changed the session after the caller planned
+    from it. Nothing was written.
+    """
 
 
 class TransitionError(OrchestratorError):

@@ -108,6 +108,7 @@ class AgentSession(TurnEffects):
         self.events = EventBus()
         self.journal = journal
         self.settlements: list[Settlement] = []
+        self.owner = "AgentSession"  # named in the lock of the files this runtime writes (D27)
         self.branch_operation: Operation | None = None
         self._sleep = sleep
         self._clock_ms = clock_ms
@@ -135,31 +136,44 @@ class AgentSession(TurnEffects):
         cls,
         path: str | os.PathLike[str],
         *,
+        owner: str = "AgentSession",
         random_hex: Callable[[], str] | None = None,
         **kwargs: Any,
     ) -> AgentSession:
-        """Open a session file with its journal, settling operations left half-done (D24).
+        """Open a session file as its owner, with its journal, settling half-done operations.
 
-        No model is called while settling: an operation whose commit entry is in the file is
-        marked committed, one caught before its commit cancelled, any other failed. Each
-        settlement is emitted as an ``operation_settled`` event and traced.
+        The session is owned until :meth:`close` (D27): its lock is taken before anything is
+        read, so settling (D24) and every later operation run with no other owner. No model is
+        called while settling: an operation whose commit entry is in the file is marked
+        committed, one caught before its commit cancelled, any other failed. Each settlement is
+        emitted as an ``operation_settled`` event and traced.
 
         Args:
             path: The session file (created when missing).
+            owner: Who changes the session, named in the refusal another process gets
+                (``"orchestrator serve"``).
             random_hex: Entry-id randomness (simulations pass a counter).
             **kwargs: Passed to the constructor.
+
+        Raises:
+            SessionLockedError: another process owns the session.
         """
         options: dict[str, Any] = {}
         if "clock_ms" in kwargs:
             options["clock"] = kwargs["clock_ms"]
         if random_hex is not None:
             options["random_hex"] = random_hex
-        session = Session.open(Path(path), **options)
-        journal = Journal.open(path)
-        runtime = cls(session, journal=journal, **kwargs)
-        runtime.settlements = settle_unfinished_operations(
-            journal, session.tree.by_id, is_applied=runtime._prune_applied
-        )
+        session = Session.open(Path(path), owner=owner, **options)
+        try:
+            journal = Journal.open(path)
+            runtime = cls(session, journal=journal, **kwargs)
+            runtime.owner = owner
+            runtime.settlements = settle_unfinished_operations(
+                journal, session.tree.by_id, is_applied=runtime._prune_applied
+            )
+        except BaseException:
+            session.close()
+            raise
         for settled in runtime.settlements:
             with runtime.tracer.operation_span(
                 settled.kind or "operation", settled.operation_id, "reopened"
@@ -439,10 +453,19 @@ class AgentSession(TurnEffects):
             store = MemoryStore()
         else:
             target = Path(path) if path is not None else fork_path(self.session.store.location)
-            if target.exists():
-                raise SessionError(f"{target}: already exists")
             store = JsonlStore(target)
-        return await fork(self, entry_id, store)
+            store.own(self.owner)  # the new file is ours from before it exists (D27)
+            if target.exists():
+                store.close()
+                raise SessionError(f"{target}: already exists")
+        try:
+            result = await fork(self, entry_id, store)
+        except BaseException:
+            store.close()
+            raise
+        if result.session is None:
+            store.close()  # cancelled by a hook: nothing was written, let go of the new file
+        return result
 
     # -- manual compaction ---------------------------------------------------------------------
 

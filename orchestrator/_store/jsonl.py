@@ -17,25 +17,30 @@ Theory of operation (decisions D3 and D4):
   original, then the directory fsynced. A crash leaves the old file or the new one, never a mix.
   Rewrites and tail repairs fsync whatever the policy says: they replace or cut data, and an
   unsynced rename is exactly how files end up empty after a power cut.
-* **One writer.** The lock is an exclusive ``flock`` on a sidecar ``<path>.lock``. I lock a
-  sidecar rather than the session file because a rewrite replaces the session file's inode, and
-  a lock on the old inode would no longer exclude anyone. ``flock`` belongs to an open file
-  description, so two stores in one process conflict just like two processes do. The sidecar is
-  left in place on close: deleting lock files races with the next writer opening them.
+* **One writer, the owner** (D27). A process that will change the session calls :meth:`own`
+  before it reads what it acts on; a store that writes without owning takes the same lock at
+  its first write. The lock is :class:`~orchestrator._store.owner.OwnerLock` (its module says
+  why it is a side file that its holder deletes); it is released at :meth:`close`.
+* **Conditional writes** (D27). pi appends without our lock, so a commit passes the
+  :class:`~orchestrator._store.protocol.Tail` it planned from and I compare it with the file's
+  end before writing: same inode, same length, same last entry id, else
+  :class:`~orchestrator._core.errors.ConflictError` and nothing is written. The check and the
+  write are two system calls; an appender that ignores the lock can still slip between them,
+  which no lock it ignores can prevent, but every append before the check is caught.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import SessionError, SessionLockedError
+from orchestrator._core.errors import ConflictError, SessionError
 from orchestrator._core.loading import (
     ParsedSession,
     append_refusal,
@@ -44,7 +49,10 @@ from orchestrator._core.loading import (
     rewrite_refusal,
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
-from orchestrator._store.protocol import FsyncPolicy, LoadResult
+from orchestrator._store.files import describe_os_error, open_side_file
+from orchestrator._store.owner import OwnerLock
+from orchestrator._store.protocol import EMPTY_TAIL, FsyncPolicy, LoadResult, Tail
+from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes, tail_of_file
 
 _CHUNK = 1 << 16
 
@@ -106,6 +114,12 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _default_owner() -> str:
+    """The name a store that writes without :meth:`JsonlStore.own` gives its lock."""
+    name = Path(sys.argv[0]).name if sys.argv else ""
+    return name if name and not name.startswith("-") else "python"
+
+
 class JsonlStore:
     """A session kept in a pi-compatible JSONL file.
 
@@ -127,21 +141,28 @@ class JsonlStore:
         random_hex: RandomHex = uuid_hex,
     ) -> None:
         self.path = Path(path)
-        self.lock_path = Path(f"{self.path}.lock")
+        self._owner_lock = OwnerLock(self.path)
+        self.lock_path = self._owner_lock.path
         self.corrupt_path = Path(f"{self.path}.corrupt")
         self._policy: FsyncPolicy = fsync
         self._use_lock = lock
         self._random_hex = random_hex
-        self._lock_fd: int | None = None
         self._fd: int | None = None
+        self._repaired = False
         self._dirty = False
         self._state: ParsedSession | None = None
         self._loaded: tuple[tuple[int, int, int, int], ParsedSession] | None = None
+        self._end: Tail | None = None
 
     @property
     def location(self) -> str:
         """The file's path as given."""
         return str(self.path)
+
+    @property
+    def owned(self) -> bool:
+        """Whether this store holds the writer lock."""
+        return self._owner_lock.held
 
     def exists(self) -> bool:
         """True when the file exists and is not empty."""
@@ -151,36 +172,95 @@ class JsonlStore:
             return False
 
     def load(self) -> LoadResult:
-        """Read and parse the file; a missing file loads as empty. Never writes (D3)."""
+        """Read and parse the file; a missing file loads as empty. Never writes (D3).
+
+        Raises:
+            SessionError: The file cannot be read (permissions, a folder...).
+        """
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            self._loaded = None
+            self._loaded, self._end = None, EMPTY_TAIL
             return LoadResult(header=None)
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
         try:
             stat = os.fstat(fd)
-            parsed = read_session(_read_all(fd), random_hex=self._random_hex)
+            data = _read_all(fd)
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
         finally:
             os.close(fd)
+        parsed = read_session(data, random_hex=self._random_hex)
+        parsed.result.tail = self._end = tail_of_bytes(data)
         self._loaded = (_signature(stat), parsed)
         return parsed.result
 
-    def append(self, entries: Sequence[Entry]) -> None:
+    def tail(self) -> Tail:
+        """Where the file ends now: its last entry id and its length (read fresh, D27).
+
+        Raises:
+            SessionError: The file cannot be read.
+        """
+        if self._fd is not None:
+            return tail_of_file(self._fd, os.fstat(self._fd).st_size)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return EMPTY_TAIL
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
+        try:
+            return tail_of_file(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+    def own(self, owner: str) -> None:
+        """Take the writer lock now, without waiting, until :meth:`close` (D27).
+
+        Nothing is written to the session file: a process that owns it and then fails leaves
+        it byte-identical.
+
+        Args:
+            owner: Who changes the session (``"orchestrator compact"``), for the refusal.
+
+        Raises:
+            SessionLockedError: ``session is being changed by pid N (owner)``.
+            SessionError: The lock's side file cannot be created (read-only or missing folder,
+                a symbolic link in its place).
+        """
+        self._owner_lock.acquire(owner)
+
+    def append(self, entries: Sequence[Entry], *, expect: Tail | None = None) -> Tail:
         """Append entries as whole lines in one write, fsynced per the policy.
+
+        Args:
+            entries: The entries to write.
+            expect: Write only if the file still ends here (D27).
+
+        Returns:
+            Where the file ends after the write, as this store accounts for it: an append by
+            another program that this store never read is not counted, so a later conditional
+            write still sees it.
 
         Raises:
             SessionLockedError: Another store or process is writing this file.
+            ConflictError: The file no longer ends at ``expect``; nothing was written.
             SessionError: The file is not a session file, is a v1 file not yet rewritten, or
                 has no header and the first entry is not one; or an entry is not JSON.
         """
         if not entries:
-            return
+            return expect or self._end or self.tail()
         data = b"".join(write_pi_line(entry) for entry in entries)
         fd = self._writer()
+        base = self._check(fd, expect) if expect is not None else self._end
         assert self._state is not None  # set by _writer
         refusal = append_refusal(self.location, self._state, entries)
         if refusal:
             raise SessionError(refusal)
+        if base is None:
+            base = tail_of_file(fd, os.fstat(fd).st_size)
+        length = base.length + self._repair_once(fd)
         self._write(fd, data)
         if self._policy == "always":
             os.fsync(fd)
@@ -188,12 +268,25 @@ class JsonlStore:
             self._dirty = True
         if self._state.result.header is None:
             self._state = read_session(data, random_hex=self._random_hex)
+        self._end = tail_after(base, entries, length + len(data))
+        return self._end
 
-    def rewrite(self, header: Entry, entries: Sequence[Entry]) -> None:
+    def rewrite(
+        self, header: Entry, entries: Sequence[Entry], *, expect: Tail | None = None
+    ) -> Tail:
         """Replace the file atomically with ``header`` and ``entries``.
+
+        Args:
+            header: The session header.
+            entries: Every entry, in order.
+            expect: Replace only if the file still ends here (D27).
+
+        Returns:
+            Where the file ends after the rewrite.
 
         Raises:
             SessionLockedError: Another store or process is writing this file.
+            ConflictError: The file no longer ends at ``expect``; nothing was written.
             SessionError: ``header`` is not a session header, or the file has problems a
                 rewrite would erase (D3; see :func:`~orchestrator._core.loading.rewrite_refusal`).
         """
@@ -208,11 +301,14 @@ class JsonlStore:
         early = rewrite_refusal(self.location, known) if known is not None else None
         if early:
             raise SessionError(early)
-        self._writer()
+        fd = self._writer()
+        if expect is not None:
+            self._check(fd, expect)
         assert self._state is not None
         refusal = rewrite_refusal(self.location, self._state)
         if refusal:
             raise SessionError(refusal)
+        self._repair_once(fd)
         temporary = self._write_temporary(data)
         try:
             os.replace(temporary, self.path)
@@ -223,10 +319,13 @@ class JsonlStore:
         # The old descriptor still points at the replaced file: reopen on the new one.
         self._close_fd()
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        self._repaired = True
         self._dirty = False
         self._loaded = None
         result = LoadResult(header=header, entries=list(entries))
         self._state = ParsedSession(result=result, stored_version=header_version(header))
+        self._end = tail_after(None, entries, len(data))
+        return self._end
 
     def repair_torn_tail(self) -> bytes:
         """Make the file end on a whole line before writing (D3); takes the writer lock.
@@ -237,9 +336,10 @@ class JsonlStore:
         Returns:
             The bytes moved aside (empty when there was no torn line).
         """
-        if self._fd is None:
-            return self._open_writer()
-        return self._repair(self._fd)
+        fd = self._writer()
+        self._repaired = True
+        moved, _ = self._repair(fd)
+        return moved
 
     def sync(self) -> None:
         """Fsync what was appended since the last sync (the ``per_turn`` boundary)."""
@@ -254,9 +354,7 @@ class JsonlStore:
         finally:
             self._close_fd()
             self._state = None
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)  # closing the description releases the flock
-                self._lock_fd = None
+            self._owner_lock.release()
 
     def __enter__(self) -> JsonlStore:
         return self
@@ -277,11 +375,15 @@ class JsonlStore:
         assert self._fd is not None
         return self._fd
 
-    def _open_writer(self) -> bytes:
-        """Lock, open for appending, repair the tail and learn what the file holds."""
-        self._lock()
+    def _open_writer(self) -> None:
+        """Lock, open for appending and learn what the file holds (the tail is repaired later)."""
+        if self._use_lock:
+            self._owner_lock.acquire(_default_owner())
         created = not self.path.exists()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
         try:
             if created and self._policy != "never":
                 _fsync_dir(self.path.parent)  # a new file's name is durable only this way
@@ -293,38 +395,51 @@ class JsonlStore:
                 state = loaded[1]
             else:
                 state = read_session(_read_all(fd), random_hex=self._random_hex)
-            moved = self._repair(fd)
         except BaseException:
             os.close(fd)
             raise
-        self._fd, self._state = fd, state
-        return moved
+        self._fd, self._state, self._repaired = fd, state, False
 
-    def _lock(self) -> None:
-        if not self._use_lock or self._lock_fd is not None:
-            return
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    def _check(self, fd: int, expect: Tail) -> Tail:
+        """Refuse unless the file at the path is ours and still ends at ``expect`` (D27)."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise SessionLockedError(
-                f"{self.path} is already open for writing by another store or process "
-                f"(its lock {self.lock_path} is held); a session has one writer at a time"
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            raise ConflictError(
+                f"{self.location}: the session file was removed since it was read; "
+                "nothing was written"
             ) from None
-        self._lock_fd = fd
+        held = os.fstat(fd)
+        if (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
+            raise ConflictError(
+                f"{self.location}: the session file was replaced since it was read; "
+                "nothing was written"
+            )
+        found = tail_of_file(fd, held.st_size)
+        if found != expect:
+            raise ConflictError(conflict_message(self.location, expect, found))
+        return found
 
-    def _repair(self, fd: int) -> bytes:
-        offset, last = _read_last_line(fd, os.fstat(fd).st_size)
+    def _repair_once(self, fd: int) -> int:
+        """Repair the tail before the first write; returns the change in length."""
+        if self._repaired:
+            return 0
+        _, delta = self._repair(fd)
+        self._repaired = True
+        return delta
+
+    def _repair(self, fd: int) -> tuple[bytes, int]:
+        size = os.fstat(fd).st_size
+        offset, last = _read_last_line(fd, size)
         plan = plan_tail_repair(last)
         if plan is None:
-            return b""
+            return b"", 0
         if plan.add_newline:
             os.write(fd, b"\n")
         else:
             created = not self.corrupt_path.exists()
-            side = os.open(
-                self.corrupt_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666
+            side = open_side_file(
+                self.corrupt_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "keep the torn line"
             )
             try:
                 os.write(side, plan.moved)
@@ -335,7 +450,7 @@ class JsonlStore:
                 _fsync_dir(self.path.parent)
             os.ftruncate(fd, offset + plan.keep)
         os.fsync(fd)
-        return plan.moved
+        return plan.moved, os.fstat(fd).st_size - size
 
     def _write(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
@@ -352,7 +467,11 @@ class JsonlStore:
     def _write_temporary(self, data: bytes) -> Path:
         directory = self.path.parent
         temporary = directory / f".{self.path.name}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            doing = "write a temporary file in its folder to replace it"
+            raise SessionError(describe_os_error(self.path, doing, exc)) from exc
         try:
             # Keep the original's mode. The file exists: the writer created it if it had not
             # (with the umask's mode, as pi's writeFileSync would).

@@ -7,6 +7,13 @@ Persistence follows pi (reference §1.1): nothing is written until the session h
 assistant message; at that moment the header and every entry are written in one go, and each
 later entry is appended as one whole line (D4). A session opened from an existing file is already
 persisted.
+
+Across processes (D27): a session opened with an ``owner`` holds its store's writer lock from
+before the read until :meth:`Session.close`; one opened without is a reader and takes no lock
+(it takes the lock at its first write, as any store does). The session remembers where the
+store ended when it was read (:meth:`Session.tail`) and moves that mark with each of its own
+writes, so a commit made with ``expect=session.tail()`` is refused, with nothing written, when
+another program appended in between.
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ from orchestrator._core.entries import (
     iso_now,
     role_of,
 )
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import ConflictError, SessionError
 from orchestrator._core.loading import gc_paused
 from orchestrator._core.tree import LEAF, SessionTree
-from orchestrator._store.protocol import LoadResult, Problem, SessionStore
+from orchestrator._store.protocol import LoadResult, Problem, SessionStore, Tail
+from orchestrator._store.tail import conflict_message
 
 
 def wall_clock_ms() -> int:
@@ -120,6 +128,8 @@ class Session:
         tree: The loaded tree.
         persisted: Whether the store already holds the header.
         problems: What loading reported (D3); kept so callers can show it.
+        migrated: The stored data is an older version, migrated in memory only.
+        tail: Where the store ended when ``tree`` was read (default: where it ends now).
         clock: Epoch-ms clock for entry timestamps.
         random_hex: Id randomness.
     """
@@ -132,10 +142,12 @@ class Session:
         persisted: bool,
         problems: Sequence[Problem] = (),
         migrated: bool = False,
+        tail: Tail | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         random_hex: Callable[[], str] = _random_hex,
     ) -> None:
         self.store = store
+        self._tail = tail if tail is not None else store.tail()
         # A migrated file (version 1 or 2) holds its new ids only in memory; pi rewrites it at
         # load. I rewrite it at the first write instead, so that inspecting never writes.
         self._migration_pending = migrated
@@ -154,6 +166,7 @@ class Session:
         cls,
         store: SessionStore,
         *,
+        owner: str | None = None,
         cwd: str | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         random_hex: Callable[[], str] = _random_hex,
@@ -163,9 +176,25 @@ class Session:
         Damaged content is loaded as far as it goes; the problems are in :attr:`problems` and
         the stored bytes are never rewritten because of them (D3).
 
+        Args:
+            store: Where the session is kept.
+            owner: Own the store before reading it (D27), e.g. ``"orchestrator compact"``;
+                ``None`` opens a reader.
+            cwd: The working directory written in a new session's header.
+            clock: Epoch-ms clock for entry timestamps.
+            random_hex: Id randomness.
+
         Raises:
+            SessionLockedError: ``owner`` is given and another process owns the session.
             SessionError: the store holds something that is not a session at all.
         """
+        if owner is not None:
+            store.own(owner)
+            try:
+                return cls.from_store(store, cwd=cwd, clock=clock, random_hex=random_hex)
+            except BaseException:
+                store.close()  # a session that failed to open must not keep the lock
+                raise
         if not store.exists():
             header = new_header(cwd or os.getcwd(), clock())
             return cls(
@@ -185,13 +214,23 @@ class Session:
             persisted=True,
             problems=result.problems,
             migrated=result.migrated,
+            tail=result.tail,
             clock=clock,
             random_hex=random_hex,
         )
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], **kwargs: Any) -> Session:
-        """Open (or create) a pi JSONL session file. Keyword arguments go to :meth:`from_store`."""
+        """Open (or create) a pi JSONL session file. Keyword arguments go to :meth:`from_store`.
+
+        ``Session.open(path)`` is a reader: it never locks. A process that will change the
+        session opens it as its owner, ``Session.open(path, owner="orchestrator compact")``,
+        which takes the file's lock before reading and keeps it until :meth:`close` (D27).
+
+        Raises:
+            SessionLockedError: ``session is being changed by pid N (orchestrator compact)``.
+            SessionError: the file cannot be read or is not a session.
+        """
         from orchestrator._store.jsonl import JsonlStore
 
         fsync = kwargs.pop("fsync", "per_turn")
@@ -250,24 +289,57 @@ class Session:
             kind, fields, now_ms=self._clock(), random_hex=self._random_hex, parent_id=parent_id
         )
 
-    def add_entry(self, entry: Entry) -> Entry:
+    def tail(self) -> Tail:
+        """Where the store ended when this session last read or wrote it (D27).
+
+        Pass it as ``expect`` to a commit planned from the current state: the commit is then
+        refused with :class:`~orchestrator._core.errors.ConflictError`, writing nothing, when
+        another program changed the store in between.
+        """
+        return self._tail
+
+    def add_entry(self, entry: Entry, *, expect: Tail | None = None) -> Entry:
         """Append an entry built by :meth:`new_entry`; it becomes the leaf.
 
+        Args:
+            entry: The entry.
+            expect: Write only if the store still ends here (D27), usually the
+                :meth:`tail` taken when the operation planned.
+
         Raises:
+            ConflictError: the store no longer ends at ``expect``; nothing was written and the
+                session in memory is unchanged.
             SessionError: the id is already used.
         """
-        self._add(entry)
+        self._add(entry, expect)
         return entry
 
-    def append_entry(self, kind: str, fields: dict[str, Any], *, parent_id: object = LEAF) -> Entry:
+    def append_entry(
+        self,
+        kind: str,
+        fields: dict[str, Any],
+        *,
+        parent_id: object = LEAF,
+        expect: Tail | None = None,
+    ) -> Entry:
         """Append an entry of any type as a child of the leaf (or of ``parent_id``).
+
+        Args:
+            kind: The entry ``type``.
+            fields: The type's own fields.
+            parent_id: The parent (default: the leaf; ``None``: a new root).
+            expect: Write only if the store still ends here (D27); see :meth:`add_entry`.
 
         Returns:
             The entry as written.
         """
-        return self.add_entry(self.new_entry(kind, fields, parent_id=parent_id))
+        return self.add_entry(self.new_entry(kind, fields, parent_id=parent_id), expect=expect)
 
-    def _add(self, entry: Entry) -> None:
+    def _add(self, entry: Entry, expect: Tail | None) -> None:
+        if entry.get("id") in self.tree.by_id:
+            raise SessionError(f"Entry id {entry.get('id')} is already in the session")
+        # Write first: a refused conditional write must leave the tree as it was.
+        self._persist(entry, expect)
         follows_builder = (
             self._builder is not None
             and self._builder_leaf == self.tree.leaf_id
@@ -277,22 +349,25 @@ class Session:
         if follows_builder and self._builder is not None:
             self._builder.push(entry)
             self._builder_leaf = entry["id"]
-        self._persist(entry)
 
-    def _persist(self, entry: Entry) -> None:
+    def _persist(self, entry: Entry, expect: Tail | None) -> None:
         if self._migration_pending:
-            self.store.rewrite(self.header, self.tree.entries)
+            self._tail = self.store.rewrite(self.header, [*self.tree.entries, entry], expect=expect)
             self._migration_pending = False
         elif self._persisted:
-            self.store.append([entry])
+            self._tail = self.store.append([entry], expect=expect)
         elif role_of(entry) == "assistant":
-            self.store.rewrite(self.header, self.tree.entries)
+            self._tail = self.store.rewrite(self.header, [*self.tree.entries, entry], expect=expect)
             self._persisted = True
+        elif expect is not None:
+            found = self.store.tail()
+            if found != expect:
+                raise ConflictError(conflict_message(self.store.location, expect, found))
 
     def flush(self) -> None:
         """Write everything now, even without an assistant message, and make it durable."""
         if not self._persisted:
-            self.store.rewrite(self.header, self.tree.entries)
+            self._tail = self.store.rewrite(self.header, self.tree.entries)
             self._persisted = True
         self.store.sync()
 
@@ -374,18 +449,29 @@ class Session:
         )
         return self.attach_branch_summary(entry)
 
-    def attach_branch_summary(self, entry: Entry) -> Entry:
+    def attach_branch_summary(self, entry: Entry, *, expect: Tail | None = None) -> Entry:
         """Move the leaf to the summary's parent and append it there (the navigation commit).
 
+        Args:
+            entry: The branch summary entry.
+            expect: Write only if the store still ends here (D27); see :meth:`add_entry`.
+
         Raises:
+            ConflictError: the store no longer ends at ``expect``; nothing was written and
+                the leaf did not move.
             SessionError: ``Entry <id> not found`` for an unknown parent.
         """
         parent = entry.get("parentId")
+        before = self.tree.leaf_id
         if isinstance(parent, str):
             self.tree.branch(parent)
         else:
             self.tree.reset_leaf()
-        return self.add_entry(entry)
+        try:
+            return self.add_entry(entry, expect=expect)
+        except BaseException:
+            self.tree.leaf_id = before
+            raise
 
     def append_label(self, target_id: str, label: str | None) -> Entry:
         """Set (or clear, with ``None`` or ``""``) the label of an entry.
@@ -413,17 +499,31 @@ class Session:
 
     # -- rewriting -----------------------------------------------------------------------------
 
-    def replace_entries(self, replacements: Sequence[Entry]) -> None:
+    def replace_entries(self, replacements: Sequence[Entry], *, expect: Tail | None = None) -> None:
         """Swap entries for new versions (same ids and parents) and rewrite the store atomically.
 
         Pruning uses this (D23); the rewrite goes through a temporary file (D4).
+
+        Args:
+            replacements: The new versions.
+            expect: Rewrite only if the store still ends here (D27); see :meth:`add_entry`.
+
+        Raises:
+            ConflictError: the store no longer ends at ``expect``; nothing was written and the
+                session in memory is unchanged.
         """
+        if self._persisted:
+            by_id = {entry["id"]: entry for entry in replacements}
+            for entry in replacements:
+                old = self.tree.get(entry["id"])
+                if old.get("parentId") != entry.get("parentId"):
+                    raise SessionError(f"Entry {entry['id']}: a replacement must keep its parentId")
+            entries = [by_id.get(e["id"], e) for e in self.tree.entries]
+            self._tail = self.store.rewrite(self.header, entries, expect=expect)
+            self._migration_pending = False
         for entry in replacements:
             self.tree.replace(entry)
         self._builder = None
-        if self._persisted:
-            self.store.rewrite(self.header, self.tree.entries)
-            self._migration_pending = False
 
     def close(self) -> None:
         """Release the store (its lock, if any)."""

@@ -1,0 +1,73 @@
+"""Opening a session's files safely, and saying in one line why one cannot be opened.
+
+Side files (``.lock``, ``.journal``, ``.corrupt``) are opened with ``O_NOFOLLOW``: a side file
+that someone replaced with a symbolic link would otherwise make us read, or worse append to, a
+file anywhere the link points, outside the session's folder. I refuse such a link with a clear
+error instead of following it. Operating-system errors become a
+:class:`~orchestrator._core.errors.SessionError` naming the file and the reason, so the command
+line prints one line instead of a ``PermissionError`` traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from orchestrator._core.errors import SessionError
+
+
+def describe_os_error(path: str | os.PathLike[str], doing: str, exc: OSError) -> str:
+    """One readable line for an operating-system error on ``path``.
+
+    Args:
+        path: The file concerned.
+        doing: What was attempted (``"read"``, ``"write"``, ``"create the lock file"``).
+        exc: The error.
+    """
+    if exc.errno == errno.ELOOP:
+        return f"{path}: is a symbolic link; refusing to follow it ({doing})"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{path}: permission denied (cannot {doing})"
+    if exc.errno == errno.ENOENT:
+        return f"{path}: its folder {Path(path).parent} does not exist (cannot {doing})"
+    if exc.errno == errno.EROFS:
+        return f"{path}: read-only file system (cannot {doing})"
+    reason = exc.strerror or str(exc)
+    return f"{path}: cannot {doing}: {reason}"
+
+
+def open_side_file(path: Path, flags: int, doing: str, mode: int = 0o666) -> int:
+    """Open a side file without following a symbolic link.
+
+    Raises:
+        SessionError: The side file is a symbolic link, or cannot be opened (permissions, a
+            missing folder...).
+    """
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, doing, exc)) from exc
+
+
+def read_side_file(path: Path, doing: str = "read") -> bytes | None:
+    """Read a whole side file without following a symbolic link; ``None`` when missing.
+
+    Raises:
+        SessionError: The side file is a symbolic link or cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, doing, exc)) from exc
+    try:
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, doing, exc)) from exc
+    finally:
+        os.close(fd)
