@@ -246,14 +246,14 @@ def test_a_lock_file_deleted_between_open_and_flock_is_not_shared(
 ) -> None:
     # The previous owner deletes the side file as it lets go. A newcomer that opened the old
     # file just before must not believe it owns the session: it starts over on a fresh file.
-    from orchestrator._store import owner as owner_module
+    from orchestrator._store import files, owner
 
     path = tmp_path / "s.jsonl"
     first = JsonlStore(path)
     first.own("first")
     stale = os.open(first.lock_path, os.O_RDWR)
     first.close()  # deletes the file it locked, then lets go
-    real_open = owner_module.open_side_file
+    real_open = files.open_side_file
     opened: list[int] = []
 
     def open_old_file_first(*args: Any) -> int:
@@ -261,12 +261,12 @@ def test_a_lock_file_deleted_between_open_and_flock_is_not_shared(
         opened.append(fd)
         return fd
 
-    monkeypatch.setattr(owner_module, "open_side_file", open_old_file_first)
+    monkeypatch.setattr(owner, "open_side_file", open_old_file_first)
     second = JsonlStore(path)
     second.own("second")
     assert len(opened) == 2  # locked the stale file, noticed, started over
     assert second.lock_path.read_text() == f"{os.getpid()} second\n"
-    monkeypatch.setattr(owner_module, "open_side_file", real_open)
+    monkeypatch.setattr(owner, "open_side_file", real_open)
     with pytest.raises(SessionLockedError, match=r"\(second\)"):
         JsonlStore(path).own("third")
     second.close()

@@ -453,9 +453,11 @@ class AgentSession(TurnEffects):
             store = MemoryStore()
         else:
             target = Path(path) if path is not None else fork_path(self.session.store.location)
+            if target.exists():
+                raise SessionError(f"{target}: already exists")
             store = JsonlStore(target)
             store.own(self.owner)  # the new file is ours from before it exists (D27)
-            if target.exists():
+            if target.exists():  # created by someone else in between
                 store.close()
                 raise SessionError(f"{target}: already exists")
         try:
