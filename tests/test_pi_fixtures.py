@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import pytest
@@ -54,10 +55,12 @@ D12_NOTHING = {
     "custom:planKeep1500",
     "split-turn:planDefault",
     "v1:planDefault",
+    "non-bmp:planDefault",
 }
+D26_PAIR_CUT = {"non-bmp:serializeBeforeCompaction"}
 # Not decided: pi omits `details` of a custom_message entry that has none; we print null.
 UNDECIDED_DETAILS = {"custom:context"}
-DECIDED = D7_ADAPTIVE | D9_TRAILING | D10_METADATA | D10_EMPTY_PREFIX | D12_NOTHING
+DECIDED = D7_ADAPTIVE | D9_TRAILING | D10_METADATA | D10_EMPTY_PREFIX | D12_NOTHING | D26_PAIR_CUT
 
 ALL_RUNS = runs()
 
@@ -264,6 +267,48 @@ def test_d6_custom_messages_are_counted_like_pi() -> None:
     assert len(custom) == 4
     assert all(report["messageTokens"][i] > 0 for i in custom)
     assert report["messageTokens"] == case.expected["messageTokens"]
+
+
+def test_d26_the_non_bmp_fixture_needs_utf16_counts() -> None:
+    """D26: pi wrote astral characters and lone surrogates; its estimates count UTF-16 units,
+    which is why every run on this fixture except the decided ones equals pi only with D26."""
+    raw = (DATA / "non-bmp.jsonl").read_text(encoding="utf-8")
+    assert "\\ud83d" in raw  # a lone high surrogate, escaped by pi's JSON.stringify
+    assert "\\ude00" in raw  # a lone low one
+    text = json.dumps(_entries("non-bmp"), ensure_ascii=False)
+    assert sum(1 for c in text if ord(c) > 0xFFFF) > 1000
+    case = run("non-bmp", "context")
+    pi_tokens = case.expected["messageTokens"]
+    code_points = [
+        math.ceil(len(m.get("content") or m.get("summary") or "") / 4)
+        for m in case.expected["messages"]
+        if isinstance(m.get("content") or m.get("summary"), str)
+    ]
+    assert code_points  # string-content messages exist, and pi's counts are not code points:
+    strings = [
+        t
+        for t, m in zip(pi_tokens, case.expected["messages"], strict=True)
+        if isinstance(m.get("content") or m.get("summary"), str)
+    ]
+    assert all(p > c for p, c in zip(strings, code_points, strict=True))
+    assert ours(case) == case.expected
+
+
+@pytest.mark.parametrize("case", _ids(D26_PAIR_CUT), ids=lambda r: r.id)
+def test_d26_a_tool_result_cut_through_a_pair_moves_one_unit_earlier(case: Run) -> None:
+    """D26: pi cuts a tool result at 2000 UTF-16 units even inside a surrogate pair and keeps
+    the high half; we cut one unit earlier and the marker counts that unit."""
+    theirs, mine = case.expected["text"], ours(case)["text"]
+    cut = re.search(r"([\ud800-\udbff])\n\n\[\.\.\. (\d+) more characters truncated\]", theirs)
+    assert cut is not None
+    count = int(cut.group(2))
+    ours_marker = f"\n\n[... {count + 1} more characters truncated]"
+    assert mine == theirs[: cut.start()] + ours_marker + theirs[cut.end() :]
+    # What is left of pi's half pairs in ours is only the lone low surrogate the user typed.
+    assert [c for c in mine if 0xD800 <= ord(c) <= 0xDFFF] == ["\ude00"]
+    from tests.conformance.pi_cases import explain_serialize_difference
+
+    assert explain_serialize_difference(case.expected, ours(case)) == "D26"
 
 
 def test_d17_branch_summaries_pi_wrote_are_read_verbatim() -> None:

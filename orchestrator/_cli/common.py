@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator._core.errors import SessionError
+from orchestrator._core.utf16 import escape_lone_surrogates
 from orchestrator._store.session import Session
 
 
@@ -89,5 +90,10 @@ def check_leaf(session: Session, leaf: str | None) -> str | None:
 
 
 def print_json(value: Any) -> None:
-    """Print one JSON object on stdout."""
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+    """Print one JSON object on stdout.
+
+    Lone surrogates (a session may hold one) are escaped as ``JSON.stringify`` escapes them, so
+    the output is valid UTF-8 and reads back as the same string (D26).
+    """
+    text = json.dumps(value, ensure_ascii=False, indent=2)
+    sys.stdout.write(escape_lone_surrogates(text) + "\n")

@@ -8,6 +8,7 @@ turns our errors into one line on stderr (no traceback for a user mistake). Exit
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Callable, Sequence
 
@@ -47,8 +48,17 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _tolerate_lone_surrogates() -> None:
+    # A session may hold a lone surrogate (JSON carries one, pi writes one); printing it to a
+    # UTF-8 stream would raise. Human output shows it as a \udXXX escape instead.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
+    _tolerate_lone_surrogates()
     args, extra = _build_parser().parse_known_args(argv)
     command: argparse.ArgumentParser = args.command_parser
     if extra:

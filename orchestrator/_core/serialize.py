@@ -6,9 +6,10 @@ messages are flattened into labelled paragraphs (``[User]: ...``). This is pi's
 only tool results are shortened (to 2000 characters plus a marker); what the user and the
 assistant said is never cut.
 
-One deliberate difference: lengths are counted in code points, where JavaScript counts UTF-16
-units. They agree except for characters outside the Basic Multilingual Plane, and cutting in code
-points never leaves half a surrogate pair in the text.
+Lengths are counted in UTF-16 code units, as JavaScript counts them (D26), so the cut falls where
+pi's does. One deliberate difference: where pi's cut would split a surrogate pair, mine moves one
+unit earlier and the marker counts the one unit more that was left out, so no half character is
+ever sent.
 """
 
 from __future__ import annotations
@@ -21,16 +22,22 @@ from typing import Any
 
 from orchestrator._core.entries import Message
 from orchestrator._core.messages import to_llm_messages
+from orchestrator._core.utf16 import escape_lone_surrogates, utf16_head, utf16_len
 
 TOOL_RESULT_MAX_CHARS = 2000
 """Tool results longer than this are cut in the serialized conversation."""
 
 
 def truncate_for_summary(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
-    """Cut ``text`` to ``limit`` characters plus pi's marker, or return it unchanged."""
-    if len(text) <= limit:
+    """Cut ``text`` to ``limit`` UTF-16 units plus pi's marker, or return it unchanged (D26).
+
+    A cut through a surrogate pair moves one unit earlier; the marker counts what was left out.
+    """
+    length = utf16_len(text)
+    if length <= limit:
         return text
-    return f"{text[:limit]}\n\n[... {len(text) - limit} more characters truncated]"
+    head = utf16_head(text, limit)
+    return f"{head}\n\n[... {length - utf16_len(head)} more characters truncated]"
 
 
 def _js_number(value: float) -> str:
@@ -55,16 +62,18 @@ def js_json(value: Any) -> str:
     ``None`` prints as ``null``; values JSON cannot hold print as their ``str`` in quotes, as
     ``json.dumps(default=str)`` would, which is the least surprising choice for a summary.
     """
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+    if isinstance(value, str):
+        return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
+    if isinstance(value, bool) or value is None or isinstance(value, int):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, float):
         return _js_number(value)
     if isinstance(value, dict):
-        items = (f"{json.dumps(str(k), ensure_ascii=False)}:{js_json(v)}" for k, v in value.items())
+        items = (f"{js_json(str(k))}:{js_json(v)}" for k, v in value.items())
         return "{" + ",".join(items) + "}"
     if isinstance(value, list | tuple):
         return "[" + ",".join(js_json(item) for item in value) + "]"
-    return json.dumps(str(value), ensure_ascii=False)
+    return js_json(str(value))
 
 
 def format_tool_call(name: str, arguments: object) -> str:

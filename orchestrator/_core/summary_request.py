@@ -7,10 +7,11 @@ instructions (reference §5.2, §7.3), under one system prompt. Output budgets f
 The request must fit before it is sent (D14). Given a :class:`PromptBudget` (the summarizer's
 context window), I estimate the prompt at chars/4, the same rule the trigger uses; over budget,
 the *oldest* part of the serialized conversation is replaced by a marker line that says how many
-characters were left out. The instructions, the previous summary and the newest messages are what
-the summary most depends on, so they are kept whole. If the summarizer still reports an overflow
-(the estimate is only an estimate), the caller retries with :meth:`PromptBudget.halve`, at most
-:data:`MAX_HALVINGS` times; it keeps that count, because it owns the retry loop.
+characters (UTF-16 units, D26) were left out. The instructions, the previous summary and the
+newest messages are what the summary most depends on, so they are kept whole. If the summarizer
+still reports an overflow (the estimate is only an estimate), the caller retries with
+:meth:`PromptBudget.halve`, at most :data:`MAX_HALVINGS` times; it keeps that count, because it
+owns the retry loop.
 
 The finishing helpers put file lists on summaries (D16) and merge a split turn (§4.4).
 """
@@ -26,6 +27,7 @@ from orchestrator._core.entries import Message
 from orchestrator._core.model import ModelRequest, Purpose
 from orchestrator._core.prompts import render
 from orchestrator._core.serialize import serialize_conversation
+from orchestrator._core.utf16 import utf16_len, utf16_tail
 
 BRANCH_MAX_TOKENS = 2048
 """Output budget of a branch summary."""
@@ -89,22 +91,24 @@ def elision_marker(count: int) -> str:
 def elide_oldest(serialized: str, room: int) -> str:
     """Elide the oldest part of ``serialized`` so that at most ``room`` characters remain.
 
-    The newest part is kept under a marker line (D14); a cut that lands inside a line moves to the
-    next line start when one is near. When even the marker does not fit, the bare marker is
-    returned.
+    Characters are UTF-16 code units, as the estimates count them (D26); the cut never splits a
+    surrogate pair. The newest part is kept under a marker line (D14); a cut that lands inside a
+    line moves to the next line start when one is near. When even the marker does not fit, the
+    bare marker is returned.
     """
     if not serialized:
         return serialized
-    if len(serialized) <= room:
+    length = utf16_len(serialized)
+    if length <= room:
         return serialized
-    keep = max(0, room - len(elision_marker(len(serialized))) - 2)
-    start = len(serialized) - keep
-    tail = serialized[start:] if keep else ""
+    keep = max(0, room - utf16_len(elision_marker(length)) - 2)
+    tail = utf16_tail(serialized, keep)
+    start = len(serialized) - len(tail)
     newline = tail.find("\n", 0, _SNAP_CHARS)
     if newline != -1 and serialized[start - 1] != "\n":
         tail = tail[newline + 1 :]
     tail = tail.lstrip("\n")  # the marker already ends with a blank line
-    marker = elision_marker(len(serialized) - len(tail))
+    marker = elision_marker(length - utf16_len(tail))
     return f"{marker}\n\n{tail}" if tail else marker
 
 
@@ -120,7 +124,7 @@ def _request(
     system = render("summarizer_system")
     serialized = serialize_conversation(messages)
     if budget is not None:
-        frame = len(system) + len("<conversation>\n\n</conversation>\n\n") + len(after)
+        frame = utf16_len(system) + len("<conversation>\n\n</conversation>\n\n") + utf16_len(after)
         serialized = elide_oldest(serialized, budget.prompt_tokens(max_tokens) * 4 - frame)
     prompt = f"<conversation>\n{serialized}\n</conversation>\n\n{after}"
     return ModelRequest(

@@ -1,8 +1,9 @@
-"""Token estimates, usage anchoring and the compaction trigger (reference §3, D5, D6).
+"""Token estimates, usage anchoring and the compaction trigger (reference §3, D5, D6, D26).
 
-Estimates are pi's chars/4 rule, rounded up. Where the provider reported usage, that number is
-the anchor and only what came after it is estimated: the provider's count is the truth, the
-estimate only fills the gap since.
+Estimates are pi's chars/4 rule, rounded up, with characters counted in UTF-16 code units as
+JavaScript's ``length`` counts them (D26): an emoji is two. Where the provider reported usage,
+that number is the anchor and only what came after it is estimated: the provider's count is the
+truth, the estimate only fills the gap since.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator._core.entries import Message
+from orchestrator._core.utf16 import escape_lone_surrogates, utf16_len
 
 IMAGE_CHARS = 4800
 """An image block in a tool result or custom message counts as 4800 chars (1200 tokens)."""
@@ -21,7 +23,7 @@ IMAGE_CHARS = 4800
 
 def _block_chars(content: object, *, count_images: bool) -> int:
     if isinstance(content, str):
-        return len(content)
+        return utf16_len(content)
     if not isinstance(content, list):
         return 0
     chars = 0
@@ -29,37 +31,41 @@ def _block_chars(content: object, *, count_images: bool) -> int:
         if not isinstance(block, dict):
             continue
         if block.get("type") == "text":
-            chars += len(block.get("text") or "")
+            chars += utf16_len(block.get("text") or "")
         elif block.get("type") == "image" and count_images:
             chars += IMAGE_CHARS
     return chars
 
 
 def _json_len(value: object) -> int:
-    # JSON.stringify(arguments).length: compact separators, non-ASCII kept as is.
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    # JSON.stringify(arguments).length: compact separators, non-ASCII kept as is, lone
+    # surrogates escaped (D26).
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return utf16_len(escape_lone_surrogates(text))
 
 
 def _assistant_chars(message: Mapping[str, Any]) -> int:
     chars = 0
     content = message.get("content")
     if isinstance(content, str):
-        return len(content)
+        return utf16_len(content)
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
         if kind == "text":
-            chars += len(block.get("text") or "")
+            chars += utf16_len(block.get("text") or "")
         elif kind == "thinking":
-            chars += len(block.get("thinking") or "")
+            chars += utf16_len(block.get("thinking") or "")
         elif kind == "toolCall":
-            chars += len(block.get("name") or "") + _json_len(block.get("arguments", {}))
+            chars += utf16_len(block.get("name") or "") + _json_len(block.get("arguments", {}))
     return chars
 
 
 def estimate_tokens(message: Mapping[str, Any]) -> int:
     """Estimate a message's tokens as ``ceil(chars / 4)`` (reference §3.1, D6).
+
+    ``chars`` counts UTF-16 code units (D26), so a character outside the BMP counts two.
 
     ``custom`` messages are counted (D6): they are sent to the model, so they take room.
     """
@@ -71,9 +77,9 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     elif role in ("toolResult", "custom", "hookMessage"):
         chars = _block_chars(message.get("content"), count_images=True)
     elif role == "bashExecution":
-        chars = len(message.get("command") or "") + len(message.get("output") or "")
+        chars = utf16_len(message.get("command") or "") + utf16_len(message.get("output") or "")
     elif role in ("branchSummary", "compactionSummary"):
-        chars = len(message.get("summary") or "")
+        chars = utf16_len(message.get("summary") or "")
     else:
         chars = 0
     return math.ceil(chars / 4)

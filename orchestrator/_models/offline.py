@@ -33,6 +33,7 @@ from collections.abc import Callable
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage
 from orchestrator._core.prompts import render
+from orchestrator._core.utf16 import utf16_head, utf16_len
 from orchestrator._models.offline_evidence import (
     Call,
     Evidence,
@@ -307,12 +308,12 @@ def _layout(
 
 
 def _fit(render: Callable[[int], str], max_tokens: int) -> str:
-    limit = max(len(NOTE), max_tokens * 4)
+    limit = max(utf16_len(NOTE), max_tokens * 4)  # chars/4 in UTF-16 units, as estimated (D26)
     for cap in (16, 8, 4, 2, 1):
         text = render(cap)
-        if len(text) <= limit:
+        if utf16_len(text) <= limit:
             return text
-    return text[: limit - 1] + "…"
+    return utf16_head(text, limit - 1) + "…"
 
 
 def _turn_prefix(facts: Evidence) -> dict[str, list[str]]:
@@ -407,8 +408,8 @@ class OfflineSummarizer:
             ModelError: the request is a chat turn (``kind="fatal"``).
         """
         text = summarize(request)
-        prompt_chars = len(request.system) + len(request.prompt)
-        usage = Usage(input=math.ceil(prompt_chars / 4), output=math.ceil(len(text) / 4))
+        prompt_chars = utf16_len(request.system) + utf16_len(request.prompt)
+        usage = Usage(input=math.ceil(prompt_chars / 4), output=math.ceil(utf16_len(text) / 4))
         return ModelResponse(
             text=text, usage=usage, model="extractive", provider="offline", stop_reason="stop"
         )

@@ -6,11 +6,12 @@
 //
 // Ids and entry timestamps come from pi (random ids, wall clock), so re-running this script
 // rewrites every fixture and the expected files must be recorded again. Message timestamps and
-// all text are fixed here.
+// all text are fixed here. `--only a,b` rewrites only the named fixtures and their entries in
+// cases.json; the others keep their files, ids and recorded answers.
 //
-// Usage: node make_fixtures.mjs   (from tests/conformance, after npm ci)
+// Usage: node make_fixtures.mjs [--only a,b]   (from tests/conformance, after npm ci)
 
-import { mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -22,6 +23,9 @@ const piDir = process.env.PI_PACKAGE_DIR
 const { SessionManager } = await import(pathToFileURL(join(piDir, "dist", "core", "session-manager.js")).href);
 const dataDir = resolve(here, "..", "data", "pi");
 mkdirSync(dataDir, { recursive: true });
+const onlyAt = process.argv.indexOf("--only");
+const only = onlyAt > 0 ? process.argv[onlyAt + 1].split(",") : undefined;
+const selected = (name) => !only || only.includes(name);
 
 // -- deterministic content ---------------------------------------------------------------------
 
@@ -32,6 +36,20 @@ function filler(seed, n) {
 	let out = "";
 	for (let i = 0; out.length < n; i++) out += `${WORDS[(seed * 7 + i) % WORDS.length]}${(seed + i) % 97} `;
 	return out.slice(0, n);
+}
+
+// Characters outside the Basic Multilingual Plane: two UTF-16 units each (D26). The last one is
+// two of them (a thumb and a skin tone), so four units.
+const ASTRAL = ["😀", "🚀", "🐛", "𠀋", "𪚥", "🎉", "𝔘", "👍🏽"];
+
+/** `n` UTF-16 units of text (JavaScript length) full of astral characters, never half a pair. */
+function astral(seed, n) {
+	let out = "";
+	for (let i = 0; out.length < n; i++) {
+		out += `${WORDS[(seed * 3 + i) % WORDS.length]}${ASTRAL[(seed + i) % ASTRAL.length]}${i % 3 ? "" : "漢字"} `;
+	}
+	out = out.slice(0, n);
+	return /[\uD800-\uDBFF]$/.test(out) ? `${out.slice(0, -1)}x` : out;
 }
 
 let clock = 1_767_225_600_000; // message timestamps (epoch ms), one second apart
@@ -94,7 +112,8 @@ function session(name, build) {
 		const api = helpers(sm);
 		const ids = build(sm, api) ?? {};
 		const [file] = readdirSync(dir).filter((f) => f.endsWith(".jsonl"));
-		renameSync(join(dir, file), join(dataDir, `${name}.jsonl`));
+		// Unselected fixtures are still built, so that timestamps and call ids stay the same.
+		if (selected(name)) renameSync(join(dir, file), join(dataDir, `${name}.jsonl`));
 		return { ids, sm };
 	} finally {
 		rmSync(dir, { recursive: true, force: true });
@@ -382,6 +401,7 @@ function fixture(name, runs, extra = {}) {
 
 // 11/12. v1 files (no ids, no version): written by hand in pi's v1 shape, migrated on load
 function writeV1(name, lines) {
+	if (!selected(name)) return;
 	writeFileSync(join(dataDir, `${name}.jsonl`), `${lines.map((l) => JSON.stringify(l)).join("\n")}\n`);
 }
 const iso = (ms) => new Date(ms).toISOString();
@@ -436,5 +456,68 @@ const iso = (ms) => new Date(ms).toISOString();
 	}, { indexIds: true });
 }
 
+
+// 13. characters outside the BMP (D26): emoji, rare CJK ideographs, lone surrogates. pi counts
+// UTF-16 units, so every estimate, cut point, tokensBefore and branch total here depends on
+// counting an astral character as two. One tool result puts a surrogate pair across the
+// 2000-unit cut of the serialized conversation; another is astral to well past it.
+{
+	const { ids } = session("non-bmp", (sm) => {
+		const say = (seed, units, total) => sm.appendMessage(assistant(astral(seed, units), { total }).message);
+		const u1 = sm.appendMessage(user(`Fix the 🐛 in the parser 😀 (see 𠀋 and 漢字). ${astral(120, 180)}`));
+		const a1 = sm.appendMessage(assistant(astral(121, 300), { total: 400, thinking: astral(122, 90) }).message);
+		const calls = [
+			["read", { path: "docs/🚀launch.md" }],
+			["write", { path: "src/𠀋.py", content: `x = "\uD83D"  # a lone high surrogate, ${astral(123, 40)}` }],
+		];
+		const { message, callIds } = assistant("Reading 📄 files.", { calls, total: 700 });
+		sm.appendMessage(message);
+		sm.appendMessage(toolResult(callIds[0], "read", `${"a".repeat(1999)}😀${astral(124, 600)}`));
+		sm.appendMessage(toolResult(callIds[1], "write", `${"🚀".repeat(1000)}${astral(125, 900)}`));
+		say(126, 260, 2100);
+		const k = sm.appendMessage(user(`Now the lone low half \uDE00 and ${astral(127, 150)}`));
+		say(128, 300, 2300);
+		const c = sm.appendCompaction(`## Goal\nFix the 🐛 ${astral(129, 100)}`, k, 2300, { readFiles: ["docs/🚀launch.md"], modifiedFiles: ["src/𠀋.py"] });
+		sm.appendMessage({ role: "bashExecution", command: "echo 🎉", output: astral(130, 220), exitCode: 0, cancelled: false, truncated: false, timestamp: tick() });
+		sm.appendCustomMessageEntry("note", astral(131, 140), true);
+		const u3 = sm.appendMessage(user(astral(132, 210)));
+		const a3 = say(133, 330, 1200);
+		const edit = assistant(astral(134, 50), { calls: [["edit", { path: "src/🐛.ts", oldText: "🐛", newText: "🦋" }]], total: 1400 });
+		sm.appendMessage(edit.message);
+		sm.appendMessage(toolResult(edit.callIds[0], "edit", astral(135, 120)));
+		say(136, 240, 1600);
+		const old = sm.getLeafId();
+		sm.branchWithSummary(a3, `Tried 🧪 first: ${astral(137, 160)}`, { readFiles: ["🧪.md"], modifiedFiles: ["src/🐛.ts"] });
+		sm.appendMessage(user(astral(138, 190)));
+		say(139, 280, 1500);
+		sm.appendMessage(user(`𪚥 ${astral(140, 120)}`));
+		say(141, 200, 1700);
+		return { u1, a1, k, c, u3, a3, old, leaf: sm.getLeafId() };
+	});
+	fixture("non-bmp", {
+		context: ["context"],
+		contextBeforeCompaction: ["context", "--leaf", ids.k],
+		contextOldBranch: ["context", "--leaf", ids.old],
+		planDefault: ["plan", noAdapt],
+		planKeep60: ["plan", "--keep-recent-tokens", "60", noAdapt],
+		planKeep150: ["plan", "--keep-recent-tokens", "150", noAdapt],
+		planKeep250: ["plan", "--keep-recent-tokens", "250", noAdapt],
+		planOldKeep100: ["plan", "--leaf", ids.old, "--keep-recent-tokens", "100", noAdapt],
+		planBeforeCompactionKeep200: ["plan", "--leaf", ids.k, "--keep-recent-tokens", "200", noAdapt],
+		branchBack: ["plan", "--from", ids.old, "--to", ids.a3],
+		branchBackBudget: ["plan", "--from", ids.old, "--to", ids.a3, "--budget", "150"],
+		branchAcross: ["plan", "--from", ids.leaf, "--to", ids.old],
+		branchAcrossBudget: ["plan", "--from", ids.leaf, "--to", ids.old, "--budget", "120"],
+		branchToRoot: ["plan", "--from", ids.old, "--to", ids.u1],
+		serialize: ["serialize"],
+		serializeBeforeCompaction: ["serialize", "--leaf", ids.k],
+	});
+}
+
+// With --only, the other fixtures keep their cases (and so their ids) from the existing file.
+if (only) {
+	const existing = JSON.parse(readFileSync(join(dataDir, "cases.json"), "utf8")).fixtures;
+	for (const name of Object.keys(cases)) if (!selected(name) && existing[name]) cases[name] = existing[name];
+}
 writeFileSync(join(dataDir, "cases.json"), `${JSON.stringify({ fixtures: cases }, null, 2)}\n`);
-process.stderr.write(`wrote ${Object.keys(cases).length} fixtures to ${dataDir}\n`);
+process.stderr.write(`wrote ${only ? only.join(", ") : `${Object.keys(cases).length} fixtures`} to ${dataDir}\n`);

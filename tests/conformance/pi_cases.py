@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 
 from orchestrator._cli.main import _build_parser, main
 from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.context import ContextBuilder
+from orchestrator._core.serialize import serialize_conversation
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report
 from orchestrator._store.session import Session
@@ -35,6 +38,7 @@ ID_KEYS = frozenset(
 ID_LIST_KEYS = frozenset(
     {"summarizeEntryIds", "turnPrefixEntryIds", "entryIds", "summarizedEntryIds"}
 )
+SUMMARY_ROLES = frozenset({"compactionSummary", "branchSummary"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,12 +160,30 @@ OUR_ADDITIONS = ("staleUsage", "estimatedTokens")
 """Fields we add to pi's objects (D29); pi has nothing to compare them with."""
 
 
+def serialize_report(session: Session, leaf: str | None) -> dict[str, Any]:
+    """The context at ``leaf`` as the summarizer reads it (``pi_reference.mjs serialize``).
+
+    Summaries are left out on both sides: the text that wraps them is our own (``prompts/``).
+    """
+    leaf = leaf or session.leaf_id
+    context = ContextBuilder(session.path(leaf) if leaf else []).context()
+    messages = [m for m in context.messages if m.get("role") not in SUMMARY_ROLES]
+    return {"leafId": leaf, "text": serialize_conversation(messages)}
+
+
 def ours(case: Run, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Our answer to a run (or to other arguments on the same fixture), as JSON data.
 
     The fields of :data:`OUR_ADDITIONS` are left out: the rest is what pi answers.
     """
     argv = tuple(argv if argv is not None else case.argv)
+    if argv[0] == "serialize":
+        # There is no serialize command; the summarizer's input is compared directly.
+        session = Session.open(case.path)
+        try:
+            return serialize_report(session, argv[2] if len(argv) > 2 else None)
+        finally:
+            session.close()
     if case.index_ids:
         session = Session.open(case.path)
         try:
@@ -232,3 +254,20 @@ def explain_plan_difference(
         return None
     merged = theirs["summarizeEntryIds"] + theirs["turnPrefixEntryIds"]
     return "D10" if ours_["summarizeEntryIds"] == merged else None
+
+
+_CUT = re.compile(r"([\ud800-\udbff])\n\n\[\.\.\. (\d+) more characters truncated\]")
+
+
+def explain_serialize_difference(pi: Mapping[str, Any], mine: Mapping[str, Any]) -> str | None:
+    """``"D26"`` when our serialized text is pi's except for cuts that split a surrogate pair.
+
+    pi cuts a long tool result at 2000 UTF-16 units even inside a pair and leaves the high half
+    before its marker; we cut one unit earlier and count that unit in the marker.
+    """
+    if pi.get("leafId") != mine.get("leafId") or not isinstance(pi.get("text"), str):
+        return None
+    mended = _CUT.sub(
+        lambda m: f"\n\n[... {int(m.group(2)) + 1} more characters truncated]", pi["text"]
+    )
+    return "D26" if mended != pi["text"] and mended == mine.get("text") else None

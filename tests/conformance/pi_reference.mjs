@@ -7,6 +7,8 @@
 //   node pi_reference.mjs plan SESSION.jsonl [--leaf ID] [--keep-recent-tokens N]
 //        [--reserve-tokens N] [--context-window N] [--no-adaptive-keep]
 //   node pi_reference.mjs plan SESSION.jsonl --from OLD_LEAF --to TARGET [--budget N]
+//   node pi_reference.mjs serialize SESSION.jsonl [--leaf ID]   (the context as the summarizer
+//        reads it, {leafId, text}, without the summaries: their wrappers are our own words)
 //   node pi_reference.mjs record [--suffix S] [--only a,b]   (re-record tests/data/pi/*.expected.json)
 //   node pi_reference.mjs dump [--only a,b]   (the same answers as one JSON object on stdout)
 //   node pi_reference.mjs sweep            (thousands of runs over every leaf, for the opt-in test)
@@ -17,8 +19,8 @@
 //
 // Only pi's exported functions decide anything here: SessionManager (loading, v1..v3 migration,
 // getBranch), buildSessionContext, estimateTokens, estimateContextTokens, prepareCompaction,
-// findCutPoint, computeFileLists, shouldCompact, collectEntriesForBranchSummary and
-// prepareBranchEntries. pi returns messages, not entry ids; the script maps them back to the
+// findCutPoint, computeFileLists, shouldCompact, collectEntriesForBranchSummary,
+// prepareBranchEntries, convertToLlm and serializeConversation. pi returns messages, not entry ids; the script maps them back to the
 // entries that produced them and checks the mapping against pi's own result (it throws rather
 // than guess), so the ids printed are pi's answer, not a re-implementation.
 //
@@ -42,6 +44,7 @@ const { SessionManager, buildSessionContext } = await piModule("core/session-man
 const compaction = await piModule("core/compaction/compaction.js");
 const branch = await piModule("core/compaction/branch-summarization.js");
 const utils = await piModule("core/compaction/utils.js");
+const { convertToLlm } = await piModule("core/messages.js");
 const piVersion = JSON.parse(readFileSync(join(piDir, "package.json"), "utf8")).version;
 
 const DEFAULTS = { keepRecentTokens: 20000, reserveTokens: 16384, budget: 0 };
@@ -219,6 +222,13 @@ function planReport(sm, options) {
 	};
 }
 
+function serializeReport(sm, options) {
+	const leafId = leafOf(sm, options.leaf);
+	const context = buildSessionContext(sm.getEntries(), leafId, undefined);
+	const messages = context.messages.filter((m) => m.role !== "compactionSummary" && m.role !== "branchSummary");
+	return { leafId, text: utils.serializeConversation(convertToLlm(messages)) };
+}
+
 function branchReport(sm, options) {
 	for (const id of [options.from, options.to]) leafOf(sm, id);
 	const { entries, commonAncestorId } = branch.collectEntriesForBranchSummary(sm, options.from, options.to);
@@ -277,6 +287,7 @@ export function report(file, argv) {
 	if (options.command === "context") result = contextReport(sm, options);
 	else if (options.command === "plan" && options.from !== undefined) result = branchReport(sm, options);
 	else if (options.command === "plan") result = planReport(sm, options);
+	else if (options.command === "serialize") result = serializeReport(sm, options);
 	else throw new Error(`unknown command ${options.command}`);
 	// JSON round trip: pi's objects carry `undefined` fields, which JSON (and so our CLI) omits.
 	result = JSON.parse(JSON.stringify(result));
@@ -310,7 +321,7 @@ function record(args, write = true) {
 	return all;
 }
 
-// Every leaf of every v3 fixture: context, and plans at a few budgets; branch plans between every
+// Every leaf of every v3 fixture: context, the serialized context, and plans at a few budgets; branch plans between every
 // pair of entries at a few budgets. Thousands of runs, compared live by test_pi_conformance.py.
 export function sweep() {
 	const dataDir = resolve(here, "..", "data", "pi");
@@ -323,6 +334,7 @@ export function sweep() {
 		const add = (argv) => out.push({ fixture: name, argv, pi: report(file, argv) });
 		for (const id of ids) {
 			add(["context", "--leaf", id]);
+			add(["serialize", "--leaf", id]);
 			for (const keep of ["1", "60", "150", "300", "800", "20000"]) {
 				add(["plan", "--leaf", id, "--keep-recent-tokens", keep, "--no-adaptive-keep"]);
 			}

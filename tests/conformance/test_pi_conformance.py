@@ -15,9 +15,10 @@ What is checked:
 * every recorded answer in ``tests/data/pi/*.expected.json`` is still what pi answers (so the
   default-run ``tests/test_pi_fixtures.py``, which compares our code with those answers, is
   comparing with pi, not with a stale file);
-* a sweep over every entry of every v3 fixture (context at each leaf, plans at six budgets, branch
-  plans between every pair of entries at three budgets: about 8 000 runs) is identical to pi or
-  differs in a way a decision explains (D9, D10, D12);
+* a sweep over every entry of every v3 fixture (context and the serialized conversation at each
+  leaf, plans at six budgets, branch plans between every pair of entries at three budgets: about
+  10 000 runs, including the ``non-bmp`` fixture full of characters outside the BMP) is identical
+  to pi or differs in a way a decision explains (D9, D10, D12, D26);
 * on each extra session file, our ``context --json`` equals pi's (apart from the one undecided
   ``details`` difference that test_pi_fixtures.py marks as a known bug).
 """
@@ -42,7 +43,9 @@ from tests.conformance.pi_cases import (
     HERE,
     Run,
     explain_plan_difference,
+    explain_serialize_difference,
     runs,
+    serialize_report,
 )
 
 ENABLED = os.environ.get("ORCHESTRATOR_CONFORMANCE") == "1"
@@ -108,6 +111,29 @@ def test_context_matches_pi_on_other_files(session: Path) -> None:
     assert ours == theirs
 
 
+def _sweep_run(session: Session, argv: list[str]) -> dict[str, Any]:
+    # Our answer to one sweep run, as JSON data.
+    if argv[0] == "context":
+        mine = context_report(session, argv[2])
+    elif argv[0] == "serialize":
+        mine = serialize_report(session, argv[2])
+    elif argv[1] == "--from":
+        mine = branch_report(session, argv[2], argv[4], int(argv[6]))
+    else:
+        settings = CompactionSettings(keep_recent_tokens=int(argv[4]), adaptive_keep=False)
+        mine = plan_report(session.path(argv[2]), settings, None)
+    result: dict[str, Any] = json.loads(json.dumps(mine))
+    return result
+
+
+def _why(session: Session, argv: list[str], pi: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    if argv[0] == "plan" and argv[1] == "--leaf":
+        return explain_plan_difference(pi, mine, session.path(argv[2]))
+    if argv[0] == "serialize":
+        return explain_serialize_difference(pi, mine)
+    return None
+
+
 def test_sweep_every_leaf_differs_only_by_decision() -> None:
     sessions: dict[str, Session] = {}
     explained: dict[str, int] = {}
@@ -117,23 +143,8 @@ def test_sweep_every_leaf_differs_only_by_decision() -> None:
             fixture, argv, pi = item["fixture"], item["argv"], item["pi"]
             if fixture not in sessions:
                 sessions[fixture] = Session.open(DATA / f"{fixture}.jsonl")
-            session = sessions[fixture]
-            if argv[0] == "context":
-                mine = context_report(session, argv[2])
-            elif argv[1] == "--from":
-                mine = branch_report(session, argv[2], argv[4], int(argv[6]))
-            else:
-                settings = CompactionSettings(keep_recent_tokens=int(argv[4]), adaptive_keep=False)
-                mine = plan_report(session.path(argv[2]), settings, None)
-            mine = json.loads(json.dumps(mine))
-            if mine == pi:
-                explained["same"] = explained.get("same", 0) + 1
-                continue
-            why = (
-                explain_plan_difference(pi, mine, session.path(argv[2]))
-                if argv[0] == "plan" and argv[1] == "--leaf"
-                else None
-            )
+            mine = _sweep_run(sessions[fixture], argv)
+            why = "same" if mine == pi else _why(sessions[fixture], argv, pi, mine)
             if why is None:
                 unexplained.append(f"{fixture} {' '.join(argv)}")
             else:
@@ -141,5 +152,7 @@ def test_sweep_every_leaf_differs_only_by_decision() -> None:
     finally:
         for session in sessions.values():
             session.close()
+    print(f"sweep: {sum(explained.values())} runs, {explained}")
     assert not unexplained, f"{len(unexplained)} unexplained, e.g. {unexplained[:5]}"
     assert explained["same"] > 7000
+    assert explained.get("D26", 0) > 0  # the non-bmp fixture's pair cut is in the sweep
