@@ -183,3 +183,23 @@ async def test_summaries_use_the_current_model_route_by_default() -> None:
     assert "history" in purposes[2:]
     assert "chat" not in purposes[2:]
     assert runtime.summarizer.candidates[0].name == model.name
+
+
+@pytest.mark.parametrize("stop", ["stop", "length"])
+async def test_tool_calls_run_whatever_the_stop_reason_says(stop: str) -> None:
+    # A reply with tool calls and the default stop reason used to end the turn with the call
+    # unanswered; a turn must never end on a dangling call.
+    call = ToolCall(id="c1", name="read", arguments={"path": "a.py"})
+    model = ScriptedModel(
+        [
+            ModelResponse(text="Reading.", stop_reason=stop, tool_calls=(call,)),
+            ModelResponse(text="Done."),
+        ]
+    )
+    agent = ChatAgent(model=model, tools=[READ])
+    out = await collect(agent, [{"role": "user", "content": "go", "timestamp": 1}])
+    assert [m["role"] for m in out] == ["assistant", "toolResult", "assistant"]
+    assert out[1]["toolCallId"] == "c1"
+    assert out[1]["content"][0]["text"] == "contents of a.py"
+    assert out[0]["stopReason"] == ("toolUse" if stop == "stop" else "length")
+    assert len(model.requests) == 2

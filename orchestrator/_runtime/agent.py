@@ -136,7 +136,11 @@ class ChatAgent:
         self._by_name = {tool.name: tool for tool in self.tools}
 
     async def run(self, turn: AgentInput) -> AsyncIterator[Message]:
-        """Call the model, run requested tools, repeat until a reply asks for none."""
+        """Call the model, run requested tools, repeat until a reply asks for none.
+
+        Every reply with tool calls gets its tools run, whatever its stop reason says, unless
+        the reply failed or was aborted (like pi's agent loop).
+        """
         messages = list(turn.messages)
         provider, _, model_id = self.model.name.partition("/")
         for _ in range(self.max_steps):
@@ -153,9 +157,14 @@ class ChatAgent:
                 yield error_message(error, turn.now_ms(), provider=provider, model=model_id)
                 return
             reply = assistant_message(response, turn.now_ms(), provider=provider, model=model_id)
+            if response.tool_calls and response.stop_reason == "stop":
+                # Some providers (and a ModelResponse built with the default) say "stop" beside
+                # tool calls. The calls are what matters: an unanswered call would end the turn
+                # with a dangling request, so I record the reply as pi does, "toolUse", and run them.
+                reply["stopReason"] = "toolUse"
             messages.append(reply)
             yield reply
-            if response.stop_reason != "toolUse" or not response.tool_calls:
+            if not response.tool_calls or response.stop_reason in ("error", "aborted"):
                 return
             for call in response.tool_calls:
                 result = await self._run_tool(call.name, call.arguments)
