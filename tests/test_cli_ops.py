@@ -147,6 +147,24 @@ def test_navigate_without_summary_is_remembered_across_processes(
     assert reopened.tree.entries[-1]["customType"] == "orchestrator/leaf"
 
 
+@pytest.mark.parametrize("role", ["assistant", "user"])
+def test_navigating_twice_to_the_same_entry_writes_one_marker(
+    role: str, example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
+    target = next(e for e in lines if e["type"] == "message" and e["message"]["role"] == role)
+    assert run(capsys, "navigate", str(example), "--to", target["id"])[0] == 0
+    once = example.read_bytes()
+    assert run(capsys, "navigate", str(example), "--to", target["id"])[0] == 0
+    assert example.read_bytes() == once
+    reopened = Session.open(example)
+    markers = [e for e in reopened.tree.entries if e.get("customType") == "orchestrator/leaf"]
+    assert len(markers) == 1
+    expected = target["id"] if role == "assistant" else target["parentId"]
+    assert reopened.leaf_id == markers[0]["id"]
+    assert markers[0]["parentId"] == expected
+
+
 def test_navigate_to_an_unknown_entry(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = example.read_bytes()
     code, _, err = run(capsys, "navigate", str(example), "--to", "nope")

@@ -450,6 +450,21 @@ async def test_leaving_without_a_summary_keeps_the_position_on_reopen(tmp_path: 
     reopened.close()
 
 
+async def test_the_same_position_twice_is_recorded_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = await file_conversation(path)
+    for _ in range(2):
+        runtime = build_runtime(parse(str(path)))
+        await runtime.navigate(ids["u2"])
+        keep_position(runtime)
+        runtime.close()
+    reopened = Session.open(path)
+    markers = [e for e in reopened.tree.entries if e.get("customType") == "orchestrator/leaf"]
+    assert [m["parentId"] for m in markers] == [ids["a1"]]
+    assert reopened.context().entry_ids == (ids["u1"], ids["a1"])
+    reopened.close()
+
+
 async def test_the_command_handler_runs_the_app_and_releases_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

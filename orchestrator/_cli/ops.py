@@ -304,18 +304,40 @@ async def _navigate_through(runtime: AgentSession, args: argparse.Namespace) -> 
     return result
 
 
-def record_leaf(session: Session, old_leaf: str | None, target: str) -> Entry:
+def record_leaf(session: Session, old_leaf: str | None, target: str) -> Entry | None:
     """Record a navigation without a summary so that the file reopens at the new leaf.
 
     pi keeps the leaf in memory and reopens a file at its last entry. A command is a separate
     process, so I record the move as a ``custom`` entry (never part of the context; pi ignores
-    it) under the new leaf: reopening lands exactly there.
+    it) under the new leaf: reopening lands exactly there. Nothing is written when reopening
+    already lands there (see :func:`position_is_recorded`).
+
+    Returns:
+        The marker entry, or ``None`` when none was needed.
     """
+    if position_is_recorded(session):
+        return None
     return session.append_entry(
         CUSTOM,
         {"customType": LEAF_MARKER, "data": {"from": old_leaf, "to": target}},
         parent_id=session.leaf_id,
     )
+
+
+def position_is_recorded(session: Session) -> bool:
+    """True when reopening the file already lands at the active leaf, so no marker is needed.
+
+    A file reopens at its last entry: that is the leaf itself, or a leaf marker written under
+    it by an earlier navigation to the same place (navigating there twice must not pile up
+    markers). An empty session has no position to record.
+    """
+    entries = session.tree.entries
+    if not entries:
+        return True
+    last = entries[-1]
+    if last["id"] == session.leaf_id:
+        return True
+    return last.get("customType") == LEAF_MARKER and last.get("parentId") == session.leaf_id
 
 
 def _print_navigation(result: NavigationResult) -> None:

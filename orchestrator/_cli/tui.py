@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator._cli.common import positive_int
-from orchestrator._cli.ops import LEAF_MARKER
+from orchestrator._cli.ops import LEAF_MARKER, position_is_recorded
 from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
 from orchestrator._runtime.agent import ChatAgent
@@ -88,11 +88,10 @@ def keep_position(runtime: AgentSession) -> None:
     pi keeps the leaf in memory and reopens a file at its last entry. A navigation without a
     summary appends nothing, so, like the ``navigate`` command, I record the position as a
     ``custom`` entry under the leaf (never part of the context; pi ignores it). Nothing is
-    written when the last entry already is the leaf.
+    written when reopening already lands there (the last entry is the leaf, or its marker).
     """
     session = runtime.session
-    entries = session.tree.entries
-    if not entries or entries[-1]["id"] == session.leaf_id:
+    if position_is_recorded(session):
         return
     session.append_entry(
         CUSTOM,
