@@ -160,7 +160,7 @@ class ChatAgent:
             if response.tool_calls and response.stop_reason == "stop":
                 # Some providers (and a ModelResponse built with the default) say "stop" beside
                 # tool calls. The calls are what matters: an unanswered call would end the turn
-                # with a dangling request, so I record the reply as pi does, "toolUse", and run them.
+                # with a dangling request, so I record the reply as "toolUse" and run them.
                 reply["stopReason"] = "toolUse"
             messages.append(reply)
             yield reply
