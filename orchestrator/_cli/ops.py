@@ -35,7 +35,7 @@ from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
-from orchestrator._telemetry.export import make_tracer_provider
+from orchestrator._telemetry.export import check_otlp_collector, make_tracer_provider
 from orchestrator._telemetry.tracing import LifecycleTracer
 
 LEAF_MARKER = "orchestrator/leaf"
@@ -257,6 +257,7 @@ def make_trace_provider(spec: str | None) -> TracerProvider | None:
     if kind == "jsonl" and folder:
         return make_tracer_provider("jsonl", folder, shutdown_on_exit=False)
     if kind == "otlp" and not folder:
+        check_otlp_collector()  # fail before any work, in one line, when nobody listens
         return make_tracer_provider("otlp", shutdown_on_exit=False)
     if kind == "console" and not folder:
         return make_tracer_provider("console", shutdown_on_exit=False)

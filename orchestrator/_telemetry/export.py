@@ -9,7 +9,9 @@ global one.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -27,6 +29,8 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from orchestrator._core.errors import OrchestratorError
 
 # -- exporters ---------------------------------------------------------------------------------
 
@@ -217,5 +221,122 @@ def _exporter(
         # Imported here: the OTLP stack (requests, protobuf) is heavy and most runs never use it.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter()
+        return OneLineFailureExporter(OTLPSpanExporter(), otlp_endpoint())
     raise ValueError(f"unknown exporter {name!r} (jsonl, console, otlp or memory)")
+
+
+# -- OTLP: fail fast, and in one line ---------------------------------------------------------
+
+_OTLP_DEFAULT = "http://localhost:4318/v1/traces"
+_OTLP_LOGGER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+def otlp_endpoint() -> str:
+    """The traces URL the OTLP/HTTP exporter sends to, resolved as the exporter resolves it.
+
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as is, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` plus
+    ``/v1/traces``, else ``http://localhost:4318/v1/traces``.
+    """
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    return f"{base.rstrip('/')}/v1/traces" if base else _OTLP_DEFAULT
+
+
+def check_otlp_collector(timeout_s: float = 1.0) -> str:
+    """Make sure something listens at the OTLP endpoint before a run depends on it.
+
+    Without a collector the exporter retries with backoff for up to its timeout and logs a
+    warning per attempt; a command would finish seconds late with a screenful of tracebacks.
+    A TCP connect says in at most ``timeout_s`` whether anyone is there.
+
+    Returns:
+        The endpoint.
+
+    Raises:
+        OrchestratorError: nothing accepts connections there (one line, with the endpoint).
+    """
+    from urllib.parse import urlsplit
+
+    endpoint = otlp_endpoint()
+    url = urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "localhost", port), timeout=timeout_s):
+            return endpoint
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OrchestratorError(
+            f"--trace otlp: no OTLP collector at {endpoint} ({reason.lower()}); start one or "
+            "point OTEL_EXPORTER_OTLP_ENDPOINT at it"
+        ) from None
+
+
+class _Quiet(logging.Filter):
+    """Drops the OTLP exporter's retry warnings while :class:`OneLineFailureExporter` exports."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.local, "active", False)
+
+
+_QUIET = _Quiet()
+
+
+class OneLineFailureExporter(SpanExporter):
+    """Wraps an exporter so a failing destination costs one line on stderr, once.
+
+    The OTLP exporter logs every retry with the whole connection error. I silence those while
+    it exports, and after the first failed export I stop sending: the spans of this run are lost
+    anyway, and each further batch would wait through the same retries.
+
+    Args:
+        inner: The exporter to wrap.
+        destination: Named in the warning line.
+    """
+
+    def __init__(self, inner: SpanExporter, destination: str) -> None:
+        self.inner = inner
+        self.destination = destination
+        self.failed = False
+        logger = logging.getLogger(_OTLP_LOGGER)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Export through the inner exporter, quietly; after one failure, drop everything.
+
+        Returns:
+            The inner result, or ``FAILURE`` once the destination has failed.
+        """
+        if self.failed:
+            return SpanExportResult.FAILURE
+        _QUIET.local.active = True
+        try:
+            result = self.inner.export(spans)
+        finally:
+            _QUIET.local.active = False
+        if result is not SpanExportResult.SUCCESS:
+            self.failed = True
+            print(
+                f"warning: trace export to {self.destination} failed; "
+                "no more spans are sent in this run",
+                file=sys.stderr,
+            )
+        return result
+
+    def shutdown(self) -> None:
+        """Shut the inner exporter down."""
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Flush the inner exporter.
+
+        Returns:
+            What the inner exporter returns.
+        """
+        return self.inner.force_flush(timeout_millis)
