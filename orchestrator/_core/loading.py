@@ -12,10 +12,21 @@ show the user what is wrong, and the stores refuse to overwrite a damaged file (
 * The first non-blank line must be an object ``{"type": "session", "id": <string>}``; otherwise
   nothing loads and there is one ``not_session`` problem. (pi trims the file first, so leading
   blank lines do not move the header; blank lines anywhere are skipped silently, as in pi.)
+  A file that starts with a UTF-8 byte order mark is ``not_session`` too, and the message says
+  so: ``JSON.parse`` rejects the mark, so pi cannot read such a file either.
 * A later line that is not JSON (``not_json``; also invalid UTF-8, and ``NaN``/``Infinity``,
   which JavaScript's ``JSON.parse`` rejects), not an object (``not_object``), has no string id
   (``no_id``; v1 files are exempt, their ids come from migration), repeats an earlier id
-  (``duplicate_id``: the first wins), or is a second header (``bad_header``) is skipped.
+  (``duplicate_id``: the first wins), or is a second header (``bad_header``) is skipped. So is
+  a line nested more than :data:`MAX_DEPTH` levels deep (``too_deep``: every later step walks
+  entries recursively, and Python's stack is finite) and a line holding a number beyond the
+  range of a double (``bad_number``: ``JSON.parse`` reads ``1e400`` as ``Infinity``, which no
+  token count can use and JSON cannot write back).
+* The header's version decides migration. A version newer than :data:`CURRENT_VERSION`, or a
+  header saying version 1 over entries that already have ids and parents, is a ``bad_header``
+  problem: the entries are read as written (nothing migrated, no ids replaced) and the stores
+  refuse every write (:attr:`ParsedSession.write_refusal`), because guessing would rewrite the
+  file with new ids and flattened branches.
 * An unterminated last line that is not JSON is a crash mid-append: ``torn_line``, and its bytes
   go to ``torn_tail`` so the file store can move them aside. An unterminated last line that *is*
   JSON is an ordinary line.
@@ -29,12 +40,13 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator._core.entries import Entry
+from orchestrator._core.entries import CURRENT_VERSION, Entry
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
 from orchestrator._store.protocol import LoadResult, Problem
 
@@ -46,28 +58,106 @@ class ParsedSession:
     Attributes:
         result: What the caller gets from ``load()``.
         stored_version: The version written in the file (1 for v1), ``None`` with no header.
+        write_refusal: Why no write of any kind may touch this data (a header version this
+            program must not act on), else ``None``.
     """
 
     result: LoadResult
     stored_version: int | None
+    write_refusal: str | None = None
 
 
-class _NotJson(ValueError):
-    pass
+MAX_DEPTH = 200
+"""Deepest nesting of arrays and objects a line may have (the line itself counts as 1).
+
+pi's own entries nest about 6 deep; tool arguments add what the model sent. The limit leaves
+room for the recursive walks later steps make (token estimates, serialization, the JSON
+encoder) inside Python's default recursion limit of 1000 frames.
+"""
+
+BOM = b"\xef\xbb\xbf"
+
+
+class _BadLine(ValueError):
+    """A line that cannot be used, with the problem code and message that say why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _not_json() -> _BadLine:
+    return _BadLine("not_json", "not valid JSON")
+
+
+def _too_deep() -> _BadLine:
+    return _BadLine(
+        "too_deep", f"nested more than {MAX_DEPTH} levels deep, too deep to process; skipped"
+    )
+
+
+def _out_of_range(text: str) -> _BadLine:
+    shown = text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
+    return _BadLine(
+        "bad_number",
+        f"the number {shown} is beyond the range of a double (JavaScript reads it as "
+        "Infinity, which JSON cannot write back); skipped",
+    )
 
 
 def _reject_constant(name: str) -> Any:
-    raise _NotJson(f"{name} is not JSON")
+    raise _not_json()
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _out_of_range(text)
+    return value
+
+
+def _parse_int(text: str) -> int:
+    # 309 digits and more may exceed a double; float() of a long digit string never raises,
+    # and past that range it says inf, before int() could hit its 4300-digit limit.
+    if len(text) > 300 and math.isinf(float(text)):
+        raise _out_of_range(text)
+    return int(text)
 
 
 # One decoder for every line: json.loads with a keyword builds a new decoder per call.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int
+)
 
 
 def _decode(raw: bytes) -> Any:
-    """Decode one line the way ``JSON.parse`` would, raising ``ValueError`` when it can't."""
-    text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    return _DECODER.decode(text)
+    """Decode one line the way ``JSON.parse`` would, or raise :class:`_BadLine` saying why."""
+    try:
+        text = raw.decode("utf-8")
+        value = _DECODER.decode(text)
+    except _BadLine:
+        raise
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        raise _not_json() from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        raise _too_deep()
+    return value
+
+
+def _depth(value: object) -> int:
+    """How deeply arrays and objects nest in ``value`` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children: Any = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _blank(raw: bytes) -> bool:
@@ -77,8 +167,8 @@ def _blank(raw: bytes) -> bool:
 def _is_json(raw: bytes) -> bool:
     try:
         _decode(raw)
-    except ValueError:
-        return False
+    except _BadLine as bad:
+        return bad.code != "not_json"  # whole, just unusable: an ordinary line, not a torn one
     return True
 
 
@@ -145,52 +235,82 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
         return ParsedSession(result=result, stored_version=None)
     header_line, header_raw = numbered[0]
     header = _header(header_raw)
-    if header is None:
-        problem = Problem(
-            line=header_line,
-            code="not_session",
-            message='the first line is not a session header ({"type": "session", "id": ...}), '
-            "so this is not a session file",
-        )
+    if isinstance(header, str):
+        problem = Problem(line=header_line, code="not_session", message=header)
         result = LoadResult(header=None, problems=[problem, *problems], torn_tail=torn)
         return ParsedSession(result=result, stored_version=None)
     version = header_version(header)
-    if version is None:
-        problems.append(
-            Problem(
-                line=header_line,
-                code="bad_header",
-                message=f"the header's version {header.get('version')!r} is not a number; "
-                "read as the current version, nothing migrated",
-            )
-        )
     objects = _objects(numbered[1:], problems)
-    if version is not None and version < 2:
+    version_problem = _version_problem(header, version, objects)
+    if version_problem is not None:
+        problems.append(Problem(line=header_line, code="bad_header", message=version_problem))
+    refusal = None
+    if version is not None and version < 2 and version_problem is None:
         kept = objects  # v1 entries have no ids yet; migration gives them ids and parents
     else:
         kept = _with_ids(objects, problems)
-    migration = migrate(header, [entry for _, entry in kept], random_hex=random_hex)
-    lined = list(zip((number for number, _ in kept), migration.entries, strict=True))
+    if version_problem is not None and (version is None or version < CURRENT_VERSION):
+        # Read as written: migrating entries that are not what the header says would replace
+        # every id and flatten the branches.
+        entries = [entry for _, entry in kept]
+        migrated = False
+    else:
+        migration = migrate(header, [entry for _, entry in kept], random_hex=random_hex)
+        header, entries, migrated = migration.header, list(migration.entries), migration.changed
+    if version_problem is not None and version is not None:
+        refusal = f"its header is wrong: {version_problem}"
+    lined = list(zip((number for number, _ in kept), entries, strict=True))
     problems.extend(_link_problems(lined))
     problems.sort(key=lambda problem: problem.line)
     result = LoadResult(
-        header=migration.header,
-        entries=list(migration.entries),
-        problems=problems,
-        migrated=migration.changed,
-        torn_tail=torn,
+        header=header, entries=entries, problems=problems, migrated=migrated, torn_tail=torn
     )
-    return ParsedSession(result=result, stored_version=version)
+    return ParsedSession(result=result, stored_version=version, write_refusal=refusal)
 
 
-def _header(raw: bytes) -> Entry | None:
+def _header(raw: bytes) -> Entry | str:
+    """The header object, or why the first line is not one."""
+    if raw.startswith(BOM):
+        return (
+            "the file starts with a UTF-8 byte order mark (BOM), which session files never "
+            "have and pi cannot read; remove the first 3 bytes to use it"
+        )
     try:
         value = _decode(raw)
-    except ValueError:
-        return None
+    except _BadLine as bad:
+        if bad.code != "not_json":
+            return f"the first line cannot be used ({bad.message.removesuffix('; skipped')})"
+        value = None
     if isinstance(value, dict) and value.get("type") == "session":
         if isinstance(value.get("id"), str):
             return value
+    return (
+        'the first line is not a session header ({"type": "session", "id": ...}), '
+        "so this is not a session file"
+    )
+
+
+def _version_problem(
+    header: Entry, version: int | None, objects: list[tuple[int, Entry]]
+) -> str | None:
+    """What is wrong with the header's version, or ``None`` when it can be acted on."""
+    if version is None:
+        return (
+            f"the header's version {header.get('version')!r} is not a number; "
+            "read as the current version, nothing migrated"
+        )
+    if version > CURRENT_VERSION:
+        return (
+            f"the header says version {version}, newer than this program reads "
+            f"({CURRENT_VERSION}); read as version {CURRENT_VERSION}, nothing written"
+        )
+    if version < 2 and any(
+        isinstance(entry.get("id"), str) and "parentId" in entry for _, entry in objects
+    ):
+        return (
+            f"the header says version {version}, but the entries have ids and parents "
+            "(version 2 or later); read as written, nothing migrated"
+        )
     return None
 
 
@@ -199,8 +319,8 @@ def _objects(numbered: list[tuple[int, bytes]], problems: list[Problem]) -> list
     for number, raw in numbered:
         try:
             value = _decode(raw)
-        except ValueError:
-            problems.append(Problem(line=number, code="not_json", message="not valid JSON"))
+        except _BadLine as bad:
+            problems.append(Problem(line=number, code=bad.code, message=bad.message))
             continue
         if not isinstance(value, dict):
             message = f"a JSON {_json_kind(value)}, not an object; skipped"
@@ -299,6 +419,8 @@ def rewrite_refusal(location: str, parsed: ParsedSession) -> str | None:
     A rewrite writes back only what loaded, so any skipped or suspicious line would be lost.
     A torn last line does not count: the stores move it aside before writing.
     """
+    if parsed.write_refusal is not None:
+        return f"refusing to rewrite {location}: {parsed.write_refusal}"
     damage = [problem for problem in parsed.result.problems if problem.code != "torn_line"]
     if not damage:
         return None
@@ -313,6 +435,8 @@ def rewrite_refusal(location: str, parsed: ParsedSession) -> str | None:
 def append_refusal(location: str, parsed: ParsedSession, entries: Sequence[Entry]) -> str | None:
     """Why appending ``entries`` to this stored data must be refused, or ``None`` (D3)."""
     codes = {problem.code for problem in parsed.result.problems}
+    if parsed.write_refusal is not None:
+        return f"refusing to append to {location}: {parsed.write_refusal}"
     if "not_session" in codes:
         return f"refusing to append to {location}: it is not a session file (no session header)"
     if parsed.result.header is None:
