@@ -3,67 +3,82 @@
 The façade. Everything public is re-exported here; implementation modules are private
 (``_name.py``) and ``tests/test_public_api.py`` keeps this list honest. Test doubles live in
 :mod:`orchestrator.testing`.
+
+The re-exports are lazy (PEP 562): ``import orchestrator`` imports nothing else, and a name's
+module is imported the first time the name is used. A command that only reads a session file
+then never pays for the runtime, the model clients or tracing (issue 9: imports were most of a
+short command's time).
 """
 
-from orchestrator._core.branch_plan import (
-    BranchPlan,
-    collect_branch_entries,
-    prepare_branch_entries,
-)
-from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
-from orchestrator._core.context import ContextBuilder, ModelRef, SessionContext, build_context
-from orchestrator._core.errors import (
-    Cancelled,
-    DefinitionError,
-    ModelError,
-    OrchestratorError,
-    SessionError,
-    SessionLockedError,
-    TransitionError,
-)
-from orchestrator._core.messages import convert_to_llm
-from orchestrator._core.model import Model, ModelRequest, ModelResponse, ToolCall, Usage
-from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
-from orchestrator._core.serialize import serialize_conversation
-from orchestrator._core.tokens import (
-    CompactionSettings,
-    ContextTokens,
-    calculate_context_tokens,
-    compaction_threshold,
-    estimate_context_tokens,
-    estimate_tokens,
-    should_compact,
-)
-from orchestrator._core.tree import SessionTree, TreeNode
-from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.machine import MachineDef, Runner, Step, load_machine
-from orchestrator._lifecycle.render import render_mermaid, render_table
-from orchestrator._models.litellm import LiteLLMModel
-from orchestrator._models.offline import OfflineSummarizer
-from orchestrator._models.remote import RemoteSummaryModel
-from orchestrator._runtime.agent import Agent, AgentInput, ChatAgent, ToolSpec
-from orchestrator._runtime.events import Event, EventBus
-from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.navigate import ForkResult, NavigationResult
-from orchestrator._runtime.operations import OperationOutcome
-from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
-from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import (
-    BranchSummaryResult,
-    CompactionResult,
-    SummaryRoutes,
-    compact,
-    summarize_branch,
-)
-from orchestrator._runtime.types import RuntimeSettings, TurnResult
-from orchestrator._store.journal import Journal
-from orchestrator._store.jsonl import JsonlStore
-from orchestrator._store.memory import MemoryStore
-from orchestrator._store.protocol import LoadResult, Problem, SessionStore
-from orchestrator._store.session import Session
-from orchestrator._store.settle import settle_unfinished_operations
-from orchestrator._telemetry.export import JsonLinesSpanExporter, make_tracer_provider, read_trace
-from orchestrator._telemetry.tracing import LifecycleTracer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator._core.branch_plan import (
+        BranchPlan,
+        collect_branch_entries,
+        prepare_branch_entries,
+    )
+    from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
+    from orchestrator._core.context import ContextBuilder, ModelRef, SessionContext, build_context
+    from orchestrator._core.errors import (
+        Cancelled,
+        DefinitionError,
+        ModelError,
+        OrchestratorError,
+        SessionError,
+        SessionLockedError,
+        TransitionError,
+    )
+    from orchestrator._core.messages import convert_to_llm
+    from orchestrator._core.model import Model, ModelRequest, ModelResponse, ToolCall, Usage
+    from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
+    from orchestrator._core.serialize import serialize_conversation
+    from orchestrator._core.tokens import (
+        CompactionSettings,
+        ContextTokens,
+        calculate_context_tokens,
+        compaction_threshold,
+        estimate_context_tokens,
+        estimate_tokens,
+        should_compact,
+    )
+    from orchestrator._core.tree import SessionTree, TreeNode
+    from orchestrator._lifecycle.guards import Facts
+    from orchestrator._lifecycle.machine import MachineDef, Runner, Step, load_machine
+    from orchestrator._lifecycle.render import render_mermaid, render_table
+    from orchestrator._models.litellm import LiteLLMModel
+    from orchestrator._models.offline import OfflineSummarizer
+    from orchestrator._models.remote import RemoteSummaryModel
+    from orchestrator._runtime.agent import Agent, AgentInput, ChatAgent, ToolSpec
+    from orchestrator._runtime.events import Event, EventBus
+    from orchestrator._runtime.hooks import Hooks
+    from orchestrator._runtime.navigate import ForkResult, NavigationResult
+    from orchestrator._runtime.operations import OperationOutcome
+    from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
+    from orchestrator._runtime.session import AgentSession
+    from orchestrator._runtime.summarize import (
+        BranchSummaryResult,
+        CompactionResult,
+        SummaryRoutes,
+        compact,
+        summarize_branch,
+    )
+    from orchestrator._runtime.types import RuntimeSettings, TurnResult
+    from orchestrator._store.journal import Journal
+    from orchestrator._store.jsonl import JsonlStore
+    from orchestrator._store.memory import MemoryStore
+    from orchestrator._store.protocol import LoadResult, Problem, SessionStore
+    from orchestrator._store.session import Session
+    from orchestrator._store.settle import settle_unfinished_operations
+    from orchestrator._telemetry.export import (
+        JsonLinesSpanExporter,
+        make_tracer_provider,
+        read_trace,
+    )
+    from orchestrator._telemetry.tracing import LifecycleTracer
 
 __all__ = (
     "Agent",
@@ -145,3 +160,97 @@ __all__ = (
     "should_compact",
     "summarize_branch",
 )
+
+_EXPORTS: dict[str, str] = {
+    "Agent": "orchestrator._runtime.agent",
+    "AgentInput": "orchestrator._runtime.agent",
+    "AgentSession": "orchestrator._runtime.session",
+    "AttemptRecord": "orchestrator._runtime.retry",
+    "BranchPlan": "orchestrator._core.branch_plan",
+    "BranchSummaryResult": "orchestrator._runtime.summarize",
+    "Cancelled": "orchestrator._core.errors",
+    "ChatAgent": "orchestrator._runtime.agent",
+    "CompactionPlan": "orchestrator._core.compaction_plan",
+    "CompactionResult": "orchestrator._runtime.summarize",
+    "CompactionSettings": "orchestrator._core.tokens",
+    "ContextBuilder": "orchestrator._core.context",
+    "ContextTokens": "orchestrator._core.tokens",
+    "DefinitionError": "orchestrator._core.errors",
+    "Event": "orchestrator._runtime.events",
+    "EventBus": "orchestrator._runtime.events",
+    "Facts": "orchestrator._lifecycle.guards",
+    "ForkResult": "orchestrator._runtime.navigate",
+    "Hooks": "orchestrator._runtime.hooks",
+    "Journal": "orchestrator._store.journal",
+    "JsonLinesSpanExporter": "orchestrator._telemetry.export",
+    "JsonlStore": "orchestrator._store.jsonl",
+    "LifecycleTracer": "orchestrator._telemetry.tracing",
+    "LiteLLMModel": "orchestrator._models.litellm",
+    "LoadResult": "orchestrator._store.protocol",
+    "MachineDef": "orchestrator._lifecycle.machine",
+    "MemoryStore": "orchestrator._store.memory",
+    "Model": "orchestrator._core.model",
+    "ModelError": "orchestrator._core.errors",
+    "ModelRef": "orchestrator._core.context",
+    "ModelRequest": "orchestrator._core.model",
+    "ModelResponse": "orchestrator._core.model",
+    "NavigationResult": "orchestrator._runtime.navigate",
+    "NothingToCompact": "orchestrator._core.compaction_plan",
+    "OfflineSummarizer": "orchestrator._models.offline",
+    "OperationOutcome": "orchestrator._runtime.operations",
+    "OrchestratorError": "orchestrator._core.errors",
+    "Problem": "orchestrator._store.protocol",
+    "PrunePlan": "orchestrator._core.prune",
+    "RemoteSummaryModel": "orchestrator._models.remote",
+    "RetryPolicy": "orchestrator._runtime.retry",
+    "Runner": "orchestrator._lifecycle.machine",
+    "RuntimeSettings": "orchestrator._runtime.types",
+    "Session": "orchestrator._store.session",
+    "SessionContext": "orchestrator._core.context",
+    "SessionError": "orchestrator._core.errors",
+    "SessionLockedError": "orchestrator._core.errors",
+    "SessionStore": "orchestrator._store.protocol",
+    "SessionTree": "orchestrator._core.tree",
+    "Step": "orchestrator._lifecycle.machine",
+    "SummaryRoutes": "orchestrator._runtime.summarize",
+    "ToolCall": "orchestrator._core.model",
+    "ToolSpec": "orchestrator._runtime.agent",
+    "TransitionError": "orchestrator._core.errors",
+    "TreeNode": "orchestrator._core.tree",
+    "TurnResult": "orchestrator._runtime.types",
+    "Usage": "orchestrator._core.model",
+    "apply_prune": "orchestrator._core.prune",
+    "build_context": "orchestrator._core.context",
+    "calculate_context_tokens": "orchestrator._core.tokens",
+    "collect_branch_entries": "orchestrator._core.branch_plan",
+    "compact": "orchestrator._runtime.summarize",
+    "compaction_threshold": "orchestrator._core.tokens",
+    "convert_to_llm": "orchestrator._core.messages",
+    "estimate_context_tokens": "orchestrator._core.tokens",
+    "estimate_tokens": "orchestrator._core.tokens",
+    "load_machine": "orchestrator._lifecycle.machine",
+    "make_tracer_provider": "orchestrator._telemetry.export",
+    "plan_compaction": "orchestrator._core.compaction_plan",
+    "plan_prune": "orchestrator._core.prune",
+    "prepare_branch_entries": "orchestrator._core.branch_plan",
+    "read_trace": "orchestrator._telemetry.export",
+    "render_mermaid": "orchestrator._lifecycle.render",
+    "render_table": "orchestrator._lifecycle.render",
+    "serialize_conversation": "orchestrator._core.serialize",
+    "settle_unfinished_operations": "orchestrator._store.settle",
+    "should_compact": "orchestrator._core.tokens",
+    "summarize_branch": "orchestrator._runtime.summarize",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is an ordinary global, not this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -127,3 +127,39 @@ async def test_hang_is_cancelled_by_the_callers_scope(provider: LocalProvider) -
     assert not safety.cancelled_caught
     assert not finished
     provider.release()
+
+
+async def test_one_client_serves_every_call_of_a_route_until_closed(
+    provider: LocalProvider,
+) -> None:
+    provider.push(Reply.remote("one"))
+    provider.push(Reply.remote("two"))
+    async with remote(provider) as model:
+        assert (await model.complete(REQUEST)).text == "one"
+        client = model._client
+        assert client is not None
+        assert (await model.complete(REQUEST)).text == "two"
+        assert model._client is client
+    assert client.is_closed
+    assert model._client is None
+    # Closed is not finished: the next call opens a new client.
+    provider.push(Reply.remote("three"))
+    assert (await model.complete(REQUEST)).text == "three"
+    await model.aclose()
+    await model.aclose()  # twice is fine
+
+
+def test_a_second_event_loop_gets_a_client_of_its_own(provider: LocalProvider) -> None:
+    model = remote(provider)
+    clients = []
+
+    async def call() -> None:
+        provider.push(Reply.remote("ok"))
+        assert (await model.complete(REQUEST)).text == "ok"
+        clients.append(model._client)
+        await model.aclose()
+
+    anyio.run(call)
+    anyio.run(call)
+    assert len({id(c) for c in clients}) == 2
+    assert all(c is not None and c.is_closed for c in clients)

@@ -8,35 +8,71 @@ turns our errors into one line on stderr (no traceback for a user mistake). Exit
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from orchestrator._cli.common import UsageError
 from orchestrator._core.errors import OrchestratorError
 
 Command = Callable[[argparse.Namespace], int]
 
+# The module that registers and runs each command. A command imports its own module only: an
+# inspection command then never loads the runtime, the model clients, tracing or the TUI
+# (tests/test_imports.py holds it to that). Modules in the order ``--help`` lists them.
+_MODULES = ("inspect", "ops", "journal", "machines", "tui", "serve")
+_COMMANDS = {
+    "context": "inspect",
+    "plan": "inspect",
+    "tree": "inspect",
+    "check": "inspect",
+    "compact": "ops",
+    "navigate": "ops",
+    "fork": "ops",
+    "journal": "journal",
+    "machines": "machines",
+    "simulate": "machines",
+    "tui": "tui",
+    "serve": "serve",
+}
 
-def _build_parser() -> argparse.ArgumentParser:
-    from orchestrator._cli import inspect, journal, machines, ops, serve, tui
 
+def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrator",
         description="Inspect, compact and navigate pi-format agent sessions.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    inspect.register(commands)
-    ops.register(commands)
-    journal.register(commands)
-    machines.register(commands)
-    tui.register(commands)
-    serve.register(commands)
+    first = next((arg for arg in argv or () if not arg.startswith("-")), None)
+    # No command, or one I do not know: register them all, for --help and argparse's message.
+    modules = (_COMMANDS[first],) if first in _COMMANDS else _MODULES
+    for name in modules:
+        importlib.import_module(f"orchestrator._cli.{name}").register(commands)
     for command in commands.choices.values():
         # Errors found after parsing are reported with the subcommand's own usage (main).
         command.set_defaults(command_parser=command)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the installed version only when asked (package metadata is slow)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show program's version number and exit")
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
 
 
 def _version() -> str:
@@ -59,7 +95,8 @@ def _tolerate_lone_surrogates() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
     _tolerate_lone_surrogates()
-    args, extra = _build_parser().parse_known_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, extra = _build_parser(argv).parse_known_args(argv)
     command: argparse.ArgumentParser = args.command_parser
     if extra:
         # argparse would blame the top-level parser and show its usage; the mistake is in the

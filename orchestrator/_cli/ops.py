@@ -30,7 +30,7 @@ from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.compaction import CompactOutcome, compact_session, tokens_after
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.retry import AttemptRecord
-from orchestrator._runtime.routes import RouteSettings, build_summarizer
+from orchestrator._runtime.routes import RouteSettings, build_summarizer, close_routes
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
@@ -153,10 +153,13 @@ def _compact(args: argparse.Namespace) -> int:
         session = open_existing(args.session)
 
         async def preview() -> CompactOutcome:
-            async with spinner(progress):
-                return await compact_session(
-                    session, summarizer, settings=settings, focus=args.focus, dry_run=True
-                )
+            try:
+                async with spinner(progress):
+                    return await compact_session(
+                        session, summarizer, settings=settings, focus=args.focus, dry_run=True
+                    )
+            finally:
+                await close_routes(summarizer)
 
         try:
             outcome = anyio.run(preview)
@@ -234,8 +237,11 @@ def _run_runtime(
         )
 
     async def run() -> T:
-        async with spinner(progress):
-            return await work(runtime, args)
+        try:
+            async with spinner(progress):
+                return await work(runtime, args)
+        finally:
+            await close_routes(summarizer)
 
     try:
         return anyio.run(run)

@@ -6,17 +6,26 @@ Theory of operation: some deployments summarise on a server of their own. The pr
 word for word, and add a ``kind`` so the retry layer knows a 429 or a 5xx is worth another try.
 Like every adapter this makes one attempt per call, and cancelling the caller's scope closes
 the connection (httpx is anyio-native, so this route also runs on trio).
+
+One HTTP client per route. Building an ``httpx.AsyncClient`` costs tens of milliseconds (TLS
+context, pool) and a fresh one per call also throws away the open connection, so the route keeps
+one client and reuses its pool. A client belongs to the event loop it first ran on; a call from
+another loop (a second ``anyio.run``) gets a client of its own. :meth:`RemoteSummaryModel.aclose`
+(or ``async with``) closes it; httpx itself is imported at the first call, so a program that
+never calls a remote route never loads it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import httpx
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from orchestrator._core.classify import classify_exception, retry_after_from_headers
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
+
+if TYPE_CHECKING:
+    import httpx
 
 MISSING_SUMMARY = "Remote compaction response missing summary"
 
@@ -34,6 +43,8 @@ class RemoteSummaryModel:
         self._url = url
         self._timeout = timeout
         self._context_window = context_window
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: object = None
 
     @property
     def name(self) -> str:
@@ -57,12 +68,14 @@ class RemoteSummaryModel:
                 missing summary`` when the body has no string ``summary``, or the classified
                 transport error.
         """
+        import httpx
+
         body = {"systemPrompt": request.system, "prompt": request.prompt}
+        client = self._shared_client()
         try:
-            async with httpx.AsyncClient(timeout=self._timeout) as client:
-                response = await client.post(
-                    self._url, json=body, headers={"content-type": "application/json"}
-                )
+            response = await client.post(
+                self._url, json=body, headers={"content-type": "application/json"}
+            )
         except httpx.HTTPError as exc:
             raise classify_exception(exc) from exc
         if not response.is_success:
@@ -76,6 +89,35 @@ class RemoteSummaryModel:
             )
         summary = _summary_of(response)
         return ModelResponse(text=summary, stop_reason="stop", model=self._url, provider="remote")
+
+    def _shared_client(self) -> httpx.AsyncClient:
+        import anyio.lowlevel
+        import httpx
+
+        loop = anyio.lowlevel.current_token()
+        if self._client is None or self._client_loop != loop:
+            # The old client's connections belong to another (usually finished) event loop and
+            # cannot be closed from this one; dropping it lets the garbage collector close them.
+            self._client = httpx.AsyncClient(timeout=self._timeout)
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP client (its open connections). The route stays usable."""
+        client, self._client, self._client_loop = self._client, None, None
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> RemoteSummaryModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
 
 def _summary_of(response: httpx.Response) -> str:

@@ -60,6 +60,14 @@ def candidate_models(settings: RouteSettings) -> tuple[Model, ...]:
     )
 
 
+async def close_routes(routes: SummaryRoutes) -> None:
+    """Close what the routes hold open (the remote route's HTTP client); safe to call twice."""
+    for model in (*routes.candidates, routes.remote):
+        aclose = getattr(model, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 def build_summarizer(
     settings: RouteSettings, *, on_attempt: Callable[[AttemptRecord, Purpose], None] | None = None
 ) -> SummaryRoutes:

@@ -1,0 +1,66 @@
+"""Commands import only what they use (issue 9): an inspection loads no runtime dependency."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.cli_kit import EXAMPLE
+
+HEAVY = ("anyio", "httpx", "tenacity", "transitions", "textual", "opentelemetry", "litellm")
+
+# Runs a command in a fresh interpreter, then prints the heavy packages it imported.
+PROBE = """
+import contextlib, io, json, sys
+from orchestrator._cli.main import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+heavy = sorted({name.split(".")[0] for name in sys.modules} & set(json.loads(HEAVY)))
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+def _probe(*argv: str) -> dict[str, object]:
+    code = PROBE.replace("json.loads(HEAVY)", repr(list(HEAVY)))
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True
+    )
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("context", str(EXAMPLE), "--json"),
+        ("context", str(EXAMPLE)),
+        ("plan", str(EXAMPLE), "--json"),
+        ("tree", str(EXAMPLE)),
+        ("check", str(EXAMPLE)),
+    ],
+    ids=lambda argv: " ".join(argv[:1] + argv[2:]),
+)
+def test_inspection_commands_import_no_runtime_dependency(argv: tuple[str, ...]) -> None:
+    assert _probe(*argv) == {"code": 0, "heavy": []}
+
+
+@pytest.mark.slow
+def test_the_probe_sees_a_command_that_does_import_them() -> None:
+    # The same probe on a command that needs the runtime: the check above can fail.
+    result = _probe("compact", str(EXAMPLE), "--dry-run")
+    assert result["code"] == 0
+    assert {"anyio", "opentelemetry"} <= set(result["heavy"])  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_importing_the_package_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, orchestrator; "
+        "print(sorted(m for m in sys.modules if m.startswith('orchestrator.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
