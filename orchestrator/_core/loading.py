@@ -18,10 +18,8 @@ show the user what is wrong, and the stores refuse to overwrite a damaged file (
   which JavaScript's ``JSON.parse`` rejects), not an object (``not_object``), has no string id
   (``no_id``; v1 files are exempt, their ids come from migration), repeats an earlier id
   (``duplicate_id``: the first wins), or is a second header (``bad_header``) is skipped. So is
-  a line nested more than :data:`MAX_DEPTH` levels deep (``too_deep``: every later step walks
-  entries recursively, and Python's stack is finite) and a line holding a number beyond the
-  range of a double (``bad_number``: ``JSON.parse`` reads ``1e400`` as ``Infinity``, which no
-  token count can use and JSON cannot write back).
+  a line :mod:`~orchestrator._core.json_lines` refuses although it is JSON: nested too deep
+  (``too_deep``) or holding a number beyond the range of a double (``bad_number``).
 * The header's version decides migration. A version newer than :data:`CURRENT_VERSION`, or a
   header saying version 1 over entries that already have ids and parents, is a ``bad_header``
   problem: the entries are read as written (nothing migrated, no ids replaced) and the stores
@@ -40,13 +38,12 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from orchestrator._core.entries import CURRENT_VERSION, Entry
+from orchestrator._core.json_lines import BadLine, decode_line, is_json
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
 from orchestrator._store.protocol import LoadResult, Problem
 
@@ -67,109 +64,11 @@ class ParsedSession:
     write_refusal: str | None = None
 
 
-MAX_DEPTH = 200
-"""Deepest nesting of arrays and objects a line may have (the line itself counts as 1).
-
-pi's own entries nest about 6 deep; tool arguments add what the model sent. The limit leaves
-room for the recursive walks later steps make (token estimates, serialization, the JSON
-encoder) inside Python's default recursion limit of 1000 frames.
-"""
-
 BOM = b"\xef\xbb\xbf"
-
-
-class _BadLine(ValueError):
-    """A line that cannot be used, with the problem code and message that say why."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _not_json() -> _BadLine:
-    return _BadLine("not_json", "not valid JSON")
-
-
-def _too_deep() -> _BadLine:
-    return _BadLine(
-        "too_deep", f"nested more than {MAX_DEPTH} levels deep, too deep to process; skipped"
-    )
-
-
-def _out_of_range(text: str) -> _BadLine:
-    shown = text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
-    return _BadLine(
-        "bad_number",
-        f"the number {shown} is beyond the range of a double (JavaScript reads it as "
-        "Infinity, which JSON cannot write back); skipped",
-    )
-
-
-def _reject_constant(name: str) -> Any:
-    raise _not_json()
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise _out_of_range(text)
-    return value
-
-
-def _parse_int(text: str) -> int:
-    # 309 digits and more may exceed a double; float() of a long digit string never raises,
-    # and past that range it says inf, before int() could hit its 4300-digit limit.
-    if len(text) > 300 and math.isinf(float(text)):
-        raise _out_of_range(text)
-    return int(text)
-
-
-# One decoder for every line: json.loads with a keyword builds a new decoder per call.
-_DECODER = json.JSONDecoder(
-    parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int
-)
-
-
-def _decode(raw: bytes) -> Any:
-    """Decode one line the way ``JSON.parse`` would, or raise :class:`_BadLine` saying why."""
-    try:
-        text = raw.decode("utf-8")
-        value = _DECODER.decode(text)
-    except _BadLine:
-        raise
-    except RecursionError:
-        raise _too_deep() from None
-    except ValueError:  # UnicodeDecodeError is a ValueError too
-        raise _not_json() from None
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
-        raise _too_deep()
-    return value
-
-
-def _depth(value: object) -> int:
-    """How deeply arrays and objects nest in ``value`` (a scalar is 0), without recursion."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        children: Any = item.values() if isinstance(item, dict) else item
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 def _blank(raw: bytes) -> bool:
     return not raw or raw.isspace()
-
-
-def _is_json(raw: bytes) -> bool:
-    try:
-        _decode(raw)
-    except _BadLine as bad:
-        return bad.code != "not_json"  # whole, just unusable: an ordinary line, not a torn one
-    return True
 
 
 def parse_session_bytes(data: bytes, *, random_hex: RandomHex = uuid_hex) -> LoadResult:
@@ -187,13 +86,25 @@ def parse_session_bytes(data: bytes, *, random_hex: RandomHex = uuid_hex) -> Loa
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Keep the cyclic garbage collector off while a file is parsed.
+    """Keep the cyclic garbage collector off while a file is parsed and indexed.
 
-    Parsing allocates millions of dicts and lists that all survive and contain no cycles. With the
-    collector on, each of those allocations counts toward a collection, and the full collections
-    it triggers walk every object parsed so far: on a 1M-entry file they took most of the load
-    time (issue 2's benchmark, tests/bench/bench_core.py). Reference counting still frees
-    everything that dies here; the collector catches up once, in one pass, after it is back on.
+    Parsing allocates millions of dicts and lists that all survive and contain no cycles. With
+    the collector on, every 700 allocations start a young collection, and the full collections
+    that follow walk every object parsed so far: on a 1M-entry file they took most of the load
+    time (tests/bench/bench_core.py). Reference counting still frees everything that dies here.
+
+    When the collector comes back on, the loaded objects would sit in the youngest generation,
+    and the next two collections would walk all of them only to promote them step by step to the
+    oldest one. I promote them at once instead: ``gc.freeze()`` followed by ``gc.unfreeze()``
+    moves every tracked object into the oldest generation without examining any (two list
+    splices). Nothing stays frozen, so objects the caller owns are collected as before, and the
+    loaded objects are examined by full collections only, whose cost CPython already amortizes
+    over the growth of the heap: loading stays linear, collection included. If the caller keeps
+    objects frozen itself (``gc.freeze()`` before forking workers, say), I leave the generations
+    alone, because ``unfreeze`` would thaw the caller's objects too. A long-running process that
+    holds a large session for good can do better still: ``gc.collect()`` then ``gc.freeze()``
+    right after opening it keeps the session out of every later collection (and, since it
+    collected first, freezes no garbage).
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -201,6 +112,9 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -217,7 +131,7 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
     problems: list[Problem] = []
     torn = b""
     if not _blank(unterminated):
-        if _is_json(unterminated):
+        if is_json(unterminated):
             lines.append(unterminated)
         else:
             torn = unterminated
@@ -229,38 +143,40 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
                     "probably a write cut short by a crash",
                 )
             )
-    numbered = [(number, raw) for number, raw in enumerate(lines, start=1) if not _blank(raw)]
-    if not numbered:
+    first = next((index for index, raw in enumerate(lines) if not _blank(raw)), None)
+    if first is None:
         result = LoadResult(header=None, problems=problems, torn_tail=torn)
         return ParsedSession(result=result, stored_version=None)
-    header_line, header_raw = numbered[0]
-    header = _header(header_raw)
+    header = _header(lines[first])
     if isinstance(header, str):
-        problem = Problem(line=header_line, code="not_session", message=header)
+        problem = Problem(line=first + 1, code="not_session", message=header)
         result = LoadResult(header=None, problems=[problem, *problems], torn_tail=torn)
         return ParsedSession(result=result, stored_version=None)
     version = header_version(header)
-    objects = _objects(numbered[1:], problems)
-    version_problem = _version_problem(header, version, objects)
+    # v1 entries have no ids yet (migration gives them ids and parents); others are checked
+    # for a usable, unique id as they are decoded.
+    with_ids = version is None or version >= 2
+    entries, numbers, line_of = _objects(lines, first + 1, problems, with_ids=with_ids)
+    del lines  # the raw bytes of every line: let them go before the index is built
+    version_problem = _version_problem(header, version, entries)
     if version_problem is not None:
-        problems.append(Problem(line=header_line, code="bad_header", message=version_problem))
-    refusal = None
+        problems.append(Problem(line=first + 1, code="bad_header", message=version_problem))
+    refusal = f"its header is wrong: {version_problem}" if version_problem and version else None
+    migrated = False
     if version is not None and version < 2 and version_problem is None:
-        kept = objects  # v1 entries have no ids yet; migration gives them ids and parents
+        # v1 entries have no ids yet; migration gives them ids and parents.
+        migration = migrate(header, entries, random_hex=random_hex)
+        header, entries, migrated = migration.header, list(migration.entries), True
+        line_of = {entry["id"]: number for entry, number in zip(entries, numbers, strict=True)}
     else:
-        kept = _with_ids(objects, problems)
-    if version_problem is not None and (version is None or version < CURRENT_VERSION):
-        # Read as written: migrating entries that are not what the header says would replace
-        # every id and flatten the branches.
-        entries = [entry for _, entry in kept]
-        migrated = False
-    else:
-        migration = migrate(header, [entry for _, entry in kept], random_hex=random_hex)
-        header, entries, migrated = migration.header, list(migration.entries), migration.changed
-    if version_problem is not None and version is not None:
-        refusal = f"its header is wrong: {version_problem}"
-    lined = list(zip((number for number, _ in kept), entries, strict=True))
-    problems.extend(_link_problems(lined))
+        if not with_ids:  # a v1 header over entries with ids: read them as they are
+            entries, numbers, line_of = _with_ids(entries, numbers, problems)
+        # Read as written when the version is wrong: migrating entries that are not what the
+        # header says would replace every id and flatten the branches.
+        if version_problem is None and version is not None and version < CURRENT_VERSION:
+            migration = migrate(header, entries, random_hex=random_hex)
+            header, entries, migrated = migration.header, list(migration.entries), True
+    problems.extend(_link_problems(entries, numbers, line_of))
     problems.sort(key=lambda problem: problem.line)
     result = LoadResult(
         header=header, entries=entries, problems=problems, migrated=migrated, torn_tail=torn
@@ -276,8 +192,8 @@ def _header(raw: bytes) -> Entry | str:
             "have and pi cannot read; remove the first 3 bytes to use it"
         )
     try:
-        value = _decode(raw)
-    except _BadLine as bad:
+        value = decode_line(raw)
+    except BadLine as bad:
         if bad.code != "not_json":
             return f"the first line cannot be used ({bad.message.removesuffix('; skipped')})"
         value = None
@@ -290,9 +206,7 @@ def _header(raw: bytes) -> Entry | str:
     )
 
 
-def _version_problem(
-    header: Entry, version: int | None, objects: list[tuple[int, Entry]]
-) -> str | None:
+def _version_problem(header: Entry, version: int | None, entries: list[Entry]) -> str | None:
     """What is wrong with the header's version, or ``None`` when it can be acted on."""
     if version is None:
         return (
@@ -305,7 +219,7 @@ def _version_problem(
             f"({CURRENT_VERSION}); read as version {CURRENT_VERSION}, nothing written"
         )
     if version < 2 and any(
-        isinstance(entry.get("id"), str) and "parentId" in entry for _, entry in objects
+        isinstance(entry.get("id"), str) and "parentId" in entry for entry in entries
     ):
         return (
             f"the header says version {version}, but the entries have ids and parents "
@@ -314,23 +228,58 @@ def _version_problem(
     return None
 
 
-def _objects(numbered: list[tuple[int, bytes]], problems: list[Problem]) -> list[tuple[int, Entry]]:
-    objects: list[tuple[int, Entry]] = []
-    for number, raw in numbered:
+def _objects(
+    lines: list[bytes], start: int, problems: list[Problem], *, with_ids: bool
+) -> tuple[list[Entry], list[int], dict[str, int]]:
+    """Decode ``lines[start:]`` into objects, the 1-based line of each, and the line of each id.
+
+    Flat lists rather than a tuple per entry, and the id checks of :func:`_with_ids` done in the
+    same pass when ``with_ids``: on a big file every object and every pass per entry counts.
+    """
+    entries: list[Entry] = []
+    numbers: list[int] = []
+    first_line: dict[str, int] = {}
+    decode = decode_line
+    for index in range(start, len(lines)):
+        raw = lines[index]
+        if not raw or raw.isspace():
+            continue
+        number = index + 1
         try:
-            value = _decode(raw)
-        except _BadLine as bad:
+            value = decode(raw)
+        except BadLine as bad:
             problems.append(Problem(line=number, code=bad.code, message=bad.message))
             continue
-        if not isinstance(value, dict):
+        if type(value) is not dict:
             message = f"a JSON {_json_kind(value)}, not an object; skipped"
             problems.append(Problem(line=number, code="not_object", message=message))
-        elif value.get("type") == "session":
+            continue
+        if value.get("type") == "session":
             message = "a second session header; skipped"
             problems.append(Problem(line=number, code="bad_header", message=message))
-        else:
-            objects.append((number, value))
-    return objects
+            continue
+        if with_ids:
+            entry_id = value.get("id")
+            if type(entry_id) is not str or not entry_id or entry_id in first_line:
+                problems.append(_id_problem(value, number, first_line))
+                continue
+            first_line[entry_id] = number
+        entries.append(value)
+        numbers.append(number)
+    return entries, numbers, first_line
+
+
+def _id_problem(entry: Entry, number: int, first_line: dict[str, int]) -> Problem:
+    entry_id = entry.get("id")
+    if type(entry_id) is str and entry_id in first_line:
+        message = (
+            f"entry id {entry_id!r} was already used on line {first_line[entry_id]}; "
+            "this later entry is skipped"
+        )
+        return Problem(line=number, code="duplicate_id", message=message)
+    kind = entry.get("type")
+    what = f"a {kind!r} entry" if isinstance(kind, str) else "an entry"
+    return Problem(line=number, code="no_id", message=f"{what} without an id; skipped")
 
 
 def _json_kind(value: object) -> str:
@@ -343,56 +292,72 @@ def _json_kind(value: object) -> str:
     return "string" if isinstance(value, str) else "array"
 
 
-def _with_ids(objects: list[tuple[int, Entry]], problems: list[Problem]) -> list[tuple[int, Entry]]:
+def _with_ids(
+    entries: list[Entry], numbers: list[int], problems: list[Problem]
+) -> tuple[list[Entry], list[int], dict[str, int]]:
+    """Drop entries without a usable id or with a used one; map each id to its line."""
     first_line: dict[str, int] = {}
-    kept: list[tuple[int, Entry]] = []
-    for number, entry in objects:
+    kept: list[Entry] = []
+    kept_numbers: list[int] = []
+    for entry, number in zip(entries, numbers, strict=True):
         entry_id = entry.get("id")
-        if not isinstance(entry_id, str) or not entry_id:
-            kind = entry.get("type")
-            what = f"a {kind!r} entry" if isinstance(kind, str) else "an entry"
-            message = f"{what} without an id; skipped"
-            problems.append(Problem(line=number, code="no_id", message=message))
-        elif entry_id in first_line:
-            message = (
-                f"entry id {entry_id!r} was already used on line {first_line[entry_id]}; "
-                "this later entry is skipped"
-            )
-            problems.append(Problem(line=number, code="duplicate_id", message=message))
-        else:
-            first_line[entry_id] = number
-            kept.append((number, entry))
-    return kept
-
-
-def _link_problems(lined: list[tuple[int, Entry]]) -> list[Problem]:
-    """Report parents that do not exist and parent chains that loop."""
-    line_of = {entry["id"]: number for number, entry in lined}
-    parent_of: dict[str, str] = {}
-    problems: list[Problem] = []
-    for number, entry in lined:
-        entry_id, parent = entry["id"], entry.get("parentId")
-        if "parentId" not in entry:
-            message = f"entry {entry_id!r} has no parentId field; kept as a root"
-        elif parent is None or parent == entry_id:
-            continue  # a root, as pi's getTree sees it
-        elif isinstance(parent, str) and parent in line_of:
-            parent_of[entry_id] = parent
+        if type(entry_id) is not str or not entry_id or entry_id in first_line:
+            problems.append(_id_problem(entry, number, first_line))
             continue
+        first_line[entry_id] = number
+        kept.append(entry)
+        kept_numbers.append(number)
+    return kept, kept_numbers, first_line
+
+
+_MISSING = object()
+
+
+def _link_problems(
+    entries: list[Entry], numbers: list[int], line_of: dict[str, int]
+) -> list[Problem]:
+    """Report parents that do not exist and parent chains that loop, in one pass.
+
+    Every cycle has a member whose parent comes later in the file (line numbers cannot fall all
+    the way round a loop), so the cycle walk starts only from such forward links. pi writes a
+    child after its parent, so on its files there are none and no walk happens at all.
+    """
+    problems: list[Problem] = []
+    forward: list[str] = []
+    for entry, number in zip(entries, numbers, strict=True):
+        entry_id, parent = entry["id"], entry.get("parentId", _MISSING)
+        if parent is None or parent == entry_id:
+            continue  # a root, as pi's getTree sees it
+        if type(parent) is str:
+            parent_line = line_of.get(parent)
+            if parent_line is not None:
+                if parent_line > number:
+                    forward.append(entry_id)
+                continue
+        if parent is _MISSING:
+            message = f"entry {entry_id!r} has no parentId field; kept as a root"
         else:
             shown = repr(parent) if isinstance(parent, str) else f"{json.dumps(parent)} (not an id)"
             message = f"parent {shown} of entry {entry_id!r} does not exist; kept as a root"
         problems.append(Problem(line=number, code="unknown_parent", message=message))
-    problems.extend(_cycles(parent_of, line_of))
+    if forward:
+        parent_of = {
+            entry["id"]: entry["parentId"]
+            for entry in entries
+            if type(entry.get("parentId")) is str
+            and entry["parentId"] in line_of
+            and entry["parentId"] != entry["id"]
+        }
+        problems.extend(_cycles(forward, parent_of, line_of))
     return problems
 
 
-def _cycles(parent_of: dict[str, str], line_of: dict[str, int]) -> list[Problem]:
+def _cycles(starts: list[str], parent_of: dict[str, str], line_of: dict[str, int]) -> list[Problem]:
     # Each entry has at most one parent, so the graph is a functional graph: walking parents
     # from any entry either ends or enters exactly one cycle. Colouring makes it linear.
     done: set[str] = set()
     problems: list[Problem] = []
-    for start in line_of:
+    for start in starts:
         walk: list[str] = []
         on_walk: set[str] = set()
         node: str | None = start
@@ -478,6 +443,6 @@ def plan_tail_repair(data: bytes) -> TailRepair | None:
         return None
     start = data.rfind(b"\n") + 1
     tail = data[start:]
-    if _blank(tail) or _is_json(tail):
+    if _blank(tail) or is_json(tail):
         return TailRepair(keep=len(data), moved=b"", add_newline=True)
     return TailRepair(keep=start, moved=tail, add_newline=False)

@@ -50,8 +50,7 @@ class SessionTree:
         self.leaf_id: str | None = None
         self._path: list[Entry] = []
         self._path_leaf: str | None = None
-        for entry in entries or ():
-            self._index(entry)
+        self._index_all(entries or [])
         self.leaf_id = self.entries[-1]["id"] if self.entries else None
 
     # -- indexing ----------------------------------------------------------------------------
@@ -62,12 +61,32 @@ class SessionTree:
         self.by_id[entry_id] = entry
         self.children.setdefault(self._parent_key(entry), []).append(entry_id)
         if entry.get("type") == LABEL:
-            target, label = entry.get("targetId"), entry.get("label")
-            if isinstance(target, str):
-                if isinstance(label, str) and label:
-                    self.labels[target] = label
-                else:
-                    self.labels.pop(target, None)
+            self._label(entry)
+
+    def _index_all(self, entries: list[Entry]) -> None:
+        # _index, unrolled for loading: one loop, locals instead of attribute lookups.
+        self.entries.extend(entries)
+        by_id, children = self.by_id, self.children
+        for entry in entries:
+            entry_id = entry["id"]
+            by_id[entry_id] = entry
+            parent = entry.get("parentId")
+            key = parent if isinstance(parent, str) and parent != entry_id else None
+            siblings = children.get(key)
+            if siblings is None:
+                children[key] = [entry_id]
+            else:
+                siblings.append(entry_id)
+            if entry.get("type") == LABEL:
+                self._label(entry)
+
+    def _label(self, entry: Entry) -> None:
+        target, label = entry.get("targetId"), entry.get("label")
+        if isinstance(target, str):
+            if isinstance(label, str) and label:
+                self.labels[target] = label
+            else:
+                self.labels.pop(target, None)
 
     def _parent_key(self, entry: Entry) -> str | None:
         parent = entry.get("parentId")

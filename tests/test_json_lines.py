@@ -1,0 +1,134 @@
+"""Line decoding: the fast parser reads what JavaScript's JSON.parse reads, and nothing changes.
+
+msgspec reads most lines; the standard library reads the rest. These tests hold the two to the
+same answers, and check that every string pi can write comes back exactly (D2).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator._core.json_lines import MAX_DEPTH, BadLine, decode_line, depth
+from orchestrator._core.loading import parse_session_bytes
+from orchestrator._store.jsonl import write_pi_line
+
+HEADER = b'{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/"}\n'
+
+# Any Unicode string, lone surrogates included (Python strings may hold them; JSON.stringify
+# writes them as \\udxxx escapes since ES2019).
+TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF))
+VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def js_stringify_string(text: str) -> str:
+    """JSON.stringify of a string, as node writes it (well-formed JSON.stringify)."""
+    short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r"}
+    short["\t"] = "\\t"
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in short:
+            out.append(short[char])
+        elif code < 0x20 or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, with the same types and key order (1 and 1.0 and True differ here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return bool(a == b)
+
+
+@settings(max_examples=300)
+@given(TEXT)
+def test_every_string_pi_writes_reads_back_exactly(text: str) -> None:
+    raw = ('{"id":"a","text":' + js_stringify_string(text) + "}").encode("utf-8")
+    assert decode_line(raw)["text"] == text
+
+
+@settings(max_examples=300)
+@given(VALUES)
+def test_fast_and_standard_parsers_agree(value: Any) -> None:
+    raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    assert same(decode_line(raw), json.loads(raw.decode("utf-8")))
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(TEXT, VALUES, max_size=5))
+def test_unknown_fields_survive_load_and_rewrite_byte_for_byte(fields: dict[str, Any]) -> None:
+    entry = {"type": "future_kind", **fields, "id": "a1b2c3d4", "parentId": None}
+    line = write_pi_line(entry)
+    loaded = parse_session_bytes(HEADER + line)
+    assert loaded.problems == []
+    (back,) = loaded.entries
+    assert same(back, entry)
+    assert write_pi_line(back) == line
+
+
+def test_a_lone_surrogate_is_read_although_the_fast_parser_refuses_it() -> None:
+    raw = b'{"id":"a","text":"broken \\ud83d emoji"}'
+    with pytest.raises(msgspec.DecodeError):
+        msgspec.json.decode(raw)  # the case the fallback exists for
+    assert decode_line(raw)["text"] == "broken \ud83d emoji"
+
+
+def test_big_integers_stay_exact() -> None:
+    # orjson would turn this into a float, and a rewrite would change the file.
+    assert decode_line(b'{"n":36893488147419103232}')["n"] == 2**65
+    assert decode_line(b'{"n":-36893488147419103232}')["n"] == -(2**65)
+    digits = "9" * 400  # beyond a double, within what both parsers read: kept, exactly
+    assert decode_line(f'{{"n":{digits}}}'.encode())["n"] == int(digits)
+    # The same through the standard parser (a lone surrogate sends the line there).
+    assert decode_line(f'{{"s":"\\ud800","n":{digits}}}'.encode())["n"] == int(digits)
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b'{"a":NaN}', "not_json"),
+        (b'{"a":Infinity}', "not_json"),
+        (b'{"a":"\xff"}', "not_json"),
+        (b'{"a":1} x', "not_json"),
+        (b'{"a":1e400}', "bad_number"),
+        (b'{"a":-1e400}', "bad_number"),
+        (b'{"a":' + b"9" * 4301 + b"}", "bad_number"),
+        (b'{"a":"\\ud800","b":' + b"9" * 4301 + b"}", "bad_number"),
+        (b'{"a":' + b"[" * 1500 + b"]" * 1500 + b"}", "too_deep"),
+        (b'{"a":' + b"[" * MAX_DEPTH + b"]" * MAX_DEPTH + b"}", "too_deep"),
+    ],
+)
+def test_refused_lines_say_why(raw: bytes, code: str) -> None:
+    with pytest.raises(BadLine) as caught:
+        decode_line(raw)
+    assert caught.value.code == code
+
+
+def test_depth() -> None:
+    assert depth(1) == 0
+    assert depth([]) == 1
+    assert depth({"a": [1, {"b": []}]}) == 4
+    assert depth([[[]], []]) == 3
