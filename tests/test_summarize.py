@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from orchestrator._core.branch_plan import prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
-from orchestrator._core.summary_request import history_request
+from orchestrator._core.summary_request import PromptBudget, history_request
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.remote import RemoteSummaryModel
 from orchestrator._runtime.compaction import compact_session
@@ -173,14 +174,27 @@ async def test_d11_split_turn_without_older_history_keeps_the_previous_summary()
     assert without.summary.startswith("No prior history.")
 
 
+def long_conversation() -> SessionBuilder:
+    s = SessionBuilder()
+    for n in range(12):
+        s.user(f"Step {n} of the parser work. " + "z" * 300)
+        s.assistant(f"Done with step {n}. " + "w" * 300, usage=usage(100 * (n + 1)))
+    return s
+
+
 async def test_d14_summarizer_overflow_halves_the_request() -> None:
-    plan = the_plan(conversation())
+    plan = the_plan(long_conversation())
     whole = history_request(plan.messages_to_summarize, reserve_tokens=2000)
     # The window leaves room for the whole prompt once, not for it halved.
     room = math.ceil((len(whole.system) + len(whole.prompt)) / 4) + 10
+    window = next(
+        w
+        for w in itertools.count(room)
+        if PromptBudget(context_window=w).prompt_tokens(1600) >= room
+    )
     model = ScriptedModel(
         [ModelError("context_length_exceeded", kind="overflow"), "## Goal\nOK"],
-        context_window=1600 + room,
+        context_window=window,
     )
     result = await compact(plan, summarizer(model))
     assert result.summary.startswith("## Goal\nOK")

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest
 from orchestrator._core.prompts import render
 from orchestrator._core.summary_request import (
@@ -139,7 +140,8 @@ def test_over_budget_elides_oldest_part_with_a_marker() -> None:
     budget = PromptBudget(context_window=6000)
     request = history_request(messages, reserve_tokens=2000, previous_summary="KEEP", budget=budget)
     allowed = budget.prompt_tokens(request.max_tokens)
-    assert allowed == 6000 - 1600
+    assert request.max_tokens == 1500  # 80 % of the reserve, clamped to a quarter of the window
+    assert allowed == 6000 - 1500
     assert _prompt_tokens(request) <= allowed
     assert _prompt_tokens(whole) > allowed
     body = request.prompt.split("<conversation>\n", 1)[1]
@@ -243,3 +245,29 @@ def test_split_turn_merge() -> None:
 def test_prompt_starts_with_the_conversation(previous: str | None) -> None:
     request = history_request([], reserve_tokens=100, previous_summary=previous)
     assert request.prompt.startswith("<conversation>\n\n</conversation>\n\n")
+
+
+def test_a_small_window_clamps_the_output_budget_before_sizing_the_prompt() -> None:
+    messages = _long_conversation(200)
+    budget = PromptBudget(context_window=4000)
+    request = history_request(messages, reserve_tokens=16384, budget=budget)
+    # 80 % of the default reserve is 13107 tokens, more than the whole window: clamped.
+    assert request.max_tokens == 1000
+    assert _prompt_tokens(request) + request.max_tokens <= 4000
+    body = request.prompt.split("<conversation>\n", 1)[1].split("\n</conversation>")[0]
+    kept = body.split("]\n\n", 1)[1]  # after the elision marker
+    assert kept.count("[User]: message number") >= 5  # a useful part of the conversation
+    assert "message number 199 " in kept
+
+
+def test_a_window_with_no_room_for_the_conversation_is_refused() -> None:
+    messages = _long_conversation(200)
+    with pytest.raises(ModelError, match=r"^Summarization refused: .* \(600 tokens\)") as caught:
+        history_request(messages, reserve_tokens=16384, budget=PromptBudget(context_window=600))
+    assert caught.value.kind == "fatal"
+    assert "\n" not in str(caught.value)
+    # A conversation that fits whole is still summarized, however small the room.
+    tiny = history_request(
+        CONVERSATION, reserve_tokens=16384, budget=PromptBudget(context_window=600)
+    )
+    assert "elided" not in tiny.prompt

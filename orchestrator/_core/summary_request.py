@@ -5,13 +5,19 @@ serialized conversation in a ``<conversation>`` tag, optional context blocks, th
 instructions (reference §5.2, §7.3), under one system prompt. Output budgets follow §5.5.
 
 The request must fit before it is sent (D14). Given a :class:`PromptBudget` (the summarizer's
-context window), I estimate the prompt at chars/4, the same rule the trigger uses; over budget,
+context window), I first clamp the output budget to a quarter of the window: the budgets derive
+from the compaction reserve, which knows nothing of the summarizer, and with the default reserve
+a small summarizer (4000 tokens) would be asked for more output than its whole window, leaving
+no room for the conversation at all. Then I estimate the prompt at chars/4, the same rule the
+trigger uses; over budget,
 the *oldest* part of the serialized conversation is replaced by a marker line that says how many
 characters (UTF-16 units, D26) were left out. The instructions, the previous summary and the
 newest messages are what the summary most depends on, so they are kept whole. If the summarizer
 still reports an overflow (the estimate is only an estimate), the caller retries with
 :meth:`PromptBudget.halve`, at most :data:`MAX_HALVINGS` times; it keeps that count, because it
-owns the retry loop.
+owns the retry loop. When the window is so small that the instructions leave less than
+:data:`MIN_CONVERSATION_TOKENS` for a conversation that does not fit whole, I refuse with a
+:class:`ModelError` instead of sending a request that could only summarize an elision marker.
 
 The finishing helpers put file lists on summaries (D16) and merge a split turn (§4.4).
 """
@@ -19,11 +25,13 @@ The finishing helpers put file lists on summaries (D16) and merge a split turn (
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator._core.entries import Message
+from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, Purpose
 from orchestrator._core.prompts import render
 from orchestrator._core.serialize import serialize_conversation
@@ -42,6 +50,12 @@ FILE_LIST_LIMIT = 20
 """At most this many paths per file list in a summary's text; ``details`` keeps them all."""
 
 SPLIT_TURN_SEPARATOR = "\n\n---\n\n**Turn Context (split turn):**\n\n"
+
+OUTPUT_SHARE = 4
+"""With a budget, the output budget is at most ``window // OUTPUT_SHARE`` tokens."""
+
+MIN_CONVERSATION_TOKENS = 256
+"""Below this much room for the conversation (when it does not fit whole) a request is refused."""
 
 _SNAP_CHARS = 2000  # how far past the cut I look for a line start, so no line is half kept
 
@@ -73,10 +87,18 @@ class PromptBudget:
     context_window: int
     halvings: int = 0
 
+    @property
+    def window(self) -> int:
+        """The window in tokens (the fallback when unknown)."""
+        return self.context_window if self.context_window > 0 else FALLBACK_CONTEXT_WINDOW
+
+    def output_tokens(self, max_tokens: int) -> int:
+        """``max_tokens`` clamped to a share of the window (at most ``window // OUTPUT_SHARE``)."""
+        return max(1, min(max_tokens, self.window // OUTPUT_SHARE))
+
     def prompt_tokens(self, max_tokens: int) -> int:
-        """Tokens the prompt may use: (window - output budget), halved ``halvings`` times."""
-        window = self.context_window if self.context_window > 0 else FALLBACK_CONTEXT_WINDOW
-        return max(0, window - max_tokens) >> self.halvings
+        """Tokens the prompt may use: window - clamped output, halved ``halvings`` times."""
+        return max(0, self.window - self.output_tokens(max_tokens)) >> self.halvings
 
     def halve(self) -> PromptBudget:
         """The same budget with half the prompt allowance."""
@@ -125,7 +147,17 @@ def _request(
     serialized = serialize_conversation(messages)
     if budget is not None:
         frame = utf16_len(system) + len("<conversation>\n\n</conversation>\n\n") + utf16_len(after)
-        serialized = elide_oldest(serialized, budget.prompt_tokens(max_tokens) * 4 - frame)
+        room = budget.prompt_tokens(max_tokens) * 4 - frame
+        max_tokens = budget.output_tokens(max_tokens)
+        if utf16_len(serialized) > room and room < MIN_CONVERSATION_TOKENS * 4:
+            raise ModelError(
+                f"Summarization refused: the summarizer's context window ({budget.window} "
+                f"tokens) leaves {max(0, room) // 4} tokens for the conversation after the "
+                f"instructions (~{math.ceil(frame / 4)} tokens) and a {max_tokens}-token "
+                f"summary; use a summarizer with a larger window",
+                kind="fatal",
+            )
+        serialized = elide_oldest(serialized, room)
     prompt = f"<conversation>\n{serialized}\n</conversation>\n\n{after}"
     return ModelRequest(
         purpose=purpose,
