@@ -16,7 +16,6 @@ import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
 from orchestrator._cli.common import (
-    check_reserve,
     open_existing,
     positive_int,
     print_json,
@@ -111,7 +110,9 @@ def register(commands: Any) -> None:
 
 
 def _route_settings(args: argparse.Namespace) -> RouteSettings:
-    check_reserve(args.context_window, args.reserve_tokens)
+    # Here --context-window is the summarizer's window, not the chat model's: a reserve larger
+    # than it is no usage error, because the request clamps its output budget to the window
+    # and refuses (one line, exit 1) only when nothing useful fits (D14).
     return RouteSettings(
         models=tuple(args.model),
         api_base=args.api_base,
