@@ -364,6 +364,7 @@ async def test_compress_commits_and_reports_the_summary() -> None:
         "summary": entry["summary"],
         "tokensBefore": entry["tokensBefore"],
         "firstKeptEntryId": entry["firstKeptEntryId"],
+        "shortSummary": None,  # not asked for (RuntimeSettings.short_summary)
     }
     assert "Preserve decisions and unresolved constraints" in kit.model.requests[0].prompt
     statuses = [

@@ -102,8 +102,13 @@ def _context(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
-    for message, tokens in zip(report["messages"], report["messageTokens"], strict=True):
+    rows = zip(
+        report["messages"], report["messageTokens"], report["messageShortSummaries"], strict=True
+    )
+    for message, tokens, short in rows:
         print(f"[{message.get('role')}] ~{tokens} tokens: {preview_message(message)}")
+        if short:
+            print(f"    short summary: {short}")
     count = _tokens_text(report["tokens"]["tokens"], report)
     print(f"-- {len(report['messages'])} messages, {count}", end="")
     print(f" (model {_model_text(report['model'])}, thinking {report['thinkingLevel']})")

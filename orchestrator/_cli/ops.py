@@ -64,6 +64,11 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="export OpenTelemetry spans: otlp (OTEL_* variables), console, or jsonl:FOLDER",
     )
+    parser.add_argument(
+        "--short-summary",
+        action="store_true",
+        help="also write a one-or-two sentence short summary (shown by tree, context, the TUI)",
+    )
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
 
 
@@ -120,6 +125,7 @@ def _route_settings(args: argparse.Namespace) -> RouteSettings:
         context_window=args.context_window,
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,
+        short_summary=args.short_summary,
     )
 
 
@@ -200,6 +206,8 @@ def _print_compaction(args: argparse.Namespace, outcome: CompactOutcome) -> None
     assert outcome.plan is not None
     print(outcome.result.summary)
     print()
+    if outcome.result.short_summary:
+        print(f"-- short summary: {outcome.result.short_summary}")
     verb = "would compact" if args.dry_run else "compacted"
     print(
         f"-- {verb}: {len(outcome.plan.summarize_entry_ids)} messages summarized"
@@ -226,7 +234,11 @@ def _run_runtime(
     runtime = AgentSession.open(
         args.session,
         summarizer=summarizer,
-        settings=RuntimeSettings(compaction=settings, branch_reserve_tokens=args.reserve_tokens),
+        settings=RuntimeSettings(
+            compaction=settings,
+            branch_reserve_tokens=args.reserve_tokens,
+            short_summary=args.short_summary,
+        ),
         tracer=LifecycleTracer(provider),
     )
     warn_problems(args.session, runtime.session)
@@ -290,6 +302,7 @@ def _navigate(args: argparse.Namespace) -> int:
         **result.as_json(),
         "targetId": args.to,
         "summary": result.summary_entry["summary"] if result.summary_entry else None,
+        "shortSummary": result.summary_entry.get("shortSummary") if result.summary_entry else None,
     }
     if args.json:
         print_json(report)
@@ -359,6 +372,8 @@ def _print_navigation(result: NavigationResult) -> None:
     if result.summary_entry is not None:
         print(f"branch summary {result.summary_entry['id']} attached:")
         print(result.summary_entry["summary"])
+        if result.summary_entry.get("shortSummary"):
+            print(f"-- short summary: {result.summary_entry['shortSummary']}")
     if result.editor_text is not None:
         print("-- editor text (edit and resend it):")
         print(result.editor_text)

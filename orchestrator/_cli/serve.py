@@ -59,6 +59,11 @@ def register(commands: Any) -> None:
     serve.add_argument("--remote", metavar="URL", help="remote summary endpoint")
     serve.add_argument("--reserve-tokens", type=positive_int, default=16384)
     serve.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
+    serve.add_argument(
+        "--short-summary",
+        action="store_true",
+        help="also write a one-or-two sentence short summary on each compaction and branch summary",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -87,6 +92,7 @@ def _options(args: argparse.Namespace) -> RuntimeOptions:
         compaction=CompactionSettings(
             reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
         ),
+        short_summary=args.short_summary,
     )
     return RuntimeOptions(
         agent_factory=agent_factory,

@@ -48,6 +48,11 @@ def register(commands: Any) -> None:
         help="tokens kept free when summarizing a branch",
     )
     tui.add_argument(
+        "--short-summary",
+        action="store_true",
+        help="also write a one-or-two sentence short summary on each branch summary",
+    )
+    tui.add_argument(
         "--chat",
         action="store_true",
         help="send editor messages to the first --model (default: no agent)",
@@ -78,7 +83,9 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
         args.session,
         agent=agent,
         summarizer=build_summarizer(routes),
-        settings=RuntimeSettings(branch_reserve_tokens=args.reserve_tokens),
+        settings=RuntimeSettings(
+            branch_reserve_tokens=args.reserve_tokens, short_summary=args.short_summary
+        ),
     )
 
 

@@ -9,7 +9,8 @@ it recognised in the sections the prompts ask a model for, so everything downstr
 split-turn merges, later updates) works the same.
 
 It never invents: every item is a quotation or a count, and the first line says the summary is
-extractive. Updating is where an extractive summary usually goes wrong, so the rules are explicit:
+extractive (except the one-line short summary, :mod:`orchestrator._models.offline_short`).
+Updating is where an extractive summary usually goes wrong, so the rules are explicit:
 
 * Goal is the session's goal (the previous summary's, else the first request) plus at most one
   ``Latest request`` line; an abandoned branch's goal goes to Critical Context instead.
@@ -43,6 +44,7 @@ from orchestrator._models.offline_evidence import (
     short,
 )
 from orchestrator._models.offline_focus import FOCUS, ON_FOCUS, focus_lines
+from orchestrator._models.offline_short import short_summary
 from orchestrator._models.offline_summary import (
     ASKED,
     FILES_MODIFIED,
@@ -331,15 +333,6 @@ def _turn_prefix(facts: Evidence) -> dict[str, list[str]]:
     }
 
 
-def _short_summary(facts: Evidence, previous: Parsed) -> str:
-    goal = previous.items("Goal") or [short(r.text) for r in facts.requests[:1]] or ["the task"]
-    changed = sorted(previous.modified | set(facts.files()[1]))
-    said = [f"I worked on: {goal[0].rstrip('.')}."]
-    shown = ", ".join(f"`{p}`" for p in changed[:8]) + (" and more" if len(changed) > 8 else "")
-    said.append(f"I changed {shown}." if changed else "I have not changed any files yet.")
-    return f"{NOTE}\n\n" + " ".join(said)
-
-
 def _split_prompt(prompt: str) -> tuple[str, str]:
     # The conversation runs to the last closing tag: the text after it is ours (blocks and
     # instructions), while the conversation itself may quote anything.
@@ -381,7 +374,7 @@ def summarize(request: ModelRequest) -> str:
     asked = re.search(r"\n\nAdditional focus: (.*)\Z", rest, re.DOTALL)
     focus = focus_lines(asked.group(1), facts) if asked else []
     if request.purpose == "short":
-        return _fit(lambda cap: _short_summary(facts, previous), request.max_tokens)
+        return _fit(lambda cap: short_summary(facts, previous), request.max_tokens)
     if request.purpose == "turn_prefix":
         sections, omitted = _turn_prefix(facts), dict[str, int]()
         names: tuple[str, ...] = tuple(sections)

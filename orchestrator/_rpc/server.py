@@ -285,6 +285,7 @@ class SessionHub:
             "summary": result.summary,
             "tokensBefore": result.tokens_before,
             "firstKeptEntryId": result.first_kept_entry_id,
+            "shortSummary": result.short_summary,
         }
 
     async def _m_tree(self, p: Params) -> dict[str, Any]:
@@ -316,7 +317,8 @@ class SessionHub:
             )
         finally:
             slot.navigating = False
-        return result.as_json()
+        entry = result.summary_entry
+        return {**result.as_json(), "shortSummary": entry.get("shortSummary") if entry else None}
 
     async def _m_fork(self, p: Params) -> dict[str, Any]:
         runtime = self._slot(p.text("session_id")).runtime

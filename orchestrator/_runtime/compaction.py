@@ -50,6 +50,7 @@ class CompactOutcome:
             "tokensBefore": self.tokens_before,
             "tokensAfter": self.tokens_after,
             "model": self.result.model if self.result else None,
+            "shortSummary": self.result.short_summary if self.result else None,
         }
 
 

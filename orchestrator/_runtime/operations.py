@@ -291,7 +291,10 @@ async def _branch_summary(
             entry = runtime.session.new_entry(
                 BRANCH_SUMMARY,
                 branch_summary_fields(
-                    summary=result.summary, from_id=old_leaf_id, details=result.details
+                    summary=result.summary,
+                    from_id=old_leaf_id,
+                    details=result.details,
+                    short_summary=result.short_summary,
                 ),
                 parent_id=new_leaf_id,
             )

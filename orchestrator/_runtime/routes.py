@@ -29,6 +29,7 @@ class RouteSettings:
         remote_url: The remote summary endpoint, if any.
         reserve_tokens: The compaction reserve.
         retry: Retry policy.
+        short_summary: Also write a one-or-two sentence short summary.
     """
 
     models: Sequence[str] = ()
@@ -38,6 +39,7 @@ class RouteSettings:
     remote_url: str | None = None
     reserve_tokens: int = 16384
     retry: RetryPolicy = RetryPolicy()
+    short_summary: bool = False
 
 
 def candidate_models(settings: RouteSettings) -> tuple[Model, ...]:
@@ -83,4 +85,5 @@ def build_summarizer(
         retry=settings.retry,
         remote=remote,
         on_attempt=on_attempt,
+        short_summary=settings.short_summary,
     )

@@ -103,6 +103,7 @@ class AgentSession(TurnEffects):
             base,
             candidates=tuple(TracedModel(m, self.tracer) for m in base.candidates),
             remote=TracedModel(base.remote, self.tracer) if base.remote is not None else None,
+            short_summary=base.short_summary or self.settings.short_summary,
         )
         self.hooks = hooks or Hooks()
         self.events = EventBus()

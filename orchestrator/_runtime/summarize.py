@@ -54,7 +54,8 @@ class SummaryRoutes:
         retry: Retry policy per candidate.
         remote: The remote summary endpoint; when set, history and short summaries go there
             (the turn prefix always uses the candidates, as in OMP).
-        short_summary: Also produce a two-or-three sentence ``shortSummary`` (OMP).
+        short_summary: Also produce a one-or-two sentence ``shortSummary`` (OMP), for
+            compactions and branch summaries alike.
         reasoning: Reasoning effort for history and turn-prefix summaries, where supported.
         sleep: Awaited between retries (inject a fake clock's sleep in tests).
         on_attempt: Called for every model attempt with the request's purpose (traces,
@@ -116,11 +117,13 @@ class BranchSummaryResult:
         summary: Preamble, the model's text and file lists (D16).
         details: ``{"readFiles": [...], "modifiedFiles": [...]}``.
         model: The route that wrote it ("" when no model was called).
+        short_summary: The short summary, when asked for.
     """
 
     summary: str
     details: dict[str, Any]
     model: str = ""
+    short_summary: str | None = None
 
 
 async def _summarize(
@@ -311,8 +314,19 @@ async def summarize_branch(
         ),
         summarizer,
     )
+    short = None
+    if summarizer.short_summary:
+        short, _ = await _summarize(
+            "short",
+            summarizer.candidates,
+            lambda budget: short_summary_request(
+                plan.messages, summary=text, reserve_tokens=summarizer.reserve_tokens, budget=budget
+            ),
+            summarizer,
+        )
     return BranchSummaryResult(
         summary=branch_summary_text(text, plan.read_files, plan.modified_files),
         details=details,
         model=model,
+        short_summary=short,
     )

@@ -20,6 +20,8 @@ class RuntimeSettings:
         retry: Agent retry policy for transient errors (pi ``retry.*``).
         prune: Prune old tool outputs before a threshold compaction (D23).
         branch_reserve_tokens: Reserve for branch summaries (budget = window - reserve).
+        short_summary: Also write a one-or-two sentence ``shortSummary`` on every compaction
+            and branch summary (shown by ``tree``, ``context``, the TUI and the results).
     """
 
     context_window: int = 128_000
@@ -27,6 +29,7 @@ class RuntimeSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     prune: bool = True
     branch_reserve_tokens: int = 16384
+    short_summary: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,7 @@ def context_report(session: Session, leaf: str | None) -> dict[str, Any]:
     """The ``orchestrator context --json`` object."""
     context = ContextBuilder(session.path(leaf) if leaf else []).context()
     tokens = context.tokens()
+    entries = [session.tree.by_id.get(entry_id) or {} for entry_id in context.entry_ids]
     return {
         "leafId": leaf,
         "messages": list(context.messages),
@@ -28,6 +29,8 @@ def context_report(session: Session, leaf: str | None) -> dict[str, Any]:
         # D29: pi's "tokens" stays as pi computes it; these say whether to believe it.
         "staleUsage": tokens.stale_usage,
         "estimatedTokens": tokens.estimated_tokens,
+        # Ours too: the short summary of each summary message (None elsewhere, or none written).
+        "messageShortSummaries": [short_summary_of(entry) for entry in entries],
     }
 
 
@@ -63,18 +66,28 @@ def preview_message(message: dict[str, Any], width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def short_summary_of(entry: Entry) -> str | None:
+    """The ``shortSummary`` of a compaction or branch summary entry, if one was written."""
+    if entry.get("type") not in ("compaction", "branch_summary"):
+        return None
+    short = entry.get("shortSummary")
+    return short if isinstance(short, str) and short.strip() else None
+
+
 def describe_entry(entry: Entry) -> str:
-    """A one-line description of an entry for trees and pickers."""
+    """A one-line description of an entry for trees and pickers.
+
+    A summary with a short summary is described by it: that is what it was written for.
+    """
     kind = entry.get("type")
     role = role_of(entry)
     if role is not None:
         return f"{role}: {preview_message(entry['message'])}"
-    if kind == "compaction":
-        summary = {"role": "compactionSummary", "summary": entry.get("summary", "")}
-        return f"compaction: {preview_message(summary)}"
-    if kind == "branch_summary":
-        summary = {"role": "branchSummary", "summary": entry.get("summary", "")}
-        return f"branch summary: {preview_message(summary)}"
+    if kind in ("compaction", "branch_summary"):
+        text = short_summary_of(entry) or entry.get("summary", "")
+        summary = {"role": "compactionSummary", "summary": text}
+        name = "compaction" if kind == "compaction" else "branch summary"
+        return f"{name}: {preview_message(summary)}"
     if kind == "model_change":
         return f"model → {entry.get('provider', '')}/{entry.get('modelId', entry.get('model', ''))}"
     if kind == "thinking_level_change":
@@ -105,6 +118,7 @@ def tree_rows(session: Session) -> list[dict[str, Any]]:
                 "onActivePath": entry["id"] in active,
                 "isLeaf": entry["id"] == session.leaf_id,
                 "text": describe_entry(entry),
+                "shortSummary": short_summary_of(entry),
             }
         )
         child_depth = depth + 1 if len(node.children) > 1 else depth

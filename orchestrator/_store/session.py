@@ -105,12 +105,18 @@ def branch_summary_fields(
     from_id: str | None,
     details: dict[str, Any] | None = None,
     from_extension: bool = False,
+    short_summary: str | None = None,
 ) -> dict[str, Any]:
-    """The fields of a branch summary; ``fromId`` is the abandoned leaf (D17), else ``root``."""
+    """The fields of a branch summary; ``fromId`` is the abandoned leaf (D17), else ``root``.
+
+    ``shortSummary`` is ours (pi's branch summaries have none; pi keeps the unknown field).
+    """
     fields: dict[str, Any] = {
         "fromId": from_id if from_id is not None else "root",
         "summary": summary,
     }
+    if short_summary:
+        fields["shortSummary"] = short_summary
     if details is not None:
         fields["details"] = details
     if from_extension:

@@ -125,6 +125,8 @@ class TreeApp(App[None]):
             return
         if result.summary_entry is not None:
             notes = [f"Branch summary {result.summary_entry['id']} attached as the new leaf"]
+            short = result.summary_entry.get("shortSummary")
+            notes += [f"in short: {short}"] if short else []
         else:
             notes = [f"Moved to {result.new_leaf_id or 'the root'}"]
         if result.editor_text is not None:

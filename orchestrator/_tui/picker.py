@@ -25,7 +25,7 @@ from orchestrator._runtime.events import Event
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.navigation import navigation_target
 from orchestrator._runtime.session import AgentSession
-from orchestrator._store.reports import describe_entry, tree_rows
+from orchestrator._store.reports import describe_entry, short_summary_of, tree_rows
 from orchestrator._store.session import Session
 
 UNAVAILABLE = "/tree is unavailable while the agent works; wait for the turn to end or press Esc"
@@ -60,7 +60,9 @@ def entry_text(entry: Entry) -> str:
             return "\n".join(parts)
         return text_of(message.get("content"))
     if entry.get("type") in ("compaction", "branch_summary"):
-        return str(entry.get("summary", ""))
+        short = short_summary_of(entry)
+        body = str(entry.get("summary", ""))
+        return f"Short summary: {short}\n\n{body}" if short else body
     return describe_entry(entry)
 
 

@@ -156,8 +156,8 @@ def _with_session(session: Session, argv: Sequence[str]) -> dict[str, Any]:
     return indexed
 
 
-OUR_ADDITIONS = ("staleUsage", "estimatedTokens")
-"""Fields we add to pi's objects (D29); pi has nothing to compare them with."""
+OUR_ADDITIONS = ("staleUsage", "estimatedTokens", "messageShortSummaries")
+"""Fields we add to pi's objects (D29, short summaries); pi has nothing to compare them with."""
 
 
 def serialize_report(session: Session, leaf: str | None) -> dict[str, Any]:
