@@ -26,13 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator._core.context import SessionContext, build_context
+from orchestrator._core.context import ContextIndex, SessionContext, build_context
 from orchestrator._core.cut_point import find_cut_point
-from orchestrator._core.entries import COMPACTION, Entry, Message, entry_message
+from orchestrator._core.entries import COMPACTION, Entry, Message
 from orchestrator._core.file_ops import (
+    FileOperations,
     compute_file_lists,
     file_ops_from_details,
-    file_ops_of_messages,
 )
 from orchestrator._core.tokens import (
     CompactionSettings,
@@ -155,15 +155,18 @@ def effective_keep_recent_tokens(
     keep = settings.keep_recent_tokens
     if not settings.adaptive_keep:
         return keep
-    context = context if context is not None else build_context(path)
+    context, view = _indexed(path, context)
     index = context.tokens().last_usage_index
     if index is None:
         return keep
-    previous = last_compaction_index(path)
-    if previous >= 0 and _stale(path, previous, context.entry_ids[index]):
-        return keep
+    previous = view.last_compaction
+    if previous >= 0:
+        # Stale: the usage's entry is not on the path after the last compaction.
+        at = view.position_of(context.entry_ids[index])
+        if at is None or at <= previous:
+            return keep
     usage = valid_usage(context.messages[index])
-    estimate = sum(context.estimates[:index])
+    estimate = view.estimate_before(index)
     if usage is None or estimate <= 0:
         return keep
     ratio = calculate_prompt_tokens(usage) / estimate
@@ -172,22 +175,15 @@ def effective_keep_recent_tokens(
     return max(1, math.floor(keep / ratio))
 
 
-def _stale(path: Sequence[Entry], previous: int, entry_id: str) -> bool:
-    return all(path[i].get("id") != entry_id for i in range(previous + 1, len(path)))
-
-
-def _messages(entries: Sequence[Entry]) -> tuple[tuple[str, ...], tuple[Message, ...]]:
-    # Compaction entries in the range give nothing: their summaries live on in previous_summary.
-    ids: list[str] = []
-    messages: list[Message] = []
-    for entry in entries:
-        if entry.get("type") == COMPACTION:
-            continue
-        message = entry_message(entry)
-        if message is not None:
-            ids.append(entry["id"])
-            messages.append(message)
-    return tuple(ids), tuple(messages)
+def _indexed(
+    path: Sequence[Entry], context: SessionContext | None
+) -> tuple[SessionContext, ContextIndex]:
+    """The context of ``path`` with its planning index: the caller's when it fits, else built."""
+    if context is not None and context.index is not None and context.index.matches(path):
+        return context, context.index
+    built = build_context(path)
+    assert built.index is not None  # the builder always indexes
+    return built, built.index
 
 
 def plan_compaction(
@@ -209,29 +205,35 @@ def plan_compaction(
     """
     if path and path[-1].get("type") == COMPACTION:
         return NothingToCompact(reason=ALREADY_COMPACTED)
-    previous_index = last_compaction_index(path)
-    start, end = window_start(path, previous_index), len(path)
     # The caller may pass the path's context when it already has it (a live session keeps it
-    # incrementally); rebuilding it is most of the planning cost on a long session.
-    context = context if context is not None else build_context(path)
+    # incrementally); rebuilding it is most of the planning cost on a long session. Everything
+    # below reads the context's index, so planning walks only the kept part and the summarized
+    # range's file operations, never the whole window.
+    context, view = _indexed(path, context)
+    previous_index = view.last_compaction
+    start, end = _window_start(path, view), len(path)
     keep = effective_keep_recent_tokens(path, settings, context)
-    cut = find_cut_point(path, start, end, keep)
+    spent_at = view.budget_position(context.estimates, keep)
+    cut = find_cut_point(path, start, end, keep, spent_at=spent_at)
     first_kept = path[cut.first_kept_index] if cut.first_kept_index < end else None
     if first_kept is None or not first_kept.get("id"):
         return NothingToCompact(reason=NOTHING_TO_COMPACT)
     history_end = cut.turn_start_index if cut.is_split_turn else cut.first_kept_index
-    summarize_ids, to_summarize = _messages(path[start:history_end])
-    prefix_ids, prefix = (
-        _messages(path[cut.turn_start_index : cut.first_kept_index])
-        if cut.is_split_turn
-        else ((), ())
-    )
-    if not to_summarize and not prefix:
+    lo, history_hi = view.messages_between(start, history_end)
+    prefix_lo, hi = view.messages_between(history_end, cut.first_kept_index)
+    if lo == hi:
         return NothingToCompact(reason=NOTHING_TO_COMPACT)
     previous = path[previous_index] if previous_index >= 0 else None
-    seed = file_ops_from_details(previous) if previous is not None else None
+    seed = file_ops_from_details(previous) if previous is not None else FileOperations()
+    found = view.file_operations(lo, hi)
     read_files, modified_files = compute_file_lists(
-        file_ops_of_messages((*to_summarize, *prefix), seed)
+        seed.union(
+            FileOperations(
+                read=frozenset(found["read"]),
+                written=frozenset(found["write"]),
+                edited=frozenset(found["edit"]),
+            )
+        )
     )
     summary = previous.get("summary") if previous is not None else None
     preserve = previous.get("preserveData") if previous is not None else None
@@ -239,10 +241,10 @@ def plan_compaction(
         first_kept_entry_id=first_kept["id"],
         is_split_turn=cut.is_split_turn,
         turn_start_entry_id=path[cut.turn_start_index]["id"] if cut.is_split_turn else None,
-        summarize_entry_ids=summarize_ids,
-        turn_prefix_entry_ids=prefix_ids,
-        messages_to_summarize=to_summarize,
-        turn_prefix_messages=prefix,
+        summarize_entry_ids=tuple(context.entry_ids[lo:history_hi]),
+        turn_prefix_entry_ids=tuple(context.entry_ids[prefix_lo:hi]),
+        messages_to_summarize=tuple(context.messages[lo:history_hi]),
+        turn_prefix_messages=tuple(context.messages[prefix_lo:hi]),
         kept_entry_ids=tuple(e["id"] for e in path[cut.first_kept_index :]),
         tokens_before=context.tokens().tokens,
         previous_summary=summary if isinstance(summary, str) else None,
@@ -253,6 +255,15 @@ def plan_compaction(
         effective_keep_recent_tokens=keep,
         previous_preserve_data=preserve if isinstance(preserve, dict) else None,
     )
+
+
+def _window_start(path: Sequence[Entry], view: ContextIndex) -> int:
+    """:func:`window_start` through the index's id positions instead of a walk."""
+    previous = view.last_compaction
+    if previous < 0:
+        return 0
+    at = view.position_of(path[previous].get("firstKeptEntryId"))
+    return at if at is not None and at < previous else previous + 1
 
 
 def plan_report(

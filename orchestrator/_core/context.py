@@ -4,13 +4,20 @@
 exposed incrementally as :class:`ContextBuilder`: feed it entries one at a time and it keeps the
 messages, their token estimates, the model and the thinking level current. Appending a message
 costs O(1); appending a compaction costs O(kept entries), never a walk of the whole path.
+
+The builder also keeps what compaction planning needs, up to date as the context grows, so
+that planning costs O(kept + summarized range), not a walk of the window (issue 9): the path
+position of every context message, running sums of the estimates, the last compaction, and
+the file operations of every assistant tool call. A :class:`ContextIndex` is a fixed-length
+view of those, handed out with each context.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 from orchestrator._core.entries import (
@@ -88,6 +95,96 @@ class ModelRef:
         return {"provider": self.provider, "modelId": self.model_id}
 
 
+FILE_TOOLS = frozenset({"read", "write", "edit"})
+"""Tools whose ``path`` argument counts as a file operation (reference §5.4)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextIndex:
+    """What planning needs about a context and its path, as of one moment (a fixed length).
+
+    The builder only appends to the lists referenced here until the next compaction, which
+    starts new ones, so a view with fixed lengths never changes.
+
+    Attributes:
+        path: The builder's path (append-only); only ``path[:path_length]`` belongs to this view.
+        path_length: Entries on the path at this moment.
+        position: Path position of each id on the path (append-only; bounded by ``path_length``).
+        positions: Path position of each context message.
+        prefix: ``prefix[k]`` is the sum of the first ``k`` estimates.
+        count: Context messages at this moment.
+        base: Index of the first message after the compaction summary (1), or 0 without one.
+        last_compaction: Path position of the last compaction, ``-1`` if none.
+        event_message: For each file operation, the context message (index) that made it.
+        event_kind: For each file operation, the tool (``read``, ``write``, ``edit``).
+        event_path: For each file operation, the path argument.
+        events: File operations at this moment.
+    """
+
+    path: list[Entry] = field(repr=False)
+    path_length: int
+    position: dict[str, int] = field(repr=False)
+    positions: list[int] = field(repr=False)
+    prefix: list[int] = field(repr=False)
+    count: int
+    base: int
+    last_compaction: int
+    event_message: list[int] = field(repr=False)
+    event_kind: list[str] = field(repr=False)
+    event_path: list[str] = field(repr=False)
+    events: int
+
+    def matches(self, path: Sequence[Entry]) -> bool:
+        """True when ``path`` is the path this view was built from (same length, same ends)."""
+        if len(path) != self.path_length:
+            return False
+        return not path or (
+            path[-1] is self.path[-1 + self.path_length] and path[0] is self.path[0]
+        )
+
+    def position_of(self, entry_id: object) -> int | None:
+        """Path position of an entry id, ``None`` when it is not on the path (by this moment)."""
+        if not isinstance(entry_id, str):
+            return None
+        at = self.position.get(entry_id)
+        return at if at is not None and at < self.path_length else None
+
+    def estimate_before(self, index: int) -> int:
+        """Sum of the estimates of the context messages before ``index``."""
+        return self.prefix[index]
+
+    def messages_between(self, start: int, end: int) -> tuple[int, int]:
+        """Context message indices ``[lo, hi)`` of the path positions ``[start, end)``."""
+        lo = bisect.bisect_left(self.positions, start, self.base, self.count)
+        hi = bisect.bisect_left(self.positions, end, lo, self.count)
+        return lo, hi
+
+    def budget_position(self, estimates: Sequence[int], keep_recent_tokens: int) -> int | None:
+        """Path position where the newest ``message`` entries reach ``keep_recent_tokens``.
+
+        pi counts ``message`` entries only, newest first; their estimates are the context's.
+        """
+        accumulated = 0
+        path, positions = self.path, self.positions
+        for k in range(self.count - 1, self.base - 1, -1):
+            at = positions[k]
+            if path[at].get("type") == MESSAGE:
+                accumulated += estimates[k]
+                if accumulated >= keep_recent_tokens:
+                    return at
+        return None
+
+    def file_operations(self, lo: int, hi: int) -> dict[str, set[str]]:
+        """Paths per tool for the tool calls of context messages ``[lo, hi)``."""
+        found: dict[str, set[str]] = {"read": set(), "write": set(), "edit": set()}
+        first = bisect.bisect_left(self.event_message, lo, 0, self.events)
+        last = bisect.bisect_left(self.event_message, hi, first, self.events)
+        kinds, paths = self.event_kind, self.event_path
+        for i in range(first, last):
+            found[kinds[i]].add(paths[i])
+        return found
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionContext:
     """What the model sees: messages in order, with bookkeeping.
@@ -100,6 +197,7 @@ class SessionContext:
         model: Restored from the path (last ``model_change`` or assistant wins).
         fresh_from: Index of the first message written after the latest compaction; the
             summary and the kept messages come before it (0 without a compaction).
+        index: What planning needs, when a :class:`ContextBuilder` made this context.
     """
 
     messages: Sequence[Message]
@@ -108,6 +206,7 @@ class SessionContext:
     thinking_level: str
     model: ModelRef | None
     fresh_from: int = 0
+    index: ContextIndex | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> ContextTokens:
         """The context's token count, anchored on the last valid usage (reference §3.2).
@@ -140,6 +239,12 @@ class ContextBuilder:
         self._messages: list[Message] = []
         self._entry_ids: list[str] = []
         self._estimates: list[int] = []
+        self._positions: list[int] = []
+        self._prefix: list[int] = [0]
+        self._event_message: list[int] = []
+        self._event_kind: list[str] = []
+        self._event_path: list[str] = []
+        self._last_compaction = -1
         self._fresh_from = 0
         self.thinking_level = "off"
         self.model: ModelRef | None = None
@@ -148,7 +253,8 @@ class ContextBuilder:
 
     def push(self, entry: Entry) -> None:
         """Add the next entry of the path."""
-        self._position[entry["id"]] = len(self._path)
+        here = len(self._path)
+        self._position[entry["id"]] = here
         self._path.append(entry)
         kind = entry.get("type")
         if kind == THINKING_LEVEL_CHANGE:
@@ -161,7 +267,7 @@ class ContextBuilder:
         if kind == COMPACTION:
             self._restart_at(entry)
         else:
-            self._emit(entry)
+            self._emit(entry, here)
 
     def _take_model_from_assistant(self, message: Any) -> None:
         if isinstance(message, dict) and message.get("role") == "assistant":
@@ -169,24 +275,46 @@ class ContextBuilder:
             if isinstance(provider, str) and isinstance(model_id, str):
                 self.model = ModelRef(provider=provider, model_id=model_id)
 
-    def _emit(self, entry: Entry) -> None:
+    def _emit(self, entry: Entry, position: int) -> None:
         message = entry_message(entry)
         if message is not None:
+            estimate = estimate_tokens(message)
+            if message.get("role") == "assistant":
+                self._file_events(message, len(self._messages))
             self._messages.append(message)
             self._entry_ids.append(entry["id"])
-            self._estimates.append(estimate_tokens(message))
+            self._estimates.append(estimate)
+            self._positions.append(position)
+            self._prefix.append(self._prefix[-1] + estimate)
+
+    def _file_events(self, message: Message, index: int) -> None:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "toolCall":
+                name, arguments = str(block.get("name")), block.get("arguments")
+                path = arguments.get("path") if isinstance(arguments, dict) else None
+                if name in FILE_TOOLS and isinstance(path, str) and path:
+                    self._event_message.append(index)
+                    self._event_kind.append(name)
+                    self._event_path.append(path)
 
     def _restart_at(self, compaction: Entry) -> None:
         # Summary first, then the kept entries from firstKeptEntryId up to the compaction. If the
         # kept id is not on the path before the compaction, nothing before it is kept (pi).
         summary = compaction_message(compaction)
+        here = len(self._path) - 1
+        estimate = estimate_tokens(summary)
         self._messages = [summary]
         self._entry_ids = [compaction["id"]]
-        self._estimates = [estimate_tokens(summary)]
-        here = len(self._path) - 1
-        start = self._position.get(compaction.get("firstKeptEntryId", ""), here)
-        for entry in self._path[min(start, here) : here]:
-            self._emit(entry)
+        self._estimates = [estimate]
+        self._positions = [here]
+        self._prefix = [0, estimate]
+        self._event_message, self._event_kind, self._event_path = [], [], []
+        self._last_compaction = here
+        kept = compaction.get("firstKeptEntryId")
+        start = self._position.get(kept, here) if isinstance(kept, str) else here
+        for position in range(min(start, here), here):
+            self._emit(self._path[position], position)
         self._fresh_from = len(self._messages)
 
     def context(self) -> SessionContext:
@@ -198,6 +326,20 @@ class ContextBuilder:
             thinking_level=self.thinking_level,
             model=self.model,
             fresh_from=self._fresh_from,
+            index=ContextIndex(
+                path=self._path,
+                path_length=len(self._path),
+                position=self._position,
+                positions=self._positions,
+                prefix=self._prefix,
+                count=len(self._messages),
+                base=1 if self._last_compaction >= 0 else 0,
+                last_compaction=self._last_compaction,
+                event_message=self._event_message,
+                event_kind=self._event_kind,
+                event_path=self._event_path,
+                events=len(self._event_message),
+            ),
         )
 
 

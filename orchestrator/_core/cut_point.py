@@ -25,7 +25,6 @@ exactly like an unsplit turn, so the flag carried no information, only noise in 
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,8 +125,30 @@ def _opens_with_user(entries: Sequence[Mapping[str, Any]], cut: int, end: int) -
     return False
 
 
+_UNSET: object = object()
+
+
+def _first_cut_point(entries: Sequence[Mapping[str, Any]], index: int, end: int) -> int | None:
+    for i in range(index, end):
+        if is_cut_point(entries[i]):
+            return i
+    return None
+
+
+def _last_cut_point(entries: Sequence[Mapping[str, Any]], index: int, start: int) -> int | None:
+    for i in range(index - 1, start - 1, -1):
+        if is_cut_point(entries[i]):
+            return i
+    return None
+
+
 def find_cut_point(
-    entries: Sequence[Mapping[str, Any]], start: int, end: int, keep_recent_tokens: int
+    entries: Sequence[Mapping[str, Any]],
+    start: int,
+    end: int,
+    keep_recent_tokens: int,
+    *,
+    spent_at: int | None | object = _UNSET,
 ) -> CutPoint:
     """Find the first kept entry of the window ``entries[start:end]`` (reference §4.3).
 
@@ -136,20 +157,25 @@ def find_cut_point(
         start: First index of the window (the compaction boundary).
         end: One past the last index of the window.
         keep_recent_tokens: Estimated tokens of recent messages to keep verbatim.
+        spent_at: Where the budget runs out, when the caller knows it already (planning reads
+            it from the context's running sums); by default it is counted here.
 
     Returns:
         The cut. With no valid cut point the whole window is kept (``first_kept_index=start``).
     """
-    cut_points = valid_cut_points(entries, start, end)
-    if not cut_points:
+    if spent_at is _UNSET:
+        spent_at = _budget_index(entries, start, end, keep_recent_tokens)
+    # The first cut point at or after the position; D9: with none there (trailing tool
+    # results), the last one before it, the assistant that made the calls, rather than keeping
+    # everything. Only the entries between the position and those cut points are looked at.
+    if isinstance(spent_at, int):
+        cut = _first_cut_point(entries, spent_at, end)
+        if cut is None:
+            cut = _last_cut_point(entries, spent_at, start)
+    else:
+        cut = _first_cut_point(entries, start, end)
+    if cut is None:
         return CutPoint(first_kept_index=start, turn_start_index=-1, is_split_turn=False)
-    cut = cut_points[0]
-    spent_at = _budget_index(entries, start, end, keep_recent_tokens)
-    if spent_at is not None:
-        later = bisect.bisect_left(cut_points, spent_at)
-        # D9: nothing at or after the position (trailing tool results): take the last cut point
-        # before it, the assistant that made the calls, rather than keeping everything.
-        cut = cut_points[later] if later < len(cut_points) else cut_points[-1]
     cut = _pull_metadata(entries, cut, start)
     if _opens_with_user(entries, cut, end):
         return CutPoint(first_kept_index=cut, turn_start_index=-1, is_split_turn=False)
