@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         SessionLockedError,
         TransitionError,
     )
+    from orchestrator._core.load_result import LoadResult, Problem
     from orchestrator._core.messages import convert_to_llm
     from orchestrator._core.model import Model, ModelRequest, ModelResponse, ToolCall, Usage
     from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from orchestrator._store.journal import Journal
     from orchestrator._store.jsonl import JsonlStore
     from orchestrator._store.memory import MemoryStore
-    from orchestrator._store.protocol import LoadResult, Problem, SessionStore
+    from orchestrator._store.protocol import SessionStore
     from orchestrator._store.session import Session
     from orchestrator._store.settle import settle_unfinished_operations
     from orchestrator._telemetry.export import (
@@ -186,7 +187,7 @@ _EXPORTS: dict[str, str] = {
     "JsonlStore": "orchestrator._store.jsonl",
     "LifecycleTracer": "orchestrator._telemetry.tracing",
     "LiteLLMModel": "orchestrator._models.litellm",
-    "LoadResult": "orchestrator._store.protocol",
+    "LoadResult": "orchestrator._core.load_result",
     "MachineDef": "orchestrator._lifecycle.machine",
     "MemoryStore": "orchestrator._store.memory",
     "Model": "orchestrator._core.model",
@@ -199,7 +200,7 @@ _EXPORTS: dict[str, str] = {
     "OfflineSummarizer": "orchestrator._models.offline",
     "OperationOutcome": "orchestrator._runtime.operations",
     "OrchestratorError": "orchestrator._core.errors",
-    "Problem": "orchestrator._store.protocol",
+    "Problem": "orchestrator._core.load_result",
     "PrunePlan": "orchestrator._core.prune",
     "RemoteSummaryModel": "orchestrator._models.remote",
     "RetryPolicy": "orchestrator._runtime.retry",

@@ -14,7 +14,7 @@ sleep:
 * :class:`ScriptedAgent` plays scripted agent turns (with :func:`reply`, :func:`tool_result`,
   :func:`error_reply` and :class:`AgentHang`) for runtime tests and simulations.
 * :class:`LocalProvider` and :class:`Reply` run a real OpenAI-compatible HTTP server on
-  127.0.0.1 for adapter tests (see ``_provider_server``).
+  127.0.0.1 for adapter tests (see :mod:`orchestrator._models.provider_server`).
 """
 
 from __future__ import annotations

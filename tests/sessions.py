@@ -1,6 +1,6 @@
 """A tiny fluent builder for pi-shaped session entries, for tests.
 
-Every test that needs a session writes it the way pi writes it (reference §1.4): entries with
+Every test that needs a session writes it the way pi writes it: entries with
 ``type``, ``id``, ``parentId`` and an ISO ``timestamp``; messages with epoch-ms ``timestamp``.
 Ids and times are deterministic: the n-th entry gets id ``f"{n:08x}"`` (8 hex chars, like pi) and
 the time ``start_ms + n * step_ms``.

@@ -1,4 +1,4 @@
-"""Branch-summary planning (reference §7.1, §7.2)."""
+"""Branch-summary planning (pi's collectEntriesForBranchSummary and prepareBranchEntries)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from orchestrator._core.classify import (
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import Usage
 
-# One positive example per pattern, in the table's order (reference-behaviour §8.5).
+# One positive example per pattern, in the table's order (pi's isContextOverflow).
 OVERFLOW_EXAMPLES = (
     "prompt is too long: 210000 tokens > 200000 maximum",
     "input is too long for requested model",

@@ -1,4 +1,4 @@
-"""The inspection commands: context, plan, tree, check (spec/inspection-json.md)."""
+"""The inspection commands: context, plan, tree, check (README, "Inspection JSON")."""
 
 from __future__ import annotations
 

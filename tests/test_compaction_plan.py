@@ -1,4 +1,4 @@
-"""plan_compaction / plan_report (reference §4.1) and buildSessionContext with compactions (§2)."""
+"""plan_compaction / plan_report and buildSessionContext with compactions (pi's rules)."""
 
 from __future__ import annotations
 

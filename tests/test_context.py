@@ -1,4 +1,4 @@
-"""build_context conformance (reference §2, pi's build-context.test.ts cases)."""
+"""build_context conformance (pi's build-context.test.ts cases)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""findCutPoint (reference §4.2, §4.3) and pi's compaction.test.ts cut-point cases."""
+"""findCutPoint and pi's compaction.test.ts cut-point cases."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One test per planning decision of spec/decisions.md (D6-D12, D23)."""
+"""One test per planning decision (D6-D12, D23; README "Decisions")."""
 
 from __future__ import annotations
 

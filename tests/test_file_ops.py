@@ -1,4 +1,4 @@
-"""File-operation tracking (reference §5.4)."""
+"""File-operation tracking (as pi tracks them)."""
 
 from __future__ import annotations
 

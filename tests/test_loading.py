@@ -1,4 +1,4 @@
-"""Parsing session bytes (reference §1.1, decisions D2 and D3)."""
+"""Parsing session bytes (decisions D2 and D3)."""
 
 from __future__ import annotations
 

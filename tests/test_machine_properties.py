@@ -1,4 +1,4 @@
-"""Properties of the shipped tables (house style habit 12).
+"""Properties of the shipped tables.
 
 For every machine, every state and every event, with random facts: firing either moves to the
 destination of the first listed row whose guards hold (checked against an oracle written here from

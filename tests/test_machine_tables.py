@@ -149,7 +149,7 @@ def test_manual_compaction_stops_work_first_and_never_resumes(
     for event in ("compaction_done", "compaction_skipped", "compaction_failed"):
         manual = runner("turn", "manual_compacting")
         end = manual.fire(event, Facts(will_retry=True, auto_continue=True))
-        # D22: no resume, and a manual compaction emits no auto_compaction events (§8.1.7).
+        # D22: no resume, and a manual compaction emits no auto_compaction events (as in pi).
         assert (end.dest, end.effects) == ("idle", ("report_manual_result",))
 
 

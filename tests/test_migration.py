@@ -1,4 +1,4 @@
-"""Version migration (reference §1.6, §11 migration.test.ts; decision D1)."""
+"""Version migration (pi's migration.test.ts cases; decision D1)."""
 
 from __future__ import annotations
 

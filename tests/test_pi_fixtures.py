@@ -2,8 +2,8 @@
 
 The expected files were recorded from pi itself (``tests/conformance/pi_reference.mjs record``,
 pi version pinned in ``tests/conformance/package.json``), so this runs without node. Every run is
-either identical to pi's answer, or differs in exactly the way a decision of
-``spec/decisions.md`` says, and the test for that run names the decision. Re-checking the
+either identical to pi's answer, or differs in exactly the way a decision (README,
+"Decisions") says, and the test for that run names the decision. Re-checking the
 recorded answers against a live pi is the opt-in ``tests/conformance/test_pi_conformance.py``.
 """
 
@@ -326,11 +326,11 @@ def test_d17_branch_summaries_pi_wrote_are_read_verbatim() -> None:
     ]
 
 
-# -- reference §11: the large v1 session ---------------------------------------------------------
+# -- pi's large v1 session test ---------------------------------------------------------
 
 
 def test_large_v1_session_like_pi_test_suite() -> None:
-    """Reference §11 "large fixture": migrated, >100 entries, cut on user/assistant, context
+    """pi's "large fixture" test: migrated, >100 entries, cut on user/assistant, context
     >100 messages, model known; pi's answers and ours agree."""
     path = DATA / "large-v1.jsonl"
     assert "version" not in json.loads(path.read_text(encoding="utf-8").splitlines()[0])

@@ -1,4 +1,4 @@
-"""Tool-output pruning (reference §6, D23)."""
+"""Tool-output pruning (oh-my-pi's pruneToolOutputs, D23)."""
 
 from __future__ import annotations
 

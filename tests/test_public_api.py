@@ -8,6 +8,114 @@ import sys
 import orchestrator
 import orchestrator.testing
 
+# The public names, written out: dropping or renaming one breaks users, so it must fail here and
+# be a deliberate edit of this snapshot (and a line in the README), never a side effect.
+PUBLIC_API = (
+    "Agent",
+    "AgentInput",
+    "AgentSession",
+    "AttemptRecord",
+    "BranchPlan",
+    "BranchSummaryResult",
+    "Cancelled",
+    "ChatAgent",
+    "CompactionPlan",
+    "CompactionResult",
+    "CompactionSettings",
+    "ContextBuilder",
+    "ContextTokens",
+    "DefinitionError",
+    "Event",
+    "EventBus",
+    "Facts",
+    "ForkResult",
+    "Hooks",
+    "Journal",
+    "JsonLinesSpanExporter",
+    "JsonlStore",
+    "LifecycleTracer",
+    "LiteLLMModel",
+    "LoadResult",
+    "MachineDef",
+    "MemoryStore",
+    "Model",
+    "ModelError",
+    "ModelRef",
+    "ModelRequest",
+    "ModelResponse",
+    "NavigationResult",
+    "NothingToCompact",
+    "OfflineSummarizer",
+    "OperationOutcome",
+    "OrchestratorError",
+    "Problem",
+    "PrunePlan",
+    "RemoteSummaryModel",
+    "RetryPolicy",
+    "Runner",
+    "RuntimeSettings",
+    "Session",
+    "SessionContext",
+    "SessionError",
+    "SessionLockedError",
+    "SessionStore",
+    "SessionTree",
+    "Step",
+    "SummaryRoutes",
+    "ToolCall",
+    "ToolSpec",
+    "TransitionError",
+    "TreeNode",
+    "TurnResult",
+    "Usage",
+    "apply_prune",
+    "build_context",
+    "calculate_context_tokens",
+    "collect_branch_entries",
+    "compact",
+    "compaction_threshold",
+    "convert_to_llm",
+    "estimate_context_tokens",
+    "estimate_tokens",
+    "load_machine",
+    "make_tracer_provider",
+    "plan_compaction",
+    "plan_prune",
+    "prepare_branch_entries",
+    "read_trace",
+    "render_mermaid",
+    "render_table",
+    "serialize_conversation",
+    "settle_unfinished_operations",
+    "should_compact",
+    "summarize_branch",
+)
+
+TESTING_API = (
+    "AgentHang",
+    "Delay",
+    "FakeClock",
+    "FunctionModel",
+    "Hang",
+    "LocalProvider",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedAgent",
+    "ScriptedModel",
+    "error_reply",
+    "reply",
+    "tool_result",
+    "usage",
+)
+
+
+def test_public_names_match_the_snapshot() -> None:
+    assert tuple(sorted(orchestrator.__all__)) == PUBLIC_API
+
+
+def test_testing_names_match_the_snapshot() -> None:
+    assert tuple(sorted(orchestrator.testing.__all__)) == TESTING_API
+
 
 def test_all_is_sorted_unique_and_importable() -> None:
     names = list(orchestrator.__all__)

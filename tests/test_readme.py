@@ -37,12 +37,20 @@ def test_readme_diagrams_match_the_tables() -> None:
 
 def test_readme_starts_with_install_and_test_commands() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
-    block = lines[lines.index("```sh") + 1 : lines.index("```sh") + 4]
+    block = lines[lines.index("```sh") + 1 : lines.index("```sh") + 5]
     assert block == [
+        "python3 -m venv .venv && . .venv/bin/activate",
         "python3 -m pip install -e '.[dev]'",
         "python3 -m pytest",
         "orchestrator compact tests/data/example-session.jsonl --dry-run",
     ]
+
+
+def test_ci_installs_and_runs_the_readme_test_command() -> None:
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "python3 -m pip install -e '.[dev]'" in ci
+    assert "python3 -m pytest" in ci
+    assert "set -euo pipefail" in ci  # a failing gate, or pytest's 5 (no test ran), fails CI
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -1,4 +1,4 @@
-"""Hooks around compaction, navigation and forks (reference §9, decision D25)."""
+"""Hooks around compaction, navigation and forks (decision D25)."""
 
 from __future__ import annotations
 

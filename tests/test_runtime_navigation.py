@@ -1,4 +1,4 @@
-"""Tree navigation, branch summaries and forks through the runtime (reference §7.4, §7.5)."""
+"""Tree navigation, branch summaries and forks through the runtime (pi's navigateTree and fork)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A Hypothesis rule-based test over the runtime (issue 4).
+"""A Hypothesis rule-based test over the runtime.
 
 Random prompts whose replies succeed, cross the threshold, overflow, hit transient or fatal
 errors or the length limit; manual compactions whose summaries succeed or fail; aborts of a

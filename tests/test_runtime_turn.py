@@ -1,4 +1,4 @@
-"""The turn lifecycle through the runtime (reference §8, decisions D18-D22)."""
+"""The turn lifecycle through the runtime (decisions D18-D22)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Token estimates and the trigger (reference §3, D5, D6)."""
+"""Token estimates and the trigger (D5, D6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tree navigator TUI, driven through Textual's pilot (seed 3, reference §7.4)."""
+"""The tree navigator TUI, driven through Textual's pilot (README "Tree navigator")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The ``orchestrator`` command: argument parsing and error reporting.
 
-Each command lives in its own ``_cli_*`` module; this one only builds the parser, dispatches, and
-turns our errors into one line on stderr (no traceback for a user mistake). Exit codes follow
-``spec/inspection-json.md``: 0 ok, 1 a file or input that cannot be used, 2 a usage error.
+Each command lives in its own module here; this one only builds the parser, dispatches, and
+turns our errors into one line on stderr (no traceback for a user mistake). Exit codes (README,
+"Inspection JSON"): 0 ok, 1 a file or input that cannot be used, 2 a usage error.
 """
 
 from __future__ import annotations

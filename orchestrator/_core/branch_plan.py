@@ -1,4 +1,4 @@
-"""Plan a branch summary without calling a model (reference §7.1, §7.2; D16, D17).
+"""Plan a branch summary without calling a model (as pi does it; D16, D17).
 
 Theory of operation. When the user navigates from one leaf to another entry, the entries of the
 abandoned branch (from the old leaf up to, not including, the common ancestor) can be summarized
@@ -86,7 +86,9 @@ class BranchPlan:
 def collect_branch_entries(
     tree: SessionTree, old_leaf_id: str | None, target_id: str | None
 ) -> tuple[list[Entry], str | None]:
-    """The entries abandoned by navigating from ``old_leaf_id`` to ``target_id`` (§7.1).
+    """The entries abandoned by navigating from ``old_leaf_id`` to ``target_id``.
+
+    The same entries as pi's ``collectEntriesForBranchSummary``.
 
     Args:
         tree: The session tree.
@@ -116,7 +118,7 @@ def collect_branch_entries(
 
 
 def _branch_message(entry: Entry) -> Message | None:
-    # Tool results are left out; a compaction reads as its summary message (pi §7.2).
+    # Tool results are left out; a compaction reads as its summary message (as in pi).
     if entry.get("type") == COMPACTION:
         return compaction_message(entry)
     message = entry_message(entry)
@@ -133,7 +135,7 @@ def prepare_branch_entries(
     target_id: str | None = None,
     common_ancestor_id: str | None = None,
 ) -> BranchPlan:
-    """Choose the messages of ``entries`` that fit ``token_budget``, newest first (§7.2).
+    """Choose the messages of ``entries`` that fit ``token_budget``, newest first (as pi does).
 
     Args:
         entries: The abandoned entries, oldest first (from :func:`collect_branch_entries`).

@@ -1,4 +1,4 @@
-"""Classify provider failures: overflow, transient or fatal (reference-behaviour §8.5).
+"""Classify provider failures: overflow, transient or fatal (pi's isContextOverflow patterns).
 
 Theory of operation: providers word "your prompt is too long" and "try again later" in dozens of
 ways, and only some of them arrive as typed exceptions. I keep pi's and oh-my-pi's pattern tables

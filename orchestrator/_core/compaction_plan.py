@@ -1,4 +1,4 @@
-"""Plan a compaction without calling a model (reference §4.1; D6, D7, D8, D11, D12).
+"""Plan a compaction without calling a model (pi's prepareCompaction; D6, D7, D8, D11, D12).
 
 Theory of operation. :func:`plan_compaction` is pi's ``prepareCompaction``: it reads the active
 path and decides what the summary covers and what stays verbatim. It returns a frozen
@@ -125,7 +125,7 @@ def window_start(path: Sequence[Entry], previous_index: int) -> int:
     """First index the next compaction covers (D8): the previous compaction's first kept entry.
 
     When that entry is not on the path before the compaction, the context kept nothing before it
-    (reference §2), so the window starts just after the compaction.
+    (pi's buildSessionContext), so the window starts just after the compaction.
     """
     if previous_index < 0:
         return 0
@@ -139,7 +139,7 @@ def window_start(path: Sequence[Entry], previous_index: int) -> int:
 def effective_keep_recent_tokens(
     path: Sequence[Entry], settings: CompactionSettings, context: SessionContext | None = None
 ) -> int:
-    """``keep_recent_tokens`` adapted to the measured usage/estimate ratio (D7, OMP §4.1.4).
+    """``keep_recent_tokens`` adapted to the measured usage/estimate ratio (D7, as oh-my-pi does).
 
     When the provider counts more tokens than chars/4 says, keeping N *estimated* tokens keeps
     more than N real ones, so I keep proportionally fewer. The ratio compares the last valid
@@ -192,7 +192,7 @@ def plan_compaction(
     *,
     context: SessionContext | None = None,
 ) -> CompactionPlan | NothingToCompact:
-    """Decide what a compaction of ``path`` summarizes and keeps (reference §4.1).
+    """Decide what a compaction of ``path`` summarizes and keeps (pi's prepareCompaction).
 
     Args:
         path: The active path, root first (``SessionTree.path()``).

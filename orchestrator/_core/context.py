@@ -1,4 +1,4 @@
-"""The context the model sees on a path (reference §2).
+"""The context the model sees on a path (pi's buildSessionContext).
 
 :func:`build_context` is pi's ``buildSessionContext`` over a root-first path. The same logic is
 exposed incrementally as :class:`ContextBuilder`: feed it entries one at a time and it keeps the
@@ -209,7 +209,7 @@ class SessionContext:
     index: ContextIndex | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> ContextTokens:
-        """The context's token count, anchored on the last valid usage (reference §3.2).
+        """The context's token count, anchored on the last valid usage (as in pi).
 
         ``stale_usage`` says whether that usage predates the latest compaction (D29).
         """

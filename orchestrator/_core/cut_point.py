@@ -1,4 +1,4 @@
-"""Where a compaction cuts the path (reference §4.2, §4.3; decisions D9, D10).
+"""Where a compaction cuts the path (pi's findCutPoint; decisions D9, D10).
 
 Theory of operation. A compaction keeps the newest ``keep_recent_tokens`` of the window verbatim
 and summarizes the rest. The first kept entry must be a *valid cut point*: an entry the context
@@ -66,7 +66,7 @@ class CutPoint:
 
 
 def is_cut_point(entry: Mapping[str, Any]) -> bool:
-    """True when a kept region may start at ``entry`` (reference §4.2)."""
+    """True when a kept region may start at ``entry`` (pi's valid cut points)."""
     kind = entry.get("type")
     if kind in (CUSTOM_MESSAGE, BRANCH_SUMMARY):
         return True
@@ -150,7 +150,7 @@ def find_cut_point(
     *,
     spent_at: int | None | object = _UNSET,
 ) -> CutPoint:
-    """Find the first kept entry of the window ``entries[start:end]`` (reference §4.3).
+    """Find the first kept entry of the window ``entries[start:end]`` (pi's findCutPoint).
 
     Args:
         entries: The root-first path.

@@ -1,4 +1,4 @@
-"""Session entries as pi writes them (reference §1, decisions D1 and D2).
+"""Session entries as pi writes them (pi's session format v3, decisions D1 and D2).
 
 An entry is the JSON object of one line of a session file. I keep it as the plain ``dict`` that
 ``json.loads`` returned, and treat it as immutable: code that changes an entry (pruning) builds a
@@ -83,7 +83,7 @@ def iso_to_ms(value: object) -> int:
 def new_entry_id(
     existing: Container[str], random_hex: Callable[[], str] = lambda: uuid.uuid4().hex
 ) -> str:
-    """Return a fresh 8-hex id not in ``existing`` (pi's rule, reference §1.3).
+    """Return a fresh 8-hex id not in ``existing`` (pi's rule).
 
     Tries 100 random 8-character prefixes, then falls back to a full UUID, as pi does.
 
@@ -102,7 +102,7 @@ def new_entry_id(
 
 
 def entry_message(entry: Mapping[str, Any]) -> Message | None:
-    """The message an entry contributes to the model's context (reference §2 step 5).
+    """The message an entry contributes to the model's context (as pi's buildSessionContext).
 
     ``message`` entries give their stored message verbatim; ``custom_message`` and non-empty
     ``branch_summary`` entries give derived ``custom`` / ``branchSummary`` messages. Everything

@@ -12,7 +12,7 @@ Each child names who is at fault::
     ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
     └── Cancelled          the operation was cancelled on request; nothing was applied
 
-The house style names four children. I added ``SessionError`` because bad input (a corrupt file,
+The first design had four children. I added ``SessionError`` because bad input (a corrupt file,
 an unknown id) is neither a definition problem nor a model problem, and callers need to tell it
 apart to print one clear line without a traceback.
 

@@ -1,4 +1,4 @@
-"""Which files a stretch of conversation read and changed (reference §5.4, D16).
+"""Which files a stretch of conversation read and changed (as pi tracks file operations, D16).
 
 Summaries end with the files the summarized work read and modified, so the agent does not have
 to rediscover them. The lists are cumulative: a compaction starts from the lists its predecessor
@@ -107,7 +107,7 @@ def js_sorted(values: Iterable[str]) -> tuple[str, ...]:
 
 
 def compute_file_lists(ops: FileOperations) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The ``(read_files, modified_files)`` lists of a summary (reference §5.4).
+    """The ``(read_files, modified_files)`` lists of a summary (pi's rule).
 
     ``modified_files`` is written ∪ edited; ``read_files`` is read minus modified. Both sorted in
     JavaScript order so that our ``details`` match pi's byte for byte.

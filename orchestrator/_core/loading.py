@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 from orchestrator._core.entries import CURRENT_VERSION, Entry
 from orchestrator._core.json_lines import BadLine, decode_line, is_json
+from orchestrator._core.load_result import LoadResult, Problem
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
-from orchestrator._store.protocol import LoadResult, Problem
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""From context messages to what a model reads (reference §2 step 7).
+"""From context messages to what a model reads (pi's convertToLlm).
 
 Theory of operation. The context holds pi ``AgentMessage`` dicts of seven roles. Models know only
 three (user, assistant, tool result), so I convert in two steps:

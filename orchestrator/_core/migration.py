@@ -1,8 +1,8 @@
-"""Bring a stored session up to version 3 (reference §1.6, decision D1).
+"""Bring a stored session up to version 3 (pi's migration, decision D1).
 
 pi migrates in place and then rewrites the file. I keep the two apart: :func:`migrate` is a pure
-function that returns new dicts (entries are never mutated, see ``_entries``), and whoever owns
-the store decides whether to write the result back. Loading never writes (D3).
+function that returns new dicts (entries are never mutated, see :mod:`orchestrator._core.entries`),
+and whoever owns the store decides whether to write the result back. Loading never writes (D3).
 
 The steps are pi's:
 

@@ -1,4 +1,4 @@
-"""Plan and apply tool-output pruning without a model (reference §6, OMP; decision D23).
+"""Plan and apply tool-output pruning without a model (oh-my-pi's pruneToolOutputs; decision D23).
 
 Theory of operation. Old tool outputs are the cheapest tokens to give back: the assistant already
 acted on them. Walking the path newest first, the newest ``protect_tokens`` of tool results stay
@@ -79,7 +79,7 @@ def plan_prune(
     minimum_savings: int = MINIMUM_SAVINGS,
     protected_tools: Iterable[str] = PROTECTED_TOOLS,
 ) -> PrunePlan:
-    """Choose the tool results to prune on ``path`` (reference §6 steps 1-5).
+    """Choose the tool results to prune on ``path`` (as oh-my-pi's pruneToolOutputs).
 
     Args:
         path: The active path, root first.
@@ -116,7 +116,7 @@ def plan_prune(
 
 
 def apply_prune(plan: PrunePlan, path: Sequence[Entry], now_ms: int) -> list[Entry]:
-    """Build the pruned versions of the plan's entries (reference §6 step 6, D23).
+    """Build the pruned versions of the plan's entries (D23).
 
     Args:
         plan: From :func:`plan_prune` on the same path.

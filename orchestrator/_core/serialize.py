@@ -1,4 +1,4 @@
-"""The conversation as plain text for the summarizer (reference §5.1).
+"""The conversation as plain text for the summarizer (pi's serializeConversation).
 
 The summarizer must read the history as a record, not as a conversation it takes part in, so the
 messages are flattened into labelled paragraphs (``[User]: ...``). This is pi's
@@ -122,7 +122,7 @@ def _assistant_parts(message: Message) -> list[str]:
 
 
 def serialize_conversation(messages: Iterable[Message]) -> str:
-    """Flatten context messages into the text the summarizer reads (reference §5.1).
+    """Flatten context messages into the text the summarizer reads (pi's serializeConversation).
 
     Args:
         messages: Context messages (any role); pi's ``convertToLlm`` is applied first, so shell

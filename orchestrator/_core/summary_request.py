@@ -2,7 +2,7 @@
 
 Theory of operation. Each summary (history, turn prefix, short, branch) is one user message: the
 serialized conversation in a ``<conversation>`` tag, optional context blocks, then the
-instructions (reference §5.2, §7.3), under one system prompt. Output budgets follow §5.5.
+instructions (as pi assembles them), under one system prompt. Output budgets are pi's.
 
 The request must fit before it is sent (D14). Given a :class:`PromptBudget` (the summarizer's
 context window), I first clamp the output budget to a quarter of the window: the budgets derive
@@ -19,7 +19,7 @@ owns the retry loop. When the window is so small that the instructions leave les
 :data:`MIN_CONVERSATION_TOKENS` for a conversation that does not fit whole, I refuse with a
 :class:`ModelError` instead of sending a request that could only summarize an elision marker.
 
-The finishing helpers put file lists on summaries (D16) and merge a split turn (§4.4).
+The finishing helpers put file lists on summaries (D16) and merge a split turn (pi's layout).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def history_request(
     budget: PromptBudget | None = None,
     reasoning: str | None = None,
 ) -> ModelRequest:
-    """The history summary request (reference §5.2).
+    """The history summary request (pi's prompt layout).
 
     Args:
         messages: Context messages to summarize, oldest first.
@@ -249,7 +249,7 @@ def short_summary_request(
     budget: PromptBudget | None = None,
     reasoning: str | None = None,
 ) -> ModelRequest:
-    """The short (two or three sentence) summary over the kept messages (reference §5.6).
+    """The short (two or three sentence) summary over the kept messages (oh-my-pi's short summary).
 
     Args:
         messages: The messages the compaction keeps.
@@ -280,7 +280,7 @@ def branch_request(
     replace: bool = False,
     budget: PromptBudget | None = None,
 ) -> ModelRequest:
-    """The branch summary request (reference §7.3).
+    """The branch summary request (pi's generateBranchSummary).
 
     Args:
         messages: The abandoned branch's messages, oldest first.
@@ -333,5 +333,5 @@ def branch_summary_text(text: str, read_files: Sequence[str], modified_files: Se
 
 
 def merge_split_turn(history: str, turn_prefix: str) -> str:
-    """Join a history summary and a turn-prefix summary (reference §4.4)."""
+    """Join a history summary and a turn-prefix summary (pi's layout)."""
     return f"{history}{SPLIT_TURN_SEPARATOR}{turn_prefix}"

@@ -1,4 +1,4 @@
-"""Token estimates, usage anchoring and the compaction trigger (reference §3, D5, D6, D26).
+"""Token estimates, usage anchoring and the compaction trigger (pi's rules, D5, D6, D26).
 
 Estimates are pi's chars/4 rule, rounded up, with characters counted in UTF-16 code units as
 JavaScript's ``length`` counts them (D26): an emoji is two. Where the provider reported usage,
@@ -63,7 +63,7 @@ def _assistant_chars(message: Mapping[str, Any]) -> int:
 
 
 def estimate_tokens(message: Mapping[str, Any]) -> int:
-    """Estimate a message's tokens as ``ceil(chars / 4)`` (reference §3.1, D6).
+    """Estimate a message's tokens as ``ceil(chars / 4)`` (pi's estimateTokens, D6).
 
     ``chars`` counts UTF-16 code units (D26), so a character outside the BMP counts two.
 
@@ -121,7 +121,7 @@ def valid_usage(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextTokens:
-    """The token count of a context, anchored on the last valid usage (reference §3.2).
+    """The token count of a context, anchored on the last valid usage (as in pi).
 
     Attributes:
         tokens: pi's count: the last valid usage plus the estimates of what followed it.
@@ -150,7 +150,7 @@ class ContextTokens:
         return self.estimated_tokens if self.stale_usage else self.tokens
 
     def as_json(self) -> dict[str, int | None]:
-        """The inspection-JSON shape (``spec/inspection-json.md``)."""
+        """The inspection-JSON shape (README, "Inspection JSON")."""
         return {
             "tokens": self.tokens,
             "usageTokens": self.usage_tokens,
@@ -211,7 +211,7 @@ def usage_is_stale(usage_index: int | None, fresh_from: int) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSettings:
-    """Compaction settings (reference §10; defaults are pi's).
+    """Compaction settings (defaults are pi's).
 
     Attributes:
         enabled: ``False`` turns every automatic path off (D5).

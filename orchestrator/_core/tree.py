@@ -1,14 +1,14 @@
 """The session tree: entries indexed by id, parent links, labels and the active leaf.
 
 Sans-I/O: this module never touches a file or a clock. Callers pass ``now_ms`` and an id source
-when they create entries. The tree follows pi's ``SessionManager`` semantics (reference §1.5):
+when they create entries. The tree follows pi's ``SessionManager`` semantics:
 
 * every append is a child of the current leaf and becomes the new leaf;
 * a root is an entry whose ``parentId`` is null, its own id, or an id that does not exist;
 * ``path()`` walks parent links from the leaf to a root and returns it root-first.
 
 The path of the current leaf is cached and extended on append, so asking for the active path after
-appending one entry costs O(1), not a walk of the whole branch (issue 2's benchmark checks this).
+appending one entry costs O(1), not a walk of the whole branch (the benchmark measures it).
 """
 
 from __future__ import annotations

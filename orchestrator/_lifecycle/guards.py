@@ -1,7 +1,7 @@
 """The names a machine table may use: guards and effects.
 
 A table in ``machines/*.toml`` never holds an expression. Its rows name guards and effects, and
-this module is the registry those names resolve against (house style habit 15), so a table cannot
+this module is the registry those names resolve against, so a table cannot
 run code we did not write and a typo fails at load instead of at the worst moment.
 
 *Guards* are pure predicates over :class:`Facts`, the frozen record the caller passes with each

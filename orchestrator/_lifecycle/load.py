@@ -1,11 +1,12 @@
-"""Loading a machine table: TOML parsing and every load-time check (house style habit 11).
+"""Loading a machine table: TOML parsing and every load-time check.
 
-Split from ``_machine`` so that each module stays small. The checks: unknown keys anywhere, an
-initial state that does not exist, a row naming an undeclared state, a state unreachable from the
-initial one, a trap (a non-final state with no path to a final one), a final state with outgoing
-rows, a guard not in the registry or an effect outside the machine's vocabulary, a row shadowed by
-an earlier unguarded row, and names that would collide with what ``transitions`` adds to its
-model. Each failure is a ``DefinitionError`` naming the file and the rule.
+Split from :mod:`orchestrator._lifecycle.machine` so that each module stays small. The checks:
+unknown keys anywhere, an initial state that does not exist, a row naming an undeclared state, a
+state unreachable from the initial one, a trap (a non-final state with no path to a final one), a
+final state with outgoing rows, a guard not in the registry or an effect outside the machine's
+vocabulary, a row shadowed by an earlier unguarded row, and names that would collide with what
+``transitions`` adds to its model. Each failure is a ``DefinitionError`` naming the file and the
+rule.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 # Theory of operation
 # -------------------
 #
-# A machine is a table (house style habit 1). Each ``machines/<name>.toml`` file holds:
+# A machine is a table. Each ``machines/<name>.toml`` file holds:
 #
 #     [machine]            name, initial, final = [...], optional doc
 #     [states.<name>]      doc = "..."                    one entry per state, each explained
@@ -19,15 +19,15 @@
 # the machine knows what may happen next, the driver knows how to do it.
 #
 # Refusal. An event the table does not list for the current state, or whose rows all have a
-# failing guard, raises TransitionError and leaves the state unchanged. House style habit 1 says a
-# refused event also "moves the machine to `failed`", but issue 4's property ("a legal next state,
-# or an error with the state unchanged") says the opposite, and I side with the issue: a refusal is
+# failing guard, raises TransitionError and leaves the state unchanged. One could also move the
+# machine to `failed` on a refused event, but the property the tests check ("a legal next state,
+# or an error with the state unchanged") says the opposite, and I side with it: a refusal is
 # a caller bug, and jumping to `failed` would destroy the very state that explains the bug. It
 # would also make `failed` reachable from every state, which hides real failure paths in the
 # diagram. Real failures are rows like any other (an operation ends in `failed` by a listed
 # event), so a refusal never stands in for one.
 #
-# Validation at load (habit 11). I reject unknown keys anywhere; an initial state that does not
+# Validation at load. I reject unknown keys anywhere; an initial state that does not
 # exist; a row naming an undeclared state; a state unreachable from the initial one; a trap (a
 # non-final state with no path to a final one); a final state with outgoing rows; a guard not in
 # the guard registry or an effect not in the machine's effect vocabulary; a row that can never
@@ -96,7 +96,7 @@ class Row:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
-    """The record of one machine step, handed to observers (house style habit 5).
+    """The record of one machine step, handed to observers.
 
     Attributes:
         machine: The table's name.

@@ -1,4 +1,4 @@
-"""Render a machine table as a Mermaid state diagram and as Markdown tables (house style habit 11).
+"""Render a machine table as a Mermaid state diagram and as Markdown tables.
 
 The pictures are drawn from the same validated table the engine runs, never by hand, so the
 README cannot drift from the behaviour. Output is deterministic (file order throughout), which

@@ -1,4 +1,4 @@
-"""The remote summary endpoint (oh-my-pi's ``compaction.remoteEndpoint``, reference §5.6).
+"""The remote summary endpoint (oh-my-pi's ``compaction.remoteEndpoint``).
 
 Theory of operation: some deployments summarise on a server of their own. The protocol is one
 ``POST <url>`` with ``{"systemPrompt", "prompt"}`` as JSON, answered by ``{"summary": "..."}``

@@ -1,7 +1,7 @@
 """JSON-RPC 2.0 over newline-delimited byte streams: framing, envelopes, the dispatcher.
 
-Nothing here knows about sessions (that is ``_rpc_server``). The byte transports are here
-because they are the wire: a socket stream or two file descriptors, cut into lines by
+Nothing here knows about sessions (that is :mod:`orchestrator._rpc.server`). The byte transports are
+here because they are the wire: a socket stream or two file descriptors, cut into lines by
 :func:`read_lines`.
 
 Theory of operation. A transport hands :meth:`Dispatcher.handle_text` one line of text and

@@ -1,6 +1,6 @@
 """Events the runtime emits, and the bus that delivers them.
 
-Payloads follow the reference (§8.7): ``auto_compaction_start {reason}``,
+Payloads follow pi's AgentSession events: ``auto_compaction_start {reason}``,
 ``auto_compaction_end {result, aborted, willRetry, errorMessage?}``,
 ``auto_retry_start {attempt, maxAttempts, delayMs, errorMessage}``,
 ``auto_retry_end {success, attempt, finalError?}``, plus ACP's

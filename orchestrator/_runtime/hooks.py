@@ -1,4 +1,4 @@
-"""Hooks: extension points around compaction, navigation and forking (reference §9, D25).
+"""Hooks: extension points around compaction, navigation and forking (pi's extension hooks, D25).
 
 Handlers run one after another in registration order, sync or async. For the
 ``session_before_*`` hooks (and ``session.compacting``) the last truthy result wins, and a

@@ -1,6 +1,6 @@
 """Tree navigation and forking for the runtime, through the navigation machine.
 
-Navigation (reference §7.4, D17, D22): refused while a turn runs; the same position is a no-op;
+Navigation (as in pi, D17, D22): refused while a turn runs; the same position is a no-op;
 ``session_before_tree`` hooks may cancel or supply the summary (D25); when a summary is wanted
 and the abandoned branch has entries, one branch-summary operation runs and its commit attaches
 the summary at the new position; cancelling it leaves history and leaf as they were.
@@ -218,7 +218,7 @@ class ForkResult:
 
 
 async def fork(runtime: AgentSession, entry_id: str, store: SessionStore) -> ForkResult:
-    """Fork the path before a user message into a new session (reference §7.5)."""
+    """Fork the path before a user message into a new session (pi's fork)."""
     leaf, editor_text = fork_target(runtime.session, entry_id)
     hook = await runtime.run_hook(
         "session_before_fork", {"type": "session_before_fork", "entryId": entry_id}

@@ -1,4 +1,4 @@
-"""Tree navigation: where the leaf goes, and what returns to the editor (reference §7.4).
+"""Tree navigation: where the leaf goes, and what returns to the editor (as in pi).
 
 Pure decisions over the tree, plus the one function that applies a navigation to a session.
 Selecting a user message moves the active context to just *before* it (its parent) and hands its

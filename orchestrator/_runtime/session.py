@@ -439,7 +439,7 @@ class AgentSession(TurnEffects):
             self._navigating = False
 
     async def fork(self, entry_id: str, path: str | os.PathLike[str] | None = None) -> ForkResult:
-        """Copy the path before a user message into a new session (reference §7.5).
+        """Copy the path before a user message into a new session (pi's fork).
 
         Args:
             entry_id: A user message.
@@ -473,7 +473,7 @@ class AgentSession(TurnEffects):
     # -- manual compaction ---------------------------------------------------------------------
 
     async def compact(self, focus: str | None = None) -> OperationOutcome:
-        """Compact now, with optional focus instructions (seed 2's ``session.compress``).
+        """Compact now, with optional focus instructions (the JSON-RPC ``session.compress``).
 
         Active work is stopped and allowed to settle first; the interrupted turn is not resumed
         (D22). Nothing to compact is an outcome, not an error (``status == "skipped"``, D12).

@@ -1,9 +1,10 @@
 """Execution: turn a plan into a compaction or branch summary through model routes.
 
-Theory of operation. Planning (``_compaction_plan``, ``_branch_plan``) decided *what* to
-summarize; this module only asks models and assembles text. It never touches the session:
-it returns a result record, and the caller commits it as one appended entry (D24). So a
-failure or a cancellation applies nothing (D22): there is nothing partial to undo.
+Theory of operation. Planning (:mod:`orchestrator._core.compaction_plan`,
+:mod:`orchestrator._core.branch_plan`) decided *what* to summarize; this module only asks models and
+assembles text. It never touches the session: it returns a result record, and the caller commits it
+as one appended entry (D24). So a failure or a cancellation applies nothing (D22): there is nothing
+partial to undo.
 
 Each call goes through :func:`~orchestrator._runtime.retry.call_with_candidates` (ordered
 candidates, retries, D21) and every reply is checked (empty, truncated or error summaries are
@@ -50,7 +51,7 @@ class SummaryRoutes:
 
     Attributes:
         candidates: Models to try in order (the current model first, D21).
-        reserve_tokens: The compaction reserve; output budgets derive from it (§5.5).
+        reserve_tokens: The compaction reserve; output budgets derive from it (pi's rule).
         retry: Retry policy per candidate.
         remote: The remote summary endpoint; when set, history and short summaries go there
             (the turn prefix always uses the candidates, as in OMP).
@@ -295,7 +296,7 @@ async def summarize_branch(
     instructions: str | None = None,
     replace_instructions: bool = False,
 ) -> BranchSummaryResult:
-    """Summarize an abandoned branch (reference §7.3, D16, D17).
+    """Summarize an abandoned branch (pi's generateBranchSummary, D16, D17).
 
     With no messages to summarize no model is called and the summary is
     ``No content to summarize``.

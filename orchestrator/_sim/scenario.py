@@ -1,6 +1,6 @@
 """Simulation scenarios: scripted agent and summarizer behaviour, as plain TOML files.
 
-A scenario file reads like a test story and is inert data (house style habit 15)::
+A scenario file reads like a test story and is inert data::
 
     [scenario]
     name = "threshold"

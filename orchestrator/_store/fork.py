@@ -1,4 +1,4 @@
-"""Forking: a new session holding one path of another (reference §1.5, §7.5).
+"""Forking: a new session holding one path of another (pi's fork, D28).
 
 pi's ``createBranchedSession``: the new file gets a fresh header whose ``parentSession`` names
 the source, then the path root→leaf without its label entries, then fresh label entries (chained

@@ -20,7 +20,7 @@ what the next process needs to settle it, so losing it would defeat the journal.
 navigation records are not fsynced; they are history, and a crash may lose the last few.
 
 Reading is lenient (D3): a torn last line, or a damaged line in the middle, is skipped and
-reported as a :class:`~orchestrator._store.protocol.Problem`, never raised. Before appending
+reported as a :class:`~orchestrator._core.load_result.Problem`, never raised. Before appending
 after a torn line I write a newline first, so the torn bytes stay a line of their own and never
 swallow the next record.
 
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator._core.entries import iso_now
+from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
-from orchestrator._store.protocol import Problem
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""

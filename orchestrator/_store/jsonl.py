@@ -41,6 +41,7 @@ from types import TracebackType
 
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._core.load_result import EMPTY_TAIL, LoadResult, Tail
 from orchestrator._core.loading import (
     ParsedSession,
     append_refusal,
@@ -51,7 +52,7 @@ from orchestrator._core.loading import (
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.files import describe_os_error, open_side_file
 from orchestrator._store.owner import OwnerLock
-from orchestrator._store.protocol import EMPTY_TAIL, FsyncPolicy, LoadResult, Tail
+from orchestrator._store.protocol import FsyncPolicy
 from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes, tail_of_file
 
 _CHUNK = 1 << 16

@@ -17,6 +17,7 @@ from types import TracebackType
 
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
+from orchestrator._core.load_result import LoadResult, Tail
 from orchestrator._core.loading import (
     ParsedSession,
     append_refusal,
@@ -26,7 +27,6 @@ from orchestrator._core.loading import (
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.jsonl import write_pi_line
-from orchestrator._store.protocol import LoadResult, Tail
 from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes
 
 

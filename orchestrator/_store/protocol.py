@@ -18,70 +18,16 @@ the byte length.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from orchestrator._core.entries import Entry
 
+# Tail is part of this protocol (D27); it is defined beside LoadResult, which carries one.
+from orchestrator._core.load_result import EMPTY_TAIL as EMPTY_TAIL
+from orchestrator._core.load_result import LoadResult
+from orchestrator._core.load_result import Tail as Tail
+
 FsyncPolicy = Literal["always", "per_turn", "never"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Problem:
-    """One thing wrong with a stored session, with where it is.
-
-    Attributes:
-        line: 1-based line number in the file (0 for the file as a whole).
-        code: A stable code: ``not_json``, ``no_id``, ``unknown_parent``, ``cycle``,
-            ``duplicate_id``, ``torn_line``, ``not_session``, ``bad_header``, ``not_object``.
-        message: One readable sentence.
-    """
-
-    line: int
-    code: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"line {self.line}" if self.line else "file"
-        return f"{where}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class Tail:
-    """Where a stored session ends: what a conditional write checks (D27).
-
-    Attributes:
-        last_id: The id of the last entry stored (``None`` when there is none yet).
-        length: The stored size in bytes (a file's length, torn bytes included).
-    """
-
-    last_id: str | None
-    length: int
-
-
-EMPTY_TAIL = Tail(last_id=None, length=0)
-"""The tail of a store that holds nothing."""
-
-
-@dataclass(slots=True, kw_only=True)
-class LoadResult:
-    """What a store read: the usable part, and every problem found.
-
-    Attributes:
-        header: The session header (migrated to version 3), or ``None`` when there is none.
-        entries: Usable entries in file order (migrated to version 3).
-        problems: Everything that was skipped or suspicious, in line order.
-        migrated: The stored data was an older version and was migrated in memory.
-        torn_tail: Bytes of a truncated last line (a crash mid-append), if any.
-        tail: Where the data read ends: the state a later conditional write expects (D27).
-    """
-
-    header: Entry | None
-    entries: list[Entry] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    migrated: bool = False
-    torn_tail: bytes = b""
-    tail: Tail = EMPTY_TAIL
 
 
 class SessionStore(Protocol):

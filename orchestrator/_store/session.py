@@ -3,7 +3,7 @@
 This is the layer that turns tree operations into store writes. The tree and the context
 builder stay sans-I/O; the ``Session`` is the one place where an append reaches the store.
 
-Persistence follows pi (reference §1.1): nothing is written until the session holds an
+Persistence follows pi: nothing is written until the session holds an
 assistant message; at that moment the header and every entry are written in one go, and each
 later entry is appended as one whole line (D4). A session opened from an existing file is already
 persisted.
@@ -43,9 +43,10 @@ from orchestrator._core.entries import (
     role_of,
 )
 from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._core.load_result import LoadResult, Problem, Tail
 from orchestrator._core.loading import gc_paused
 from orchestrator._core.tree import LEAF, SessionTree
-from orchestrator._store.protocol import LoadResult, Problem, SessionStore, Tail
+from orchestrator._store.protocol import SessionStore
 from orchestrator._store.tail import conflict_message
 
 

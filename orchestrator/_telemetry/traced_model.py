@@ -1,4 +1,4 @@
-"""A model route wrapped in a model-call span (GenAI attributes, house style habit 5)."""
+"""A model route wrapped in a model-call span (GenAI attributes)."""
 
 from __future__ import annotations
 

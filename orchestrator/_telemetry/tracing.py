@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 
-Tracing is an observer (house style habit 5): the runtime driver opens a span around each turn,
+Tracing is an observer: the runtime driver opens a span around each turn,
 each operation (compaction, branch summary, prune) and each model call, and hands every machine
 :class:`~orchestrator._lifecycle.machine.Step` to :meth:`LifecycleTracer.on_step`, which adds one
 ``transition`` event (``machine``, ``from``, ``to``, ``trigger``, ``effects``) to the innermost
@@ -244,7 +244,7 @@ class LifecycleTracer:
         }
         if step.facts is not None:
             # Only the facts that differ from their defaults, as JSON: enough to replay the
-            # step through the table (house style habit 5) and short enough to read.
+            # step through the table and short enough to read.
             attributes["facts"] = json.dumps(facts_delta(step.facts), sort_keys=True)
         span.add_event(TRANSITION_EVENT, attributes)
 

@@ -3,7 +3,7 @@
 Theory of operation. The main screen shows the active path (what the model sees next), a status
 line and the editor. ``/tree`` (typed in the editor) or Ctrl+T opens :class:`TreePicker`, a modal
 over it, exactly when the session is idle: the runtime refuses navigation during a turn, and I
-refuse to even open the picker then, with the same advice (seed 3: "/tree is unavailable while
+refuse to even open the picker then, with the same advice ("/tree is unavailable while
 the agent works").
 
 In the picker, Up/Down choose an entry and the preview shows its full text and what Enter would

@@ -135,7 +135,7 @@ def index_ids(report: Any, order: Sequence[str], key: str | None = None) -> Any:
 
 def _with_session(session: Session, argv: Sequence[str]) -> dict[str, Any]:
     # The CLI handlers open the file themselves; a v1 file would get new random ids on every
-    # open, so here the same parse runs against one loaded session (mirrors _cli_inspect).
+    # open, so here the same parse runs against one loaded session (mirrors _cli/inspect.py).
     order = [entry["id"] for entry in session.tree.entries]
     resolved = [order[int(a[1:])] if a.startswith("#") else a for a in argv]
     args = _build_parser().parse_args([resolved[0], "unused.jsonl", *resolved[1:], "--json"])
