@@ -246,7 +246,10 @@ async def test_a_branch_left_mid_call_or_mid_question_says_where_it_stopped() ->
     ]
     summary = await summarize_branch(Branch(turns=turns))
     steps = section(summary, "## Next Steps")
-    assert "Work stopped at the tool call edit `src/report.py`" in steps
+    assert (
+        "The branch ended at the tool call edit `src/report.py`, whose outcome is not in the "
+        "branch" in steps
+    )
     assert "- [x] edit" not in summary  # its outcome is not in the branch: not claimed as done
 
     asked = await summarize_branch(Branch(turns=[(question, [reply("", stop="aborted")])]))

@@ -39,6 +39,11 @@ def test_the_branch_summary_has_the_whole_request_and_the_work_done(
     assert "- [x] write `tests/test_tax_rounding.py`\n" in done
     assert "- [x] Ran `python -m pytest -q` (the assistant reported: " in done
     assert "all 54 tests pass." in done
+    steps = section(summary, "## Next Steps")
+    assert steps.startswith(
+        "1. Nothing on this branch was left open\n"
+        "2. The branch ended at the assistant's reply: Done: totals and VAT round once"
+    )
     critical = section(summary, "## Critical Context")
     # The branch this one came back from is a lesson for this one: it is kept.
     assert "- An abandoned branch tried: Add a VAT rounding regression test." in critical

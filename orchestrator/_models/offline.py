@@ -227,25 +227,34 @@ def _critical(
     return [*files, *focus, *rest[-cap:], *pending[-open_cap:]], dropped
 
 
-def _next_steps(facts: Evidence, previous: Parsed, sections: dict[str, list[str]]) -> list[str]:
+def _next_steps(
+    facts: Evidence, previous: Parsed, sections: dict[str, list[str]], branch: bool
+) -> list[str]:
     questions = [q.partition("(verbatim): ")[2] for q in _pending(facts, previous)[0]]
     steps = [f"Answer the user's pending message: {gist(q)}" for q in questions[-1:]]
     opened = {short(q) for q in questions}
     steps += [f"Continue: {i}" for i in sections["In Progress"] if i not in opened][:3]
     steps += [f"Resolve: {i}" for i in sections["Blocked"]][-2:]
+    # A branch was left for another one: where it ended is history, not the next message.
+    stopped = "The branch ended at" if branch else "Work stopped at"
     if not steps and facts.last != "call":
-        steps.append("Carry on from the most recent messages: nothing summarized here is open")
+        steps.append(
+            "Nothing on this branch was left open"
+            if branch
+            else "Carry on from the most recent messages: nothing summarized here is open"
+        )
     if facts.last == "request" and facts.last_open():
-        steps.append("Work stopped at the user's last message, which has no reply yet")
+        steps.append(f"{stopped} the user's last message, which has no reply yet")
     elif facts.last == "reply":
-        steps.append("Work stopped at the assistant's reply: " + short(facts.replies[-1], 160))
+        steps.append(f"{stopped} the assistant's reply: " + short(facts.replies[-1], 160))
     elif facts.last == "call":
-        steps.append("Work stopped at the tool call " + facts.calls[-1].describe())
+        outcome = ", whose outcome is not in the branch" if branch else ""
+        steps.append(f"{stopped} the tool call {facts.calls[-1].describe()}{outcome}")
     return steps
 
 
 def _sections(
-    facts: Evidence, previous: Parsed, extra: list[str], focus: list[str]
+    facts: Evidence, previous: Parsed, extra: list[str], focus: list[str], branch: bool
 ) -> tuple[dict[str, list[str]], dict[str, int]]:
     rules = [*previous.items("Constraints & Preferences"), *facts.rules]
     decisions = [*previous.items("Key Decisions"), *facts.decisions]
@@ -261,7 +270,7 @@ def _sections(
         omitted[name] = omitted.get(name, 0) + dropped
     sections["Critical Context"], dropped = _critical(facts, previous, extra, focus)
     omitted["Critical Context"] = omitted.get("Critical Context", 0) + dropped
-    sections["Next Steps"] = _next_steps(facts, previous, sections)
+    sections["Next Steps"] = _next_steps(facts, previous, sections, branch)
     extras = {k: v for k, v in previous.sections.items() if k not in sections}
     extras.pop("Original Request", None)  # folded into Goal
     return {**sections, **extras}, omitted
@@ -379,7 +388,8 @@ def summarize(request: ModelRequest) -> str:
         sections, omitted = _turn_prefix(facts), dict[str, int]()
         names: tuple[str, ...] = tuple(sections)
     else:
-        sections, omitted = _sections(facts, previous, context, focus)
+        branch = request.purpose == "branch"
+        sections, omitted = _sections(facts, previous, context, focus, branch)
         names = _SECTION_ORDER
     return _fit(lambda cap: _layout(sections, omitted, cap, names), request.max_tokens)
 
