@@ -57,17 +57,15 @@ if TYPE_CHECKING:
     from orchestrator._runtime.events import Event, EventBus
     from orchestrator._runtime.hooks import Hooks
     from orchestrator._runtime.navigate import ForkResult, NavigationResult
-    from orchestrator._runtime.operations import OperationOutcome
+    from orchestrator._runtime.operations import compact, summarize_branch
     from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
     from orchestrator._runtime.session import AgentSession
     from orchestrator._runtime.summarize import (
         BranchSummaryResult,
         CompactionResult,
         SummaryRoutes,
-        compact,
-        summarize_branch,
     )
-    from orchestrator._runtime.types import RuntimeSettings, TurnResult
+    from orchestrator._runtime.types import OperationOutcome, RuntimeSettings, TurnResult
     from orchestrator._store.journal import Journal
     from orchestrator._store.jsonl import JsonlStore
     from orchestrator._store.memory import MemoryStore
@@ -198,7 +196,7 @@ _EXPORTS: dict[str, str] = {
     "NavigationResult": "orchestrator._runtime.navigate",
     "NothingToCompact": "orchestrator._core.compaction_plan",
     "OfflineSummarizer": "orchestrator._models.offline",
-    "OperationOutcome": "orchestrator._runtime.operations",
+    "OperationOutcome": "orchestrator._runtime.types",
     "OrchestratorError": "orchestrator._core.errors",
     "Problem": "orchestrator._core.load_result",
     "PrunePlan": "orchestrator._core.prune",
@@ -224,7 +222,7 @@ _EXPORTS: dict[str, str] = {
     "build_context": "orchestrator._core.context",
     "calculate_context_tokens": "orchestrator._core.tokens",
     "collect_branch_entries": "orchestrator._core.branch_plan",
-    "compact": "orchestrator._runtime.summarize",
+    "compact": "orchestrator._runtime.operations",
     "compaction_threshold": "orchestrator._core.tokens",
     "convert_to_llm": "orchestrator._core.messages",
     "estimate_context_tokens": "orchestrator._core.tokens",
@@ -240,7 +238,7 @@ _EXPORTS: dict[str, str] = {
     "serialize_conversation": "orchestrator._core.serialize",
     "settle_unfinished_operations": "orchestrator._store.settle",
     "should_compact": "orchestrator._core.tokens",
-    "summarize_branch": "orchestrator._runtime.summarize",
+    "summarize_branch": "orchestrator._runtime.operations",
 }
 
 

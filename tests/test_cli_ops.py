@@ -275,3 +275,25 @@ def test_navigate_summary_failure_changes_nothing(
     assert code == 1
     assert err.strip() == "orchestrator navigate: Summarization failed: empty summary"
     assert example.read_bytes() == before
+
+
+def test_timeout_is_accepted_by_every_command_that_summarizes(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "compact", str(example), "--dry-run", "--timeout", "12.5")
+    assert code == 0, err
+    assert "would compact" in out
+    from orchestrator._cli.main import _build_parser as build_parser
+
+    for argv in (["navigate", "s.jsonl", "--to", "x"], ["serve"], ["tui", "s.jsonl"]):
+        args = build_parser().parse_args([*argv, "--timeout", "12.5"])
+        assert args.timeout == 12.5
+
+
+def test_timeout_must_be_a_positive_number(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run(capsys, "compact", str(example), "--timeout", "-1")
+    assert exc.value.code == 2
+    assert "positive number of seconds" in capsys.readouterr().err

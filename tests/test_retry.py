@@ -1,18 +1,24 @@
+"""Candidates and retries (D21), as the operation table decides them for one summary request."""
+
 import math
 
 import anyio
 import pytest
 
+from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
 from orchestrator._core.errors import ModelError
-from orchestrator._core.model import Model, ModelRequest, ModelResponse
+from orchestrator._core.model import Model, ModelResponse
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._runtime.operations import compact
 from orchestrator._runtime.retry import (
     NO_MODEL,
     AttemptRecord,
     RetryPolicy,
-    call_with_candidates,
     check_summary_response,
 )
+from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import FakeClock, ScriptedModel
+from tests.sessions import SessionBuilder, usage
 
 pytestmark = pytest.mark.anyio
 
@@ -26,20 +32,45 @@ def transient(retry_after: float | None = None) -> ModelError:
     return ModelError("503 Service Unavailable", kind="transient", retry_after=retry_after)
 
 
-def request_for(model: Model) -> ModelRequest:
-    return ModelRequest(
-        purpose="history", system="s", messages=({"role": "user", "content": "p"},), max_tokens=9
+def a_plan() -> CompactionPlan:
+    # One summary request (no split turn, no file operations): the history.
+    s = SessionBuilder()
+    s.user("first request " + "a" * 800)
+    s.assistant("first answer " + "b" * 800, usage=usage(1000))
+    s.user("second request " + "c" * 400)
+    s.assistant("second answer " + "d" * 400, usage=usage(2000))
+    plan = plan_compaction(
+        s.path(), CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
     )
+    assert isinstance(plan, CompactionPlan)
+    assert not plan.is_split_turn
+    return plan
+
+
+class Answer:
+    """What a run returned: the summary text and the model that wrote it."""
+
+    def __init__(self, text: str, model: Model | None) -> None:
+        self.text = text
+        self.model = model
 
 
 async def run(
-    *models: ScriptedModel, clock: FakeClock, policy: RetryPolicy | None = None
-) -> tuple[ModelResponse, Model, list[AttemptRecord]]:
-    records: list[AttemptRecord] = []
-    response, model = await call_with_candidates(
-        models, request_for, policy=policy, sleep=clock.sleep, on_attempt=records.append
+    *models: ScriptedModel,
+    clock: FakeClock,
+    policy: RetryPolicy | None = None,
+    records: list[AttemptRecord] | None = None,
+) -> tuple[Answer, Model | None, list[AttemptRecord]]:
+    seen: list[AttemptRecord] = [] if records is None else records
+    routes = SummaryRoutes(
+        candidates=tuple(models),
+        retry=policy or RetryPolicy(),
+        sleep=clock.sleep,
+        on_attempt=lambda record, _purpose: seen.append(record),
     )
-    return response, model, records
+    result = await compact(a_plan(), routes)
+    chosen = next((m for m in models if m.name == result.model), None)
+    return Answer(result.summary, chosen), chosen, seen
 
 
 def outcomes(records: list[AttemptRecord]) -> list[tuple[str, int, str, int]]:
@@ -53,7 +84,7 @@ async def test_first_attempt_succeeds_without_waiting() -> None:
     assert (response.text, chosen) == ("summary", model)
     assert outcomes(records) == [("a", 1, "ok", 0)]
     assert clock.sleeps == []
-    assert model.requests == [request_for(model)]
+    assert len(model.requests) == 1
 
 
 async def test_backoff_is_2_4_8_seconds_then_the_last_error() -> None:
@@ -62,7 +93,7 @@ async def test_backoff_is_2_4_8_seconds_then_the_last_error() -> None:
     model = ScriptedModel(errors, name="a")
     with pytest.raises(ModelError) as caught:
         await run(model, clock=clock)
-    assert caught.value is errors[-1]
+    assert (str(caught.value), caught.value.kind) == (str(errors[-1]), "transient")
     assert clock.sleeps == [2.0, 4.0, 8.0]
     assert clock.now == 14.0
     assert len(model.requests) == 4
@@ -120,13 +151,16 @@ async def test_overflow_is_never_retried_nor_passed_on() -> None:
     overflow = ModelError("prompt is too long", kind="overflow")
     first = ScriptedModel([overflow], name="a")
     second = ScriptedModel(["unused"], name="b")
+    # Overflow is answered by halving the request (D14), on the same candidate, never by
+    # waiting or passing it on; after three halvings the operation fails.
+    first.push(overflow)
+    first.push(overflow)
+    first.push(overflow)
     records: list[AttemptRecord] = []
     with pytest.raises(ModelError) as caught:
-        await call_with_candidates(
-            [first, second], request_for, sleep=clock.sleep, on_attempt=records.append
-        )
-    assert caught.value is overflow
-    assert outcomes(records) == [("a", 1, "failed", 0)]
+        await run(first, second, clock=clock, records=records)
+    assert (str(caught.value), caught.value.kind) == ("prompt is too long", "overflow")
+    assert outcomes(records) == [("a", 1, "failed", 0)] * 4
     assert second.requests == []
     assert clock.sleeps == []
 
@@ -149,10 +183,8 @@ async def test_all_candidates_fail_raises_last_error_and_records_all() -> None:
     b.push(last)
     records: list[AttemptRecord] = []
     with pytest.raises(ModelError) as caught:
-        await call_with_candidates(
-            [a, b], request_for, sleep=clock.sleep, on_attempt=records.append
-        )
-    assert caught.value is last
+        await run(a, b, clock=clock, records=records)
+    assert str(caught.value) == str(last)
     assert outcomes(records) == [
         ("a", 1, "retry", 2000),
         ("a", 2, "next_candidate", 0),
@@ -183,7 +215,7 @@ async def test_custom_policy_numbers() -> None:
 
 async def test_no_candidates() -> None:
     with pytest.raises(ModelError, match=NO_MODEL):
-        await call_with_candidates([], request_for)
+        await run(clock=FakeClock())
 
 
 async def test_empty_and_truncated_replies_count_as_failures() -> None:
@@ -193,12 +225,6 @@ async def test_empty_and_truncated_replies_count_as_failures() -> None:
     with pytest.raises(ModelError) as caught:
         await run(a, b, clock=clock)
     assert caught.value.kind == "truncated"
-
-
-async def test_validation_can_be_switched_off() -> None:
-    model = ScriptedModel([""])
-    response, _ = await call_with_candidates([model], request_for, validate=None)
-    assert response.text == ""
 
 
 async def test_cancelling_during_a_retry_wait_interrupts_it() -> None:
@@ -213,9 +239,12 @@ async def test_cancelling_during_a_retry_wait_interrupts_it() -> None:
                 # it does not take.
                 scope.deadline = -math.inf
 
-        await call_with_candidates(
-            [model], request_for, sleep=clock.sleep, on_attempt=cancel_on_retry
+        routes = SummaryRoutes(
+            candidates=(model,),
+            sleep=clock.sleep,
+            on_attempt=lambda record, _purpose: cancel_on_retry(record),
         )
+        await compact(a_plan(), routes)
     assert scope.cancelled_caught
     assert len(model.requests) == 1
     assert clock.sleeps == []

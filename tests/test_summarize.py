@@ -19,14 +19,11 @@ from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._core.summary_request import PromptBudget, history_request
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.remote import RemoteSummaryModel
-from orchestrator._runtime.compaction import compact_session
+from orchestrator._runtime.operations import compact, summarize_branch
 from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
-from orchestrator._runtime.summarize import (
-    NO_BRANCH_CONTENT,
-    SummaryRoutes,
-    compact,
-    summarize_branch,
-)
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import NO_BRANCH_CONTENT, SummaryRoutes
+from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, FunctionModel, Hang, LocalProvider, Reply, ScriptedModel
 from tests.runtime_kit import until
@@ -294,7 +291,12 @@ async def test_cancellation_mid_call_leaves_the_file_byte_for_byte(tmp_path: Pat
     model = ScriptedModel([Hang()])
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as group:
-            group.start_soon(lambda: compact_session(session, summarizer(model), settings=SETTINGS))
+            runtime = AgentSession(
+                session,
+                summarizer=summarizer(model),
+                settings=RuntimeSettings(compaction=SETTINGS),
+            )
+            group.start_soon(runtime.compact)
             await until(lambda: bool(model.requests))
             scope.cancel()
     assert scope.cancelled_caught

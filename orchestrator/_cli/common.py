@@ -3,18 +3,53 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator._core.errors import SessionError
 from orchestrator._core.utf16 import escape_lone_surrogates
 from orchestrator._store.session import Session
 
+if TYPE_CHECKING:
+    # Only for the annotation: inspection commands must not import the runtime (issue 9).
+    from orchestrator._runtime.types import RuntimeSettings
+
 
 class UsageError(Exception):
     """A command's arguments do not make sense together; reported with its usage, exit 2."""
+
+
+def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--timeout``: how long a summary may take in all, each model call included."""
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="give up a compaction or branch summary after this long, retries included "
+        "(default: 30 s per model call, 45 s in all)",
+    )
+
+
+def with_timeout(settings: RuntimeSettings, args: argparse.Namespace) -> RuntimeSettings:
+    """``settings`` with ``--timeout`` applied to each model call and to the whole operation."""
+    seconds = getattr(args, "timeout", None)
+    if seconds is None:
+        return settings
+    return dataclasses.replace(settings, model_timeout_s=seconds, operation_deadline_s=seconds)
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number of seconds greater than zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -16,23 +16,25 @@ import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
 from orchestrator._cli.common import (
+    add_timeout_argument,
     open_existing,
     positive_int,
     print_json,
     require_file,
     warn_problems,
+    with_timeout,
 )
 from orchestrator._cli.progress import Progress, spinner
 from orchestrator._core.entries import CUSTOM, Entry
 from orchestrator._core.errors import SessionError
-from orchestrator._core.tokens import CompactionSettings
-from orchestrator._runtime.compaction import CompactOutcome, compact_session, tokens_after
+from orchestrator._core.tokens import CompactionSettings, estimate_tokens
+from orchestrator._runtime.jobs import kept_messages
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.retry import AttemptRecord
 from orchestrator._runtime.routes import RouteSettings, build_summarizer, close_routes
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
-from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator._telemetry.export import check_otlp_collector, make_tracer_provider
 from orchestrator._telemetry.tracing import LifecycleTracer
@@ -70,6 +72,7 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write a one-or-two sentence short summary (shown by tree, context, the TUI)",
     )
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    add_timeout_argument(parser)
 
 
 def register(commands: Any) -> None:
@@ -155,68 +158,63 @@ def _compact(args: argparse.Namespace) -> int:
         keep_recent_tokens=args.keep_recent_tokens,
         adaptive_keep=not args.no_adaptive_keep,
     )
-    if args.dry_run:
-        # A dry run writes nothing, not even the journal: plan and summarize only.
-        session = open_existing(args.session)
-
-        async def preview() -> CompactOutcome:
-            try:
-                async with spinner(progress):
-                    return await compact_session(
-                        session, summarizer, settings=settings, focus=args.focus, dry_run=True
-                    )
-            finally:
-                await close_routes(summarizer)
-
-        try:
-            outcome = anyio.run(preview)
-        finally:
-            session.close()
-    else:
-        outcome = _run_runtime(args, summarizer, settings, progress, _compact_through)
+    outcome = _run_runtime(args, summarizer, settings, progress, _compact_through)
     if args.json:
-        print_json(outcome.as_json())
+        print_json({k: v for k, v in outcome.items() if k not in ("splitTurn", "summarized")})
         return 0
     _print_compaction(args, outcome)
     return 0
 
 
-async def _compact_through(runtime: AgentSession, args: argparse.Namespace) -> CompactOutcome:
-    # Through the runtime, the compaction is an operation machine: journaled beside the file,
-    # traced, and settled on the next open if this process dies half-way (D24).
-    done = await runtime.compact(args.focus)
-    if done.plan is None or done.result is None:
-        tokens = runtime.session.context().tokens().tokens
-        return CompactOutcome(reason=done.reason, tokens_before=tokens)
-    return CompactOutcome(
-        reason=None,
-        plan=done.plan,
-        result=done.result,
-        entry=done.entry,
-        tokens_before=done.plan.tokens_before,
-        tokens_after=tokens_after(done.plan, done.result, runtime.session),
-    )
+async def _compact_through(runtime: AgentSession, args: argparse.Namespace) -> dict[str, Any]:
+    # Every compaction, a dry run included, is the operation machine with its hooks; a real one
+    # is journaled beside the file and settled on the next open if this process dies (D24). A
+    # dry run has no journal and its commit only reports the entry it would append.
+    tokens = runtime.session.context().tokens().tokens
+    done = await runtime.compact(args.focus, dry_run=args.dry_run)
+    return compaction_report(runtime.session, done, tokens)
 
 
-def _print_compaction(args: argparse.Namespace, outcome: CompactOutcome) -> None:
-    if outcome.reason is not None:
-        print(outcome.reason)
+def compaction_report(session: Session, done: OperationOutcome, tokens: int) -> dict[str, Any]:
+    """The JSON form of a compaction's outcome, for the command line."""
+    result, plan = done.result, done.plan
+    after = None
+    if result is not None and plan is not None:
+        after = estimate_tokens({"role": "compactionSummary", "summary": result.summary})
+        after += sum(estimate_tokens(m) for m in kept_messages(session, plan))
+    appended = done.entry if done.entry is not None and not done.dry_run else None
+    return {
+        "compacted": appended is not None,
+        "reason": done.reason if result is None else None,
+        "entryId": appended["id"] if appended else None,
+        "summary": result.summary if result else None,
+        "firstKeptEntryId": result.first_kept_entry_id if result else None,
+        "tokensBefore": plan.tokens_before if plan is not None else tokens,
+        "tokensAfter": after,
+        "model": result.model if result else None,
+        "shortSummary": result.short_summary if result else None,
+        "splitTurn": plan.is_split_turn if plan is not None else False,
+        "summarized": len(plan.summarize_entry_ids) if plan is not None else 0,
+    }
+
+
+def _print_compaction(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    if report["summary"] is None:
+        print(report["reason"])
         return
-    assert outcome.result is not None
-    assert outcome.plan is not None
-    print(outcome.result.summary)
+    print(report["summary"])
     print()
-    if outcome.result.short_summary:
-        print(f"-- short summary: {outcome.result.short_summary}")
+    if report["shortSummary"]:
+        print(f"-- short summary: {report['shortSummary']}")
     verb = "would compact" if args.dry_run else "compacted"
     print(
-        f"-- {verb}: {len(outcome.plan.summarize_entry_ids)} messages summarized"
-        f"{' (split turn)' if outcome.plan.is_split_turn else ''}, kept from "
-        f"{outcome.result.first_kept_entry_id}; tokens before {outcome.tokens_before}, "
-        f"after ~{outcome.tokens_after}; summarizer {outcome.result.model or 'none'}"
+        f"-- {verb}: {report['summarized']} messages summarized"
+        f"{' (split turn)' if report['splitTurn'] else ''}, kept from "
+        f"{report['firstKeptEntryId']}; tokens before {report['tokensBefore']}, "
+        f"after ~{report['tokensAfter']}; summarizer {report['model'] or 'none'}"
     )
-    if outcome.entry is not None:
-        print(f"-- appended compaction entry {outcome.entry['id']} to {args.session}")
+    if report["entryId"] is not None:
+        print(f"-- appended compaction entry {report['entryId']} to {args.session}")
 
 
 T = TypeVar("T")
@@ -231,17 +229,24 @@ def _run_runtime(
 ) -> T:
     require_file(args.session)  # opening a missing path would start a new session there
     provider = make_trace_provider(args.trace)
-    runtime = AgentSession.open(
-        args.session,
-        summarizer=summarizer,
-        settings=RuntimeSettings(
-            compaction=settings,
-            branch_reserve_tokens=args.reserve_tokens,
-            short_summary=args.short_summary,
+    options: dict[str, Any] = {
+        "summarizer": summarizer,
+        "settings": with_timeout(
+            RuntimeSettings(
+                compaction=settings,
+                branch_reserve_tokens=args.reserve_tokens,
+                short_summary=args.short_summary,
+            ),
+            args,
         ),
-        tracer=LifecycleTracer(provider),
-    )
-    warn_problems(args.session, runtime.session)
+        "tracer": LifecycleTracer(provider),
+    }
+    if getattr(args, "dry_run", False):
+        # A dry run writes nothing, not even the journal.
+        runtime = AgentSession(open_existing(args.session), **options)
+    else:
+        runtime = AgentSession.open(args.session, **options)
+        warn_problems(args.session, runtime.session)
     for settled in runtime.settlements:
         print(
             f"note: operation {settled.operation_id} ({settled.kind}) left half-done by an "

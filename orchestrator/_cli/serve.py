@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from orchestrator._cli.common import positive_int
+from orchestrator._cli.common import add_timeout_argument, positive_int, with_timeout
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._rpc.server import RpcServer, RuntimeOptions, SessionHub
 from orchestrator._runtime.agent import Agent, ChatAgent
@@ -58,6 +58,7 @@ def register(commands: Any) -> None:
     )
     serve.add_argument("--remote", metavar="URL", help="remote summary endpoint")
     serve.add_argument("--reserve-tokens", type=positive_int, default=16384)
+    add_timeout_argument(serve)
     serve.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
     serve.add_argument(
         "--short-summary",
@@ -87,12 +88,15 @@ def _options(args: argparse.Namespace) -> RuntimeOptions:
             context_window=routes.context_window,
         )
         agent_factory = lambda: ChatAgent(model=chat)  # noqa: E731 - one line reads better
-    settings = RuntimeSettings(
-        context_window=args.context_window or RuntimeSettings().context_window,
-        compaction=CompactionSettings(
-            reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
+    settings = with_timeout(
+        RuntimeSettings(
+            context_window=args.context_window or RuntimeSettings().context_window,
+            compaction=CompactionSettings(
+                reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
+            ),
+            short_summary=args.short_summary,
         ),
-        short_summary=args.short_summary,
+        args,
     )
     return RuntimeOptions(
         agent_factory=agent_factory,

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from orchestrator._cli.common import positive_int
+from orchestrator._cli.common import add_timeout_argument, positive_int, with_timeout
 from orchestrator._cli.ops import LEAF_MARKER, position_is_recorded
 from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
@@ -47,6 +47,7 @@ def register(commands: Any) -> None:
         default=16384,
         help="tokens kept free when summarizing a branch",
     )
+    add_timeout_argument(tui)
     tui.add_argument(
         "--short-summary",
         action="store_true",
@@ -83,8 +84,11 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
         args.session,
         agent=agent,
         summarizer=build_summarizer(routes),
-        settings=RuntimeSettings(
-            branch_reserve_tokens=args.reserve_tokens, short_summary=args.short_summary
+        settings=with_timeout(
+            RuntimeSettings(
+                branch_reserve_tokens=args.reserve_tokens, short_summary=args.short_summary
+            ),
+            args,
         ),
     )
 

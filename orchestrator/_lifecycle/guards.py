@@ -47,8 +47,13 @@ class Facts:
         delay_ms: The delay the next retry would wait (``baseDelayMs * 2^attempt``, raised to any
             retry-after hint).
         max_delay_ms: Above this delay, move to the next candidate model instead (D21: 30 s).
+        delay_cap_ms: On the last candidate, a wait longer than this fails instead (60 s).
         more_candidates: Another candidate model remains untried (D21).
         shrink_attempts: Times the summary request was halved after a summarizer overflow (D14).
+        needs_model: The operation has at least one summary to ask a model for (a branch with
+            no messages, or a split turn with nothing older, commits fixed text instead).
+        more_parts: Another summary request of the same operation is still to be made (the
+            turn prefix of a split turn, the short summary).
         entry_present: On reopen, the operation's committed entry is already in the file (D24).
         same_position: The navigation target is the current leaf.
         wants_summary: The user asked for a branch summary.
@@ -68,8 +73,11 @@ class Facts:
     retryable: bool = False
     delay_ms: int = 0
     max_delay_ms: int = 30_000
+    delay_cap_ms: int = 60_000
     more_candidates: bool = False
     shrink_attempts: int = 0
+    needs_model: bool = True
+    more_parts: bool = False
     entry_present: bool = False
     same_position: bool = False
     wants_summary: bool = False
@@ -105,6 +113,7 @@ GUARDS: Mapping[str, Guard] = MappingProxyType(
         "auto_continue": lambda f: f.auto_continue,
         "compaction_enabled": lambda f: f.compaction_enabled,
         "context_full": lambda f: f.context_full,
+        "delay_within_cap": lambda f: f.delay_ms <= f.delay_cap_ms,
         "delay_within_limit": lambda f: f.delay_ms <= f.max_delay_ms,
         "entry_present": lambda f: f.entry_present,
         "has_entries": lambda f: f.has_entries,
@@ -113,6 +122,8 @@ GUARDS: Mapping[str, Guard] = MappingProxyType(
         "may_recover_overflow": _may_recover_overflow,
         "may_shrink": lambda f: f.shrink_attempts < MAX_SHRINK_ATTEMPTS,
         "more_candidates": lambda f: f.more_candidates,
+        "more_parts": lambda f: f.more_parts,
+        "needs_model": lambda f: f.needs_model,
         "over_threshold": lambda f: f.over_threshold,
         "retries_left": lambda f: f.retry_attempt < f.max_retries,
         "retryable": lambda f: f.retryable,
@@ -149,15 +160,17 @@ _TURN_EFFECTS = {
 }
 
 _OPERATION_EFFECTS = {
-    "run_hooks": "run session_before_compact / session_before_tree handlers (D25)",
-    "call_model": "ask the current candidate model for the summary",
+    "run_hooks": "run session_before_compact and session.compacting handlers (D25)",
+    "call_model": "ask the current candidate model for the current summary request",
     "next_candidate": "move to the next candidate model and reset the retry count (D21)",
-    "shrink_request": "halve the serialized conversation after a summarizer overflow (D14)",
+    "next_part": "move to the operation's next summary request (first candidate, no retries)",
+    "shrink_request": "halve the summary request's prompt allowance after an overflow (D14)",
     "sleep_retry": "wait before the next attempt (cancellable, D22)",
-    "stop_work": "cancel the model call or wait in flight; nothing partial is applied (D22)",
-    "append_entry": "append the compaction or branch_summary entry: the commit (D24)",
+    "stop_work": "cancel the model call or wait in flight and wait until it settled (D22)",
+    "append_entry": "append the compaction or branch_summary entry (D24); a dry run reports it",
+    "rewrite_entries": "rewrite the pruned tool results in place, atomically (D23)",
     "rebuild_context": "rebuild the live context from the new leaf",
-    "emit_result": "report the operation's outcome to the caller and listeners",
+    "emit_result": "report the operation's outcome to the caller, the hooks and listeners",
 }
 
 _NAVIGATION_EFFECTS = {

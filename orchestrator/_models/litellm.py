@@ -99,6 +99,10 @@ class LiteLLMModel:
         self._context_window = context_window
         self._reasoning_supported = reasoning_supported
         self._timeout = timeout
+        # Importing litellm takes seconds. I do it when a route is made rather than at its first
+        # call, so that a summary's timeout and deadline measure the provider, not our start-up
+        # (``import orchestrator`` still loads no litellm).
+        _load_litellm()
 
     @property
     def name(self) -> str:

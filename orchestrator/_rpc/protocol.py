@@ -99,7 +99,10 @@ def error_for(exc: BaseException) -> RpcError:
     if isinstance(exc, Cancelled):
         return RpcError(CANCELLED, message)
     if isinstance(exc, ModelError):
-        return RpcError(MODEL_FAILED, message, {"kind": exc.kind})
+        data: dict[str, Any] = {"kind": exc.kind}
+        if exc.retry_after is not None:
+            data["retryAfter"] = exc.retry_after
+        return RpcError(MODEL_FAILED, message, data)
     if isinstance(exc, SessionLockedError):
         return RpcError(SESSION_LOCKED, message)
     if isinstance(exc, SessionError):

@@ -18,7 +18,6 @@ from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, load_machine
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
-from orchestrator._runtime.operations import run_branch_summary
 from orchestrator._store.fork import branched_session, fork_target
 from orchestrator._store.protocol import SessionStore
 from orchestrator._store.session import Session
@@ -133,8 +132,7 @@ async def navigate(
         plan = prepare_branch_entries(
             entries, budget, old_leaf_id=old_leaf, target_id=target_id, common_ancestor_id=ancestor
         )
-        outcome = await run_branch_summary(
-            runtime,
+        outcome = await runtime.operations.branch_summary(
             plan,
             new_leaf_id=target.new_leaf_id,
             old_leaf_id=old_leaf,
@@ -148,7 +146,11 @@ async def navigate(
             )
         if outcome.status != "committed":
             nav.fire("summary_failed")
-            raise ModelError(outcome.error or "Branch summarization failed")
+            raise ModelError(
+                outcome.error or "Branch summarization failed",
+                kind=outcome.error_kind or "fatal",
+                retry_after=outcome.retry_after,
+            )
         nav.fire("summary_committed")
         return await _finish(
             runtime, nav, target, old_leaf, outcome.entry, label, False, switched=True

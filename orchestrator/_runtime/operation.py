@@ -1,183 +1,557 @@
-"""One journaled operation: a compaction, a branch summary or a prune.
+"""The operation driver: one compaction, branch summary or prune, run by its table (D31).
 
-Theory of operation. Each operation owns an operation machine (``machines/operation.toml``) and
-an id. Every step of the machine goes to the lifecycle journal (fsynced, D24), to the tracer and
-to listeners as ``compaction_update``. The phases are:
+Theory of operation. The table (``machines/operation.toml``) decides; this module performs. The
+phases are
 
     preparing -> consulting_hooks -> summarizing [-> waiting_retry -> summarizing ...]
-              -> committing -> committed        (or skipped / cancelled / failed)
+              -> committing -> committed   (or skipped / cancelled / failed / conflict)
 
-The summary calls themselves run through :mod:`orchestrator._runtime.retry` (tenacity does the
-waiting); the driver translates each reported attempt into the machine's events (``attempt_failed``
-with the facts that pick the row, ``wait_done``, ``summary_overflow``), so the machine both records
-and validates what happened: an attempt sequence the table does not allow raises. For a split turn
-the history summary's attempts drive the machine and the concurrent turn-prefix attempts are traced
-only, since one machine cannot be in two summarizing states at once.
+Planning is pure and happens before the first step, which is the job's start event. From then on
+the loop steps the table, performs the row's effects from :data:`the effect table
+<OperationRun.effects>`, and translates each effect's :class:`~orchestrator._runtime.driver.Report`
+into the next event with the facts its guards read:
 
-The commit is one step: the entry to append is built first, its id journaled when the machine
-enters ``committing``, then appended. On reopen, an operation left in ``committing`` is settled
-``committed`` if that id is in the file and ``failed`` otherwise; earlier phases settle
-``cancelled``. Nothing is ever half-applied, because nothing is applied before ``committing``.
+* ``call_model`` reports ``ok`` (-> ``summary_ready``), ``overflow`` (-> ``summary_overflow``,
+  with the halvings so far), or a failure kind (-> ``attempt_failed``, with whether it is
+  retryable, the retries made on this candidate, the delay the next wait would take from
+  :func:`~orchestrator._runtime.delays.retry_delay_ms`, and whether another candidate remains).
+  Whether that means wait, next candidate, halve or fail is the table's choice.
+* ``sleep_retry`` reports ``ok`` (-> ``wait_done``); ``run_hooks`` reports ``done``,
+  ``supplied`` or ``cancelled``; the commit reports ``ok``, ``conflict`` or ``failed``.
+
+Each step is journaled (fsynced, D24), traced and announced. Entering ``committing`` fixes the
+entry to append and journals its id first, so a process killed mid-commit reopens to a settled
+operation: ``committed`` if that id is in the file, ``failed`` otherwise.
+
+Cancelling (:meth:`OperationRun.cancel`) records the request and fires ``cancel`` through the
+table; the row's ``stop_work`` ends the model call or wait in flight (D22). A refused step raises
+``TransitionError``: a bug in the table or the driver, never reported as a model failure.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from orchestrator._core.errors import ModelError
-from orchestrator._core.model import Purpose
+from orchestrator._core.entries import Entry
+from orchestrator._core.errors import ConflictError, ModelError, OrchestratorError
+from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.machine import Runner, Step, load_machine
-from orchestrator._runtime.events import EventBus
-from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
-from orchestrator._store.journal import Journal
+from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.delays import retry_delay_ms
+from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
+from orchestrator._runtime.jobs import PruneJob, Start
+from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome, check_summary_response
+from orchestrator._runtime.summarize import Part, SummaryRoutes, request_for
+from orchestrator._runtime.types import OperationOutcome
+from orchestrator._telemetry.tracing import facts_delta
+
+T = TypeVar("T")
 
 _STATUS = {
     "committed": "completed",
     "skipped": "completed",
     "failed": "failed",
     "cancelled": "cancelled",
+    "conflict": "failed",
 }
+# Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
+_AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
+_RETRYABLE = frozenset({"transient", "timeout"})
+_COMMIT_EVENTS = {"ok": "entry_appended", "conflict": "append_conflict", "failed": "append_failed"}
+_HOOK_EVENTS = {"done": "hooks_done", "supplied": "hook_supplied", "cancelled": "hooks_cancelled"}
 
 
-class Operation:
-    """The machine, journal and events of one operation.
+@dataclass(slots=True)
+class _Early:
+    """The first attempt of a later request, started alongside the first (see _start_early)."""
+
+    scope: anyio.CancelScope
+    done: anyio.Event
+    report: Report = field(default_factory=lambda: Report(outcome="cancelled"))
+    text: str = ""
+
+
+class Job(Protocol):
+    """The kind-specific side of an operation (see :mod:`orchestrator._runtime.jobs`)."""
+
+    kind: str
+    reason: str
+    parts: tuple[Part, ...]
+
+    def start(self) -> Start:
+        """The start event, once planned."""
+        ...
+
+
+class OperationRun:
+    """One operation: its machine, its effect table and the memory its effects share.
 
     Args:
-        kind: ``compaction``, ``branch_summary`` or ``prune``.
-        journal: Where steps are recorded (``None``: not journaled).
-        events: Where ``compaction_update`` goes.
-        observers: Extra step observers (the tracer).
-        retry: The retry policy the summarizer uses (for the machine's facts).
-        candidates: How many candidate models there are.
-        reason: Why it runs (``threshold``, ``overflow``, ``manual``, ``navigation``).
-        operation_id: Its id (default: 12 random hex digits).
+        ports: What the effects perform through.
+        job: What kind of operation, planned.
+        routes: The summary routes and retry policy for it.
+        dry_run: The commit reports the entry instead of appending it.
     """
 
     def __init__(
-        self,
-        kind: str,
-        *,
-        journal: Journal | None,
-        events: EventBus,
-        observers: tuple[Callable[[Step], None], ...] = (),
-        retry: RetryPolicy | None = None,
-        candidates: int = 1,
-        reason: str | None = None,
-        operation_id: str | None = None,
+        self, ports: Ports, job: Any, *, routes: SummaryRoutes, dry_run: bool = False
     ) -> None:
-        self.id = operation_id or uuid.uuid4().hex[:12]
-        self.kind = kind
-        self.reason = reason
-        self.error: BaseException | None = None
-        self._journal = journal
-        self._events = events
-        self._retry = retry or RetryPolicy()
-        self._candidates = candidates
-        self._shrinks = 0
-        self._data: dict[str, Any] = {}
-        self.scope = anyio.CancelScope()
-        self.runner = Runner(load_machine("operation"), observers=(self._record, *observers))
-        self._emit_update("in_progress")
+        self.ports = ports
+        self.job = job
+        self.routes = routes
+        self.dry_run = dry_run
+        self.id = ports.ids()
+        # Where the session ended when the job planned: the commit is conditional on it (D27).
+        self._expect = ports.session.tail() if ports.session is not None else None
+        self.effects: Mapping[str, Effect] = {
+            "run_hooks": self._run_hooks,
+            "call_model": self._call_model,
+            "next_candidate": self._next_candidate,
+            "next_part": self._next_part,
+            "shrink_request": self._shrink_request,
+            "sleep_retry": self._sleep_retry,
+            "stop_work": self._stop_work,
+            "append_entry": self._append_entry,
+            "rewrite_entries": self._rewrite_entries,
+            "rebuild_context": self._rebuild_context,
+            "emit_result": self._emit_result,
+        }
+        self.machine = Interpreter(
+            ports.tables("operation"), self.effects, observers=(self._record,)
+        )
+        # What the effects share: where in the parts and candidates we are, and what came back.
+        self._part = 0
+        self._candidate = 0
+        self._retries = 0
+        self._halvings = 0
+        self._failure: Report | None = None
+        self._delay_ms = 0
+        self._texts: dict[str, str] = {}
+        self._models: dict[str, str] = {}
+        self._result: Any = None
+        self._entry: Entry | None = None
+        self._pruned: list[Entry] = []
+        self._reason: str | None = None
+        self._started = False
+        self._group: Any = None
+        self._early: dict[int, _Early] = {}
 
     @property
     def state(self) -> str:
         """The machine's state."""
-        return self.runner.state
+        return self.machine.state
 
-    def fire(self, event: str, facts: Facts | None = None, **data: Any) -> Step:
-        """Fire an event; ``data`` is journaled with the step."""
-        self._data = data
-        return self.runner.fire(event, facts)
+    @property
+    def kind(self) -> str:
+        """``compaction``, ``branch_summary`` or ``prune``."""
+        return str(self.job.kind)
 
-    def _record(self, step: Step) -> None:
-        if self._journal is not None:
-            data = {k: v for k, v in self._data.items() if v is not None}
-            if self.reason and step.source == "preparing":
-                data.setdefault("reason", self.reason)
-            self._journal.record(step, operation_id=self.id, kind=self.kind, data=data)
-        if self.runner.done:
-            self._emit_update(_STATUS[self.runner.state])
+    @property
+    def texts(self) -> Mapping[str, str]:
+        """The summary texts so far, by request purpose."""
+        return self._texts
 
-    def _emit_update(self, status: str) -> None:
-        self._events.emit("compaction_update", id=self.id, kind=self.kind, status=status)
+    @property
+    def models(self) -> Mapping[str, str]:
+        """The models that wrote them, by request purpose."""
+        return self._models
 
-    # -- translating summarizer attempts into machine events ------------------------------------
+    def cancel(self) -> None:
+        """Ask for cancellation; the table decides what it means now (D22)."""
+        if not self.machine.done and self.machine.listed("cancel"):
+            self.machine.interrupt("cancel")
 
-    def on_attempt(self, record: AttemptRecord, purpose: Purpose) -> None:
-        """Feed one reported summarizer attempt to the machine (see the module comment)."""
-        if purpose not in ("history", "branch") or self.state not in (
-            "summarizing",
-            "waiting_retry",
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> OperationOutcome:
+        """Run the operation to a final state and say how it ended.
+
+        Raises:
+            TransitionError: The table refused a step (a bug, not a model failure).
+        """
+        start = self.job.start()
+        self._reason = start.data.get("reason")
+        with self.ports.tracer.operation_span(self.kind, self.id, self.job.reason) as span:
+            try:
+                async with anyio.create_task_group() as group:
+                    self._group = group
+                    timer = anyio.CancelScope()
+                    if self.ports.deadline_s is not None:
+                        group.start_soon(self._deadline, timer, self.ports.deadline_s)
+                    try:
+                        await self._loop(group, start.event, start.facts, start.data)
+                    finally:
+                        self._drop_early()
+                        cancel_scope(timer)
+            except BaseExceptionGroup as group_error:
+                # The loop's own error (a refused step, a bug) comes back grouped: unwrap it.
+                raise _single(group_error) from None
+            except anyio.get_cancelled_exc_class():
+                # Cancelled from outside (the turn stopped): settle through the table, shielded.
+                with anyio.CancelScope(shield=True):
+                    if self.machine.listed("cancel"):
+                        await self._loop(None, "cancel", self._facts(), {})
+                raise
+            outcome = self.outcome()
+            span.set(**_span_attributes(outcome))
+        return outcome
+
+    async def _loop(
+        self,
+        group: Any,
+        event: str | None,
+        facts: Facts,
+        data: Mapping[str, Any],
+    ) -> None:
+        while event is not None:
+            taken = self.machine.step(event, facts, self._annotate(event, facts, data))
+            self._report_attempt(taken)
+            event = None
+            for name in taken.effects:
+                if name in _AWAITING and group is not None:
+                    report = await self.machine.in_flight(group, self.effects[name])
+                else:
+                    report = await self.machine.perform(name)
+                interrupt = self.machine.take_interrupt()
+                if interrupt is not None and self.machine.listed(interrupt):
+                    event, facts, data = interrupt, self._facts(), {}
+                    break
+                if report is not None:
+                    event, facts, data = self._translate(name, report)
+        self.machine.drop_interrupts()
+
+    def _annotate(self, event: str, facts: Facts, data: Mapping[str, Any]) -> dict[str, Any]:
+        # Entering committing fixes what the commit writes, so its ids are journaled first.
+        row = self.machine.defn.select(self.state, event, facts)
+        out = dict(data)
+        if row is not None and row.dest == "committing":
+            session = self.ports.session
+            if isinstance(self.job, PruneJob):
+                self._pruned = self.job.pruned(self.ports.clock_ms())
+                out["entryIds"] = [e["id"] for e in self._pruned]
+            elif session is not None:
+                self._result = self.job.result(self._texts, self._models)
+                self._entry = self.job.entry(session, self._result)
+                out["entryId"] = self._entry["id"]
+            else:
+                self._result = self.job.result(self._texts, self._models)
+        return out
+
+    def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
+        data = dict(report.data)
+        if report.error:
+            data["error"] = report.error
+        if effect == "run_hooks":
+            if report.outcome == "cancelled":
+                self._reason = str(report.data.get("reason"))
+            facts = Facts(needs_model=bool(self.job.parts))
+            event = _HOOK_EVENTS[report.outcome]
+        elif effect == "call_model":
+            event, facts = self._after_call(report)
+        elif effect == "sleep_retry":
+            event, facts = "wait_done", Facts()
+        else:  # the commit
+            event, facts = _COMMIT_EVENTS[report.outcome], Facts()
+        return event, facts, data
+
+    def _after_call(self, report: Report) -> tuple[str, Facts]:
+        part = self.job.parts[self._part]
+        if report.outcome == "ok":
+            return "summary_ready", Facts(more_parts=self._part + 1 < len(self.job.parts))
+        self._failure = report
+        if report.outcome == "overflow":
+            return "summary_overflow", Facts(shrink_attempts=self._halvings)
+        policy = self.routes.retry
+        max_retries = policy.max_retries if policy.enabled else 0
+        self._delay_ms = retry_delay_ms(policy.base_delay_ms, self._retries, report.retry_after)
+        return "attempt_failed", Facts(
+            retryable=report.outcome in _RETRYABLE,
+            retry_attempt=self._retries,
+            max_retries=max_retries,
+            delay_ms=self._delay_ms,
+            max_delay_ms=policy.switch_after_ms,
+            delay_cap_ms=policy.max_delay_ms,
+            more_candidates=self._candidate + 1 < len(part.routes),
+        )
+
+    def _facts(self) -> Facts:
+        return Facts()
+
+    async def _deadline(self, scope: anyio.CancelScope, seconds: float) -> None:
+        # The whole operation's deadline (waits and retries included) on the event loop's clock.
+        # It only records the failure and fires the event; the table's row stops the work.
+        with scope:
+            await anyio.sleep(seconds)
+            if not self.machine.done and self.machine.listed("deadline_passed"):
+                self._failure = Report(
+                    outcome="timeout",
+                    error=f"{self.kind.replace('_', ' ')} did not finish within {seconds:g} s",
+                )
+                self.machine.interrupt("deadline_passed")
+
+    # -- the effect table -------------------------------------------------------------------------
+
+    async def _run_hooks(self) -> Report:
+        return await self.job.consult_hooks()  # type: ignore[no-any-return]
+
+    def _route(self) -> tuple[Part, Model | None]:
+        part = self.job.parts[self._part]
+        model = part.routes[self._candidate] if self._candidate < len(part.routes) else None
+        return part, model
+
+    async def _call_model(self) -> Report:
+        part, model = self._route()
+        if model is None:
+            return Report(outcome="fatal", error=NO_MODEL)
+        first = self._candidate == 0 and self._retries == 0 and self._halvings == 0
+        if first and self._part == 0:
+            self._start_early(model)
+        early = self._early.pop(self._part, None) if first else None
+        if early is not None:
+            await early.done.wait()
+            report, text = early.report, early.text
+        else:
+            report, text = await self._attempt(part, model, self._halvings)
+        if report.outcome == "ok":
+            self._texts[part.purpose] = text
+            self._models[part.purpose] = model.name
+        return report
+
+    async def _attempt(self, part: Part, model: Model, halvings: int) -> tuple[Report, str]:
+        request = request_for(part, model, halvings, self._texts)
+        timeout = self.ports.timeout_s
+        try:
+            response = await _within(timeout, model.complete(request))
+            if response is None:
+                failure = f"{model.name}: no answer after {timeout:g} s"
+                return Report(outcome="timeout", error=failure), ""
+            response = check_summary_response(response)
+        except ModelError as error:
+            failure = error.kind
+            report = Report(outcome=failure, retry_after=error.retry_after, error=str(error))
+            return report, ""
+        return Report(outcome="ok", data={"model": model.name}), response.text.strip()
+
+    def _start_early(self, model: Model) -> None:
+        # A split turn's prefix does not depend on the history summary, so the first call of the
+        # operation also starts the first attempt of every later independent request: a split
+        # compaction costs about one model latency, not two. The table still decides, in order,
+        # what each result means when its part is reached; a result it never reaches is dropped.
+        if self._group is None:
+            return
+        for index, part in enumerate(self.job.parts[1:], start=1):
+            if not part.independent or not part.routes:
+                continue
+            early = _Early(scope=anyio.CancelScope(), done=anyio.Event())
+            self._early[index] = early
+            self._group.start_soon(self._run_early, early, part, part.routes[0])
+
+    async def _run_early(self, early: _Early, part: Part, model: Model) -> None:
+        try:
+            with early.scope:
+                early.report, early.text = await self._attempt(part, model, 0)
+        finally:
+            early.done.set()
+
+    def _drop_early(self) -> None:
+        for early in self._early.values():
+            cancel_scope(early.scope)
+        self._early.clear()
+
+    async def _next_candidate(self) -> None:
+        self._candidate += 1
+        self._retries = 0
+
+    async def _next_part(self) -> None:
+        self._part += 1
+        self._candidate = self._retries = self._halvings = 0
+
+    async def _shrink_request(self) -> None:
+        self._halvings += 1
+
+    async def _sleep_retry(self) -> Report:
+        self._retries += 1
+        await self.routes.sleep(self._delay_ms / 1000)
+        return Report(outcome="ok")
+
+    async def _stop_work(self) -> None:
+        self._drop_early()
+        await self.machine.stop_in_flight()
+
+    async def _append_entry(self) -> Report:
+        session = self.ports.session
+        if self.dry_run or session is None or self._entry is None:
+            return Report(outcome="ok")
+        try:
+            self.job.append(session, self._entry, self._expect)
+        except ConflictError as error:
+            self._commit_error = f"{error}; nothing was applied"
+            return Report(outcome="conflict", error=self._commit_error)
+        except (OrchestratorError, OSError) as error:
+            self._commit_error = str(error) or type(error).__name__
+            return Report(outcome="failed", error=self._commit_error)
+        return Report(outcome="ok", data={"entryId": self._entry["id"]})
+
+    async def _rewrite_entries(self) -> Report:
+        ids = [e["id"] for e in self._pruned]
+        if self.dry_run:
+            return Report(outcome="ok")
+        try:
+            self.job.rewrite(self._pruned, self._expect)
+        except ConflictError as error:
+            self._commit_error = f"{error}; nothing was applied"
+            return Report(outcome="conflict", error=self._commit_error)
+        except (OrchestratorError, OSError) as error:
+            self._commit_error = str(error) or type(error).__name__
+            return Report(outcome="failed", error=self._commit_error)
+        return Report(outcome="ok", data={"entryIds": ids})
+
+    async def _rebuild_context(self) -> None:
+        if self.ports.session is not None and not self.dry_run:
+            self.ports.session.context()
+
+    async def _emit_result(self) -> None:
+        if self.state != "committed" or self.kind != "compaction" or self.dry_run:
+            return
+        entry, session = self._entry, self.ports.session
+        if entry is None or session is None:
+            return
+        from_extension = bool(getattr(self._result, "from_extension", False))
+        await self.ports.run_hook(
+            "session_compact",
+            {"type": "session_compact", "compactionEntry": entry, "fromExtension": from_extension},
+        )
+        self.ports.events.emit("session_compact", entryId=entry["id"], fromExtension=from_extension)
+
+    # -- observation ------------------------------------------------------------------------------
+
+    def _record(self, step: Step, data: Mapping[str, Any]) -> None:
+        if not self._started:
+            self._started = True
+            self._update("in_progress")
+        journal = self.ports.journal
+        if journal is not None and not self.dry_run:
+            kept = {k: v for k, v in data.items() if v is not None}
+            if step.facts is not None:
+                # What the guards read, so the journal replays through the table (D31).
+                kept["facts"] = facts_delta(step.facts)
+            if step.source == "preparing":
+                kept.setdefault("reason", self.job.reason)
+            journal.record(step, operation_id=self.id, kind=self.kind, data=kept)
+        self.ports.observe(step)
+        if self.machine.done:
+            self._update(_STATUS[self.state])
+
+    def _update(self, status: str) -> None:
+        self.ports.events.emit("compaction_update", id=self.id, kind=self.kind, status=status)
+
+    def _report_attempt(self, taken: Step) -> None:
+        # The CLI's progress line and traces hear every attempt, named by the row taken.
+        observer = self.routes.on_attempt
+        if observer is None or taken.event not in (
+            "summary_ready",
+            "attempt_failed",
+            "summary_overflow",
         ):
             return
-        if self.state == "waiting_retry":
-            self.fire("wait_done")
-        if record.outcome == "ok":
-            return
-        error = record.error
-        error_text = str(error) if error is not None else None
-        if record.outcome == "failed" and error is not None and error.kind == "overflow":
-            self.fire(
-                "summary_overflow",
-                Facts(shrink_attempts=self._shrinks),
-                error=error_text,
-                model=record.candidate,
+        part, model = self.job.parts[self._part], None
+        if self._candidate < len(part.routes):
+            model = part.routes[self._candidate]
+        outcome: Outcome = "ok"
+        delay = 0
+        if taken.event != "summary_ready":
+            outcome = "failed"
+            if "sleep_retry" in taken.effects:
+                outcome, delay = "retry", self._delay_ms
+            elif "next_candidate" in taken.effects:
+                outcome = "next_candidate"
+        failure = self._failure if taken.event != "summary_ready" else None
+        error = None
+        if failure is not None:
+            error = ModelError(
+                failure.error or "", kind=failure.outcome, retry_after=failure.retry_after
             )
-            self._shrinks += 1
-            return
-        retryable = record.outcome == "retry" or (
-            error is not None and error.kind == "transient" and record.outcome != "failed"
+        record = AttemptRecord(
+            candidate=model.name if model is not None else "",
+            candidate_index=self._candidate,
+            attempt=self._retries + 1,
+            outcome=outcome,
+            delay_ms=delay,
+            error=error,
         )
-        facts = Facts(
-            retryable=retryable,
-            retry_attempt=record.attempt - 1
-            if record.outcome == "retry"
-            else self._retry.max_retries,
-            max_retries=self._retry.max_retries,
-            delay_ms=record.delay_ms,
-            max_delay_ms=self._max_delay(),
-            more_candidates=record.outcome == "next_candidate",
+        observer(record, part.purpose)
+
+    def outcome(self) -> OperationOutcome:
+        """How the operation ended (call once the machine is final)."""
+        failure = self._failure if self.state in ("failed", "conflict") else None
+        result = self._result if self.kind == "compaction" else None
+        return OperationOutcome(
+            operation_id=self.id,
+            status=self.state,
+            reason=self._reason,
+            error=(failure.error if failure is not None else self._commit_error) or None,
+            error_kind=failure.outcome if failure is not None else None,
+            retry_after=failure.retry_after if failure is not None else None,
+            entry=self._entry if self.state == "committed" else None,
+            result=result if self.state == "committed" else None,
+            plan=getattr(self.job, "plan", None) if self.kind == "compaction" else None,
+            tokens_saved=getattr(self.job, "tokens_saved", 0),
+            from_extension=bool(getattr(self._result, "from_extension", False)),
+            dry_run=self.dry_run,
         )
-        self.fire(
-            "attempt_failed",
-            facts,
-            error=error_text,
-            model=record.candidate,
-            attempt=record.attempt,
-            delay_ms=record.delay_ms or None,
-        )
 
-    def _max_delay(self) -> int:
-        # The 30 s candidate switch applies while another candidate remains; on the last one the
-        # retry module allows waits up to max_delay_ms.
-        return self._retry.switch_after_ms if self._candidates > 1 else self._retry.max_delay_ms
+    _commit_error: str | None = None
 
-    # -- endings ----------------------------------------------------------------------------------
 
-    def settle_error(self, error: BaseException) -> None:
-        """Bring the machine to ``failed`` after an error the attempts did not already end."""
-        self.error = error
-        if self.runner.done:
-            return
-        if self.state == "waiting_retry":
-            self.fire("wait_done")
-        if self.state == "summarizing":
-            self.fire("attempt_failed", Facts(), error=str(error))
-        elif self.state == "committing":
-            self.fire("append_failed", error=str(error))
+async def _within(seconds: float | None, call: Awaitable[T]) -> T | None:
+    """Await ``call``; give up after ``seconds`` (``None``: no limit) and return ``None``.
 
-    def settle_cancel(self) -> None:
-        """Bring the machine to ``cancelled`` (nothing was applied, D22)."""
-        if not self.runner.done and self.state != "committing":
-            self.fire("cancel")
+    I time the call with a sibling timer task rather than a deadline on the enclosing scope:
+    litellm leaves a coroutine un-awaited when it runs under a scope that has a deadline.
+    """
+    if seconds is None:
+        return await call
+    box: list[T] = []
+    errors: list[Exception] = []
+    async with anyio.create_task_group() as group:
 
-    def error_text(self) -> str:
-        """The failure as one line."""
-        if isinstance(self.error, ModelError) or self.error is not None:
-            return str(self.error) or type(self.error).__name__
-        return ""
+        async def timer() -> None:
+            await anyio.sleep(seconds)
+            cancel_scope(group.cancel_scope)
+
+        group.start_soon(timer)
+        try:
+            box.append(await call)
+        except Exception as error:  # noqa: BLE001 - re-raised below, outside the group
+            errors.append(error)
+        cancel_scope(group.cancel_scope)
+    if errors:
+        raise errors[0]
+    return box[0] if box else None
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup) and len(first.exceptions) == 1:
+        first = first.exceptions[0]
+    return first
+
+
+def _span_attributes(outcome: OperationOutcome) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"outcome": outcome.status}
+    if outcome.plan is not None:
+        attrs["tokens_before"] = outcome.plan.tokens_before
+        attrs["summarized"] = len(outcome.plan.summarize_entry_ids)
+        attrs["kept"] = len(outcome.plan.kept_entry_ids)
+    if outcome.result is not None:
+        attrs["model"] = outcome.result.model
+    if outcome.tokens_saved:
+        attrs["tokens_saved"] = outcome.tokens_saved
+    if outcome.error:
+        attrs["error"] = outcome.error
+    return attrs

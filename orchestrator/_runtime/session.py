@@ -31,8 +31,8 @@ from typing import Any
 
 import anyio
 
-from orchestrator._core.errors import Cancelled, ModelError, SessionError
-from orchestrator._core.model import Model, Purpose
+from orchestrator._core.errors import Cancelled, SessionError
+from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._models.offline import OfflineSummarizer
@@ -40,12 +40,12 @@ from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.navigate import ForkResult, NavigationResult, fork, navigate
-from orchestrator._runtime.operation import Operation
-from orchestrator._runtime.operations import OperationOutcome
-from orchestrator._runtime.retry import AttemptRecord
+from orchestrator._runtime.operation import OperationRun
+from orchestrator._runtime.operations import OperationRunner, raise_for
+from orchestrator._runtime.ports import Ports, random_operation_id
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.turn_effects import TurnEffects
-from orchestrator._runtime.types import RuntimeSettings, TurnCounters, TurnResult
+from orchestrator._runtime.types import OperationOutcome, RuntimeSettings, TurnCounters, TurnResult
 from orchestrator._store.fork import fork_path
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
@@ -97,23 +97,15 @@ class AgentSession(TurnEffects):
             reserve_tokens=self.settings.compaction.reserve_tokens,
             retry=self.settings.retry,
         )
-        self._caller_on_attempt = base.on_attempt
-        # Every summarizer call gets a model span with the GenAI attributes.
-        self.summarizer = dataclasses.replace(
-            base,
-            candidates=tuple(TracedModel(m, self.tracer) for m in base.candidates),
-            remote=TracedModel(base.remote, self.tracer) if base.remote is not None else None,
-            short_summary=base.short_summary or self.settings.short_summary,
-        )
         self.hooks = hooks or Hooks()
         self.events = EventBus()
         self.journal = journal
         self.settlements: list[Settlement] = []
         self.owner = "AgentSession"  # named in the lock of the files this runtime writes (D27)
-        self.branch_operation: Operation | None = None
         self._sleep = sleep
         self._clock_ms = clock_ms
-        self._operation_ids = operation_ids
+        self._operation_ids = operation_ids or random_operation_id
+        self.summarizer = base
         self._turn_state = TurnCounters()
         self._dropped: set[str] = set()
         self._queue: list[str] = []
@@ -124,8 +116,8 @@ class AgentSession(TurnEffects):
         self._effect_scope: anyio.CancelScope | None = None
         self._interrupt: str | None = None
         self._manual_focus: str | None = None
+        self._manual_dry_run = False
         self._manual_waiters: list[tuple[anyio.Event, list[OperationOutcome]]] = []
-        self._operation: Operation | None = None
         self._turns = 0
         self._retry_wait_ms = 0
         self.turn = Runner(load_machine("turn"), observers=(self.observe_step,))
@@ -250,48 +242,62 @@ class AgentSession(TurnEffects):
             effects=list(step.effects),
         )
 
-    def routes_for(self, reason: str | None) -> tuple[Model, ...]:
-        """The summarizer routes an operation may use.
+    @property
+    def summarizer(self) -> SummaryRoutes:
+        """The summary routes (each model wrapped in a span with the GenAI attributes)."""
+        return self.ports.routes
 
-        D21: an automatic compaction walks the candidate list; a manual compaction and a branch
-        summary use the current model's route (the first candidate), with retries.
-        """
-        candidates = self.summarizer.candidates
-        return candidates[:1] if reason in ("manual", "navigation") else candidates
-
-    def new_operation(self, kind: str, *, reason: str | None = None) -> Operation:
-        """A fresh operation, journaled and traced."""
-        op = Operation(
-            kind,
-            journal=self.journal,
-            events=self.events,
-            reason=reason,
-            observers=(self.observe_step,),
-            retry=self.summarizer.retry,
-            candidates=len(self.routes_for(reason)),
-            operation_id=self._operation_ids() if self._operation_ids else None,
+    @summarizer.setter
+    def summarizer(self, routes: SummaryRoutes) -> None:
+        traced = dataclasses.replace(
+            routes,
+            candidates=tuple(TracedModel(m, self.tracer) for m in routes.candidates),
+            remote=TracedModel(routes.remote, self.tracer) if routes.remote is not None else None,
+            short_summary=routes.short_summary or self.settings.short_summary,
         )
-        self._operation = op
-        return op
+        self._wire(traced)
 
-    def attempt_observer(self, op: Operation) -> Callable[[AttemptRecord, Purpose], None]:
-        """Feed summarizer attempts to the operation's machine, then to the caller's observer."""
-        caller = self._caller_on_attempt
-        if caller is None:
-            return op.on_attempt
+    @property
+    def settings(self) -> RuntimeSettings:
+        """The runtime settings (assigning new ones takes effect at the next operation)."""
+        return self._settings
 
-        def observe(record: AttemptRecord, purpose: Purpose) -> None:
-            op.on_attempt(record, purpose)
-            caller(record, purpose)
+    @settings.setter
+    def settings(self, settings: RuntimeSettings) -> None:
+        self._settings = settings
+        if hasattr(self, "ports"):
+            self._wire(self.ports.routes)
 
-        return observe
+    def _wire(self, traced: SummaryRoutes) -> None:
+        self.ports = Ports(
+            session=self.session,
+            routes=traced,
+            hooks=self.hooks,
+            events=self.events,
+            journal=self.journal,
+            tracer=self.tracer,
+            clock_ms=self._clock_ms,
+            sleep=self._sleep,
+            ids=self._operation_ids,
+            timeout_s=self.settings.model_timeout_s,
+            deadline_s=self.settings.operation_deadline_s,
+        )
+        self.operations = OperationRunner(self.ports, self.settings.compaction)
+
+    @property
+    def current_operation(self) -> OperationRun | None:
+        """The operation in progress, if any."""
+        return self.operations.current
+
+    @property
+    def branch_operation(self) -> OperationRun | None:
+        """The branch summary in progress, if any."""
+        current = self.operations.current
+        return current if current is not None and current.kind == "branch_summary" else None
 
     async def run_hook(self, name: str, payload: dict[str, Any]) -> Mapping[str, Any] | None:
         """Run a hook; handler errors become ``hook_error`` events (D25)."""
-        return await self.hooks.run(name, payload, self._hook_error)
-
-    def _hook_error(self, name: str, error: BaseException) -> None:
-        self.events.emit("hook_error", hook=name, error=f"{type(error).__name__}: {error}")
+        return await self.ports.run_hook(name, payload)
 
     # -- prompting -----------------------------------------------------------------------------
 
@@ -398,7 +404,7 @@ class AgentSession(TurnEffects):
     def abort_branch_summary(self) -> None:
         """Cancel a running branch summary; history and leaf stay as they were (D22)."""
         if self.branch_operation is not None:
-            self.branch_operation.scope.cancel()
+            self.branch_operation.cancel()
 
     # -- navigation and forks ------------------------------------------------------------------
 
@@ -472,11 +478,13 @@ class AgentSession(TurnEffects):
 
     # -- manual compaction ---------------------------------------------------------------------
 
-    async def compact(self, focus: str | None = None) -> OperationOutcome:
+    async def compact(self, focus: str | None = None, *, dry_run: bool = False) -> OperationOutcome:
         """Compact now, with optional focus instructions (the JSON-RPC ``session.compress``).
 
         Active work is stopped and allowed to settle first; the interrupted turn is not resumed
         (D22). Nothing to compact is an outcome, not an error (``status == "skipped"``, D12).
+        A dry run runs the same operation machine, hooks included, but its commit only reports
+        the entry it would append.
 
         Raises:
             Cancelled: the compaction was cancelled (by ``abort_compaction`` or a hook).
@@ -487,6 +495,7 @@ class AgentSession(TurnEffects):
         if self._manual_waiters or self.state == "manual_compacting":
             raise SessionError("A manual compaction is already running")
         self._manual_focus = focus
+        self._manual_dry_run = dry_run
         if self._busy:
             done = anyio.Event()
             box: list[OperationOutcome] = []
@@ -501,20 +510,12 @@ class AgentSession(TurnEffects):
         else:
             await self._run("manual_compact")
             outcome = self._turn_state.outcome or OperationOutcome(operation_id="", status="failed")
-        return _raise_for(outcome)
+        return raise_for(outcome)
 
     def _release_manual_waiters(self) -> None:
         for done, _ in self._manual_waiters:
             done.set()
         self._manual_waiters.clear()
-
-
-def _raise_for(outcome: OperationOutcome) -> OperationOutcome:
-    if outcome.status == "cancelled":
-        raise Cancelled(outcome.reason or "Compaction cancelled")
-    if outcome.status == "failed":
-        raise ModelError(outcome.error or "Compaction failed")
-    return outcome
 
 
 def _current_route(agent: Agent | None) -> Model:

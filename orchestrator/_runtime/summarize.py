@@ -1,22 +1,16 @@
-"""Execution: turn a plan into a compaction or branch summary through model routes.
+"""Summary requests and results: what an operation asks models for, and what it commits.
 
-Theory of operation. Planning (:mod:`orchestrator._core.compaction_plan`,
-:mod:`orchestrator._core.branch_plan`) decided *what* to summarize; this module only asks models and
-assembles text. It never touches the session: it returns a result record, and the caller commits it
-as one appended entry (D24). So a failure or a cancellation applies nothing (D22): there is nothing
-partial to undo.
-
-Each call goes through :func:`~orchestrator._runtime.retry.call_with_candidates` (ordered
-candidates, retries, D21) and every reply is checked (empty, truncated or error summaries are
-failures, D15). If the summarizer reports an overflow although the request was budgeted (the
-estimate is only an estimate), the prompt allowance is halved and the call made again, at most three
-times (D14). A split turn's two summaries run concurrently in one anyio task group, so a split
-compaction costs about one model latency, not two.
+Theory of operation. Planning (``_core.compaction_plan``, ``_core.branch_plan``) decided *what*
+to summarize; this module turns a plan into the operation's summary requests (:class:`Part`:
+the history, a split turn's prefix, the optional short summary, or the branch) and assembles the
+texts the models returned into the record the commit appends. It calls no model and touches no
+session: the operation machine (``machines/operation.toml``) decides which candidate answers
+each part, when to retry, when to halve a request (D14) and when to give up (D21).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +19,8 @@ import anyio
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Message
-from orchestrator._core.errors import ModelError
 from orchestrator._core.model import Model, ModelRequest, Purpose
 from orchestrator._core.summary_request import (
-    MAX_HALVINGS,
     PromptBudget,
     branch_request,
     branch_summary_text,
@@ -38,7 +30,7 @@ from orchestrator._core.summary_request import (
     turn_prefix_request,
     upsert_file_tags,
 )
-from orchestrator._runtime.retry import AttemptRecord, RetryPolicy, call_with_candidates
+from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
 from orchestrator._store.session import compaction_fields
 
 NO_PRIOR_HISTORY = "No prior history."
@@ -127,207 +119,194 @@ class BranchSummaryResult:
     short_summary: str | None = None
 
 
-async def _summarize(
-    purpose: Purpose,
-    routes: Sequence[Model],
-    build: Callable[[PromptBudget], ModelRequest],
-    summarizer: SummaryRoutes,
-) -> tuple[str, str]:
-    # D14: halve the prompt allowance after a reported overflow, at most MAX_HALVINGS times.
-    halvings = 0
-    report = summarizer.on_attempt
-
-    def on_attempt(record: AttemptRecord) -> None:
-        if report is not None:
-            report(record, purpose)
-
-    while True:
-
-        def request_for(model: Model, halvings: int = halvings) -> ModelRequest:
-            budget = PromptBudget(context_window=model.context_window)
-            for _ in range(halvings):
-                budget = budget.halve()
-            return build(budget)
-
-        try:
-            response, model = await call_with_candidates(
-                routes,
-                request_for,
-                policy=summarizer.retry,
-                sleep=summarizer.sleep,
-                on_attempt=on_attempt,
-            )
-        except ModelError as error:
-            if error.kind != "overflow" or halvings >= MAX_HALVINGS:
-                raise
-            halvings += 1
-            continue
-        return response.text.strip(), model.name
+Build = Callable[[PromptBudget, Mapping[str, str]], ModelRequest]
 
 
-def _one_model_error(failures: BaseExceptionGroup[BaseException]) -> BaseException:
-    # Both halves of a split turn may fail at once; the caller expects one ModelError, not a
-    # group. Anything else in the group (a bug, a cancellation) is re-raised as it is.
-    errors, rest = failures.split(ModelError)
-    if rest is not None or errors is None:
-        return failures
-    first = errors.exceptions[0]
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Part:
+    """One summary request of an operation.
+
+    Attributes:
+        purpose: ``history``, ``turn_prefix``, ``short`` or ``branch``.
+        routes: The candidate models for it, best first.
+        build: Builds the request for a prompt budget and the texts of the earlier parts.
+        independent: The request does not read an earlier part's text, so its first attempt
+            may start while an earlier part is still being asked (a split turn's prefix).
+    """
+
+    purpose: Purpose
+    routes: tuple[Model, ...]
+    build: Build
+    independent: bool = True
+
+
+def request_for(part: Part, model: Model, halvings: int, texts: Mapping[str, str]) -> ModelRequest:
+    """The request ``part`` sends to ``model`` after ``halvings`` halvings (D14)."""
+    budget = PromptBudget(context_window=model.context_window)
+    for _ in range(halvings):
+        budget = budget.halve()
+    return part.build(budget, texts)
 
 
 def _history_routes(summarizer: SummaryRoutes) -> tuple[Model, ...]:
     return (summarizer.remote,) if summarizer.remote is not None else summarizer.candidates
 
 
-async def compact(
-    plan: CompactionPlan,
-    summarizer: SummaryRoutes,
-    *,
-    focus: str | None = None,
-    additional_context: Sequence[str] = (),
-    prompt_override: str | None = None,
-    preserve_data: dict[str, Any] | None = None,
-    kept_messages: Sequence[Message] = (),
-) -> CompactionResult:
-    """Summarize a compaction plan.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionInputs:
+    """What shapes a compaction's requests besides the plan.
 
-    Args:
-        plan: From :func:`~orchestrator._core.compaction_plan.plan_compaction`.
-        summarizer: Routes and settings.
+    Attributes:
         focus: The user's instructions ("Additional focus").
         additional_context: Lines a ``session.compacting`` hook added.
         prompt_override: A hook's prompt replacing the default one.
         preserve_data: Hook data to carry (merged over the previous compaction's).
         kept_messages: The messages the compaction keeps (for the short summary).
+    """
 
-    Returns:
-        The result to commit.
+    focus: str | None = None
+    additional_context: tuple[str, ...] = ()
+    prompt_override: str | None = None
+    preserve_data: dict[str, Any] | None = None
+    kept_messages: tuple[Message, ...] = ()
 
-    Raises:
-        ModelError: every route failed (the session is unchanged).
+
+def compaction_parts(
+    plan: CompactionPlan, summarizer: SummaryRoutes, inputs: CompactionInputs
+) -> tuple[Part, ...]:
+    """The summary requests a compaction makes, in order.
+
+    The history summary (unless a split turn has nothing older, D11), the turn prefix of a split
+    turn, and the short summary when asked for (it reads the history text).
     """
     reserve = summarizer.reserve_tokens
-    history_routes = _history_routes(summarizer)
-
-    async def history() -> tuple[str, str]:
-        if not plan.messages_to_summarize:
-            # D11: a split turn with nothing older keeps the previous summary.
-            return plan.previous_summary or NO_PRIOR_HISTORY, ""
-        return await _summarize(
-            "history",
-            history_routes,
-            lambda budget: history_request(
-                plan.messages_to_summarize,
-                reserve_tokens=reserve,
-                previous_summary=plan.previous_summary,
-                additional_context=additional_context,
-                prompt_override=prompt_override,
-                focus=focus,
-                budget=budget,
-                reasoning=summarizer.reasoning,
-            ),
-            summarizer,
+    parts: list[Part] = []
+    if plan.messages_to_summarize:
+        parts.append(
+            Part(
+                purpose="history",
+                routes=_history_routes(summarizer),
+                build=lambda budget, _texts: history_request(
+                    plan.messages_to_summarize,
+                    reserve_tokens=reserve,
+                    previous_summary=plan.previous_summary,
+                    additional_context=inputs.additional_context,
+                    prompt_override=inputs.prompt_override,
+                    focus=inputs.focus,
+                    budget=budget,
+                    reasoning=summarizer.reasoning,
+                ),
+            )
         )
-
-    async def turn_prefix() -> tuple[str, str]:
-        return await _summarize(
-            "turn_prefix",
-            summarizer.candidates,
-            lambda budget: turn_prefix_request(
-                plan.turn_prefix_messages, reserve_tokens=reserve, budget=budget
-            ),
-            summarizer,
-        )
-
     if plan.is_split_turn and plan.turn_prefix_messages:
-        results: dict[str, tuple[str, str]] = {}
-
-        async def run(key: str, job: Callable[[], Awaitable[tuple[str, str]]]) -> None:
-            results[key] = await job()
-
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(run, "history", history)
-                group.start_soon(run, "prefix", turn_prefix)
-        except BaseExceptionGroup as failures:
-            raise _one_model_error(failures) from None
-        text = merge_split_turn(results["history"][0], results["prefix"][0])
-        model = results["history"][1] or results["prefix"][1]
-    else:
-        text, model = await history()
-
-    short = None
-    if summarizer.short_summary:
-        short, _ = await _summarize(
-            "short",
-            history_routes,
-            lambda budget: short_summary_request(
-                kept_messages,
-                summary=text,
-                reserve_tokens=reserve,
-                additional_context=additional_context,
-                budget=budget,
-            ),
-            summarizer,
+        parts.append(
+            Part(
+                purpose="turn_prefix",
+                routes=summarizer.candidates,
+                build=lambda budget, _texts: turn_prefix_request(
+                    plan.turn_prefix_messages, reserve_tokens=reserve, budget=budget
+                ),
+            )
         )
+    if summarizer.short_summary:
+        parts.append(
+            Part(
+                purpose="short",
+                routes=_history_routes(summarizer),
+                independent=False,
+                build=lambda budget, texts: short_summary_request(
+                    inputs.kept_messages,
+                    summary=compaction_text(plan, texts),
+                    reserve_tokens=reserve,
+                    additional_context=inputs.additional_context,
+                    budget=budget,
+                ),
+            )
+        )
+    return tuple(parts)
+
+
+def compaction_text(plan: CompactionPlan, texts: Mapping[str, str]) -> str:
+    """The summary text from the parts' texts (before file tags)."""
+    # D11: a split turn with nothing older keeps the previous summary.
+    history = texts.get("history") or plan.previous_summary or NO_PRIOR_HISTORY
+    if plan.is_split_turn and "turn_prefix" in texts:
+        return merge_split_turn(history, texts["turn_prefix"])
+    return history
+
+
+def compaction_result(
+    plan: CompactionPlan,
+    texts: Mapping[str, str],
+    models: Mapping[str, str],
+    inputs: CompactionInputs,
+) -> CompactionResult:
+    """Assemble the result to commit from the parts' texts and the models that wrote them."""
     inherited = {
         k: v
         for k, v in (plan.previous_preserve_data or {}).items()
         if k != "openaiRemoteCompaction"
     }
-    merged = {**inherited, **(preserve_data or {})}
+    merged = {**inherited, **(inputs.preserve_data or {})}
     return CompactionResult(
-        summary=upsert_file_tags(text, plan.read_files, plan.modified_files),
+        summary=upsert_file_tags(
+            compaction_text(plan, texts), plan.read_files, plan.modified_files
+        ),
         first_kept_entry_id=plan.first_kept_entry_id,
         tokens_before=plan.tokens_before,
         details={"readFiles": list(plan.read_files), "modifiedFiles": list(plan.modified_files)},
-        short_summary=short,
+        short_summary=texts.get("short"),
         preserve_data=merged or None,
-        model=model,
+        model=models.get("history") or models.get("turn_prefix") or "",
     )
 
 
-async def summarize_branch(
+def branch_parts(
     plan: BranchPlan,
     summarizer: SummaryRoutes,
     *,
     instructions: str | None = None,
     replace_instructions: bool = False,
-) -> BranchSummaryResult:
-    """Summarize an abandoned branch (pi's generateBranchSummary, D16, D17).
-
-    With no messages to summarize no model is called and the summary is
-    ``No content to summarize``.
-
-    Raises:
-        ModelError: every route failed (the session is unchanged).
-    """
-    details = {"readFiles": list(plan.read_files), "modifiedFiles": list(plan.modified_files)}
+) -> tuple[Part, ...]:
+    """The branch summary's request (and its short summary), or none without messages."""
     if not plan.messages:
-        return BranchSummaryResult(summary=NO_BRANCH_CONTENT, details=details)
-    text, model = await _summarize(
-        "branch",
-        summarizer.candidates,
-        lambda budget: branch_request(
-            plan.messages, instructions=instructions, replace=replace_instructions, budget=budget
+        return ()
+    branch = Part(
+        purpose="branch",
+        routes=summarizer.candidates,
+        build=lambda budget, _texts: branch_request(
+            plan.messages,
+            instructions=instructions,
+            replace=replace_instructions,
+            budget=budget,
         ),
-        summarizer,
     )
-    short = None
-    if summarizer.short_summary:
-        short, _ = await _summarize(
-            "short",
-            summarizer.candidates,
-            lambda budget: short_summary_request(
-                plan.messages, summary=text, reserve_tokens=summarizer.reserve_tokens, budget=budget
-            ),
-            summarizer,
-        )
+    if not summarizer.short_summary:
+        return (branch,)
+    short = Part(
+        purpose="short",
+        routes=summarizer.candidates,
+        build=lambda budget, texts: short_summary_request(
+            plan.messages,
+            summary=texts["branch"],
+            reserve_tokens=summarizer.reserve_tokens,
+            budget=budget,
+        ),
+        independent=False,
+    )
+    return (branch, short)
+
+
+def branch_result(
+    plan: BranchPlan, texts: Mapping[str, str], models: Mapping[str, str]
+) -> BranchSummaryResult:
+    """Assemble the branch summary (``No content to summarize`` when no model was asked)."""
+    details = {"readFiles": list(plan.read_files), "modifiedFiles": list(plan.modified_files)}
+    if "branch" not in texts:
+        return BranchSummaryResult(summary=NO_BRANCH_CONTENT, details=details)
     return BranchSummaryResult(
-        summary=branch_summary_text(text, plan.read_files, plan.modified_files),
+        summary=branch_summary_text(texts["branch"], plan.read_files, plan.modified_files),
         details=details,
-        model=model,
-        short_summary=short,
+        model=models.get("branch", ""),
+        short_summary=texts.get("short"),
     )

@@ -24,7 +24,8 @@ from orchestrator._core.tokens import calculate_context_tokens, should_compact
 from orchestrator._lifecycle.machine import Runner
 from orchestrator._runtime.agent import Agent, AgentInput
 from orchestrator._runtime.events import EventBus
-from orchestrator._runtime.operations import OperationOutcome, run_compaction, run_prune
+from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.session import Session
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class TurnEffects:
     _manual_focus: str | None
     _manual_waiters: list[Any]
     _sleep: Callable[[float], Awaitable[None]]
+    _manual_dry_run: bool
+    operations: OperationRunner
 
     def _runtime(self) -> AgentSession:
         return cast("AgentSession", self)
@@ -175,7 +178,7 @@ class TurnEffects:
         t = self._turn_state
         if not self.settings.prune:
             return "pruned"
-        outcome = await run_prune(self._runtime())
+        outcome = await self.operations.prune()
         if outcome.tokens_saved and t.last_reply is not None:
             usage = t.last_reply.get("usage") or {}
             tokens = max(0, calculate_context_tokens(usage) - outcome.tokens_saved)
@@ -193,8 +196,8 @@ class TurnEffects:
         outcome = await self._interruptible(lambda: self._compaction_event(reason, None))
         return outcome
 
-    async def _compaction_event(self, reason: str, focus: str | None) -> str:
-        outcome = await run_compaction(self._runtime(), reason=reason, focus=focus)
+    async def _compaction_event(self, reason: str, focus: str | None, dry_run: bool = False) -> str:
+        outcome = await self.operations.compaction(reason=reason, focus=focus, dry_run=dry_run)
         self._turn_state.outcome = outcome
         return {
             "committed": "compaction_done",
@@ -325,7 +328,8 @@ class TurnEffects:
 
     async def _fx_start_manual_compaction(self) -> str | None:
         focus, self._manual_focus = self._manual_focus, None
-        return await self._interruptible(lambda: self._compaction_event("manual", focus))
+        dry_run, self._manual_dry_run = self._manual_dry_run, False
+        return await self._interruptible(lambda: self._compaction_event("manual", focus, dry_run))
 
     async def _fx_report_manual_result(self) -> None:
         outcome = self._turn_state.outcome

@@ -1,13 +1,18 @@
-"""The runtime's plain records: its settings, a turn's result, and per-turn counters."""
+"""The runtime's plain records: settings, an operation's outcome, a turn's result, counters.
+
+A leaf module: it imports records from below and nothing from the drivers, so every driver and
+surface can name these types without an import cycle.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator._core.entries import Message
+from orchestrator._core.compaction_plan import CompactionPlan
+from orchestrator._core.entries import Entry, Message
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._runtime.operations import OperationOutcome
 from orchestrator._runtime.retry import RetryPolicy
+from orchestrator._runtime.summarize import CompactionResult
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +27,10 @@ class RuntimeSettings:
         branch_reserve_tokens: Reserve for branch summaries (budget = window - reserve).
         short_summary: Also write a one-or-two sentence ``shortSummary`` on every compaction
             and branch summary (shown by ``tree``, ``context``, the TUI and the results).
+        model_timeout_s: A summary model call that has not answered after this many seconds
+            is given up as a transient failure (``None``: no limit).
+        operation_deadline_s: A compaction or branch summary that has not finished after this
+            many seconds, waits and retries included, ends as failed (``None``: no limit).
     """
 
     context_window: int = 128_000
@@ -30,6 +39,43 @@ class RuntimeSettings:
     prune: bool = True
     branch_reserve_tokens: int = 16384
     short_summary: bool = False
+    model_timeout_s: float | None = 30.0
+    operation_deadline_s: float | None = 45.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationOutcome:
+    """How an operation ended.
+
+    Attributes:
+        operation_id: The journal's id for it.
+        status: ``committed``, ``skipped``, ``cancelled``, ``failed`` or ``conflict``.
+        reason: Why it was skipped (D12) or cancelled by a hook.
+        error: The failure as one line.
+        error_kind: The last model failure's kind (``transient``, ``overflow``, ``fatal``,
+            ``empty``, ``truncated``, ``timeout``), when a model failure ended it.
+        retry_after: The provider's retry-after hint of that failure, in seconds.
+        entry: The committed entry (compaction or branch summary); on a dry run, the entry
+            that would have been appended.
+        result: The compaction result, when there is one.
+        plan: The compaction plan, when there is one.
+        tokens_saved: Tokens a prune saved in the live context.
+        from_extension: A hook supplied the summary.
+        dry_run: Nothing was written; ``entry`` shows what would have been.
+    """
+
+    operation_id: str
+    status: str
+    reason: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    retry_after: float | None = None
+    entry: Entry | None = None
+    result: CompactionResult | None = None
+    plan: CompactionPlan | None = None
+    tokens_saved: int = 0
+    from_extension: bool = False
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -250,8 +250,8 @@ class Simulation:
         def die_if_committing() -> None:
             if (
                 self._kind == crash.get("kind", self._kind)
-                and runtime._operation is not None
-                and runtime._operation.state == "committing"
+                and runtime.current_operation is not None
+                and runtime.current_operation.state == "committing"
             ):
                 os.kill(os.getpid(), signal.SIGKILL)
 
@@ -259,8 +259,8 @@ class Simulation:
             flush()
             die_if_committing()
 
-        def replace_then_die(entries: Any) -> None:
-            replace(entries)
+        def replace_then_die(entries: Any, **options: Any) -> None:
+            replace(entries, **options)
             die_if_committing()
 
         session.flush = flush_then_die  # type: ignore[method-assign]

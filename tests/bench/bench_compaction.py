@@ -18,7 +18,7 @@ different last turn:
 
 Each run opens a fresh copy of the session file (the JSONL store, fsync per turn; loading and the
 first context build are not timed: a live session has both) and times
-``compact_session(..., dry_run=False)``: plan, summaries, commit (one appended, fsynced line). It
+``AgentSession.compact()``: plan, hooks, summaries, commit (one appended, fsynced line). It
 prints the median total, total minus ``L`` (the orchestration overhead), how many model calls
 were made and how many were in flight at once, and, for reference, the time planning alone takes.
 """
@@ -41,8 +41,9 @@ sys.path.insert(0, str(ROOT))
 from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction  # noqa: E402
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
-from orchestrator._runtime.compaction import compact_session  # noqa: E402
+from orchestrator._runtime.session import AgentSession  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
 from tests.bench.bench_core import write_session  # noqa: E402
 
@@ -196,13 +197,16 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     # A live session has its context built already (the agent loop asked for it every turn).
     session.context()
     t0 = time.perf_counter()
-    # The same planning compact_session does: over the path, reusing the live context.
+    # The same planning the compaction does: over the path, reusing the live context.
     _check_plan(plan_compaction(session.path(), settings, context=session.context()), kind)
     t_plan = time.perf_counter() - t0
     fake = FakeModel(latency)
     summarizer = SummaryRoutes(candidates=(fake,))
     t0 = time.perf_counter()
-    outcome = await compact_session(session, summarizer, settings=settings, dry_run=False)
+    runtime = AgentSession(
+        session, summarizer=summarizer, settings=RuntimeSettings(compaction=settings)
+    )
+    outcome = await runtime.compact()
     total = time.perf_counter() - t0
     assert outcome.entry is not None, outcome.reason
     _check_plan(outcome.plan, kind)

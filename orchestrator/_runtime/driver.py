@@ -1,0 +1,211 @@
+"""The interpreter every machine driver shares: step, perform, report (D31).
+
+Theory of operation. A machine's table decides; a driver performs. The loop is
+
+    step(table, state, event, facts) -> Step(dest, effects)    # pure, the only decision
+    for each effect: report = await effects[name]()             # performs one thing, reports
+    event, facts = translate(effect, report)                    # the machine's own vocabulary
+
+and :class:`Interpreter` holds the parts of that loop that do not depend on the machine: the
+current state, the explicit effect table (checked against the TOML when the interpreter is built,
+so a row naming an effect nobody performs fails at once), the observers that journal and trace
+every step, and interrupts.
+
+Interrupts. A cancel request (``abort``, ``cancel``, ``manual_compact``) can arrive while an effect
+is awaiting a model, a wait or an agent. The request only records the event and wakes the loop;
+the loop steps the event through the table like any other, and the row's own stop effect
+(``stop_work``, ``stop_agent``, ``cancel_compaction``, ``cancel_retry_wait``) cancels the effect
+in flight and waits until it has settled. So an awaiting effect runs in a child task with its
+own cancel scope, and the loop waits for whichever comes first: its report or an interrupt.
+
+Nothing here reads a clock or makes an id; a host that is not anyio (a durable workflow) can run
+the same :func:`~orchestrator._lifecycle.machine.step` with the effects as activities.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from orchestrator._core.errors import DefinitionError
+from orchestrator._lifecycle.guards import EFFECTS, Facts
+from orchestrator._lifecycle.machine import MachineDef, Step, step
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """What an effect reports: an outcome in the machine's vocabulary, never a state.
+
+    Attributes:
+        outcome: ``ok``, ``transient``, ``overflow``, ``truncated``, ``empty``, ``fatal``,
+            ``cancelled``, ``conflict``, ``failed``, or a hook's ``done`` / ``supplied`` ...
+        retry_after: A provider's retry-after hint in seconds (``transient`` only).
+        error: The failure as one line.
+        data: Small facts for the journal (ids, model names).
+    """
+
+    outcome: str
+    retry_after: float | None = None
+    error: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+Effect = Callable[[], Awaitable[Report | None]]
+StepObserver = Callable[[Step, Mapping[str, Any]], None]
+
+
+def check_effects(defn: MachineDef, effects: Mapping[str, object]) -> None:
+    """Refuse an effect table that does not match the machine's table and vocabulary.
+
+    Raises:
+        DefinitionError: A row names an effect the table does not implement, or the table
+            implements a name outside the machine's vocabulary.
+    """
+    used = {name for row in defn.rows for name in row.effects}
+    missing = sorted(used - set(effects))
+    if missing:
+        raise DefinitionError(f"{defn.source}: no driver effect for {', '.join(missing)}")
+    vocabulary = EFFECTS.get(defn.name, {})
+    unknown = sorted(set(effects) - set(vocabulary))
+    if unknown:
+        raise DefinitionError(
+            f"{defn.name} driver implements effects outside its vocabulary: {', '.join(unknown)}"
+        )
+
+
+def cancel_scope(scope: anyio.CancelScope) -> None:
+    """Cancel ``scope``. A deadline in the past cancels like ``scope.cancel()`` on every backend.
+
+    I use it because anyio 4.16's trio backend calls trio<0.25's ``cancel()`` with an argument it
+    does not take.
+    """
+    scope.deadline = -math.inf
+
+
+@dataclass(slots=True)
+class _InFlight:
+    scope: anyio.CancelScope
+    done: anyio.Event
+    report: Report | None = None
+
+
+class Interpreter:
+    """One machine's state, stepped only through the pure :func:`step`.
+
+    Args:
+        defn: The table.
+        effects: The effect table: every effect name the rows use, to a coroutine function.
+        observers: Called with every step and its journal data, after the state changed.
+        state: The state to start in (default: the table's initial state).
+
+    Raises:
+        DefinitionError: The effect table does not match the machine (see :func:`check_effects`).
+    """
+
+    def __init__(
+        self,
+        defn: MachineDef,
+        effects: Mapping[str, Effect],
+        *,
+        observers: Sequence[StepObserver] = (),
+        state: str | None = None,
+    ) -> None:
+        check_effects(defn, effects)
+        self.defn = defn
+        self.state = defn.initial if state is None else state
+        self._effects = effects
+        self._observers = tuple(observers)
+        self._pending: list[str] = []
+        self._wake = anyio.Event()
+        self._in_flight: _InFlight | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the machine rests in a final state."""
+        return self.state in self.defn.final
+
+    def listed(self, event: str) -> bool:
+        """Whether the table lists ``event`` for the current state (guards not evaluated)."""
+        return bool(self.defn.rows_for(self.state, event))
+
+    def step(self, event: str, facts: Facts, data: Mapping[str, Any] | None = None) -> Step:
+        """Take one step and tell the observers.
+
+        Raises:
+            TransitionError: The table refuses the event in this state; the state is unchanged.
+        """
+        taken = step(self.defn, self.state, event, facts)
+        taken = Step(
+            machine=taken.machine,
+            source=taken.source,
+            event=taken.event,
+            dest=taken.dest,
+            effects=taken.effects,
+            facts=facts,
+        )
+        self.state = taken.dest
+        for observer in self._observers:
+            observer(taken, data or {})
+        return taken
+
+    async def perform(self, name: str) -> Report | None:
+        """Perform one effect of the table and return its report."""
+        return await self._effects[name]()
+
+    # -- interrupts -------------------------------------------------------------------------------
+
+    def interrupt(self, event: str) -> None:
+        """Record an interrupt request and wake the loop; the table decides what it means."""
+        self._pending.append(event)
+        self._wake.set()
+
+    def take_interrupt(self) -> str | None:
+        """The oldest pending interrupt, if any (removed)."""
+        return self._pending.pop(0) if self._pending else None
+
+    def drop_interrupts(self) -> None:
+        """Forget pending interrupts (the run that they were meant for has ended)."""
+        self._pending.clear()
+
+    async def in_flight(self, group: TaskGroup, work: Effect) -> Report | None:
+        """Run an awaiting effect in a child task until it reports or an interrupt arrives.
+
+        Returns:
+            The effect's report, or ``None`` when an interrupt arrived first (the effect then
+            keeps running until a stop effect calls :meth:`stop_in_flight`).
+        """
+        flight = _InFlight(scope=anyio.CancelScope(), done=anyio.Event())
+
+        async def run() -> None:
+            try:
+                with flight.scope:
+                    flight.report = await work()
+            finally:
+                flight.done.set()
+                self._wake.set()
+
+        self._in_flight = flight
+        group.start_soon(run)
+        while not flight.done.is_set() and not self._pending:
+            self._wake = anyio.Event()
+            if flight.done.is_set() or self._pending:
+                break
+            await self._wake.wait()
+        if flight.done.is_set():
+            self._in_flight = None
+            return flight.report
+        return None
+
+    async def stop_in_flight(self) -> None:
+        """Cancel the effect in flight, if any, and wait until it has settled."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return
+        cancel_scope(flight.scope)
+        with anyio.CancelScope(shield=True):
+            await flight.done.wait()

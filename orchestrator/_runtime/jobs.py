@@ -1,0 +1,301 @@
+"""What each kind of operation plans, asks the hooks, and commits.
+
+The operation machine (``machines/operation.toml``) is shared by compactions, branch summaries
+and prunes; each starts with its own event (``prepared``, ``branch_planned``, ``prune_planned``)
+and only meets the rows that follow from it. A job holds the kind-specific parts of the effects:
+the planning that happens in ``preparing`` (pure), the hooks a compaction consults, the summary
+requests (:class:`~orchestrator._runtime.summarize.Part`), the entry the commit appends, and the
+payload of the result. The driver in :mod:`orchestrator._runtime.operation` decides nothing here
+either: a job answers questions, the table chooses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator._core.branch_plan import BranchPlan
+from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
+from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry, entry_message
+from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
+from orchestrator._core.tokens import CompactionSettings
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._runtime.driver import Report
+from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.summarize import (
+    BranchSummaryResult,
+    CompactionInputs,
+    CompactionResult,
+    Part,
+    SummaryRoutes,
+    branch_parts,
+    branch_result,
+    compaction_parts,
+    compaction_result,
+)
+from orchestrator._store.protocol import Tail
+from orchestrator._store.session import Session, branch_summary_fields
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Start:
+    """The event an operation starts with, once planned (pure).
+
+    Attributes:
+        event: ``prepared``, ``branch_planned`` or ``prune_planned``.
+        facts: What the guards of that event read.
+        data: What the journal records with it.
+    """
+
+    event: str
+    facts: Facts
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+def kept_messages(session: Session, plan: CompactionPlan) -> tuple[dict[str, Any], ...]:
+    """The messages a compaction keeps (for the short summary and the after-estimate)."""
+    out = []
+    for entry_id in plan.kept_entry_ids:
+        message = entry_message(session.tree.get(entry_id))
+        if message is not None:
+            out.append(message)
+    return tuple(out)
+
+
+def compaction_from_hook(value: Any, plan: CompactionPlan) -> CompactionResult | None:
+    """A compaction a ``session_before_compact`` handler supplied, or ``None``."""
+    if not isinstance(value, dict) or not isinstance(value.get("summary"), str):
+        return None
+    return CompactionResult(
+        summary=value["summary"],
+        first_kept_entry_id=str(value.get("firstKeptEntryId") or plan.first_kept_entry_id),
+        tokens_before=int(value.get("tokensBefore", plan.tokens_before)),
+        details=value.get("details") or {},
+        short_summary=value.get("shortSummary"),
+        preserve_data=value.get("preserveData"),
+        from_extension=True,
+        model="hook",
+    )
+
+
+class CompactionJob:
+    """A compaction of the active branch (or of a given plan, without a session).
+
+    Args:
+        ports: The runtime's ports (``session`` may be ``None`` with ``plan`` given).
+        routes: The summary routes (candidates already chosen for the reason, D21).
+        reason: ``threshold``, ``overflow`` or ``manual``.
+        settings: Compaction settings for planning.
+        focus: The user's instructions.
+        plan: A plan made elsewhere (then no planning happens here).
+        kept: The kept messages, when ``plan`` is given without a session.
+    """
+
+    kind = "compaction"
+
+    def __init__(
+        self,
+        ports: Ports,
+        routes: SummaryRoutes,
+        *,
+        reason: str,
+        settings: CompactionSettings,
+        focus: str | None = None,
+        plan: CompactionPlan | None = None,
+        kept: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        self.ports = ports
+        self.routes = routes
+        self.reason = reason
+        self.focus = focus
+        self.skip_reason: str | None = None
+        self.path: list[Entry] = []
+        session = ports.session
+        if plan is None:
+            assert session is not None, "a compaction without a plan needs a session"
+            self.path = session.path()
+            planned = plan_compaction(self.path, settings, context=session.context())
+            if isinstance(planned, NothingToCompact):
+                self.skip_reason = planned.reason
+            else:
+                plan = planned
+        self.plan = plan
+        if plan is not None and session is not None and not kept:
+            kept = kept_messages(session, plan)
+        self.inputs = CompactionInputs(focus=focus, kept_messages=tuple(kept))
+        self.supplied: CompactionResult | None = None
+        self.parts: tuple[Part, ...] = ()
+
+    def start(self) -> Start:
+        """``prepared``, with or without work (D12)."""
+        if self.plan is None:
+            return Start(
+                event="prepared",
+                facts=Facts(has_work=False),
+                data={"reason": self.skip_reason},
+            )
+        return Start(
+            event="prepared",
+            facts=Facts(has_work=True),
+            data={
+                "firstKeptEntryId": self.plan.first_kept_entry_id,
+                "tokensBefore": self.plan.tokens_before,
+            },
+        )
+
+    async def consult_hooks(self) -> Report:
+        """Run ``session_before_compact`` then ``session.compacting`` (D25)."""
+        assert self.plan is not None
+        hook = await self.ports.run_hook(
+            "session_before_compact",
+            {
+                "type": "session_before_compact",
+                "preparation": self.plan.as_json(),
+                "branchEntries": self.path,
+                "customInstructions": self.focus,
+                "reason": self.reason,
+            },
+        )
+        if hook and hook.get("cancel"):
+            return Report(outcome="cancelled", data={"reason": "Compaction cancelled"})
+        self.supplied = compaction_from_hook(hook.get("compaction") if hook else None, self.plan)
+        if self.supplied is not None:
+            return Report(outcome="supplied")
+        messages = list(self.plan.messages_to_summarize) + list(self.plan.turn_prefix_messages)
+        session = self.ports.session
+        shaping = await self.ports.run_hook(
+            "session.compacting",
+            {
+                "type": "session.compacting",
+                "sessionId": session.session_id if session is not None else None,
+                "messages": messages,
+            },
+        )
+        extra = dict(shaping or {})
+        self.inputs = CompactionInputs(
+            focus=self.focus,
+            additional_context=tuple(str(line) for line in extra.get("context") or ()),
+            prompt_override=extra.get("prompt"),
+            preserve_data=extra.get("preserveData"),
+            kept_messages=self.inputs.kept_messages,
+        )
+        self.parts = compaction_parts(self.plan, self.routes, self.inputs)
+        return Report(outcome="done")
+
+    def result(self, texts: Mapping[str, str], models: Mapping[str, str]) -> CompactionResult:
+        """The result to commit: the hook's, or the one the parts' texts make."""
+        if self.supplied is not None:
+            return self.supplied
+        assert self.plan is not None
+        return compaction_result(self.plan, texts, models, self.inputs)
+
+    def entry(self, session: Session, result: Any) -> Entry:
+        """The compaction entry that commits ``result`` (built, not added)."""
+        return session.new_entry(COMPACTION, result.entry_fields())
+
+    @staticmethod
+    def append(session: Session, entry: Entry, expect: Tail | None) -> None:
+        """The commit: one appended, flushed entry (D24), conditional on the planned tail (D27)."""
+        session.add_entry(entry, expect=expect)
+        session.flush()
+
+
+class BranchJob:
+    """A branch summary attached at the navigation's new position (D17).
+
+    The navigation consulted ``session_before_tree`` already, so this job asks no hooks.
+    """
+
+    kind = "branch_summary"
+    reason = "navigation"
+
+    def __init__(
+        self,
+        routes: SummaryRoutes,
+        plan: BranchPlan,
+        *,
+        new_leaf_id: str | None,
+        old_leaf_id: str | None,
+        instructions: str | None,
+        replace_instructions: bool,
+    ) -> None:
+        self.plan = plan
+        self.new_leaf_id = new_leaf_id
+        self.old_leaf_id = old_leaf_id
+        self.parts = branch_parts(
+            plan, routes, instructions=instructions, replace_instructions=replace_instructions
+        )
+
+    def start(self) -> Start:
+        """``branch_planned``; a branch without messages needs no model."""
+        return Start(
+            event="branch_planned",
+            facts=Facts(needs_model=bool(self.parts)),
+            data={"oldLeafId": self.old_leaf_id},
+        )
+
+    async def consult_hooks(self) -> Report:  # pragma: no cover - no row leads here
+        """Branch summaries have no hooks of their own (the navigation asked them)."""
+        raise AssertionError("a branch summary consults no hooks")
+
+    def result(self, texts: Mapping[str, str], models: Mapping[str, str]) -> BranchSummaryResult:
+        """The branch summary from the model's text."""
+        return branch_result(self.plan, texts, models)
+
+    def entry(self, session: Session, result: Any) -> Entry:
+        """The branch_summary entry under the new position, ``fromId`` the old leaf (D17)."""
+        return session.new_entry(
+            BRANCH_SUMMARY,
+            branch_summary_fields(
+                summary=result.summary,
+                from_id=self.old_leaf_id,
+                details=result.details,
+                short_summary=result.short_summary,
+            ),
+            parent_id=self.new_leaf_id,
+        )
+
+    @staticmethod
+    def append(session: Session, entry: Entry, expect: Tail | None) -> None:
+        """The commit: move the leaf and append the summary there (conditional, D27)."""
+        session.attach_branch_summary(entry, expect=expect)
+        session.flush()
+
+
+class PruneJob:
+    """Pruning old tool outputs (D23): one atomic rewrite, no model."""
+
+    kind = "prune"
+    reason = "threshold"
+    parts: tuple[Part, ...] = ()
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.path = session.path()
+        self.plan: PrunePlan = plan_prune(self.path)
+        self.tokens_saved = 0
+
+    def start(self) -> Start:
+        """``prune_planned``, with or without candidates."""
+        if not self.plan.candidates:
+            return Start(
+                event="prune_planned",
+                facts=Facts(has_work=False),
+                data={"reason": "nothing to prune"},
+            )
+        return Start(
+            event="prune_planned",
+            facts=Facts(has_work=True),
+            data={"tokensSaved": self.plan.tokens_saved},
+        )
+
+    def pruned(self, now_ms: int) -> list[Entry]:
+        """The replacement entries (pure)."""
+        return apply_prune(self.plan, self.path, now_ms)
+
+    def rewrite(self, pruned: Sequence[Entry], expect: Tail | None) -> None:
+        """The commit: swap the entries and rewrite the file atomically (D4, D27)."""
+        self.session.replace_entries(pruned, expect=expect)
+        live = set(self.session.context().entry_ids)
+        self.tokens_saved = sum(c.savings for c in self.plan.candidates if c.entry_id in live)

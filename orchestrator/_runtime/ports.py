@@ -1,0 +1,83 @@
+"""The ports record: everything a runtime driver may touch, passed in as one frozen value.
+
+The turn driver, the operation runner and the navigator take this record instead of the
+session object, so none of them can reach into another's state (house style habit 17). Each
+field is one kind of I/O: the session store, the summary models, the hooks, the event stream,
+the lifecycle journal, the tracer, the clock, the sleep used for waits, and the id source.
+Tests instrument exactly these to check that nothing happens outside the table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
+from orchestrator._runtime.events import EventBus
+from orchestrator._runtime.hooks import Hooks
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._store.journal import Journal
+from orchestrator._store.session import Session, wall_clock_ms
+from orchestrator._telemetry.tracing import LifecycleTracer
+
+
+def random_operation_id() -> str:
+    """Twelve random hex digits."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports:
+    """What the runtime's drivers perform their effects through.
+
+    Attributes:
+        session: The session (store, tree, live context); ``None`` for a summary of a bare plan.
+        routes: The summary models and their retry policy.
+        hooks: The hook registry (D25).
+        events: The event stream.
+        journal: The lifecycle journal (``None``: not journaled, as for a dry run).
+        tracer: The OpenTelemetry wrapper.
+        clock_ms: Epoch-ms clock (prune times, message times).
+        sleep: Awaited for every wait, in seconds.
+        ids: Source of operation ids.
+        timeout_s: Per model call, seconds (``None``: no limit).
+        deadline_s: Per operation, seconds, over all its calls and waits (``None``: no limit).
+        tables: Where the machine tables come from, by name (tests pass modified copies to
+            show that the behaviour follows the table).
+    """
+
+    session: Session | None
+    routes: SummaryRoutes
+    hooks: Hooks = field(default_factory=Hooks)
+    events: EventBus = field(default_factory=EventBus)
+    journal: Journal | None = None
+    tracer: LifecycleTracer = field(default_factory=lambda: LifecycleTracer(None))
+    clock_ms: Callable[[], int] = wall_clock_ms
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    ids: Callable[[], str] = random_operation_id
+    timeout_s: float | None = None
+    deadline_s: float | None = None
+    tables: Callable[[str], MachineDef] = load_machine
+
+    async def run_hook(self, name: str, payload: dict[str, Any]) -> Mapping[str, Any] | None:
+        """Run a hook; a handler's exception becomes a ``hook_error`` event (D25)."""
+        return await self.hooks.run(name, payload, self._hook_error)
+
+    def _hook_error(self, name: str, error: BaseException) -> None:
+        self.events.emit("hook_error", hook=name, error=f"{type(error).__name__}: {error}")
+
+    def observe(self, step: Step) -> None:
+        """Trace and announce one machine step (journaling is the machine driver's)."""
+        self.tracer.on_step(step)
+        self.events.emit(
+            "transition",
+            machine=step.machine,
+            source=step.source,
+            event=step.event,
+            dest=step.dest,
+            effects=list(step.effects),
+        )
