@@ -28,6 +28,14 @@ def test_unknown_flag_shows_the_subcommand_usage(
     assert err.rstrip().endswith("orchestrator plan: error: unrecognized arguments: --bogus")
 
 
+def test_unknown_flag_before_the_command_shows_the_top_level_usage(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _usage_error(capsys, "--bogus", "plan", str(example))
+    assert err.startswith("usage: orchestrator [-h]")
+    assert err.rstrip().endswith("orchestrator: error: unrecognized arguments: --bogus")
+
+
 @pytest.mark.parametrize(
     "argv",
     [

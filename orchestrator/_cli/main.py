@@ -95,13 +95,16 @@ def _tolerate_lone_surrogates() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
     _tolerate_lone_surrogates()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args, extra = _build_parser(argv).parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser(words)
+    args, extra = parser.parse_known_args(words)
     command: argparse.ArgumentParser = args.command_parser
     if extra:
-        # argparse would blame the top-level parser and show its usage; the mistake is in the
-        # subcommand's arguments, so its usage is the helpful one. error() exits with 2.
-        command.error(f"unrecognized arguments: {' '.join(extra)}")
+        # argparse would blame the top-level parser and show its usage; a mistake after the
+        # command name is in the subcommand's arguments, so its usage is the helpful one.
+        before = words[: words.index(args.command)] if args.command in words else []
+        owner = parser if any(word in before for word in extra) else command
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")  # exits with 2
     handler: Command = args.handler
     try:
         return handler(args)

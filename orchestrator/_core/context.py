@@ -96,7 +96,7 @@ class ModelRef:
 
 
 FILE_TOOLS = frozenset({"read", "write", "edit"})
-"""Tools whose ``path`` argument counts as a file operation (reference §5.4)."""
+"""Tools whose ``path`` argument counts as a file operation (as pi tracks them, D16)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
