@@ -536,10 +536,21 @@ async def _within(seconds: float | None, call: Awaitable[T]) -> T | None:
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    # Both halves of a split turn can fail the same way (a request that cannot fit the
+    # summarizer's window is refused before any call): the caller gets one error, the first.
+    leaves = _leaves(group)
+    if all(isinstance(leaf, ModelError) for leaf in leaves):
+        return leaves[0]
     first: BaseException = group
     while isinstance(first, BaseExceptionGroup) and len(first.exceptions) == 1:
         first = first.exceptions[0]
     return first
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 def _span_attributes(outcome: OperationOutcome) -> dict[str, Any]:
