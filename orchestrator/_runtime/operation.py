@@ -38,7 +38,7 @@ from orchestrator._store.journal import Journal
 
 _STATUS = {
     "committed": "completed",
-    "skipped": "completed",
+    "skipped": "skipped",  # nothing was done: a client must not read it as a success
     "failed": "failed",
     "cancelled": "cancelled",
 }
