@@ -744,14 +744,14 @@ async def test_bad_paths_are_invalid_params_not_internal_errors(tmp_path: Path) 
     client = file_client(tmp_path)
     (tmp_path / "folder").mkdir()
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str]] = [
         ("session.open", {"path": "a\x00b"}, "a path cannot hold a NUL character"),
-        ("session.open", {"path": "folder", "create": True}, "folder: Is a directory"),
+        ("session.open", {"path": "folder", "create": True}, "Is a directory"),
         ("session.open", {"path": "folder"}, "folder: no such session file"),
         (
             "session.fork",
             {"session_id": sid, "entry_id": "ec48c90d", "path": "missing/f.jsonl"},
-            "missing/f.jsonl: No such file or directory",
+            "missing",  # the folder is named, whichever layer notices
         ),
         (
             "session.fork",

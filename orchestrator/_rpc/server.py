@@ -23,9 +23,12 @@ import anyio.abc
 
 from orchestrator._rpc import access
 from orchestrator._rpc.connection import Connection, Limits, send_quietly
-from orchestrator._rpc.hub import SessionHub
+from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import LIMIT, Dispatcher, RpcError, encode, failure, one_line
 from orchestrator._rpc.transport import FdTransport, StreamTransport, Transport
+
+__all__ = ("Limits", "RpcServer", "RuntimeOptions", "SessionHub")
+"""The server's names; the hub's are re-exported because callers build both together."""
 
 
 def _stderr(text: str) -> None:
