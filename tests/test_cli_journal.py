@@ -194,3 +194,15 @@ def test_unknown_kind_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str
     )
     _, out, _ = run(capsys, str(tmp_path / "s.jsonl"))
     assert out.splitlines()[0] == "operation op (unknown kind)"
+
+
+def test_the_summary_line_counts_in_the_singular_for_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text("")
+    journal = Journal.open(path)
+    operation(journal, "op-1", "compaction", ["prepared"])
+    code, out, _ = run(capsys, str(path))
+    assert code == 0
+    assert out.splitlines()[-1] == "-- 1 transition, 1 operation (1 open)"

@@ -10,7 +10,17 @@ import pytest
 
 from tests.cli_kit import EXAMPLE
 
-HEAVY = ("anyio", "httpx", "tenacity", "transitions", "textual", "opentelemetry", "litellm")
+# msgspec too: it parses big files only (tests/data's example is small); its import costs more.
+HEAVY = (
+    "anyio",
+    "httpx",
+    "tenacity",
+    "transitions",
+    "textual",
+    "opentelemetry",
+    "litellm",
+    "msgspec",
+)
 
 # Runs a command in a fresh interpreter, then prints the heavy packages it imported.
 PROBE = """

@@ -14,7 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._core.json_lines import MAX_DEPTH, BadLine, decode_line, depth
+from orchestrator._core.json_lines import (
+    FAST_FROM_BYTES,
+    MAX_DEPTH,
+    BadLine,
+    decode_line,
+    depth,
+    line_decoder,
+)
 from orchestrator._core.loading import parse_session_bytes
 from orchestrator._store.jsonl import write_pi_line
 
@@ -132,3 +139,21 @@ def test_depth() -> None:
     assert depth([]) == 1
     assert depth({"a": [1, {"b": []}]}) == 4
     assert depth([[[]], []]) == 3
+
+
+@settings(max_examples=200)
+@given(VALUES)
+def test_small_and_big_files_read_every_line_alike(value: Any) -> None:
+    raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    small, big = line_decoder(10), line_decoder(FAST_FROM_BYTES)
+    assert small is not big
+    assert same(small(raw), big(raw))
+
+
+def test_a_big_file_loads_like_a_small_one() -> None:
+    line = write_pi_line({"type": "x", "id": "a", "parentId": None, "text": "\ud800 é"})
+    padding = b"\n" * FAST_FROM_BYTES  # blank lines: a big file with the same content
+    small = parse_session_bytes(HEADER + line)
+    big = parse_session_bytes(HEADER + padding + line)
+    assert small.entries == big.entries
+    assert big.problems == []

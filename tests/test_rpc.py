@@ -22,6 +22,7 @@ from orchestrator._core.errors import (
     SessionLockedError,
     TransitionError,
 )
+from orchestrator._rpc.hub import NO_AGENT, RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import (
     BUSY,
     CANCELLED,
@@ -39,7 +40,6 @@ from orchestrator._rpc.protocol import (
     error_for,
     one_line,
 )
-from orchestrator._rpc.server import NO_AGENT, RuntimeOptions, SessionHub
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator.testing import AgentHang, Hang, reply
@@ -673,3 +673,127 @@ async def test_close_all_releases_everything(tmp_path: Path) -> None:
     client.hub.abort_all()
     client.hub.close_all()
     assert await client.call("session.list") == {"sessions": []}
+
+
+# -- hostile input (a hardened server) ---------------------------------------------------------
+
+
+def refuse_constant(name: str) -> Any:
+    raise AssertionError(f"{name} is not JSON")
+
+
+async def test_nan_infinity_and_overflowing_ids_are_never_echoed() -> None:
+    dispatcher = echo_dispatcher()
+    for line, code in [
+        ('{"jsonrpc":"2.0","id":NaN,"method":"echo"}', PARSE_ERROR),
+        ('{"jsonrpc":"2.0","id":-Infinity,"method":"echo"}', PARSE_ERROR),
+        ('{"jsonrpc":"2.0","id":1e400,"method":"echo"}', INVALID_REQUEST),
+        ('{"jsonrpc":"2.0","id":' + "9" * 5000 + ',"method":"echo"}', PARSE_ERROR),
+    ]:
+        text = await dispatcher.handle_text(line) or ""
+        answer = json.loads(text, parse_constant=refuse_constant)
+        assert (answer["id"], answer["error"]["code"]) == (None, code), line
+
+
+async def test_deep_nesting_is_refused_before_any_handler() -> None:
+    dispatcher = echo_dispatcher()
+    for depth in (33, 1200, 100_000):
+        text = await dispatcher.handle_text("[" * depth + "]" * depth)
+        error = json.loads(text or "")["error"]
+        assert error["code"] in (PARSE_ERROR, INVALID_REQUEST)
+        assert "nested deeper than 32" in error["message"]
+    deep_params = {"text": "x", "flag": False}
+    for _ in range(40):
+        deep_params = {"x": deep_params}
+    answer = await dispatcher.handle(
+        {"jsonrpc": "2.0", "id": 1, "method": "echo", "params": deep_params}
+    )
+    assert answer["error"]["code"] == INVALID_REQUEST
+
+
+async def test_a_batch_over_the_bound_is_refused_whole() -> None:
+    calls = [{"jsonrpc": "2.0", "id": n, "method": "broken"} for n in range(65)]
+    answer = await echo_dispatcher().handle(calls)
+    assert answer == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": INVALID_REQUEST,
+            "message": "Invalid request: a batch of 65 requests; at most 64 are accepted",
+        },
+    }
+    assert len(await echo_dispatcher().handle(calls[:64])) == 64
+
+
+async def test_a_result_json_cannot_hold_is_an_internal_error_for_that_request() -> None:
+    async def nan(p: Params) -> Any:
+        return {"value": float("nan")}
+
+    dispatcher = Dispatcher({"nan": Method(handler=nan), **echo_dispatcher().methods})
+    text = await dispatcher.handle_text(
+        '[{"jsonrpc":"2.0","id":1,"method":"nan"},{"jsonrpc":"2.0","id":2,"method":"echo"}]'
+    )
+    first, second = json.loads(text or "")
+    assert first["id"] == 1
+    assert first["error"]["code"] == INTERNAL_ERROR
+    assert "not encodable" in first["error"]["message"]
+    assert second["result"] == {"text": None, "flag": False}
+
+
+async def test_bad_paths_are_invalid_params_not_internal_errors(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    (tmp_path / "folder").mkdir()
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("session.open", {"path": "a\x00b"}, "a path cannot hold a NUL character"),
+        ("session.open", {"path": "folder", "create": True}, "Is a directory"),
+        ("session.open", {"path": "folder"}, "folder: no such session file"),
+        (
+            "session.fork",
+            {"session_id": sid, "entry_id": "ec48c90d", "path": "missing/f.jsonl"},
+            "missing",  # the folder is named, whichever layer notices
+        ),
+        (
+            "session.fork",
+            {"session_id": sid, "entry_id": "ec48c90d", "path": "f\x00.jsonl"},
+            "a path cannot hold a NUL character",
+        ),
+    ]
+    for method, params, message in cases:
+        error = await client.error(method, **params)
+        assert error["code"] == INVALID_PARAMS, (method, params, error)
+        assert message in error["message"], error
+
+
+async def test_a_skipped_compress_reports_skipped_not_completed(tmp_path: Path) -> None:
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    assert (await client.call("session.compress", session_id=sid))["compacted"] is True
+    client.events.clear()
+    again = await client.call("session.compress", session_id=sid)
+    assert again == {"compacted": False, "reason": "Already compacted"}
+    statuses = [
+        m["params"]["event"]["status"]
+        for m in client.events
+        if m["params"]["event"]["type"] == "compaction_update"
+    ]
+    assert statuses == ["in_progress", "skipped"]
+    client.hub.close_all()
+    journal = (tmp_path / "example.jsonl.journal").read_text().splitlines()
+    last = [json.loads(line) for line in journal if '"machine":"operation"' in line][-1]
+    assert (last["to"], last["data"]["reason"]) == ("skipped", "Already compacted")
+
+
+async def test_a_listener_that_raises_does_not_break_the_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = file_client(tmp_path)
+
+    def broken(message: dict[str, Any]) -> None:
+        raise RuntimeError("listener bug")
+
+    client.hub.listen(broken)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    assert (await client.call("session.compress", session_id=sid))["compacted"] is True
+    assert "compaction_update" in client.event_types()  # later listeners still got them
+    assert "event listener failed: RuntimeError('listener bug')" in capsys.readouterr().err

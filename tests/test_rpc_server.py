@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 from collections import deque
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ from hypothesis import strategies as st
 
 from orchestrator._cli.main import main as cli_main
 from orchestrator._cli.serve import _options
-from orchestrator._rpc.protocol import FdTransport, StreamTransport, read_lines
-from orchestrator._rpc.server import RpcServer, RuntimeOptions, SessionHub
+from orchestrator._rpc.connection import Limits
+from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+from orchestrator._rpc.server import RpcServer
+from orchestrator._rpc.transport import FdTransport, LineReader, Overlong, StreamTransport
 from orchestrator._runtime.agent import ChatAgent
 from orchestrator.testing import AgentHang, ScriptedAgent
 
@@ -33,6 +37,7 @@ EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
 REPO = Path(__file__).resolve().parent.parent
 SERVE = [sys.executable, "-m", "orchestrator", "serve"]
 LIMIT = 4 * 1024 * 1024  # no answer in these tests comes near this: a bound on every read
+TOKEN = "test-token"
 
 
 @pytest.fixture
@@ -54,6 +59,7 @@ class Chunks:
         self.chunks = deque(chunks)
         self.out = bytearray()
         self.broken = broken
+        self.closed = False
 
     async def read(self) -> bytes:
         await anyio.lowlevel.checkpoint()
@@ -64,12 +70,19 @@ class Chunks:
             raise anyio.BrokenResourceError
         self.out += data
 
+    async def close(self) -> None:
+        self.closed = True
+
     def messages(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.out.decode().splitlines()]
 
 
 async def collect(transport: Chunks, limit: int = 10) -> list[bytes | None]:
-    return [line async for line in read_lines(transport, limit)]
+    reader = LineReader(transport, limit)
+    lines: list[bytes | None] = []
+    while (line := await reader.next()) is not None:
+        lines.append(None if isinstance(line, Overlong) else line)
+    return lines
 
 
 # -- framing -----------------------------------------------------------------------------------
@@ -115,7 +128,7 @@ async def test_a_connection_answers_every_line_then_ends(tmp_path: Path) -> None
             request(2, "session.list"),
         ]
     )
-    await RpcServer(hub, max_line_bytes=150).serve_connection(transport)
+    await RpcServer(hub, limits=Limits(max_line_bytes=150)).serve_connection(transport)
     answers = {m["id"]: m for m in transport.messages() if "id" in m and m["id"] is not None}
     assert answers[1]["result"]["entries"] == 43
     assert len(answers[2]["result"]["sessions"]) == 1
@@ -157,6 +170,10 @@ class Peer:
     async def send(self, line: bytes) -> None:
         await self.stream.send(line)
 
+    async def auth(self, token: str) -> None:
+        await self.send(request(0, "auth", token=token))
+        assert (await self.answer(0))["result"] == {"authenticated": True}
+
     async def answer(self, request_id: int) -> dict[str, Any]:
         """Read until the response to ``request_id``; other messages are kept on the way."""
         while request_id not in self.answers:
@@ -177,9 +194,10 @@ async def test_tcp_compress_with_notifications(tmp_path: Path) -> None:
     hub = example_hub(tmp_path)
     server = RpcServer(hub)
     async with anyio.create_task_group() as group:
-        port = await group.start(server.serve_tcp, 0)
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
         async with await anyio.connect_tcp("127.0.0.1", port) as stream:
             peer = Peer(stream)
+            await peer.auth(TOKEN)
             await peer.send(request(1, "session.open", path="example.jsonl"))
             sid = (await peer.answer(1))["result"]["session_id"]
             await peer.send(
@@ -212,9 +230,10 @@ async def test_tcp_compress_interrupts_a_hanging_prompt_on_the_same_connection(
     hub = example_hub(tmp_path, agent_factory=lambda: agent)
     server = RpcServer(hub)
     async with anyio.create_task_group() as group:
-        port = await group.start(server.serve_tcp, 0)
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
         async with await anyio.connect_tcp("127.0.0.1", port) as stream:
             peer = Peer(stream)
+            await peer.auth(TOKEN)
             await peer.send(request(1, "session.open", path="example.jsonl"))
             sid = (await peer.answer(1))["result"]["session_id"]
             await peer.send(request(2, "session.prompt", session_id=sid, text="carry on"))
@@ -300,19 +319,28 @@ async def test_serve_tcp_subprocess_stops_cleanly_on_interrupt(tmp_path: Path) -
         assert process.stdout is not None
         err = BufferedByteReceiveStream(process.stderr)
         line = b""
-        while b"listening on" not in line:
-            line = await err.receive_until(b"\n", 4096)
-        port = int(line.rsplit(b":", 1)[1])
-        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-            peer = Peer(stream)
-            await peer.send(request(1, "session.list"))
-            listed = await peer.answer(1)
-        process.send_signal(signal.SIGINT)
+        try:  # whatever happens, the server is stopped (or leaving this block would wait for it)
+            while b"listening on" not in line:
+                line = await err.receive_until(b"\n", 4096)
+            found = re.search(rb"listening on 127\.0\.0\.1:(\d+) \(token in (.+)\)$", line)
+            assert found is not None, line
+            port, token_file = int(found[1]), Path(found[2].decode())
+            modes = (token_file.stat().st_mode & 0o777, token_file.parent.stat().st_mode & 0o777)
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                peer = Peer(stream)
+                await peer.auth(token_file.read_text().strip())
+                await peer.send(request(1, "session.list"))
+                listed = await peer.answer(1)
+        finally:
+            process.send_signal(signal.SIGINT)
         rest = await read_all(err)
         assert await process.wait() == 0
         assert await read_all(process.stdout) == b""
     assert listed["result"]["sessions"][0]["path"] == str(session)
     assert b"stopped" in rest
+    assert modes == (0o600, 0o700)
+    assert not token_file.exists()  # removed at exit, with its folder
+    assert not token_file.parent.exists()
 
 
 def test_serve_refuses_a_session_outside_its_directory(
@@ -412,3 +440,123 @@ async def test_stream_transport_reads_the_end_of_a_socket() -> None:
             async with await anyio.connect_tcp("127.0.0.1", port) as client:
                 await client.send(b"hi")
     assert b"".join(received) == b"hi"
+
+
+# -- serve: option mistakes are one line, no traceback -----------------------------------------
+
+
+def serve_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
+    code = cli_main(["serve", *argv])
+    return code, capsys.readouterr().err.splitlines()
+
+
+def test_serve_option_mistakes_are_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loose = tmp_path / "loose"
+    loose.write_text("secret\n")
+    loose.chmod(0o644)
+    not_socket = tmp_path / "file"
+    not_socket.write_text("")
+    cases = [
+        (["--port", "99999"], 2, "--port 99999: not a port number (0 to 65535)"),
+        (["--port", "-1"], 2, "--port -1: not a port number (0 to 65535)"),
+        (["--port", "0", "--host", "0.0.0.0"], 2, "--host 0.0.0.0: not a loopback address"),
+        (["--port", "0", "--host", "example.com"], 2, "--host example.com: not a loopback"),
+        (["--socket", str(not_socket), "--token-file", str(loose)], 2, "go with --port"),
+        (["--api-key-file", str(loose)], 1, f"API key file {loose}: other users may read"),
+        (["--api-key-file", str(tmp_path / "none")], 1, "No such file or directory"),
+        (["--port", "0", "--token-file", str(loose)], 1, f"token file {loose}: other users"),
+        (["--socket", str(not_socket)], 1, f"cannot listen on {not_socket}: exists and is not"),
+    ]
+    for argv, expected_code, message in cases:
+        code, lines = serve_cli(capsys, *argv)
+        assert code == expected_code, argv
+        assert len(lines) == 1, (argv, lines)
+        assert lines[0].startswith("orchestrator serve: ")
+        assert message in lines[0], (argv, lines)
+
+
+def test_serve_on_a_busy_port_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, lines = serve_cli(capsys, "--port", str(port))
+    assert code == 1
+    assert lines == [
+        f"orchestrator serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+
+
+async def test_serve_unix_socket_subprocess(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    key.chmod(0o600)
+    path = tmp_path / "serve.sock"
+    async with await anyio.open_process(
+        [*SERVE, "--socket", str(path), "--api-key-file", str(key), str(session)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stderr is not None
+        assert process.stdout is not None
+        err = BufferedByteReceiveStream(process.stderr)
+        line = b""
+        try:
+            while b"listening on" not in line:
+                line = await err.receive_until(b"\n", 4096)
+            mode = path.stat().st_mode & 0o777
+            async with await anyio.connect_unix(path) as stream:
+                peer = Peer(stream)
+                await peer.send(request(1, "session.list"))
+                listed = await peer.answer(1)
+        finally:
+            process.terminate()  # SIGTERM stops it as cleanly as Ctrl+C
+        rest = await read_all(err)
+        assert await process.wait() == 0
+        assert await read_all(process.stdout) == b""
+    assert line == f"orchestrator serve: listening on unix:{path}".encode()
+    assert mode == 0o600
+    assert listed["result"]["sessions"][0]["path"] == str(session)
+    assert b"stopped" in rest
+    assert b"Traceback" not in rest
+    assert not path.exists()
+
+
+def test_serve_reads_the_api_key_from_a_file_and_warns_about_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from orchestrator._cli.serve import API_KEY_VISIBLE, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--model", "openai/gpt-test"])
+    options = _options(args, "from-file")
+    assert options.agent_factory is not None
+    agent = options.agent_factory()
+    assert isinstance(agent, ChatAgent)
+    assert agent.model._api_key == "from-file"  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit):  # one or the other
+        parser.parse_args(["serve", "--api-key", "k", "--api-key-file", "f"])
+    capsys.readouterr()
+    # The flag still works, with a warning: stdin is empty, so the server ends at once.
+    in_read, in_write = os.pipe()
+    os.close(in_write)
+    saved = os.dup(0)
+    os.dup2(in_read, 0)
+    try:
+        assert cli_main(["serve", "--api-key", "sk-visible"]) == 0
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(in_read)
+    assert capsys.readouterr().err.splitlines() == [f"orchestrator serve: {API_KEY_VISIBLE}"]

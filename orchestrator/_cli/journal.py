@@ -60,8 +60,13 @@ def _journal(args: argparse.Namespace) -> int:
         _print_operation(op, final)
     if args.operation is None:
         still_open = sum(op.state not in final for op in ops)
-        print(f"-- {len(read.records)} transitions, {len(ops)} operations ({still_open} open)")
+        transitions, count = _count(len(read.records), "transition"), _count(len(ops), "operation")
+        print(f"-- {transitions}, {count} ({still_open} open)")
     return 0
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def journal_report(

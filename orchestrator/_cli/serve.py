@@ -1,33 +1,52 @@
-"""The ``serve`` command: the JSON-RPC server on stdio or on a local TCP port.
+"""The ``serve`` command: the JSON-RPC server on stdio, a Unix socket or a loopback TCP port.
 
-``orchestrator serve [SESSION.jsonl ...] [--dir DIR] [--stdio | --port N] [--model M ...]``
+``orchestrator serve [SESSION.jsonl ...] [--dir DIR] [--stdio | --socket PATH | --port N]
+[--host ADDR] [--token-file FILE] [--model M ...] [--api-key-file FILE]``
 
 With no ``--model`` compactions and branch summaries use the built-in offline summarizer and
 ``session.prompt`` is refused; with ``--model`` the first model is also the chat agent's. On
 stdio, stdout carries protocol lines only; everything meant for a person goes to stderr.
+
+Who may connect (D30): stdio belongs to the parent process; a Unix socket is made with mode
+0600; a TCP port listens on loopback only and wants a token first, random and written to a new
+0600 file (its path printed at start) unless ``--token-file`` names one. A mistake in these
+options (a port out of range, a non-loopback host, a busy port, a token file others can read)
+is one line on stderr: exit 2 for a usage error, 1 for a listener that cannot be made.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 
 from orchestrator._cli.common import add_timeout_argument, positive_int, with_timeout
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._rpc.server import RpcServer, RuntimeOptions, SessionHub
+from orchestrator._rpc import access
+from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+from orchestrator._rpc.server import RpcServer
 from orchestrator._runtime.agent import Agent, ChatAgent
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
 from orchestrator._runtime.types import RuntimeSettings
 
+Listener = TypeVar("Listener")
+API_KEY_VISIBLE = (
+    "warning: --api-key is visible to every local user in the process list; "
+    "prefer --api-key-file or the provider's environment variable"
+)
+
 
 def register(commands: Any) -> None:
     """Add ``serve`` to the parser."""
-    serve = commands.add_parser("serve", help="serve sessions over JSON-RPC (stdio or TCP)")
+    serve = commands.add_parser(
+        "serve", help="serve sessions over JSON-RPC (stdio, a Unix socket or loopback TCP)"
+    )
     serve.add_argument(
         "sessions",
         nargs="*",
@@ -39,7 +58,21 @@ def register(commands: Any) -> None:
     where.add_argument(
         "--stdio", action="store_true", help="newline-delimited JSON on stdio (the default)"
     )
-    where.add_argument("--port", type=int, help="listen on 127.0.0.1:PORT (0: any free port)")
+    where.add_argument(
+        "--socket", type=Path, metavar="PATH", help="listen on a Unix socket (mode 0600)"
+    )
+    where.add_argument(
+        "--port", type=int, help="listen on loopback TCP port N (0: any free port); needs a token"
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="loopback address for --port (127.0.0.1, ::1)"
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="with --port: read the token from FILE (mode 0600) instead of making one",
+    )
     serve.add_argument(
         "--model",
         action="append",
@@ -49,7 +82,16 @@ def register(commands: Any) -> None:
         "repeat for more summary candidates (default: offline, no prompts)",
     )
     serve.add_argument("--api-base", help="base URL for the litellm routes")
-    serve.add_argument("--api-key", help="API key (default: the provider's usual variable)")
+    keys = serve.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="read the API key from FILE (mode 0600; default: the provider's usual variable)",
+    )
+    keys.add_argument(
+        "--api-key", help="API key (visible to other users in the process list: avoid)"
+    )
     serve.add_argument(
         "--context-window",
         type=positive_int,
@@ -68,11 +110,19 @@ def register(commands: Any) -> None:
     serve.set_defaults(handler=_serve)
 
 
-def _options(args: argparse.Namespace) -> RuntimeOptions:
+class _Refused(Exception):
+    """A bad option: one line on stderr and the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _options(args: argparse.Namespace, api_key: str | None = None) -> RuntimeOptions:
     routes = RouteSettings(
         models=tuple(args.model),
         api_base=args.api_base,
-        api_key=args.api_key or None,
+        api_key=api_key or args.api_key or None,
         context_window=args.context_window,
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,
@@ -106,30 +156,119 @@ def _options(args: argparse.Namespace) -> RuntimeOptions:
     )
 
 
-def _serve(args: argparse.Namespace) -> int:
-    hub = SessionHub(_options(args))
-    server = RpcServer(hub)
+def _check(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """Validate the listener and key options; returns (host to bind, API key from a file).
 
-    async def run() -> None:
+    Raises:
+        _Refused: a usage error (2) or a file that cannot be used (1).
+    """
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise _Refused(f"--port {args.port}: not a port number (0 to 65535)", 2)
+    host = None
+    if args.port is not None:
         try:
-            for path in args.sessions:
-                slot = hub.open(path, create=True)
-                _say(f"session {slot.runtime.session.session_id}: {slot.path}")
-            if args.port is None:
-                await server.serve_stdio()
-                return
-            async with anyio.create_task_group() as group:
-                port = await group.start(server.serve_tcp, args.port)
-                _say(f"listening on 127.0.0.1:{port}")
-        finally:
-            hub.abort_all()
-            hub.close_all()
+            host = access.loopback_host(args.host)
+        except ValueError as exc:
+            raise _Refused(str(exc), 2) from None
+    elif args.host != "127.0.0.1" or args.token_file is not None:
+        raise _Refused("--host and --token-file go with --port", 2)
+    api_key = None
+    if args.api_key_file is not None:
+        try:
+            api_key = access.read_secret_file(args.api_key_file, "API key")
+        except ValueError as exc:
+            raise _Refused(str(exc), 1) from None
+    return host, api_key
 
+
+def _serve(args: argparse.Namespace) -> int:
     try:
-        anyio.run(run)
+        host, api_key = _check(args)
+        token, token_file, made = _token(args) if host is not None else (None, None, False)
+    except _Refused as refused:
+        _say(str(refused))
+        return refused.code
+    if args.api_key:
+        _say(API_KEY_VISIBLE)
+    hub = SessionHub(_options(args, api_key))
+    server = RpcServer(hub, log=_say)
+    try:
+        anyio.run(_run, args, hub, server, host, token, token_file)
     except KeyboardInterrupt:
         _say("stopped")
+    except _Refused as refused:
+        _say(str(refused))
+        return refused.code
+    finally:
+        if made and token_file is not None:
+            access.remove_token_file(token_file)
     return 0
+
+
+def _token(args: argparse.Namespace) -> tuple[str, Path, bool]:
+    """The TCP token, the file holding it, and whether I made that file."""
+    if args.token_file is not None:
+        try:
+            return access.read_secret_file(args.token_file, "token"), args.token_file, False
+        except ValueError as exc:
+            raise _Refused(str(exc), 1) from None
+    token = access.new_token()
+    return token, access.write_token_file(token), True
+
+
+async def _run(
+    args: argparse.Namespace,
+    hub: SessionHub,
+    server: RpcServer,
+    host: str | None,
+    token: str | None,
+    token_file: Path | None,
+) -> None:
+    identity = None
+    try:
+        for path in args.sessions:
+            slot = hub.open(path, create=True)
+            _say(f"session {slot.runtime.session.session_id}: {slot.path}")
+        listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
+        if args.socket is not None:
+            listener = await _listen(args.socket, access.unix_listener(args.socket))
+            identity = access.file_identity(args.socket)
+            _say(f"listening on unix:{args.socket}")
+        elif host is not None:
+            bind = anyio.create_tcp_listener(local_host=host, local_port=args.port)
+            tcp = await _listen(f"{host}:{args.port}", bind)
+            listener = tcp
+            port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+            _say(f"listening on {host}:{port} (token in {token_file})")
+        async with anyio.create_task_group() as group:
+            # SIGTERM and SIGHUP stop the server as Ctrl+C does: sessions closed, socket and
+            # token file removed.
+            group.start_soon(_stop_on_signal, group.cancel_scope)
+            if listener is not None:
+                await server.serve_listener(listener, token=token)
+            else:
+                await server.serve_stdio()
+            group.cancel_scope.cancel()
+    finally:
+        if args.socket is not None:
+            access.remove_socket(args.socket, identity)
+        hub.abort_all()
+        hub.close_all()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async for _ in signals:
+            _say("stopped")
+            scope.cancel()
+            return
+
+
+async def _listen(where: object, bind: Awaitable[Listener]) -> Listener:
+    try:
+        return await bind
+    except OSError as exc:
+        raise _Refused(f"cannot listen on {where}: {exc.strerror or exc}", 1) from None
 
 
 def _say(text: str) -> None:

@@ -11,7 +11,6 @@ Messages (``entry["message"]``) are pi ``AgentMessage`` objects, also plain dict
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Container, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -80,9 +79,7 @@ def iso_to_ms(value: object) -> int:
     return int(round(parsed.timestamp() * 1000))
 
 
-def new_entry_id(
-    existing: Container[str], random_hex: Callable[[], str] = lambda: uuid.uuid4().hex
-) -> str:
+def new_entry_id(existing: Container[str], random_hex: Callable[[], str] | None = None) -> str:
     """Return a fresh 8-hex id not in ``existing`` (pi's rule).
 
     Tries 100 random 8-character prefixes, then falls back to a full UUID, as pi does.
@@ -94,6 +91,9 @@ def new_entry_id(
     Returns:
         The new id.
     """
+    import uuid  # here, not at the top: reading a session never needs it
+
+    random_hex = random_hex or (lambda: uuid.uuid4().hex)
     for _ in range(100):
         candidate = random_hex()[:8]
         if candidate not in existing:

@@ -1,14 +1,16 @@
 r"""Decode one line of a session file the way JavaScript's ``JSON.parse`` reads it.
 
-Theory of operation. Parsing is most of the cost of loading a session, so every line first goes
-to msgspec's decoder (a maintained C parser, several times faster than the standard library's
-and keeping integers of any size exact). Some lines it refuses that ``JSON.parse`` accepts: a
-string with a lone surrogate escape (``"\ud800"``, which ``JSON.stringify`` writes for a broken
-emoji), a number beyond the range of a double, nesting deeper than its stack allows. Those lines,
-and only those, go through the standard library's decoder, which reads lone surrogates as
-Python does and lets me say exactly what is wrong with the rest. The two decoders agree on every
-line both accept (``tests/test_json_lines.py`` checks this differentially), so which one read a
-line never shows in the result, and an entry rewritten later is the same JSON it was (D2).
+Theory of operation. Parsing is most of the cost of loading a big session, so there every line
+first goes to msgspec's decoder (a maintained C parser, several times faster than the standard
+library's, and keeping integers of any size exact). Some lines it refuses that ``JSON.parse``
+accepts: a string with a lone surrogate escape (``"\ud800"``, which ``JSON.stringify`` writes
+for a broken emoji), a number beyond the range of a double, nesting deeper than its stack
+allows. Those lines, and only those, go through the standard library's decoder, which reads lone
+surrogates as Python does and lets me say exactly what is wrong with the rest. The two decoders
+agree on every line both accept (``tests/test_json_lines.py`` checks this differentially), so
+which one read a line never shows in the result, and an entry rewritten later is the same JSON
+it was (D2). That is also why a small file (:func:`line_decoder`) skips msgspec altogether:
+importing it costs more than it would save, and a short command should start fast.
 
 What ``JSON.parse`` would read but I refuse, each with its own problem code:
 
@@ -27,9 +29,8 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
-
-import msgspec
 
 MAX_DEPTH = 200
 """Deepest nesting of arrays and objects a line may have (the line itself counts as 1).
@@ -96,11 +97,14 @@ def _parse_int(text: str) -> int:
         raise _too_long(text) from None
 
 
-_FAST = msgspec.json.Decoder()
 # One standard decoder for every line: json.loads with keywords builds a new decoder per call.
 _EXACT = json.JSONDecoder(
     parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int
 )
+
+
+FAST_FROM_BYTES = 1 << 20
+"""Files from this size on are parsed with msgspec (1 MiB: a few thousand entries)."""
 
 
 def decode_line(raw: bytes) -> Any:
@@ -115,10 +119,43 @@ def decode_line(raw: bytes) -> Any:
     Raises:
         BadLine: ``not_json``, ``too_deep`` or ``bad_number``.
     """
-    try:
-        value = _FAST.decode(raw)
-    except (msgspec.MsgspecError, RecursionError):
-        value = _decode_exactly(raw)
+    return _fast_decoder()(raw)
+
+
+def line_decoder(size: int) -> Callable[[bytes], Any]:
+    """The decoder for the lines of a file of ``size`` bytes (see :func:`decode_line`).
+
+    Both decoders give the same answer on every line; the fast one pays off on big files only.
+    """
+    return _fast_decoder() if size >= FAST_FROM_BYTES else _decode_standard
+
+
+def _fast_decoder() -> Callable[[bytes], Any]:
+    global _fast
+    if _fast is None:
+        import msgspec
+
+        decode, refused = msgspec.json.Decoder().decode, (msgspec.MsgspecError, RecursionError)
+
+        def fast(raw: bytes) -> Any:
+            try:
+                value = decode(raw)
+            except refused:
+                value = _decode_exactly(raw)
+            return _checked(raw, value)
+
+        _fast = fast
+    return _fast
+
+
+_fast: Callable[[bytes], Any] | None = None
+
+
+def _decode_standard(raw: bytes) -> Any:
+    return _checked(raw, _decode_exactly(raw))
+
+
+def _checked(raw: bytes, value: Any) -> Any:
     # A line cannot nest deeper than it has brackets: the exact walk runs only on the rare line
     # with that many (code in a tool result, mostly), and counting bytes is cheap.
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth(value) > MAX_DEPTH:
@@ -140,7 +177,7 @@ def _decode_exactly(raw: bytes) -> Any:
 def is_json(raw: bytes) -> bool:
     """True when ``raw`` is one whole JSON value (usable or not: too deep still counts)."""
     try:
-        decode_line(raw)
+        _decode_standard(raw)
     except BadLine as bad:
         return bad.code != "not_json"
     return True

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator._core.entries import CURRENT_VERSION, Entry
-from orchestrator._core.json_lines import BadLine, decode_line, is_json
+from orchestrator._core.json_lines import BadLine, is_json, line_decoder
 from orchestrator._core.load_result import LoadResult, Problem
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
 
@@ -147,7 +148,8 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
     if first is None:
         result = LoadResult(header=None, problems=problems, torn_tail=torn)
         return ParsedSession(result=result, stored_version=None)
-    header = _header(lines[first])
+    decode = line_decoder(len(data))
+    header = _header(lines[first], decode)
     if isinstance(header, str):
         problem = Problem(line=first + 1, code="not_session", message=header)
         result = LoadResult(header=None, problems=[problem, *problems], torn_tail=torn)
@@ -156,7 +158,7 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
     # v1 entries have no ids yet (migration gives them ids and parents); others are checked
     # for a usable, unique id as they are decoded.
     with_ids = version is None or version >= 2
-    entries, numbers, line_of = _objects(lines, first + 1, problems, with_ids=with_ids)
+    entries, numbers, line_of = _objects(lines, first + 1, problems, decode, with_ids=with_ids)
     del lines  # the raw bytes of every line: let them go before the index is built
     version_problem = _version_problem(header, version, entries)
     if version_problem is not None:
@@ -184,7 +186,7 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
     return ParsedSession(result=result, stored_version=version, write_refusal=refusal)
 
 
-def _header(raw: bytes) -> Entry | str:
+def _header(raw: bytes, decode: Callable[[bytes], Any]) -> Entry | str:
     """The header object, or why the first line is not one."""
     if raw.startswith(BOM):
         return (
@@ -192,7 +194,7 @@ def _header(raw: bytes) -> Entry | str:
             "have and pi cannot read; remove the first 3 bytes to use it"
         )
     try:
-        value = decode_line(raw)
+        value = decode(raw)
     except BadLine as bad:
         if bad.code != "not_json":
             return f"the first line cannot be used ({bad.message.removesuffix('; skipped')})"
@@ -229,7 +231,12 @@ def _version_problem(header: Entry, version: int | None, entries: list[Entry]) -
 
 
 def _objects(
-    lines: list[bytes], start: int, problems: list[Problem], *, with_ids: bool
+    lines: list[bytes],
+    start: int,
+    problems: list[Problem],
+    decode: Callable[[bytes], Any],
+    *,
+    with_ids: bool,
 ) -> tuple[list[Entry], list[int], dict[str, int]]:
     """Decode ``lines[start:]`` into objects, the 1-based line of each, and the line of each id.
 
@@ -239,7 +246,6 @@ def _objects(
     entries: list[Entry] = []
     numbers: list[int] = []
     first_line: dict[str, int] = {}
-    decode = decode_line
     for index in range(start, len(lines)):
         raw = lines[index]
         if not raw or raw.isspace():

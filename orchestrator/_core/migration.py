@@ -23,7 +23,6 @@ Two places where I do better than pi on purpose, both invisible on well-formed f
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +34,8 @@ RandomHex = Callable[[], str]
 
 def uuid_hex() -> str:
     """32 random hex characters (pi takes ids from ``randomUUID()`` the same way)."""
+    import uuid  # here, not at the top: reading a v3 session never needs it
+
     return uuid.uuid4().hex
 
 

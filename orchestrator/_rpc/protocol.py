@@ -1,10 +1,9 @@
-"""JSON-RPC 2.0 over newline-delimited byte streams: framing, envelopes, the dispatcher.
+"""JSON-RPC 2.0 envelopes and the dispatcher.
 
-Nothing here knows about sessions (that is :mod:`orchestrator._rpc.server`). The byte transports are
-here because they are the wire: a socket stream or two file descriptors, cut into lines by
-:func:`read_lines`.
+Nothing here knows about sessions (that is :mod:`orchestrator._rpc.hub`) or about the wire (that
+is :mod:`orchestrator._rpc.transport` and :mod:`orchestrator._rpc.server`).
 
-Theory of operation. A transport hands :meth:`Dispatcher.handle_text` one line of text and
+Theory of operation. A connection hands :meth:`Dispatcher.handle_text` one line of text and
 writes back whatever string it returns (``None``: nothing to write, the line was a
 notification or blank). The dispatcher parses the envelope, finds the method in its table,
 checks the parameter names the table declares, awaits the handler, and turns the outcome into
@@ -15,8 +14,8 @@ busy session or a model failure the same way:
 ======  ==================  ================================================================
 code    name                when
 ======  ==================  ================================================================
--32700  parse error         the line is not JSON (or not UTF-8)
--32600  invalid request     not a JSON-RPC 2.0 request object (or an empty batch)
+-32700  parse error         the line is not JSON (not UTF-8, NaN, nested too deeply, too long)
+-32600  invalid request     not a JSON-RPC 2.0 request object; an empty or over-long batch
 -32601  method not found    unknown method; ``session.prompt`` with no agent configured
 -32602  invalid params      missing/unknown/mistyped parameter, unknown session or entry id
 -32603  internal error      a bug: the exception's type and message
@@ -24,25 +23,31 @@ code    name                when
 -32002  model failed        the summarizer or model call failed; nothing was applied
 -32003  cancelled           the operation was cancelled; nothing was applied
 -32004  session locked      another process holds the session file's write lock
+-32005  limit               a server bound was hit (connections, output waiting for the client)
+-32006  unauthorized        the connection did not start with the server's token
 ======  ==================  ================================================================
 
 Messages are one line (whitespace collapsed), so a client can show them as they are.
 
 Batches (a JSON array of requests) are answered as the specification says: every request of
 the batch runs concurrently, the responses come back in one array, and a batch made only of
-notifications gets no answer.
+notifications gets no answer. A batch longer than ``max_batch`` is refused as a whole.
+
+Nothing a client sends can make the dispatcher raise: parsing refuses what the standard library
+would accept but JSON does not allow (``NaN``, ``Infinity``, numbers that overflow to infinity as
+an id), nesting deeper than :data:`MAX_DEPTH` is refused before any handler sees it, and a result
+that cannot be encoded becomes an internal error for that one request.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import math
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
-import anyio.abc
 
 from orchestrator._core.errors import (
     Cancelled,
@@ -62,9 +67,13 @@ BUSY = -32001
 MODEL_FAILED = -32002
 CANCELLED = -32003
 SESSION_LOCKED = -32004
+LIMIT = -32005
+UNAUTHORIZED = -32006
 
-MAX_LINE_BYTES = 16 * 1024 * 1024
-"""A longer line is answered with a parse error and skipped up to its newline."""
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects a request may have (a batch counts as one level)."""
+MAX_BATCH = 64
+"""Most requests one batch may hold."""
 
 _UNSET = object()
 
@@ -115,12 +124,31 @@ def error_for(exc: BaseException) -> RpcError:
 # -- parameters --------------------------------------------------------------------------------
 
 
-class Params:
-    """Typed access to a request's named parameters; a wrong one is ``-32602``."""
+class Peer:
+    """One connection, as the handlers see it.
 
-    def __init__(self, method: str, values: Mapping[str, Any]) -> None:
+    Attributes:
+        topics: What the connection subscribed to (the hub keeps session ids here: a connection
+            receives the events of the sessions it opened, and no others).
+    """
+
+    def __init__(self) -> None:
+        self.topics: set[str] = set()
+
+
+class Params:
+    """Typed access to a request's named parameters; a wrong one is ``-32602``.
+
+    Attributes:
+        method: The method called.
+        values: The parameters as sent.
+        peer: The connection the request came on (``None``: called in process).
+    """
+
+    def __init__(self, method: str, values: Mapping[str, Any], peer: Peer | None = None) -> None:
         self.method = method
         self.values = values
+        self.peer = peer
 
     def _get(self, name: str, kinds: tuple[type, ...], what: str, default: Any) -> Any:
         value = self.values.get(name, _UNSET)
@@ -190,15 +218,71 @@ def notification(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def encode(message: Any) -> str:
-    """One line of JSON (no newline); values JSON cannot hold are sent as their text."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+    """One line of JSON (no newline); values JSON cannot hold are sent as their text.
+
+    Raises:
+        ValueError: the message holds ``NaN`` or an infinity (JSON has neither).
+        RecursionError: the message is nested too deeply to encode.
+    """
+    return json.dumps(
+        message, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False
+    )
+
+
+def encode_answer(answer: dict[str, Any]) -> str:
+    """``answer`` encoded; an answer that cannot be encoded becomes an internal error."""
+    try:
+        return encode(answer)
+    except (ValueError, TypeError, RecursionError) as exc:
+        error = RpcError(INTERNAL_ERROR, f"Internal error: result not encodable: {exc}")
+        return encode(failure(answer.get("id"), error))
+
+
+def decode(text: str | bytes) -> Any:
+    """Parse one line of JSON as the specification defines it.
+
+    Raises:
+        RpcError: ``-32700`` for anything that is not JSON: bad UTF-8, bad syntax, ``NaN`` or
+            ``Infinity``, a number too long to convert, or nesting too deep to parse.
+    """
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RpcError(PARSE_ERROR, f"Parse error: {one_line(str(exc))}") from None
+    except RecursionError:
+        raise RpcError(PARSE_ERROR, f"Parse error: nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def depth(value: Any) -> int:
+    """How deeply ``value`` nests arrays and objects (a scalar is 0); iterative, never recurses."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level + 1)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _valid_id(value: Any) -> bool:
+    # A float id that is not finite has no JSON spelling: echoing it would break the stream.
     return (
         value is None
         or isinstance(value, str)
-        or (isinstance(value, int | float) and not isinstance(value, bool))
+        or (isinstance(value, int) and not isinstance(value, bool))
+        or (isinstance(value, float) and math.isfinite(value))
     )
 
 
@@ -207,38 +291,62 @@ class Dispatcher:
 
     Args:
         methods: Method name to :class:`Method`.
+        max_batch: Most requests a batch may hold; a longer one is refused whole.
     """
 
-    def __init__(self, methods: Mapping[str, Method]) -> None:
+    def __init__(self, methods: Mapping[str, Method], *, max_batch: int = MAX_BATCH) -> None:
         self.methods = dict(methods)
+        self.max_batch = max_batch
 
-    async def handle_text(self, text: str | bytes) -> str | None:
-        """Answer one line; returns the response line, or ``None`` when none is due."""
+    async def handle_text(self, text: str | bytes, peer: Peer | None = None) -> str | None:
+        """Answer one line; returns the response line, or ``None`` when none is due.
+
+        Args:
+            text: The line, without its newline.
+            peer: The connection it came from (handlers see it as :attr:`Params.peer`).
+        """
+        if not text.strip():
+            return None
         try:
-            if isinstance(text, bytes):
-                text = text.decode("utf-8")
-            if not text.strip():
-                return None
-            message = json.loads(text)
-        except (UnicodeDecodeError, ValueError) as exc:
-            error = RpcError(PARSE_ERROR, f"Parse error: {one_line(str(exc))}")
+            message = decode(text)
+        except RpcError as error:
             return encode(failure(None, error))
-        answer = await self.handle(message)
-        return None if answer is None else encode(answer)
+        return self.encode(await self.handle(message, peer))
 
-    async def handle(self, message: Any) -> Any:
+    @staticmethod
+    def encode(answer: Any) -> str | None:
+        """The line for what :meth:`handle` returned (each answer of a batch on its own)."""
+        if answer is None:
+            return None
+        if isinstance(answer, list):
+            return "[" + ",".join(encode_answer(a) for a in answer) + "]"
+        return encode_answer(answer)
+
+    async def handle(self, message: Any, peer: Peer | None = None) -> Any:
         """Answer a decoded message: a request, a notification or a batch."""
+        if depth(message) > MAX_DEPTH:
+            error = RpcError(INVALID_REQUEST, f"Invalid request: nested deeper than {MAX_DEPTH}")
+            return failure(None, error)
         if isinstance(message, list):
-            return await self._batch(message)
-        return await self._single(message)
+            return await self._batch(message, peer)
+        return await self._single(message, peer)
 
-    async def _batch(self, messages: list[Any]) -> list[dict[str, Any]] | dict[str, Any] | None:
+    async def _batch(
+        self, messages: list[Any], peer: Peer | None
+    ) -> list[dict[str, Any]] | dict[str, Any] | None:
         if not messages:
             return failure(None, RpcError(INVALID_REQUEST, "Invalid request: empty batch"))
+        if len(messages) > self.max_batch:
+            error = RpcError(
+                INVALID_REQUEST,
+                f"Invalid request: a batch of {len(messages)} requests; "
+                f"at most {self.max_batch} are accepted",
+            )
+            return failure(None, error)
         answers: list[dict[str, Any] | None] = [None] * len(messages)
 
         async def answer(index: int, message: Any) -> None:
-            answers[index] = await self._single(message)
+            answers[index] = await self._single(message, peer)
 
         async with anyio.create_task_group() as group:
             for index, message in enumerate(messages):
@@ -246,13 +354,13 @@ class Dispatcher:
         replies = [a for a in answers if a is not None]
         return replies or None
 
-    async def _single(self, message: Any) -> dict[str, Any] | None:
+    async def _single(self, message: Any, peer: Peer | None) -> dict[str, Any] | None:
         if not isinstance(message, dict):
             return failure(None, RpcError(INVALID_REQUEST, "Invalid request: not an object"))
         is_notification = "id" not in message
         request_id = message.get("id")
         try:
-            method, params = self._check(message)
+            method, params = self._check(message, peer)
             result = await method.handler(params)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error response
             error = error_for(exc)
@@ -261,7 +369,7 @@ class Dispatcher:
             return failure(request_id if _valid_id(request_id) else None, error)
         return None if is_notification else success(request_id, result)
 
-    def _check(self, message: dict[str, Any]) -> tuple[Method, Params]:
+    def _check(self, message: dict[str, Any], peer: Peer | None) -> tuple[Method, Params]:
         name = message.get("method")
         if message.get("jsonrpc") != "2.0" or not isinstance(name, str):
             raise RpcError(INVALID_REQUEST, 'Invalid request: needs jsonrpc "2.0" and a method')
@@ -276,102 +384,4 @@ class Dispatcher:
         unknown = sorted(set(values) - method.params)
         if unknown:
             raise RpcError(INVALID_PARAMS, f"{name}: unknown parameter {unknown[0]!r}")
-        return method, Params(name, values)
-
-
-# -- transports --------------------------------------------------------------------------------
-
-
-class Transport(Protocol):
-    """A byte pipe in both directions (a socket, or stdin/stdout)."""
-
-    async def read(self) -> bytes:
-        """The next bytes; ``b""`` at the end."""
-        ...
-
-    async def write(self, data: bytes) -> None:
-        """Write all of ``data``."""
-        ...
-
-
-class StreamTransport:
-    """A transport over an anyio byte stream (a TCP connection)."""
-
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self.stream = stream
-
-    async def read(self) -> bytes:
-        """The next bytes; ``b""`` when the peer closed."""
-        try:
-            return await self.stream.receive()
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            return b""
-
-    async def write(self, data: bytes) -> None:
-        """Send ``data``."""
-        await self.stream.send(data)
-
-
-class FdTransport:
-    """A transport over two file descriptors (``0`` and ``1`` for ``--stdio``).
-
-    I wait for readiness with anyio (so reading never blocks the event loop and stays
-    cancellable) and fall back to plain calls for descriptors the OS cannot poll (regular
-    files: ``serve --stdio < requests.jsonl``). Writes go in pipe-buffer-sized pieces, so a
-    write after readiness never blocks.
-    """
-
-    CHUNK = 4096
-
-    def __init__(self, fd_in: int = 0, fd_out: int = 1) -> None:
-        self.fd_in = fd_in
-        self.fd_out = fd_out
-        self._poll_in = True
-        self._poll_out = True
-
-    async def read(self) -> bytes:
-        """The next bytes; ``b""`` at end of input."""
-        if self._poll_in:
-            try:
-                await anyio.wait_readable(self.fd_in)
-            except OSError:
-                self._poll_in = False
-        return os.read(self.fd_in, 65536)
-
-    async def write(self, data: bytes) -> None:
-        """Write all of ``data``."""
-        view = memoryview(data)
-        while view:
-            if self._poll_out:
-                try:
-                    await anyio.wait_writable(self.fd_out)
-                except OSError:
-                    self._poll_out = False
-            view = view[os.write(self.fd_out, view[: self.CHUNK]) :]
-
-
-async def read_lines(
-    transport: Transport, limit: int = MAX_LINE_BYTES
-) -> AsyncIterator[bytes | None]:
-    """The transport's lines without their newline; ``None`` stands for an over-long line."""
-    buffer = bytearray()
-    skipping = False
-    while chunk := await transport.read():
-        # Only the new chunk can hold a newline: the buffer before it had none.
-        searched = len(buffer)
-        buffer += chunk
-        while (end := buffer.find(b"\n", searched)) >= 0:
-            line = bytes(buffer[:end])
-            del buffer[: end + 1]
-            searched = 0
-            if skipping:
-                skipping = False
-            else:
-                yield line if len(line) <= limit else None
-        if len(buffer) > limit and not skipping:
-            yield None
-            skipping = True
-        if skipping:
-            buffer.clear()
-    if buffer and not skipping:
-        yield bytes(buffer)
+        return method, Params(name, values, peer)

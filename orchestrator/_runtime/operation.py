@@ -54,7 +54,7 @@ T = TypeVar("T")
 
 _STATUS = {
     "committed": "completed",
-    "skipped": "completed",
+    "skipped": "skipped",  # nothing was done: a client must not read it as a success
     "failed": "failed",
     "cancelled": "cancelled",
     "conflict": "failed",

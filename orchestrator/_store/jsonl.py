@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -467,6 +466,8 @@ class JsonlStore:
 
     def _write_temporary(self, data: bytes) -> Path:
         directory = self.path.parent
+        import secrets  # here, not at the top: reading a session never needs it
+
         temporary = directory / f".{self.path.name}.{secrets.token_hex(4)}.tmp"
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)

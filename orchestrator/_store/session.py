@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,15 @@ def wall_clock_ms() -> int:
 
 
 def _random_hex() -> str:
+    import uuid  # here, not at the top: reading a session never needs it
+
     return uuid.uuid4().hex
+
+
+def _new_session_id() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
 
 
 def new_header(cwd: str, now_ms: int, *, parent_session: str | None = None) -> Entry:
@@ -64,7 +71,7 @@ def new_header(cwd: str, now_ms: int, *, parent_session: str | None = None) -> E
     header: Entry = {
         "type": "session",
         "version": CURRENT_VERSION,
-        "id": str(uuid.uuid4()),
+        "id": _new_session_id(),
         "timestamp": iso_now(now_ms),
         "cwd": cwd,
     }

@@ -2,7 +2,7 @@
 
 Run on demand (not part of the test run)::
 
-    python tests/bench/bench_compaction.py                   # 1k and 100k entries, 5 runs, L=0.2 s
+    python tests/bench/bench_compaction.py                 # 1k, 10k, 100k entries, 5 runs, L=0.2 s
     python tests/bench/bench_compaction.py --runs 3 1000     # chosen sizes and runs
     python tests/bench/bench_compaction.py --latency 0.5     # another model latency
 
@@ -26,6 +26,7 @@ were made and how many were in flight at once, and, for reference, the time plan
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -47,7 +48,7 @@ from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
 from tests.bench.bench_core import write_session  # noqa: E402
 
-SIZES = [1_000, 100_000]
+SIZES = [1_000, 10_000, 100_000]
 RUNS = 5
 LATENCY = 0.2
 BIG = "word " * 40_000  # 200 000 characters: about 50 000 estimated tokens, over keep_recent
@@ -185,6 +186,12 @@ async def one_run(data: bytes, kind: str, latency: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "session.jsonl"
         path.write_bytes(data)
+        # Durable before timing: otherwise the commit's fsync flushes the whole new file too.
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         session = Session.open(path)  # the file store, fsync per turn: the commit is fsynced
         try:
             return await _timed(session, kind, latency)

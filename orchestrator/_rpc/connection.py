@@ -1,0 +1,348 @@
+"""One JSON-RPC connection: its reader, its requests, its bounded output queue, its first line.
+
+Theory of operation. A connection is a reader that cuts the input into lines and starts one task
+per request, and a writer that sends the answers and event notifications from one queue, in the
+order they were posted (a client sees ``compaction_update`` before the compress result). Each
+request runs in its own task, so a ``session.compress`` can arrive while the same client's
+``session.prompt`` is still waiting: the runtime stops the turn, compacts, and both requests get
+their answers. When the client stops sending, the requests already running still finish; the
+connection ends after the last.
+
+Every resource a client can make me hold is bounded (:class:`Limits`):
+
+- a line holds at most ``max_line_bytes`` (a longer one is answered ``-32700`` and skipped
+  without being kept);
+- a batch holds at most ``max_batch`` requests, and at most ``max_in_flight`` requests run at
+  once (a batch counts as the requests it holds): further lines wait unread;
+- while more than half of ``max_queued_bytes`` of output waits for the client, I stop reading
+  its requests (a client that does not read stops being served); if events or running requests
+  still push the waiting output over ``max_queued_bytes``, the queue is discarded, the client
+  gets one ``-32005`` line (within ``drop_timeout``) and the connection is closed.
+
+The first line decides whether the connection goes on. One that looks like an HTTP request (a
+browser's ``POST`` with a ``text/plain`` body, which any web page may send to a local port) is
+answered with an HTTP ``400``, and nothing else is read. On a connection that must authenticate
+(TCP, D30) the first line is read with a small limit and a deadline, and must be
+``{"jsonrpc":"2.0","id":…,"method":"auth","params":{"token":…}}`` with the server's token;
+anything else gets one ``-32006`` line and the connection is closed before any session is
+touched.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from orchestrator._rpc.hub import SessionHub
+from orchestrator._rpc.protocol import (
+    LIMIT,
+    MAX_BATCH,
+    PARSE_ERROR,
+    UNAUTHORIZED,
+    Dispatcher,
+    Peer,
+    RpcError,
+    decode,
+    encode,
+    error_for,
+    failure,
+    success,
+)
+from orchestrator._rpc.transport import LineReader, Overlong, Transport
+
+MiB = 1024 * 1024
+AUTH_METHOD = "auth"
+_HTTP_REQUEST_LINE = re.compile(rb"^[A-Za-z]{3,16} \S+ HTTP/\d")
+_HTTP_BODY = b"This is a JSON-RPC server (one JSON message per line), not an HTTP server.\r\n"
+_HTTP_REFUSAL = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(_HTTP_BODY)
+    + _HTTP_BODY
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """The bounds of a server (see the module comment for what happens when one is hit).
+
+    Attributes:
+        max_line_bytes: Longest request line.
+        max_batch: Most requests in one batch.
+        max_in_flight: Most requests of one connection running at once.
+        max_queued_bytes: Most output waiting for one client before it is dropped.
+        max_connections: Most connections at once (stdio is one).
+        auth_line_bytes: Longest first line of a connection that must authenticate.
+        auth_timeout: Seconds a connection that must authenticate has to send its first line.
+        drop_timeout: Seconds given to a dropped client to take its last line before it is
+            closed regardless.
+    """
+
+    max_line_bytes: int = 4 * MiB
+    max_batch: int = MAX_BATCH
+    max_in_flight: int = 64
+    max_queued_bytes: int = 16 * MiB
+    max_connections: int = 32
+    auth_line_bytes: int = 4096
+    auth_timeout: float = 10.0
+    drop_timeout: float = 5.0
+
+
+async def send_quietly(transport: Transport, data: bytes) -> bool:
+    """Write ``data``; ``False`` when the client is gone."""
+    try:
+        await transport.write(data)
+    except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return False
+    return True
+
+
+class Connection:
+    """One client: its reader, its request tasks, its output queue and writer.
+
+    Args:
+        hub: Where its events come from.
+        dispatcher: What answers its requests.
+        limits: Its bounds.
+        transport: Its bytes.
+        token: When set, the first line must present it.
+
+    Attributes:
+        peer: The connection as the handlers see it (its subscribed sessions).
+        peak_queued_bytes: The most output that waited for this client at once.
+    """
+
+    def __init__(
+        self,
+        hub: SessionHub,
+        dispatcher: Dispatcher,
+        limits: Limits,
+        transport: Transport,
+        token: str | None,
+    ) -> None:
+        self.hub = hub
+        self.dispatcher = dispatcher
+        self.limits = limits
+        self.transport = transport
+        self.token = token
+        self.peer = Peer()
+        limit = self.limits.auth_line_bytes if token is not None else self.limits.max_line_bytes
+        self.reader = LineReader(transport, limit)
+        self.waiting: deque[bytes] = deque()
+        self.waiting_bytes = 0
+        self.writing_bytes = 0
+        self.in_flight = 0
+        self.reading_done = False
+        self.final = False  # the queue holds the last thing this client will be sent
+        self.gone = False  # nothing more can be written to the client
+        self.deadline = math.inf  # for the writes of a client being closed
+        self.read_scope = anyio.CancelScope()
+        self.write_scope: anyio.CancelScope | None = None
+        self.peak_queued_bytes = 0
+        self._changed = anyio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def run(self) -> None:
+        """Serve the client until it ends and its last request is answered."""
+        stop = self.hub.listen(lambda message: self.post(encode(message)), self.peer)
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self._write)
+            try:
+                async with anyio.create_task_group() as requests:
+                    with self.read_scope:
+                        await self._read(requests)
+            finally:
+                stop()
+                self.reading_done = True
+                self._notify()
+
+    # -- output ------------------------------------------------------------------------------
+
+    def post(self, text: str) -> None:
+        """Queue one line for the client; never blocks, never raises."""
+        if self.final or self.gone:
+            return
+        data = (text + "\n").encode("utf-8")
+        # One message may always wait, however large (it exists in memory anyway); more than
+        # the bound waiting means the client is not reading.
+        if self.waiting and self.waiting_bytes + len(data) > self.limits.max_queued_bytes:
+            message = (
+                f"Client not reading: over {self.limits.max_queued_bytes} bytes of output "
+                "waiting; closing the connection"
+            )
+            self._close_with(_error_line(LIMIT, message))
+            return
+        self.waiting.append(data)
+        self.waiting_bytes += len(data)
+        self.peak_queued_bytes = max(self.peak_queued_bytes, self.waiting_bytes)
+        self._notify()
+
+    def _close_with(self, data: bytes) -> None:
+        """Send ``data`` as the last thing (within the drop timeout), then close."""
+        self.final = True
+        self.waiting.clear()
+        self.waiting.append(data)
+        self.waiting_bytes = len(data)
+        self.read_scope.cancel()
+        self.deadline = anyio.current_time() + self.limits.drop_timeout
+        if self.write_scope is not None:
+            self.write_scope.deadline = self.deadline
+        self._notify()
+
+    async def _write(self) -> None:
+        while await self._output():
+            data = self.waiting.popleft()
+            self.waiting_bytes -= len(data)
+            self.writing_bytes = len(data)
+            with anyio.CancelScope(deadline=self.deadline) as scope:
+                self.write_scope = scope
+                sent = await send_quietly(self.transport, data)
+            self.write_scope = None
+            self.writing_bytes = 0
+            self._notify()
+            if not sent or scope.cancelled_caught:
+                self.gone = True
+                break
+        if self.final or self.gone:
+            # After a failed write, the last line of a dropped client, or its deadline: nothing
+            # more is sent, and I close at once. The requests still running finish; their
+            # answers are discarded.
+            self.gone = True
+            self.waiting.clear()
+            self.waiting_bytes = 0
+            with anyio.CancelScope(shield=True):
+                await self.transport.close()
+
+    async def _output(self) -> bool:
+        """Wait for output to send; ``False`` when there will be no more."""
+        while not self.waiting:
+            if self.final or (self.reading_done and self.in_flight == 0):
+                return False
+            await self._changed.wait()
+        return True
+
+    # -- input -------------------------------------------------------------------------------
+
+    async def _read(self, requests: anyio.abc.TaskGroup) -> None:
+        if not await self._first_line(requests):
+            return
+        while True:
+            await self._room()
+            line = await self.reader.next()
+            if line is None:
+                return
+            self._take(line, requests)
+
+    async def _first_line(self, requests: anyio.abc.TaskGroup) -> bool:
+        """Handle the first line (HTTP refusal, authentication); ``False``: stop reading."""
+        line: bytes | Overlong | None = None
+        if self.token is None:
+            line = await self.reader.next()
+        else:
+            with anyio.move_on_after(self.limits.auth_timeout):
+                line = await self.reader.next()
+        if isinstance(line, bytes) and _HTTP_REQUEST_LINE.match(line):
+            self._close_with(_HTTP_REFUSAL)
+            return False
+        if self.token is None:
+            if line is not None:
+                self._take(line, requests)
+            return line is not None
+        return self._authenticate(self.token, line)
+
+    def _authenticate(self, token: str, line: bytes | Overlong | None) -> bool:
+        request_id, offered = _auth_request(line)
+        if offered is not None and hmac.compare_digest(offered.encode(), token.encode()):
+            self.reader.limit = self.limits.max_line_bytes
+            if request_id is not _NO_ID:
+                self.post(encode(success(request_id, {"authenticated": True})))
+            return True
+        message = (
+            "Unauthorized: the first request must be "
+            '{"jsonrpc":"2.0","id":1,"method":"auth","params":{"token":"<the server\'s token>"}}'
+        )
+        if line is None:
+            message = "Unauthorized: no token sent in time"
+        reply_id = None if request_id is _NO_ID else request_id
+        self._close_with(_error_line(UNAUTHORIZED, message, reply_id))
+        return False
+
+    def _take(self, line: bytes | Overlong, requests: anyio.abc.TaskGroup) -> None:
+        """Start answering one line."""
+        if isinstance(line, Overlong):
+            error = RpcError(PARSE_ERROR, f"Parse error: line over {line.limit} bytes")
+            self.post(encode(failure(None, error)))
+            return
+        if not line.strip():
+            return
+        try:
+            message = decode(line)
+        except RpcError as error:
+            self.post(encode(failure(None, error)))
+            return
+        # A batch counts as the requests it holds (a refused one, over max_batch, as one).
+        weight = len(message) if isinstance(message, list) and message else 1
+        weight = weight if weight <= self.limits.max_batch else 1
+        self.in_flight += weight
+        requests.start_soon(self._answer, message, weight)
+
+    async def _room(self) -> None:
+        """Wait until another line may be read: few enough requests running, output drained."""
+        high_water = self.limits.max_queued_bytes // 2
+        while (
+            self.in_flight >= self.limits.max_in_flight
+            or self.waiting_bytes + self.writing_bytes > high_water
+        ):
+            await self._changed.wait()
+
+    async def _answer(self, message: Any, weight: int) -> None:
+        try:
+            reply = Dispatcher.encode(await self.dispatcher.handle(message, self.peer))
+        except Exception as exc:  # noqa: BLE001 - the dispatcher catches per request; a bug here
+            reply = encode(failure(None, error_for(exc)))
+        try:
+            if reply is not None:
+                self.post(reply)
+        finally:
+            self.in_flight -= weight
+            self._notify()
+
+
+def _error_line(code: int, message: str, request_id: Any = None) -> bytes:
+    return (encode(failure(request_id, RpcError(code, message))) + "\n").encode("utf-8")
+
+
+_NO_ID = object()
+
+
+def _auth_request(line: bytes | Overlong | None) -> tuple[Any, str | None]:
+    """The id and token of an ``auth`` request line (the token is ``None`` when it is not one)."""
+    if not isinstance(line, bytes):
+        return _NO_ID, None
+    try:
+        message = decode(line)
+    except RpcError:
+        return _NO_ID, None
+    if not isinstance(message, dict):
+        return _NO_ID, None
+    request_id = message.get("id", _NO_ID)
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        request_id = None if request_id is not _NO_ID else _NO_ID
+    params = message.get("params")
+    token = params.get("token") if isinstance(params, dict) else None
+    if (
+        message.get("jsonrpc") != "2.0"
+        or message.get("method") != AUTH_METHOD
+        or not isinstance(token, str)
+    ):
+        return request_id, None
+    return request_id, token

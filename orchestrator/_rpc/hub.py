@@ -1,0 +1,391 @@
+"""The open sessions of the JSON-RPC server and their methods.
+
+Theory of operation. A :class:`SessionHub` holds the open sessions (one
+:class:`~orchestrator._runtime.session.AgentSession` each, keyed by the header's session id) and
+provides the method table (``session.open``, ``session.compress``, ``session.tree``, ...)
+for a :class:`~orchestrator._rpc.protocol.Dispatcher`. Every session's events are forwarded to the
+hub's listeners as ``session.event`` notifications. A listener registered with a
+:class:`~orchestrator._rpc.protocol.Peer` (a connection) receives only the events of the sessions
+that peer opened or forked (its ``topics``); a listener without one (an embedding application in
+the same process) receives every event. A listener that raises is skipped, never allowed to break
+the session that emitted the event.
+
+The session-level rules that the runtime does not enforce itself live here: one compaction at
+a time per session, no navigation, compaction or prompt while a navigation's branch summary
+runs, no close while anything runs (``-32001``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator._rpc.protocol import (
+    BUSY,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    Method,
+    Params,
+    Peer,
+    RpcError,
+    notification,
+    one_line,
+)
+from orchestrator._runtime.agent import Agent
+from orchestrator._runtime.events import Event
+from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.journal import Journal
+from orchestrator._store.jsonl import JsonlStore
+from orchestrator._store.reports import context_report, tree_rows
+
+EVENT_METHOD = "session.event"
+QUIET_EVENTS = frozenset({"transition"})
+"""Event types not forwarded: every machine step is one, and the journal already has them."""
+NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
+
+Listener = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeOptions:
+    """How the hub builds the runtime of each session it opens or forks.
+
+    Attributes:
+        agent_factory: Makes the agent of a new session (``None``: no ``session.prompt``).
+        summarizer: Summary routes (``None``: the runtime's offline default).
+        settings: Runtime settings (``None``: the runtime's defaults).
+        root: Relative paths resolve here; when set, paths outside it are refused.
+        runtime_kwargs: Further keyword arguments for ``AgentSession`` (tests pass a clock).
+    """
+
+    agent_factory: Callable[[], Agent] | None = None
+    summarizer: SummaryRoutes | None = None
+    settings: RuntimeSettings | None = None
+    root: Path | None = None
+    runtime_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def arguments(self) -> dict[str, Any]:
+        """Keyword arguments for a new :class:`AgentSession`."""
+        agent = self.agent_factory() if self.agent_factory is not None else None
+        return {
+            "agent": agent,
+            "summarizer": self.summarizer,
+            "settings": self.settings,
+            **self.runtime_kwargs,
+        }
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One open session and what the hub knows is running in it."""
+
+    runtime: AgentSession
+    path: str
+    unsubscribe: Callable[[], None]
+    navigating: bool = False
+    compacting: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        session = self.runtime.session
+        return {
+            "session_id": session.session_id,
+            "path": self.path,
+            "entries": len(session.tree),
+            "leafId": session.leaf_id,
+            "state": self.runtime.state,
+            "busy": self.runtime.is_busy or self.navigating,
+        }
+
+
+class SessionHub:
+    """The open sessions and the RPC methods over them.
+
+    Args:
+        options: How runtimes are built.
+    """
+
+    def __init__(self, options: RuntimeOptions | None = None) -> None:
+        self.options = options or RuntimeOptions()
+        self._slots: dict[str, _Slot] = {}
+        self._listeners: list[tuple[Listener, Peer | None]] = []
+
+    # -- registry ------------------------------------------------------------------------------
+
+    def listen(self, listener: Listener, peer: Peer | None = None) -> Callable[[], None]:
+        """Receive forwarded events as ``session.event`` notifications; returns unlisten.
+
+        Args:
+            listener: Called with each notification; it must not block.
+            peer: The connection listening: it then receives only the events of the sessions in
+                its ``topics``. ``None``: every event (an in-process listener).
+        """
+        entry = (listener, peer)
+        self._listeners.append(entry)
+        return lambda: self._listeners.remove(entry)
+
+    def _publish(self, session_id: str, message: dict[str, Any]) -> None:
+        for listener, peer in list(self._listeners):
+            if peer is not None and session_id not in peer.topics:
+                continue
+            try:
+                listener(message)
+            except Exception as exc:  # noqa: BLE001 - one bad listener must not break a session
+                print(f"orchestrator: event listener failed: {exc!r}", file=sys.stderr)
+
+    def add(self, runtime: AgentSession, path: str | None = None) -> str:
+        """Register an open runtime; returns its session id.
+
+        Raises:
+            RpcError: another open session has the same id (``-32602``).
+        """
+        session_id = runtime.session.session_id
+        if session_id in self._slots:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Session {session_id} is already open from {self._slots[session_id].path}",
+            )
+
+        def forward(event: Event) -> None:
+            if event.type not in QUIET_EVENTS:
+                payload = {"session_id": session_id, "event": event.as_json()}
+                self._publish(session_id, notification(EVENT_METHOD, payload))
+
+        self._slots[session_id] = _Slot(
+            runtime, path or runtime.session.store.location, runtime.events.subscribe(forward)
+        )
+        return session_id
+
+    def session_ids(self) -> set[str]:
+        """The ids of the open sessions."""
+        return set(self._slots)
+
+    def runtime(self, session_id: str) -> AgentSession:
+        """The runtime of an open session (``RpcError -32602`` when unknown)."""
+        return self._slot(session_id).runtime
+
+    def _slot(self, session_id: str) -> _Slot:
+        slot = self._slots.get(session_id)
+        if slot is None:
+            raise RpcError(INVALID_PARAMS, f"Unknown session: {session_id}")
+        return slot
+
+    def open(self, path: str, *, create: bool = False) -> _Slot:
+        """Open a session file (or return it when already open).
+
+        Raises:
+            RpcError: the path is outside the served directory or the file does not exist.
+            SessionError: the file is not a session.
+        """
+        resolved = self._resolve(path)
+        for slot in self._slots.values():
+            if slot.path == str(resolved):
+                return slot
+        try:
+            if not create and not resolved.is_file():
+                raise RpcError(INVALID_PARAMS, f"{path}: no such session file")
+            runtime = AgentSession.open(resolved, **self.options.arguments())
+        except OSError as exc:
+            # A folder, a file we may not read, a name too long: the caller's path, not a bug.
+            raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
+        try:
+            return self._slots[self.add(runtime, str(resolved))]
+        except RpcError:
+            runtime.close()
+            raise
+
+    def _resolve(self, path: str) -> Path:
+        if "\0" in path:
+            raise RpcError(INVALID_PARAMS, f"{path!r}: a path cannot hold a NUL character")
+        root = self.options.root
+        try:
+            candidate = Path(path).expanduser()
+            if not candidate.is_absolute():
+                candidate = (root or Path.cwd()) / candidate
+            candidate = candidate.resolve()
+        except (OSError, RuntimeError) as exc:
+            # expanduser of an unknown ~user, a symlink loop: the caller's path, not a bug.
+            raise RpcError(INVALID_PARAMS, f"{path}: {one_line(str(exc))}") from None
+        if root is not None and not candidate.is_relative_to(root.resolve()):
+            raise RpcError(INVALID_PARAMS, f"{path}: outside the served directory")
+        return candidate
+
+    @staticmethod
+    def _subscribe(peer: Peer | None, session_id: str) -> None:
+        if peer is not None:
+            peer.topics.add(session_id)
+
+    def abort_all(self) -> None:
+        """Stop the work running in every session (shutdown)."""
+        for slot in self._slots.values():
+            slot.runtime.abort()
+            slot.runtime.abort_branch_summary()
+
+    def close_all(self) -> None:
+        """Close every session (releases the file locks)."""
+        for session_id in list(self._slots):
+            self._close(session_id)
+
+    def _close(self, session_id: str) -> None:
+        slot = self._slots.pop(session_id)
+        slot.unsubscribe()
+        slot.runtime.close()
+        for _, peer in self._listeners:
+            if peer is not None:
+                peer.topics.discard(session_id)
+
+    # -- methods -------------------------------------------------------------------------------
+
+    def methods(self) -> dict[str, Method]:
+        """The method table for a :class:`Dispatcher`."""
+        sid = frozenset({"session_id"})
+        return {
+            "session.open": Method(handler=self._m_open, params=frozenset({"path", "create"})),
+            "session.list": Method(handler=self._m_list),
+            "session.close": Method(handler=self._m_close, params=sid),
+            "session.compress": Method(handler=self._m_compress, params=sid | {"focus"}),
+            "session.tree": Method(handler=self._m_tree, params=sid),
+            "session.tree.navigate": Method(
+                handler=self._m_navigate,
+                params=sid | {"target_id", "summarize", "focus", "replace_instructions", "label"},
+            ),
+            "session.fork": Method(handler=self._m_fork, params=sid | {"entry_id", "path"}),
+            "session.prompt": Method(handler=self._m_prompt, params=sid | {"text"}),
+            "session.abort": Method(handler=self._m_abort, params=sid),
+            "session.context": Method(handler=self._m_context, params=sid),
+        }
+
+    async def _m_open(self, p: Params) -> dict[str, Any]:
+        slot = self.open(p.text("path"), create=p.flag("create"))
+        runtime = slot.runtime
+        self._subscribe(p.peer, runtime.session.session_id)
+        return {
+            **slot.describe(),
+            "problems": [
+                {"line": x.line, "code": x.code, "message": x.message}
+                for x in runtime.session.problems
+            ],
+            "settled": [
+                {"id": s.operation_id, "kind": s.kind, "dest": s.dest} for s in runtime.settlements
+            ],
+        }
+
+    async def _m_list(self, p: Params) -> dict[str, Any]:
+        return {"sessions": [slot.describe() for slot in self._slots.values()]}
+
+    async def _m_close(self, p: Params) -> dict[str, Any]:
+        slot = self._slot(p.text("session_id"))
+        if slot.runtime.is_busy or slot.navigating or slot.compacting:
+            raise RpcError(BUSY, "Session is busy; abort it or wait before closing")
+        self._close(slot.runtime.session.session_id)
+        return {"closed": True}
+
+    async def _m_compress(self, p: Params) -> dict[str, Any]:
+        slot = self._slot(p.text("session_id"))
+        focus = p.optional_text("focus")
+        if slot.compacting:
+            raise RpcError(BUSY, "A compaction is already running in this session")
+        if slot.navigating:
+            raise RpcError(BUSY, "Cannot compact while a navigation is running")
+        slot.compacting = True
+        try:
+            outcome = await slot.runtime.compact(focus)
+        finally:
+            slot.compacting = False
+        if outcome.status != "committed" or outcome.entry is None or outcome.result is None:
+            return {"compacted": False, "reason": outcome.reason or "Nothing to compact"}
+        result = outcome.result
+        return {
+            "compacted": True,
+            "entryId": outcome.entry["id"],
+            "summary": result.summary,
+            "tokensBefore": result.tokens_before,
+            "firstKeptEntryId": result.first_kept_entry_id,
+            "shortSummary": result.short_summary,
+        }
+
+    async def _m_tree(self, p: Params) -> dict[str, Any]:
+        session = self._slot(p.text("session_id")).runtime.session
+        return {
+            "sessionId": session.session_id,
+            "name": session.tree.session_name(),
+            "leafId": session.leaf_id,
+            "nodes": tree_rows(session),
+        }
+
+    async def _m_navigate(self, p: Params) -> dict[str, Any]:
+        slot = self._slot(p.text("session_id"))
+        target = p.text("target_id")
+        summarize, focus = p.flag("summarize"), p.optional_text("focus")
+        replace, label = p.flag("replace_instructions"), p.optional_text("label")
+        if slot.runtime.is_busy or slot.compacting:
+            raise RpcError(BUSY, NAVIGATION_BUSY)
+        if slot.navigating:
+            raise RpcError(BUSY, "A navigation is already running in this session")
+        slot.navigating = True
+        try:
+            result = await slot.runtime.navigate(
+                target,
+                summarize=summarize,
+                instructions=focus,
+                replace_instructions=replace,
+                label=label,
+            )
+        finally:
+            slot.navigating = False
+        entry = result.summary_entry
+        return {**result.as_json(), "shortSummary": entry.get("shortSummary") if entry else None}
+
+    async def _m_fork(self, p: Params) -> dict[str, Any]:
+        runtime = self._slot(p.text("session_id")).runtime
+        entry_id = p.text("entry_id")
+        path = p.optional_text("path")
+        target = self._resolve(path) if path else None
+        try:
+            result = await runtime.fork(entry_id, target)
+        except OSError as exc:
+            # A missing folder or one we may not write: the caller's path, not a bug.
+            raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
+        if result.cancelled or result.session is None:
+            return {
+                "session_id": None,
+                "path": None,
+                "editorText": result.editor_text,
+                "cancelled": True,
+            }
+        new = result.session
+        journal = (
+            Journal.open(new.store.location)
+            if isinstance(new.store, JsonlStore)
+            else Journal.in_memory()
+        )
+        forked = AgentSession(new, journal=journal, **self.options.arguments())
+        slot = self._slots[self.add(forked)]
+        self._subscribe(p.peer, new.session_id)
+        return {**slot.describe(), "editorText": result.editor_text, "cancelled": False}
+
+    async def _m_prompt(self, p: Params) -> dict[str, Any]:
+        slot = self._slot(p.text("session_id"))
+        text = p.text("text")
+        if slot.runtime.agent is None:
+            raise RpcError(METHOD_NOT_FOUND, NO_AGENT)
+        if slot.navigating:
+            raise RpcError(BUSY, "Cannot prompt while a navigation is running")
+        result = await slot.runtime.prompt(text)
+        return {"state": result.state, "reply": result.reply, "queued": result.queued}
+
+    async def _m_abort(self, p: Params) -> dict[str, Any]:
+        slot = self._slot(p.text("session_id"))
+        was_busy = slot.runtime.is_busy or slot.navigating
+        slot.runtime.abort()
+        slot.runtime.abort_branch_summary()
+        return {"aborted": was_busy}
+
+    async def _m_context(self, p: Params) -> dict[str, Any]:
+        session = self._slot(p.text("session_id")).runtime.session
+        return context_report(session, session.leaf_id)
