@@ -647,3 +647,26 @@ def test_repeated_updates_stay_bounded() -> None:
     assert "- Step 0: you must keep rule 0.\n" in summary  # the first rules stay, and the last
     assert "- Step 23: you must keep rule 23.\n" in summary
     assert "(+4 more)" in section(summary, "## Critical Context")
+
+
+def test_a_focus_on_a_path_quotes_what_touched_it_and_a_focus_of_stop_words_is_only_stated() -> (
+    None
+):
+    summary = run(branch_request(SESSION, instructions="src/auth/tokens.py")).text
+    critical = section(summary, "## Critical Context")
+    assert "- On the focus (verbatim): edit `src/auth/tokens.py`\n" in critical
+    vague = section(
+        run(branch_request(SESSION, instructions="all of it")).text, "## Critical Context"
+    )
+    assert "- Requested focus: all of it\n" in vague
+    assert "On the focus" not in vague
+    assert "nothing in the summarized messages" not in vague
+
+
+def test_short_summary_names_three_files_and_counts_the_rest() -> None:
+    edits = [assistant(call(f"c{i}", "edit", path=f"src/m{i}.py")) for i in range(5)]
+    results = [result(f"c{i}", "ok") for i in range(5)]
+    messages = [x for pair in zip(edits, results, strict=True) for x in pair]
+    history = run(history_request(messages, reserve_tokens=16384)).text
+    short = run(short_summary_request([], summary=history, reserve_tokens=16384)).text
+    assert short.startswith("I changed `src/m0.py`, `src/m1.py`, `src/m2.py` and 2 more files.")
