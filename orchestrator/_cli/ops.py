@@ -231,8 +231,11 @@ def _run_runtime(
 ) -> T:
     require_file(args.session)  # opening a missing path would start a new session there
     provider = make_trace_provider(args.trace)
+    # The command owns the session from before it reads it to after its commit (D27): a second
+    # process is refused here, before any model is called.
     runtime = AgentSession.open(
         args.session,
+        owner=f"orchestrator {args.command}",
         summarizer=summarizer,
         settings=RuntimeSettings(
             compaction=settings,
@@ -389,13 +392,21 @@ def _fork(args: argparse.Namespace) -> int:
     source = open_existing(args.session)
     leaf, editor_text = fork_target(source, args.entry)
     out = Path(args.out) if args.out else fork_path(args.session)
+    if not out.parent.is_dir():
+        raise SessionError(f"{out}: the folder {out.parent} does not exist; create it first")
     if out.exists():
-        from orchestrator._core.errors import SessionError
-
         raise SessionError(f"{out}: already exists; choose another --out")
-    forked = branched_session(source, leaf, JsonlStore(out))
-    forked.flush()
-    forked.close()
+    store = JsonlStore(out)
+    try:
+        # The new file is owned from before it exists (D27): a second fork to the same --out
+        # is refused, never interleaved.
+        store.own("orchestrator fork")
+        if out.exists():
+            raise SessionError(f"{out}: already exists; choose another --out")
+        forked = branched_session(source, leaf, store)
+        forked.flush()
+    finally:
+        store.close()
     report = {
         "sessionFile": str(out),
         "sessionId": forked.session_id,
