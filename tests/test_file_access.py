@@ -151,3 +151,19 @@ def test_the_journal_never_writes_through_a_symlink(session: Path, planted: Path
     with pytest.raises(SessionError, match="symbolic link; refusing to follow it"):
         journal.record(step)
     assert planted.read_text() == "not yours\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (errno.ELOOP, "f: is a symbolic link; refusing to follow it (read it)"),
+        (errno.EACCES, "f: permission denied (cannot read it)"),
+        (errno.ENOENT, "f: its folder . does not exist (cannot read it)"),
+        (errno.EROFS, "f: read-only file system (cannot read it)"),
+        (errno.ENOSPC, "f: cannot read it: No space left on device"),
+    ],
+)
+def test_operating_system_errors_read_as_one_line(code: int, expected: str) -> None:
+    from orchestrator._store.files import describe_os_error
+
+    assert describe_os_error("f", "read it", OSError(code, os.strerror(code))) == expected
