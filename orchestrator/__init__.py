@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from orchestrator._core.context import ContextBuilder, ModelRef, SessionContext, build_context
     from orchestrator._core.errors import (
         Cancelled,
+        ConflictError,
         DefinitionError,
         ModelError,
         OrchestratorError,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
         SessionLockedError,
         TransitionError,
     )
-    from orchestrator._core.load_result import LoadResult, Problem
+    from orchestrator._core.load_result import LoadResult, Problem, Tail
     from orchestrator._core.messages import convert_to_llm
     from orchestrator._core.model import Model, ModelRequest, ModelResponse, ToolCall, Usage
     from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
@@ -91,6 +92,7 @@ __all__ = (
     "CompactionPlan",
     "CompactionResult",
     "CompactionSettings",
+    "ConflictError",
     "ContextBuilder",
     "ContextTokens",
     "DefinitionError",
@@ -131,6 +133,7 @@ __all__ = (
     "SessionTree",
     "Step",
     "SummaryRoutes",
+    "Tail",
     "ToolCall",
     "ToolSpec",
     "TransitionError",
@@ -208,6 +211,8 @@ _EXPORTS: dict[str, str] = {
     "SessionContext": "orchestrator._core.context",
     "SessionError": "orchestrator._core.errors",
     "SessionLockedError": "orchestrator._core.errors",
+    "Tail": "orchestrator._core.load_result",
+    "ConflictError": "orchestrator._core.errors",
     "SessionStore": "orchestrator._store.protocol",
     "SessionTree": "orchestrator._core.tree",
     "Step": "orchestrator._lifecycle.machine",

@@ -181,14 +181,18 @@ def test_fork_writes_the_path_before_a_user_message(
     assert code == 0, err
     report = json.loads(out)
     forked = Session.open(report["sessionFile"])
-    assert forked.header["parentSession"] == str(example)
+    assert forked.header["parentSession"] == str(example.absolute())
     # The path's label is carried over as a fresh label entry at the end.
     assert forked.tree.entries[-1]["type"] == "label"
     assert forked.tree.labels == {users[1]["id"]: "tax investigation"}
     assert [e for e in forked.tree.entries if e["type"] == "label"] == [forked.tree.entries[-1]]
     assert report["editorText"].startswith("Now add a regression test")
     code, _, err = run(capsys, "fork", str(example), "--from", lines[-1]["id"])
-    assert (code, err.strip()) == (1, "orchestrator fork: Invalid entry ID for forking")
+    assert (code, err.strip()) == (
+        1,
+        f"orchestrator fork: Invalid entry ID for forking: {lines[-1]['id']} is a label "
+        "entry; a fork starts before a user message",
+    )
 
 
 def test_compact_is_journaled_and_traced(

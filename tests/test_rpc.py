@@ -603,7 +603,11 @@ async def test_fork_refusals_and_hook_cancel() -> None:
     client, sid = kit_client(kit)
     ids = await conversation(kit)
     error = await client.error("session.fork", session_id=sid, entry_id=ids["a1"])
-    assert error == {"code": INVALID_PARAMS, "message": "Invalid entry ID for forking"}
+    assert error == {
+        "code": INVALID_PARAMS,
+        "message": f"Invalid entry ID for forking: {ids['a1']} is an assistant message; "
+        "a fork starts before a user message",
+    }
     in_memory = await client.call("session.fork", session_id=sid, entry_id=ids["u2"])
     assert in_memory["path"].startswith("<memory")
     kit.runtime.hooks.on("session_before_fork", lambda p: {"cancel": True})

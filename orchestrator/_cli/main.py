@@ -118,6 +118,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # The stores name the file and the reason themselves; this catches what slips past
+        # them (a full disk mid-write, a file removed under us), still as one line (issue 8).
+        print(f"orchestrator {args.command}: {_os_error_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _os_error_line(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -245,7 +245,9 @@ def _run_runtime(
         # A dry run writes nothing, not even the journal.
         runtime = AgentSession(open_existing(args.session), **options)
     else:
-        runtime = AgentSession.open(args.session, **options)
+        # The command owns the session from before it reads it to after its commit (D27): a
+        # second process is refused here, before any model is called.
+        runtime = AgentSession.open(args.session, owner=f"orchestrator {args.command}", **options)
         warn_problems(args.session, runtime.session)
     for settled in runtime.settlements:
         print(
@@ -394,13 +396,21 @@ def _fork(args: argparse.Namespace) -> int:
     source = open_existing(args.session)
     leaf, editor_text = fork_target(source, args.entry)
     out = Path(args.out) if args.out else fork_path(args.session)
+    if not out.parent.is_dir():
+        raise SessionError(f"{out}: the folder {out.parent} does not exist; create it first")
     if out.exists():
-        from orchestrator._core.errors import SessionError
-
         raise SessionError(f"{out}: already exists; choose another --out")
-    forked = branched_session(source, leaf, JsonlStore(out))
-    forked.flush()
-    forked.close()
+    store = JsonlStore(out)
+    try:
+        # The new file is owned from before it exists (D27): a second fork to the same --out
+        # is refused, never interleaved.
+        store.own("orchestrator fork")
+        if out.exists():
+            raise SessionError(f"{out}: already exists; choose another --out")
+        forked = branched_session(source, leaf, store)
+        forked.flush()
+    finally:
+        store.close()
     report = {
         "sessionFile": str(out),
         "sessionId": forked.session_id,

@@ -82,6 +82,7 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
     agent = ChatAgent(model=candidate_models(routes)[0]) if args.chat else None
     return AgentSession.open(
         args.session,
+        owner="orchestrator tui",  # held while the TUI is open (D27)
         agent=agent,
         summarizer=build_summarizer(routes),
         settings=with_timeout(

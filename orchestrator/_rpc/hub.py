@@ -48,6 +48,8 @@ EVENT_METHOD = "session.event"
 QUIET_EVENTS = frozenset({"transition"})
 """Event types not forwarded: every machine step is one, and the journal already has them."""
 NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
+SERVER_OWNER = "orchestrator serve"
+"""How the server names itself in the lock of the sessions it owns (D27)."""
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -189,7 +191,8 @@ class SessionHub:
         try:
             if not create and not resolved.is_file():
                 raise RpcError(INVALID_PARAMS, f"{path}: no such session file")
-            runtime = AgentSession.open(resolved, **self.options.arguments())
+            # The server owns every session it opens until it closes it (D27).
+            runtime = AgentSession.open(resolved, owner=SERVER_OWNER, **self.options.arguments())
         except OSError as exc:
             # A folder, a file we may not read, a name too long: the caller's path, not a bug.
             raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None

@@ -1,9 +1,16 @@
 """Forking: a new session holding one path of another (pi's fork, D28).
 
 pi's ``createBranchedSession``: the new file gets a fresh header whose ``parentSession`` names
-the source, then the path root→leaf without its label entries, then fresh label entries (chained
-after the last path entry) for every label whose target is on the path. It is written at once
-when the path holds an assistant message, else lazily like any new session.
+the source (an absolute path, as pi writes it), then the path root→leaf without its label
+entries, then fresh label entries (chained after the last path entry) for every label whose
+target is on the path. It is written at once when the path holds an assistant message, else
+lazily like any new session.
+
+D28 (pi#5669): pi leaves an entry whose parent was a dropped label pointing at that label, so
+the fork has an unknown parent and its context stops there. I re-parent such an entry to its
+nearest copied ancestor, which on a path is simply the entry copied before it. The fork then
+passes ``check`` and its context is the source's context at the fork point. Entries are copied,
+never changed in place: the source session is untouched.
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator._core.entries import LABEL, Entry, role_of, text_of
+from orchestrator._core.entries import LABEL, MESSAGE, Entry, role_of, text_of
 from orchestrator._core.errors import SessionError
 from orchestrator._core.tree import SessionTree
+from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.protocol import SessionStore
 from orchestrator._store.session import Session, new_header
 
@@ -38,18 +46,40 @@ def branched_session(
     if leaf_id is not None and not path:
         raise SessionError(f"Entry {leaf_id} not found")
     header = new_header(
-        str(source.header.get("cwd", "/")), now(), parent_session=source.store.location
+        str(source.header.get("cwd", "/")), now(), parent_session=parent_session(source)
     )
-    kept: list[Entry] = [e for e in path if e.get("type") != LABEL]
-    tree = SessionTree(header, kept)
+    tree = SessionTree(header, copy_path(path))
     session = Session(store, tree, persisted=False, clock=now, random_hex=source._random_hex)
-    on_path = {e["id"] for e in kept}
+    on_path = {e["id"] for e in tree.entries}
     for target, label in source.tree.labels.items():
         if target in on_path:
             session.append_entry(LABEL, {"targetId": target, "label": label})
-    if any(role_of(e) == "assistant" for e in kept):
+    if any(role_of(e) == "assistant" for e in tree.entries):
         session.flush()
     return session
+
+
+def copy_path(path: list[Entry]) -> list[Entry]:
+    """The path without its label entries, each entry re-parented onto the one copied before it.
+
+    On a root-first path every entry's parent is the entry before it, so when that one was a
+    label (dropped), the nearest copied ancestor is the last entry kept (D28). Entries whose
+    parent is unchanged are shared, not copied.
+    """
+    kept: list[Entry] = []
+    for entry in path:
+        if entry.get("type") == LABEL:
+            continue
+        parent = kept[-1]["id"] if kept else None
+        kept.append(entry if entry.get("parentId") == parent else {**entry, "parentId": parent})
+    return kept
+
+
+def parent_session(source: Session) -> str:
+    """What a fork's ``parentSession`` names: the source file's absolute path, as pi writes it."""
+    if isinstance(source.store, JsonlStore):
+        return os.path.abspath(source.store.path)
+    return source.store.location
 
 
 def fork_target(source: Session, entry_id: str) -> tuple[str | None, str]:
@@ -60,13 +90,27 @@ def fork_target(source: Session, entry_id: str) -> tuple[str | None, str]:
         (``None`` when the message is a root).
 
     Raises:
-        SessionError: ``Invalid entry ID for forking`` when the entry is not a user message.
+        SessionError: ``Entry <id> not found`` for an unknown id; ``Invalid entry ID for
+            forking: ...`` saying what the entry is when it is not a user message.
     """
     entry = source.tree.by_id.get(entry_id)
-    if entry is None or role_of(entry) != "user":
-        raise SessionError("Invalid entry ID for forking")
+    if entry is None:
+        raise SessionError(f"Entry {entry_id} not found")
+    if role_of(entry) != "user":
+        raise SessionError(
+            f"Invalid entry ID for forking: {entry_id} is {_kind_of(entry)}; "
+            "a fork starts before a user message"
+        )
     parent = source.tree.parent_of(entry)
     return (parent["id"] if parent is not None else None), text_of(entry["message"].get("content"))
+
+
+def _kind_of(entry: Entry) -> str:
+    if entry.get("type") == MESSAGE:
+        role = role_of(entry) or "unknown"
+        return f"{'an' if role[0] in 'aeiou' else 'a'} {role} message"
+    kind = str(entry.get("type"))
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} entry"
 
 
 def fork_path(location: str | os.PathLike[str]) -> Path:

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from orchestrator._core.entries import iso_now
 from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
+from orchestrator._store.files import open_side_file, read_side_file
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
@@ -188,13 +189,16 @@ class _FileSink:
         self._dir_synced = False
 
     def exists(self) -> bool:
-        return self.path.is_file()
+        # lstat: a symbolic link counts as present, so reading it is refused, not skipped.
+        return self.path.is_file() or self.path.is_symlink()
 
     def read(self) -> bytes:
-        return self.path.read_bytes()
+        return read_side_file(self.path, "read the journal") or b""
 
     def append(self, line: bytes, *, durable: bool) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        # Never through a symbolic link: the journal stays beside its session (issue 8).
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+        fd = open_side_file(self.path, flags, "write the journal")
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":

@@ -91,7 +91,8 @@ class OwnerLock:
         if self._fd is not None:
             return
         while True:
-            fd = open_side_file(self.path, os.O_RDWR | os.O_CREAT, "create the lock file")
+            doing = f"create the lock file needed to change {self.session_path.name}"
+            fd = open_side_file(self.path, os.O_RDWR | os.O_CREAT, doing)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
