@@ -34,6 +34,13 @@ from orchestrator._telemetry.tracing import (
     GEN_AI_RESPONSE_MODEL,
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
+    INPUT_VALUE,
+    LLM_MODEL_NAME,
+    LLM_TOKEN_COUNT_COMPLETION,
+    LLM_TOKEN_COUNT_PROMPT,
+    LLM_TOKEN_COUNT_TOTAL,
+    OPENINFERENCE_SPAN_KIND,
+    OUTPUT_VALUE,
     LifecycleTracer,
     set_attributes,
 )
@@ -49,7 +56,7 @@ def memory() -> Iterator[tuple[LifecycleTracer, InMemorySpanExporter]]:
     provider = make_tracer_provider("memory", shutdown_on_exit=False)
     exporter = exporter_of(provider)
     assert isinstance(exporter, InMemorySpanExporter)
-    yield LifecycleTracer(provider), exporter
+    yield LifecycleTracer(provider, capture_content=False), exporter
     provider.shutdown()
 
 
@@ -110,6 +117,8 @@ def test_spans_nest_turn_operation_model_call(
     assert turn.attributes == {
         "orchestrator.session.id": "session-1",
         "orchestrator.turn.number": 3,
+        "openinference.span.kind": "AGENT",
+        "session.id": "session-1",
     }
     assert dict(op.attributes or {}) == {
         "orchestrator.operation.kind": "compaction",
@@ -119,6 +128,12 @@ def test_spans_nest_turn_operation_model_call(
         "orchestrator.operation.tokens_after": 1200,
         "orchestrator.operation.attempts": 1,
         "orchestrator.operation.outcome": "committed",
+        "openinference.span.kind": "CHAIN",
+        "input.value": '{"kind": "compaction", "operation_id": "op-1", "reason": "threshold"}',
+        "input.mime_type": "application/json",
+        "output.value": '{"attempts": 1, "outcome": "committed", "tokens_after": 1200, '
+        '"tokens_before": 9000}',
+        "output.mime_type": "application/json",
     }
 
 
@@ -165,11 +180,74 @@ def test_model_span_carries_genai_attributes(
         GEN_AI_USAGE_INPUT_TOKENS: 500,
         GEN_AI_USAGE_OUTPUT_TOKENS: 40,
         GEN_AI_RESPONSE_MODEL: "claude-x",
+        OPENINFERENCE_SPAN_KIND: "LLM",
+        LLM_MODEL_NAME: "anthropic/claude",
+        "llm.invocation_parameters": '{"max_tokens": 1234}',
+        LLM_TOKEN_COUNT_PROMPT: 500,
+        LLM_TOKEN_COUNT_COMPLETION: 40,
+        LLM_TOKEN_COUNT_TOTAL: 540,
     }
     chat = spans["chat openai/gpt"].attributes or {}
     assert chat[GEN_AI_OPERATION_NAME] == "chat"
     assert chat[GEN_AI_RESPONSE_FINISH_REASONS] == ("toolUse",)
     assert GEN_AI_RESPONSE_MODEL not in chat
+
+
+def test_openinference_kinds_name_every_span_for_llm_dashboards(
+    memory: tuple[LifecycleTracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = memory
+    compaction_story(tracer)
+    with tracer.navigation_span("session-1", "abc"):
+        pass
+    kinds = {
+        span.name: (span.attributes or {})[OPENINFERENCE_SPAN_KIND]
+        for span in exporter.get_finished_spans()
+    }
+    assert kinds == {
+        "orchestrator.turn": "AGENT",
+        "orchestrator.compaction": "CHAIN",
+        "summarize anthropic/claude": "LLM",
+        "orchestrator.navigation": "CHAIN",
+    }
+    navigation = by_name(exporter.get_finished_spans())["orchestrator.navigation"]
+    assert (navigation.attributes or {})["session.id"] == "session-1"
+
+
+def test_total_token_count_includes_cache_reads_and_writes(
+    memory: tuple[LifecycleTracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = memory
+    usage = Usage(input=100, output=10, cache_read=1000, cache_write=5)
+    with tracer.model_span(SUMMARY, "m") as call:
+        call.record_response(ModelResponse(text="t", usage=usage, provider="anthropic"))
+    attributes = exporter.get_finished_spans()[0].attributes or {}
+    assert attributes[LLM_TOKEN_COUNT_PROMPT] == 100
+    assert attributes[LLM_TOKEN_COUNT_COMPLETION] == 10
+    assert attributes[LLM_TOKEN_COUNT_TOTAL] == 1115
+    assert attributes["llm.provider"] == "anthropic"
+
+
+def test_prompts_and_replies_are_recorded_only_when_content_capture_is_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    provider = make_tracer_provider("memory", shutdown_on_exit=False)
+    exporter = exporter_of(provider)
+    assert isinstance(exporter, InMemorySpanExporter)
+    reply = ModelResponse(text="the summary", usage=Usage(input=5, output=2))
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    tracers = [LifecycleTracer(provider), LifecycleTracer(provider, capture_content=True)]
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    tracers += [LifecycleTracer(provider), LifecycleTracer(provider, capture_content=False)]
+    for tracer in tracers:
+        with tracer.model_span(SUMMARY, "m") as call:
+            call.record_response(reply)
+    provider.shutdown()
+    seen = [
+        ((s.attributes or {}).get(INPUT_VALUE), (s.attributes or {}).get(OUTPUT_VALUE))
+        for s in exporter.get_finished_spans()
+    ]
+    assert seen == [(None, None), ("x", "the summary"), ("x", "the summary"), (None, None)]
 
 
 def test_model_error_sets_error_status_and_kind(
@@ -232,8 +310,14 @@ def test_set_attributes_prefixes_handles_and_cleans_values(
         "orchestrator.navigation.counts": (1, 2),
         "orchestrator.navigation.where": "x",
         "custom.key": True,
+        "openinference.span.kind": "CHAIN",
+        "session.id": "s",
     }
-    assert dict(second.attributes or {}) == {"orchestrator.session.id": "s"}
+    assert dict(second.attributes or {}) == {
+        "orchestrator.session.id": "s",
+        "openinference.span.kind": "CHAIN",
+        "session.id": "s",
+    }
 
 
 def test_a_step_without_its_machine_span_goes_on_the_current_span(

@@ -19,6 +19,15 @@ takes a provider, or ``None`` for a no-op tracer that costs almost nothing. Mode
 the GenAI semantic-convention attribute names, defined here as our own constants because the
 semconv package keeps them in a private, deprecated module.
 
+Beside them every span carries the OpenInference attributes that LLM dashboards such as Arize
+Phoenix read where the GenAI names differ: ``openinference.span.kind`` (a turn is an ``AGENT``, an
+operation or a navigation a ``CHAIN``, a model call an ``LLM``), ``llm.model_name``,
+``llm.token_count.prompt/completion/total``, ``session.id``, and ``input.value`` /
+``output.value``. An operation's input and output are its own facts (kind, reason; outcome, token
+counts), as JSON. A model call's input and output are the prompt and the reply, which are session
+content: they are recorded only when content capture is on (``capture_content=True``, or the
+GenAI convention's ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``).
+
 Exporters (the end of this module): JSON lines into a folder (the ``traces/`` convention, with
 :func:`read_trace` to compare recordings), the console, and OTLP over HTTP configured by the
 standard ``OTEL_*`` variables. :func:`make_tracer_provider` wires one up.
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -61,6 +71,22 @@ GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ERROR_TYPE = "error.type"
 
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+LLM_MODEL_NAME = "llm.model_name"
+LLM_PROVIDER = "llm.provider"
+LLM_INVOCATION_PARAMETERS = "llm.invocation_parameters"
+LLM_TOKEN_COUNT_PROMPT = "llm.token_count.prompt"
+LLM_TOKEN_COUNT_COMPLETION = "llm.token_count.completion"
+LLM_TOKEN_COUNT_TOTAL = "llm.token_count.total"
+INPUT_VALUE = "input.value"
+INPUT_MIME_TYPE = "input.mime_type"
+OUTPUT_VALUE = "output.value"
+OUTPUT_MIME_TYPE = "output.mime_type"
+SESSION_ID = "session.id"
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_JSON = "application/json"
+_TEXT = "text/plain"
+
 TRANSITION_EVENT = "transition"
 TRACER_NAME = "orchestrator"
 
@@ -88,17 +114,37 @@ class SpanHandle:
 
 @dataclass(frozen=True, slots=True)
 class ModelCall(SpanHandle):
-    """The span of one model call; record the reply with :meth:`record_response`."""
+    """The span of one model call; record the reply with :meth:`record_response`.
+
+    Attributes:
+        capture_content: Record the reply's text as ``output.value``.
+    """
+
+    capture_content: bool = False
 
     def record_response(self, response: ModelResponse) -> None:
-        """Set the GenAI response attributes: finish reason (pi's vocabulary), usage, model."""
+        """Set the response attributes: finish reason (pi's vocabulary), usage, model.
+
+        GenAI names, plus OpenInference's token counts (the total includes cache reads and
+        writes, as pi's ``totalTokens`` does) and, with content capture on, the reply.
+        """
+        usage = response.usage
+        total = usage.total or usage.input + usage.output + usage.cache_read + usage.cache_write
         attributes: dict[str, AttributeValue] = {
             GEN_AI_RESPONSE_FINISH_REASONS: (response.stop_reason,),
-            GEN_AI_USAGE_INPUT_TOKENS: response.usage.input,
-            GEN_AI_USAGE_OUTPUT_TOKENS: response.usage.output,
+            GEN_AI_USAGE_INPUT_TOKENS: usage.input,
+            GEN_AI_USAGE_OUTPUT_TOKENS: usage.output,
+            LLM_TOKEN_COUNT_PROMPT: usage.input,
+            LLM_TOKEN_COUNT_COMPLETION: usage.output,
+            LLM_TOKEN_COUNT_TOTAL: total,
         }
         if response.model:
             attributes[GEN_AI_RESPONSE_MODEL] = response.model
+        if response.provider:
+            attributes[LLM_PROVIDER] = response.provider
+        if self.capture_content:
+            attributes[OUTPUT_VALUE] = response.text
+            attributes[OUTPUT_MIME_TYPE] = _TEXT
         self.span.set_attributes(attributes)
 
 
@@ -139,16 +185,46 @@ def facts_delta(facts: Facts) -> dict[str, Any]:
     }
 
 
+def capture_content_from_env() -> bool:
+    """Whether ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for message content."""
+    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def _operation_output(span: Span, prefix: str) -> str | None:
+    # The outcome attributes the runtime set through the handle, as one JSON object: what a
+    # dashboard shows as the operation's output. Only SDK spans can be read back.
+    attributes = getattr(span, "attributes", None)
+    if not attributes:
+        return None
+    facts = {
+        key.removeprefix(prefix): value
+        if isinstance(value, str | bool | int | float)
+        else list(value)
+        for key, value in attributes.items()
+        if key.startswith(prefix) and key.removeprefix(prefix) not in ("kind", "id", "reason")
+    }
+    return json.dumps(facts, sort_keys=True) if facts else None
+
+
 class LifecycleTracer:
     """Opens lifecycle spans and turns machine steps into span events.
 
     Args:
         provider: Where spans go; ``None`` makes every method a no-op.
+        capture_content: Record prompts and replies on model-call spans (``input.value``,
+            ``output.value``). ``None`` reads the environment variable
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``; off by default, because they
+            are the session's content.
     """
 
-    def __init__(self, provider: TracerProvider | None) -> None:
+    def __init__(
+        self, provider: TracerProvider | None, *, capture_content: bool | None = None
+    ) -> None:
         self._tracer: Tracer = (
             NoOpTracer() if provider is None else provider.get_tracer(TRACER_NAME)
+        )
+        self.capture_content = (
+            capture_content_from_env() if capture_content is None else capture_content
         )
 
     @contextmanager
@@ -161,6 +237,8 @@ class LifecycleTracer:
         attrs: dict[str, AttributeValue] = {
             "orchestrator.session.id": session_id,
             "orchestrator.turn.number": turn_no,
+            OPENINFERENCE_SPAN_KIND: "AGENT",
+            SESSION_ID: session_id,
         }
         with self._span("turn", "orchestrator.turn", attrs, machine="turn") as handle:
             yield handle
@@ -180,11 +258,19 @@ class LifecycleTracer:
         attrs: dict[str, AttributeValue] = {
             "orchestrator.operation.kind": kind,
             "orchestrator.operation.id": operation_id,
+            OPENINFERENCE_SPAN_KIND: "CHAIN",
+            INPUT_VALUE: json.dumps({"kind": kind, "operation_id": operation_id, "reason": reason}),
+            INPUT_MIME_TYPE: _JSON,
         }
         if reason is not None:
             attrs["orchestrator.operation.reason"] = reason
         with self._span("operation", f"orchestrator.{kind}", attrs, machine="operation") as handle:
-            yield handle
+            try:
+                yield handle
+            finally:
+                output = _operation_output(handle.span, handle.prefix)
+                if output is not None:
+                    handle.span.set_attributes({OUTPUT_VALUE: output, OUTPUT_MIME_TYPE: _JSON})
 
     @contextmanager
     def navigation_span(self, session_id: str, target_id: str | None) -> Iterator[SpanHandle]:
@@ -193,7 +279,11 @@ class LifecycleTracer:
         Yields:
             Its handle; attributes get the ``orchestrator.navigation.`` prefix.
         """
-        attrs: dict[str, AttributeValue] = {"orchestrator.session.id": session_id}
+        attrs: dict[str, AttributeValue] = {
+            "orchestrator.session.id": session_id,
+            OPENINFERENCE_SPAN_KIND: "CHAIN",
+            SESSION_ID: session_id,
+        }
         if target_id is not None:
             attrs["orchestrator.navigation.target_id"] = target_id
         with self._span(
@@ -203,7 +293,9 @@ class LifecycleTracer:
 
     @contextmanager
     def model_span(self, request: ModelRequest, model_name: str) -> Iterator[ModelCall]:
-        """Open the span of one model call, with the GenAI request attributes.
+        """Open the span of one model call, with the GenAI and OpenInference request attributes.
+
+        With content capture on, the request's prompt (its last user message) is ``input.value``.
 
         A :class:`~orchestrator.ModelError` escaping the block marks the span as an error with
         ``error.type`` set to the error's kind, and is re-raised.
@@ -217,7 +309,13 @@ class LifecycleTracer:
             GEN_AI_REQUEST_MODEL: model_name,
             GEN_AI_REQUEST_MAX_TOKENS: request.max_tokens,
             "orchestrator.model.purpose": request.purpose,
+            OPENINFERENCE_SPAN_KIND: "LLM",
+            LLM_MODEL_NAME: model_name,
+            LLM_INVOCATION_PARAMETERS: json.dumps({"max_tokens": request.max_tokens}),
         }
+        if self.capture_content:
+            attrs[INPUT_VALUE] = request.prompt
+            attrs[INPUT_MIME_TYPE] = _TEXT
         with self._tracer.start_as_current_span(
             f"{operation} {model_name}",
             kind=SpanKind.CLIENT,
@@ -226,7 +324,7 @@ class LifecycleTracer:
             set_status_on_exception=False,
         ) as span:
             with _failures(span):
-                yield ModelCall(span, "orchestrator.model.")
+                yield ModelCall(span, "orchestrator.model.", self.capture_content)
 
     def on_step(self, step: Step) -> None:
         """Add a ``transition`` event to the innermost open span of the step's machine.
