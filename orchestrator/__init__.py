@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from orchestrator._runtime.agent import Agent, AgentInput, ChatAgent, ToolSpec
     from orchestrator._runtime.events import Event, EventBus
     from orchestrator._runtime.hooks import Hooks
-    from orchestrator._runtime.navigate import ForkResult, NavigationResult
     from orchestrator._runtime.operations import compact, summarize_branch
     from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
     from orchestrator._runtime.session import AgentSession
@@ -66,7 +65,13 @@ if TYPE_CHECKING:
         CompactionResult,
         SummaryRoutes,
     )
-    from orchestrator._runtime.types import OperationOutcome, RuntimeSettings, TurnResult
+    from orchestrator._runtime.types import (
+        ForkResult,
+        NavigationResult,
+        OperationOutcome,
+        RuntimeSettings,
+        TurnResult,
+    )
     from orchestrator._store.journal import Journal
     from orchestrator._store.jsonl import JsonlStore
     from orchestrator._store.memory import MemoryStore
@@ -181,7 +186,7 @@ _EXPORTS: dict[str, str] = {
     "Event": "orchestrator._runtime.events",
     "EventBus": "orchestrator._runtime.events",
     "Facts": "orchestrator._lifecycle.guards",
-    "ForkResult": "orchestrator._runtime.navigate",
+    "ForkResult": "orchestrator._runtime.types",
     "Hooks": "orchestrator._runtime.hooks",
     "Journal": "orchestrator._store.journal",
     "JsonLinesSpanExporter": "orchestrator._telemetry.export",
@@ -196,7 +201,7 @@ _EXPORTS: dict[str, str] = {
     "ModelRef": "orchestrator._core.context",
     "ModelRequest": "orchestrator._core.model",
     "ModelResponse": "orchestrator._core.model",
-    "NavigationResult": "orchestrator._runtime.navigate",
+    "NavigationResult": "orchestrator._runtime.types",
     "NothingToCompact": "orchestrator._core.compaction_plan",
     "OfflineSummarizer": "orchestrator._models.offline",
     "OperationOutcome": "orchestrator._runtime.types",

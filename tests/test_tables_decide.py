@@ -183,3 +183,41 @@ def test_the_effect_table_is_checked_against_the_machine() -> None:
 
 def _operation_effects() -> set[str]:
     return {e for row in load_machine("operation").rows for e in row.effects}
+
+
+async def test_navigation_with_a_stricter_summary_guard_moves_the_leaf_without_a_summary() -> None:
+    import dataclasses
+
+    from orchestrator._runtime.navigate import Navigator
+    from orchestrator.testing import reply
+    from tests.runtime_kit import Kit, summary
+
+    # Removing the row would leave `summarizing` unreachable, which the loader refuses; a guard
+    # that cannot hold here (the target is not the current leaf) disables it instead.
+    def no_summary(rows: Rows) -> None:
+        row = rows[index(rows, "consulting_hooks", "hooks_done", "summarizing")]
+        row["guards"] = [*row["guards"], "same_position"]
+
+    for defn, summarized in [(table("navigation"), True), (table("navigation", no_summary), False)]:
+        kit = Kit(
+            turns=[[reply("answer one")], [reply("answer two")]],
+            summaries=[summary("## Goal\nTried another approach.")],
+        )
+        await kit.runtime.prompt("first question")
+        await kit.runtime.prompt("second question")
+        first_answer = kit.session.tree.entries[1]["id"]
+        ports = dataclasses.replace(kit.runtime.ports, tables=_always(defn))
+        kit.runtime.navigator = Navigator(
+            ports,
+            kit.runtime.operations,
+            branch_reserve_tokens=16384,
+            turn_running=lambda: False,
+        )
+        result = await kit.runtime.navigate(first_answer, summarize=True)
+        assert (result.summary_entry is not None) is summarized
+        assert len(kit.model.requests) == (1 if summarized else 0)
+        assert kit.session.leaf_id == (result.summary_entry or {"id": first_answer})["id"]
+
+
+def _always(defn: MachineDef) -> Callable[[str], MachineDef]:
+    return lambda _name: defn

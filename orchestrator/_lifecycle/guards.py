@@ -58,6 +58,7 @@ class Facts:
         same_position: The navigation target is the current leaf.
         wants_summary: The user asked for a branch summary.
         has_entries: The abandoned branch holds entries to summarize.
+        turn_running: An agent turn (or a manual compaction) is in progress.
     """
 
     compaction_enabled: bool = True
@@ -82,6 +83,7 @@ class Facts:
     same_position: bool = False
     wants_summary: bool = False
     has_entries: bool = False
+    turn_running: bool = False
 
 
 Guard = Callable[[Facts], bool]
@@ -128,6 +130,7 @@ GUARDS: Mapping[str, Guard] = MappingProxyType(
         "retries_left": lambda f: f.retry_attempt < f.max_retries,
         "retryable": lambda f: f.retryable,
         "same_position": lambda f: f.same_position,
+        "turn_running": lambda f: f.turn_running,
         "wants_summary": lambda f: f.wants_summary,
         "will_retry": lambda f: f.will_retry,
     }
@@ -178,10 +181,10 @@ _NAVIGATION_EFFECTS = {
     "run_hooks": "run session_before_tree handlers (D25)",
     "start_summary": "run one branch-summary operation (operation.toml)",
     "cancel_summary": "cancel the branch-summary operation; the session is untouched (D22)",
-    "switch_leaf": "move the leaf (branch or resetLeaf) and apply any label",
+    "switch_leaf": "move the leaf (branch or resetLeaf)",
     "switch_leaf_with_summary": "attach the branch_summary under the new position (D17)",
     "rebuild_context": "rebuild the live context from the new leaf",
-    "emit_session_tree": "emit session_tree with old and new leaf",
+    "emit_session_tree": "apply any label, run the session_tree hook, emit session_tree",
 }
 
 EFFECTS: Mapping[str, Mapping[str, str]] = MappingProxyType(

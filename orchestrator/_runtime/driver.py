@@ -201,6 +201,13 @@ class Interpreter:
             return flight.report
         return None
 
+    async def wait_in_flight(self) -> None:
+        """Wait, shielded, until the effect in flight (if any) has reported on its own."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is not None:
+            with anyio.CancelScope(shield=True):
+                await flight.done.wait()
+
     async def stop_in_flight(self) -> None:
         """Cancel the effect in flight, if any, and wait until it has settled."""
         flight, self._in_flight = self._in_flight, None

@@ -1,240 +1,372 @@
-"""Tree navigation and forking for the runtime, through the navigation machine.
+"""The navigator: tree navigation driven by ``machines/navigation.toml``, and forking.
 
-Navigation (as in pi, D17, D22): refused while a turn runs; the same position is a no-op;
-``session_before_tree`` hooks may cancel or supply the summary (D25); when a summary is wanted
-and the abandoned branch has entries, one branch-summary operation runs and its commit attaches
-the summary at the new position; cancelling it leaves history and leaf as they were.
+Theory of operation. One navigator per session. A navigation validates its target (an unknown
+id is the caller's mistake, refused before anything starts), then steps the table from
+``navigate`` with the facts its guards read: a turn running (refused), the same position (a
+no-op). From there each effect performs one thing and reports an outcome the table turns into
+the next state:
+
+    collect_entries -> collected        run_hooks -> hooks_done | hook_supplied | hooks_cancelled
+    start_summary   -> summary_committed | summary_skipped | summary_cancelled | summary_failed
+    switch_leaf / switch_leaf_with_summary -> switched
+
+Whether to summarize (asked for, and the branch has entries), to attach a hook's summary, or
+only to move the leaf is the table's choice. ``cancel`` (``abort_branch_summary``) records the
+request and fires through the table; its ``cancel_summary`` effect cancels the branch-summary
+operation and waits for it to settle, so history and leaf stay as they were (D22).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
 
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.machine import Runner, load_machine
+from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.driver import Effect, Interpreter, Report
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
+from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.types import ForkResult, NavigationResult, OperationOutcome
 from orchestrator._store.fork import branched_session, fork_target
 from orchestrator._store.protocol import SessionStore
-from orchestrator._store.session import Session
 
-if TYPE_CHECKING:
-    from orchestrator._runtime.session import AgentSession
+__all__ = ["BUSY", "ForkResult", "NavigationResult", "Navigator", "fork"]
 
 BUSY = "Cannot navigate while the agent is working; wait for the turn to end or abort it"
 
+# Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
+_AWAITING = frozenset({"run_hooks", "start_summary"})
+_HOOK_EVENTS = {"done": "hooks_done", "supplied": "hook_supplied", "cancelled": "hooks_cancelled"}
+_SUMMARY_EVENTS = {
+    "committed": "summary_committed",
+    "skipped": "summary_skipped",
+    "cancelled": "summary_cancelled",
+}
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NavigationResult:
-    """What :meth:`AgentSession.navigate` did (pi's ``navigateTree`` result).
 
-    Attributes:
-        cancelled: A hook cancelled, or the summary was aborted.
-        aborted: The branch summary was aborted (``abort_branch_summary``).
-        editor_text: Text for the editor (the selected user message), else ``None``.
-        new_leaf_id: The leaf afterwards.
-        old_leaf_id: The leaf before.
-        summary_entry: The attached branch summary, if any.
+class _Request:
+    """One navigation's inputs and what its effects learned (the effects' shared memory)."""
+
+    def __init__(
+        self,
+        target: NavigationTarget,
+        old_leaf: str | None,
+        *,
+        summarize: bool,
+        instructions: str | None,
+        replace_instructions: bool,
+        label: str | None,
+    ) -> None:
+        self.target = target
+        self.old_leaf = old_leaf
+        self.summarize = summarize
+        self.instructions = instructions
+        self.replace_instructions = replace_instructions
+        self.label = label
+        self.entries: list[Entry] = []
+        self.ancestor: str | None = None
+        self.supplied: Mapping[str, Any] | None = None
+        self.summary_entry: Entry | None = None
+        self.from_extension = False
+        self.outcome: OperationOutcome | None = None
+
+
+class Navigator:
+    """Moves a session's leaf through the navigation table.
+
+    Args:
+        ports: What the effects perform through.
+        operations: Runs the branch-summary operation.
+        branch_reserve_tokens: Reserve for branch summaries (budget = window - reserve).
+        turn_running: Whether a turn is in progress (read as a fact when a navigation starts).
     """
 
-    cancelled: bool = False
-    aborted: bool = False
-    editor_text: str | None = None
-    new_leaf_id: str | None = None
-    old_leaf_id: str | None = None
-    summary_entry: Entry | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """The RPC form."""
-        return {
-            "cancelled": self.cancelled,
-            "aborted": self.aborted,
-            "editorText": self.editor_text,
-            "newLeafId": self.new_leaf_id,
-            "oldLeafId": self.old_leaf_id,
-            "summaryEntryId": self.summary_entry["id"] if self.summary_entry else None,
+    def __init__(
+        self,
+        ports: Ports,
+        operations: OperationRunner,
+        *,
+        branch_reserve_tokens: int,
+        turn_running: Callable[[], bool],
+    ) -> None:
+        self.ports = ports
+        self.operations = operations
+        self.branch_reserve_tokens = branch_reserve_tokens
+        self.turn_running = turn_running
+        self.effects: Mapping[str, Effect] = {
+            "collect_entries": self._collect_entries,
+            "run_hooks": self._run_hooks,
+            "start_summary": self._start_summary,
+            "cancel_summary": self._cancel_summary,
+            "switch_leaf": self._switch_leaf,
+            "switch_leaf_with_summary": self._switch_leaf_with_summary,
+            "rebuild_context": self._rebuild_context,
+            "emit_session_tree": self._emit_session_tree,
         }
+        self.machine: Interpreter | None = None
+        self._request: _Request | None = None
 
+    @property
+    def running(self) -> bool:
+        """A navigation is in progress."""
+        return self.machine is not None and not self.machine.done
 
-async def navigate(
-    runtime: AgentSession,
-    target_id: str,
-    *,
-    summarize: bool = False,
-    instructions: str | None = None,
-    replace_instructions: bool = False,
-    label: str | None = None,
-) -> NavigationResult:
-    """Navigate the session tree (see :meth:`AgentSession.navigate`)."""
-    if runtime.is_busy:
-        raise SessionError(BUSY)
-    session = runtime.session
-    old_leaf = session.leaf_id
-    target = navigation_target(session.tree, target_id)
-    nav = Runner(load_machine("navigation"), observers=(runtime.observe_step,))
-    if target_id == old_leaf:
-        nav.fire("navigate", Facts(same_position=True))
-        return NavigationResult(new_leaf_id=old_leaf, old_leaf_id=old_leaf)
-    with runtime.tracer.navigation_span(session.session_id, target_id):
-        nav.fire("navigate", Facts())
-        entries, ancestor = collect_branch_entries(session.tree, old_leaf, target_id)
-        nav.fire("collected")
-        hook = await runtime.run_hook(
+    def cancel(self) -> None:
+        """Ask the navigation in progress to cancel; the table decides what that means now."""
+        if self.machine is not None and not self.machine.done and self.machine.listed("cancel"):
+            self.machine.interrupt("cancel")
+
+    async def navigate(
+        self,
+        target_id: str,
+        *,
+        summarize: bool = False,
+        instructions: str | None = None,
+        replace_instructions: bool = False,
+        label: str | None = None,
+    ) -> NavigationResult:
+        """Navigate the session tree (see :meth:`AgentSession.navigate`).
+
+        Raises:
+            SessionError: a turn is running, or the target is unknown.
+            ModelError: the branch summary failed, with its kind and retry-after.
+        """
+        session = self._session()
+        old_leaf = session.leaf_id
+        request = _Request(
+            navigation_target(session.tree, target_id),
+            old_leaf,
+            summarize=summarize,
+            instructions=instructions,
+            replace_instructions=replace_instructions,
+            label=label,
+        )
+        self._request = request
+        machine = Interpreter(
+            self.ports.tables("navigation"), self.effects, observers=(self._record,)
+        )
+        self.machine = machine
+        facts = Facts(turn_running=self.turn_running(), same_position=target_id == old_leaf)
+        if facts.turn_running or facts.same_position:
+            machine.step("navigate", facts)
+        else:
+            with self.ports.tracer.navigation_span(session.session_id, target_id):
+                async with anyio.create_task_group() as group:
+                    await self._loop(machine, group, "navigate", facts)
+        return self._result(machine.state, request)
+
+    async def _loop(self, machine: Interpreter, group: Any, event: str, facts: Facts) -> None:
+        next_event: str | None = event
+        while next_event is not None:
+            taken = machine.step(next_event, facts)
+            next_event = None
+            for name in taken.effects:
+                if name in _AWAITING:
+                    report = await machine.in_flight(group, self.effects[name])
+                else:
+                    report = await machine.perform(name)
+                interrupt = machine.take_interrupt()
+                if interrupt is not None and machine.listed(interrupt):
+                    next_event, facts = interrupt, Facts()
+                    break
+                if report is not None:
+                    next_event, facts = self._translate(name, report)
+        machine.drop_interrupts()
+
+    def _translate(self, effect: str, report: Report) -> tuple[str, Facts]:
+        request = self._current()
+        if effect == "collect_entries":
+            return "collected", Facts()
+        if effect == "run_hooks":
+            facts = Facts(wants_summary=request.summarize, has_entries=bool(request.entries))
+            return _HOOK_EVENTS[report.outcome], facts
+        if effect == "start_summary":
+            return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), Facts()
+        return "switched", Facts()
+
+    def _result(self, state: str, request: _Request) -> NavigationResult:
+        session = self._session()
+        old = request.old_leaf
+        if state == "refused":
+            raise SessionError(BUSY)
+        if state == "failed":
+            outcome = request.outcome
+            raise ModelError(
+                (outcome.error if outcome else None) or "Branch summarization failed",
+                kind=(outcome.error_kind if outcome else None) or "fatal",
+                retry_after=outcome.retry_after if outcome else None,
+            )
+        if state == "cancelled":
+            aborted = request.outcome is not None
+            return NavigationResult(
+                cancelled=True, aborted=aborted, new_leaf_id=old, old_leaf_id=old
+            )
+        if request.target.target_id == old and not request.entries:
+            return NavigationResult(new_leaf_id=old, old_leaf_id=old)
+        return NavigationResult(
+            editor_text=request.target.editor_text,
+            new_leaf_id=session.leaf_id,
+            old_leaf_id=old,
+            summary_entry=request.summary_entry,
+        )
+
+    def _session(self) -> Any:
+        session = self.ports.session
+        assert session is not None, "a navigator needs a session"
+        return session
+
+    def _current(self) -> _Request:
+        assert self._request is not None
+        return self._request
+
+    def _record(self, step: Step, data: Mapping[str, Any]) -> None:
+        del data
+        if self.ports.journal is not None:
+            self.ports.journal.record(step)
+        self.ports.observe(step)
+
+    # -- the effect table -------------------------------------------------------------------------
+
+    async def _collect_entries(self) -> Report:
+        request = self._current()
+        request.entries, request.ancestor = collect_branch_entries(
+            self._session().tree, request.old_leaf, request.target.target_id
+        )
+        return Report(outcome="ok")
+
+    async def _run_hooks(self) -> Report:
+        request = self._current()
+        hook = await self.ports.run_hook(
             "session_before_tree",
             {
                 "type": "session_before_tree",
                 "preparation": {
-                    "targetId": target_id,
-                    "oldLeafId": old_leaf,
-                    "commonAncestorId": ancestor,
-                    "entriesToSummarize": [e["id"] for e in entries],
-                    "userWantsSummary": summarize,
-                    "customInstructions": instructions,
-                    "replaceInstructions": replace_instructions,
-                    "label": label,
+                    "targetId": request.target.target_id,
+                    "oldLeafId": request.old_leaf,
+                    "commonAncestorId": request.ancestor,
+                    "entriesToSummarize": [e["id"] for e in request.entries],
+                    "userWantsSummary": request.summarize,
+                    "customInstructions": request.instructions,
+                    "replaceInstructions": request.replace_instructions,
+                    "label": request.label,
                 },
             },
         )
         if hook and hook.get("cancel"):
-            nav.fire("hooks_cancelled")
-            return NavigationResult(cancelled=True, new_leaf_id=old_leaf, old_leaf_id=old_leaf)
+            return Report(outcome="cancelled")
         if hook:
-            instructions = hook.get("customInstructions", instructions)
-            replace_instructions = bool(hook.get("replaceInstructions", replace_instructions))
-            label = hook.get("label", label)
-        facts = Facts(wants_summary=summarize, has_entries=bool(entries))
+            request.instructions = hook.get("customInstructions", request.instructions)
+            request.replace_instructions = bool(
+                hook.get("replaceInstructions", request.replace_instructions)
+            )
+            request.label = hook.get("label", request.label)
         supplied = hook.get("summary") if hook else None
         if isinstance(supplied, dict) and isinstance(supplied.get("summary"), str):
-            step = nav.fire("hook_supplied", facts)
-            summary_entry = None
-            if "switch_leaf_with_summary" in step.effects:
-                summary_entry = apply_navigation(
-                    session,
-                    target,
-                    old_leaf_id=old_leaf,
-                    summary=supplied["summary"],
-                    details=supplied.get("details"),
-                    from_extension=True,
-                )
-            else:
-                apply_navigation(session, target, old_leaf_id=old_leaf)
-            return await _finish(runtime, nav, target, old_leaf, summary_entry, label, True)
-        step = nav.fire("hooks_done", facts)
-        if "start_summary" not in step.effects:
-            apply_navigation(session, target, old_leaf_id=old_leaf)
-            nav.fire("switched")
-            return await _finish(runtime, nav, target, old_leaf, None, label, False)
-        budget = max(1, _window(runtime) - runtime.settings.branch_reserve_tokens)
+            request.supplied = supplied
+            return Report(outcome="supplied")
+        return Report(outcome="done")
+
+    async def _start_summary(self) -> Report:
+        request = self._current()
+        candidates = self.ports.routes.candidates
+        window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
         plan = prepare_branch_entries(
-            entries, budget, old_leaf_id=old_leaf, target_id=target_id, common_ancestor_id=ancestor
+            request.entries,
+            max(1, window - self.branch_reserve_tokens),
+            old_leaf_id=request.old_leaf,
+            target_id=request.target.target_id,
+            common_ancestor_id=request.ancestor,
         )
-        outcome = await runtime.operations.branch_summary(
+        outcome = await self.operations.branch_summary(
             plan,
-            new_leaf_id=target.new_leaf_id,
-            old_leaf_id=old_leaf,
-            instructions=instructions,
-            replace_instructions=replace_instructions,
+            new_leaf_id=request.target.new_leaf_id,
+            old_leaf_id=request.old_leaf,
+            instructions=request.instructions,
+            replace_instructions=request.replace_instructions,
         )
-        if outcome.status == "cancelled":
-            nav.fire("summary_cancelled")
-            return NavigationResult(
-                cancelled=True, aborted=True, new_leaf_id=old_leaf, old_leaf_id=old_leaf
+        request.outcome = outcome
+        request.summary_entry = outcome.entry
+        return Report(outcome=outcome.status)
+
+    async def _cancel_summary(self) -> None:
+        self.operations.cancel()
+        assert self.machine is not None
+        await self.machine.wait_in_flight()
+
+    async def _switch_leaf(self) -> Report:
+        request = self._current()
+        apply_navigation(self._session(), request.target, old_leaf_id=request.old_leaf)
+        return Report(outcome="ok")
+
+    async def _switch_leaf_with_summary(self) -> Report:
+        request = self._current()
+        supplied = request.supplied or {}
+        request.summary_entry = apply_navigation(
+            self._session(),
+            request.target,
+            old_leaf_id=request.old_leaf,
+            summary=supplied.get("summary"),
+            details=supplied.get("details"),
+            from_extension=True,
+        )
+        request.from_extension = True
+        return Report(outcome="ok")
+
+    async def _rebuild_context(self) -> None:
+        self._session().context()
+
+    async def _emit_session_tree(self) -> None:
+        request, session = self._current(), self._session()
+        summary_entry = request.summary_entry
+        if request.label:
+            # pi labels the summary entry when there is one, else the target. Like pi, the label
+            # entry is a child of the new leaf (labels are never in the context).
+            session.append_label(
+                summary_entry["id"] if summary_entry else request.target.target_id, request.label
             )
-        if outcome.status != "committed":
-            nav.fire("summary_failed")
-            raise ModelError(
-                outcome.error or "Branch summarization failed",
-                kind=outcome.error_kind or "fatal",
-                retry_after=outcome.retry_after,
-            )
-        nav.fire("summary_committed")
-        return await _finish(
-            runtime, nav, target, old_leaf, outcome.entry, label, False, switched=True
+        await self.ports.run_hook(
+            "session_tree",
+            {
+                "type": "session_tree",
+                "newLeafId": session.leaf_id,
+                "oldLeafId": request.old_leaf,
+                "summaryEntry": summary_entry,
+                "fromExtension": request.from_extension if summary_entry else None,
+            },
+        )
+        self.ports.events.emit(
+            "session_tree",
+            newLeafId=session.leaf_id,
+            oldLeafId=request.old_leaf,
+            summaryEntryId=summary_entry["id"] if summary_entry else None,
         )
 
 
-def _window(runtime: AgentSession) -> int:
-    candidates = runtime.summarizer.candidates
-    window = candidates[0].context_window if candidates else 0
-    return window or FALLBACK_CONTEXT_WINDOW
-
-
-async def _finish(
-    runtime: AgentSession,
-    nav: Runner,
-    target: NavigationTarget,
-    old_leaf: str | None,
-    summary_entry: Entry | None,
-    label: str | None,
-    from_extension: bool,
-    *,
-    switched: bool = False,
-) -> NavigationResult:
-    if nav.state == "switching_leaf" and not switched:
-        nav.fire("switched")
-    session = runtime.session
-    if label:
-        # pi labels the summary entry when there is one, else the target (PM navigateTree).
-        # Like pi, the label entry is a child of the new leaf (it moves the leaf; labels are
-        # never in the context, so what the model sees is unchanged).
-        session.append_label(summary_entry["id"] if summary_entry else target.target_id, label)
-    payload = {
-        "type": "session_tree",
-        "newLeafId": session.leaf_id,
-        "oldLeafId": old_leaf,
-        "summaryEntry": summary_entry,
-        "fromExtension": from_extension if summary_entry else None,
-    }
-    await runtime.run_hook("session_tree", payload)
-    runtime.events.emit(
-        "session_tree",
-        newLeafId=session.leaf_id,
-        oldLeafId=old_leaf,
-        summaryEntryId=summary_entry["id"] if summary_entry else None,
-    )
-    return NavigationResult(
-        editor_text=target.editor_text,
-        new_leaf_id=session.leaf_id,
-        old_leaf_id=old_leaf,
-        summary_entry=summary_entry,
-    )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForkResult:
-    """What :meth:`AgentSession.fork` did.
-
-    Attributes:
-        cancelled: A ``session_before_fork`` hook cancelled it.
-        session: The new session (``None`` when cancelled).
-        editor_text: The forked user message's text, for the editor.
-    """
-
-    cancelled: bool = False
-    session: Session | None = None
-    editor_text: str = ""
-
-
-async def fork(runtime: AgentSession, entry_id: str, store: SessionStore) -> ForkResult:
+async def fork(ports: Ports, entry_id: str, store: SessionStore) -> ForkResult:
     """Fork the path before a user message into a new session (pi's fork)."""
-    leaf, editor_text = fork_target(runtime.session, entry_id)
-    hook = await runtime.run_hook(
+    session = ports.session
+    assert session is not None, "forking needs a session"
+    leaf, editor_text = fork_target(session, entry_id)
+    hook = await ports.run_hook(
         "session_before_fork", {"type": "session_before_fork", "entryId": entry_id}
     )
     if hook and hook.get("cancel"):
         return ForkResult(cancelled=True, editor_text=editor_text)
-    new = branched_session(runtime.session, leaf, store)
-    await runtime.run_hook(
+    new = branched_session(session, leaf, store)
+    await ports.run_hook(
         "session_fork",
-        {"type": "session_fork", "previousSessionFile": runtime.session.store.location},
+        {"type": "session_fork", "previousSessionFile": session.store.location},
     )
-    runtime.events.emit(
+    ports.events.emit(
         "session_fork",
-        previousSessionFile=runtime.session.store.location,
+        previousSessionFile=session.store.location,
         newSessionFile=store.location,
         entryId=entry_id,
     )

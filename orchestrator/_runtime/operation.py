@@ -323,9 +323,11 @@ class OperationRun:
         return report
 
     async def _attempt(self, part: Part, model: Model, halvings: int) -> tuple[Report, str]:
-        request = request_for(part, model, halvings, self._texts)
         timeout = self.ports.timeout_s
         try:
+            # Building the request may refuse (a window too small for anything useful): that is
+            # a failure of this attempt like any other, and no model is paid for it.
+            request = request_for(part, model, halvings, self._texts)
             response = await _within(timeout, model.complete(request))
             if response is None:
                 failure = f"{model.name}: no answer after {timeout:g} s"

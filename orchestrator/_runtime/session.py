@@ -39,13 +39,20 @@ from orchestrator._models.offline import OfflineSummarizer
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.navigate import ForkResult, NavigationResult, fork, navigate
+from orchestrator._runtime.navigate import Navigator, fork
 from orchestrator._runtime.operation import OperationRun
 from orchestrator._runtime.operations import OperationRunner, raise_for
 from orchestrator._runtime.ports import Ports, random_operation_id
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.turn_effects import TurnEffects
-from orchestrator._runtime.types import OperationOutcome, RuntimeSettings, TurnCounters, TurnResult
+from orchestrator._runtime.types import (
+    ForkResult,
+    NavigationResult,
+    OperationOutcome,
+    RuntimeSettings,
+    TurnCounters,
+    TurnResult,
+)
 from orchestrator._store.fork import fork_path
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
@@ -111,7 +118,6 @@ class AgentSession(TurnEffects):
         self._queue: list[str] = []
         self._pending_prompt: str | None = None
         self._busy = False
-        self._navigating = False
         self._lock = anyio.Lock()
         self._effect_scope: anyio.CancelScope | None = None
         self._interrupt: str | None = None
@@ -218,10 +224,10 @@ class AgentSession(TurnEffects):
     @property
     def is_navigating(self) -> bool:
         """A tree navigation (perhaps writing a branch summary) is in progress."""
-        return self._navigating
+        return self.navigator.running
 
     def _refuse_during_navigation(self, what: str) -> None:
-        if self._navigating:
+        if self.navigator.running:
             raise SessionError(f"Cannot {what} while a tree navigation is in progress")
 
     def now_ms(self) -> int:
@@ -258,6 +264,17 @@ class AgentSession(TurnEffects):
         self._wire(traced)
 
     @property
+    def session(self) -> Session:
+        """The session driven (assigning another one rewires every driver to it)."""
+        return self._session
+
+    @session.setter
+    def session(self, session: Session) -> None:
+        self._session = session
+        if hasattr(self, "ports"):
+            self._wire(self.ports.routes)
+
+    @property
     def settings(self) -> RuntimeSettings:
         """The runtime settings (assigning new ones takes effect at the next operation)."""
         return self._settings
@@ -283,6 +300,12 @@ class AgentSession(TurnEffects):
             deadline_s=self.settings.operation_deadline_s,
         )
         self.operations = OperationRunner(self.ports, self.settings.compaction)
+        self.navigator = Navigator(
+            self.ports,
+            self.operations,
+            branch_reserve_tokens=self.settings.branch_reserve_tokens,
+            turn_running=lambda: self._busy,
+        )
 
     @property
     def current_operation(self) -> OperationRun | None:
@@ -403,8 +426,7 @@ class AgentSession(TurnEffects):
 
     def abort_branch_summary(self) -> None:
         """Cancel a running branch summary; history and leaf stay as they were (D22)."""
-        if self.branch_operation is not None:
-            self.branch_operation.cancel()
+        self.navigator.cancel()
 
     # -- navigation and forks ------------------------------------------------------------------
 
@@ -431,18 +453,13 @@ class AgentSession(TurnEffects):
             ModelError: the branch summary failed; history and leaf are unchanged.
         """
         self._refuse_during_navigation("navigate")
-        self._navigating = True
-        try:
-            return await navigate(
-                self,
-                target_id,
-                summarize=summarize,
-                instructions=instructions,
-                replace_instructions=replace_instructions,
-                label=label,
-            )
-        finally:
-            self._navigating = False
+        return await self.navigator.navigate(
+            target_id,
+            summarize=summarize,
+            instructions=instructions,
+            replace_instructions=replace_instructions,
+            label=label,
+        )
 
     async def fork(self, entry_id: str, path: str | os.PathLike[str] | None = None) -> ForkResult:
         """Copy the path before a user message into a new session (pi's fork).
@@ -468,7 +485,7 @@ class AgentSession(TurnEffects):
                 store.close()
                 raise SessionError(f"{target}: already exists")
         try:
-            result = await fork(self, entry_id, store)
+            result = await fork(self.ports, entry_id, store)
         except BaseException:
             store.close()
             raise

@@ -7,12 +7,14 @@ surface can name these types without an import cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry, Message
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.summarize import CompactionResult
+from orchestrator._store.session import Session
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,3 +109,50 @@ class TurnCounters:
     last_reply: Message | None = None
     last_reply_id: str | None = None
     outcome: OperationOutcome | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NavigationResult:
+    """What :meth:`AgentSession.navigate` did (pi's ``navigateTree`` result).
+
+    Attributes:
+        cancelled: A hook cancelled, or the summary was aborted.
+        aborted: The branch summary was aborted (``abort_branch_summary``).
+        editor_text: Text for the editor (the selected user message), else ``None``.
+        new_leaf_id: The leaf afterwards.
+        old_leaf_id: The leaf before.
+        summary_entry: The attached branch summary, if any.
+    """
+
+    cancelled: bool = False
+    aborted: bool = False
+    editor_text: str | None = None
+    new_leaf_id: str | None = None
+    old_leaf_id: str | None = None
+    summary_entry: Entry | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The RPC form."""
+        return {
+            "cancelled": self.cancelled,
+            "aborted": self.aborted,
+            "editorText": self.editor_text,
+            "newLeafId": self.new_leaf_id,
+            "oldLeafId": self.old_leaf_id,
+            "summaryEntryId": self.summary_entry["id"] if self.summary_entry else None,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkResult:
+    """What :meth:`AgentSession.fork` did.
+
+    Attributes:
+        cancelled: A ``session_before_fork`` hook cancelled it.
+        session: The new session (``None`` when cancelled).
+        editor_text: The forked user message's text, for the editor.
+    """
+
+    cancelled: bool = False
+    session: Session | None = None
+    editor_text: str = ""
