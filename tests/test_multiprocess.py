@@ -211,3 +211,38 @@ def test_a_conditional_commit_after_a_foreign_append_is_refused_and_writes_nothi
     assert f"now at entry {foreign['id']}" in rest
     assert session.read_bytes() == after_pi
     assert Session.open(session).leaf_id == foreign["id"]
+
+
+def test_compaction_while_another_program_appends_ends_in_conflict_and_loses_nothing(
+    session: Path, held: LocalProvider
+) -> None:
+    # pi appends without our lock while `compact` waits for its model. The commit names the
+    # tail it planned from, so the compaction is refused and pi's message stays on the path.
+    compact = start("compact", str(session), *model_args(held))
+    try:
+        wait_until(lambda: len(held.requests) >= 1, compact)
+        leaf = Session.open(session).leaf_id
+        foreign = {
+            "type": "message",
+            "id": "c0ffee01",
+            "parentId": leaf,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": "typed in pi meanwhile", "timestamp": 1},
+        }
+        with session.open("ab") as file:
+            file.write(write_pi_line(foreign))
+        after_pi = session.read_bytes()
+        held.release()
+        out, err = compact.communicate()
+    finally:
+        stop(compact)
+    assert compact.returncode == 1, out
+    assert err.startswith("orchestrator compact: ")
+    assert err.count("\n") == 1
+    assert session.read_bytes() == after_pi  # nothing written over or after pi's line
+    reopened = Session.open(session)
+    assert reopened.leaf_id == foreign["id"]
+    ops = operations(Journal.open(session).records())
+    [operation] = ops
+    assert (operation.kind, operation.state) == ("compaction", "conflict")
+    assert "the session changed since it was read" in str(operation.data.get("error"))
