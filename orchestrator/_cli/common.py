@@ -132,3 +132,23 @@ def print_json(value: Any) -> None:
     """
     text = json.dumps(value, ensure_ascii=False, indent=2)
     sys.stdout.write(escape_lone_surrogates(text) + "\n")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the summary-route options shared by ``compact``, ``navigate`` and ``tui``."""
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="M",
+        help="litellm model id; repeat for candidates in order (default: offline)",
+    )
+    parser.add_argument("--api-base", help="base URL for the litellm routes")
+    parser.add_argument("--api-key", help="API key (default: the provider's usual variable)")
+    parser.add_argument(
+        "--context-window",
+        type=positive_int,
+        default=0,
+        help="the summarizer's context window in tokens",
+    )
+    parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")

@@ -16,6 +16,7 @@ import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
 from orchestrator._cli.common import (
+    add_model_arguments,
     add_timeout_argument,
     open_existing,
     positive_int,
@@ -44,22 +45,7 @@ LEAF_MARKER = "orchestrator/leaf"
 
 
 def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model",
-        action="append",
-        default=[],
-        metavar="M",
-        help="litellm model id; repeat for candidates in order (default: offline)",
-    )
-    parser.add_argument("--api-base", help="base URL for the litellm routes")
-    parser.add_argument("--api-key", help="API key (default: the provider's usual variable)")
-    parser.add_argument(
-        "--context-window",
-        type=positive_int,
-        default=0,
-        help="the summarizer's context window in tokens",
-    )
-    parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    add_model_arguments(parser)
     parser.add_argument("--reserve-tokens", type=positive_int, default=16384)
     parser.add_argument(
         "--trace",

@@ -11,7 +11,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from orchestrator._cli.common import add_timeout_argument, positive_int, with_timeout
+from orchestrator._cli.common import (
+    add_model_arguments,
+    add_timeout_argument,
+    positive_int,
+    with_timeout,
+)
 from orchestrator._cli.ops import LEAF_MARKER, position_is_recorded
 from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
@@ -25,22 +30,7 @@ def register(commands: Any) -> None:
     """Add the ``tui`` command."""
     tui = commands.add_parser("tui", help="browse the session tree and navigate it (terminal UI)")
     tui.add_argument("session")
-    tui.add_argument(
-        "--model",
-        action="append",
-        default=[],
-        metavar="M",
-        help="litellm model id; repeat for candidates in order (default: offline)",
-    )
-    tui.add_argument("--api-base", help="base URL for the litellm routes")
-    tui.add_argument("--api-key", help="API key (default: the provider's usual variable)")
-    tui.add_argument(
-        "--context-window",
-        type=positive_int,
-        default=0,
-        help="the summarizer's context window in tokens",
-    )
-    tui.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    add_model_arguments(tui)
     tui.add_argument(
         "--reserve-tokens",
         type=positive_int,
