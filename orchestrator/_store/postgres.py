@@ -1,0 +1,560 @@
+"""The PostgreSQL store: one session's lines in a database, behind the store protocol (issue 10).
+
+Theory of operation (the same promises as the file store, D2, D3, D4 and D27):
+
+* **Lines, not objects.** A session is its lines in order (``session_lines``), each the exact
+  text a pi file holds without its newline: the header at ``seq`` 0, then one entry per line.
+  :meth:`PostgresStore.load` joins them into the bytes a file would hold and parses those with
+  the same parser as the file and memory stores, so unknown types and fields survive untouched
+  (D2), damage is reported the same way (D3), and :meth:`PostgresStore.export_bytes` gives back
+  a pi file byte for byte. ``entry_id`` and ``entry_type`` are copies for queries only.
+* **Where it ends** (the :class:`~orchestrator._store.protocol.Tail`) is kept on the session's
+  row (``sessions``): the last entry id and the length the session has as a file. So a tail read
+  from a file equals the tail of the same session imported here, and ``version``, bumped by every
+  write, is the row version.
+* **Conditional writes are transactions** (D27). An append or rewrite locks the session's row
+  (``SELECT ... FOR UPDATE``), compares its tail with ``expect``, and either writes the lines
+  and the new tail and commits, or raises :class:`~orchestrator._core.errors.ConflictError`
+  and rolls back: nothing is written. Creating a session inserts its row; two creators race on
+  the primary key and the loser is refused the same way.
+* **One owner** (D27): :meth:`PostgresStore.own` takes a session-level advisory lock on the
+  store's own connection, without waiting; a second store (in this process or any other, on
+  any machine) is refused with :class:`~orchestrator._core.errors.SessionLockedError` naming the
+  holder from ``session_owners``. The server drops the lock when the connection ends, so a
+  killed owner never leaves a session locked. The key hashes the schema and the session id.
+* **Durable on return.** Every write is a committed transaction; :meth:`sync` has nothing to do.
+  Only whole lines are ever stored, so there is no torn tail to move aside: a file with one is
+  refused at import (:meth:`PostgresStore.import_bytes`), and so are bytes PostgreSQL text cannot
+  hold (invalid UTF-8, NUL).
+
+A store opened without a session id holds a new session: it learns its id from the header of
+its first write. A store opened with an id refuses a header carrying another one.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import psycopg
+
+from orchestrator._core.entries import Entry
+from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
+from orchestrator._core.load_result import EMPTY_TAIL, LoadResult, Tail
+from orchestrator._core.loading import (
+    ParsedSession,
+    append_refusal,
+    read_session,
+    rewrite_refusal,
+)
+from orchestrator._core.migration import RandomHex, header_version, uuid_hex
+from orchestrator._store.jsonl import write_pi_line
+from orchestrator._store.postgres_schema import (
+    advisory_key,
+    connect,
+    current_schema,
+    first_line,
+    host_name,
+    redact,
+)
+from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+_DEFAULT_OWNER = "python"
+
+
+def _line_row(
+    session_id: str, seq: int, line: bytes
+) -> tuple[str, int, str, str | None, str | None]:
+    """A ``session_lines`` row for one serialized line (with or without its newline)."""
+    text = line.removesuffix(b"\n").decode("utf-8")
+    entry_id, entry_type = _ids_of(text)
+    return (session_id, seq, text, entry_id, entry_type)
+
+
+def _ids_of(text: str) -> tuple[str | None, str | None]:
+    """The entry id (``None`` for the header) and type of a line, for the query columns."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    kind = value.get("type")
+    entry_id = value.get("id")
+    return (
+        entry_id if isinstance(entry_id, str) and kind != "session" else None,
+        kind if isinstance(kind, str) else None,
+    )
+
+
+class PostgresStore:
+    """One session kept in a PostgreSQL database.
+
+    Args:
+        url: ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?options]``.
+        session_id: The session's id; ``None`` for a new session, whose header names it.
+        lock: Take the owner lock at the first write when :meth:`own` was not called. Turn off
+            only where another mechanism guarantees one writer.
+        random_hex: Randomness for ids a v1 migration assigns on load.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        session_id: str | None = None,
+        *,
+        lock: bool = True,
+        random_hex: RandomHex = uuid_hex,
+    ) -> None:
+        self.url = url
+        self._id = session_id
+        self._use_lock = lock
+        self._random_hex = random_hex
+        self._conn: Connection | None = None
+        self._schema = ""
+        self._locked_key: int | None = None
+        self._pending_owner: str | None = None
+        # The parsed session as of a number of rewrites: what the write refusals look at.
+        self._state: tuple[int, ParsedSession] | None = None
+        self._end: Tail | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    # -- identity ----------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str | None:
+        """The session's id (``None`` for a new session not yet written)."""
+        return self._id
+
+    @property
+    def location(self) -> str:
+        """The database URL without its password, then ``#`` and the session id."""
+        return f"{redact(self.url)}#{self._id or '(new session)'}"
+
+    @property
+    def owned(self) -> bool:
+        """Whether this store holds the owner lock."""
+        return self._locked_key is not None
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """True when the session has a row (a header was stored)."""
+        if self._id is None:
+            return False
+        with self._errors("read it"):
+            row = self._db().execute("SELECT 1 FROM sessions WHERE id = %s", (self._id,)).fetchone()
+        return row is not None
+
+    def load(self) -> LoadResult:
+        """Read every line and parse them as a file's bytes (D3); a missing session is empty.
+
+        Raises:
+            SessionError: The database cannot be reached or read.
+        """
+        if self._id is None:
+            self._end = EMPTY_TAIL
+            return LoadResult(header=None)
+        conn = self._db()
+        with self._errors("read it"), conn.transaction():
+            # FOR SHARE: no writer can change the lines between these two reads.
+            row = conn.execute(
+                "SELECT last_id, length, rewrites FROM sessions WHERE id = %s FOR SHARE",
+                (self._id,),
+            ).fetchone()
+            if row is None:
+                self._end = EMPTY_TAIL
+                return LoadResult(header=None)
+            data = self._read_lines(conn)
+        parsed = read_session(data, random_hex=self._random_hex)
+        parsed.result.tail = self._end = Tail(last_id=row[0], length=int(row[1]))
+        self._state = (int(row[2]), parsed)
+        return parsed.result
+
+    def export_bytes(self) -> bytes:
+        """The session as a pi file holds it, byte for byte.
+
+        Raises:
+            SessionError: There is no such session, or the database cannot be read.
+        """
+        if self._id is None:
+            raise SessionError(f"{self.location}: no session id given")
+        conn = self._db()
+        with self._errors("read it"), conn.transaction():
+            row = conn.execute(
+                "SELECT 1 FROM sessions WHERE id = %s FOR SHARE", (self._id,)
+            ).fetchone()
+            if row is None:
+                raise SessionError(f"{self.location}: no such session in the database")
+            return self._read_lines(conn)
+
+    def tail(self) -> Tail:
+        """Where the session ends now, read fresh from its row (D27)."""
+        if self._id is None:
+            return EMPTY_TAIL
+        with self._errors("read it"):
+            row = (
+                self._db()
+                .execute("SELECT last_id, length FROM sessions WHERE id = %s", (self._id,))
+                .fetchone()
+            )
+        return EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
+
+    # -- owning ------------------------------------------------------------------------------
+
+    def own(self, owner: str) -> None:
+        """Take the owner lock now, without waiting, until :meth:`close` (D27).
+
+        A new session (no id yet) is locked at its first write, when its header names it.
+
+        Raises:
+            SessionLockedError: ``session is being changed by pid N on HOST (owner)``.
+            SessionError: The database cannot be reached.
+        """
+        if self._id is None:
+            self._pending_owner = owner
+            return
+        self._lock(owner)
+
+    def _lock(self, owner: str) -> None:
+        if self._locked_key is not None:
+            return
+        assert self._id is not None
+        conn = self._db()
+        key = advisory_key(self._schema, self._id)
+        with self._errors("lock it"):
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if row is None or not row[0]:
+                raise SessionLockedError(
+                    f"{self.location}: session is being changed by {self._holder(conn)}"
+                )
+            self._locked_key = key
+            conn.execute(
+                "INSERT INTO session_owners (session_id, owner, pid, host, backend_pid)"
+                " VALUES (%s, %s, %s, %s, pg_backend_pid())"
+                " ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner,"
+                " pid = excluded.pid, host = excluded.host,"
+                " backend_pid = excluded.backend_pid, since = now()",
+                (self._id, " ".join(owner.split()), os.getpid(), host_name()),
+            )
+
+    def _holder(self, conn: Connection) -> str:
+        row = conn.execute(
+            "SELECT pid, host, owner FROM session_owners WHERE session_id = %s", (self._id,)
+        ).fetchone()
+        if row is None:
+            return "another process"
+        return f"pid {row[0]} on {row[1]} ({row[2]})"
+
+    def _release(self) -> None:
+        key, self._locked_key = self._locked_key, None
+        if key is None or self._conn is None or self._conn.closed:
+            return
+        try:
+            self._conn.execute(
+                "DELETE FROM session_owners WHERE session_id = %s"
+                " AND backend_pid = pg_backend_pid()",
+                (self._id,),
+            )
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        except psycopg.Error:
+            pass  # closing the connection releases the lock anyway
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry], *, expect: Tail | None = None) -> Tail:
+        """Append entries as lines in one transaction.
+
+        Args:
+            entries: The entries; a new session's first must be its header.
+            expect: Write only if the session still ends here (D27).
+
+        Returns:
+            Where the session ends after the write.
+
+        Raises:
+            SessionLockedError: Another store or process owns the session.
+            ConflictError: The session no longer ends at ``expect``; nothing was written.
+            SessionError: For the same reasons as ``JsonlStore.append``, or the database failed.
+        """
+        if not entries:
+            return expect or self._end or self.tail()
+        lines = [write_pi_line(entry) for entry in entries]
+        self._claim(entries[0])
+        conn = self._writer()
+        assert self._id is not None
+        with self._errors("write it"), conn.transaction():
+            row = self._row_for_update(conn)
+            found = EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
+            if expect is not None and found != expect:
+                raise ConflictError(conflict_message(self.location, expect, found))
+            state = self._parsed(conn, row)
+            refusal = append_refusal(self.location, state, entries)
+            if refusal:
+                raise SessionError(refusal)
+            count = 0 if row is None else int(row[2])
+            end = tail_after(found, entries, found.length + sum(map(len, lines)))
+            if row is None:
+                self._insert_session(conn, count + len(lines), end)
+            else:
+                conn.execute(
+                    "UPDATE sessions SET line_count = %s, last_id = %s, length = %s,"
+                    " version = version + 1, updated_at = now() WHERE id = %s",
+                    (count + len(lines), end.last_id, end.length, self._id),
+                )
+            self._copy_lines(conn, count, lines)
+        rewrites = 0 if row is None else int(row[3])
+        if state.result.header is None:
+            state = read_session(b"".join(lines), random_hex=self._random_hex)
+        self._state = (rewrites, state)
+        self._end = end
+        return end
+
+    def rewrite(
+        self, header: Entry, entries: Sequence[Entry], *, expect: Tail | None = None
+    ) -> Tail:
+        """Replace every line with ``header`` and ``entries`` in one transaction.
+
+        Args:
+            header: The session header.
+            entries: Every entry, in order.
+            expect: Replace only if the session still ends here (D27).
+
+        Returns:
+            Where the session ends after the rewrite.
+
+        Raises:
+            SessionLockedError: Another store or process owns the session.
+            ConflictError: The session no longer ends at ``expect``; nothing was written.
+            SessionError: ``header`` is not a session header (or names another session), the
+                stored session has problems a rewrite would erase (D3), or the database failed.
+        """
+        if header.get("type") != "session" or not isinstance(header.get("id"), str):
+            raise SessionError(
+                f"cannot rewrite {self.location}: the header is not a session header"
+            )
+        lines = [write_pi_line(entry) for entry in (header, *entries)]
+        self._claim(header)
+        conn = self._writer()
+        with self._errors("write it"), conn.transaction():
+            row = self._row_for_update(conn)
+            found = EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
+            if expect is not None and found != expect:
+                raise ConflictError(conflict_message(self.location, expect, found))
+            refusal = rewrite_refusal(self.location, self._parsed(conn, row))
+            if refusal:
+                raise SessionError(refusal)
+            end = tail_after(None, entries, sum(map(len, lines)))
+            if row is None:
+                self._insert_session(conn, len(lines), end)
+                rewrites = 0
+            else:
+                conn.execute("DELETE FROM session_lines WHERE session_id = %s", (self._id,))
+                conn.execute(
+                    "UPDATE sessions SET line_count = %s, last_id = %s, length = %s,"
+                    " version = version + 1, rewrites = rewrites + 1, updated_at = now()"
+                    " WHERE id = %s",
+                    (len(lines), end.last_id, end.length, self._id),
+                )
+                rewrites = int(row[3]) + 1
+            self._copy_lines(conn, 0, lines)
+        result = LoadResult(header=header, entries=list(entries))
+        self._state = (
+            rewrites,
+            ParsedSession(result=result, stored_version=header_version(header)),
+        )
+        self._end = end
+        return end
+
+    def import_bytes(self, data: bytes) -> Tail:
+        """Store a whole pi file as a new session, line for line (``orchestrator import``).
+
+        Every line is kept as written, damaged ones included, so :meth:`export_bytes` gives the
+        same bytes back and :meth:`load` reports the same problems as the file would.
+
+        Args:
+            data: The file's bytes.
+
+        Returns:
+            Where the imported session ends.
+
+        Raises:
+            SessionError: The bytes are not a session (no header), end in an unterminated line,
+                hold a line PostgreSQL text cannot carry (invalid UTF-8, NUL), name another
+                session than this store's, or the session already exists.
+        """
+        parsed = read_session(data, random_hex=self._random_hex)
+        header = parsed.result.header
+        if header is None:
+            details = "; ".join(str(p) for p in parsed.result.problems) or "no session header"
+            raise SessionError(f"not a session file ({details})")
+        if not data.endswith(b"\n"):
+            number = data.count(b"\n") + 1
+            raise SessionError(
+                f"line {number}: the last line does not end in a newline (a torn write?); "
+                "a database session holds whole lines only"
+            )
+        lines = data.split(b"\n")[:-1]
+        for number, line in enumerate(lines, start=1):
+            if b"\x00" in line:
+                raise SessionError(
+                    f"line {number}: holds a NUL byte, which PostgreSQL cannot store"
+                )
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise SessionError(
+                    f"line {number}: not valid UTF-8, which PostgreSQL text cannot store"
+                ) from None
+        self._claim(header)
+        if self.exists():
+            raise SessionError(f"{self.location}: the session already exists in the database")
+        conn = self._writer()
+        end = tail_of_bytes(data)
+        with self._errors("write it"), conn.transaction():
+            if self._row_for_update(conn) is not None:
+                raise SessionError(f"{self.location}: the session already exists in the database")
+            self._insert_session(conn, len(lines), end)
+            self._copy_lines(conn, 0, [line + b"\n" for line in lines])
+        self._state = (0, parsed)
+        self._end = end
+        return end
+
+    def delete(self) -> None:
+        """Remove the session and its lines (not its journal). Takes the owner lock.
+
+        Raises:
+            SessionError: There is no such session, or the database failed.
+        """
+        if self._id is None or not self.exists():
+            raise SessionError(f"{self.location}: no such session in the database")
+        conn = self._writer()
+        with self._errors("delete it"):
+            conn.execute("DELETE FROM sessions WHERE id = %s", (self._id,))
+        self._state, self._end = None, EMPTY_TAIL
+
+    def sync(self) -> None:
+        """Nothing to do: every write was a committed transaction."""
+
+    def close(self) -> None:
+        """Release the owner lock and close the connection. Idempotent."""
+        self._release()
+        conn, self._conn = self._conn, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if conn is not None:
+            conn.close()
+        self._state = None
+        self._pending_owner = None
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _db(self) -> Connection:
+        if self._conn is None or self._conn.closed:
+            conn = connect(self.url)
+            try:
+                self._schema = current_schema(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+            # A store dropped without close() still closes its connection (and so its lock).
+            self._finalizer = weakref.finalize(self, conn.close)
+        return self._conn
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise SessionError(f"{self.location}: cannot {doing}: {first_line(exc)}") from exc
+
+    def _claim(self, first: Entry) -> None:
+        """Learn a new session's id from its header; refuse a header naming another session."""
+        if first.get("type") != "session" or not isinstance(first.get("id"), str):
+            return
+        named = str(first["id"])
+        if self._id is None:
+            self._id = named
+        elif named != self._id:
+            raise SessionError(
+                f"{self.location}: the header names session {named}, not this store's"
+            )
+
+    def _writer(self) -> Connection:
+        """The connection, holding the owner lock when this store uses one."""
+        if self._id is None:
+            raise SessionError(
+                f"{self.location}: a new session must start with its header (type 'session')"
+            )
+        conn = self._db()
+        if self._pending_owner is not None:
+            self._lock(self._pending_owner)
+            self._pending_owner = None
+        elif self._use_lock:
+            self._lock(_DEFAULT_OWNER)
+        return conn
+
+    def _row_for_update(self, conn: Connection) -> tuple[Any, ...] | None:
+        return conn.execute(
+            "SELECT last_id, length, line_count, rewrites FROM sessions WHERE id = %s FOR UPDATE",
+            (self._id,),
+        ).fetchone()
+
+    def _parsed(self, conn: Connection, row: tuple[Any, ...] | None) -> ParsedSession:
+        """What the write refusals look at: reparsed only when another store rewrote it."""
+        if row is None:
+            return read_session(b"", random_hex=self._random_hex)
+        if self._state is not None and self._state[0] == int(row[3]):
+            return self._state[1]
+        parsed = read_session(self._read_lines(conn), random_hex=self._random_hex)
+        self._state = (int(row[3]), parsed)
+        return parsed
+
+    def _read_lines(self, conn: Connection) -> bytes:
+        rows = conn.execute(
+            "SELECT line FROM session_lines WHERE session_id = %s ORDER BY seq", (self._id,)
+        )
+        return b"".join(f"{row[0]}\n".encode() for row in rows)
+
+    def _insert_session(self, conn: Connection, count: int, end: Tail) -> None:
+        created = conn.execute(
+            "INSERT INTO sessions (id, line_count, last_id, length) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (id) DO NOTHING",
+            (self._id, count, end.last_id, end.length),
+        )
+        if created.rowcount != 1:
+            raise ConflictError(
+                f"{self.location}: another writer created this session meanwhile; "
+                "nothing was written"
+            )
+
+    def _copy_lines(self, conn: Connection, first_seq: int, lines: Sequence[bytes]) -> None:
+        assert self._id is not None
+        with (
+            conn.cursor() as cursor,
+            cursor.copy(
+                "COPY session_lines (session_id, seq, line, entry_id, entry_type) FROM STDIN"
+            ) as copy,
+        ):
+            for offset, line in enumerate(lines):
+                copy.write_row(_line_row(self._id, first_seq + offset, line))

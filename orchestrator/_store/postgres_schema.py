@@ -1,0 +1,194 @@
+"""Connecting to PostgreSQL and keeping its schema current (issue 10).
+
+Only the database stores import this module, and only they import psycopg: the file-based
+path never loads either (tests/test_imports.py).
+
+**Migrations are plain SQL files** shipped in the package (``orchestrator/_store/sql/``), named
+``NNNN_what.sql``. :func:`migrate` applies those not yet recorded in ``schema_version``, each in
+its own transaction with its version row, under a transaction-scoped advisory lock, so two
+processes starting at once apply each file exactly once. A process migrates a database (and
+schema) once; later connections only compare the newest version. Tables live in the
+connection's current schema, so a URL whose ``options`` set ``search_path`` (tests do) gets a
+private set of tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from dataclasses import dataclass
+from importlib import resources
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from orchestrator._core.errors import SessionError
+from orchestrator._store.factory import is_database_url
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_CONNECT_TIMEOUT_S = 10
+
+_migrated: set[tuple[str, str]] = set()
+_migrated_lock = threading.Lock()
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and ``location``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{parts.username}@{host}" if parts.username else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return url.split("@")[-1]
+
+
+def check_url(url: str) -> None:
+    """Refuse a location that is not a well-formed PostgreSQL URL, before connecting.
+
+    Raises:
+        SessionError: Not a ``postgresql://`` URL, or libpq cannot parse it.
+    """
+    if not is_database_url(url):
+        raise SessionError(f"{url!r} is not a PostgreSQL URL (postgresql://USER@HOST/DATABASE)")
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        raise SessionError(f"{redact(url)}: not a valid PostgreSQL URL: {first_line(exc)}") from exc
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (libpq's messages run over several)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """Open an autocommit connection and make sure the schema is current.
+
+    Raises:
+        SessionError: The URL is bad, the server cannot be reached, or the login is refused.
+    """
+    check_url(url)
+    options: dict[str, str | int] = {}
+    given = conninfo_to_dict(url)
+    if "connect_timeout" not in given:
+        options["connect_timeout"] = _CONNECT_TIMEOUT_S
+    if "application_name" not in given:
+        options["application_name"] = "orchestrator"
+    try:
+        conn = psycopg.connect(make_conninfo(url, **options), autocommit=True)
+    except psycopg.Error as exc:
+        raise SessionError(f"{redact(url)}: cannot connect: {first_line(exc)}") from exc
+    try:
+        ensure_schema(conn, url)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def current_schema(conn: psycopg.Connection[tuple[object, ...]]) -> str:
+    """The schema unqualified table names resolve to on this connection."""
+    row = conn.execute("SELECT current_schema()").fetchone()
+    if row is None or not isinstance(row[0], str):
+        raise SessionError("the connection has no current schema (check search_path)")
+    return row[0]
+
+
+def advisory_key(schema: str, name: str) -> int:
+    """A 64-bit advisory lock key for ``name`` within ``schema`` (signed, as PostgreSQL wants)."""
+    digest = hashlib.blake2b(f"{schema}\x00{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One shipped SQL file."""
+
+    version: int
+    name: str
+    text: str
+
+
+def migrations() -> list[Migration]:
+    """The shipped migrations, oldest first."""
+    found = []
+    for item in resources.files("orchestrator._store").joinpath("sql").iterdir():
+        match = _MIGRATION_NAME.match(item.name)
+        if match:
+            found.append(Migration(int(match.group(1)), item.name, item.read_text("utf-8")))
+    return sorted(found, key=lambda m: m.version)
+
+
+def ensure_schema(conn: psycopg.Connection[tuple[object, ...]], url: str) -> None:
+    """Apply missing migrations once per process, database and schema.
+
+    Raises:
+        SessionError: A migration failed, or the database is newer than this program.
+    """
+    schema = current_schema(conn)
+    key = (url, schema)
+    if key in _migrated:
+        return
+    with _migrated_lock:
+        if key not in _migrated:
+            try:
+                migrate(conn)
+            except psycopg.Error as exc:
+                raise SessionError(
+                    f"{redact(url)}: cannot prepare the schema {schema!r}: {first_line(exc)}"
+                ) from exc
+            _migrated.add(key)
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
+    """Apply every shipped migration the schema lacks; returns the versions applied.
+
+    Raises:
+        SessionError: The schema was migrated by a newer program (versions this one lacks).
+        psycopg.Error: A migration failed (its transaction is rolled back).
+    """
+    schema = current_schema(conn)
+    shipped = migrations()
+    applied: list[int] = []
+    for migration in shipped:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(schema, "migrate"),))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version ("
+                " version integer PRIMARY KEY,"
+                " name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {int(str(row[0])) for row in conn.execute("SELECT version FROM schema_version")}
+            newest = max(done, default=0)
+            if newest > shipped[-1].version:
+                raise SessionError(
+                    f"schema {schema!r} is at version {newest}, newer than this program's "
+                    f"{shipped[-1].version}; upgrade session-orchestrator"
+                )
+            if migration.version in done:
+                continue
+            conn.execute(sql.SQL(migration.text))
+            conn.execute(
+                "INSERT INTO schema_version (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+            applied.append(migration.version)
+    return applied
+
+
+def host_name() -> str:
+    """This machine's name, for the owner row a refused process reads."""
+    return os.uname().nodename
