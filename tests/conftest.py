@@ -9,6 +9,9 @@ import pytest
 
 from tests.cli_kit import EXAMPLE
 
+# The service fixtures (PostgreSQL), usable by every test module.
+from tests.services import pg_url as pg_url  # noqa: F401
+
 
 @pytest.fixture
 def example(tmp_path: Path) -> Path:

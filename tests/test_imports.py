@@ -20,6 +20,8 @@ HEAVY = (
     "opentelemetry",
     "litellm",
     "msgspec",
+    # The PostgreSQL store's driver: only a database location loads it (issue 10).
+    "psycopg",
 )
 
 # Runs a command in a fresh interpreter, then prints the heavy packages it imported.

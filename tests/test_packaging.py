@@ -42,8 +42,14 @@ def test_wheel_holds_the_package_machines_and_prompts(wheel: Path) -> None:
     assert scenarios == sorted(
         f"orchestrator/scenarios/{p.name}" for p in (ROOT / "traces" / "scenarios").glob("*.toml")
     )
+    # The PostgreSQL store's migrations, applied from inside the installed package (issue 10).
+    migrations = sorted(n for n in names if n.startswith("orchestrator/_store/sql/"))
+    assert migrations == sorted(
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "orchestrator/_store/sql").glob("*.sql")
+    )
+    assert migrations
     assert "orchestrator/py.typed" in names
-    data = {*machines, *prompts, *scenarios, "orchestrator/py.typed"}
+    data = {*machines, *prompts, *scenarios, *migrations, "orchestrator/py.typed"}
     others = [n for n in names if n not in data]
     assert others
     assert all(n.startswith("orchestrator/") and n.endswith(".py") for n in others), others
