@@ -63,6 +63,6 @@ def test_constraints_pin_every_declared_dependency_within_its_bounds() -> None:
 
 def test_ci_installs_with_the_constraints() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "pip install -c constraints.txt -e '.[dev]'" in ci
+    assert "pip install -c constraints.txt -e '.[dev,cluster]'" in ci
     refresh = (ROOT / ".ci" / "refresh-constraints").read_text()
     assert 'pip" freeze --exclude session-orchestrator' in refresh
