@@ -48,7 +48,7 @@ def test_readme_starts_with_install_and_test_commands() -> None:
 
 def test_ci_installs_and_runs_the_readme_test_command() -> None:
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert "python3 -m pip install -c constraints.txt -e '.[dev]'" in ci  # pinned (constraints.txt)
+    assert "python3 -m pip install -c constraints.txt -e '.[dev,cluster]'" in ci  # pinned
     assert "python3 -m pytest" in ci
     assert "set -euo pipefail" in ci  # a failing gate, or pytest's 5 (no test ran), fails CI
 

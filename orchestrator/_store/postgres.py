@@ -373,7 +373,7 @@ class PostgresStore:
         self._end = end
         return end
 
-    def import_bytes(self, data: bytes) -> Tail:
+    def import_bytes(self, data: bytes, *, source: str = "the data") -> Tail:
         """Store a whole pi file as a new session, line for line (``orchestrator import``).
 
         Every line is kept as written, damaged ones included, so :meth:`export_bytes` gives the
@@ -381,6 +381,7 @@ class PostgresStore:
 
         Args:
             data: The file's bytes.
+            source: Where they come from, for messages (the file's path).
 
         Returns:
             Where the imported session ends.
@@ -394,24 +395,24 @@ class PostgresStore:
         header = parsed.result.header
         if header is None:
             details = "; ".join(str(p) for p in parsed.result.problems) or "no session header"
-            raise SessionError(f"not a session file ({details})")
+            raise SessionError(f"{source}: not a session file ({details})")
         if not data.endswith(b"\n"):
             number = data.count(b"\n") + 1
             raise SessionError(
-                f"line {number}: the last line does not end in a newline (a torn write?); "
-                "a database session holds whole lines only"
+                f"{source}: line {number}: the last line does not end in a newline "
+                "(a torn write?); a database session holds whole lines only"
             )
         lines = data.split(b"\n")[:-1]
         for number, line in enumerate(lines, start=1):
             if b"\x00" in line:
                 raise SessionError(
-                    f"line {number}: holds a NUL byte, which PostgreSQL cannot store"
+                    f"{source}: line {number}: holds a NUL byte, which PostgreSQL cannot store"
                 )
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError:
                 raise SessionError(
-                    f"line {number}: not valid UTF-8, which PostgreSQL text cannot store"
+                    f"{source}: line {number}: not valid UTF-8, which PostgreSQL text cannot store"
                 ) from None
         self._claim(header)
         if self.exists():
@@ -426,19 +427,6 @@ class PostgresStore:
         self._state = (0, parsed)
         self._end = end
         return end
-
-    def delete(self) -> None:
-        """Remove the session and its lines (not its journal). Takes the owner lock.
-
-        Raises:
-            SessionError: There is no such session, or the database failed.
-        """
-        if self._id is None or not self.exists():
-            raise SessionError(f"{self.location}: no such session in the database")
-        conn = self._writer()
-        with self._errors("delete it"):
-            conn.execute("DELETE FROM sessions WHERE id = %s", (self._id,))
-        self._state, self._end = None, EMPTY_TAIL
 
     def sync(self) -> None:
         """Nothing to do: every write was a committed transaction."""

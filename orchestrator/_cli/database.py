@@ -1,0 +1,138 @@
+"""The ``import`` and ``export`` commands: a session between a pi file and PostgreSQL (issue 10).
+
+``orchestrator import FILE --database URL`` stores every line of a pi session file as written,
+under the id its header names; ``orchestrator export SESSION_ID --database URL [-o FILE]`` gives
+the same bytes back, so a round trip is byte-identical for any file that ends in whole lines.
+Unknown entry types and fields travel untouched (D2), and so do damaged lines, which the
+database store reports on load as the file would (D3). What the database cannot hold (a torn
+last line, invalid UTF-8, NUL bytes) is refused with the line number, and nothing is written.
+The journal beside a file is not moved.
+
+This module imports the database store (and psycopg) only when one of its commands runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator._cli.common import UsageError, require_file
+from orchestrator._core.errors import SessionError
+from orchestrator._store.factory import is_database_url
+from orchestrator._store.files import describe_os_error
+
+
+def register(commands: Any) -> None:
+    """Add the ``import`` and ``export`` commands to the parser."""
+    importer = commands.add_parser(
+        "import", help="store a pi session file in a PostgreSQL database"
+    )
+    importer.add_argument("file", help="the session file (pi JSONL)")
+    _database_argument(importer)
+    importer.set_defaults(handler=_import)
+    exporter = commands.add_parser(
+        "export", help="write a session from a PostgreSQL database as a pi session file"
+    )
+    exporter.add_argument("session_id", metavar="SESSION_ID", help="the session's id")
+    _database_argument(exporter)
+    exporter.add_argument(
+        "-o",
+        "--out",
+        metavar="FILE",
+        help="write to this new file (refused if it exists) instead of standard output",
+    )
+    exporter.set_defaults(handler=_export)
+
+
+def _database_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database",
+        required=True,
+        metavar="URL",
+        help="postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
+    )
+
+
+def _check_url(url: str) -> None:
+    if not is_database_url(url):
+        raise UsageError(
+            f"--database {url!r} is not a PostgreSQL URL (postgresql://USER@HOST/DATABASE)"
+        )
+    from orchestrator._store.postgres_schema import check_url
+
+    try:
+        check_url(url)
+    except SessionError as exc:
+        raise UsageError(f"--database: {exc}") from exc
+
+
+def _import(args: argparse.Namespace) -> int:
+    _check_url(args.database)
+    path = str(args.file)
+    require_file(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, "read it", exc)) from exc
+    from orchestrator._store.postgres import PostgresStore
+
+    with PostgresStore(args.database) as store:
+        end = store.import_bytes(data, source=path)
+        lines = data.count(b"\n")
+        print(
+            f"imported session {store.session_id} from {path} "
+            f"({lines} lines, {end.length} bytes) into {store.location.partition('#')[0]}"
+        )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    _check_url(args.database)
+    from orchestrator._store.postgres import PostgresStore
+
+    with PostgresStore(args.database, args.session_id) as store:
+        data = store.export_bytes()
+    if args.out is None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return 0
+    _write_new_file(Path(args.out), data)
+    print(f"exported session {args.session_id} to {args.out} ({len(data)} bytes)")
+    return 0
+
+
+def _write_new_file(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target``, which must not exist: whole or not at all.
+
+    Raises:
+        SessionError: ``target`` exists, or its folder cannot be written.
+    """
+    if target.exists() or target.is_symlink():
+        raise SessionError(f"{target}: already exists; not overwritten")
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise SessionError(describe_os_error(target, "write it", exc)) from exc
+    try:
+        try:
+            view = memoryview(data)
+            written = 0
+            while written < len(view):
+                written += os.write(fd, view[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # link, not rename: refuses a file that appeared meanwhile instead of replacing it.
+        os.link(temporary, target)
+    except FileExistsError:
+        raise SessionError(f"{target}: already exists; not overwritten") from None
+    except OSError as exc:
+        raise SessionError(describe_os_error(target, "write it", exc)) from exc
+    finally:
+        temporary.unlink(missing_ok=True)

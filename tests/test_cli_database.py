@@ -1,0 +1,153 @@
+"""``orchestrator import`` and ``export``: pi files in and out of PostgreSQL (issue 10)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_kit import EXAMPLE, run
+
+DATA = Path(__file__).parent / "data"
+SESSIONS = sorted(DATA.rglob("*.jsonl"))
+
+
+def _session_id(path: Path) -> str:
+    first = path.read_bytes().split(b"\n", 1)[0]
+    return str(json.loads(first)["id"])
+
+
+@pytest.mark.parametrize("path", SESSIONS, ids=lambda p: p.relative_to(DATA).as_posix())
+def test_import_then_export_gives_the_same_bytes(
+    capsys: pytest.CaptureFixture[str], pg_url: str, path: Path, tmp_path: Path
+) -> None:
+    session_id = _session_id(path)
+    code, out, err = run(capsys, "import", str(path), "--database", pg_url)
+    assert (code, err) == (0, "")
+    assert f"imported session {session_id} from {path}" in out
+    assert "orchestrator:orchestrator@" not in out  # no password in what is printed
+    target = tmp_path / "back.jsonl"
+    code, out, err = run(capsys, "export", session_id, "--database", pg_url, "-o", str(target))
+    assert (code, err) == (0, "")
+    assert target.read_bytes() == path.read_bytes()
+    assert list(tmp_path.iterdir()) == [target]  # no temporary file left behind
+
+
+def test_export_to_standard_output(capsysbinary: pytest.CaptureFixture[bytes], pg_url: str) -> None:
+    from orchestrator._cli.main import main
+
+    assert main(["import", str(EXAMPLE), "--database", pg_url]) == 0
+    capsysbinary.readouterr()
+    assert main(["export", _session_id(EXAMPLE), "--database", pg_url]) == 0
+    assert capsysbinary.readouterr().out == EXAMPLE.read_bytes()
+
+
+def test_importing_an_existing_session_is_refused(
+    capsys: pytest.CaptureFixture[str], pg_url: str
+) -> None:
+    assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
+    code, out, err = run(capsys, "import", str(EXAMPLE), "--database", pg_url)
+    assert (code, out) == (1, "")
+    assert err.startswith("orchestrator import: ")
+    assert "already exists" in err
+    assert err.count("\n") == 1
+
+
+def test_exporting_an_unknown_session_is_refused(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.jsonl"
+    code, out, err = run(capsys, "export", "no-such-id", "--database", pg_url, "-o", str(target))
+    assert (code, out) == (1, "")
+    assert "no-such-id: no such session in the database" in err
+    assert err.count("\n") == 1
+    assert not target.exists()
+
+
+def test_export_never_overwrites_a_file(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
+    target = tmp_path / "taken.jsonl"
+    target.write_bytes(b"mine\n")
+    code, _, err = run(
+        capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", str(target)
+    )
+    assert code == 1
+    assert f"{target}: already exists; not overwritten" in err
+    assert target.read_bytes() == b"mine\n"
+    code, _, err = run(
+        capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", str(tmp_path / "no/x")
+    )
+    assert code == 1
+    assert "does not exist" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.jsonl"]
+
+
+def test_import_refuses_damage_it_cannot_keep_naming_the_line(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(EXAMPLE.read_bytes() + b'{"type":"message","id":"zz"')
+    code, out, err = run(capsys, "import", str(torn), "--database", pg_url)
+    assert (code, out) == (1, "")
+    assert f"{torn}: line 45: the last line does not end in a newline" in err
+    code, out, err = run(capsys, "export", _session_id(EXAMPLE), "--database", pg_url)
+    assert code == 1  # nothing was imported
+
+
+def test_import_keeps_damaged_lines_it_can_hold(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    # A line that is not JSON is still text: it is stored, reported on load, and exported back.
+    damaged = tmp_path / "damaged.jsonl"
+    lines = EXAMPLE.read_bytes().split(b"\n")
+    data = b"\n".join([*lines[:3], b"{not json", *lines[3:]])
+    damaged.write_bytes(data)
+    assert run(capsys, "import", str(damaged), "--database", pg_url)[0] == 0
+    back = tmp_path / "back.jsonl"
+    args = ("--database", pg_url, "-o", str(back))
+    assert run(capsys, "export", _session_id(EXAMPLE), *args)[0] == 0
+    assert back.read_bytes() == data
+
+
+def test_import_of_something_that_is_not_a_session(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"hello": "world"}\n')
+    code, _, err = run(capsys, "import", str(other), "--database", pg_url)
+    assert code == 1
+    assert f"{other}: not a session file" in err
+    code, _, err = run(capsys, "import", str(tmp_path / "missing.jsonl"), "--database", pg_url)
+    assert code == 1
+    assert "no such session file" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["import", str(EXAMPLE), "--database", "/tmp/x.db"], "is not a PostgreSQL URL"),
+        (["export", "s", "--database", "mysql://h/db"], "is not a PostgreSQL URL"),
+        (["export", "s", "--database", "postgresql://h/db?bogus=1"], "not a valid PostgreSQL URL"),
+        (["export", "s"], "--database"),
+    ],
+)
+def test_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, *argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unreachable_server_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    url = "postgresql://someone:hunter2@127.0.0.1:1/db"
+    code, out, err = run(capsys, "export", "s", "--database", url)
+    assert (code, out) == (1, "")
+    assert err.startswith("orchestrator export: postgresql://someone@127.0.0.1:1/db: ")
+    assert "cannot connect" in err
+    assert "hunter2" not in err
+    assert err.count("\n") == 1
