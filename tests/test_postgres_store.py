@@ -280,3 +280,102 @@ def test_unreachable_servers_and_bad_urls_fail_in_one_line() -> None:
     assert "nobody@127.0.0.1:1/db" in message
     with pytest.raises(SessionError, match="not a valid PostgreSQL URL"):
         PostgresStore("postgresql://h/db?nonsense=1", "s").tail()
+
+
+def test_a_rewrite_by_another_writer_is_a_conflict_even_at_the_same_tail(pg_url: str) -> None:
+    # Files compare the inode for this; a database row compares its rewrite count.
+    from orchestrator._store.postgres import PostgresStore
+
+    with PostgresStore(pg_url) as store:
+        store.append([_header(), _entry("a", None)])
+    planner = PostgresStore(pg_url, "s-1", lock=False)
+    planned = planner.load().tail
+    with PostgresStore(pg_url, "s-1") as other:
+        assert other.rewrite(_header(), [_entry("a", None)]) == planned  # same end, new lines
+    with pytest.raises(ConflictError, match="rewritten by another writer"):
+        planner.append([_entry("b", "a")], expect=planned)
+    assert planner.tail() == planned  # a fresh read: the next plan starts from here
+    planner.append([_entry("b", "a")], expect=planned)
+    planner.close()
+
+
+def test_a_journal_connection_that_broke_is_replaced_at_the_next_record(pg_url: str) -> None:
+    import psycopg
+
+    from orchestrator._store.postgres_journal import _shared_connection
+
+    journal = open_journal(pg_url, "s-1")
+    step = Step(machine="turn", source="idle", event="prompt", dest="streaming", effects=())
+    journal.record(step)
+    _, conn = _shared_connection(pg_url)
+    pid = conn.info.backend_pid
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(SessionError, match="cannot write the journal") as caught:
+        journal.record(step)
+    assert "\n" not in str(caught.value)
+    journal.record(step)  # a new connection
+    assert len(journal.records()) == 2
+
+
+def test_a_journal_whose_database_is_unreachable_fails_in_one_line() -> None:
+    pytest.importorskip("psycopg")
+    journal = open_journal("postgresql://u:pw@127.0.0.1:1/db", "s")
+    with pytest.raises(SessionError, match="cannot connect") as caught:
+        journal.exists()
+    assert "pw" not in str(caught.value)
+
+
+def _terminate(pg_url: str, store: Any) -> None:
+    import psycopg
+
+    pid = store._conn.info.backend_pid
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def test_an_owner_that_lost_its_connection_owns_again_or_is_refused(pg_url: str) -> None:
+    from orchestrator._store.postgres import PostgresStore
+
+    owner = PostgresStore(pg_url)
+    owner.own("worker a")  # a new session: locked at its first write, under this name
+    end = owner.append([_header()])
+    _terminate(pg_url, owner)
+    with pytest.raises(SessionError, match="cannot write it") as caught:
+        owner.append([_entry("a", None)], expect=end)
+    assert "\n" not in str(caught.value)
+    # The next write reconnects and takes the lock again under the same name.
+    end = owner.append([_entry("a", None)], expect=end)
+    with PostgresStore(pg_url, "s-1") as other, pytest.raises(SessionLockedError, match="worker a"):
+        other.own("worker b")
+    # Lost again, and this time another store takes the session first: refused.
+    _terminate(pg_url, owner)
+    with pytest.raises(SessionError):
+        owner.tail()
+    taker = PostgresStore(pg_url, "s-1")
+    taker.own("worker b")
+    with pytest.raises(SessionLockedError, match="worker b"):
+        owner.append([_entry("b", "a")], expect=end)
+    taker.close()
+    owner.close()
+    with PostgresStore(pg_url, "s-1") as reader:
+        assert [e["id"] for e in reader.load().entries] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:pw@h:5433/db?x=1", "postgresql://u@h:5433/db?x=1"),
+        ("postgresql://u:pw@[::1]/db", "postgresql://u@[::1]/db"),
+        ("postgres://:pw@h/db", "postgres://h/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        ("postgresql://u:pw@h:port/db", "postgresql://h:port/db"),
+    ],
+)
+def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
+    pytest.importorskip("psycopg")
+    from orchestrator._store.postgres_schema import check_url, redact
+
+    assert redact(url) == shown
+    with pytest.raises(SessionError, match="is not a PostgreSQL URL"):
+        check_url("/tmp/session.jsonl")

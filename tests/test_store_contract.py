@@ -9,6 +9,8 @@ locally, failed without it in CI.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +56,8 @@ class Kind:
     """One kind of store holding the test's session."""
 
     name: str
+    location: str
+    """What ``open_store`` takes: the file's path or the database URL."""
     open: Callable[..., SessionStore]
     """A new handle on the session (``lock=False``: a writer that ignores the owner lock)."""
     seed: Callable[[bytes], None]
@@ -73,6 +77,7 @@ def _jsonl(tmp_path: Path) -> Kind:
 
     return Kind(
         name="jsonl",
+        location=str(path),
         open=lambda lock=True: JsonlStore(path, lock=lock),
         seed=seed,
         contents=read,
@@ -87,6 +92,7 @@ def _memory() -> Kind:
 
     return Kind(
         name="memory",
+        location="<memory>",
         open=lambda lock=True: holder[0],
         seed=seed,
         contents=lambda: holder[0].data,
@@ -106,6 +112,7 @@ def _postgres(url: str) -> Kind:
 
     return Kind(
         name="postgres",
+        location=url,
         open=lambda lock=True: PostgresStore(url, SESSION_ID, lock=lock),
         seed=seed,
         contents=contents,
@@ -389,4 +396,49 @@ def test_concurrent_owners_take_turns_and_every_entry_lands_once(separate: Kind)
     ids = [e["id"] for e in loaded.entries]
     assert sorted(ids) == sorted(f"w{n}-{i}" for n in range(workers) for i in range(count))
     # One chain: each entry's parent is the entry stored before it.
+    assert [e["parentId"] for e in loaded.entries] == [None, *ids[:-1]]
+
+
+# Each worker process appends COUNT entries, each as the owner, chained to whatever is last.
+WORKER = """
+import sys
+from orchestrator._core.errors import SessionLockedError
+from orchestrator._store.factory import open_store
+location, session_id, worker, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+done = 0
+while done < count:
+    store = open_store(location, session_id)
+    try:
+        store.own(f"worker {worker}")
+    except SessionLockedError:
+        store.close()
+        continue
+    loaded = store.load()
+    last = loaded.entries[-1]["id"] if loaded.entries else None
+    entry = {"type": "custom", "id": f"p{worker}-{done}", "parentId": last, "customType": "n"}
+    store.append([entry], expect=loaded.tail)
+    store.close()
+    done += 1
+"""
+
+
+@pytest.mark.slow
+def test_owners_in_separate_processes_take_turns(separate: Kind) -> None:
+    separate.seed(lines(HEADER))
+    workers, count = 3, 6
+    root = Path(__file__).resolve().parent.parent
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, separate.location, SESSION_ID, str(n), str(count)],
+            cwd=root,
+        )
+        for n in range(workers)
+    ]
+    assert [child.wait() for child in children] == [0] * workers
+    reader = separate.open()
+    loaded = reader.load()
+    reader.close()
+    assert loaded.problems == []
+    ids = [e["id"] for e in loaded.entries]
+    assert sorted(ids) == sorted(f"p{n}-{i}" for n in range(workers) for i in range(count))
     assert [e["parentId"] for e in loaded.entries] == [None, *ids[:-1]]

@@ -120,9 +120,13 @@ class PostgresStore:
         self._conn: Connection | None = None
         self._schema = ""
         self._locked_key: int | None = None
+        self._owner_name: str | None = None
         self._pending_owner: str | None = None
         # The parsed session as of a number of rewrites: what the write refusals look at.
         self._state: tuple[int, ParsedSession] | None = None
+        # How many rewrites the session had when this store last read or wrote it: a rewrite by
+        # another writer that happens to end at the same tail is still a conflict.
+        self._seen_rewrites: int | None = None
         self._end: Tail | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
@@ -176,6 +180,7 @@ class PostgresStore:
         parsed = read_session(data, random_hex=self._random_hex)
         parsed.result.tail = self._end = Tail(last_id=row[0], length=int(row[1]))
         self._state = (int(row[2]), parsed)
+        self._seen_rewrites = int(row[2])
         return parsed.result
 
     def export_bytes(self) -> bytes:
@@ -202,10 +207,15 @@ class PostgresStore:
         with self._errors("read it"):
             row = (
                 self._db()
-                .execute("SELECT last_id, length FROM sessions WHERE id = %s", (self._id,))
+                .execute(
+                    "SELECT last_id, length, rewrites FROM sessions WHERE id = %s", (self._id,)
+                )
                 .fetchone()
             )
-        return EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
+        if row is None:
+            return EMPTY_TAIL
+        self._seen_rewrites = int(row[2])
+        return Tail(last_id=row[0], length=int(row[1]))
 
     # -- owning ------------------------------------------------------------------------------
 
@@ -235,7 +245,7 @@ class PostgresStore:
                 raise SessionLockedError(
                     f"{self.location}: session is being changed by {self._holder(conn)}"
                 )
-            self._locked_key = key
+            self._locked_key, self._owner_name = key, owner
             conn.execute(
                 "INSERT INTO session_owners (session_id, owner, pid, host, backend_pid)"
                 " VALUES (%s, %s, %s, %s, pg_backend_pid())"
@@ -254,7 +264,7 @@ class PostgresStore:
         return f"pid {row[0]} on {row[1]} ({row[2]})"
 
     def _release(self) -> None:
-        key, self._locked_key = self._locked_key, None
+        key, self._locked_key, self._owner_name = self._locked_key, None, None
         if key is None or self._conn is None or self._conn.closed:
             return
         try:
@@ -292,9 +302,7 @@ class PostgresStore:
         assert self._id is not None
         with self._errors("write it"), conn.transaction():
             row = self._row_for_update(conn)
-            found = EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
-            if expect is not None and found != expect:
-                raise ConflictError(conflict_message(self.location, expect, found))
+            found = self._check(row, expect)
             state = self._parsed(conn, row)
             refusal = append_refusal(self.location, state, entries)
             if refusal:
@@ -311,6 +319,7 @@ class PostgresStore:
                 )
             self._copy_lines(conn, count, lines)
         rewrites = 0 if row is None else int(row[3])
+        self._seen_rewrites = rewrites
         if state.result.header is None:
             state = read_session(b"".join(lines), random_hex=self._random_hex)
         self._state = (rewrites, state)
@@ -345,9 +354,7 @@ class PostgresStore:
         conn = self._writer()
         with self._errors("write it"), conn.transaction():
             row = self._row_for_update(conn)
-            found = EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
-            if expect is not None and found != expect:
-                raise ConflictError(conflict_message(self.location, expect, found))
+            self._check(row, expect)
             refusal = rewrite_refusal(self.location, self._parsed(conn, row))
             if refusal:
                 raise SessionError(refusal)
@@ -366,6 +373,7 @@ class PostgresStore:
                 rewrites = int(row[3]) + 1
             self._copy_lines(conn, 0, lines)
         result = LoadResult(header=header, entries=list(entries))
+        self._seen_rewrites = rewrites
         self._state = (
             rewrites,
             ParsedSession(result=result, stored_version=header_version(header)),
@@ -425,6 +433,7 @@ class PostgresStore:
             self._insert_session(conn, len(lines), end)
             self._copy_lines(conn, 0, [line + b"\n" for line in lines])
         self._state = (0, parsed)
+        self._seen_rewrites = 0
         self._end = end
         return end
 
@@ -457,7 +466,16 @@ class PostgresStore:
     # -- helpers -----------------------------------------------------------------------------
 
     def _db(self) -> Connection:
-        if self._conn is None or self._conn.closed:
+        """The store's connection; a broken one is replaced (see :meth:`_writer` for the lock)."""
+        if self._conn is not None and (self._conn.closed or self._conn.broken):
+            # The server dropped the old connection, and the advisory lock with it: the next
+            # write takes it again, or is refused like any newcomer's. What was written
+            # meanwhile is caught by the next conditional write.
+            self._conn.close()
+            self._conn, self._locked_key = None, None
+            if self._finalizer is not None:
+                self._finalizer.detach()
+        if self._conn is None:
             conn = connect(self.url)
             try:
                 self._schema = current_schema(conn)
@@ -489,18 +507,37 @@ class PostgresStore:
             )
 
     def _writer(self) -> Connection:
-        """The connection, holding the owner lock when this store uses one."""
+        """The connection, holding the owner lock when this store uses one.
+
+        The lock is taken for the owner :meth:`own` named (also again after a lost connection),
+        else, when ``lock`` is on, under a default name, as the file store does.
+        """
         if self._id is None:
             raise SessionError(
                 f"{self.location}: a new session must start with its header (type 'session')"
             )
         conn = self._db()
-        if self._pending_owner is not None:
-            self._lock(self._pending_owner)
+        owner = self._pending_owner or self._owner_name
+        if owner is None and self._use_lock:
+            owner = _DEFAULT_OWNER
+        if owner is not None:
+            self._lock(owner)
             self._pending_owner = None
-        elif self._use_lock:
-            self._lock(_DEFAULT_OWNER)
         return conn
+
+    def _check(self, row: tuple[Any, ...] | None, expect: Tail | None) -> Tail:
+        """Refuse unless the session still ends at ``expect`` and was not rewritten (D27)."""
+        found = EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
+        if expect is None:
+            return found
+        if found != expect:
+            raise ConflictError(conflict_message(self.location, expect, found))
+        if row is not None and self._seen_rewrites not in (None, int(row[3])):
+            raise ConflictError(
+                f"{self.location}: the session was rewritten by another writer since it was "
+                "read; nothing was written"
+            )
+        return found
 
     def _row_for_update(self, conn: Connection) -> tuple[Any, ...] | None:
         return conn.execute(

@@ -7,14 +7,16 @@ the same code. An operation record (``durable=True``) is an ordinary committed i
 navigation record is committed with ``synchronous_commit`` off, the database's way of saying
 "a crash may lose the last few", which is what the file journal promises for them.
 
-The sink has its own connection, never the store's: a journal record written from another
-thread must not land inside the store's open transaction.
+The sinks of a process share one connection per database (:func:`_shared_connection`), never a
+store's: a journal record written from another thread must not land inside a store's open
+transaction, and each use holds the connection's lock for its whole transaction.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import threading
-import weakref
 from typing import Any
 
 import psycopg
@@ -23,6 +25,27 @@ from orchestrator._core.errors import SessionError
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._store.journal import Clock, Journal, _wall_clock
 from orchestrator._store.postgres_schema import connect, first_line, redact
+
+_Connection = psycopg.Connection[tuple[Any, ...]]
+_shared: dict[tuple[int, str], tuple[threading.Lock, _Connection]] = {}
+_shared_lock = threading.Lock()
+
+
+def _shared_connection(url: str) -> tuple[threading.Lock, _Connection]:
+    """This process's journal connection to ``url`` and the lock that takes turns on it.
+
+    Every journal of a process shares one connection per database, so a worker with a thousand
+    sessions open holds a thousand store connections, not two thousand. A broken connection
+    (the server restarted) is replaced at the next use.
+    """
+    key = (os.getpid(), url)  # a forked child must not talk on its parent's socket
+    with _shared_lock:
+        held = _shared.get(key)
+        if held is None or held[1].closed or held[1].broken:
+            held = (threading.Lock(), connect(url))
+            _shared[key] = held
+            atexit.register(held[1].close)
+        return held
 
 
 class PostgresJournalSink:
@@ -37,47 +60,32 @@ class PostgresJournalSink:
         self.url = url
         self.session_id = session_id
         self.location = f"{redact(url)}#{session_id} (journal)"
-        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
-        self._lock = threading.Lock()
-        self._finalizer: weakref.finalize[Any, Any] | None = None
-
-    def _db(self) -> psycopg.Connection[tuple[Any, ...]]:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.url)
-            self._finalizer = weakref.finalize(self, self._conn.close)
-        return self._conn
 
     def _fail(self, doing: str, exc: psycopg.Error) -> SessionError:
         return SessionError(f"{self.location}: cannot {doing}: {first_line(exc)}")
 
     def exists(self) -> bool:
         """Whether any record was written."""
-        with self._lock:
+        lock, conn = _shared_connection(self.url)
+        with lock:
             try:
-                row = (
-                    self._db()
-                    .execute(
-                        "SELECT EXISTS (SELECT 1 FROM journal_lines WHERE session_id = %s)",
-                        (self.session_id,),
-                    )
-                    .fetchone()
-                )
+                row = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM journal_lines WHERE session_id = %s)",
+                    (self.session_id,),
+                ).fetchone()
             except psycopg.Error as exc:
                 raise self._fail("read the journal", exc) from exc
         return bool(row and row[0])
 
     def read(self) -> bytes:
         """Every record, one line each, as a journal file holds them."""
-        with self._lock:
+        lock, conn = _shared_connection(self.url)
+        with lock:
             try:
-                rows = (
-                    self._db()
-                    .execute(
-                        "SELECT line FROM journal_lines WHERE session_id = %s ORDER BY seq",
-                        (self.session_id,),
-                    )
-                    .fetchall()
-                )
+                rows = conn.execute(
+                    "SELECT line FROM journal_lines WHERE session_id = %s ORDER BY seq",
+                    (self.session_id,),
+                ).fetchall()
             except psycopg.Error as exc:
                 raise self._fail("read the journal", exc) from exc
         return b"".join(f"{row[0]}\n".encode() for row in rows)
@@ -85,8 +93,8 @@ class PostgresJournalSink:
     def append(self, line: bytes, *, durable: bool) -> None:
         """Insert one record; committed durably when ``durable``, else without waiting for it."""
         text = line.decode("utf-8").removesuffix("\n")
-        with self._lock:
-            conn = self._db()
+        lock, conn = _shared_connection(self.url)
+        with lock:
             try:
                 with conn.transaction():
                     if not durable:
@@ -97,16 +105,6 @@ class PostgresJournalSink:
                     )
             except psycopg.Error as exc:
                 raise self._fail("write the journal", exc) from exc
-
-    def close(self) -> None:
-        """Close the connection. Idempotent."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-            if self._finalizer is not None:
-                self._finalizer.detach()
-                self._finalizer = None
-            if conn is not None:
-                conn.close()
 
 
 def postgres_journal(

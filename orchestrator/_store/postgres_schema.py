@@ -49,8 +49,9 @@ def redact(url: str) -> str:
         if parts.port is not None:
             netloc += f":{parts.port}"
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    except ValueError:
-        return url.split("@")[-1]
+    except ValueError:  # a port that is not a number: keep only what follows the credentials
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
 def check_url(url: str) -> None:
