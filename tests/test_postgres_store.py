@@ -379,3 +379,45 @@ def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
     assert redact(url) == shown
     with pytest.raises(SessionError, match="is not a PostgreSQL URL"):
         check_url("/tmp/session.jsonl")
+
+
+def test_a_v1_session_is_migrated_by_its_first_write(pg_url: str) -> None:
+    # Imported as pi wrote it; like a file, the first write rewrites it as version 3.
+    from orchestrator._store.postgres import PostgresStore
+
+    source = DATA / "store" / "v1_session.jsonl"
+    with PostgresStore(pg_url) as store:
+        store.import_bytes(source.read_bytes())
+        session_id = store.session_id
+    assert session_id is not None
+    session = Session.from_store(open_store(pg_url, session_id), owner="test")
+    assert session.problems == []
+    migrated_ids = [e["id"] for e in session.tree.entries]
+    added = session.append_entry("custom", {"customType": "n"})
+    session.close()
+    with PostgresStore(pg_url, session_id) as store:
+        assert store.has_entry(added["id"])
+        assert not store.has_entry("nope")
+        data = store.export_bytes()
+        loaded = store.load()
+    assert b'"version":3' in data.split(b"\n", 1)[0]
+    assert not loaded.migrated
+    assert [e["id"] for e in loaded.entries] == [*migrated_ids, added["id"]]
+    assert loaded.tail == store.tail()
+
+
+def test_a_fork_into_the_database_names_its_source(pg_url: str) -> None:
+    from orchestrator._store.fork import branched_session
+
+    with JsonlStore(DATA / "pi" / "branch.jsonl") as file_store:
+        source = Session.from_store(file_store)
+        leaf = source.leaf_id
+        fork = branched_session(source, leaf, open_store(pg_url))
+        fork.flush()
+        fork.close()
+    store = open_store(pg_url, fork.session_id)
+    loaded = store.load()
+    store.close()
+    assert loaded.header is not None
+    assert loaded.header["parentSession"] == str((DATA / "pi" / "branch.jsonl").resolve())
+    assert [e["id"] for e in loaded.entries] == [e["id"] for e in source.path(leaf)]

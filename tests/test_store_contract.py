@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
 from orchestrator._core.load_result import EMPTY_TAIL, Tail
@@ -177,6 +179,76 @@ def test_unknown_types_and_fields_survive_append_and_rewrite(kind: Kind) -> None
     assert kind.contents() == lines(header, entry("a", weird=1), odd, unicode)
     store.rewrite(header, loaded.entries)
     assert kind.contents() == lines(header, entry("a", weird=1), odd, unicode)
+    store.close()
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=10,
+)
+field_maps = st.dictionaries(
+    st.text(max_size=10).filter(lambda key: key not in {"id", "parentId", "type"}),
+    json_values,
+    max_size=5,
+)
+
+
+def _fresh(kind: Kind, session_id: str) -> tuple[SessionStore, Callable[[], bytes]]:
+    """A store for a new session of ``kind``, and how to read its bytes back."""
+    if kind.name == "jsonl":
+        path = Path(kind.location).with_name(f"{session_id}.jsonl")
+        return JsonlStore(path), path.read_bytes
+    if kind.name == "memory":
+        memory = MemoryStore()
+        return memory, lambda: memory.data
+    from orchestrator._store.postgres import PostgresStore
+
+    database = PostgresStore(kind.location, session_id)
+    return database, database.export_bytes
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    header_extra=field_maps,
+    fields=st.lists(st.tuples(st.text(max_size=12), field_maps), max_size=5),
+    session_number=st.integers(min_value=0, max_value=2**63),
+)
+def test_any_unknown_type_and_field_survives(
+    kind: Kind,
+    header_extra: dict[str, Any],
+    fields: list[tuple[str, dict[str, Any]]],
+    session_number: int,
+) -> None:
+    session_id = f"prop-{session_number}-{len(fields)}"
+    header = {**header_extra, **HEADER, "id": session_id}
+    entries, parent = [], None
+    for number, (kind_name, extra) in enumerate(fields):
+        entry_type = kind_name if kind_name != "session" else "not-session"
+        entries.append({"type": entry_type, **extra, "id": f"{number:08x}", "parentId": parent})
+        parent = f"{number:08x}"
+    store, stored = _fresh(kind, session_id)
+    if store.exists():  # hypothesis drew this session number before: start over
+        store.close()
+        return
+    store.append([header])
+    for item in entries:
+        store.append([item])
+    loaded = store.load()
+    assert loaded.problems == []
+    assert loaded.header == header
+    assert loaded.entries == entries
+    assert stored() == lines(header, *entries)
+    store.rewrite(header, loaded.entries)
+    assert stored() == lines(header, *entries)
     store.close()
 
 

@@ -217,6 +217,25 @@ class PostgresStore:
         self._seen_rewrites = int(row[2])
         return Tail(last_id=row[0], length=int(row[1]))
 
+    def has_entry(self, entry_id: str) -> bool:
+        """Whether an entry with this id is stored, without loading the session.
+
+        A commit retried after its worker died can ask this first, with the entry id the
+        journal recorded for it, and so never append the same entry twice.
+        """
+        if self._id is None:
+            return False
+        with self._errors("read it"):
+            row = (
+                self._db()
+                .execute(
+                    "SELECT 1 FROM session_lines WHERE session_id = %s AND entry_id = %s LIMIT 1",
+                    (self._id, entry_id),
+                )
+                .fetchone()
+            )
+        return row is not None
+
     # -- owning ------------------------------------------------------------------------------
 
     def own(self, owner: str) -> None:
