@@ -421,3 +421,16 @@ def test_a_fork_into_the_database_names_its_source(pg_url: str) -> None:
     assert loaded.header is not None
     assert loaded.header["parentSession"] == str((DATA / "pi" / "branch.jsonl").resolve())
     assert [e["id"] for e in loaded.entries] == [e["id"] for e in source.path(leaf)]
+
+
+def test_a_new_session_can_take_the_id_its_store_was_opened_with(pg_url: str) -> None:
+    # A Temporal workflow's id is the session id: the store and the header must agree.
+    session = Session.from_store(open_store(pg_url, "wf-7"), owner="worker", session_id="wf-7")
+    session.append_message({"role": "user", "content": "hi", "timestamp": 1})
+    session.append_message({"role": "assistant", "content": [], "timestamp": 2})
+    session.close()
+    assert session.session_id == "wf-7"
+    again = Session.from_store(open_store(pg_url, "wf-7"), session_id="ignored-when-stored")
+    assert again.session_id == "wf-7"
+    assert len(again.tree.entries) == 2
+    again.close()

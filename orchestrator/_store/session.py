@@ -66,12 +66,14 @@ def _new_session_id() -> str:
     return str(uuid.uuid4())
 
 
-def new_header(cwd: str, now_ms: int, *, parent_session: str | None = None) -> Entry:
-    """A version-3 session header, as pi writes it."""
+def new_header(
+    cwd: str, now_ms: int, *, parent_session: str | None = None, session_id: str | None = None
+) -> Entry:
+    """A version-3 session header, as pi writes it (a fresh UUID unless ``session_id`` is given)."""
     header: Entry = {
         "type": "session",
         "version": CURRENT_VERSION,
-        "id": _new_session_id(),
+        "id": session_id if session_id is not None else _new_session_id(),
         "timestamp": iso_now(now_ms),
         "cwd": cwd,
     }
@@ -184,6 +186,7 @@ class Session:
         cwd: str | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         random_hex: Callable[[], str] = _random_hex,
+        session_id: str | None = None,
     ) -> Session:
         """Load a session from a store, or start a new one when the store is empty.
 
@@ -197,6 +200,8 @@ class Session:
             cwd: The working directory written in a new session's header.
             clock: Epoch-ms clock for entry timestamps.
             random_hex: Id randomness.
+            session_id: The id a new session's header gets (default: a fresh UUID), e.g. the
+                id a database store was opened with.
 
         Raises:
             SessionLockedError: ``owner`` is given and another process owns the session.
@@ -205,12 +210,14 @@ class Session:
         if owner is not None:
             store.own(owner)
             try:
-                return cls.from_store(store, cwd=cwd, clock=clock, random_hex=random_hex)
+                return cls.from_store(
+                    store, cwd=cwd, clock=clock, random_hex=random_hex, session_id=session_id
+                )
             except BaseException:
                 store.close()  # a session that failed to open must not keep the lock
                 raise
         if not store.exists():
-            header = new_header(cwd or os.getcwd(), clock())
+            header = new_header(cwd or os.getcwd(), clock(), session_id=session_id)
             return cls(
                 store, SessionTree(header), persisted=False, clock=clock, random_hex=random_hex
             )
