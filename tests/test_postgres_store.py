@@ -434,3 +434,24 @@ def test_a_new_session_can_take_the_id_its_store_was_opened_with(pg_url: str) ->
     assert again.session_id == "wf-7"
     assert len(again.tree.entries) == 2
     again.close()
+
+
+def test_an_id_holding_nul_is_refused_writing_nothing(pg_url: str) -> None:
+    # JSON escapes NUL, so lines keep it; ids and session ids are text columns, which cannot.
+    from orchestrator._store.postgres import PostgresStore
+
+    with PostgresStore(pg_url) as store:
+        with pytest.raises(SessionError, match="holds a NUL character"):
+            store.append([_header("s\x00")])
+        end = store.append([_header()])
+        with pytest.raises(SessionError, match="holds a NUL character"):
+            store.append([_entry("a\x00", None)], expect=end)
+        with pytest.raises(SessionError, match="holds a NUL character"):
+            store.rewrite(_header(), [_entry("a\x00", None)], expect=end)
+        assert not store.has_entry("a\x00")
+        assert store.export_bytes() == write_pi_line(_header())
+    data = write_pi_line(_header("s-2")) + write_pi_line(_entry("b\x00", None))
+    with PostgresStore(pg_url) as store, pytest.raises(SessionError, match=r"f: line 2: the id"):
+        store.import_bytes(data, source="f")
+    with PostgresStore(pg_url, "s-2") as store:
+        assert not store.exists()

@@ -168,7 +168,7 @@ def test_a_new_session_reads_back_as_written(kind: Kind) -> None:
 
 def test_unknown_types_and_fields_survive_append_and_rewrite(kind: Kind) -> None:
     header = {**HEADER, "futureHeaderField": {"nested": [1, 2.5, None, "ß"]}}
-    odd = {"type": "from-the-future", "id": "x", "parentId": "a", "payload": {"big": 2**70}}
+    odd = {"type": "from-\x00-future", "id": "x", "parentId": "a", "payload": {"big": 2**70}}
     unicode = entry("y", "x", note="emoji 😀 and \u2028", extra=[True, False, {}])
     store = kind.open()
     store.append([header, entry("a", weird=1)])

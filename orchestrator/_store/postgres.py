@@ -73,11 +73,13 @@ def _line_row(
     """A ``session_lines`` row for one serialized line (with or without its newline)."""
     text = line.removesuffix(b"\n").decode("utf-8")
     entry_id, entry_type = _ids_of(text)
-    return (session_id, seq, text, entry_id, entry_type)
+    if entry_type is not None and "\x00" in entry_type:
+        entry_type = None  # a query column only; the line keeps it (escaped, as JSON does)
+    return (session_id, seq, text, entry_id if entry_type != "session" else None, entry_type)
 
 
 def _ids_of(text: str) -> tuple[str | None, str | None]:
-    """The entry id (``None`` for the header) and type of a line, for the query columns."""
+    """The id and type a line names (header included), when they are strings."""
     import json
 
     try:
@@ -86,12 +88,21 @@ def _ids_of(text: str) -> tuple[str | None, str | None]:
         return None, None
     if not isinstance(value, dict):
         return None, None
-    kind = value.get("type")
-    entry_id = value.get("id")
+    kind, entry_id = value.get("type"), value.get("id")
     return (
-        entry_id if isinstance(entry_id, str) and kind != "session" else None,
+        entry_id if isinstance(entry_id, str) else None,
         kind if isinstance(kind, str) else None,
     )
+
+
+def _nul_id_refusal(where: str, entry_id: object) -> str | None:
+    """Why an id cannot be stored: PostgreSQL text holds no NUL, and ids are text columns."""
+    if isinstance(entry_id, str) and "\x00" in entry_id:
+        return (
+            f"{where}: the id {entry_id!r} holds a NUL character, which PostgreSQL text cannot "
+            "store; nothing was written"
+        )
+    return None
 
 
 class PostgresStore:
@@ -167,11 +178,9 @@ class PostgresStore:
             self._end = EMPTY_TAIL
             return LoadResult(header=None)
         conn = self._db()
-        with self._errors("read it"), conn.transaction():
-            # FOR SHARE: no writer can change the lines between these two reads.
+        with self._errors("read it"), self._snapshot(conn):
             row = conn.execute(
-                "SELECT last_id, length, rewrites FROM sessions WHERE id = %s FOR SHARE",
-                (self._id,),
+                "SELECT last_id, length, rewrites FROM sessions WHERE id = %s", (self._id,)
             ).fetchone()
             if row is None:
                 self._end = EMPTY_TAIL
@@ -192,10 +201,8 @@ class PostgresStore:
         if self._id is None:
             raise SessionError(f"{self.location}: no session id given")
         conn = self._db()
-        with self._errors("read it"), conn.transaction():
-            row = conn.execute(
-                "SELECT 1 FROM sessions WHERE id = %s FOR SHARE", (self._id,)
-            ).fetchone()
+        with self._errors("read it"), self._snapshot(conn):
+            row = conn.execute("SELECT 1 FROM sessions WHERE id = %s", (self._id,)).fetchone()
             if row is None:
                 raise SessionError(f"{self.location}: no such session in the database")
             return self._read_lines(conn)
@@ -223,7 +230,7 @@ class PostgresStore:
         A commit retried after its worker died can ask this first, with the entry id the
         journal recorded for it, and so never append the same entry twice.
         """
-        if self._id is None:
+        if self._id is None or "\x00" in entry_id:  # such an id is never stored
             return False
         with self._errors("read it"):
             row = (
@@ -316,6 +323,7 @@ class PostgresStore:
         if not entries:
             return expect or self._end or self.tail()
         lines = [write_pi_line(entry) for entry in entries]
+        self._refuse_nul_ids(entries)
         self._claim(entries[0])
         conn = self._writer()
         assert self._id is not None
@@ -369,6 +377,7 @@ class PostgresStore:
                 f"cannot rewrite {self.location}: the header is not a session header"
             )
         lines = [write_pi_line(entry) for entry in (header, *entries)]
+        self._refuse_nul_ids([header, *entries])
         self._claim(header)
         conn = self._writer()
         with self._errors("write it"), conn.transaction():
@@ -436,11 +445,14 @@ class PostgresStore:
                     f"{source}: line {number}: holds a NUL byte, which PostgreSQL cannot store"
                 )
             try:
-                line.decode("utf-8")
+                text = line.decode("utf-8")
             except UnicodeDecodeError:
                 raise SessionError(
                     f"{source}: line {number}: not valid UTF-8, which PostgreSQL text cannot store"
                 ) from None
+            refusal = _nul_id_refusal(f"{source}: line {number}", _ids_of(text)[0])
+            if refusal:
+                raise SessionError(refusal)
         self._claim(header)
         if self.exists():
             raise SessionError(f"{self.location}: the session already exists in the database")
@@ -507,11 +519,27 @@ class PostgresStore:
         return self._conn
 
     @contextmanager
+    def _snapshot(self, conn: Connection) -> Iterator[None]:
+        """A read-only transaction on one snapshot, so the row and the lines agree.
+
+        No row lock: no writer waits for a reader, and a role with read access only can read.
+        """
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield
+
+    @contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
         try:
             yield
         except psycopg.Error as exc:
             raise SessionError(f"{self.location}: cannot {doing}: {first_line(exc)}") from exc
+
+    def _refuse_nul_ids(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            refusal = _nul_id_refusal(self.location, entry.get("id"))
+            if refusal:
+                raise SessionError(refusal)
 
     def _claim(self, first: Entry) -> None:
         """Learn a new session's id from its header; refuse a header naming another session."""
