@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,13 @@ from hypothesis import strategies as st
 from orchestrator._core.errors import TransitionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
+from orchestrator._runtime.session import AgentSession
 from orchestrator._store.journal import (
     Journal,
     JournaledOperation,
     JournalRecord,
     journal_path,
+    operations,
     parse_journal,
 )
 from orchestrator._store.settle import settle_unfinished_operations
@@ -349,3 +352,40 @@ def test_observer_records_each_step_with_its_data() -> None:
     ]
     (still_open,) = journal.open_operations()
     assert still_open.entry_id == "e5"
+
+
+@pytest.mark.anyio
+async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_loop(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9: every step is written at once, but the journal is fsynced only on entering
+    committing (before the commit is written) and at the end, and no fsync runs on the loop."""
+    loop_thread = threading.get_ident()
+    seen: list[tuple[str, bool, str | None, bool]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        on_loop = threading.get_ident() == loop_thread
+        last, committed = None, False
+        if name.endswith(".journal"):
+            operation = operations(Journal.open(example).records())[-1]
+            last = operation.state
+            committed = f'"id":"{operation.entry_id}"'.encode() in example.read_bytes()
+        seen.append((Path(name).name, on_loop, last, committed))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    runtime = AgentSession.open(example, owner="test")
+    try:
+        outcome = await runtime.compact()
+    finally:
+        runtime.close()
+    assert outcome.status == "committed"
+    records = [r for r in Journal.open(example).records() if r.machine == "operation"]
+    assert len(records) >= 4  # every step is in the journal
+    journal_syncs = [(last, done) for name, _, last, done in seen if name.endswith(".journal")]
+    # Durable before the commit is written, and once more at the end: two, not one per step.
+    assert journal_syncs == [("committing", False), ("committed", True)]
+    assert {"session.jsonl", "session.jsonl.journal"} <= {name for name, _, _, _ in seen}
+    assert [name for name, on_loop, _, _ in seen if on_loop] == []  # the commit's too

@@ -195,10 +195,14 @@ class CompactionJob:
         return session.new_entry(COMPACTION, result.entry_fields())
 
     @staticmethod
-    def append(session: Session, entry: Entry, expect: Tail | None) -> None:
-        """The commit: one appended, flushed entry (D24), conditional on the planned tail (D27)."""
+    def append(session: Session, entry: Entry, expect: Tail | None, *, flush: bool = True) -> None:
+        """The commit: one appended, flushed entry (D24), conditional on the planned tail (D27).
+
+        ``flush=False`` leaves the flush (the fsync) to the caller, which runs it off the loop.
+        """
         session.add_entry(entry, expect=expect)
-        session.flush()
+        if flush:
+            session.flush()
 
 
 class BranchJob:
@@ -257,10 +261,14 @@ class BranchJob:
         )
 
     @staticmethod
-    def append(session: Session, entry: Entry, expect: Tail | None) -> None:
-        """The commit: move the leaf and append the summary there (conditional, D27)."""
+    def append(session: Session, entry: Entry, expect: Tail | None, *, flush: bool = True) -> None:
+        """The commit: move the leaf and append the summary there (conditional, D27).
+
+        ``flush=False`` leaves the flush (the fsync) to the caller, which runs it off the loop.
+        """
         session.attach_branch_summary(entry, expect=expect)
-        session.flush()
+        if flush:
+            session.flush()
 
 
 class PruneJob:

@@ -19,9 +19,12 @@ into the next event with the facts its guards read:
 * ``sleep_retry`` reports ``ok`` (-> ``wait_done``); ``run_hooks`` reports ``done``,
   ``supplied`` or ``cancelled``; the commit reports ``ok``, ``conflict`` or ``failed``.
 
-Each step is journaled (fsynced, D24), traced and announced. Entering ``committing`` fixes the
-entry to append and journals its id first, so a process killed mid-commit reopens to a settled
-operation: ``committed`` if that id is in the file, ``failed`` otherwise.
+Each step is journaled, traced and announced. Entering ``committing`` fixes the entry to append
+and journals its id first, so a process killed mid-commit reopens to a settled operation:
+``committed`` if that id is in the file, ``failed`` otherwise. Every record is written at once;
+the journal is made durable (fsynced, D24) on entering ``committing``, before the commit is
+written, and on reaching a final state, in a worker thread, as is the commit's own fsync: the
+event loop never waits for the disk (issue 9).
 
 Cancelling (:meth:`OperationRun.cancel`) records the request and fires ``cancel`` through the
 table; the row's ``stop_work`` ends the model call or wait in flight (D22). A refused step raises
@@ -210,6 +213,8 @@ class OperationRun:
     ) -> None:
         while event is not None:
             taken = self.machine.step(event, facts, self._annotate(event, facts, data))
+            if self._unsynced:
+                await self._sync_journal()
             self._report_attempt(taken)
             event = None
             for name in taken.effects:
@@ -390,7 +395,10 @@ class OperationRun:
         if self.dry_run or session is None or self._entry is None:
             return Report(outcome="ok")
         try:
-            self.job.append(session, self._entry, self._expect)
+            self.job.append(session, self._entry, self._expect, flush=False)
+            # Written; durable once flushed. The fsync runs in a worker thread while the loop
+            # goes on; nothing else changes this session until the commit has reported.
+            await anyio.to_thread.run_sync(session.flush)
         except ConflictError as error:
             self._commit_error = f"{error}; nothing was applied"
             return Report(outcome="conflict", error=self._commit_error)
@@ -444,10 +452,19 @@ class OperationRun:
                 kept["facts"] = facts_delta(step.facts)
             if step.source == "preparing":
                 kept.setdefault("reason", self.job.reason)
-            journal.record(step, operation_id=self.id, kind=self.kind, data=kept)
+            # Every step is in the file before anyone hears of it; only the phases settling
+            # needs are made durable, by _sync_journal before the step's effects (D24, issue 9).
+            journal.record(step, operation_id=self.id, kind=self.kind, data=kept, durable=False)
+            self._unsynced = step.dest == "committing" or self.machine.done
         self.ports.observe(step)
         if self.machine.done:
             self._update(_STATUS[self.state])
+
+    async def _sync_journal(self) -> None:
+        # The fsync runs in a worker thread: the event loop goes on with other sessions.
+        self._unsynced = False
+        if self.ports.journal is not None:
+            await anyio.to_thread.run_sync(self.ports.journal.sync)
 
     def _update(self, status: str) -> None:
         self.ports.events.emit("compaction_update", id=self.id, kind=self.kind, status=status)
@@ -508,6 +525,7 @@ class OperationRun:
         )
 
     _commit_error: str | None = None
+    _unsynced = False
 
 
 async def _within(seconds: float | None, call: Awaitable[T]) -> T | None:

@@ -14,10 +14,19 @@ record is one line::
 
 The file is ``<session path>.journal``. It must not end in ``.jsonl``: pi lists every ``*.jsonl``
 file in a session folder as a session. Each record is one ``os.write`` of a whole line on an
-``O_APPEND`` descriptor, so a crash leaves at most one torn line at the end. Operation records
-are fsynced before :meth:`Journal.record` returns: the record of a half-done operation is exactly
-what the next process needs to settle it, so losing it would defeat the journal. Turn and
-navigation records are not fsynced; they are history, and a crash may lose the last few.
+``O_APPEND`` descriptor, so a crash leaves at most one torn line at the end, and a record is in
+the file (visible to a reader, kept if the process is killed) as soon as :meth:`Journal.record`
+returns.
+
+Durability (surviving a power cut) is a separate step, :meth:`Journal.sync`: one fsync makes every
+record written before it durable, because they are all in the same file. By default
+:meth:`Journal.record` fsyncs operation records before returning and never turn or navigation
+records. The operation driver asks for less (issue 9): it writes every step at once but makes
+the journal durable only where settling needs it, on entering ``committing`` (before the commit is
+written, so a commit on disk always has its journaled entry id) and on reaching a final state,
+and it runs that fsync in a worker thread so that the event loop never waits for the disk. Turn
+and navigation records are not fsynced; they are history, and a power cut may lose the last few
+(a later fsync of the same journal makes them durable too).
 
 Reading is lenient (D3): a torn last line, or a damaged line in the middle, is skipped and
 reported as a :class:`~orchestrator._core.load_result.Problem`, never raised. Before appending
@@ -179,6 +188,8 @@ class _Sink(Protocol):
 
     def append(self, line: bytes, *, durable: bool) -> None: ...
 
+    def sync(self) -> None: ...
+
 
 class _FileSink:
     """The journal file. Each append opens, writes once, fsyncs when asked, and closes."""
@@ -208,7 +219,22 @@ class _FileSink:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        if durable and not self._dir_synced:
+        if durable:
+            self._sync_dir_once()
+
+    def sync(self) -> None:
+        # fsync flushes the file, not the descriptor: whatever any descriptor wrote before now.
+        if not self.exists():
+            return
+        fd = open_side_file(self.path, os.O_RDONLY, "sync the journal")
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._sync_dir_once()
+
+    def _sync_dir_once(self) -> None:
+        if not self._dir_synced:
             # The file may have been created by this process, maybe by a turn record that was
             # not fsynced: its name is durable only once the directory is. Once per journal.
             _fsync_dir(self.path.parent)
@@ -239,6 +265,9 @@ class _MemorySink:
 
     def append(self, line: bytes, *, durable: bool) -> None:
         self.buffer += line  # always whole lines: nothing in memory can tear
+
+    def sync(self) -> None:
+        pass  # nothing in memory is durable, nor claims to be
 
 
 class Journal:
@@ -304,14 +333,18 @@ class Journal:
         operation_id: str | None = None,
         kind: str | None = None,
         data: Mapping[str, Any] | None = None,
+        durable: bool | None = None,
     ) -> JournalRecord:
-        """Append one step; operation records are fsynced before this returns.
+        """Append one step; operation records are fsynced before this returns, unless told.
 
         Args:
             step: The step a machine took.
             operation_id: The operation's id; required for ``operation`` steps.
             kind: The operation's kind (``compaction``, ``branch_summary``, ``prune``).
             data: Small JSON-serializable facts about the step.
+            durable: Fsync before returning (with every record before it); ``None``: only
+                operation records. ``False`` writes the line now and leaves durability to a
+                later :meth:`sync`.
 
         Returns:
             The record written.
@@ -335,8 +368,21 @@ class Journal:
             data=dict(data or {}),
         )
         line = json.dumps(entry.as_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
-        self._sink.append(line.encode("utf-8"), durable=is_operation)
+        wanted = is_operation if durable is None else durable
+        self._sink.append(line.encode("utf-8"), durable=wanted)
         return entry
+
+    def sync(self) -> None:
+        """Make every record written so far durable (for a file: one fsync).
+
+        It touches only the file, never this object's state, so it may run in a worker thread
+        while the event loop goes on.
+
+        Raises:
+            SessionError: The journal file cannot be opened to sync it (a symbolic link...).
+            OSError: The disk refused the fsync.
+        """
+        self._sink.sync()
 
     def observer(
         self,
