@@ -106,6 +106,21 @@ class PostgresJournalSink:
             except psycopg.Error as exc:
                 raise self._fail("write the journal", exc) from exc
 
+    def sync(self) -> None:
+        """Make every record inserted so far durable.
+
+        A transaction committed synchronously waits until the write-ahead log is on disk up to
+        its commit, which covers every earlier commit made with ``synchronous_commit`` off. It
+        must have a transaction id to log a commit at all, hence ``pg_current_xact_id()``.
+        """
+        lock, conn = _shared_connection(self.url)
+        with lock:
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_current_xact_id()")
+            except psycopg.Error as exc:
+                raise self._fail("sync the journal", exc) from exc
+
 
 def postgres_journal(
     url: str,
