@@ -77,3 +77,15 @@ def test_importing_the_package_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_file_based_path_never_imports_the_database_driver() -> None:
+    # A compaction of a file goes through the runtime, the store and the journal: no psycopg.
+    code, heavy = _probe("compact", str(EXAMPLE), "--dry-run")
+    assert code == 0
+    assert "psycopg" not in heavy
+    # The same probe sees it where a database is named (the server is unreachable: exit 1).
+    code, heavy = _probe("export", "s", "--database", "postgresql://u@127.0.0.1:1/db")
+    assert code == 1
+    assert "psycopg" in heavy
