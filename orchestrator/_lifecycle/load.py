@@ -1,6 +1,6 @@
-"""Loading a machine table: TOML parsing and every load-time check.
+"""A machine table: its records (:class:`Row`, :class:`MachineDef`), parsing and every check.
 
-Split from :mod:`orchestrator._lifecycle.machine` so that each module stays small. The checks:
+:mod:`orchestrator._lifecycle.machine` steps what this module loads. The checks:
 unknown keys anywhere, an initial state that does not exist, a row naming an undeclared state, a
 state unreachable from the initial one, a trap (a non-final state with no path to a final one), a
 final state with outgoing rows, a guard not in the registry or an effect outside the machine's
@@ -11,14 +11,140 @@ rule.
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
 from orchestrator._core.errors import DefinitionError
-from orchestrator._lifecycle.guards import EFFECTS, Guard
-from orchestrator._lifecycle.machine import NAME as _NAME
-from orchestrator._lifecycle.machine import MachineDef, Row
+from orchestrator._lifecycle.guards import EFFECTS, GUARDS, Facts, Guard
+
+NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+"""What a machine, state or event name looks like."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """One transition row of a table.
+
+    Attributes:
+        index: Position in the file, from 0; earlier rows win.
+        sources: States the row applies to.
+        event: The event it answers.
+        dest: The state it moves to.
+        guards: Guard names that must all hold.
+        unless: Guard names that must all fail.
+        effects: Effect names the driver performs, in order.
+        doc: Why the row exists.
+    """
+
+    index: int
+    sources: tuple[str, ...]
+    event: str
+    dest: str
+    guards: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+    effects: tuple[str, ...] = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class MachineDef:
+    """A validated machine table.
+
+    Attributes:
+        name: The machine's name (``turn``, ``operation``, ``navigation``).
+        source: Where the table came from, for messages.
+        doc: What the machine is for.
+        initial: The initial state.
+        final: The final states.
+        states: State name to its explanation, in file order.
+        rows: The transition rows, in file order.
+        guards: The guard registry the rows were checked against.
+    """
+
+    name: str
+    source: str
+    doc: str
+    initial: str
+    final: frozenset[str]
+    states: Mapping[str, str]
+    rows: tuple[Row, ...]
+    guards: Mapping[str, Guard]
+
+    @classmethod
+    def load(
+        cls,
+        path: Path,
+        *,
+        guards: Mapping[str, Guard] = GUARDS,
+        effects: Iterable[str] | None = None,
+    ) -> MachineDef:
+        """Read and validate one table file.
+
+        Args:
+            path: The TOML file.
+            guards: The guard registry; defaults to :data:`orchestrator._lifecycle.guards.GUARDS`.
+            effects: The allowed effect names; defaults to the vocabulary registered in
+                :data:`orchestrator._lifecycle.guards.EFFECTS` under the table's machine name.
+
+        Returns:
+            The validated definition.
+
+        Raises:
+            DefinitionError: The file is unreadable or breaks a rule; the message names the file.
+        """
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DefinitionError(f"{path}: cannot read: {exc}") from exc
+        return cls.parse(text, source=str(path), guards=guards, effects=effects)
+
+    @classmethod
+    def parse(
+        cls,
+        text: str,
+        *,
+        source: str = "<string>",
+        guards: Mapping[str, Guard] = GUARDS,
+        effects: Iterable[str] | None = None,
+    ) -> MachineDef:
+        """Validate a table given as TOML text. Same contract as :meth:`load`.
+
+        Returns:
+            The validated definition.
+
+        Raises:
+            DefinitionError: The text breaks a rule.
+        """
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise DefinitionError(f"{source}: not valid TOML: {exc}") from exc
+        return build(data, source=source, guards=guards, effects=effects)
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        """Every event the table names, in order of first appearance."""
+        return tuple(dict.fromkeys(row.event for row in self.rows))
+
+    def rows_for(self, state: str, event: str) -> tuple[Row, ...]:
+        """Return the rows answering ``event`` in ``state``, in file order."""
+        return tuple(r for r in self.rows if r.event == event and state in r.sources)
+
+    def holds(self, row: Row, facts: Facts) -> bool:
+        """Return whether every guard of ``row`` holds and every ``unless`` guard fails."""
+        return all(self.guards[g](facts) for g in row.guards) and not any(
+            self.guards[g](facts) for g in row.unless
+        )
+
+    def select(self, state: str, event: str, facts: Facts) -> Row | None:
+        """Return the row that ``event`` takes in ``state``, or None when it is refused."""
+        return next((r for r in self.rows_for(state, event) if self.holds(r, facts)), None)
+
 
 _TOP_KEYS = frozenset({"machine", "states", "transitions"})
 _MACHINE_KEYS = frozenset({"name", "initial", "final", "doc"})
@@ -131,7 +257,7 @@ def build(
 
 def _usable(name: str) -> bool:
     return (
-        _NAME.match(name) is not None
+        NAME.match(name) is not None
         and name not in _RESERVED
         and not name.startswith(_RESERVED_PREFIXES)
     )

@@ -46,52 +46,25 @@
 # States and events are plain strings here rather than enums: the table is the source of truth,
 # and an enum built at runtime from it would give no static checking anyway.
 #
-# Size. The loader's checks live at the bottom of this module, which puts it past the 400-line
-# soft cap; they would move cleanly into their own ``_machine_load.py`` if it grows further.
+# Layout. The table's records (``Row``, ``MachineDef``) live with the parser and the load-time
+# checks in :mod:`orchestrator._lifecycle.load`, so that parsing a table and the records it builds
+# are one module and nothing imports back; this module re-exports them.
 
 from __future__ import annotations
 
-import re
-import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from transitions import Machine
 
 from orchestrator._core.errors import DefinitionError, TransitionError
 from orchestrator._core.resources import data_dir
-from orchestrator._lifecycle.guards import GUARDS, Facts, Guard
-
-NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
-"""What a machine, state or event name looks like."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Row:
-    """One transition row of a table.
-
-    Attributes:
-        index: Position in the file, from 0; earlier rows win.
-        sources: States the row applies to.
-        event: The event it answers.
-        dest: The state it moves to.
-        guards: Guard names that must all hold.
-        unless: Guard names that must all fail.
-        effects: Effect names the driver performs, in order.
-        doc: Why the row exists.
-    """
-
-    index: int
-    sources: tuple[str, ...]
-    event: str
-    dest: str
-    guards: tuple[str, ...] = ()
-    unless: tuple[str, ...] = ()
-    effects: tuple[str, ...] = ()
-    doc: str = ""
+from orchestrator._lifecycle.guards import Facts, Guard
+from orchestrator._lifecycle.load import NAME as NAME
+from orchestrator._lifecycle.load import MachineDef as MachineDef
+from orchestrator._lifecycle.load import Row as Row
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,105 +89,6 @@ class Step:
 
 
 Observer = Callable[[Step], None]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class MachineDef:
-    """A validated machine table.
-
-    Attributes:
-        name: The machine's name (``turn``, ``operation``, ``navigation``).
-        source: Where the table came from, for messages.
-        doc: What the machine is for.
-        initial: The initial state.
-        final: The final states.
-        states: State name to its explanation, in file order.
-        rows: The transition rows, in file order.
-        guards: The guard registry the rows were checked against.
-    """
-
-    name: str
-    source: str
-    doc: str
-    initial: str
-    final: frozenset[str]
-    states: Mapping[str, str]
-    rows: tuple[Row, ...]
-    guards: Mapping[str, Guard]
-
-    @classmethod
-    def load(
-        cls,
-        path: Path,
-        *,
-        guards: Mapping[str, Guard] = GUARDS,
-        effects: Iterable[str] | None = None,
-    ) -> MachineDef:
-        """Read and validate one table file.
-
-        Args:
-            path: The TOML file.
-            guards: The guard registry; defaults to :data:`orchestrator._lifecycle.guards.GUARDS`.
-            effects: The allowed effect names; defaults to the vocabulary registered in
-                :data:`orchestrator._lifecycle.guards.EFFECTS` under the table's machine name.
-
-        Returns:
-            The validated definition.
-
-        Raises:
-            DefinitionError: The file is unreadable or breaks a rule; the message names the file.
-        """
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise DefinitionError(f"{path}: cannot read: {exc}") from exc
-        return cls.parse(text, source=str(path), guards=guards, effects=effects)
-
-    @classmethod
-    def parse(
-        cls,
-        text: str,
-        *,
-        source: str = "<string>",
-        guards: Mapping[str, Guard] = GUARDS,
-        effects: Iterable[str] | None = None,
-    ) -> MachineDef:
-        """Validate a table given as TOML text. Same contract as :meth:`load`.
-
-        Returns:
-            The validated definition.
-
-        Raises:
-            DefinitionError: The text breaks a rule.
-        """
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise DefinitionError(f"{source}: not valid TOML: {exc}") from exc
-        # The parser and the load-time checks live in their own module; it builds MachineDef,
-        # so it is imported here rather than at the top (the two modules refer to each other).
-        from orchestrator._lifecycle.load import build
-
-        return build(data, source=source, guards=guards, effects=effects)
-
-    @property
-    def events(self) -> tuple[str, ...]:
-        """Every event the table names, in order of first appearance."""
-        return tuple(dict.fromkeys(row.event for row in self.rows))
-
-    def rows_for(self, state: str, event: str) -> tuple[Row, ...]:
-        """Return the rows answering ``event`` in ``state``, in file order."""
-        return tuple(r for r in self.rows if r.event == event and state in r.sources)
-
-    def holds(self, row: Row, facts: Facts) -> bool:
-        """Return whether every guard of ``row`` holds and every ``unless`` guard fails."""
-        return all(self.guards[g](facts) for g in row.guards) and not any(
-            self.guards[g](facts) for g in row.unless
-        )
-
-    def select(self, state: str, event: str, facts: Facts) -> Row | None:
-        """Return the row that ``event`` takes in ``state``, or None when it is refused."""
-        return next((r for r in self.rows_for(state, event) if self.holds(r, facts)), None)
 
 
 def step(defn: MachineDef, state: str, event: str, facts: Facts) -> Step:
