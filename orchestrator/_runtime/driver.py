@@ -25,7 +25,7 @@ the same :func:`~orchestrator._lifecycle.machine.step` with the effects as activ
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +157,23 @@ class Interpreter:
         """Perform one effect of the table and return its report."""
         return await self._effects[name]()
 
+    def perform_now(self, name: str) -> Report | None:
+        """Perform an effect that completes without waiting, from a synchronous call (``close``).
+
+        Raises:
+            RuntimeError: The effect waited for something (a driver bug: such an effect cannot
+                run from a synchronous call).
+        """
+        work = self._effects[name]()
+        assert isinstance(work, Coroutine)
+        coroutine: Coroutine[Any, Any, Report | None] = work
+        try:
+            coroutine.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        coroutine.close()
+        raise RuntimeError(f"{self.defn.name} effect {name} waited inside a synchronous call")
+
     # -- interrupts -------------------------------------------------------------------------------
 
     def interrupt(self, event: str) -> None:
@@ -168,12 +185,30 @@ class Interpreter:
         """The oldest pending interrupt, if any (removed)."""
         return self._pending.pop(0) if self._pending else None
 
+    def take_listed_interrupt(self) -> str | None:
+        """The oldest pending interrupt the table lists in the current state, if any.
+
+        Interrupts before it that the table does not list here are dropped: a request with no
+        row in this state means nothing now (an abort that arrives once the turn has ended).
+        """
+        while self._pending:
+            event = self._pending.pop(0)
+            if self.listed(event):
+                return event
+        return None
+
+    def _wanted(self) -> bool:
+        return any(self.listed(event) for event in self._pending)
+
     def drop_interrupts(self) -> None:
         """Forget pending interrupts (the run that they were meant for has ended)."""
         self._pending.clear()
 
     async def in_flight(self, group: TaskGroup, work: Effect) -> Report | None:
         """Run an awaiting effect in a child task until it reports or an interrupt arrives.
+
+        Only an interrupt the table lists in the current state ends the wait; one it does not
+        list leaves the effect to report.
 
         Returns:
             The effect's report, or ``None`` when an interrupt arrived first (the effect then
@@ -191,9 +226,9 @@ class Interpreter:
 
         self._in_flight = flight
         group.start_soon(run)
-        while not flight.done.is_set() and not self._pending:
+        while not flight.done.is_set() and not self._wanted():
             self._wake = anyio.Event()
-            if flight.done.is_set() or self._pending:
+            if flight.done.is_set() or self._wanted():
                 break
             await self._wake.wait()
         if flight.done.is_set():
