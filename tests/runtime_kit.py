@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from orchestrator._core.model import ModelResponse
@@ -41,6 +41,7 @@ class Kit:
         runtime_settings: RuntimeSettings | None = None,
         session: Session | None = None,
         journal: Journal | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         counter = itertools.count(1)
         self.clock = FakeClock()
@@ -63,7 +64,7 @@ class Kit:
             summarizer=self.summarizer,
             settings=runtime_settings or settings(),
             journal=self.journal,
-            sleep=self.clock.sleep,
+            sleep=sleep or self.clock.sleep,
             clock_ms=lambda: next(self.ms),
         )
         self.events: list[Event] = []

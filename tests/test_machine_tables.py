@@ -32,7 +32,7 @@ def test_threshold_path_prunes_compacts_and_auto_continues_once() -> None:
     done = turn.fire("compaction_done", Facts(auto_continue=True))
     assert (done.dest, done.effects) == (
         "continuing",
-        ("emit_compaction_end", "append_continue_message"),  # D20
+        ("emit_compaction_end", "append_continue_message", "resume_turn"),  # D20
     )
     assert turn.fire("resume").effects == ("call_agent",)
     # D19: still over the threshold in the same turn, but no second automatic compaction.
@@ -73,7 +73,7 @@ def test_overflow_recovers_once_then_fails() -> None:
         ("drop_failed_reply", "start_overflow_compaction"),
     )
     retry = turn.fire("compaction_done", Facts(will_retry=True, auto_continue=False))
-    assert (retry.dest, retry.effects) == ("continuing", ("emit_compaction_end",))
+    assert (retry.dest, retry.effects) == ("continuing", ("emit_compaction_end", "resume_turn"))
     turn.fire("resume")
     second = turn.fire("overflow", Facts(overflow_attempted=True))
     assert (second.dest, second.effects) == ("idle", ("emit_overflow_failed",))

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from orchestrator._core.errors import Cancelled, SessionError
-from orchestrator._runtime.turn_effects import OVERFLOW_FAILED
+from orchestrator._runtime.replies import OVERFLOW_FAILED
 from orchestrator.testing import AgentHang, Hang, error_reply, reply
 from tests.runtime_kit import BIG, HangingSleep, Kit, settings, summary, until
 
@@ -205,9 +205,8 @@ async def test_fatal_error_ends_the_turn_without_retry() -> None:
 
 
 async def test_d22_abort_during_retry_wait_cancels_only_the_wait() -> None:
-    kit = Kit(turns=[[error_reply("502 bad gateway")], [reply("never")]])
     sleeper = HangingSleep()
-    kit.runtime._sleep = sleeper
+    kit = Kit(turns=[[error_reply("502 bad gateway")], [reply("never")]], sleep=sleeper)
     async with anyio.create_task_group() as group:
         group.start_soon(kit.runtime.prompt, "hi")
         await until(lambda: kit.runtime.state == "retrying")

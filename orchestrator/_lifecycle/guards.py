@@ -157,6 +157,7 @@ _TURN_EFFECTS = {
     "sleep_retry": "wait before retrying the agent (cancellable, D22)",
     "cancel_retry_wait": "cancel the retry wait only (D22)",
     "append_continue_message": "append the 'auto-continue' custom_message entry (D20)",
+    "resume_turn": "report that the agent may go on; the 'resume' row calls it (D18, D20)",
     "start_manual_compaction": "run one manual compaction operation; the turn is not resumed",
     "report_manual_result": "hand the manual compaction's outcome (or error) to its caller",
     "close_session": "release the session (flush, unlock)",

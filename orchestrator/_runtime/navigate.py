@@ -18,7 +18,9 @@ operation and waits for it to settle, so history and leaf stay as they were (D22
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,10 +36,12 @@ from orchestrator._runtime.navigation import NavigationTarget, apply_navigation,
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.types import ForkResult, NavigationResult, OperationOutcome
-from orchestrator._store.fork import branched_session, fork_target
+from orchestrator._store.fork import branched_session, fork_path, fork_target
+from orchestrator._store.jsonl import JsonlStore
+from orchestrator._store.memory import MemoryStore
 from orchestrator._store.protocol import SessionStore
 
-__all__ = ["BUSY", "ForkResult", "NavigationResult", "Navigator", "fork"]
+__all__ = ["BUSY", "ForkResult", "NavigationResult", "Navigator", "fork", "fork_to"]
 
 BUSY = "Cannot navigate while the agent is working; wait for the turn to end or abort it"
 
@@ -347,6 +351,41 @@ class Navigator:
             oldLeafId=request.old_leaf,
             summaryEntryId=summary_entry["id"] if summary_entry else None,
         )
+
+
+async def fork_to(
+    ports: Ports, entry_id: str, path: str | os.PathLike[str] | None, *, owner: str
+) -> ForkResult:
+    """Fork into a new file (default: beside the session; in memory for an in-memory session).
+
+    The new file is owned by ``owner`` from before it exists (D27), and let go again when a hook
+    cancels the fork.
+
+    Raises:
+        SessionError: ``Invalid entry ID for forking``, or the target file exists.
+    """
+    session = ports.session
+    assert session is not None, "forking needs a session"
+    store: SessionStore
+    if path is None and isinstance(session.store, MemoryStore):
+        store = MemoryStore()
+    else:
+        target = Path(path) if path is not None else fork_path(session.store.location)
+        if target.exists():
+            raise SessionError(f"{target}: already exists")
+        store = JsonlStore(target)
+        store.own(owner)
+        if target.exists():  # created by someone else in between
+            store.close()
+            raise SessionError(f"{target}: already exists")
+    try:
+        result = await fork(ports, entry_id, store)
+    except BaseException:
+        store.close()
+        raise
+    if result.session is None:
+        store.close()  # cancelled by a hook: nothing was written, let go of the new file
+    return result
 
 
 async def fork(ports: Ports, entry_id: str, store: SessionStore) -> ForkResult:

@@ -2,13 +2,14 @@
 
 The turn driver, the operation runner and the navigator take this record instead of the
 session object, so none of them can reach into another's state (house style habit 17). Each
-field is one kind of I/O: the session store, the summary models, the hooks, the event stream,
-the lifecycle journal, the tracer, the clock, the sleep used for waits, and the id source.
+field is one kind of I/O: the session store, the agent, the summary models, the hooks, the event
+stream, the lifecycle journal, the tracer, the clock, the sleep used for waits, and the id source.
 Tests instrument exactly these to check that nothing happens outside the table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,18 +17,46 @@ from typing import Any
 
 import anyio
 
+from orchestrator._core.model import Model
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
+from orchestrator._models.offline import OfflineSummarizer
+from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session, wall_clock_ms
+from orchestrator._telemetry.traced_model import TracedModel
 from orchestrator._telemetry.tracing import LifecycleTracer
 
 
 def random_operation_id() -> str:
     """Twelve random hex digits."""
     return uuid.uuid4().hex[:12]
+
+
+def default_routes(agent: Agent | None, settings: RuntimeSettings) -> SummaryRoutes:
+    """The current model route: the agent's own (a ``ChatAgent``'s), else the offline one."""
+    model = getattr(agent, "model", None)
+    route = model if isinstance(model, Model) else OfflineSummarizer()
+    return SummaryRoutes(
+        candidates=(route,),
+        reserve_tokens=settings.compaction.reserve_tokens,
+        retry=settings.retry,
+    )
+
+
+def traced_routes(
+    routes: SummaryRoutes, tracer: LifecycleTracer, *, short_summary: bool
+) -> SummaryRoutes:
+    """The routes with each model wrapped in a span carrying the GenAI attributes."""
+    return dataclasses.replace(
+        routes,
+        candidates=tuple(TracedModel(m, tracer) for m in routes.candidates),
+        remote=TracedModel(routes.remote, tracer) if routes.remote is not None else None,
+        short_summary=routes.short_summary or short_summary,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +66,7 @@ class Ports:
     Attributes:
         session: The session (store, tree, live context); ``None`` for a summary of a bare plan.
         routes: The summary models and their retry policy.
+        agent: Runs the agent's turns (``None``: this session only compacts and navigates).
         hooks: The hook registry (D25).
         events: The event stream.
         journal: The lifecycle journal (``None``: not journaled, as for a dry run).
@@ -52,6 +82,7 @@ class Ports:
 
     session: Session | None
     routes: SummaryRoutes
+    agent: Agent | None = None
     hooks: Hooks = field(default_factory=Hooks)
     events: EventBus = field(default_factory=EventBus)
     journal: Journal | None = None

@@ -1,0 +1,128 @@
+"""What an agent's reply means to the turn machine, and the words of its compaction events.
+
+Pure functions: the turn driver's ``call_agent`` effect hands the last reply of a run to
+:func:`classify`, which reports the outcome (``ok``, ``overflow``, ``truncated``, ``transient``,
+``fatal``) and the measurements the guards read. Whether that means prune, compact, retry or stop
+is the table's choice, not this module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator._core.classify import (
+    is_context_overflow_text,
+    is_transient_text,
+    retry_after_from_text,
+    silent_overflow,
+)
+from orchestrator._core.entries import Message
+from orchestrator._core.model import Usage
+from orchestrator._core.tokens import calculate_context_tokens, should_compact
+from orchestrator._runtime.retry import RetryPolicy
+from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
+
+OVERFLOW_FAILED = (
+    "Context overflow recovery failed after one compact-and-retry attempt. "
+    "Try reducing context or switching to a larger-context model."
+)
+AUTO_CONTINUE_TYPE = "auto-continue"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """How a run of the agent ended.
+
+    Attributes:
+        outcome: ``ok``, ``overflow``, ``truncated``, ``transient`` or ``fatal``.
+        error: The failure as one line (``""`` when there is none).
+        over_threshold: The context is over the compaction threshold after the reply.
+        context_full: A reply cut off by the length limit came back with the context full.
+        retries_ended: A retry streak ended here: ``True`` in success, ``False`` in failure,
+            ``None`` when the streak goes on (or there was none).
+    """
+
+    outcome: str
+    error: str = ""
+    over_threshold: bool = False
+    context_full: bool = False
+    retries_ended: bool | None = None
+
+
+def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -> Verdict:
+    """Name what the last assistant reply of an agent run means.
+
+    Args:
+        reply: The last assistant message (``None``: the agent replied nothing).
+        settings: The context window and compaction settings.
+        stale: The reply is older than the latest compaction (its usage measured a context that
+            no longer exists).
+
+    Returns:
+        The outcome and what the guards read.
+    """
+    if reply is None:
+        return Verdict(outcome="ok")
+    stop = reply.get("stopReason")
+    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+    window = settings.context_window
+    if stop == "error":
+        error = str(reply.get("errorMessage") or "Unknown error")
+        if is_context_overflow_text(error):
+            return Verdict(outcome="overflow", error=error)
+        if is_transient_text(error):
+            return Verdict(outcome="transient", error=error)
+        return Verdict(outcome="fatal", error=error, retries_ended=False)
+    if usage and silent_overflow(_usage(usage), window, str(stop)):
+        error = "context overflow (usage exceeds the context window)"
+        return Verdict(outcome="overflow", error=error, retries_ended=True)
+    tokens = calculate_context_tokens(usage) if usage else 0
+    over = not stale and should_compact(tokens, window, settings.compaction)
+    if stop == "length":
+        error = "reply stopped by the length limit with the context full"
+        return Verdict(
+            outcome="truncated",
+            error=error,
+            over_threshold=over,
+            context_full=over,
+            retries_ended=True,
+        )
+    return Verdict(outcome="ok", over_threshold=over, retries_ended=True)
+
+
+def retry_delay_ms(policy: RetryPolicy, retries_done: int, error: str) -> int:
+    """The wait before retrying the agent: ``baseDelayMs * 2^n``, raised to a retry-after hint."""
+    delay = int(policy.base_delay_ms * 2**retries_done)
+    hint = retry_after_from_text(error)
+    if hint is not None:
+        delay = max(delay, int(hint * 1000))
+    return delay
+
+
+def end_payload(outcome: OperationOutcome | None) -> dict[str, Any]:
+    """The ``auto_compaction_end`` fields every ending shares."""
+    result = None
+    if outcome is not None and outcome.result is not None:
+        result = {
+            "summary": outcome.result.summary,
+            "firstKeptEntryId": outcome.result.first_kept_entry_id,
+            "tokensBefore": outcome.result.tokens_before,
+            "details": outcome.result.details,
+        }
+    return {"result": result, "aborted": False, "willRetry": False}
+
+
+def outcome_error(outcome: OperationOutcome | None) -> str:
+    """The failed compaction's error as one line."""
+    return outcome.error if outcome is not None and outcome.error else "compaction failed"
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    return Usage(
+        input=int(usage.get("input") or 0),
+        output=int(usage.get("output") or 0),
+        cache_read=int(usage.get("cacheRead") or 0),
+        cache_write=int(usage.get("cacheWrite") or 0),
+    )

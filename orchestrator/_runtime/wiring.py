@@ -1,0 +1,67 @@
+"""The parts of an agent session, built over one ports record.
+
+The turn driver, the operation runner and the navigator each take the ports record, never the
+session façade. When the façade's ports change (new summary routes, settings, session or agent),
+:func:`wire` builds a new operation runner and navigator over them and points the existing turn
+driver at them, so the turn machine keeps its state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
+
+from orchestrator._runtime.navigate import Navigator
+from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.turn import TurnDriver
+from orchestrator._runtime.types import RuntimeSettings
+
+
+class Parts(NamedTuple):
+    """What a session's requests are handed to."""
+
+    ports: Ports
+    operations: OperationRunner
+    turn: TurnDriver
+    navigator: Navigator
+
+
+def wire(ports: Ports, settings: RuntimeSettings, turn: TurnDriver | None = None) -> Parts:
+    """Build the parts over ``ports`` (keeping ``turn``, rewired, when there is one)."""
+    operations = OperationRunner(ports, settings.compaction)
+    driver = turn or TurnDriver(ports, operations, settings)
+    navigator = Navigator(
+        ports,
+        operations,
+        branch_reserve_tokens=settings.branch_reserve_tokens,
+        turn_running=lambda: driver.busy,
+    )
+    driver.rewire(ports, operations, settings, navigating=lambda: navigator.running)
+    return Parts(ports=ports, operations=operations, turn=driver, navigator=navigator)
+
+
+T = TypeVar("T")
+
+
+class Wired(Protocol):
+    """What holds the parts: its ports, and how it rebuilds them."""
+
+    ports: Ports
+
+    def _wire(self, routes: SummaryRoutes) -> None: ...
+
+
+class Rewires(Generic[T]):
+    """An attribute whose assignment rebuilds the ports; the parts use them from the next effect."""
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = f"_{name}"
+
+    def __get__(self, holder: Wired | None, owner: type[Any] | None = None) -> T:
+        # On the class itself (``help()``, introspection) the descriptor stands for itself.
+        return cast("T", self if holder is None else getattr(holder, self.name))
+
+    def __set__(self, holder: Wired, value: T) -> None:
+        setattr(holder, self.name, value)
+        holder._wire(holder.ports.routes)
