@@ -11,19 +11,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator._store.locations import URL_SCHEMES as URL_SCHEMES
+from orchestrator._store.locations import is_database_url as is_database_url
 from orchestrator._store.protocol import SessionStore
 
 if TYPE_CHECKING:
     # Annotations only: the journal loads the machine tables (transitions), a store does not.
     from orchestrator._store.journal import Journal
     from orchestrator._store.postgres import PostgresStore
-
-URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_database_url(location: str | os.PathLike[str]) -> bool:
-    """Whether ``location`` is a PostgreSQL URL rather than a file path."""
-    return isinstance(location, str) and location.startswith(URL_SCHEMES)
 
 
 def open_store(location: str | os.PathLike[str], session_id: str | None = None) -> SessionStore:

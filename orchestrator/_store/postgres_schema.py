@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from orchestrator._core.errors import SessionError
-from orchestrator._store.factory import is_database_url
+from orchestrator._store.locations import is_database_url
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _CONNECT_TIMEOUT_S = 10
