@@ -149,6 +149,26 @@ async def test_one_client_serves_every_call_of_a_route_until_closed(
     await model.aclose()  # twice is fine
 
 
+async def test_one_route_has_no_cap_on_calls_in_flight(provider: LocalProvider) -> None:
+    """Issue 9: past httpx's default pool of 100, calls waited for a free connection."""
+    count = 120
+    provider.push(*(Reply.hang(then=Reply.remote("ok")) for _ in range(count)))
+    texts: list[str] = []
+    async with remote(provider) as model:
+
+        async def call() -> None:
+            texts.append((await model.complete(REQUEST)).text)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(count):
+                    tg.start_soon(call)
+                while len(provider.requests) < count:  # every call is at the server at once
+                    await anyio.sleep(0.01)
+                provider.release()
+    assert texts == ["ok"] * count
+
+
 def test_a_second_event_loop_gets_a_client_of_its_own(provider: LocalProvider) -> None:
     model = remote(provider)
     clients = []

@@ -195,7 +195,7 @@ class LocalProvider:
 
     def start(self) -> LocalProvider:
         """Bind a random port on 127.0.0.1 and serve in a daemon thread."""
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        server = _Server(("127.0.0.1", 0), _make_handler(self))
         server.daemon_threads = True
         self._server = server
         # A short poll interval: stop() waits for serve_forever to notice, once per test.
@@ -238,6 +238,12 @@ class LocalProvider:
             self._released.wait()
         elif reply.delay > 0:
             self._stopping.wait(min(reply.delay, MAX_DELAY))
+
+
+class _Server(ThreadingHTTPServer):
+    # Many clients may connect at once (the concurrency benchmark, the pool test): the stdlib's
+    # listen backlog of 5 would drop their connection attempts and delay them by seconds.
+    request_queue_size = 1024
 
 
 def _make_handler(provider: LocalProvider) -> type[BaseHTTPRequestHandler]:

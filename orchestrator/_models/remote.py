@@ -98,7 +98,12 @@ class RemoteSummaryModel:
         if self._client is None or self._client_loop != loop:
             # The old client's connections belong to another (usually finished) event loop and
             # cannot be closed from this one; dropping it lets the garbage collector close them.
-            self._client = httpx.AsyncClient(timeout=self._timeout)
+            # No cap on connections: httpx's default of 100 made the 101st concurrent summary
+            # wait for a free connection, and its pool's bookkeeping grows with the waiters (1,000
+            # sessions compacting at once through one route took minutes, issue 9). How many
+            # calls run at once is the callers' business (one per compacting session).
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+            self._client = httpx.AsyncClient(timeout=self._timeout, limits=limits)
             self._client_loop = loop
         return self._client
 
