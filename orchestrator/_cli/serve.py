@@ -32,6 +32,7 @@ from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._runtime.agent import Agent, ChatAgent
+from orchestrator._runtime.gc_policy import freeze_after_full_collections
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
 from orchestrator._runtime.types import RuntimeSettings
 
@@ -192,6 +193,8 @@ def _serve(args: argparse.Namespace) -> int:
         _say(API_KEY_VISIBLE)
     hub = SessionHub(_options(args, api_key))
     server = RpcServer(hub, log=_say)
+    # A server holds many sessions for long: the collector stops re-walking them (issue 9).
+    policy = freeze_after_full_collections()
     try:
         anyio.run(_run, args, hub, server, host, token, token_file)
     except KeyboardInterrupt:
@@ -200,6 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
         _say(str(refused))
         return refused.code
     finally:
+        policy.uninstall()
         if made and token_file is not None:
             access.remove_token_file(token_file)
     return 0

@@ -36,6 +36,7 @@ from orchestrator._rpc.protocol import (
 )
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import Event
+from orchestrator._runtime.gc_policy import POLICY
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
@@ -238,6 +239,7 @@ class SessionHub:
         slot = self._slots.pop(session_id)
         slot.unsubscribe()
         slot.runtime.close()
+        POLICY.released()  # its cycles, if frozen, are collected at the next full collection
         for _, peer in self._listeners:
             if peer is not None:
                 peer.topics.discard(session_id)

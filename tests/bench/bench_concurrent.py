@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.bench.bench_core import write_session  # noqa: E402
 
+GC_POLICY = os.environ.get("BENCH_GC_POLICY", "1") == "1"
 CONNECTIONS = 16
 PER_CONNECTION = 64  # the server's default max_in_flight
 
@@ -63,12 +64,8 @@ PER_CONNECTION = 64  # the server's default max_in_flight
 
 def serve_provider(latency: float, count: int) -> None:
     """Child process: the local provider server answering ``count`` summaries after ``latency``."""
-    from http.server import ThreadingHTTPServer
-
     from orchestrator._models.provider_server import LocalProvider, Reply
 
-    # A thousand clients connect at once: the stdlib default backlog of 5 would drop SYNs.
-    ThreadingHTTPServer.request_queue_size = 4096
     provider = LocalProvider(tuple(Reply.remote(_SUMMARY, delay=latency) for _ in range(count)))
     provider.start()
     print(provider.url, flush=True)
@@ -171,6 +168,7 @@ class GcMeter:
     def __init__(self) -> None:
         self.seconds = 0.0
         self.full = 0
+        self.by_generation = [0.0, 0.0, 0.0]
         self._start = 0.0
         gc.callbacks.append(self._callback)
 
@@ -178,12 +176,17 @@ class GcMeter:
         if phase == "start":
             self._start = time.perf_counter()
         else:
-            self.seconds += time.perf_counter() - self._start
+            spent = time.perf_counter() - self._start
+            self.seconds += spent
+            self.by_generation[info["generation"]] += spent
             self.full += info["generation"] == 2
 
     def take(self) -> str:
-        text = f"gc {self.seconds:.2f} s ({self.full} full)"
-        self.seconds, self.full = 0.0, 0
+        young, middle, full = self.by_generation
+        text = (
+            f"gc {self.seconds:.2f} s ({young:.2f} + {middle:.2f} + {full:.2f} in {self.full} full)"
+        )
+        self.seconds, self.full, self.by_generation = 0.0, 0, [0.0, 0.0, 0.0]
         return text
 
 
@@ -255,6 +258,10 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
     from orchestrator._runtime.session import AgentSession
 
     routes = provider.routes()
+    if GC_POLICY:
+        from orchestrator._runtime.gc_policy import freeze_after_full_collections
+
+        freeze_after_full_collections()
     meter = LagMeter()
     runtimes: list[Any] = []
     latencies: list[float] = []

@@ -1,0 +1,68 @@
+"""The garbage-collection policy of a long-running process that holds many sessions (issue 9).
+
+Theory of operation. CPython's cyclic collector walks every container object of a generation
+on each of its passes. A server holding a thousand open sessions keeps millions of dicts and
+lists alive for good, and each full collection walks all of them again (seconds at a thousand
+sessions, during which the event loop stands still). None of those objects ever take part in a
+cycle that dies: they are JSON values, freed by reference counting when a session closes.
+
+The policy: right after a full collection, :func:`gc.freeze` moves every survivor to the
+permanent generation, which the collector never walks. Freezing right after a collection is what
+makes it safe: what is frozen was reachable a moment ago, so no garbage is frozen with it, and
+the next full collection walks only what was allocated since (and comes later, since CPython
+waits for the survivors of the young generations to grow by a quarter of the frozen size).
+Reference counting still frees frozen objects as usual; only a cycle that dies after being
+frozen waits, so :meth:`GcPolicy.released` (a server calls it when it closes a session) unfreezes
+everything, and the next full collection, whenever CPython runs it, collects such cycles and
+freezes the survivors again.
+
+Nothing here runs unless a program asks: a library must not change its host's collector.
+``orchestrator serve`` installs it; an embedding server can call
+:func:`freeze_after_full_collections`.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+
+class GcPolicy:
+    """Freeze the survivors of every full collection; unfreeze when sessions are released."""
+
+    def __init__(self) -> None:
+        self.installed = False
+        self.freezes = 0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "stop" and info.get("generation") == 2:
+            gc.freeze()
+            self.freezes += 1
+
+    def install(self) -> None:
+        """Start freezing after each full collection (idempotent)."""
+        if not self.installed:
+            gc.callbacks.append(self._callback)
+            self.installed = True
+
+    def uninstall(self) -> None:
+        """Stop, and give every frozen object back to the collector (idempotent)."""
+        if self.installed:
+            gc.callbacks.remove(self._callback)
+            self.installed = False
+            gc.unfreeze()
+
+    def released(self) -> None:
+        """Sessions were closed: let the next full collection look at everything once more."""
+        if self.installed:
+            gc.unfreeze()
+
+
+POLICY = GcPolicy()
+"""The process's policy (the collector is one per process)."""
+
+
+def freeze_after_full_collections() -> GcPolicy:
+    """Install the policy for this process and return it (see the module comment)."""
+    POLICY.install()
+    return POLICY

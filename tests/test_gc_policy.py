@@ -1,0 +1,85 @@
+"""The collector policy of a server (issue 9): freeze the survivors of each full collection."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator._runtime.gc_policy import GcPolicy
+
+
+class Node:
+    """An object that can sit in a reference cycle and be watched with a weak reference."""
+
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def cycle() -> tuple[Node, weakref.ref[Node]]:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return a, weakref.ref(a)
+
+
+@pytest.fixture
+def policy() -> Iterator[GcPolicy]:
+    gc.collect()
+    gc.unfreeze()
+    installed = GcPolicy()
+    installed.install()
+    installed.install()  # idempotent
+    try:
+        yield installed
+    finally:
+        installed.uninstall()
+        installed.uninstall()  # idempotent
+
+
+def test_survivors_of_a_full_collection_are_frozen_and_garbage_is_not(policy: GcPolicy) -> None:
+    kept, _ = cycle()
+    dropped, dropped_ref = cycle()
+    del dropped
+    gc.collect()
+    assert dropped_ref() is None  # garbage is collected before anything is frozen
+    assert policy.freezes == 1
+    assert gc.get_freeze_count() > 0
+    assert kept.other is not None
+
+
+def test_a_cycle_that_dies_while_frozen_waits_for_released(policy: GcPolicy) -> None:
+    node, ref = cycle()
+    gc.collect()  # node survives: frozen
+    del node
+    gc.collect()
+    assert ref() is not None  # frozen: the collector does not look at it
+    policy.released()  # a server closed sessions
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None
+
+
+def test_uninstall_gives_everything_back_and_stops_freezing() -> None:
+    policy = GcPolicy()
+    policy.install()
+    gc.collect()
+    assert gc.get_freeze_count() > 0
+    policy.uninstall()
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert gc.get_freeze_count() == 0
+    policy.released()  # not installed: nothing to do
+    assert gc.get_freeze_count() == 0
+
+
+def test_young_collections_freeze_nothing(policy: GcPolicy) -> None:
+    gc.disable()  # no automatic full collection in between
+    try:
+        gc.collect(0)
+        gc.collect(1)
+    finally:
+        gc.enable()
+    assert policy.freezes == 0
+    assert gc.get_freeze_count() == 0
