@@ -465,3 +465,20 @@ def test_an_id_holding_nul_is_refused_writing_nothing(pg_url: str) -> None:
         store.import_bytes(data, source="f")
     with PostgresStore(pg_url, "s-2") as store:
         assert not store.exists()
+
+
+def test_processes_starting_together_apply_each_migration_once(pg_url: str) -> None:
+    import psycopg
+
+    from orchestrator._store.postgres_schema import migrations
+
+    code = (
+        "import sys\n"
+        "from orchestrator._store.postgres_schema import connect\n"
+        "connect(sys.argv[1]).close()\n"
+    )
+    children = [subprocess.Popen([sys.executable, "-c", code, pg_url], cwd=ROOT) for _ in range(3)]
+    assert [child.wait() for child in children] == [0, 0, 0]
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+    assert [row[0] for row in rows] == [m.version for m in migrations()]
