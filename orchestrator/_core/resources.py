@@ -8,7 +8,6 @@ these folders directly.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
@@ -24,6 +23,10 @@ def data_dir(name: str) -> Path:
     Returns:
         The packaged folder when it exists, else the checkout's top-level one.
     """
+    # Here, not at the top: importlib.resources imports zipfile, tempfile and more, which a
+    # command that reads no data folder should not pay for.
+    from importlib import resources
+
     packaged = Path(str(resources.files("orchestrator"))) / name
     if packaged.is_dir():
         return packaged
