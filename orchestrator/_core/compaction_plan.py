@@ -67,7 +67,8 @@ class CompactionPlan:
         turn_start_entry_id: The entry opening the split turn, else ``None``.
         summarize_entry_ids: Entries of ``messages_to_summarize``, one per message, path order.
         turn_prefix_entry_ids: Entries of ``turn_prefix_messages``, one per message, path order.
-        messages_to_summarize: Messages for the history summary.
+        messages_to_summarize: Messages for the history summary (with their serialized lengths
+            when planned from a context's index: a :class:`MeasuredMessages`).
         turn_prefix_messages: Messages for the turn-prefix summary (empty unless split).
         kept_entry_ids: Every entry from the first kept one to the end of the path.
         tokens_before: Context tokens before compacting (D6: last usage + trailing estimate).
@@ -243,8 +244,8 @@ def plan_compaction(
         turn_start_entry_id=path[cut.turn_start_index]["id"] if cut.is_split_turn else None,
         summarize_entry_ids=tuple(context.entry_ids[lo:history_hi]),
         turn_prefix_entry_ids=tuple(context.entry_ids[prefix_lo:hi]),
-        messages_to_summarize=tuple(context.messages[lo:history_hi]),
-        turn_prefix_messages=tuple(context.messages[prefix_lo:hi]),
+        messages_to_summarize=view.measured(context.messages, lo, history_hi),
+        turn_prefix_messages=view.measured(context.messages, prefix_lo, hi),
         kept_entry_ids=tuple(e["id"] for e in path[cut.first_kept_index :]),
         tokens_before=context.tokens().tokens,
         previous_summary=summary if isinstance(summary, str) else None,

@@ -8,8 +8,10 @@ costs O(1); appending a compaction costs O(kept entries), never a walk of the wh
 The builder also keeps what compaction planning needs, up to date as the context grows, so
 that planning costs O(kept + summarized range), not a walk of the window (issue 9): the path
 position of every context message, running sums of the estimates, the last compaction, and
-the file operations of every assistant tool call. A :class:`ContextIndex` is a fixed-length
-view of those, handed out with each context.
+the file operations of every assistant tool call (and where each path was first touched), and
+running sums of each message's serialized length, so a summary request serializes only what
+fits its budget (see ``_core.serialize``). A :class:`ContextIndex` is a fixed-length view of
+those, handed out with each context.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from orchestrator._core.entries import (
     Message,
     compaction_message,
     entry_message,
+)
+from orchestrator._core.serialize import (
+    LATE_ROLES,
+    MeasuredMessages,
+    serial_step,
+    serialized_length,
 )
 from orchestrator._core.tokens import ContextTokens, estimate_context_tokens, estimate_tokens
 
@@ -119,6 +127,12 @@ class ContextIndex:
         event_kind: For each file operation, the tool (``read``, ``write``, ``edit``).
         event_path: For each file operation, the path argument.
         events: File operations at this moment.
+        first_seen: Per tool, each path with the first context message (index) that used it, in
+            that order (append-only: a path is added once).
+        serial: ``serial[k]`` is the sum of :func:`serial_step` of the serialized lengths of the
+            first ``k`` messages (see :class:`MeasuredMessages`), where those listed in
+            ``late`` count 0.
+        late: Indices of the messages of a role measured late (summaries), ascending.
     """
 
     path: list[Entry] = field(repr=False)
@@ -133,6 +147,9 @@ class ContextIndex:
     event_kind: list[str] = field(repr=False)
     event_path: list[str] = field(repr=False)
     events: int
+    first_seen: dict[str, dict[str, int]] = field(repr=False)
+    serial: list[int] = field(repr=False)
+    late: list[int] = field(repr=False)
 
     def matches(self, path: Sequence[Entry]) -> bool:
         """True when ``path`` is the path this view was built from (same length, same ends)."""
@@ -175,14 +192,38 @@ class ContextIndex:
         return None
 
     def file_operations(self, lo: int, hi: int) -> dict[str, set[str]]:
-        """Paths per tool for the tool calls of context messages ``[lo, hi)``."""
+        """Paths per tool for the tool calls of context messages ``[lo, hi)``.
+
+        From the first message after the summary (what planning asks for), this costs the
+        number of distinct paths, not of tool calls.
+        """
         found: dict[str, set[str]] = {"read": set(), "write": set(), "edit": set()}
+        if lo <= self.base:  # every tool call is at or after the base: a prefix of first uses
+            for kind, first_seen in self.first_seen.items():
+                used = found[kind]
+                for path, at in first_seen.items():
+                    if at >= hi:
+                        break
+                    used.add(path)
+            return found
         first = bisect.bisect_left(self.event_message, lo, 0, self.events)
         last = bisect.bisect_left(self.event_message, hi, first, self.events)
         kinds, paths = self.event_kind, self.event_path
         for i in range(first, last):
             found[kinds[i]].add(paths[i])
         return found
+
+    def measured(self, messages: Sequence[Message], lo: int, hi: int) -> MeasuredMessages:
+        """Context messages ``[lo, hi)`` with their serialized lengths.
+
+        ``messages`` are the context's messages (this view's ``count`` of them).
+        """
+        late = self.late
+        first = bisect.bisect_left(late, lo)
+        last = bisect.bisect_left(late, hi, first)
+        return MeasuredMessages(
+            messages[lo:hi], self.serial, lo, (late[i] - lo for i in range(first, last))
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,7 +254,12 @@ class SessionContext:
 
         ``stale_usage`` says whether that usage predates the latest compaction (D29).
         """
-        return estimate_context_tokens(self.messages, self.estimates, fresh_from=self.fresh_from)
+        return estimate_context_tokens(
+            self.messages,
+            self.estimates,
+            fresh_from=self.fresh_from,
+            prefix=self.index.prefix if self.index is not None else None,
+        )
 
 
 def _model_from_change(entry: Entry) -> ModelRef | None:
@@ -244,6 +290,9 @@ class ContextBuilder:
         self._event_message: list[int] = []
         self._event_kind: list[str] = []
         self._event_path: list[str] = []
+        self._first_seen: dict[str, dict[str, int]] = {kind: {} for kind in FILE_TOOLS}
+        self._serial: list[int] = [0]
+        self._late: list[int] = []
         self._last_compaction = -1
         self._fresh_from = 0
         self.thinking_level = "off"
@@ -286,6 +335,13 @@ class ContextBuilder:
             self._estimates.append(estimate)
             self._positions.append(position)
             self._prefix.append(self._prefix[-1] + estimate)
+            self._serial.append(self._serial[-1] + self._serial_step(message))
+
+    def _serial_step(self, message: Message) -> int:
+        if message.get("role") in LATE_ROLES:
+            self._late.append(len(self._serial) - 1)
+            return 0
+        return serial_step(serialized_length(message))
 
     def _file_events(self, message: Message, index: int) -> None:
         content = message.get("content")
@@ -297,6 +353,7 @@ class ContextBuilder:
                     self._event_message.append(index)
                     self._event_kind.append(name)
                     self._event_path.append(path)
+                    self._first_seen[name].setdefault(path, index)
 
     def _restart_at(self, compaction: Entry) -> None:
         # Summary first, then the kept entries from firstKeptEntryId up to the compaction. If the
@@ -309,7 +366,9 @@ class ContextBuilder:
         self._estimates = [estimate]
         self._positions = [here]
         self._prefix = [0, estimate]
+        self._serial, self._late = [0, 0], [0]  # the summary is measured late
         self._event_message, self._event_kind, self._event_path = [], [], []
+        self._first_seen = {kind: {} for kind in FILE_TOOLS}
         self._last_compaction = here
         kept = compaction.get("firstKeptEntryId")
         start = self._position.get(kept, here) if isinstance(kept, str) else here
@@ -339,6 +398,9 @@ class ContextBuilder:
                 event_kind=self._event_kind,
                 event_path=self._event_path,
                 events=len(self._event_message),
+                first_seen=self._first_seen,
+                serial=self._serial,
+                late=self._late,
             ),
         )
 

@@ -22,13 +22,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator._core.entries import Message, text_of
-from orchestrator._core.prompts import render
 
 PRUNED_FALLBACK = "[Output truncated]"
 """Shown for a pruned tool result that kept no text at all (OMP)."""
 
 NO_RESULT = "No result provided"
 """The placeholder result for a tool call whose result is not in the context."""
+
+SUMMARY_ROLES = frozenset({"compactionSummary", "branchSummary"})
+"""Roles whose model text is a prompt template around the summary."""
 
 TOOL_IMAGES_LEAD = "Attached image(s) from tool result:"
 """Text of the user message that carries tool-result images (tool messages take text only)."""
@@ -58,7 +60,8 @@ def _user(text_or_blocks: object, timestamp: object) -> Message:
     return {"role": "user", "content": content, "timestamp": timestamp}
 
 
-def _one(message: Message) -> Message | None:
+def to_llm_message(message: Message) -> Message | None:
+    """One message as pi's ``convertToLlm`` converts it: what a model reads, or ``None`` (D2)."""
     role = message.get("role")
     stamp = message.get("timestamp")
     if role in ("user", "assistant"):
@@ -74,10 +77,12 @@ def _one(message: Message) -> Message | None:
         return _user(bash_execution_text(message), stamp)
     if role in ("custom", "hookMessage", "developer"):
         return _user(message.get("content"), stamp)
-    if role == "compactionSummary":
-        return _user(render("compaction_context", summary=str(message.get("summary", ""))), stamp)
-    if role == "branchSummary":
-        return _user(render("branch_context", summary=str(message.get("summary", ""))), stamp)
+    if role in SUMMARY_ROLES:
+        # Here, not at the top: the templates are read on first use, which only summaries need.
+        from orchestrator._core.prompts import render
+
+        template = "compaction_context" if role == "compactionSummary" else "branch_context"
+        return _user(render(template, summary=str(message.get("summary", ""))), stamp)
     # Roles we do not know take no part in the context (D2).
     return None
 
@@ -91,7 +96,7 @@ def to_llm_messages(messages: Iterable[Message]) -> list[Message]:
     Returns:
         New messages; inputs are never changed.
     """
-    converted = (_one(message) for message in messages)
+    converted = (to_llm_message(message) for message in messages)
     return [message for message in converted if message is not None]
 
 

@@ -10,22 +10,42 @@ Lengths are counted in UTF-16 code units, as JavaScript counts them (D26), so th
 pi's does. One deliberate difference: where pi's cut would split a surrogate pair, mine moves one
 unit earlier and the marker counts the one unit more that was left out, so no half character is
 ever sent.
+
+Compaction serializes newest first, against the summarizer's budget (issue 9): the context keeps
+the serialized length of every message as it grows (:func:`serialized_length`, computed from
+the message without building its text where the shape allows), so the length of any run of
+messages is a subtraction, and only the newest messages that fit are turned into text
+(:class:`MeasuredMessages`), each once.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
-from decimal import Decimal
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator._core.entries import Message
-from orchestrator._core.messages import to_llm_messages
-from orchestrator._core.utf16 import escape_lone_surrogates, utf16_head, utf16_len
+from orchestrator._core.utf16 import (
+    escape_lone_surrogates,
+    json_string_len,
+    utf16_head,
+    utf16_len,
+)
 
 TOOL_RESULT_MAX_CHARS = 2000
 """Tool results longer than this are cut in the serialized conversation."""
+
+PARAGRAPH_SEPARATOR = "\n\n"
+USER_LABEL = "[User]: "
+THINKING_LABEL = "[Assistant thinking]: "
+ASSISTANT_LABEL = "[Assistant]: "
+CALLS_LABEL = "[Assistant tool calls]: "
+TOOL_RESULT_LABEL = "[Tool result]: "
+
+# json.dumps(text, ensure_ascii=False) for a str is exactly this C function; calling it directly
+# skips building an encoder per call.
+_encode_string = json.encoder.encode_basestring
 
 
 def truncate_for_summary(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
@@ -49,6 +69,8 @@ def _js_number(value: float) -> str:
     if value == 0:
         return "0"
     if 1e-6 <= abs(value) < 1e21:
+        from decimal import Decimal  # here, not at the top: only floats need it
+
         text = format(Decimal(repr(value)), "f")
         return text.rstrip("0").rstrip(".") if "." in text else text
     mantissa, _, exponent = repr(value).partition("e")
@@ -63,9 +85,13 @@ def js_json(value: Any) -> str:
     ``json.dumps(default=str)`` would, which is the least surprising choice for a summary.
     """
     if isinstance(value, str):
-        return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
-    if isinstance(value, bool) or value is None or isinstance(value, int):
-        return json.dumps(value, ensure_ascii=False)
+        return escape_lone_surrogates(_encode_string(value))
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)  # what json.dumps writes for an int
     if isinstance(value, float):
         return _js_number(value)
     if isinstance(value, dict):
@@ -80,18 +106,6 @@ def format_tool_call(name: str, arguments: object) -> str:
     """``name(k1=<json>, k2=<json>)`` in the arguments' own key order."""
     pairs = arguments.items() if isinstance(arguments, dict) else ()
     return f"{name}({', '.join(f'{key}={js_json(value)}' for key, value in pairs)})"
-
-
-def _texts(content: object) -> list[str]:
-    if isinstance(content, str):
-        return [content]
-    if not isinstance(content, list):
-        return []
-    return [
-        str(block.get("text") or "")
-        for block in content
-        if isinstance(block, dict) and block.get("type") == "text"
-    ]
 
 
 def _assistant_parts(message: Message) -> list[str]:
@@ -113,12 +127,56 @@ def _assistant_parts(message: Message) -> list[str]:
             calls.append(format_tool_call(str(block.get("name", "")), block.get("arguments")))
     parts = []
     if thinking:
-        parts.append("[Assistant thinking]: " + "\n".join(thinking))
+        parts.append(THINKING_LABEL + "\n".join(thinking))
     if texts:
-        parts.append("[Assistant]: " + "\n".join(texts))
+        parts.append(ASSISTANT_LABEL + "\n".join(texts))
     if calls:
-        parts.append("[Assistant tool calls]: " + "; ".join(calls))
+        parts.append(CALLS_LABEL + "; ".join(calls))
     return parts
+
+
+def _joined_text(content: object) -> str:
+    """The text blocks of ``content`` joined without a separator (a string passes through)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    if len(content) == 1:  # the usual shape, taken directly
+        block = content[0]
+        if isinstance(block, dict) and block.get("type") == "text":
+            return str(block.get("text") or "")
+        return ""
+    return "".join(
+        str(block.get("text") or "")
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    )
+
+
+def serialize_message(message: Message) -> str:
+    """One context message's paragraphs, joined by blank lines ("" when it shows nothing).
+
+    :func:`serialize_conversation` is these, the empty ones left out, joined by blank lines.
+    """
+    role = message.get("role")
+    if role == "assistant":
+        return PARAGRAPH_SEPARATOR.join(_assistant_parts(message))
+    converted = message  # pi's convertToLlm leaves user messages and tool results as they are
+    if not (role == "user" or (role == "toolResult" and message.get("prunedAt") is None)):
+        # Here, not at the top: the context measures messages as it grows, and a short command
+        # should not import the prompts for the few roles that convert.
+        from orchestrator._core.messages import to_llm_message
+
+        as_user = to_llm_message(message)
+        if as_user is None:
+            return ""
+        converted, role = as_user, as_user.get("role")
+    text = _joined_text(converted.get("content"))
+    if not text:
+        return ""
+    if role == "user":
+        return USER_LABEL + text
+    return TOOL_RESULT_LABEL + truncate_for_summary(text)
 
 
 def serialize_conversation(messages: Iterable[Message]) -> str:
@@ -131,17 +189,210 @@ def serialize_conversation(messages: Iterable[Message]) -> str:
     Returns:
         Paragraphs joined by blank lines; empty messages produce nothing.
     """
-    parts: list[str] = []
-    for message in to_llm_messages(messages):
-        role = message.get("role")
-        if role == "user":
-            text = "".join(_texts(message.get("content")))
-            if text:
-                parts.append(f"[User]: {text}")
-        elif role == "assistant":
-            parts.extend(_assistant_parts(message))
-        else:
-            text = "".join(_texts(message.get("content")))
-            if text:
-                parts.append(f"[Tool result]: {truncate_for_summary(text)}")
-    return "\n\n".join(parts)
+    return PARAGRAPH_SEPARATOR.join(filter(None, map(serialize_message, messages)))
+
+
+def _call_units(block: dict[str, Any]) -> int:
+    """``utf16_len(format_tool_call(...))`` of a tool call block, its strings measured unwritten."""
+    units = utf16_len(str(block.get("name", ""))) + 2  # the parentheses
+    arguments = block.get("arguments")
+    if not isinstance(arguments, dict) or not arguments:
+        return units
+    for key, value in arguments.items():
+        size = json_string_len(value) if isinstance(value, str) else utf16_len(js_json(value))
+        units += utf16_len(str(key)) + size + 3  # '=' and ', '
+    return units - 2  # no ', ' after the last
+
+
+def _text_units(content: object) -> tuple[int, bool] | None:
+    """Units and ASCII-ness of ``"".join(_texts(content))``; ``None`` for a non-string text."""
+    if isinstance(content, str):
+        return utf16_len(content), content.isascii()
+    if not isinstance(content, list):
+        return 0, True
+    units, ascii_only = 0, True
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text") or ""
+            if not isinstance(text, str):
+                return None
+            units += utf16_len(text)
+            ascii_only = ascii_only and text.isascii()
+    return units, ascii_only
+
+
+def _assistant_block_units(content: list[Any]) -> tuple[int, int, int, int, int, int] | None:
+    """Counts and units of thinking, text and tool call blocks; ``None``: a non-string text."""
+    thinking = texts = calls = thinking_units = text_units = call_units = 0
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text") or ""
+            if not isinstance(text, str):
+                return None
+            texts += 1
+            text_units += utf16_len(text)
+        elif kind == "toolCall":
+            calls += 1
+            call_units += _call_units(block)
+        elif kind == "thinking":
+            text = block.get("thinking") or ""
+            if not isinstance(text, str):
+                return None
+            thinking += 1
+            thinking_units += utf16_len(text)
+    return thinking, thinking_units, texts, text_units, calls, call_units
+
+
+def _assistant_units(content: object) -> int | None:
+    if isinstance(content, str):
+        return len(ASSISTANT_LABEL) + utf16_len(content)
+    if not isinstance(content, list):
+        return 0
+    counted = _assistant_block_units(content)
+    if counted is None:
+        return None
+    thinking, thinking_units, texts, text_units, calls, call_units = counted
+    # Each part: label, items joined by a newline (calls by "; "); parts joined by a blank line.
+    units = parts = 0
+    if thinking:
+        units += len(THINKING_LABEL) + thinking_units + thinking - 1
+        parts += 1
+    if texts:
+        units += len(ASSISTANT_LABEL) + text_units + texts - 1
+        parts += 1
+    if calls:
+        units += len(CALLS_LABEL) + call_units + 2 * (calls - 1)
+        parts += 1
+    return units + len(PARAGRAPH_SEPARATOR) * (parts - 1) if parts else 0
+
+
+def _tool_result_units(text_units: int, ascii_only: bool) -> int | None:
+    if not text_units:
+        return 0
+    if text_units <= TOOL_RESULT_MAX_CHARS:
+        return len(TOOL_RESULT_LABEL) + text_units
+    if not ascii_only:  # the cut may move off a surrogate pair: measure the text
+        return None
+    cut = f"\n\n[... {text_units - TOOL_RESULT_MAX_CHARS} more characters truncated]"
+    return len(TOOL_RESULT_LABEL) + TOOL_RESULT_MAX_CHARS + len(cut)
+
+
+# Roles that are (or pi's convertToLlm turns into) a user message of their own content.
+_AS_USER = frozenset({"user", "custom", "hookMessage", "developer"})
+
+LATE_ROLES = frozenset({"compactionSummary", "branchSummary"})
+"""Roles measured late, on first use: their text is a prompt template around the summary, and
+reading the templates is not something every command should pay for while loading."""
+
+
+def serialized_length(message: Message) -> int:
+    """``utf16_len(serialize_message(message))``, mostly without building the text.
+
+    The usual shapes (user text, assistant text, thinking and tool calls, tool results) are
+    measured from their parts; anything else is serialized and measured.
+    """
+    role = message.get("role")
+    units: int | None = None
+    if role == "assistant":
+        units = _assistant_units(message.get("content"))
+    elif role in _AS_USER or (role == "toolResult" and message.get("prunedAt") is None):
+        measured = _text_units(message.get("content"))
+        if measured is not None:
+            size, ascii_only = measured
+            if role == "toolResult":
+                units = _tool_result_units(size, ascii_only)
+            else:
+                units = len(USER_LABEL) + size if size else 0
+    if units is None:
+        units = utf16_len(serialize_message(message))
+    return units
+
+
+def serial_step(units: int) -> int:
+    """What one message adds to running sums of serialized lengths: its units and a separator.
+
+    An empty message adds nothing (it leaves no paragraph). The conversation of a run whose
+    sums differ by ``s`` is ``max(0, s - 2)`` units long (no separator after the last).
+    """
+    return units + len(PARAGRAPH_SEPARATOR) if units else 0
+
+
+class MeasuredMessages(tuple[Message, ...]):
+    """Consecutive context messages whose serialized lengths are already known (a tuple).
+
+    It compares, hashes and iterates as the tuple of its messages. ``sums`` are running sums of
+    :func:`serial_step` of the serialized lengths, kept by the context as it grows: message
+    ``k`` of this tuple is between ``sums[start + k]`` and ``sums[start + k + 1]``, except the
+    messages listed in ``late`` (of a role in :data:`LATE_ROLES`), which count 0 there and are
+    measured here. Without sums it is a plain tuple whose conversation is serialized whole.
+
+    The serialized text of each message is made at most once (cached here), and only for the
+    messages asked for: :meth:`suffix` takes them newest first and stops once it has enough.
+    """
+
+    sums: Sequence[int] | None
+    start: int
+    _late: dict[int, int]
+    _pieces: dict[int, str]
+
+    def __new__(
+        cls,
+        messages: Iterable[Message] = (),
+        sums: Sequence[int] | None = None,
+        start: int = 0,
+        late: Iterable[int] = (),
+    ) -> MeasuredMessages:
+        self = super().__new__(cls, messages)
+        self.sums = sums
+        self.start = start
+        self._late = {k: serial_step(serialized_length(self[k])) for k in late}
+        self._pieces = {}
+        return self
+
+    def piece(self, k: int) -> str:
+        """:func:`serialize_message` of message ``k`` (made once)."""
+        piece = self._pieces.get(k)
+        if piece is None:
+            piece = self._pieces[k] = serialize_message(self[k])
+        return piece
+
+    def units(self) -> int:
+        """``utf16_len(serialize_conversation(self))``."""
+        if self.sums is None:
+            return utf16_len(self.text())
+        total = self.sums[self.start + len(self)] - self.sums[self.start]
+        return max(0, total + sum(self._late.values()) - len(PARAGRAPH_SEPARATOR))
+
+    def text(self) -> str:
+        """``serialize_conversation(self)``."""
+        return PARAGRAPH_SEPARATOR.join(filter(None, map(self.piece, range(len(self)))))
+
+    def suffix(self, units: int) -> str:
+        """A suffix of :meth:`text` of at least ``units`` units (or all of it), newest first.
+
+        It starts at a message boundary and needs the running sums; without them it is the text.
+        """
+        sums = self.sums
+        if sums is None:
+            return self.text()
+        pieces: list[str] = []
+        cache, late, start = self._pieces, self._late, self.start
+        taken, enough = 0, units + len(PARAGRAPH_SEPARATOR)
+        for k in range(len(self) - 1, -1, -1):
+            step = sums[start + k + 1] - sums[start + k]
+            if late:
+                step += late.get(k, 0)
+            if not step:
+                continue
+            piece = cache.get(k)
+            if piece is None:
+                piece = cache[k] = serialize_message(self[k])
+            pieces.append(piece)
+            taken += step
+            if taken >= enough:
+                break
+        pieces.reverse()
+        return PARAGRAPH_SEPARATOR.join(pieces)

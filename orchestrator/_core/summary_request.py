@@ -34,7 +34,7 @@ from orchestrator._core.entries import Message
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, Purpose
 from orchestrator._core.prompts import render
-from orchestrator._core.serialize import serialize_conversation
+from orchestrator._core.serialize import MeasuredMessages, serialize_conversation
 from orchestrator._core.utf16 import utf16_len, utf16_tail
 
 BRANCH_MAX_TOKENS = 2048
@@ -118,12 +118,22 @@ def elide_oldest(serialized: str, room: int) -> str:
     line moves to the next line start when one is near. When even the marker does not fit, the
     bare marker is returned.
     """
-    if not serialized:
-        return serialized
-    length = utf16_len(serialized)
+    return _elide(MeasuredMessages(), serialized, utf16_len(serialized), room)
+
+
+def _elide(messages: MeasuredMessages, whole: str | None, length: int, room: int) -> str:
+    """:func:`elide_oldest` of a conversation ``length`` units long.
+
+    The conversation is ``whole``, or, when that is ``None``, made from ``messages`` newest
+    first: only the part that is kept and the message before it are serialized.
+    """
+    if not length:
+        return ""
     if length <= room:
-        return serialized
+        return whole if whole is not None else messages.text()
     keep = max(0, room - utf16_len(elision_marker(length)) - 2)
+    # A suffix one unit longer than what is kept holds the tail and the character before it.
+    serialized = whole if whole is not None else messages.suffix(keep + 1)
     tail = utf16_tail(serialized, keep)
     start = len(serialized) - len(tail)
     newline = tail.find("\n", 0, _SNAP_CHARS)
@@ -144,12 +154,19 @@ def _request(
     reasoning: str | None,
 ) -> ModelRequest:
     system = render("summarizer_system")
-    serialized = serialize_conversation(messages)
-    if budget is not None:
+    if budget is None:
+        serialized = serialize_conversation(messages)
+    else:
+        # Messages a context measured are serialized newest first, only as far as they fit.
+        if isinstance(messages, MeasuredMessages) and messages.sums is not None:
+            run, whole, length = messages, None, messages.units()
+        else:
+            run, whole = MeasuredMessages(), serialize_conversation(messages)
+            length = utf16_len(whole)
         frame = utf16_len(system) + len("<conversation>\n\n</conversation>\n\n") + utf16_len(after)
         room = budget.prompt_tokens(max_tokens) * 4 - frame
         max_tokens = budget.output_tokens(max_tokens)
-        if utf16_len(serialized) > room and room < MIN_CONVERSATION_TOKENS * 4:
+        if length > room and room < MIN_CONVERSATION_TOKENS * 4:
             raise ModelError(
                 f"Summarization refused: the summarizer's context window ({budget.window} "
                 f"tokens) leaves {max(0, room) // 4} tokens for the conversation after the "
@@ -157,7 +174,7 @@ def _request(
                 f"summary; use a summarizer with a larger window",
                 kind="fatal",
             )
-        serialized = elide_oldest(serialized, room)
+        serialized = _elide(run, whole, length, room)
     prompt = f"<conversation>\n{serialized}\n</conversation>\n\n{after}"
     return ModelRequest(
         purpose=purpose,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator._core.entries import Message
-from orchestrator._core.utf16 import escape_lone_surrogates, utf16_len
+from orchestrator._core.utf16 import escape_lone_surrogates, json_string_len, utf16_len
 
 IMAGE_CHARS = 4800
 """An image block in a tool result or custom message counts as 4800 chars (1200 tokens)."""
@@ -37,11 +37,23 @@ def _block_chars(content: object, *, count_images: bool) -> int:
     return chars
 
 
+# json.dumps(value, separators=(",", ":"), ensure_ascii=False), without a new encoder per call.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _json_len(value: object) -> int:
     # JSON.stringify(arguments).length: compact separators, non-ASCII kept as is, lone
-    # surrogates escaped (D26).
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return utf16_len(escape_lone_surrogates(text))
+    # surrogates escaped (D26). The usual arguments, a non-empty object of strings, are
+    # measured without being written.
+    if isinstance(value, dict) and value:
+        units = 1  # the braces, less the comma the last pair does not have
+        for key, item in value.items():
+            if not (isinstance(key, str) and isinstance(item, str)):
+                break
+            units += json_string_len(key) + json_string_len(item) + 2  # ':' and ','
+        else:
+            return units
+    return utf16_len(escape_lone_surrogates(_COMPACT_JSON.encode(value)))
 
 
 def _assistant_chars(message: Mapping[str, Any]) -> int:
@@ -160,7 +172,11 @@ class ContextTokens:
 
 
 def estimate_context_tokens(
-    messages: Sequence[Message], estimates: Sequence[int] | None = None, *, fresh_from: int = 0
+    messages: Sequence[Message],
+    estimates: Sequence[int] | None = None,
+    *,
+    fresh_from: int = 0,
+    prefix: Sequence[int] | None = None,
 ) -> ContextTokens:
     """Count a context: last valid usage plus estimates of every message after it.
 
@@ -169,6 +185,8 @@ def estimate_context_tokens(
         estimates: Precomputed :func:`estimate_tokens` per message, when the caller has them.
         fresh_from: Index of the first message written after the latest compaction (0 when the
             context has none). A usage on an earlier message is stale (D29).
+        prefix: Running sums of ``estimates`` (``prefix[k]`` = the first ``k``), when the
+            caller keeps them: then only the messages after the usage are read.
 
     Returns:
         The anchored count. With no usage, everything is estimated and
@@ -176,12 +194,15 @@ def estimate_context_tokens(
     """
     if estimates is None:
         estimates = [estimate_tokens(m) for m in messages]
-    total = sum(estimates)
-    for index in range(len(messages) - 1, -1, -1):
+    count = len(messages)
+    total = prefix[count] if prefix is not None else sum(estimates)
+    for index in range(count - 1, -1, -1):
         usage = valid_usage(messages[index])
         if usage is not None:
             usage_tokens = calculate_context_tokens(usage)
-            trailing = sum(estimates[index + 1 :])
+            trailing = (
+                total - prefix[index + 1] if prefix is not None else sum(estimates[index + 1 :])
+            )
             return ContextTokens(
                 tokens=usage_tokens + trailing,
                 usage_tokens=usage_tokens,

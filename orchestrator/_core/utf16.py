@@ -15,6 +15,7 @@ the text (JSON can carry one) counts one unit and is kept as it is.
 from __future__ import annotations
 
 import re
+from json.encoder import encode_basestring as _encode_json_string
 
 _HIGH = range(0xD800, 0xDC00)
 _LOW = range(0xDC00, 0xE000)
@@ -89,3 +90,14 @@ def escape_lone_surrogates(json_text: str) -> str:
     if json_text.isascii():
         return json_text
     return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+
+
+def json_string_len(text: str) -> int:
+    """``JSON.stringify(text).length``: the quoted, escaped string in UTF-16 units (D26).
+
+    A printable ASCII string without a quote or a backslash is itself in quotes; anything else
+    is encoded (non-ASCII kept as is, lone surrogates escaped, as JavaScript writes them).
+    """
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text) + 2
+    return utf16_len(escape_lone_surrogates(_encode_json_string(text)))

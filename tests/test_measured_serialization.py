@@ -1,0 +1,391 @@
+"""Serializing newest first against the budget gives exactly what serializing everything gave.
+
+A summary request used to serialize every summarized message and then elide the oldest part to
+fit the summarizer's window. Now the context keeps each message's serialized length as it grows
+(measured without writing the text where the shape allows) and the request serializes only the
+newest messages that fit (issue 9). This module keeps the old serializer as the reference and
+compares, over random messages and sessions: lengths, texts, elided conversations, whole
+requests, and the running sums a live context keeps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
+from orchestrator._core.context import FILE_TOOLS, ContextBuilder, ContextIndex
+from orchestrator._core.entries import Message
+from orchestrator._core.errors import ModelError
+from orchestrator._core.messages import to_llm_messages
+from orchestrator._core.model import ModelRequest
+from orchestrator._core.serialize import (
+    LATE_ROLES,
+    MeasuredMessages,
+    format_tool_call,
+    serial_step,
+    serialize_conversation,
+    serialize_message,
+    serialized_length,
+    truncate_for_summary,
+)
+from orchestrator._core.summary_request import (
+    PromptBudget,
+    _elide,
+    elide_oldest,
+    history_request,
+    turn_prefix_request,
+)
+from orchestrator._core.tokens import CompactionSettings, _json_len
+from orchestrator._core.utf16 import escape_lone_surrogates, json_string_len, utf16_len
+from tests.test_planning_properties import KEEP, sessions
+
+# --- the reference: the serializer as it was, whole conversation at once ---------------------
+
+
+def _reference_texts(content: object) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [
+        str(block.get("text") or "")
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
+
+
+def _reference_assistant(message: Message) -> list[str]:
+    thinking: list[str] = []
+    texts: list[str] = []
+    calls: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        texts.append(content)
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "thinking":
+            thinking.append(str(block.get("thinking") or ""))
+        elif kind == "text":
+            texts.append(str(block.get("text") or ""))
+        elif kind == "toolCall":
+            calls.append(format_tool_call(str(block.get("name", "")), block.get("arguments")))
+    parts = []
+    if thinking:
+        parts.append("[Assistant thinking]: " + "\n".join(thinking))
+    if texts:
+        parts.append("[Assistant]: " + "\n".join(texts))
+    if calls:
+        parts.append("[Assistant tool calls]: " + "; ".join(calls))
+    return parts
+
+
+def reference_serialize(messages: Sequence[Message]) -> str:
+    parts: list[str] = []
+    for message in to_llm_messages(messages):
+        role = message.get("role")
+        if role == "user":
+            text = "".join(_reference_texts(message.get("content")))
+            if text:
+                parts.append(f"[User]: {text}")
+        elif role == "assistant":
+            parts.extend(_reference_assistant(message))
+        else:
+            text = "".join(_reference_texts(message.get("content")))
+            if text:
+                parts.append(f"[Tool result]: {truncate_for_summary(text)}")
+    return "\n\n".join(parts)
+
+
+def reference_json_len(value: object) -> int:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return utf16_len(escape_lone_surrogates(text))
+
+
+def from_scratch_sums(messages: Sequence[Message]) -> list[int]:
+    sums = [0]
+    for message in messages:
+        sums.append(sums[-1] + serial_step(utf16_len(reference_serialize([message]))))
+    return sums
+
+
+# --- random messages ---------------------------------------------------------------------------
+
+# Plain ASCII, characters JSON escapes, non-ASCII, pairs and lone surrogates (D26).
+CHARS = st.sampled_from(["a", "b", " ", "\n", "\t", '"', "\\", "\x01", "\x7f", "é", "😀", "\ud800"])
+TEXT = st.lists(CHARS, max_size=12).map("".join) | st.text(max_size=12)
+LONG = st.builds(
+    lambda head, size, tail: head + "x" * size + tail,
+    TEXT,
+    st.integers(min_value=1980, max_value=2010),
+    TEXT,
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+ARGUMENTS = st.dictionaries(TEXT, JSON, max_size=3) | JSON
+
+
+def _block(kind: str, text: object) -> dict[str, Any]:
+    return {"type": kind, kind if kind == "thinking" else "text": text}
+
+
+BLOCK = st.one_of(
+    st.builds(_block, st.sampled_from(["text", "thinking"]), TEXT | LONG | st.none()),
+    st.builds(
+        lambda name, arguments: {"type": "toolCall", "id": "c", "name": name, **arguments},
+        TEXT | st.none(),
+        st.fixed_dictionaries({}, optional={"arguments": ARGUMENTS}),
+    ),
+    st.just({"type": "image", "data": "AAAA", "mimeType": "image/png"}),
+    st.just("junk"),
+    st.builds(_block, st.sampled_from(["text", "thinking"]), st.integers()),  # not a string
+)
+CONTENT = TEXT | LONG | st.none() | st.lists(BLOCK, max_size=4)
+ROLE = st.sampled_from(
+    ["user", "assistant", "toolResult", "bashExecution", "custom", "branchSummary", "unknown"]
+)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    role = draw(ROLE)
+    message: Message = {"role": role, "content": draw(CONTENT), "timestamp": 1}
+    if role == "toolResult" and draw(st.booleans()):
+        message["prunedAt"] = 5
+    if role == "bashExecution":
+        message.update(command=draw(TEXT), output=draw(TEXT | LONG), exitCode=draw(JSON))
+    if role == "branchSummary":
+        message["summary"] = draw(TEXT)
+    return message
+
+
+def outcome(function: Any, *args: Any) -> Any:
+    """What a call returns, or the type of what it raises: malformed shapes must fail alike."""
+    try:
+        return function(*args)
+    except (TypeError, AttributeError) as error:
+        return type(error)
+
+
+PROPERTIES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTIES
+@given(messages())
+def test_a_measured_length_is_the_length_of_the_text(message: Message) -> None:
+    text = outcome(serialize_message, message)
+    assert text == outcome(reference_serialize, [message])
+    if isinstance(text, str):
+        assert serialized_length(message) == utf16_len(text)
+
+
+TOOL_CALL = st.builds(
+    lambda name, arguments: {"type": "toolCall", "id": "c", "name": name, "arguments": arguments},
+    TEXT,
+    st.dictionaries(TEXT, TEXT | JSON, max_size=3),
+)
+
+
+@PROPERTIES
+@given(st.lists(TOOL_CALL | BLOCK, min_size=1, max_size=3))
+def test_tool_calls_are_measured_as_written(blocks: list[Any]) -> None:
+    message: Message = {"role": "assistant", "content": blocks}
+    text = outcome(serialize_message, message)
+    assert text == outcome(reference_serialize, [message])
+    if isinstance(text, str):
+        assert serialized_length(message) == utf16_len(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 1999 + "😀" + "y" * 5,  # the cut would split the pair: it moves one unit earlier
+        "x" * 1998 + "😀" + "y" * 5,
+        "é" * 2001,
+        "x" * 2001,
+        "x" * 2000,
+    ],
+)
+def test_long_tool_results_are_measured_as_cut(text: str) -> None:
+    for content in (text, [{"type": "text", "text": text}]):
+        message: Message = {"role": "toolResult", "toolCallId": "c", "content": content}
+        assert serialized_length(message) == utf16_len(reference_serialize([message]))
+
+
+@PROPERTIES
+@given(st.lists(messages(), max_size=6))
+def test_the_conversation_is_the_reference_serialization(batch: list[Message]) -> None:
+    assert outcome(serialize_conversation, batch) == outcome(reference_serialize, batch)
+
+
+@PROPERTIES
+@given(ARGUMENTS)
+def test_the_estimate_measures_arguments_as_json_stringify_does(arguments: object) -> None:
+    assert _json_len(arguments) == reference_json_len(arguments)
+
+
+@PROPERTIES
+@given(TEXT | LONG)
+def test_a_json_string_is_measured_as_written(text: str) -> None:
+    assert json_string_len(text) == reference_json_len(text)
+
+
+@PROPERTIES
+@given(st.lists(messages(), max_size=8), st.integers(min_value=-50, max_value=6000))
+def test_eliding_newest_first_gives_what_eliding_the_whole_text_gave(
+    batch: list[Message], room: int
+) -> None:
+    if not isinstance(outcome(reference_serialize, batch), str):
+        return  # malformed: fails alike (above)
+    measured = MeasuredMessages(batch, from_scratch_sums(batch), 0)
+    whole = reference_serialize(batch)
+    assert measured == tuple(batch)
+    assert measured.units() == utf16_len(whole)
+    assert measured.text() == whole
+    assert _elide(measured, None, measured.units(), room) == elide_oldest(whole, room)
+
+
+@PROPERTIES
+@given(st.lists(messages(), max_size=8), st.integers(min_value=0, max_value=6000), st.data())
+def test_a_suffix_ends_the_text_and_is_long_enough(
+    batch: list[Message], units: int, data: st.DataObject
+) -> None:
+    # Measured from an offset into longer running sums, as the context hands them out.
+    before = data.draw(st.lists(messages(), max_size=3))
+    if not isinstance(outcome(reference_serialize, [*before, *batch]), str):
+        return  # malformed: fails alike (above)
+    sums = from_scratch_sums([*before, *batch])
+    measured = MeasuredMessages(batch, sums, len(before))
+    whole = reference_serialize(batch)
+    suffix = measured.suffix(units)
+    assert whole.endswith(suffix)
+    assert utf16_len(suffix) >= units or suffix == whole
+    assert measured.suffix(units) == suffix  # the cached pieces give the same text
+
+
+def test_messages_without_sums_are_serialized_whole() -> None:
+    batch: list[Message] = [{"role": "user", "content": "hi"}, {"role": "user", "content": "yo"}]
+    plain = MeasuredMessages(batch)
+    assert plain.units() == len("[User]: hi\n\n[User]: yo")
+    assert plain.suffix(1) == plain.text() == "[User]: hi\n\n[User]: yo"
+
+
+# --- requests from plans, and the sums a live context keeps ------------------------------------
+
+
+def _request_or_refusal(build: Any) -> ModelRequest | str:
+    try:
+        return build()  # type: ignore[no-any-return]
+    except ModelError as error:
+        return str(error)
+
+
+WINDOWS = st.integers(min_value=1200, max_value=40_000)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(branched=True), KEEP, WINDOWS, st.integers(min_value=0, max_value=3))
+def test_requests_from_a_plan_equal_requests_from_its_plain_messages(
+    session: Any, keep: int, window: int, halvings: int
+) -> None:
+    plan = plan_compaction(session.path(), CompactionSettings(keep_recent_tokens=keep))
+    if not isinstance(plan, CompactionPlan):
+        return
+    budget = PromptBudget(context_window=window, halvings=halvings)
+    for runs, request in (
+        (plan.messages_to_summarize, history_request),
+        (plan.turn_prefix_messages, turn_prefix_request),
+    ):
+        assert isinstance(runs, MeasuredMessages)
+        assert runs.sums is not None
+
+        def measured(runs: Sequence[Message] = runs, request: Any = request) -> Any:
+            return request(runs, reserve_tokens=2000, budget=budget)
+
+        def plain(runs: Sequence[Message] = runs, request: Any = request) -> Any:
+            return request(tuple(runs), reserve_tokens=2000, budget=budget)
+
+        assert _request_or_refusal(measured) == _request_or_refusal(plain)
+        assert request(runs, reserve_tokens=2000) == request(tuple(runs), reserve_tokens=2000)
+
+
+def _check_index(index: ContextIndex, context_messages: Sequence[Message]) -> None:
+    # Summaries are measured late (when planned): they count 0 in the sums and are listed.
+    late = [k for k, m in enumerate(context_messages) if m.get("role") in LATE_ROLES]
+    assert [k for k in index.late if k < index.count] == late
+    on_time = [{} if k in late else m for k, m in enumerate(context_messages)]
+    assert list(index.serial[: index.count + 1]) == from_scratch_sums(on_time)
+    for lo in range(index.count + 1):
+        measured = index.measured(context_messages, lo, index.count)
+        whole = reference_serialize(context_messages[lo:])
+        assert measured.units() == utf16_len(whole)
+        half = measured.suffix(utf16_len(whole) // 2)
+        assert whole.endswith(half)
+        assert utf16_len(half) >= utf16_len(whole) // 2
+    for kind in FILE_TOOLS:
+        first: dict[str, int] = {}
+        for i in range(index.events):
+            if index.event_kind[i] == kind:
+                first.setdefault(index.event_path[i], index.event_message[i])
+        seen = {p: at for p, at in index.first_seen[kind].items() if at < index.count}
+        assert seen == first
+        assert list(seen.values()) == sorted(seen.values())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(branched=False))
+def test_a_live_context_keeps_the_sums_a_fresh_computation_gives(session: Any) -> None:
+    live = ContextBuilder()
+    views = []
+    for entry in session.path():
+        live.push(entry)
+        context = live.context()
+        assert context.index is not None
+        views.append((context.index, tuple(context.messages)))
+        _check_index(context.index, context.messages)
+    for index, context_messages in views:  # earlier views still see what they saw
+        _check_index(index, context_messages)
+
+
+def test_file_operations_from_inside_the_context_are_found_by_scan() -> None:
+    from tests.sessions import SessionBuilder
+
+    s = SessionBuilder()
+    s.assistant("a", calls=[("read", {"path": "x.py"})])
+    s.tool_result("r")
+    s.assistant("b", calls=[("edit", {"path": "y.py"}), ("read", {"path": "z.py"})])
+    s.tool_result("r")
+    s.tool_result("r")
+    s.assistant("c", calls=[("read", {"path": "x.py"})])
+    index = ContextBuilder(s.path()).context().index
+    assert index is not None
+    assert index.base == 0
+    # From the start (what planning asks for): the first uses, up to the end asked for.
+    assert index.file_operations(0, 6) == {
+        "read": {"x.py", "z.py"},
+        "write": set(),
+        "edit": {"y.py"},
+    }
+    assert index.file_operations(0, 1) == {"read": {"x.py"}, "write": set(), "edit": set()}
+    # From inside: only the calls in the range.
+    assert index.file_operations(1, 5) == {"read": {"z.py"}, "write": set(), "edit": {"y.py"}}
+    assert index.file_operations(3, 6) == {"read": {"x.py"}, "write": set(), "edit": set()}
+
+
+def test_a_suffix_stops_at_the_first_message_boundary_that_is_enough() -> None:
+    batch: list[Message] = [{"role": "user", "content": c} for c in "abc"]  # 9 units each
+    measured = MeasuredMessages(batch, from_scratch_sums(batch), 0)
+    assert measured.suffix(9) == "[User]: c"
+    assert measured.suffix(10) == "[User]: b\n\n[User]: c"
+    assert measured.suffix(20) == "[User]: b\n\n[User]: c"
+    assert measured.suffix(21) == measured.text()
