@@ -20,7 +20,9 @@ Each run opens a fresh copy of the session file (the JSONL store, fsync per turn
 first context build are not timed: a live session has both) and times
 ``AgentSession.compact()``: plan, hooks, summaries, commit (one appended, fsynced line). It
 prints the median total, total minus ``L`` (the orchestration overhead), how many model calls
-were made and how many were in flight at once, and, for reference, the time planning alone takes.
+were made and how many were in flight at once, and, for reference, the time planning alone takes
+and what one fsync of an appended line costs on the disk the sessions are on (the commit makes
+one: its share of the overhead belongs to the disk, and varies with what else writes to it).
 """
 
 from __future__ import annotations
@@ -227,6 +229,23 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     }
 
 
+def fsync_cost(runs: int = 21) -> float:
+    """Median seconds of appending one line to a file and fsyncing it, in the temp folder."""
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "probe.jsonl"
+        path.write_bytes(b"{}\n" * 1000)
+        with path.open("ab") as out:
+            os.fsync(out.fileno())
+            for _ in range(runs):
+                out.write(b'{"type":"probe"}\n')
+                out.flush()
+                t0 = time.perf_counter()
+                os.fsync(out.fileno())
+                times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main(argv: list[str]) -> None:
     runs, latency = RUNS, LATENCY
     while argv[:1] and argv[0].startswith("--"):
@@ -240,7 +259,8 @@ def main(argv: list[str]) -> None:
     sizes = [int(a) for a in argv] or SIZES
     print(
         f"Python {sys.version.split()[0]}, fake model latency L = {latency * 1e3:.0f} ms, "
-        f"median of {runs} runs"
+        f"median of {runs} runs, load {os.getloadavg()[0]:.1f}, "
+        f"one fsync of an appended line {fsync_cost() * 1e3:.1f} ms"
     )
     rows = []
     for n in sizes:
@@ -274,7 +294,7 @@ def main(argv: list[str]) -> None:
             f"{r['plan'] * 1e3:>8.1f}"
         )
     print()
-    for n in sizes:
+    for n in sizes if latency > 0 else ():
         plain, split = (
             next(r for r in rows if r["n"] == n and r["kind"] == k) for k in ("plain", "split")
         )
