@@ -51,6 +51,7 @@ from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome, check_summary_response
 from orchestrator._runtime.summarize import Part, SummaryRoutes, request_for
 from orchestrator._runtime.types import OperationOutcome
+from orchestrator._store.memory import MemoryStore
 from orchestrator._telemetry.tracing import facts_delta
 
 T = TypeVar("T")
@@ -398,7 +399,10 @@ class OperationRun:
             self.job.append(session, self._entry, self._expect, flush=False)
             # Written; durable once flushed. The fsync runs in a worker thread while the loop
             # goes on; nothing else changes this session until the commit has reported.
-            await anyio.to_thread.run_sync(session.flush)
+            if isinstance(session.store, MemoryStore):
+                session.flush()  # nothing to wait for
+            else:
+                await anyio.to_thread.run_sync(session.flush)
         except ConflictError as error:
             self._commit_error = f"{error}; nothing was applied"
             return Report(outcome="conflict", error=self._commit_error)
@@ -463,8 +467,9 @@ class OperationRun:
     async def _sync_journal(self) -> None:
         # The fsync runs in a worker thread: the event loop goes on with other sessions.
         self._unsynced = False
-        if self.ports.journal is not None:
-            await anyio.to_thread.run_sync(self.ports.journal.sync)
+        journal = self.ports.journal
+        if journal is not None and not journal.in_memory_only:
+            await anyio.to_thread.run_sync(journal.sync)
 
     def _update(self, status: str) -> None:
         self.ports.events.emit("compaction_update", id=self.id, kind=self.kind, status=status)

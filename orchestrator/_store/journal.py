@@ -316,6 +316,11 @@ class Journal:
         return self._sink.location
 
     @property
+    def in_memory_only(self) -> bool:
+        """Whether the records are kept in memory (nothing to wait for; no thread needed)."""
+        return isinstance(self._sink, _MemorySink)
+
+    @property
     def operation_machine(self) -> MachineDef:
         """The operation table this journal reads final states from."""
         if self._operation_machine is None:
