@@ -12,8 +12,12 @@ outcome into its next event.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
+
+import anyio
+from anyio.lowlevel import RunVar
 
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
@@ -24,6 +28,7 @@ from orchestrator._runtime.operation import OperationRun
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import BranchSummaryResult, CompactionResult, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
+from orchestrator._store.memory import MemoryStore
 
 
 class OperationRunner:
@@ -73,7 +78,20 @@ class OperationRunner:
             dry_run: Everything but the append (and the journal) happens.
         """
         routes = self.routes_for(reason)
-        job = CompactionJob(self.ports, routes, reason=reason, settings=self.settings, focus=focus)
+        plan = functools.partial(
+            CompactionJob, self.ports, routes, reason=reason, settings=self.settings, focus=focus
+        )
+        session = self.ports.session
+        if session is None or isinstance(session.store, MemoryStore):
+            job = plan()
+        else:
+            # Planning is the heavy part of a compaction's own work (the first context build
+            # included): a worker thread does it, one at a time, so the event loop keeps
+            # serving other sessions meanwhile (issue 9). It only reads the session, which no
+            # one changes while its compaction starts. Shielded: a cancel arriving meanwhile is
+            # seen by the operation's first step, as it was when planning ran on the loop.
+            with anyio.CancelScope(shield=True):
+                job = await anyio.to_thread.run_sync(plan, limiter=_planner())
         return await self._run(OperationRun(self.ports, job, routes=routes, dry_run=dry_run))
 
     async def prune(self) -> OperationOutcome:
@@ -102,6 +120,19 @@ class OperationRunner:
             replace_instructions=replace_instructions,
         )
         return await self._run(OperationRun(self.ports, job, routes=routes))
+
+
+_PLANNER: RunVar[anyio.CapacityLimiter] = RunVar("orchestrator_planner")
+
+
+def _planner() -> anyio.CapacityLimiter:
+    """The event loop's planning thread: one, so the loop competes for the GIL with one thread."""
+    try:
+        return _PLANNER.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(1)
+        _PLANNER.set(limiter)
+        return limiter
 
 
 def raise_for(outcome: OperationOutcome, what: str = "Compaction") -> OperationOutcome:
