@@ -83,3 +83,18 @@ def test_young_collections_freeze_nothing(policy: GcPolicy) -> None:
         gc.enable()
     assert policy.freezes == 0
     assert gc.get_freeze_count() == 0
+
+
+def test_settle_collects_and_freezes_only_when_installed() -> None:
+    policy = GcPolicy()
+    gc.collect()
+    gc.unfreeze()
+    policy.settle()  # not installed: no collection, nothing frozen
+    assert gc.get_freeze_count() == 0
+    policy.install()
+    try:
+        policy.settle()
+        assert policy.freezes == 1
+        assert gc.get_freeze_count() > 0
+    finally:
+        policy.uninstall()

@@ -32,7 +32,7 @@ from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._runtime.agent import Agent, ChatAgent
-from orchestrator._runtime.gc_policy import freeze_after_full_collections
+from orchestrator._runtime.gc_policy import POLICY, freeze_after_full_collections
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
 from orchestrator._runtime.types import RuntimeSettings
 
@@ -233,6 +233,7 @@ async def _run(
         for path in args.sessions:
             slot = hub.open(path, create=True)
             _say(f"session {slot.runtime.session.session_id}: {slot.path}")
+        POLICY.settle()  # freeze what the sessions opened at start hold, before serving
         listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         if args.socket is not None:
             listener = await _listen(args.socket, access.unix_listener(args.socket))

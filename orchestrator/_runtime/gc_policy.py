@@ -52,6 +52,16 @@ class GcPolicy:
             self.installed = False
             gc.unfreeze()
 
+    def settle(self) -> None:
+        """Collect now, so that what is alive is frozen (after opening many sessions at once).
+
+        The loader leaves what it parsed in the oldest generation without counting it, so the
+        first full collection after a mass load would otherwise walk all of it, later, while
+        requests wait.
+        """
+        if self.installed:
+            gc.collect()
+
     def released(self) -> None:
         """Sessions were closed: let the next full collection look at everything once more."""
         if self.installed:

@@ -258,10 +258,11 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
     from orchestrator._runtime.session import AgentSession
 
     routes = provider.routes()
-    if GC_POLICY:
-        from orchestrator._runtime.gc_policy import freeze_after_full_collections
+    from orchestrator._runtime.gc_policy import freeze_after_full_collections
 
-        freeze_after_full_collections()
+    policy = freeze_after_full_collections()
+    if not GC_POLICY:
+        policy.uninstall()
     meter = LagMeter()
     runtimes: list[Any] = []
     latencies: list[float] = []
@@ -273,6 +274,7 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
         for path in paths:
             runtimes.append(AgentSession.open(path, owner="bench", summarizer=routes))
             await anyio.sleep(0)  # as a server would between requests
+        policy.settle()  # as orchestrator serve does after opening its sessions at start
         opened = time.perf_counter() - t0
         open_lag = meter.worst
         open_gc = GC.take()
@@ -299,6 +301,7 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
         meter.running = False
     for runtime in runtimes:
         runtime.close()
+    policy.uninstall()
     for model in routes.candidates:
         if hasattr(model, "aclose"):
             await model.aclose()
