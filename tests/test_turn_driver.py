@@ -22,7 +22,7 @@ import anyio.lowlevel
 import pytest
 
 from orchestrator._core.entries import Message
-from orchestrator._core.errors import SessionError, SessionLockedError, TransitionError
+from orchestrator._core.errors import Cancelled, SessionError, SessionLockedError, TransitionError
 from orchestrator._core.resources import data_dir
 from orchestrator._lifecycle.guards import GUARDS, Facts
 from orchestrator._lifecycle.load import build
@@ -451,3 +451,57 @@ async def test_nothing_happens_outside_the_turn_table() -> None:
     for record in records:
         taken = step(table, record.source, record.event, Facts(**record.data["facts"]))
         assert (taken.dest, taken.effects) == (record.dest, record.effects)
+
+
+async def test_without_the_running_manual_compact_row_a_compaction_asked_mid_turn_never_runs() -> (
+    None
+):
+    def no_manual(rows: Rows) -> None:
+        del rows[row(rows, "running", "manual_compact", "manual_compacting")]
+
+    gate = anyio.Event()
+
+    class Gated:
+        async def run(self, turn: AgentInput) -> AsyncIterator[Message]:
+            await gate.wait()
+            yield {"role": "assistant", "content": [{"type": "text", "text": "done"}]}
+
+    kit = Kit()
+    kit.runtime.agent = Gated()
+    driver = driven(kit, turn_table(no_manual))
+    errors: list[Cancelled] = []
+
+    async def compact() -> None:
+        await until(lambda: driver.state == "running")
+        try:
+            await driver.compact(None, dry_run=False)
+        except Cancelled as error:
+            errors.append(error)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(driver.prompt, "hi")
+        group.start_soon(compact)
+        await until(lambda: driver.manual is not None)
+        gate.set()
+    assert [str(e) for e in errors] == ["Compaction cancelled: the session closed before it ran"]
+    assert "manual_compacting" not in {dest for _, _, dest in path(kit)}
+    assert kit.model.requests == []
+
+
+async def test_an_agent_that_raises_ends_the_turn_with_its_own_error() -> None:
+    class Broken:
+        async def run(self, turn: AgentInput) -> AsyncIterator[Message]:
+            raise KeyError("tool table")
+            yield {}  # pragma: no cover - makes this an async generator
+
+    kit = Kit()
+    kit.runtime.agent = Broken()
+    with pytest.raises(KeyError, match="tool table"):
+        await kit.runtime.prompt("hi")
+    assert not kit.runtime.is_busy
+
+
+async def test_an_effect_that_waits_cannot_run_from_a_synchronous_call() -> None:
+    kit = Kit(sleep=HangingSleep())
+    with pytest.raises(RuntimeError, match="turn effect sleep_retry waited"):
+        kit.runtime.turn.machine.perform_now("sleep_retry")

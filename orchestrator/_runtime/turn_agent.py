@@ -1,0 +1,186 @@
+"""The turn table's effects on the agent's side: the user message, the agent, retries, resuming.
+
+Split from the turn driver (:mod:`orchestrator._runtime.turn`) by concept. ``call_agent`` runs
+the agent on the live context (without the failed replies D18 leaves out), appends what it
+yields, and reports how its last reply ended (:func:`~orchestrator._runtime.replies.classify`);
+``sleep_retry`` waits and reports ``ok``; ``resume_turn`` reports that the agent may go on.
+Which row follows is the table's choice. They perform through the driver's narrow
+:class:`~orchestrator._runtime.turn_host.Host` interface, never the façade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator._core.entries import Message
+from orchestrator._core.prompts import render
+from orchestrator._core.tokens import calculate_context_tokens, should_compact
+from orchestrator._runtime.agent import AgentInput
+from orchestrator._runtime.driver import Effect, Report
+from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, classify, retry_delay_ms
+from orchestrator._runtime.turn_host import Host
+from orchestrator._runtime.types import TurnCounters
+
+
+class TurnAgent:
+    """The agent-side effects of the turn table, and what only they remember.
+
+    Args:
+        host: The turn driver they perform for.
+
+    Attributes:
+        prompt: The text ``start_turn`` appends next (set by the driver's requests).
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.prompt = ""
+        self._dropped: set[str] = set()  # failed replies the live context leaves out (D18)
+        self._retry_wait_ms = 0
+        self.effects: Mapping[str, Effect] = {
+            "start_turn": self._start_turn,
+            "call_agent": self._call_agent,
+            "stop_agent": self._stop_in_flight,
+            "drop_failed_reply": self._drop_failed_reply,
+            "prune_tool_outputs": self._prune_tool_outputs,
+            "emit_retry_start": self._emit_retry_start,
+            "emit_retry_end": self._emit_retry_end,
+            "sleep_retry": self._sleep_retry,
+            "cancel_retry_wait": self._stop_in_flight,
+            "append_continue_message": self._append_continue_message,
+            "resume_turn": self._resume_turn,
+            "close_session": self._close_session,
+        }
+
+    async def _start_turn(self) -> None:
+        self.host.counters = TurnCounters()
+        self._dropped.clear()
+        text, self.prompt = self.prompt, ""
+        entry = self.host.session().append_message(
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": text}],
+                "timestamp": self.host.ports.clock_ms(),
+            }
+        )
+        self.host.ports.events.emit("message", entryId=entry["id"], role="user")
+
+    async def _call_agent(self) -> Report | None:
+        return await self.host.in_flight(self._run_agent)
+
+    async def _run_agent(self) -> Report:
+        agent, session = self.host.ports.agent, self.host.session()
+        assert agent is not None, "a turn needs an agent"
+        context = session.context()
+        messages = [
+            m
+            for m, i in zip(context.messages, context.entry_ids, strict=True)
+            if i not in self._dropped
+        ]
+        turn = AgentInput(
+            messages=messages,
+            model=context.model,
+            thinking_level=context.thinking_level,
+            now_ms=self.host.ports.clock_ms,
+        )
+        last: tuple[str, Message] | None = None
+        async for message in agent.run(turn):
+            entry = session.append_message(message)
+            self.host.ports.events.emit("message", entryId=entry["id"], role=message.get("role"))
+            if message.get("role") == "assistant":
+                last = (entry["id"], message)
+        session.store.sync()
+        return self._classified(last)
+
+    def _classified(self, last: tuple[str, Message] | None) -> Report:
+        t = self.host.counters
+        reply = None
+        if last is not None:
+            t.last_reply_id, reply = last
+            t.last_reply = reply
+        stale = reply is not None and self._is_stale(reply)
+        verdict = classify(reply, self.host.settings, stale=stale)
+        t.over_threshold, t.context_full = verdict.over_threshold, verdict.context_full
+        if verdict.error:
+            t.last_error = verdict.error
+        if verdict.retries_ended is not None and t.retry_attempt > 0:
+            payload: dict[str, Any] = {"success": verdict.retries_ended, "attempt": t.retry_attempt}
+            if not verdict.retries_ended:
+                payload["finalError"] = t.last_error
+            self.host.ports.events.emit("auto_retry_end", **payload)
+            t.retry_attempt = 0
+        return Report(outcome=verdict.outcome, error=verdict.error or None)
+
+    def _is_stale(self, reply: Message) -> bool:
+        # A reply from before the latest compaction measured a context that no longer exists.
+        # The live context opens with that compaction's summary when there is one: O(1).
+        messages = self.host.session().context().messages
+        if not messages or messages[0].get("role") != "compactionSummary":
+            return False
+        return int(reply.get("timestamp") or 0) <= int(messages[0].get("timestamp") or 0)
+
+    async def _stop_in_flight(self) -> None:
+        await self.host.machine.stop_in_flight()
+
+    async def _drop_failed_reply(self) -> None:
+        if self.host.counters.last_reply_id is not None:
+            self._dropped.add(self.host.counters.last_reply_id)
+
+    async def _prune_tool_outputs(self) -> Report:
+        t = self.host.counters
+        if not self.host.settings.prune:
+            return Report(outcome="ok")
+        outcome = await self.host.operations.prune()
+        if outcome.tokens_saved and t.last_reply is not None:
+            usage = t.last_reply.get("usage") or {}
+            tokens = max(0, calculate_context_tokens(usage) - outcome.tokens_saved)
+            t.over_threshold = should_compact(
+                tokens, self.host.settings.context_window, self.host.settings.compaction
+            )
+        return Report(outcome="ok")
+
+    async def _emit_retry_start(self) -> None:
+        t = self.host.counters
+        delay = retry_delay_ms(self.host.settings.retry, t.retry_attempt, t.last_error)
+        t.retry_attempt += 1
+        self._retry_wait_ms = delay
+        self.host.ports.events.emit(
+            "auto_retry_start",
+            attempt=t.retry_attempt,
+            maxAttempts=self.host.settings.retry.max_retries,
+            delayMs=delay,
+            errorMessage=t.last_error,
+        )
+
+    async def _emit_retry_end(self) -> None:
+        t = self.host.counters
+        self.host.ports.events.emit(
+            "auto_retry_end",
+            success=False,
+            attempt=t.retry_attempt,
+            finalError=t.last_error or "aborted",
+        )
+        t.retry_attempt = 0
+
+    async def _sleep_retry(self) -> Report | None:
+        # The failed reply stays in the file; the retry does not send it again.
+        if self.host.counters.last_reply_id is not None:
+            self._dropped.add(self.host.counters.last_reply_id)
+
+        async def wait() -> Report:
+            await self.host.ports.sleep(self._retry_wait_ms / 1000)
+            return Report(outcome="ok")
+
+        return await self.host.in_flight(wait)
+
+    async def _append_continue_message(self) -> None:
+        self.host.session().append_custom_message(
+            AUTO_CONTINUE_TYPE, render("auto_continue"), display=False
+        )
+
+    async def _resume_turn(self) -> Report:
+        return Report(outcome="ok")
+
+    async def _close_session(self) -> None:
+        self.host.session().close()

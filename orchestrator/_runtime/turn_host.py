@@ -1,0 +1,51 @@
+"""What the turn table's effects share with the turn driver: a narrow interface, not the driver.
+
+The effects live by concept in :mod:`~orchestrator._runtime.turn_agent` (the agent's side: the
+user message, the agent run, retry waits, continuing) and
+:mod:`~orchestrator._runtime.turn_compaction` (compactions and their events); each performs
+through this :class:`Host`, which the turn driver implements. The per-turn counters are the
+memory they share, as an operation's effects share their run's fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+
+from orchestrator._runtime.driver import Interpreter, Report
+from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.types import OperationOutcome, RuntimeSettings, TurnCounters
+from orchestrator._store.session import Session
+
+
+@dataclass(slots=True)
+class ManualRequest:
+    """A manual compaction asked for: its options, and where its outcome is handed over."""
+
+    focus: str | None
+    dry_run: bool
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: OperationOutcome | None = None
+
+
+class Host(Protocol):
+    """What the compaction effects use of the turn driver."""
+
+    ports: Ports
+    operations: OperationRunner
+    settings: RuntimeSettings
+    counters: TurnCounters
+    machine: Interpreter
+    manual: ManualRequest | None
+
+    def session(self) -> Session:
+        """The session driven."""
+        ...
+
+    async def in_flight(self, work: Callable[[], Awaitable[Report]]) -> Report | None:
+        """Run slow work so that a request can be stepped meanwhile."""
+        ...
