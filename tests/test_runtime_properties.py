@@ -24,7 +24,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from orchestrator._core.errors import Cancelled, ModelError
 from orchestrator._core.model import ModelResponse
-from orchestrator._lifecycle.machine import load_machine
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import load_machine, step
 from orchestrator._store.memory import MemoryStore
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, error_reply, reply, tool_result
@@ -172,6 +173,17 @@ class RuntimeMachine(RuleBasedStateMachine):
             defn = load_machine(record.machine)
             rows = defn.rows_for(record.source, record.event)
             assert any(r.dest == record.dest for r in rows), record
+
+    @invariant()
+    def turn_journal_replays_through_the_table(self) -> None:
+        # Each turn record carries the facts its guards read: the table alone gives the same
+        # destination and effects (D31).
+        table = load_machine("turn")
+        for record in self.kit.journal.records():
+            if record.machine == "turn":
+                facts = Facts(**record.data["facts"])
+                taken = step(table, record.source, record.event, facts)
+                assert (taken.dest, taken.effects) == (record.dest, record.effects), record
 
 
 RuntimeMachine.TestCase.settings = settings(
