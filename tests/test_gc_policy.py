@@ -5,10 +5,12 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from orchestrator._runtime.gc_policy import GcPolicy
+from orchestrator._store.session import Session
 
 
 class Node:
@@ -98,3 +100,34 @@ def test_settle_collects_and_freezes_only_when_installed() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         policy.uninstall()
+
+
+def test_loading_under_the_policy_neither_thaws_nor_counts_the_frozen(
+    policy: GcPolicy, example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc.get_freeze_count() walks every frozen object: a thousand open sessions made each
+    load cost seconds. Under the policy the loader neither asks it nor unfreezes."""
+    gc.collect()  # freezes the survivors
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    calls: list[str] = []
+
+    def count() -> int:
+        calls.append("count")
+        return 0
+
+    monkeypatch.setattr(gc, "get_freeze_count", count)
+    monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
+    session = Session.open(example)
+    assert len(session.tree) > 0
+    assert calls == []
+    monkeypatch.undo()
+    assert gc.get_freeze_count() >= frozen
+
+
+def test_without_the_policy_the_loader_still_promotes_what_it_parsed(example: Path) -> None:
+    gc.collect()
+    gc.unfreeze()
+    session = Session.open(example)  # freeze + unfreeze: nothing stays frozen
+    assert len(session.tree) > 0
+    assert gc.get_freeze_count() == 0

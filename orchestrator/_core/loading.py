@@ -113,10 +113,17 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
-            if gc.get_freeze_count() == 0:
+            # get_freeze_count() walks the frozen objects: ask it only when nobody said.
+            if not FREEZING[0] and gc.get_freeze_count() == 0:
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()
+
+
+FREEZING = [False]
+"""Set by a process-wide policy that keeps objects frozen (``orchestrator serve``'s, issue 9):
+then :func:`gc_paused` leaves the generations alone without asking ``gc.get_freeze_count()``,
+which costs a walk of every frozen object (a thousand open sessions made each load seconds)."""
 
 
 def read_session(data: bytes, *, random_hex: RandomHex = uuid_hex) -> ParsedSession:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+from orchestrator._core.loading import FREEZING
+
 
 class GcPolicy:
     """Freeze the survivors of every full collection; unfreeze when sessions are released."""
@@ -44,12 +46,14 @@ class GcPolicy:
         if not self.installed:
             gc.callbacks.append(self._callback)
             self.installed = True
+            FREEZING[0] = True  # the loader must not thaw what this policy froze
 
     def uninstall(self) -> None:
         """Stop, and give every frozen object back to the collector (idempotent)."""
         if self.installed:
             gc.callbacks.remove(self._callback)
             self.installed = False
+            FREEZING[0] = False
             gc.unfreeze()
 
     def settle(self) -> None:
