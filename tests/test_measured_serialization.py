@@ -28,6 +28,7 @@ from orchestrator._core.serialize import (
     LATE_ROLES,
     MeasuredMessages,
     format_tool_call,
+    measure,
     serial_step,
     serialize_conversation,
     serialize_message,
@@ -41,7 +42,7 @@ from orchestrator._core.summary_request import (
     history_request,
     turn_prefix_request,
 )
-from orchestrator._core.tokens import CompactionSettings, _json_len
+from orchestrator._core.tokens import CompactionSettings, estimate_tokens, json_length
 from orchestrator._core.utf16 import escape_lone_surrogates, json_string_len, utf16_len
 from tests.test_planning_properties import KEEP, sessions
 
@@ -228,10 +229,23 @@ def test_the_conversation_is_the_reference_serialization(batch: list[Message]) -
     assert outcome(serialize_conversation, batch) == outcome(reference_serialize, batch)
 
 
+ASSISTANTS = st.builds(
+    lambda blocks: {"role": "assistant", "content": blocks}, st.lists(TOOL_CALL | BLOCK, max_size=3)
+)
+
+
+@PROPERTIES
+@given(messages() | ASSISTANTS)
+def test_one_pass_measures_what_the_estimate_and_the_serializer_measure(message: Message) -> None:
+    assert outcome(measure, message) == outcome(
+        lambda m: (estimate_tokens(m), serialized_length(m)), message
+    )
+
+
 @PROPERTIES
 @given(ARGUMENTS)
 def test_the_estimate_measures_arguments_as_json_stringify_does(arguments: object) -> None:
-    assert _json_len(arguments) == reference_json_len(arguments)
+    assert json_length(arguments) == reference_json_len(arguments)
 
 
 @PROPERTIES
@@ -389,3 +403,30 @@ def test_a_suffix_stops_at_the_first_message_boundary_that_is_enough() -> None:
     assert measured.suffix(10) == "[User]: b\n\n[User]: c"
     assert measured.suffix(20) == "[User]: b\n\n[User]: c"
     assert measured.suffix(21) == measured.text()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": ["junk", {"type": "text", "text": "a"}, {"type": "image"}]},
+        {
+            "role": "toolResult",
+            "content": ["junk", {"type": "image"}, {"type": "text", "text": "b"}],
+        },
+        {"role": "toolResult", "content": [{"type": "text", "text": "c"}], "prunedAt": 1},
+        {"role": "assistant", "content": [{"type": "toolCall", "name": None, "arguments": {}}]},
+        {"role": "assistant", "content": [{"type": "toolCall", "name": 5, "arguments": {"a": 1}}]},
+        {"role": "assistant", "content": [{"type": "toolCall", "name": "f", "arguments": [1]}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "toolCall", "name": "f", "arguments": {"a": 1}}],
+        },
+        {"role": "assistant", "content": [{"type": "toolCall", "name": "f"}]},
+        {"role": "assistant", "content": "plain"},
+        {"role": "custom", "content": "note"},
+    ],
+)
+def test_unusual_shapes_are_measured_alike(message: Message) -> None:
+    assert outcome(measure, message) == outcome(
+        lambda m: (estimate_tokens(m), serialized_length(m)), message
+    )

@@ -21,7 +21,7 @@ import itertools
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Generic, TypeVar, overload
 
 from orchestrator._core.entries import (
     COMPACTION,
@@ -33,12 +33,7 @@ from orchestrator._core.entries import (
     compaction_message,
     entry_message,
 )
-from orchestrator._core.serialize import (
-    LATE_ROLES,
-    MeasuredMessages,
-    serial_step,
-    serialized_length,
-)
+from orchestrator._core.serialize import LATE_ROLES, MeasuredMessages, measure, serial_step
 from orchestrator._core.tokens import ContextTokens, estimate_context_tokens, estimate_tokens
 
 T = TypeVar("T")
@@ -310,44 +305,56 @@ class ContextBuilder:
         self._position[entry["id"]] = here
         self._path.append(entry)
         kind = entry.get("type")
+        if kind == MESSAGE:  # the usual entry, taken directly
+            message = entry.get("message")
+            if isinstance(message, dict):
+                self._add(message, entry["id"], here)
+            return
         if kind == THINKING_LEVEL_CHANGE:
             level = entry.get("thinkingLevel")
             self.thinking_level = level if isinstance(level, str) and level else "off"
         elif kind == MODEL_CHANGE:
             self.model = _model_from_change(entry) or self.model
-        elif kind == MESSAGE:
-            self._take_model_from_assistant(entry.get("message"))
         if kind == COMPACTION:
             self._restart_at(entry)
         else:
             self._emit(entry, here)
 
-    def _take_model_from_assistant(self, message: Any) -> None:
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            provider, model_id = message.get("provider"), message.get("model")
-            if isinstance(provider, str) and isinstance(model_id, str):
+    def _take_model_from_assistant(self, message: Message) -> None:
+        provider, model_id = message.get("provider"), message.get("model")
+        if isinstance(provider, str) and isinstance(model_id, str):
+            model = self.model
+            if model is None or model.provider != provider or model.model_id != model_id:
                 self.model = ModelRef(provider=provider, model_id=model_id)
 
     def _emit(self, entry: Entry, position: int) -> None:
         message = entry_message(entry)
         if message is not None:
-            estimate = estimate_tokens(message)
-            if message.get("role") == "assistant":
-                self._file_events(message, len(self._messages))
-            self._messages.append(message)
-            self._entry_ids.append(entry["id"])
-            self._estimates.append(estimate)
-            self._positions.append(position)
-            self._estimate_sum += estimate
-            self._prefix.append(self._estimate_sum)
-            self._serial_sum += self._serial_step(message)
-            self._serial.append(self._serial_sum)
+            self._add(message, entry["id"], position, restoring=True)
 
-    def _serial_step(self, message: Message) -> int:
-        if message.get("role") in LATE_ROLES:
-            self._late.append(len(self._serial) - 1)
-            return 0
-        return serial_step(serialized_length(message))
+    def _add(
+        self, message: Message, entry_id: str, position: int, *, restoring: bool = False
+    ) -> None:
+        """Append a context message (``restoring``: a kept one, re-read after a compaction)."""
+        role = message.get("role")
+        index = len(self._messages)
+        if role in LATE_ROLES:  # measured when planned: loading never reads the templates
+            estimate, units = estimate_tokens(message), 0
+            self._late.append(index)
+        else:
+            estimate, units = measure(message)
+        if role == "assistant":
+            if not restoring:
+                self._take_model_from_assistant(message)
+            self._file_events(message, index)
+        self._messages.append(message)
+        self._entry_ids.append(entry_id)
+        self._estimates.append(estimate)
+        self._positions.append(position)
+        self._estimate_sum += estimate
+        self._prefix.append(self._estimate_sum)
+        self._serial_sum += serial_step(units)
+        self._serial.append(self._serial_sum)
 
     def _file_events(self, message: Message, index: int) -> None:
         content = message.get("content")

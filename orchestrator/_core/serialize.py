@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator._core.entries import Message
+from orchestrator._core.tokens import IMAGE_CHARS, estimate_tokens, json_length
 from orchestrator._core.utf16 import (
     escape_lone_surrogates,
     json_string_len,
@@ -252,8 +253,11 @@ def _assistant_units(content: object) -> int | None:
     if not isinstance(content, list):
         return 0
     counted = _assistant_block_units(content)
-    if counted is None:
-        return None
+    return None if counted is None else _assistant_total(counted)
+
+
+def _assistant_total(counted: tuple[int, int, int, int, int, int]) -> int:
+    """Units of an assistant message's paragraphs from its block counts and units."""
     thinking, thinking_units, texts, text_units, calls, call_units = counted
     # Each part: label, items joined by a newline (calls by "; "); parts joined by a blank line.
     units = parts = 0
@@ -309,6 +313,109 @@ def serialized_length(message: Message) -> int:
     if units is None:
         units = utf16_len(serialize_message(message))
     return units
+
+
+def _measure_texts(content: object) -> tuple[int, int, bool] | None:
+    """Text units, image count and ASCII-ness of a user or tool result content."""
+    if isinstance(content, str):
+        return utf16_len(content), 0, content.isascii()
+    units = images = 0
+    ascii_only = True
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text") or ""
+            if not isinstance(text, str):
+                return None
+            units += utf16_len(text)
+            ascii_only = ascii_only and text.isascii()
+        elif kind == "image":
+            images += 1
+    return units, images, ascii_only
+
+
+def _measure_call(block: dict[str, Any]) -> tuple[int, int] | None:
+    """Estimate chars and serialized units of a tool call; ``None`` for an unusual shape."""
+    name = block.get("name")
+    arguments = block.get("arguments")
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        return None
+    name_units = utf16_len(name)
+    if not arguments:
+        return name_units + 2, name_units + 2  # {} and ()
+    chars = 1  # JSON.stringify: the braces, less the comma after the last pair
+    units = name_units  # name(k=v, ...): the parentheses, less the ", " after the last pair
+    for key, value in arguments.items():
+        if not (isinstance(key, str) and isinstance(value, str)):
+            return None
+        size = json_string_len(value)
+        chars += json_string_len(key) + size + 2
+        units += utf16_len(key) + size + 3
+    return name_units + chars, units
+
+
+def _measure_assistant(content: list[Any]) -> tuple[int, int] | None:
+    chars = thinking = texts = calls = thinking_units = text_units = call_units = 0
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text" or kind == "thinking":
+            text = block.get(kind) or ""
+            if not isinstance(text, str):
+                return None
+            size = utf16_len(text)
+            chars += size
+            if kind == "text":
+                texts += 1
+                text_units += size
+            else:
+                thinking += 1
+                thinking_units += size
+        elif kind == "toolCall":
+            measured = _measure_call(block)
+            if measured is None:
+                name = block.get("name") or ""
+                if not isinstance(name, str):
+                    return None
+                measured = (
+                    utf16_len(name) + json_length(block.get("arguments", {})),
+                    _call_units(block),
+                )
+            chars += measured[0]
+            calls += 1
+            call_units += measured[1]
+    units = _assistant_total((thinking, thinking_units, texts, text_units, calls, call_units))
+    return -(-chars // 4), units
+
+
+def measure(message: Message) -> tuple[int, int]:
+    """``(estimate_tokens(message), serialized_length(message))``, in one pass where it can.
+
+    The context measures every message it takes in; for the usual shapes one walk over the
+    blocks gives both numbers.
+    """
+    role = message.get("role")
+    content = message.get("content")
+    if role == "assistant" and isinstance(content, list):
+        measured = _measure_assistant(content)
+        if measured is not None:
+            return measured
+    elif role == "user" or role == "toolResult":
+        texts = _measure_texts(content)
+        if texts is not None:
+            units, images, ascii_only = texts
+            if role == "user":
+                return -(-units // 4), len(USER_LABEL) + units if units else 0
+            estimate = -(-(units + IMAGE_CHARS * images) // 4)
+            if message.get("prunedAt") is None:
+                serialized = _tool_result_units(units, ascii_only)
+                if serialized is not None:
+                    return estimate, serialized
+            return estimate, serialized_length(message)
+    return estimate_tokens(message), serialized_length(message)
 
 
 def serial_step(units: int) -> int:

@@ -41,10 +41,11 @@ def _block_chars(content: object, *, count_images: bool) -> int:
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-def _json_len(value: object) -> int:
-    # JSON.stringify(arguments).length: compact separators, non-ASCII kept as is, lone
-    # surrogates escaped (D26). The usual arguments, a non-empty object of strings, are
-    # measured without being written.
+def json_length(value: object) -> int:
+    """``JSON.stringify(value).length``: compact, non-ASCII kept, lone surrogates escaped (D26).
+
+    The usual tool arguments, a non-empty object of strings, are measured without being written.
+    """
     if isinstance(value, dict) and value:
         units = 1  # the braces, less the comma the last pair does not have
         for key, item in value.items():
@@ -70,7 +71,7 @@ def _assistant_chars(message: Mapping[str, Any]) -> int:
         elif kind == "thinking":
             chars += utf16_len(block.get("thinking") or "")
         elif kind == "toolCall":
-            chars += utf16_len(block.get("name") or "") + _json_len(block.get("arguments", {}))
+            chars += utf16_len(block.get("name") or "") + json_length(block.get("arguments", {}))
     return chars
 
 
