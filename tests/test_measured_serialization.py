@@ -27,7 +27,7 @@ from orchestrator._core.model import ModelRequest
 from orchestrator._core.serialize import (
     LATE_ROLES,
     MeasuredMessages,
-    format_tool_call,
+    js_json,
     measure,
     serial_step,
     serialize_conversation,
@@ -47,6 +47,26 @@ from orchestrator._core.utf16 import escape_lone_surrogates, json_string_len, ut
 from tests.test_planning_properties import KEEP, sessions
 
 # --- the reference: the serializer as it was, whole conversation at once ---------------------
+
+
+def _reference_js_json(value: Any) -> str:
+    if isinstance(value, str):
+        return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float):
+        return js_json(value)  # numbers: tested against JavaScript in test_serialize
+    if isinstance(value, dict):
+        items = (f"{_reference_js_json(str(k))}:{_reference_js_json(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_reference_js_json(item) for item in value) + "]"
+    return _reference_js_json(str(value))
+
+
+def _reference_call(name: str, arguments: object) -> str:
+    pairs = arguments.items() if isinstance(arguments, dict) else ()
+    return f"{name}({', '.join(f'{key}={_reference_js_json(value)}' for key, value in pairs)})"
 
 
 def _reference_texts(content: object) -> list[str]:
@@ -77,7 +97,7 @@ def _reference_assistant(message: Message) -> list[str]:
         elif kind == "text":
             texts.append(str(block.get("text") or ""))
         elif kind == "toolCall":
-            calls.append(format_tool_call(str(block.get("name", "")), block.get("arguments")))
+            calls.append(_reference_call(str(block.get("name", "")), block.get("arguments")))
     parts = []
     if thinking:
         parts.append("[Assistant thinking]: " + "\n".join(thinking))

@@ -105,27 +105,31 @@ def js_json(value: Any) -> str:
 
 def format_tool_call(name: str, arguments: object) -> str:
     """``name(k1=<json>, k2=<json>)`` in the arguments' own key order."""
-    pairs = arguments.items() if isinstance(arguments, dict) else ()
-    return f"{name}({', '.join(f'{key}={js_json(value)}' for key, value in pairs)})"
+    if not isinstance(arguments, dict):
+        return f"{name}()"
+    if len(arguments) == 1:  # the usual call, without a generator
+        ((key, value),) = arguments.items()
+        return f"{name}({key}={js_json(value)})"
+    return f"{name}({', '.join(f'{key}={js_json(value)}' for key, value in arguments.items())})"
 
 
 def _assistant_parts(message: Message) -> list[str]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [ASSISTANT_LABEL + content]
     thinking: list[str] = []
     texts: list[str] = []
     calls: list[str] = []
-    content = message.get("content")
-    if isinstance(content, str):
-        texts.append(content)
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
-        if kind == "thinking":
-            thinking.append(str(block.get("thinking") or ""))
-        elif kind == "text":
+        if kind == "text":
             texts.append(str(block.get("text") or ""))
         elif kind == "toolCall":
             calls.append(format_tool_call(str(block.get("name", "")), block.get("arguments")))
+        elif kind == "thinking":
+            thinking.append(str(block.get("thinking") or ""))
     parts = []
     if thinking:
         parts.append(THINKING_LABEL + "\n".join(thinking))
