@@ -17,10 +17,14 @@ The sessions are small linear pi files (``--entries``, a few hundred each, the h
 ``bench_core.py``), written once into a temporary folder, each with its own session id.
 
 **runtime**: one process opens every session with ``AgentSession.open`` (owner, journal,
-settling), then starts ``compact()`` on all of them at once. **server**: ``orchestrator serve
---socket`` runs in a child process with ``--remote``; the benchmark opens every session over 16
-connections (``session.open``) and then sends every ``session.compress`` at once, spread over the
-same connections (at most 64 in flight per connection, the server's default bound).
+settling), then starts ``compact()`` on all of them at once. It installs the server's garbage
+collection policy (``orchestrator._runtime.gc_policy``) and settles it after opening, as
+``orchestrator serve`` does; ``BENCH_GC_POLICY=0`` leaves the policy out.
+
+**server**: ``orchestrator serve --socket`` runs in a child process with ``--remote``; the
+benchmark opens every session over 16 connections (``session.open``) and then sends every
+``session.compress`` at once, spread over the same connections (at most 64 in flight per
+connection, the server's default bound).
 
 Printed for each path: the time to open every session, then for the compactions the wall time
 from the first request to the last answer, p50 and p99 of each operation's latency, the event
