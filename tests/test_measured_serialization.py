@@ -450,3 +450,34 @@ def test_unusual_shapes_are_measured_alike(message: Message) -> None:
     assert outcome(measure, message) == outcome(
         lambda m: (estimate_tokens(m), serialized_length(m)), message
     )
+
+
+# Loading measures every message, planning lists the summaries to measure; neither reads the
+# prompt templates (nor imports importlib.resources to find them): only a request does.
+TEMPLATES_PROBE = """
+import contextlib, io, json, sys
+from orchestrator._cli.main import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+names = ("orchestrator._core.prompts", "importlib.resources")
+print(json.dumps({"code": code, "loaded": [n for n in names if n in sys.modules]}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["context", "plan"])
+def test_inspecting_a_session_with_summaries_reads_no_template(command: str) -> None:
+    import subprocess
+    import sys
+
+    from tests.cli_kit import EXAMPLE
+
+    kinds = {json.loads(line).get("type") for line in EXAMPLE.read_text().splitlines()}
+    assert {"compaction", "branch_summary"} <= kinds
+    out = subprocess.run(
+        [sys.executable, "-c", TEMPLATES_PROBE, command, str(EXAMPLE), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"code": 0, "loaded": []}

@@ -446,7 +446,8 @@ class MeasuredMessages(tuple[Message, ...]):
 
     sums: Sequence[int] | None
     start: int
-    _late: dict[int, int]
+    _late_at: tuple[int, ...]
+    _late: dict[int, int] | None
     _pieces: dict[int, str]
 
     def __new__(
@@ -459,9 +460,16 @@ class MeasuredMessages(tuple[Message, ...]):
         self = super().__new__(cls, messages)
         self.sums = sums
         self.start = start
-        self._late = {k: serial_step(serialized_length(self[k])) for k in late}
+        self._late_at = tuple(late)
+        self._late = None
         self._pieces = {}
         return self
+
+    def _late_steps(self) -> dict[int, int]:
+        # Measured on first use, not when a plan is made: `plan --json` never reads templates.
+        if self._late is None:
+            self._late = {k: serial_step(serialized_length(self[k])) for k in self._late_at}
+        return self._late
 
     def piece(self, k: int) -> str:
         """:func:`serialize_message` of message ``k`` (made once)."""
@@ -475,7 +483,7 @@ class MeasuredMessages(tuple[Message, ...]):
         if self.sums is None:
             return utf16_len(self.text())
         total = self.sums[self.start + len(self)] - self.sums[self.start]
-        return max(0, total + sum(self._late.values()) - len(PARAGRAPH_SEPARATOR))
+        return max(0, total + sum(self._late_steps().values()) - len(PARAGRAPH_SEPARATOR))
 
     def text(self) -> str:
         """``serialize_conversation(self)``."""
@@ -490,7 +498,7 @@ class MeasuredMessages(tuple[Message, ...]):
         if sums is None:
             return self.text()
         pieces: list[str] = []
-        cache, late, start = self._pieces, self._late, self.start
+        cache, late, start = self._pieces, self._late_steps(), self.start
         taken, enough = 0, units + len(PARAGRAPH_SEPARATOR)
         for k in range(len(self) - 1, -1, -1):
             step = sums[start + k + 1] - sums[start + k]
