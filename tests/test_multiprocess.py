@@ -239,6 +239,10 @@ def test_compaction_while_another_program_appends_ends_in_conflict_and_loses_not
     assert compact.returncode == 1, out
     assert err.startswith("orchestrator compact: ")
     assert err.count("\n") == 1
+    # The store's reason, in one line, not "Compaction cancelled".
+    assert "the session changed since it was read" in err
+    assert f"now at entry {foreign['id']}" in err
+    assert "cancelled" not in err.lower()
     assert session.read_bytes() == after_pi  # nothing written over or after pi's line
     reopened = Session.open(session)
     assert reopened.leaf_id == foreign["id"]

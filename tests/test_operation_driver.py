@@ -14,7 +14,7 @@ import anyio
 import pytest
 from trio.testing import MockClock
 
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import ConflictError, ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import load_machine, step
@@ -229,3 +229,29 @@ async def test_a_commit_that_conflicts_applies_nothing_and_says_so() -> None:
     assert list(session.tree.entries) == before
     moves = [(s["source"], s["event"], s["dest"]) for s in kit.of("transition")]
     assert ("committing", "append_conflict", "conflict") in moves
+
+
+async def test_a_manual_compaction_that_conflicts_says_why_not_cancelled() -> None:
+    # A 429 retried away first: the conflict, not that old failure, is what the caller hears.
+    busy = ModelError("429 Too Many Requests", kind="transient")
+    kit = busy_kit([busy, SUMMARY], max_retries=1, base_delay_ms=10)
+    await two_turns(kit)
+    session = kit.session
+    scripted = kit.model.complete
+
+    async def answer_after_another_writer(request: ModelRequest) -> ModelResponse:
+        response = await scripted(request)
+        # Another program appends while the summary is being written (D27).
+        session.store.append([session.new_entry("custom", {"customType": "pi", "data": None})])
+        return response
+
+    kit.model.complete = answer_after_another_writer  # type: ignore[method-assign]
+    before = list(session.tree.entries)
+    with pytest.raises(ConflictError, match="the session changed since it was read") as caught:
+        await kit.runtime.compact()
+    assert "429" not in str(caught.value)
+    assert "nothing was applied" in str(caught.value)
+    assert list(session.tree.entries) == before
+    [record] = [r for r in kit.of("transition") if r["dest"] == "conflict"]
+    assert record["event"] == "append_conflict"
+    assert kit.runtime.turn.state == "idle"

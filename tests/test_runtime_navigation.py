@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import ConflictError, SessionError
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, Hang, reply
 from tests.runtime_kit import Kit, summary, until
@@ -249,3 +249,23 @@ async def test_work_is_refused_while_a_branch_summary_is_written() -> None:
         "Cannot navigate while a tree navigation is in progress",
     ]
     assert kit.runtime.is_navigating is False
+
+
+async def test_a_branch_summary_that_conflicts_is_a_conflict_not_a_model_failure() -> None:
+    kit = nav_kit()
+    ids = await conversation(kit)
+    session = kit.session
+    scripted = kit.model.complete
+
+    async def answer_after_another_writer(request: Any) -> Any:
+        response = await scripted(request)
+        # Another program appends while the branch summary is being written (D27).
+        session.store.append([session.new_entry("custom", {"customType": "pi", "data": None})])
+        return response
+
+    kit.model.complete = answer_after_another_writer  # type: ignore[method-assign]
+    before = list(session.tree.entries)
+    with pytest.raises(ConflictError, match="the session changed since it was read"):
+        await kit.runtime.navigate(ids["u2"], summarize=True)
+    assert list(session.tree.entries) == before
+    assert session.leaf_id == ids["a2"]

@@ -27,7 +27,7 @@ import anyio
 
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ModelError, SessionError
+from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
@@ -141,6 +141,7 @@ class Navigator:
         Raises:
             SessionError: a turn is running, or the target is unknown.
             ModelError: the branch summary failed, with its kind and retry-after.
+            ConflictError: another program wrote meanwhile; nothing was attached (D27).
         """
         session = self._session()
         old_leaf = session.leaf_id
@@ -202,6 +203,11 @@ class Navigator:
             raise SessionError(BUSY)
         if state == "failed":
             outcome = request.outcome
+            if outcome is not None and outcome.status == "conflict":
+                # Another program wrote meanwhile (D27): the store's reason, not a model failure.
+                raise ConflictError(
+                    outcome.error or "Branch summary conflicted with another writer"
+                )
             raise ModelError(
                 (outcome.error if outcome else None) or "Branch summarization failed",
                 kind=(outcome.error_kind if outcome else None) or "fatal",

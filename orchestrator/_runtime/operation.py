@@ -512,7 +512,9 @@ class OperationRun:
 
     def outcome(self) -> OperationOutcome:
         """How the operation ended (call once the machine is final)."""
-        failure = self._failure if self.state in ("failed", "conflict") else None
+        # A conflict is the commit's (the store's reason); a model failure retried away
+        # before it must not be reported instead.
+        failure = self._failure if self.state == "failed" else None
         result = self._result if self.kind == "compaction" else None
         return OperationOutcome(
             operation_id=self.id,

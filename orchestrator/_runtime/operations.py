@@ -21,7 +21,7 @@ from anyio.lowlevel import RunVar
 
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.errors import Cancelled, ConflictError, ModelError
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
 from orchestrator._runtime.operation import OperationRun
@@ -141,14 +141,12 @@ def raise_for(outcome: OperationOutcome, what: str = "Compaction") -> OperationO
     Raises:
         Cancelled: The operation was cancelled (a hook, or on request).
         ModelError: It failed; ``kind`` and ``retry_after`` keep the model failure's.
-        SessionError: Its commit conflicted with another writer (D27).
+        ConflictError: Its commit met another writer's change (D27); the store's reason.
     """
     if outcome.status == "cancelled":
         raise Cancelled(outcome.reason or f"{what} cancelled")
     if outcome.status == "conflict":
-        from orchestrator._core.errors import SessionError
-
-        raise SessionError(outcome.error or f"{what} conflicted with another writer")
+        raise ConflictError(outcome.error or f"{what} conflicted with another writer")
     if outcome.status == "failed":
         raise ModelError(
             outcome.error or f"{what} failed",

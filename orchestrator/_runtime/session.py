@@ -224,6 +224,7 @@ class AgentSession:
             Cancelled: the compaction was cancelled (by ``abort_compaction`` or a hook).
             ModelError: the summary failed; the session is unchanged.
             SessionError: a manual compaction or a tree navigation is already running.
+            ConflictError: another program wrote meanwhile; nothing was applied (D27).
         """
         return await self.turn.compact(focus, dry_run=dry_run)
 
@@ -244,6 +245,7 @@ class AgentSession:
         Raises:
             SessionError: a turn or another navigation is running, or the id is unknown.
             ModelError: the branch summary failed; history and leaf are unchanged.
+            ConflictError: another program wrote meanwhile; history and leaf are unchanged.
         """
         if self.navigator.running:
             raise SessionError("Cannot navigate while a tree navigation is in progress")

@@ -18,7 +18,7 @@ from orchestrator._runtime.replies import OVERFLOW_FAILED, end_payload, outcome_
 from orchestrator._runtime.turn_host import Host
 from orchestrator._runtime.types import OperationOutcome
 
-_ENDED = frozenset({"committed", "skipped", "cancelled", "failed"})
+_ENDED = frozenset({"committed", "skipped", "cancelled", "failed", "conflict"})
 
 
 class TurnCompactions:
