@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from orchestrator._core.errors import (
     Cancelled,
+    ConflictError,
     ModelError,
     OrchestratorError,
     SessionError,
@@ -26,6 +27,7 @@ from orchestrator._rpc.hub import NO_AGENT, RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import (
     BUSY,
     CANCELLED,
+    CONFLICT,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -240,6 +242,7 @@ async def test_batches_answer_in_order_and_omit_notifications() -> None:
         (Cancelled("Compaction cancelled"), CANCELLED),
         (ModelError("rate\nlimited", kind="transient"), MODEL_FAILED),
         (SessionLockedError("held"), SESSION_LOCKED),
+        (ConflictError("changed since it was read"), CONFLICT),
         (SessionError("Entry x not found"), INVALID_PARAMS),
         (TransitionError("turn", "running", "navigate"), BUSY),
         (OrchestratorError("odd"), INTERNAL_ERROR),
@@ -253,6 +256,8 @@ def test_error_codes(error: Exception, code: int) -> None:
     assert "\n" not in str(mapped)
     if isinstance(error, ModelError):
         assert (str(mapped), mapped.data) == ("rate limited", {"kind": "transient"})
+    if isinstance(error, (ConflictError, SessionLockedError)):
+        assert mapped.data["applied"] is False
     assert str(error_for(Cancelled())) == "Cancelled"
 
 

@@ -24,12 +24,16 @@ from hypothesis import strategies as st
 
 from orchestrator._cli.main import main as cli_main
 from orchestrator._cli.serve import _options
+from orchestrator._core.model import ModelRequest
 from orchestrator._rpc.connection import Limits
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import FdTransport, LineReader, Overlong, StreamTransport
 from orchestrator._runtime.agent import ChatAgent
-from orchestrator.testing import AgentHang, ScriptedAgent
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._store.jsonl import write_pi_line
+from orchestrator._store.session import Session
+from orchestrator.testing import AgentHang, FunctionModel, ScriptedAgent
 
 pytestmark = pytest.mark.anyio
 
@@ -251,6 +255,58 @@ async def test_tcp_compress_interrupts_a_hanging_prompt_on_the_same_connection(
     assert prompted["result"]["queued"] is False
     assert agent.remaining == 1  # the interrupted turn was not resumed
     assert peer.events("compaction_update")[-1]["status"] == "completed"
+
+
+async def test_tcp_a_conflict_and_a_locked_session_have_their_own_codes(tmp_path: Path) -> None:
+    # D27 over the wire: pi appends while the summary is written, so the commit is refused; and
+    # a session another process owns. Neither is a wrong parameter (-32602).
+    path = tmp_path / "example.jsonl"
+
+    async def pi_appends_meanwhile(request: ModelRequest) -> str:
+        del request
+        foreign = {
+            "type": "message",
+            "id": "c0ffee01",
+            "parentId": "935170bb",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": "typed in pi meanwhile", "timestamp": 1},
+        }
+        with path.open("ab") as file:
+            file.write(write_pi_line(foreign))
+        return "## Goal\nSummarized."
+
+    summarizer = SummaryRoutes(candidates=(FunctionModel(pi_appends_meanwhile),))
+    hub = example_hub(tmp_path, summarizer=summarizer)
+    shutil.copy(EXAMPLE, tmp_path / "held.jsonl")
+    holder = Session.open(tmp_path / "held.jsonl", owner="another program")
+    server = RpcServer(hub)
+    try:
+        async with anyio.create_task_group() as group:
+            port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                peer = Peer(stream)
+                await peer.auth(TOKEN)
+                await peer.send(request(1, "session.open", path="example.jsonl"))
+                sid = (await peer.answer(1))["result"]["session_id"]
+                await peer.send(request(2, "session.compress", session_id=sid))
+                conflict = (await peer.answer(2))["error"]
+                after_pi = path.read_bytes()
+                await peer.send(request(3, "session.open", path="held.jsonl"))
+                locked = (await peer.answer(3))["error"]
+            group.cancel_scope.cancel()
+    finally:
+        holder.close()
+        hub.close_all()
+    assert conflict["code"] == -32007
+    assert conflict["data"] == {"kind": "conflict", "applied": False}
+    assert "the session changed since it was read" in conflict["message"]
+    assert "now at entry c0ffee01" in conflict["message"]
+    assert path.read_bytes() == after_pi  # nothing written after pi's line
+    assert peer.events("compaction_update")[-1]["status"] == "failed"
+    assert locked["code"] == -32004
+    assert locked["data"] == {"kind": "locked", "applied": False}
+    assert "session is being changed by" in locked["message"]
+    assert "another program" in locked["message"]
 
 
 # -- stdio and the serve command ---------------------------------------------------------------

@@ -25,6 +25,7 @@ code    name                when
 -32004  session locked      another process holds the session file's write lock
 -32005  limit               a server bound was hit (connections, output waiting for the client)
 -32006  unauthorized        the connection did not start with the server's token
+-32007  conflict            another program changed the session meanwhile; nothing was applied
 ======  ==================  ================================================================
 
 Messages are one line (whitespace collapsed), so a client can show them as they are.
@@ -51,6 +52,7 @@ import anyio
 
 from orchestrator._core.errors import (
     Cancelled,
+    ConflictError,
     ModelError,
     OrchestratorError,
     SessionError,
@@ -69,6 +71,7 @@ CANCELLED = -32003
 SESSION_LOCKED = -32004
 LIMIT = -32005
 UNAUTHORIZED = -32006
+CONFLICT = -32007
 
 MAX_DEPTH = 32
 """Deepest nesting of arrays and objects a request may have (a batch counts as one level)."""
@@ -112,8 +115,12 @@ def error_for(exc: BaseException) -> RpcError:
         if exc.retry_after is not None:
             data["retryAfter"] = exc.retry_after
         return RpcError(MODEL_FAILED, message, data)
+    # Both are SessionErrors, but no parameter was wrong: the session is someone else's, or
+    # changed under the operation (D27). Asking again later can succeed; nothing was applied.
     if isinstance(exc, SessionLockedError):
-        return RpcError(SESSION_LOCKED, message)
+        return RpcError(SESSION_LOCKED, message, {"kind": "locked", "applied": False})
+    if isinstance(exc, ConflictError):
+        return RpcError(CONFLICT, message, {"kind": "conflict", "applied": False})
     if isinstance(exc, SessionError):
         return RpcError(INVALID_PARAMS, message)
     if isinstance(exc, TransitionError):
