@@ -265,3 +265,22 @@ def test_check_summary_response() -> None:
         with pytest.raises(ModelError) as caught:
             check_summary_response(response)
         assert caught.value.kind == kind
+
+
+async def test_a_candidate_whose_window_is_too_small_is_passed_over_unpaid() -> None:
+    # Building the request refuses (nothing useful fits the window, D14): that is this
+    # candidate's failed attempt, and the table moves on to the next one (D21) instead of
+    # ending the call. The refused candidate is never called.
+    clock = FakeClock()
+    tiny = ScriptedModel(["unused"], name="tiny", context_window=600)
+    roomy = ScriptedModel(["from roomy"], name="roomy")
+    response, chosen, records = await run(tiny, roomy, clock=clock)
+    assert (response.text, chosen) == ("from roomy", roomy)
+    assert tiny.requests == []
+    assert outcomes(records) == [("tiny", 1, "next_candidate", 0), ("roomy", 1, "ok", 0)]
+    assert records[0].error is not None
+    assert str(records[0].error).startswith("Summarization refused: ")
+    assert clock.sleeps == []
+    # The last candidate's refusal ends the call with it, still without a request.
+    with pytest.raises(ModelError, match="^Summarization refused: .*larger window"):
+        await run(ScriptedModel(["unused"], name="tiny", context_window=600), clock=clock)
