@@ -536,6 +536,41 @@ async def test_navigate_refusals() -> None:
     assert (await client.call("session.abort", session_id=sid)) == {"aborted": False}
 
 
+async def test_navigate_refuses_instructions_without_a_summary() -> None:
+    # As the command line refuses --focus without --summarize: a focus would be dropped unheard.
+    kit = nav_kit()
+    client, sid = kit_client(kit)
+    ids = await conversation(kit)
+    before = list(kit.session.tree.entries)
+    error = await client.error(
+        "session.tree.navigate", session_id=sid, target_id=ids["u2"], focus="note the files"
+    )
+    assert error["code"] == INVALID_PARAMS
+    assert "'focus'" in error["message"]
+    assert 'add "summarize": true' in error["message"]
+    error = await client.error(
+        "session.tree.navigate",
+        session_id=sid,
+        target_id=ids["u2"],
+        summarize=False,
+        replace_instructions=True,
+    )
+    assert error["code"] == INVALID_PARAMS
+    error = await client.error(
+        "session.tree.navigate",
+        session_id=sid,
+        target_id=ids["u2"],
+        summarize=True,
+        replace_instructions=True,
+    )
+    assert error["code"] == INVALID_PARAMS
+    assert "'replace_instructions' needs 'focus'" in error["message"]
+    # Nothing moved, nothing was written, no model was asked.
+    assert kit.session.leaf_id == ids["a2"]
+    assert list(kit.session.tree.entries) == before
+    assert kit.model.requests == []
+
+
 async def test_navigation_in_progress_blocks_other_work_and_abort_cancels_it() -> None:
     kit = nav_kit(Hang())
     client, sid = kit_client(kit)

@@ -328,6 +328,20 @@ class SessionHub:
         target = p.text("target_id")
         summarize, focus = p.flag("summarize"), p.optional_text("focus")
         replace, label = p.flag("replace_instructions"), p.optional_text("label")
+        # Instructions without a summary would be dropped without a word: refuse them, as the
+        # command line refuses --focus without --summarize.
+        if (focus is not None or replace) and not summarize:
+            raise RpcError(
+                INVALID_PARAMS,
+                "session.tree.navigate: 'focus' and 'replace_instructions' shape the branch "
+                "summary; add \"summarize\": true",
+            )
+        if replace and focus is None:
+            raise RpcError(
+                INVALID_PARAMS,
+                "session.tree.navigate: 'replace_instructions' needs 'focus' (the prompt to use "
+                "instead)",
+            )
         if slot.runtime.is_busy or slot.compacting:
             raise RpcError(BUSY, NAVIGATION_BUSY)
         if slot.navigating:
