@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.session import Session
-from orchestrator.testing import AgentHang, Hang, reply
+from orchestrator.testing import AgentHang, Hang, ScriptedModel, reply
 from tests.runtime_kit import Kit, summary, until
 
 pytestmark = pytest.mark.anyio
@@ -269,3 +272,61 @@ async def test_a_branch_summary_that_conflicts_is_a_conflict_not_a_model_failure
         await kit.runtime.navigate(ids["u2"], summarize=True)
     assert list(session.tree.entries) == before
     assert session.leaf_id == ids["a2"]
+
+
+EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
+OTHER_BRANCH = "36fbeee7"  # an assistant message off the example's active path
+
+
+def owned_example(tmp_path: Path, model: ScriptedModel) -> tuple[Path, AgentSession]:
+    path = tmp_path / "example.jsonl"
+    shutil.copy(EXAMPLE, path)
+    routes = SummaryRoutes(candidates=(model,), sleep=anyio.sleep)
+    return path, AgentSession.open(path, owner="test navigator", summarizer=routes)
+
+
+async def test_close_during_a_navigation_is_refused_and_the_session_stays_owned(
+    tmp_path: Path,
+) -> None:
+    # The turn machine is idle while the navigation machine runs: close must not release the
+    # session under it (D22, D27). Aborting the navigation first makes close work.
+    model = ScriptedModel([Hang()])
+    path, runtime = owned_example(tmp_path, model)
+    before = path.read_bytes()
+    results = []
+
+    async def go() -> None:
+        results.append(await runtime.navigate(OTHER_BRANCH, summarize=True))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(go)
+        await until(lambda: len(model.requests) == 1)
+        with pytest.raises(SessionError, match="tree navigation is in progress; abort it first"):
+            runtime.close()
+        assert runtime.state == "idle"  # the turn machine did not take its close row
+        with pytest.raises(SessionLockedError, match="test navigator"):
+            Session.open(path, owner="someone else")
+        runtime.abort_branch_summary()
+    assert results[0].cancelled is True
+    runtime.close()
+    assert path.read_bytes() == before
+    Session.open(path, owner="someone else").close()
+
+
+async def test_a_navigation_cancelled_from_outside_settles_so_close_works(
+    tmp_path: Path,
+) -> None:
+    # The task running navigate() is cancelled (a server shutting down, a TUI quitting): the
+    # navigation settles through its table's cancel row, so the session can be closed after.
+    model = ScriptedModel([Hang()])
+    path, runtime = owned_example(tmp_path, model)
+    before = path.read_bytes()
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: runtime.navigate(OTHER_BRANCH, summarize=True))
+        await until(lambda: len(model.requests) == 1)
+        group.cancel_scope.cancel()
+    assert runtime.navigator.machine is not None
+    assert runtime.navigator.machine.state == "cancelled"
+    assert runtime.is_navigating is False
+    runtime.close()
+    assert path.read_bytes() == before

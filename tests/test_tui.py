@@ -249,6 +249,24 @@ async def test_esc_during_the_summary_aborts_it_and_leaves_the_session_unchanged
         assert kit.runtime.branch_operation is None or kit.model.remaining == 0
 
 
+async def test_quitting_during_the_summary_settles_it_and_the_session_closes() -> None:
+    # Ctrl+Q cancels the navigation's worker: the navigation settles through its table's cancel
+    # row, so nothing is attached and closing the session afterwards is not refused.
+    kit = nav_kit(summaries=[Hang()])
+    ids = await conversation(kit)
+    before = list(kit.session.tree.entries)
+    app = TreeApp(kit.runtime)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s", "up", "up", "enter")
+        await wait_for(pilot, lambda: len(kit.model.requests) == 1)
+        await pilot.press("ctrl+q")
+    assert kit.runtime.is_navigating is False
+    kit.runtime.close()
+    assert kit.runtime.state == "closed"
+    assert kit.session.tree.entries == before
+    assert kit.session.leaf_id == ids["a2"]
+
+
 async def test_a_failed_summary_is_reported_and_nothing_changes() -> None:
     kit = nav_kit(summaries=[ModelError("bad key", kind="fatal")])
     ids = await conversation(kit)

@@ -334,7 +334,7 @@ class SessionHub:
             raise RpcError(
                 INVALID_PARAMS,
                 "session.tree.navigate: 'focus' and 'replace_instructions' shape the branch "
-                "summary; add \"summarize\": true",
+                'summary; add "summarize": true',
             )
         if replace and focus is None:
             raise RpcError(

@@ -163,8 +163,18 @@ class Navigator:
             machine.step("navigate", facts)
         else:
             with self.ports.tracer.navigation_span(session.session_id, target_id):
-                async with anyio.create_task_group() as group:
-                    await self._loop(machine, group, "navigate", facts)
+                try:
+                    async with anyio.create_task_group() as group:
+                        await self._loop(machine, group, "navigate", facts)
+                except anyio.get_cancelled_exc_class():
+                    # Cancelled from outside (a server shutting down, a TUI quitting): settle
+                    # through the table's cancel row, shielded, so nothing is attached and the
+                    # session can be closed (D22).
+                    with anyio.CancelScope(shield=True):
+                        if not machine.done and machine.listed("cancel"):
+                            async with anyio.create_task_group() as group:
+                                await self._loop(machine, group, "cancel", Facts())
+                    raise
         return self._result(machine.state, request)
 
     async def _loop(self, machine: Interpreter, group: Any, event: str, facts: Facts) -> None:

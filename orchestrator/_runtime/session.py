@@ -122,7 +122,11 @@ class AgentSession:
         return open_runtime(cls, path, owner=owner, random_hex=random_hex, **kwargs)
 
     def close(self) -> None:
-        """Release the session (its lock) through the turn table's ``close`` row."""
+        """Release the session (its lock) through the turn table's ``close`` row.
+
+        Raises:
+            SessionError: A turn or a tree navigation is running (abort it first).
+        """
         self.turn.close()
 
     # -- wiring ----------------------------------------------------------------------------------

@@ -207,11 +207,17 @@ class TurnDriver:
         """Step ``close`` through the table; its effect releases the session.
 
         Raises:
-            SessionError: A run is in progress (abort it first).
+            SessionError: A run or a tree navigation is in progress (abort it first).
             TransitionError: The table does not list ``close`` in the current state.
         """
         if self.machine.done:
             return
+        if self.navigating():
+            # The turn machine is idle, but the navigation machine may still commit a branch
+            # summary: releasing the session under it would let it write unowned (D22, D27).
+            raise SessionError(
+                "Cannot close the session while a tree navigation is in progress; abort it first"
+            )
         if self.busy:
             raise SessionError("Cannot close the session while a turn is running; abort it first")
         taken = self.machine.step("close", self.facts())
