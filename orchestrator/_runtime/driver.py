@@ -87,6 +87,18 @@ def cancel_scope(scope: anyio.CancelScope) -> None:
     scope.deadline = -math.inf
 
 
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first error in ``group``, unwrapped.
+
+    A driver loop's own error (an effect that raised, a refused step) comes back grouped by the
+    task group the loop ran in.
+    """
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup) and first.exceptions:
+        first = first.exceptions[0]
+    return first
+
+
 @dataclass(slots=True)
 class _InFlight:
     scope: anyio.CancelScope

@@ -31,7 +31,7 @@ from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._runtime.driver import Effect, Interpreter, Report
+from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.ports import Ports
@@ -40,6 +40,7 @@ from orchestrator._store.fork import branched_session, fork_path, fork_target
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.memory import MemoryStore
 from orchestrator._store.protocol import SessionStore
+from orchestrator._telemetry.tracing import facts_delta
 
 __all__ = ["BUSY", "ForkResult", "NavigationResult", "Navigator", "fork", "fork_to"]
 
@@ -80,6 +81,7 @@ class _Request:
         self.summary_entry: Entry | None = None
         self.from_extension = False
         self.outcome: OperationOutcome | None = None
+        self.moved = False  # an effect moved the leaf (a switch, or a committed summary)
 
 
 class Navigator:
@@ -158,23 +160,27 @@ class Navigator:
             self.ports.tables("navigation"), self.effects, observers=(self._record,)
         )
         self.machine = machine
+        # Whether a running turn refuses it, or the same position makes it a no-op, is the
+        # table's choice: the loop steps `navigate` with these facts like any other event.
         facts = Facts(turn_running=self.turn_running(), same_position=target_id == old_leaf)
-        if facts.turn_running or facts.same_position:
-            machine.step("navigate", facts)
-        else:
-            with self.ports.tracer.navigation_span(session.session_id, target_id):
-                try:
-                    async with anyio.create_task_group() as group:
-                        await self._loop(machine, group, "navigate", facts)
-                except anyio.get_cancelled_exc_class():
-                    # Cancelled from outside (a server shutting down, a TUI quitting): settle
-                    # through the table's cancel row, shielded, so nothing is attached and the
-                    # session can be closed (D22).
-                    with anyio.CancelScope(shield=True):
-                        if not machine.done and machine.listed("cancel"):
-                            async with anyio.create_task_group() as group:
-                                await self._loop(machine, group, "cancel", Facts())
-                    raise
+        with self.ports.tracer.navigation_span(session.session_id, target_id):
+            try:
+                async with anyio.create_task_group() as group:
+                    await self._loop(machine, group, "navigate", facts)
+            except BaseExceptionGroup as errors:
+                raise first_error(errors) from None
+            except anyio.get_cancelled_exc_class():
+                # Cancelled from outside (a server shutting down, a TUI quitting): settle through
+                # the table's cancel row, shielded, so nothing is attached and the session can be
+                # closed or navigate again (D22).
+                with anyio.CancelScope(shield=True):
+                    if not machine.done and machine.listed("cancel"):
+                        async with anyio.create_task_group() as group:
+                            await self._loop(machine, group, "cancel", Facts())
+                raise
+            finally:
+                if not machine.done:  # an error (a refused step) ended it: the navigation is over
+                    self.machine = None
         return self._result(machine.state, request)
 
     async def _loop(self, machine: Interpreter, group: Any, event: str, facts: Facts) -> None:
@@ -228,7 +234,7 @@ class Navigator:
             return NavigationResult(
                 cancelled=True, aborted=aborted, new_leaf_id=old, old_leaf_id=old
             )
-        if request.target.target_id == old and not request.entries:
+        if not request.moved:  # done by a row that moved nothing (the same position)
             return NavigationResult(new_leaf_id=old, old_leaf_id=old)
         return NavigationResult(
             editor_text=request.target.editor_text,
@@ -249,7 +255,9 @@ class Navigator:
     def _record(self, step: Step, data: Mapping[str, Any]) -> None:
         del data
         if self.ports.journal is not None:
-            self.ports.journal.record(step)
+            # What the guards read, so the journal replays through the table (D31).
+            facts = facts_delta(step.facts) if step.facts is not None else {}
+            self.ports.journal.record(step, data={"facts": facts})
         self.ports.observe(step)
 
     # -- the effect table -------------------------------------------------------------------------
@@ -313,6 +321,7 @@ class Navigator:
         )
         request.outcome = outcome
         request.summary_entry = outcome.entry
+        request.moved = outcome.entry is not None
         return Report(outcome=outcome.status)
 
     async def _cancel_summary(self) -> None:
@@ -323,6 +332,7 @@ class Navigator:
     async def _switch_leaf(self) -> Report:
         request = self._current()
         apply_navigation(self._session(), request.target, old_leaf_id=request.old_leaf)
+        request.moved = True
         return Report(outcome="ok")
 
     async def _switch_leaf_with_summary(self) -> Report:
@@ -337,6 +347,7 @@ class Navigator:
             from_extension=True,
         )
         request.from_extension = True
+        request.moved = True
         return Report(outcome="ok")
 
     async def _rebuild_context(self) -> None:

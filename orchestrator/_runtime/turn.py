@@ -47,7 +47,7 @@ from anyio.abc import TaskGroup
 from orchestrator._core.errors import Cancelled, SessionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._runtime.driver import Effect, Interpreter, Report
+from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
 from orchestrator._runtime.operations import OperationRunner, raise_for
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.turn_agent import TurnAgent
@@ -247,7 +247,7 @@ class TurnDriver:
                 self._group = group
                 await self._loop(event)
         except BaseExceptionGroup as errors:
-            raise _first(errors) from None
+            raise first_error(errors) from None
         except anyio.get_cancelled_exc_class():
             # Cancelled from outside: settle through the table so the machine can be used again.
             with anyio.CancelScope(shield=True):
@@ -322,11 +322,3 @@ def _translate(effect: str, report: Report) -> str:
         "sleep_retry": "retry_wait_done",
         "resume_turn": "resume",
     }[effect]
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    # The loop's own error (an agent that raised, a refused step) comes back grouped: unwrap it.
-    first: BaseException = group
-    while isinstance(first, BaseExceptionGroup) and first.exceptions:
-        first = first.exceptions[0]
-    return first
