@@ -4,6 +4,7 @@ provider."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -203,3 +204,33 @@ async def test_tool_calls_run_whatever_the_stop_reason_says(stop: str) -> None:
     assert out[1]["content"][0]["text"] == "contents of a.py"
     assert out[0]["stopReason"] == ("toolUse" if stop == "stop" else "length")
     assert len(model.requests) == 2
+
+
+def test_every_warning_filter_litellm_installs_is_in_force_in_every_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # litellm installs warning filters for the process when first imported; pytest undoes
+    # them after the test that imported it. Unless the test configuration holds them too, the
+    # result of a litellm call depends on which test imported litellm first (a test of
+    # test_tui.py before this module made the whole turn above end in an empty error reply).
+    from orchestrator._models.litellm import _load_litellm
+
+    in_force = list(warnings.filters)  # before litellm, if not yet imported, adds its own
+    _load_litellm()
+    from litellm._process_defaults import apply_process_defaults
+
+    monkeypatch.setenv("LITELLM_MODE", "PRODUCTION")  # no .env loading, only the filters
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        apply_process_defaults()
+        installed = list(warnings.filters)
+    assert installed, "litellm installs no warning filter any more: drop them from pyproject"
+    for action, message, category, module, lineno in installed:
+        assert message is not None
+        covered = [
+            f
+            for f in in_force
+            if f[0] == action and f[1] is not None and f[1].pattern == message.pattern
+        ]
+        assert covered, f"add 'ignore:{message.pattern}' to filterwarnings in pyproject.toml"
+        assert (covered[0][2], covered[0][3], covered[0][4]) == (category, module, lineno)
