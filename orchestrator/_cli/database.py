@@ -8,7 +8,9 @@ database store reports on load as the file would (D3). What the database cannot 
 last line, invalid UTF-8, NUL bytes) is refused with the line number, and nothing is written.
 The journal beside a file is not moved.
 
-This module imports the database store (and psycopg) only when one of its commands runs.
+The inspection commands (``context``, ``tree``, ``check``, ``journal``) read a stored session
+through :func:`reading` and :func:`stored_journal` when given ``--database URL``. This module
+imports the database store (and psycopg) only when a command is given a database.
 """
 
 from __future__ import annotations
@@ -17,13 +19,21 @@ import argparse
 import os
 import secrets
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator._cli.common import UsageError, require_file
+from orchestrator._cli.common import UsageError, open_existing, require_file, warn_problems
 from orchestrator._core.errors import SessionError
 from orchestrator._store.factory import is_database_url
 from orchestrator._store.files import describe_os_error
+from orchestrator._store.protocol import SessionStore
+from orchestrator._store.session import Session
+
+if TYPE_CHECKING:
+    # Annotations only: the journal module loads the machine tables.
+    from orchestrator._store.journal import Journal
 
 
 def register(commands: Any) -> None:
@@ -136,3 +146,66 @@ def _write_new_file(target: Path, data: bytes) -> None:
         raise SessionError(describe_os_error(target, "write it", exc)) from exc
     finally:
         temporary.unlink(missing_ok=True)
+
+
+# -- inspecting a stored session ---------------------------------------------------------------
+
+
+def add_database_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--database URL`` to an inspection command: SESSION is then a session id."""
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="read the session from this PostgreSQL database; SESSION is then its id",
+    )
+
+
+@contextmanager
+def reading(args: argparse.Namespace, *, warn: bool = True) -> Iterator[Session]:
+    """The session an inspection command reads: ``args.session`` as a file, or as an id.
+
+    A reader: it never owns, settles or writes (D27). With ``--database`` the store's
+    connection is closed on leaving; without it psycopg is never imported.
+
+    Raises:
+        SessionError: no such file, or no such session in the database.
+        UsageError: ``--database`` is not a PostgreSQL URL.
+    """
+    if getattr(args, "database", None) is None:
+        yield open_existing(args.session, warn=warn)
+        return
+    store = _stored(args)
+    try:
+        session = Session.from_store(store)
+        if warn:
+            warn_problems(store.location, session)
+        yield session
+    finally:
+        store.close()
+
+
+def _stored(args: argparse.Namespace) -> SessionStore:
+    _check_url(args.database)
+    from orchestrator._store.factory import open_database_store
+
+    store = open_database_store(args.database, args.session)
+    try:
+        if not store.exists():
+            # Opening would start a new, empty session under that id: name the mistake instead.
+            raise SessionError(f"{store.location}: no such session in the database")
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def stored_journal(args: argparse.Namespace) -> Journal:
+    """The lifecycle journal of ``args.session`` in ``args.database`` (which must hold it).
+
+    Raises:
+        SessionError: no such session in the database.
+    """
+    _stored(args).close()
+    from orchestrator._store.factory import open_journal
+
+    return open_journal(args.database, args.session)

@@ -17,6 +17,7 @@ from orchestrator._cli.common import (
     positive_int,
     print_json,
 )
+from orchestrator._cli.database import add_database_option, reading
 from orchestrator._core.compaction_plan import plan_report
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
@@ -30,6 +31,7 @@ def register(commands: Any) -> None:
         "--leaf", metavar="ID", help="entry id to build the context at (default: last entry)"
     )
     context.add_argument("--json", action="store_true", help="print the stable JSON form")
+    add_database_option(context)
     context.set_defaults(handler=_context)
 
     plan = commands.add_parser(
@@ -85,11 +87,13 @@ def register(commands: Any) -> None:
     tree = commands.add_parser("tree", help="draw the session tree")
     tree.add_argument("session")
     tree.add_argument("--json", action="store_true")
+    add_database_option(tree)
     tree.set_defaults(handler=_tree)
 
     check = commands.add_parser("check", help="validate a session file (exit 1 on problems)")
     check.add_argument("session")
     check.add_argument("--json", action="store_true")
+    add_database_option(check)
     check.set_defaults(handler=_check)
 
 
@@ -97,8 +101,8 @@ def register(commands: Any) -> None:
 
 
 def _context(args: argparse.Namespace) -> int:
-    session = open_existing(args.session)
-    report = context_report(session, check_leaf(session, args.leaf))
+    with reading(args) as session:
+        report = context_report(session, check_leaf(session, args.leaf))
     if args.json:
         print_json(report)
         return 0
@@ -194,8 +198,8 @@ def _print_compaction_plan(report: dict[str, Any]) -> None:
 
 
 def _tree(args: argparse.Namespace) -> int:
-    session = open_existing(args.session)
-    rows = tree_rows(session)
+    with reading(args) as session:
+        rows = tree_rows(session)
     if args.json:
         print_json(
             {
@@ -218,8 +222,8 @@ def _tree(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    session = open_existing(args.session, warn=False)
-    problems = session.problems
+    with reading(args, warn=False) as session:
+        problems = session.problems
     if args.json:
         print_json(
             {

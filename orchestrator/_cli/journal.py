@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from orchestrator._cli.common import print_json, require_file
+from orchestrator._cli.database import add_database_option, stored_journal
 from orchestrator._core.errors import SessionError
 from orchestrator._store.journal import (
     JOURNAL_SUFFIX,
@@ -27,21 +28,17 @@ from orchestrator._store.journal import (
 def register(commands: Any) -> None:
     """Add the ``journal`` command to the parser."""
     journal = commands.add_parser("journal", help="show a session's lifecycle journal")
-    journal.add_argument("session", help="the session file (or its .journal file)")
+    journal.add_argument(
+        "session", help="the session file (or its .journal file), or its id with --database"
+    )
     journal.add_argument("--operation", metavar="ID", help="show one operation only")
     journal.add_argument("--json", action="store_true", help="print records as JSON")
+    add_database_option(journal)
     journal.set_defaults(handler=_journal)
 
 
 def _journal(args: argparse.Namespace) -> int:
-    session = str(args.session)
-    if session.endswith(JOURNAL_SUFFIX):
-        session = session[: -len(JOURNAL_SUFFIX)]
-    journal = Journal.open(session)
-    if not journal.exists():
-        # Name what is really missing: a mistyped session path is the likelier mistake.
-        require_file(session)
-        raise SessionError(f"{journal.location}: no such journal (nothing was journaled)")
+    journal = _open(args)
     read = journal.read()
     for problem in read.problems:
         print(f"warning: {journal.location}: {problem}", file=sys.stderr)
@@ -63,6 +60,23 @@ def _journal(args: argparse.Namespace) -> int:
         transitions, count = _count(len(read.records), "transition"), _count(len(ops), "operation")
         print(f"-- {transitions}, {count} ({still_open} open)")
     return 0
+
+
+def _open(args: argparse.Namespace) -> Journal:
+    if args.database is not None:
+        # The session must be there; its journal is in the same database (issue 10).
+        journal = stored_journal(args)
+    else:
+        session = str(args.session)
+        if session.endswith(JOURNAL_SUFFIX):
+            session = session[: -len(JOURNAL_SUFFIX)]
+        journal = Journal.open(session)
+        if not journal.exists():
+            # Name what is really missing: a mistyped session path is the likelier mistake.
+            require_file(session)
+    if not journal.exists():
+        raise SessionError(f"{journal.location}: no such journal (nothing was journaled)")
+    return journal
 
 
 def _count(number: int, noun: str) -> str:
