@@ -33,9 +33,9 @@ table; the row's ``stop_work`` ends the model call or wait in flight (D22). A re
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import anyio
 
@@ -44,17 +44,15 @@ from orchestrator._core.errors import ConflictError, ModelError, OrchestratorErr
 from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
 from orchestrator._runtime.jobs import PruneJob, Start
+from orchestrator._runtime.outcomes import COMMIT_EVENTS, HOOK_EVENTS, attempt_summary, call_event
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome, check_summary_response
-from orchestrator._runtime.summarize import Part, SummaryRoutes, request_for
+from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome
+from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.memory import MemoryStore
 from orchestrator._telemetry.tracing import facts_delta
-
-T = TypeVar("T")
 
 _STATUS = {
     "committed": "completed",
@@ -65,9 +63,6 @@ _STATUS = {
 }
 # Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
 _AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
-_RETRYABLE = frozenset({"transient", "timeout"})
-_COMMIT_EVENTS = {"ok": "entry_appended", "conflict": "append_conflict", "failed": "append_failed"}
-_HOOK_EVENTS = {"done": "hooks_done", "supplied": "hook_supplied", "cancelled": "hooks_cancelled"}
 
 
 @dataclass(slots=True)
@@ -256,34 +251,28 @@ class OperationRun:
             if report.outcome == "cancelled":
                 self._reason = str(report.data.get("reason"))
             facts = Facts(needs_model=bool(self.job.parts))
-            event = _HOOK_EVENTS[report.outcome]
+            event = HOOK_EVENTS[report.outcome]
         elif effect == "call_model":
             event, facts = self._after_call(report)
         elif effect == "sleep_retry":
             event, facts = "wait_done", Facts()
         else:  # the commit
-            event, facts = _COMMIT_EVENTS[report.outcome], Facts()
+            event, facts = COMMIT_EVENTS[report.outcome], Facts()
         return event, facts, data
 
     def _after_call(self, report: Report) -> tuple[str, Facts]:
         part = self.job.parts[self._part]
-        if report.outcome == "ok":
-            return "summary_ready", Facts(more_parts=self._part + 1 < len(self.job.parts))
-        self._failure = report
-        if report.outcome == "overflow":
-            return "summary_overflow", Facts(shrink_attempts=self._halvings)
-        policy = self.routes.retry
-        max_retries = policy.max_retries if policy.enabled else 0
-        self._delay_ms = retry_delay_ms(policy.base_delay_ms, self._retries, report.retry_after)
-        return "attempt_failed", Facts(
-            retryable=report.outcome in _RETRYABLE,
-            retry_attempt=self._retries,
-            max_retries=max_retries,
-            delay_ms=self._delay_ms,
-            max_delay_ms=policy.switch_after_ms,
-            delay_cap_ms=policy.max_delay_ms,
+        if report.outcome != "ok":
+            self._failure = report
+        event, facts, self._delay_ms = call_event(
+            report,
+            more_parts=self._part + 1 < len(self.job.parts),
+            halvings=self._halvings,
+            retries=self._retries,
             more_candidates=self._candidate + 1 < len(part.routes),
+            policy=self.routes.retry,
         )
+        return event, facts
 
     def _facts(self) -> Facts:
         return Facts()
@@ -329,21 +318,7 @@ class OperationRun:
         return report
 
     async def _attempt(self, part: Part, model: Model, halvings: int) -> tuple[Report, str]:
-        timeout = self.ports.timeout_s
-        try:
-            # Building the request may refuse (a window too small for anything useful): that is
-            # a failure of this attempt like any other, and no model is paid for it.
-            request = request_for(part, model, halvings, self._texts)
-            response = await _within(timeout, model.complete(request))
-            if response is None:
-                failure = f"{model.name}: no answer after {timeout:g} s"
-                return Report(outcome="timeout", error=failure), ""
-            response = check_summary_response(response)
-        except ModelError as error:
-            failure = error.kind
-            report = Report(outcome=failure, retry_after=error.retry_after, error=str(error))
-            return report, ""
-        return Report(outcome="ok", data={"model": model.name}), response.text.strip()
+        return await attempt_summary(part, model, halvings, self._texts, self.ports.timeout_s)
 
     def _start_early(self, model: Model) -> None:
         # A split turn's prefix does not depend on the history summary, so the first call of the
@@ -533,33 +508,6 @@ class OperationRun:
 
     _commit_error: str | None = None
     _unsynced = False
-
-
-async def _within(seconds: float | None, call: Awaitable[T]) -> T | None:
-    """Await ``call``; give up after ``seconds`` (``None``: no limit) and return ``None``.
-
-    I time the call with a sibling timer task rather than a deadline on the enclosing scope:
-    litellm leaves a coroutine un-awaited when it runs under a scope that has a deadline.
-    """
-    if seconds is None:
-        return await call
-    box: list[T] = []
-    errors: list[Exception] = []
-    async with anyio.create_task_group() as group:
-
-        async def timer() -> None:
-            await anyio.sleep(seconds)
-            cancel_scope(group.cancel_scope)
-
-        group.start_soon(timer)
-        try:
-            box.append(await call)
-        except Exception as error:  # noqa: BLE001 - re-raised below, outside the group
-            errors.append(error)
-        cancel_scope(group.cancel_scope)
-    if errors:
-        raise errors[0]
-    return box[0] if box else None
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
