@@ -1,0 +1,299 @@
+"""The session workflow's activities: the effects that touch the world (issue 10).
+
+Theory of operation. Each activity performs one effect of the operation table and reports its
+outcome; none decides anything. Every activity first writes the journal lines it carries, then
+reads the session from the shared store *as it was when the operation planned* (the entries up
+to :attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
+:class:`~orchestrator._runtime.jobs.CompactionJob` the one-process host builds, and performs:
+
+* ``prepare``: plan (pure) and say where the session ends; the start event and its facts.
+* ``run_hooks``: ``session_before_compact`` / ``session.compacting`` on this worker's hooks.
+* ``call_model``: one attempt at one summary request
+  (:func:`~orchestrator._runtime.outcomes.attempt_summary`), heartbeating while it waits, so a
+  worker that dies is noticed within the heartbeat timeout.
+* ``commit``: append the entry, conditional on the planned tail (D27), idempotent by its id: if
+  an entry with that id is already stored, an earlier delivery committed it and this one
+  reports success without writing.
+* ``finish``: the last journal lines, and ``session_compact`` for a committed compaction.
+
+Store and journal work is blocking I/O, so it runs in a thread; model calls are async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
+from orchestrator._cluster.stores import cluster_journal, cluster_store
+from orchestrator._core.entries import COMPACTION, Entry
+from orchestrator._core.errors import ConflictError, OrchestratorError
+from orchestrator._core.tree import SessionTree
+from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.hooks import Hooks
+from orchestrator._runtime.jobs import CompactionJob
+from orchestrator._runtime.outcomes import attempt_summary
+from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.summarize import (
+    CompactionInputs,
+    CompactionResult,
+    SummaryRoutes,
+    compaction_parts,
+)
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.protocol import SessionStore, Tail
+from orchestrator._store.session import Session
+from orchestrator._telemetry.tracing import facts_delta
+
+StoreOpener = Callable[[str, str], SessionStore]
+
+
+def routes_for(routes: SummaryRoutes, reason: str) -> SummaryRoutes:
+    """D21: a manual compaction uses the current model's route; an automatic one walks them all."""
+    if reason == "manual":
+        return dataclasses.replace(routes, candidates=routes.candidates[:1])
+    return routes
+
+
+class SessionActivities:
+    """The activities a worker offers, over its store, routes and hooks.
+
+    Args:
+        database: Where sessions live (see :mod:`orchestrator._cluster.stores`).
+        routes: The summary models this worker calls.
+        settings: Compaction settings and time limits.
+        hooks: The hooks this worker runs (D25).
+    """
+
+    def __init__(
+        self,
+        database: str,
+        routes: SummaryRoutes,
+        settings: RuntimeSettings | None = None,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.database = database
+        self.routes = routes
+        self.settings = settings or RuntimeSettings()
+        self.hooks = hooks or Hooks()
+
+    def all(self) -> Sequence[Callable[..., Any]]:
+        """Every activity, for the worker."""
+        return (self.prepare, self.run_hooks, self.call_model, self.commit, self.finish)
+
+    # -- activities -------------------------------------------------------------------------------
+
+    @activity.defn(name="prepare")
+    async def prepare(self, call: Call) -> Prepared:
+        """Plan the compaction; report the start event and where the session ends."""
+        return await asyncio.to_thread(self._prepare, call.op)
+
+    @activity.defn(name="run_hooks")
+    async def run_hooks(self, call: Call) -> Reported:
+        """Consult the hooks; report their outcome, the requests and how they shaped them."""
+        job = await asyncio.to_thread(self._journal_then_job, call)
+        async with _heartbeating():
+            report = await job.consult_hooks()
+        op = dataclasses.replace(
+            call.op,
+            additional_context=list(job.inputs.additional_context),
+            prompt_override=job.inputs.prompt_override,
+            preserve_data=job.inputs.preserve_data,
+            supplied=dataclasses.asdict(job.supplied) if job.supplied is not None else None,
+        )
+        return Reported(
+            outcome=report.outcome,
+            data=dict(report.data),
+            routes=[len(part.routes) for part in job.parts],
+            op=op,
+        )
+
+    @activity.defn(name="call_model")
+    async def call_model(self, call: Call) -> Reported:
+        """Make one attempt at one summary request (no retry: the table decides)."""
+        job = await asyncio.to_thread(self._journal_then_job, call)
+        part = job.parts[call.part]
+        model = part.routes[call.candidate]
+        async with _heartbeating():
+            report, text = await attempt_summary(
+                part, model, call.halvings, call.texts, self.settings.model_timeout_s
+            )
+        return Reported(
+            outcome=report.outcome,
+            retry_after=report.retry_after,
+            error=report.error,
+            data=dict(report.data),
+            text=text,
+            purpose=part.purpose,
+        )
+
+    @activity.defn(name="commit")
+    async def commit(self, call: Call) -> Reported:
+        """Append the compaction entry once, conditional on the planned tail (D24, D27)."""
+        return await asyncio.to_thread(self._commit, call)
+
+    @activity.defn(name="finish")
+    async def finish(self, call: Call) -> None:
+        """Journal the last steps; run ``session_compact`` for a committed compaction."""
+        entry = await asyncio.to_thread(self._finish, call)
+        if entry is not None:
+            await self.hooks.run(
+                "session_compact",
+                {"type": "session_compact", "compactionEntry": entry, "fromExtension": False},
+                lambda _name, _error: None,
+            )
+
+    # -- the work ---------------------------------------------------------------------------------
+
+    def _prepare(self, op: Op) -> Prepared:
+        store = cluster_store(self.database, op.session_id)
+        if not store.exists():
+            raise ApplicationError(
+                f"session {op.session_id}: not in {self.database}",
+                type="NoSession",
+                non_retryable=True,
+            )
+        session = Session.from_store(store)
+        job = self._job(session, op)
+        start = job.start()
+        tail = session.tail()
+        retry = self.routes.retry
+        return Prepared(
+            event=start.event,
+            facts=facts_delta(start.facts),
+            data={k: v for k, v in start.data.items() if v is not None},
+            expect_last_id=tail.last_id,
+            expect_length=tail.length,
+            policy=Policy(
+                enabled=retry.enabled,
+                max_retries=retry.max_retries,
+                base_delay_ms=retry.base_delay_ms,
+                switch_after_ms=retry.switch_after_ms,
+                max_delay_ms=retry.max_delay_ms,
+                timeout_s=self.settings.model_timeout_s,
+                deadline_s=self.settings.operation_deadline_s,
+            ),
+        )
+
+    def _journal_then_job(self, call: Call) -> CompactionJob:
+        self._write_journal(call.op, call.journal, resend=call.resend)
+        return self._job(self._planned(call.op), call.op)
+
+    def _commit(self, call: Call) -> Reported:
+        self._write_journal(call.op, call.journal, resend=call.resend)
+        op, entry_id = call.op, call.entry_id
+        assert entry_id is not None, "the workflow fixes the entry id before the commit"
+        stored = Session.from_store(cluster_store(self.database, op.session_id))
+        if entry_id in stored.tree.by_id:
+            # An earlier delivery of this commit appended it (its worker died before it could
+            # say so): report it, do not append it again.
+            entry = stored.tree.by_id[entry_id]
+            return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(entry))
+        session = self._planned(op, entry_id=entry_id)
+        job = self._job(session, op)
+        result = job.result(call.texts, call.models)
+        entry = session.new_entry(COMPACTION, result.entry_fields())
+        try:
+            job.append(session, entry, Tail(op.expect_last_id, op.expect_length))
+        except ConflictError as error:
+            return Reported(outcome="conflict", error=f"{error}; nothing was applied")
+        except (OrchestratorError, OSError) as error:
+            return Reported(outcome="failed", error=str(error) or type(error).__name__)
+        return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(entry))
+
+    def _finish(self, call: Call) -> Entry | None:
+        self._write_journal(call.op, call.journal, resend=call.resend)
+        if call.status != "committed" or call.entry_id is None:
+            return None
+        stored = Session.from_store(cluster_store(self.database, call.op.session_id))
+        return stored.tree.by_id.get(call.entry_id)
+
+    def _planned(self, op: Op, *, entry_id: str | None = None) -> Session:
+        """The session as it was when ``op`` planned: the stored entries up to its tail."""
+        store = cluster_store(self.database, op.session_id)
+        random_hex = (lambda: entry_id) if entry_id is not None else None
+        kwargs: dict[str, Any] = {"random_hex": random_hex} if random_hex is not None else {}
+        session = Session.from_store(store, **kwargs)
+        expect = Tail(op.expect_last_id, op.expect_length)
+        if session.tail() == expect or op.expect_last_id not in session.tree.by_id:
+            # Unchanged; or changed beyond recognition (the commit will then conflict).
+            return session
+        # Another writer appended since: the operation works on what it planned from (D27).
+        entries = session.tree.entries
+        cut = next(i for i, e in enumerate(entries) if e.get("id") == op.expect_last_id) + 1
+        tree = SessionTree(session.header, entries[:cut])
+        return Session(store, tree, persisted=True, tail=expect, **kwargs)
+
+    def _job(self, session: Session, op: Op) -> CompactionJob:
+        routes = routes_for(self.routes, op.reason)
+        ports = Ports(session=session, routes=routes, hooks=self.hooks)
+        job = CompactionJob(
+            ports, routes, reason=op.reason, settings=self.settings.compaction, focus=op.focus
+        )
+        if op.supplied is not None:
+            job.supplied = CompactionResult(**op.supplied)
+        job.inputs = CompactionInputs(
+            focus=op.focus,
+            additional_context=tuple(op.additional_context),
+            prompt_override=op.prompt_override,
+            preserve_data=op.preserve_data,
+            kept_messages=job.inputs.kept_messages,
+        )
+        if job.plan is not None:
+            job.parts = compaction_parts(job.plan, routes, job.inputs)
+        return job
+
+    def _write_journal(self, op: Op, lines: Sequence[JournalLine], *, resend: bool) -> None:
+        if not lines:
+            return
+        journal = cluster_journal(self.database, op.session_id)
+        written: set[Any] = set()
+        if resend:
+            written = {
+                r.data.get("step") for r in journal.records() if r.operation_id == op.operation_id
+            }
+        for line in lines:
+            if line.seq in written:
+                continue
+            step = Step(
+                machine="operation",
+                source=line.source,
+                event=line.event,
+                dest=line.dest,
+                effects=tuple(line.effects),
+            )
+            data = {**line.data, "facts": line.facts, "step": line.seq}
+            journal.record(step, operation_id=op.operation_id, kind="compaction", data=data)
+
+
+def _result_of(entry: Entry) -> dict[str, Any]:
+    return {
+        "summary": entry.get("summary"),
+        "tokensBefore": entry.get("tokensBefore"),
+        "firstKeptEntryId": entry.get("firstKeptEntryId"),
+        "shortSummary": entry.get("shortSummary"),
+    }
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating(every_s: float = 1.0) -> AsyncIterator[None]:
+    """Heartbeat while the body awaits, so a dead worker is noticed and a cancel delivered."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every_s)
+
+    task = asyncio.ensure_future(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

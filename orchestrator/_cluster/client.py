@@ -1,0 +1,102 @@
+"""The client side of the cluster: how a server asks the session workflows for work.
+
+A request for a session goes to the workflow whose id is the session id, started when none is
+running (update-with-start, ``USE_EXISTING``), so two servers asking at once reach the same
+workflow and it decides: one compaction at a time per session, in the whole fleet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from orchestrator._cluster.contract import (
+    TASK_QUEUE,
+    CompressRequest,
+    CompressResult,
+    SessionStart,
+)
+from orchestrator._cluster.workflow import SessionWorkflow
+from orchestrator._core.errors import SessionError
+
+
+class ClusterClient:
+    """Talks to the session workflows through Temporal.
+
+    Args:
+        client: A connected Temporal client.
+        task_queue: Where the workers poll.
+        idle_s: How long a session workflow waits for more work before completing.
+    """
+
+    def __init__(self, client: Client, *, task_queue: str = TASK_QUEUE, idle_s: float = 300.0):
+        self.client = client
+        self.task_queue = task_queue
+        self.idle_s = idle_s
+
+    @classmethod
+    async def connect(cls, address: str, **kwargs: Any) -> ClusterClient:
+        """Connect to the Temporal server at ``address`` (``HOST:PORT``)."""
+        return cls(await Client.connect(address), **kwargs)
+
+    async def compress(
+        self, session_id: str, focus: str | None = None, *, reason: str = "manual"
+    ) -> CompressResult:
+        """Compact ``session_id`` through its workflow and wait for the outcome.
+
+        Raises:
+            SessionError: A compaction is already running in this session, or the workflow
+                refused the request (the message says why).
+        """
+        start = WithStartWorkflowOperation(
+            SessionWorkflow.run,
+            SessionStart(session_id=session_id, idle_s=self.idle_s),
+            id=session_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        try:
+            result: CompressResult = await self.client.execute_update_with_start_workflow(
+                SessionWorkflow.compress,
+                CompressRequest(focus=focus, reason=reason),
+                start_workflow_operation=start,
+            )
+        except WorkflowUpdateFailedError as error:
+            raise SessionError(_message(error)) from None
+        return result
+
+    async def state(self, session_id: str) -> dict[str, Any] | None:
+        """What the session's workflow is doing, or ``None`` when none is running."""
+        handle = self.client.get_workflow_handle(session_id)
+        try:
+            state: dict[str, Any] = await handle.query(SessionWorkflow.state)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        return state
+
+    async def abort(self, session_id: str) -> bool:
+        """Cancel the session's compaction, if one runs; returns whether something was busy."""
+        state = await self.state(session_id)
+        if not state or not state.get("busy"):
+            return False
+        await self.client.get_workflow_handle(session_id).signal(SessionWorkflow.abort)
+        return True
+
+
+def _message(error: WorkflowUpdateFailedError) -> str:
+    cause = error.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(error.cause or error)

@@ -1,0 +1,243 @@
+"""What the session workflow, its activities and its clients exchange (issue 10).
+
+Theory of operation. Everything that crosses a Temporal boundary is one of these plain records:
+the workflow's input, an update's argument and answer, an activity's argument and report. They
+hold only JSON values (Temporal's default converter serialises dataclasses as objects), are
+recorded in the workflow's history, and must stay small: a session's entries never travel
+through the workflow. An activity reads the session from the shared store itself, at the tail
+the operation planned from (:attr:`Op.expect_last_id`), so every activity of one operation sees
+the same session whatever worker runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+TASK_QUEUE = "orchestrator-sessions"
+"""The task queue every worker polls and every client starts session workflows on."""
+WORKFLOW_NAME = "session"
+"""The workflow type; its id is the session id, so the fleet has one owner per session."""
+BUSY_COMPACTING = "A compaction is already running in this session"
+"""The answer to a second compaction while one runs (the same words as the one-process server)."""
+
+
+def entry_id_for(operation_id: str) -> str:
+    """The id of the entry an operation commits, derived from the operation id.
+
+    The workflow fixes it before the commit activity runs, so a commit retried after a crash
+    finds its own entry instead of appending a second one.
+    """
+    return hashlib.sha256(f"{operation_id}:commit".encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStart:
+    """The session workflow's input.
+
+    Attributes:
+        session_id: The session (also the workflow id).
+        idle_s: The workflow completes after this long without work; the next request starts
+            a new run with the same id (nothing is lost: the session lives in the store).
+    """
+
+    session_id: str
+    idle_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompressRequest:
+    """``session.compress``'s argument.
+
+    Attributes:
+        focus: The user's instructions ("Additional focus").
+        reason: ``manual`` (the command) or ``threshold`` / ``overflow``.
+    """
+
+    focus: str | None = None
+    reason: str = "manual"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompressResult:
+    """How a compaction ended, for the client.
+
+    Attributes:
+        operation_id: The journal's id for it.
+        status: ``committed``, ``skipped``, ``cancelled``, ``failed`` or ``conflict``.
+        reason: Why it was skipped or cancelled.
+        error: The failure as one line.
+        error_kind: The model failure's kind, when one ended it.
+        entry_id: The committed entry.
+        summary: The committed summary.
+        tokens_before: Context tokens before compacting.
+        first_kept_entry_id: Where the kept region starts.
+        short_summary: The short summary, when one was asked for.
+    """
+
+    operation_id: str
+    status: str
+    reason: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    entry_id: str | None = None
+    summary: str | None = None
+    tokens_before: int | None = None
+    first_kept_entry_id: str | None = None
+    short_summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalLine:
+    """One machine step, as the workflow hands it to an activity to journal.
+
+    Attributes:
+        seq: The step's number in its operation, from 0 (a resent line is written once).
+        source: State before.
+        event: Event fired.
+        dest: State after.
+        effects: The row's effects.
+        facts: What the guards read (only the fields that differ from the defaults).
+        data: Small facts (entry id, reason, error, model).
+    """
+
+    seq: int
+    source: str
+    event: str
+    dest: str
+    effects: list[str]
+    facts: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Op:
+    """One operation, as every activity of it sees it.
+
+    Attributes:
+        session_id: The session.
+        operation_id: The operation's id (journal, idempotent commit).
+        reason: ``manual``, ``threshold`` or ``overflow``.
+        focus: The user's instructions.
+        expect_last_id: The id of the last stored entry when the operation planned.
+        expect_length: The stored length then (the conditional append's other half, D27).
+        planned: Whether the plan was made (``expect_*`` are meaningful).
+        additional_context: Lines a ``session.compacting`` hook added.
+        prompt_override: A hook's prompt.
+        preserve_data: Hook data to carry.
+        supplied: A compaction a ``session_before_compact`` hook supplied (its JSON).
+    """
+
+    session_id: str
+    operation_id: str
+    reason: str = "manual"
+    focus: str | None = None
+    expect_last_id: str | None = None
+    expect_length: int = 0
+    planned: bool = False
+    additional_context: list[str] = field(default_factory=list)
+    prompt_override: str | None = None
+    preserve_data: dict[str, Any] | None = None
+    supplied: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """An activity's argument: the operation, the steps to journal first, and the effect's own.
+
+    Attributes:
+        op: The operation.
+        journal: Steps not yet journaled, in order (written before the effect performs).
+        resend: Some of ``journal`` may already be written (an earlier activity was lost):
+            the writer skips the lines whose ``seq`` it finds.
+        part: The summary request's index (``call_model``).
+        candidate: The candidate model's index (``call_model``).
+        halvings: Times the request was halved (``call_model``, D14).
+        texts: The summary texts so far, by purpose.
+        models: The models that wrote them, by purpose (``commit``).
+        entry_id: The entry the commit appends (``commit``).
+        status: The final state (``finish``).
+    """
+
+    op: Op
+    journal: list[JournalLine] = field(default_factory=list)
+    resend: bool = False
+    part: int = 0
+    candidate: int = 0
+    halvings: int = 0
+    texts: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    entry_id: str | None = None
+    status: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """What the workflow needs from the worker's routes to decide (recorded in the history).
+
+    Attributes:
+        enabled: Retries are on.
+        max_retries: Retries per candidate.
+        base_delay_ms: The first wait.
+        switch_after_ms: A longer wait moves to the next candidate (D21).
+        max_delay_ms: On the last candidate, a longer wait fails.
+        timeout_s: Per model call (``None``: no limit).
+        deadline_s: Per operation (``None``: no limit).
+    """
+
+    enabled: bool = True
+    max_retries: int = 3
+    base_delay_ms: int = 2000
+    switch_after_ms: int = 30_000
+    max_delay_ms: int = 60_000
+    timeout_s: float | None = None
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """``prepare``'s report: the start event, and where the session ended.
+
+    Attributes:
+        event: The start event (``prepared``).
+        facts: Its facts (non-default fields).
+        data: What the journal records with it.
+        expect_last_id: The last stored entry's id.
+        expect_length: The stored length.
+        policy: The worker's retry policy and time limits.
+    """
+
+    event: str
+    facts: dict[str, Any]
+    data: dict[str, Any]
+    expect_last_id: str | None
+    expect_length: int
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reported:
+    """An effect's report (the cluster form of :class:`~orchestrator._runtime.driver.Report`).
+
+    Attributes:
+        outcome: ``ok``, ``transient``, ``overflow``, ``conflict``, ``done``, ``supplied`` ...
+        retry_after: A provider's retry-after hint, seconds.
+        error: The failure as one line.
+        data: Small facts for the journal.
+        text: The summary text (``call_model``, ``ok``).
+        purpose: The summary request's purpose (``call_model``).
+        routes: Candidates per summary request (``run_hooks``).
+        op: The operation as the hooks shaped it (``run_hooks``).
+        result: The committed compaction's fields (``commit``).
+    """
+
+    outcome: str
+    retry_after: float | None = None
+    error: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+    purpose: str = ""
+    routes: list[int] = field(default_factory=list)
+    op: Op | None = None
+    result: dict[str, Any] | None = None

@@ -1,0 +1,458 @@
+"""The operation table hosted in a Temporal workflow: the same pure step, effects as activities.
+
+Theory of operation. :class:`OperationFlow` is the workflow-side twin of
+:class:`~orchestrator._runtime.operation.OperationRun`. It holds the machine's state and steps
+it only through the pure :func:`~orchestrator._lifecycle.machine.step` over the shipped table;
+what an effect reports becomes the next event through the same functions the anyio driver uses
+(:mod:`orchestrator._runtime.outcomes`). So retries, candidate switches, halvings and how the
+operation ends are decisions of ``machines/operation.toml`` on both hosts.
+
+Effects that touch the world are activities, each made ONCE (a retry is the table's decision,
+so Temporal must not make one behind its back): ``prepare`` (plan), ``run_hooks``,
+``call_model``, ``commit`` and ``finish`` (the result hooks). The commit is the exception that
+proves the rule: it is idempotent by operation id (its entry id is derived from the operation
+id here, before it runs), so Temporal may deliver it again after a worker died mid-commit, and
+it appends at most once; that is delivery, not a decision. Effects that only move counters
+(``next_candidate``, ``next_part``, ``shrink_request``) are workflow code; waits are workflow
+timers; ``rebuild_context`` has nothing to do (each activity reads the store afresh).
+
+Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
+with the next activity, which writes it (durably) before performing its effect, so the commit's
+entry id is journaled before the commit (D24), and no journal activity of its own is needed.
+When an activity is lost (its worker died) I cannot know whether it wrote its lines, so the
+next activity resends them and the writer skips those it finds.
+
+Interrupts. ``abort`` (a signal) and the operation deadline (a workflow timer) only record an
+event; the loop steps it through the table like any other, and the row's ``stop_work``
+cancels the activity in flight and waits for it to settle (D22). Cancelling the workflow does
+the same through the ``cancel`` row before the cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy as TemporalRetry
+from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
+from temporalio.workflow import ActivityCancellationType
+
+from orchestrator._cluster.contract import (
+    Call,
+    CompressResult,
+    JournalLine,
+    Op,
+    Policy,
+    Prepared,
+    Reported,
+    entry_id_for,
+)
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import MachineDef, step
+from orchestrator._runtime.driver import Report, check_effects
+from orchestrator._runtime.outcomes import COMMIT_EVENTS, HOOK_EVENTS, call_event
+from orchestrator._runtime.retry import RetryPolicy
+
+ONCE = TemporalRetry(maximum_attempts=1)
+"""Model calls, hooks and planning: one attempt; the table decides what a failure means."""
+DELIVER = TemporalRetry(
+    maximum_attempts=5, initial_interval=timedelta(seconds=1), backoff_coefficient=2.0
+)
+"""The idempotent commit and journal writes: delivered again after a lost worker."""
+HEARTBEAT = timedelta(seconds=5)
+"""A worker that has not heartbeaten for this long is presumed dead; its activity fails over."""
+SHORT = timedelta(seconds=60)
+"""Time limit of an activity that does not call a model."""
+LONG_CALL = timedelta(minutes=10)
+"""Time limit of a model call when the worker sets none."""
+_AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
+# Facts' default values, for journal lines that keep only what differs (as the anyio host does).
+_DEFAULT = Facts()
+
+
+def facts_delta(facts: Facts) -> dict[str, Any]:
+    """The fields of ``facts`` that differ from the defaults."""
+    return {
+        f.name: getattr(facts, f.name)
+        for f in dataclasses.fields(facts)
+        if getattr(facts, f.name) != getattr(_DEFAULT, f.name)
+    }
+
+
+class OperationFlow:
+    """One compaction, run by the operation table inside the session workflow.
+
+    Args:
+        defn: The operation table.
+        op: The operation (its id chosen by the workflow, deterministically).
+    """
+
+    def __init__(self, defn: MachineDef, op: Op) -> None:
+        self.defn = defn
+        self.op = op
+        self.state = defn.initial
+        self.effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
+            "run_hooks": self._run_hooks,
+            "call_model": self._call_model,
+            "next_candidate": self._next_candidate,
+            "next_part": self._next_part,
+            "shrink_request": self._shrink_request,
+            "sleep_retry": self._sleep_retry,
+            "stop_work": self._stop_work,
+            "append_entry": self._append_entry,
+            "rewrite_entries": self._rewrite_entries,
+            "rebuild_context": self._nothing,
+            "emit_result": self._emit_result,
+        }
+        check_effects(defn, self.effects)
+        self.policy = Policy()
+        self._routes: list[int] = []
+        self._part = self._candidate = self._retries = self._halvings = 0
+        self._delay_ms = 0
+        self._texts: dict[str, str] = {}
+        self._models: dict[str, str] = {}
+        self._failure: Report | None = None
+        self._reason: str | None = None
+        self._result: dict[str, Any] | None = None
+        self._entry_id: str | None = None
+        self._lines: list[JournalLine] = []
+        self._resend = False
+        self._seq = 0
+        self._interrupts: list[str] = []
+        self._in_flight: asyncio.Task[Report | None] | None = None
+        self._commit_error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the machine rests in a final state."""
+        return self.state in self.defn.final
+
+    def interrupt(self, event: str) -> None:
+        """Record ``cancel`` or ``deadline_passed``; the table decides what it means now."""
+        if not self.done and self.defn.rows_for(self.state, event):
+            self._interrupts.append(event)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> CompressResult:
+        """Plan, then step the table to a final state.
+
+        Raises:
+            TransitionError: The table refused a step (a bug, not a model failure).
+        """
+        prepared: Prepared = await workflow.execute_activity(
+            "prepare",
+            Call(op=self.op),
+            result_type=Prepared,
+            start_to_close_timeout=SHORT,
+            retry_policy=ONCE,
+        )
+        self.policy = prepared.policy
+        self._reason = prepared.data.get("reason")
+        self.op = dataclasses.replace(
+            self.op,
+            expect_last_id=prepared.expect_last_id,
+            expect_length=prepared.expect_length,
+            planned=True,
+        )
+        deadline = None
+        if self.policy.deadline_s is not None:
+            deadline = asyncio.ensure_future(self._deadline(self.policy.deadline_s))
+        try:
+            await self._loop(prepared.event, Facts(**prepared.facts), prepared.data)
+        except asyncio.CancelledError:
+            # The workflow was cancelled: settle through the table's cancel row (D22).
+            if not self.done and self.defn.rows_for(self.state, "cancel"):
+                await self._loop("cancel", Facts(), {})
+            raise
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+        return self._outcome()
+
+    async def _loop(self, event: str | None, facts: Facts, data: Mapping[str, Any]) -> None:
+        while event is not None:
+            taken = step(self.defn, self.state, event, facts)
+            self.state = taken.dest
+            self._journal(taken.source, event, taken.dest, taken.effects, facts, data)
+            event = None
+            for name in taken.effects:
+                report = await self._perform(name)
+                if self._interrupts:
+                    pending = self._interrupts.pop(0)
+                    if self.defn.rows_for(self.state, pending):
+                        event, facts, data = pending, Facts(), {}
+                        break
+                if report is not None:
+                    event, facts, data = self._translate(name, report)
+        if self._lines:
+            await self._flush()
+
+    async def _perform(self, name: str) -> Report | None:
+        if name not in _AWAITING:
+            return await self.effects[name]()
+        task = asyncio.ensure_future(self.effects[name]())
+        self._in_flight = task
+        await workflow.wait_condition(lambda: task.done() or bool(self._interrupts))
+        if task.done():
+            self._in_flight = None
+            return task.result()
+        return None
+
+    def _journal(
+        self,
+        source: str,
+        event: str,
+        dest: str,
+        effects: tuple[str, ...],
+        facts: Facts,
+        data: Mapping[str, Any],
+    ) -> None:
+        kept = {k: v for k, v in data.items() if v is not None}
+        if dest == "committing":
+            # Entering committing fixes what the commit writes: its id is journaled first (D24).
+            self._entry_id = entry_id_for(self.op.operation_id)
+            kept["entryId"] = self._entry_id
+        if source == "preparing":
+            kept.setdefault("reason", self.op.reason)
+        line = JournalLine(
+            seq=self._seq,
+            source=source,
+            event=event,
+            dest=dest,
+            effects=list(effects),
+            facts=facts_delta(facts),
+            data=kept,
+        )
+        self._seq += 1
+        self._lines.append(line)
+
+    def _take_lines(self) -> tuple[list[JournalLine], bool]:
+        lines, resend = self._lines, self._resend
+        self._lines, self._resend = [], False
+        return lines, resend
+
+    def _lost(self, lines: list[JournalLine]) -> None:
+        # The activity carrying these lines failed: I cannot know whether it wrote them.
+        self._lines = lines + self._lines
+        self._resend = True
+
+    def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
+        data = dict(report.data)
+        if report.error:
+            data["error"] = report.error
+        if effect == "run_hooks":
+            if report.outcome == "cancelled":
+                self._reason = str(report.data.get("reason"))
+            return HOOK_EVENTS[report.outcome], Facts(needs_model=bool(self._routes)), data
+        if effect == "call_model":
+            if report.outcome != "ok":
+                self._failure = report
+            policy = RetryPolicy(
+                enabled=self.policy.enabled,
+                max_retries=self.policy.max_retries,
+                base_delay_ms=self.policy.base_delay_ms,
+                switch_after_ms=self.policy.switch_after_ms,
+                max_delay_ms=self.policy.max_delay_ms,
+            )
+            event, facts, self._delay_ms = call_event(
+                report,
+                more_parts=self._part + 1 < len(self._routes),
+                halvings=self._halvings,
+                retries=self._retries,
+                more_candidates=self._candidate + 1 < self._routes[self._part],
+                policy=policy,
+            )
+            return event, facts, data
+        if effect == "sleep_retry":
+            return "wait_done", Facts(), data
+        return COMMIT_EVENTS[report.outcome], Facts(), data
+
+    async def _deadline(self, seconds: float) -> None:
+        await workflow.sleep(seconds)
+        if not self.done and self.defn.rows_for(self.state, "deadline_passed"):
+            self._failure = Report(
+                outcome="timeout", error=f"compaction did not finish within {seconds:g} s"
+            )
+            self.interrupt("deadline_passed")
+
+    # -- the effect table -------------------------------------------------------------------------
+
+    async def _run_hooks(self) -> Report:
+        lines, resend = self._take_lines()
+        try:
+            reported: Reported = await workflow.execute_activity(
+                "run_hooks",
+                Call(op=self.op, journal=lines, resend=resend),
+                result_type=Reported,
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=ONCE,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError as error:
+            self._lost(lines)
+            # A hook that cannot be consulted cancels, as a hook's own failure would not: the
+            # compaction must not go ahead without the hooks that might have refused it.
+            return Report(outcome="cancelled", data={"reason": _lost_reason(error, "hooks")})
+        if reported.op is not None:
+            self.op = reported.op
+        self._routes = list(reported.routes)
+        return _report(reported)
+
+    async def _call_model(self) -> Report:
+        if self._candidate >= self._routes[self._part]:
+            return Report(outcome="fatal", error="no summary model configured")
+        lines, resend = self._take_lines()
+        timeout = self.policy.timeout_s
+        try:
+            reported: Reported = await workflow.execute_activity(
+                "call_model",
+                Call(
+                    op=self.op,
+                    journal=lines,
+                    resend=resend,
+                    part=self._part,
+                    candidate=self._candidate,
+                    halvings=self._halvings,
+                    texts=dict(self._texts),
+                ),
+                result_type=Reported,
+                # The attempt's own timeout is the model-call limit; this only bounds a hang.
+                start_to_close_timeout=(
+                    timedelta(seconds=timeout + 30) if timeout is not None else LONG_CALL
+                ),
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=ONCE,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError as error:
+            self._lost(lines)
+            # The worker died or the call hung: a transient failure the table may retry.
+            return Report(outcome="timeout", error=_lost_reason(error, "model call"))
+        report = _report(reported)
+        if report.outcome == "ok":
+            self._texts[reported.purpose] = reported.text
+            self._models[reported.purpose] = str(reported.data.get("model", ""))
+        return report
+
+    async def _next_candidate(self) -> None:
+        self._candidate += 1
+        self._retries = 0
+
+    async def _next_part(self) -> None:
+        self._part += 1
+        self._candidate = self._retries = self._halvings = 0
+
+    async def _shrink_request(self) -> None:
+        self._halvings += 1
+
+    async def _sleep_retry(self) -> Report:
+        self._retries += 1
+        await workflow.sleep(self._delay_ms / 1000)
+        return Report(outcome="ok")
+
+    async def _stop_work(self) -> None:
+        task, self._in_flight = self._in_flight, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, ActivityError):
+                pass
+
+    async def _append_entry(self) -> Report:
+        lines, resend = self._take_lines()
+        try:
+            reported: Reported = await workflow.execute_activity(
+                "commit",
+                Call(
+                    op=self.op,
+                    journal=lines,
+                    resend=resend,
+                    texts=dict(self._texts),
+                    models=dict(self._models),
+                    entry_id=self._entry_id,
+                ),
+                result_type=Reported,
+                start_to_close_timeout=SHORT,
+                retry_policy=DELIVER,
+            )
+        except ActivityError as error:
+            self._lost(lines)
+            self._commit_error = _lost_reason(error, "commit")
+            return Report(outcome="failed", error=self._commit_error)
+        self._result = reported.result
+        if reported.outcome != "ok":
+            self._commit_error = reported.error
+        return _report(reported)
+
+    async def _rewrite_entries(self) -> Report:  # pragma: no cover - no prune row starts here
+        return Report(outcome="failed", error="pruning is not hosted on the cluster")
+
+    async def _nothing(self) -> None:
+        return None
+
+    async def _emit_result(self) -> None:
+        # The last steps ride with the result hooks (session_compact), which run on a worker.
+        lines, resend = self._take_lines()
+        await workflow.execute_activity(
+            "finish",
+            Call(
+                op=self.op,
+                journal=lines,
+                resend=resend,
+                status=self.state,
+                entry_id=self._entry_id,
+            ),
+            start_to_close_timeout=SHORT,
+            retry_policy=DELIVER,
+        )
+
+    async def _flush(self) -> None:
+        lines, resend = self._take_lines()
+        await workflow.execute_activity(
+            "finish",
+            Call(op=self.op, journal=lines, resend=resend),
+            start_to_close_timeout=SHORT,
+            retry_policy=DELIVER,
+        )
+
+    def _outcome(self) -> CompressResult:
+        failure = self._failure if self.state in ("failed", "conflict") else None
+        result = self._result or {}
+        committed = self.state == "committed"
+        return CompressResult(
+            operation_id=self.op.operation_id,
+            status=self.state,
+            reason=self._reason,
+            error=(failure.error if failure is not None else self._commit_error) or None,
+            error_kind=failure.outcome if failure is not None else None,
+            entry_id=self._entry_id if committed else None,
+            summary=result.get("summary") if committed else None,
+            tokens_before=result.get("tokensBefore") if committed else None,
+            first_kept_entry_id=result.get("firstKeptEntryId") if committed else None,
+            short_summary=result.get("shortSummary") if committed else None,
+        )
+
+
+def _report(reported: Reported) -> Report:
+    return Report(
+        outcome=reported.outcome,
+        retry_after=reported.retry_after,
+        error=reported.error,
+        data=reported.data,
+    )
+
+
+def _lost_reason(error: ActivityError, what: str) -> str:
+    cause = error.cause
+    if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT:
+        return f"{what}: the worker running it stopped answering (no heartbeat)"
+    if isinstance(cause, TimeoutError):
+        return f"{what}: no answer in time"
+    return f"{what}: {cause or error}"

@@ -1,0 +1,30 @@
+"""Where the cluster's sessions live: a store every worker can reach.
+
+``--database`` names it. A PostgreSQL URL is the fleet's store; a directory is the single
+machine's (``<dir>/<session id>.jsonl``, with the journal beside each file), which every worker
+process on that machine can share, because the file store's conditional append is safe across
+processes (D27).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator._store.journal import Journal
+from orchestrator._store.jsonl import JsonlStore
+from orchestrator._store.protocol import SessionStore
+
+
+def session_path(database: str, session_id: str) -> Path:
+    """The file of ``session_id`` in a directory store."""
+    return Path(database) / f"{session_id}.jsonl"
+
+
+def cluster_store(database: str, session_id: str) -> SessionStore:
+    """The store of ``session_id`` in ``database``."""
+    return JsonlStore(session_path(database, session_id))
+
+
+def cluster_journal(database: str, session_id: str) -> Journal:
+    """The lifecycle journal of ``session_id`` in ``database``."""
+    return Journal.open(session_path(database, session_id))

@@ -1,0 +1,73 @@
+"""A worker: polls the session task queue, runs session workflows and their activities.
+
+Any number of workers, on any number of machines, may poll the same queue against the same
+Temporal server and store: Temporal hands each workflow task and activity to one of them, and
+when a worker dies its workflows continue on another (replayed from their history) and its
+activities fail over after the heartbeat timeout, as the operation table decides.
+
+The workflow sandbox re-imports workflow code for every run, to catch non-determinism. The
+orchestrator's own modules (and the libraries they use) are deterministic where the workflow
+uses them, so they are passed through: imported once, shared. The machine tables are loaded
+here, before the first workflow, so the workflow never reads a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from orchestrator._cluster.activities import SessionActivities
+from orchestrator._cluster.contract import TASK_QUEUE
+from orchestrator._cluster.workflow import SessionWorkflow
+from orchestrator._lifecycle.machine import load_machine, shipped_machines
+
+PASSED_THROUGH = ("orchestrator", "transitions", "anyio", "sniffio", "tenacity")
+"""Modules the workflow sandbox shares instead of re-importing."""
+
+
+def load_tables() -> None:
+    """Load (and cache) every shipped machine table, outside any workflow."""
+    for name in shipped_machines():
+        load_machine(name)
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox the session workflow runs in (also used to replay histories)."""
+    load_tables()
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+def build_worker(
+    client: Client, activities: SessionActivities, *, task_queue: str = TASK_QUEUE
+) -> Worker:
+    """A worker for the session workflow and ``activities``."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[SessionWorkflow],
+        activities=list(activities.all()),
+        workflow_runner=workflow_runner(),
+        # Activities wait on models; many may be in flight at once.
+        max_concurrent_activities=1000,
+    )
+
+
+async def run_worker(
+    address: str,
+    activities: SessionActivities,
+    *,
+    task_queue: str = TASK_QUEUE,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Connect to Temporal at ``address`` and work until cancelled."""
+    client = await Client.connect(address)
+    worker = build_worker(client, activities, task_queue=task_queue)
+    async with worker:
+        if ready is not None:
+            ready(f"worker on {address}, task queue {task_queue}, store {activities.database}")
+        await asyncio.Event().wait()
