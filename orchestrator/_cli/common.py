@@ -152,3 +152,38 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="the summarizer's context window in tokens",
     )
     parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--temporal HOST:PORT``, ``--database URL`` and ``--task-queue``."""
+    parser.add_argument(
+        "--temporal",
+        required=required,
+        metavar="HOST:PORT",
+        help="the Temporal server (for example 127.0.0.1:7233)",
+    )
+    parser.add_argument(
+        "--database",
+        required=required,
+        metavar="URL",
+        help="the shared store: postgresql://USER@HOST/DB, or a directory of <session id>.jsonl",
+    )
+    parser.add_argument(
+        "--task-queue",
+        default="orchestrator-sessions",
+        help="the Temporal task queue (default: orchestrator-sessions)",
+    )
+
+
+def require_cluster() -> None:
+    """Refuse, in one line, when the ``cluster`` extra is not installed.
+
+    Raises:
+        UsageError: temporalio is missing.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("temporalio") is None:
+        raise UsageError(
+            "the cluster needs the 'cluster' extra: pip install 'session-orchestrator[cluster]'"
+        )

@@ -22,7 +22,7 @@ Command = Callable[[argparse.Namespace], int]
 # The module that registers and runs each command. A command imports its own module only: an
 # inspection command then never loads the runtime, the model clients, tracing or the TUI
 # (tests/test_imports.py holds it to that). Modules in the order ``--help`` lists them.
-_MODULES = ("inspect", "ops", "journal", "machines", "tui", "serve", "database")
+_MODULES = ("inspect", "ops", "journal", "machines", "tui", "serve", "database", "worker")
 _COMMANDS = {
     "context": "inspect",
     "plan": "inspect",
@@ -38,6 +38,7 @@ _COMMANDS = {
     "serve": "serve",
     "import": "database",
     "export": "database",
+    "worker": "worker",
 }
 
 

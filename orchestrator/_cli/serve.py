@@ -26,7 +26,14 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from orchestrator._cli.common import add_timeout_argument, positive_int, with_timeout
+from orchestrator._cli.common import (
+    UsageError,
+    add_cluster_arguments,
+    add_timeout_argument,
+    positive_int,
+    require_cluster,
+    with_timeout,
+)
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
@@ -108,6 +115,7 @@ def register(commands: Any) -> None:
         action="store_true",
         help="also write a one-or-two sentence short summary on each compaction and branch summary",
     )
+    add_cluster_arguments(serve, required=False)
     serve.set_defaults(handler=_serve)
 
 
@@ -191,7 +199,11 @@ def _serve(args: argparse.Namespace) -> int:
         return refused.code
     if args.api_key:
         _say(API_KEY_VISIBLE)
-    hub = SessionHub(_options(args, api_key))
+    hub = (
+        _cluster_hub(args)
+        if args.temporal or args.database
+        else SessionHub(_options(args, api_key))
+    )
     server = RpcServer(hub, log=_say)
     # A server holds many sessions for long: the collector stops re-walking them (issue 9).
     policy = freeze_after_full_collections()
@@ -207,6 +219,20 @@ def _serve(args: argparse.Namespace) -> int:
         if made and token_file is not None:
             access.remove_token_file(token_file)
     return 0
+
+
+def _cluster_hub(args: argparse.Namespace) -> SessionHub:
+    """The hub backed by session workflows (``--temporal`` with ``--database``)."""
+    if not (args.temporal and args.database):
+        raise UsageError("--temporal and --database go together")
+    if args.sessions:
+        raise UsageError(
+            "with --temporal, sessions live in --database: open them with session.open"
+        )
+    require_cluster()
+    from orchestrator._rpc.cluster_hub import ClusterHub
+
+    return ClusterHub(args.temporal, args.database, task_queue=args.task_queue)
 
 
 def _token(args: argparse.Namespace) -> tuple[str, Path, bool]:

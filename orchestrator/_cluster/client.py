@@ -7,11 +7,13 @@ workflow and it decides: one compaction at a time per session, in the whole flee
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
@@ -26,6 +28,9 @@ from orchestrator._cluster.contract import (
 )
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._core.errors import SessionError
+
+QUERY_TIMEOUT = timedelta(seconds=10)
+"""How long a state query may wait for a worker to answer."""
 
 
 class ClusterClient:
@@ -65,23 +70,36 @@ class ClusterClient:
         )
         try:
             result: CompressResult = await self.client.execute_update_with_start_workflow(
-                SessionWorkflow.compress,
+                "compress",
                 CompressRequest(focus=focus, reason=reason),
                 start_workflow_operation=start,
+                result_type=CompressResult,
             )
         except WorkflowUpdateFailedError as error:
             raise SessionError(_message(error)) from None
         return result
 
     async def state(self, session_id: str) -> dict[str, Any] | None:
-        """What the session's workflow is doing, or ``None`` when none is running."""
+        """What the session's workflow is doing, or ``None`` when none is running.
+
+        A closed workflow is not asked: a query on one needs a worker to replay it, and the
+        answer would only say "idle".
+        """
         handle = self.client.get_workflow_handle(session_id)
         try:
-            state: dict[str, Any] = await handle.query(SessionWorkflow.state)
+            described = await handle.describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                return None
+            state: dict[str, Any] = await handle.query(
+                SessionWorkflow.state, rpc_timeout=QUERY_TIMEOUT
+            )
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return None
-            raise
+            raise SessionError(
+                f"session {session_id}: its workflow did not answer ({error.message}); "
+                "is a worker running?"
+            ) from None
         return state
 
     async def abort(self, session_id: str) -> bool:
@@ -94,9 +112,9 @@ class ClusterClient:
 
 
 def _message(error: WorkflowUpdateFailedError) -> str:
-    cause = error.cause
+    cause: BaseException | None = error.cause
     while cause is not None and not isinstance(cause, ApplicationError):
-        cause = cause.cause
+        cause = getattr(cause, "cause", None)
     if isinstance(cause, ApplicationError):
         return cause.message
     return str(error.cause or error)

@@ -19,7 +19,6 @@ the workflow reads no file and a replay steps exactly the table the history was 
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -56,7 +55,7 @@ class SessionWorkflow:
         while not self._closing:
             try:
                 await workflow.wait_condition(lambda: self._busy or self._closing, timeout=idle)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if not self._busy:
                     break
             await workflow.wait_condition(lambda: not self._busy)

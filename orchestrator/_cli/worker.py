@@ -1,0 +1,79 @@
+"""``orchestrator worker``: run session workflows and their activities for a Temporal cluster.
+
+Start as many as you like, on as many machines as you like, against one Temporal server and one
+shared store: each session is owned by one workflow at a time, and a worker that dies hands its
+work to the others (README, "Scale out"). The worker calls the summary models, so the route
+options are the ones ``compact`` takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from orchestrator._cli.common import (
+    add_cluster_arguments,
+    add_model_arguments,
+    add_timeout_argument,
+    positive_int,
+    require_cluster,
+    with_timeout,
+)
+
+
+def register(commands: Any) -> None:
+    """Add ``worker`` to the parser."""
+    worker = commands.add_parser(
+        "worker", help="run session workflows for a Temporal cluster (needs the 'cluster' extra)"
+    )
+    add_cluster_arguments(worker)
+    add_model_arguments(worker)
+    worker.add_argument("--reserve-tokens", type=positive_int, default=16384)
+    worker.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
+    worker.add_argument(
+        "--short-summary",
+        action="store_true",
+        help="also write a one-or-two sentence short summary on each compaction",
+    )
+    add_timeout_argument(worker)
+    worker.set_defaults(handler=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    require_cluster()
+    from orchestrator._cluster.activities import SessionActivities
+    from orchestrator._cluster.worker import run_worker
+    from orchestrator._core.tokens import CompactionSettings
+    from orchestrator._runtime.routes import RouteSettings, build_summarizer
+    from orchestrator._runtime.types import RuntimeSettings
+
+    routes = RouteSettings(
+        models=tuple(args.model),
+        api_base=args.api_base,
+        api_key=args.api_key,
+        context_window=args.context_window,
+        remote_url=args.remote,
+        reserve_tokens=args.reserve_tokens,
+        short_summary=args.short_summary,
+    )
+    settings = with_timeout(
+        RuntimeSettings(
+            compaction=CompactionSettings(
+                reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
+            ),
+            short_summary=args.short_summary,
+        ),
+        args,
+    )
+    activities = SessionActivities(args.database, build_summarizer(routes), settings)
+
+    def ready(text: str) -> None:
+        print(f"orchestrator worker: ready: {text}", file=sys.stderr, flush=True)
+
+    try:
+        asyncio.run(run_worker(args.temporal, activities, task_queue=args.task_queue, ready=ready))
+    except KeyboardInterrupt:
+        print("orchestrator worker: stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,227 @@
+"""The JSON-RPC methods backed by the cluster: ``orchestrator serve --temporal`` (issue 10).
+
+Theory of operation. :class:`ClusterHub` answers the same methods, with the same parameters,
+answers and error codes, as :class:`~orchestrator._rpc.hub.SessionHub`, so a client cannot tell
+which host it talks to. The difference is where the work happens. This server owns nothing: a
+session's owner is its workflow (id = session id), on whichever worker holds it, so
+``session.compress`` is an update to that workflow and ``session.abort`` a signal, and two
+servers compressing the same session reach the same workflow, which runs one compaction and
+refuses the other with ``-32001`` exactly as one server would. Reading (``session.tree``,
+``session.context``, ``session.open``'s description) comes from the shared store, which every
+server and worker reaches.
+
+Not hosted yet: tree navigation and fork answer ``-32601`` with a sentence saying so, and
+``session.prompt`` answers as a server started without ``--model`` does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator._cluster.client import ClusterClient
+from orchestrator._cluster.contract import BUSY_COMPACTING, TASK_QUEUE, CompressResult
+from orchestrator._cluster.stores import cluster_store
+from orchestrator._core.errors import Cancelled, ModelError, SessionError
+from orchestrator._rpc.hub import NO_AGENT, SessionHub
+from orchestrator._rpc.protocol import (
+    BUSY,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    Method,
+    Params,
+    RpcError,
+)
+from orchestrator._store.reports import context_report, tree_rows
+from orchestrator._store.session import Session
+
+NOT_HOSTED = "{method}: not hosted on the cluster yet (use a one-process server for it)"
+
+
+class ClusterHub(SessionHub):
+    """The RPC methods over session workflows and a shared store.
+
+    Args:
+        temporal: The Temporal server, ``HOST:PORT``.
+        database: The shared store (a PostgreSQL URL or a directory).
+        task_queue: Where the workers poll.
+        client: A connected client to use instead (tests).
+    """
+
+    def __init__(
+        self,
+        temporal: str,
+        database: str,
+        *,
+        task_queue: str = TASK_QUEUE,
+        client: ClusterClient | None = None,
+    ) -> None:
+        super().__init__()
+        self.temporal = temporal
+        self.database = database
+        self.task_queue = task_queue
+        self._client = client
+        self._open: dict[str, str] = {}
+
+    async def client(self) -> ClusterClient:
+        """The cluster client, connected on first use."""
+        if self._client is None:
+            self._client = await ClusterClient.connect(self.temporal, task_queue=self.task_queue)
+        return self._client
+
+    # -- registry ---------------------------------------------------------------------------------
+
+    def session_ids(self) -> set[str]:
+        """The sessions this server has opened."""
+        return set(self._open)
+
+    def open_id(self, path: str) -> str:
+        """Open the session named by ``path`` (its id, or ``<id>.jsonl``); returns its id.
+
+        Raises:
+            RpcError: No such session in the store (``-32602``).
+        """
+        name = Path(path).name
+        session_id = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
+        if not session_id or "\0" in session_id:
+            raise RpcError(INVALID_PARAMS, f"{path!r}: not a session id")
+        if not cluster_store(self.database, session_id).exists():
+            raise RpcError(INVALID_PARAMS, f"{path}: no such session in the store")
+        self._open[session_id] = path
+        return session_id
+
+    def abort_all(self) -> None:
+        """Nothing runs here: the workflows keep their work when a server stops."""
+
+    def close_all(self) -> None:
+        """Forget the open sessions (the server holds no lock)."""
+        self._open.clear()
+
+    def _session(self, session_id: str) -> Session:
+        if session_id not in self._open:
+            raise RpcError(INVALID_PARAMS, f"Unknown session: {session_id}")
+        return Session.from_store(cluster_store(self.database, session_id))
+
+    async def _describe(self, session_id: str) -> dict[str, Any]:
+        session = self._session(session_id)
+        try:
+            state = await (await self.client()).state(session_id)
+        except SessionError:
+            state = {"busy": False, "unknown": True}
+        busy = bool(state and state.get("busy"))
+        described = "manual_compacting" if busy else "idle"
+        return {
+            "session_id": session_id,
+            "path": self._open[session_id],
+            "entries": len(session.tree),
+            "leafId": session.leaf_id,
+            "state": "unknown" if state and state.get("unknown") else described,
+            "busy": busy,
+        }
+
+    # -- methods ----------------------------------------------------------------------------------
+
+    def methods(self) -> dict[str, Method]:
+        """The same method table as the one-process hub."""
+        table = super().methods()
+        handlers = {
+            "session.open": self._c_open,
+            "session.list": self._c_list,
+            "session.close": self._c_close,
+            "session.compress": self._c_compress,
+            "session.tree": self._c_tree,
+            "session.tree.navigate": self._not_hosted("session.tree.navigate"),
+            "session.fork": self._not_hosted("session.fork"),
+            "session.prompt": self._c_prompt,
+            "session.abort": self._c_abort,
+            "session.context": self._c_context,
+        }
+        return {name: Method(handler=handlers[name], params=m.params) for name, m in table.items()}
+
+    def _not_hosted(self, method: str) -> Any:
+        async def refuse(p: Params) -> dict[str, Any]:
+            raise RpcError(METHOD_NOT_FOUND, NOT_HOSTED.format(method=method))
+
+        return refuse
+
+    async def _c_open(self, p: Params) -> dict[str, Any]:
+        session_id = self.open_id(p.text("path"))
+        if p.peer is not None:
+            p.peer.topics.add(session_id)
+        session = self._session(session_id)
+        return {
+            **(await self._describe(session_id)),
+            "problems": [
+                {"line": x.line, "code": x.code, "message": x.message} for x in session.problems
+            ],
+            "settled": [],
+        }
+
+    async def _c_list(self, p: Params) -> dict[str, Any]:
+        return {"sessions": [await self._describe(s) for s in sorted(self._open)]}
+
+    async def _c_close(self, p: Params) -> dict[str, Any]:
+        described = await self._describe(p.text("session_id"))
+        if described["busy"]:
+            raise RpcError(BUSY, "Session is busy; abort it or wait before closing")
+        self._open.pop(described["session_id"], None)
+        return {"closed": True}
+
+    async def _c_compress(self, p: Params) -> dict[str, Any]:
+        session_id = p.text("session_id")
+        self._session(session_id)
+        try:
+            done = await (await self.client()).compress(session_id, p.optional_text("focus"))
+        except SessionError as error:
+            if str(error) == BUSY_COMPACTING:
+                raise RpcError(BUSY, BUSY_COMPACTING) from None
+            raise
+        return compress_answer(done)
+
+    async def _c_tree(self, p: Params) -> dict[str, Any]:
+        session = self._session(p.text("session_id"))
+        return {
+            "sessionId": session.session_id,
+            "name": session.tree.session_name(),
+            "leafId": session.leaf_id,
+            "nodes": tree_rows(session),
+        }
+
+    async def _c_prompt(self, p: Params) -> dict[str, Any]:
+        self._session(p.text("session_id"))
+        raise RpcError(METHOD_NOT_FOUND, NO_AGENT)
+
+    async def _c_abort(self, p: Params) -> dict[str, Any]:
+        session_id = p.text("session_id")
+        self._session(session_id)
+        return {"aborted": await (await self.client()).abort(session_id)}
+
+    async def _c_context(self, p: Params) -> dict[str, Any]:
+        session = self._session(p.text("session_id"))
+        return context_report(session, session.leaf_id)
+
+
+def compress_answer(done: CompressResult) -> dict[str, Any]:
+    """``session.compress``'s answer, as the one-process server gives it.
+
+    Raises:
+        Cancelled: The compaction was cancelled (``abort``, or a hook).
+        ModelError: It failed; the session is unchanged.
+        SessionError: Its commit conflicted with another writer (D27).
+    """
+    if done.status == "cancelled":
+        raise Cancelled(done.reason or "Compaction cancelled")
+    if done.status == "conflict":
+        raise SessionError(done.error or "Compaction conflicted with another writer")
+    if done.status == "failed":
+        raise ModelError(done.error or "Compaction failed", kind=done.error_kind or "fatal")
+    if done.status != "committed":
+        return {"compacted": False, "reason": done.reason or "Nothing to compact"}
+    return {
+        "compacted": True,
+        "entryId": done.entry_id,
+        "summary": done.summary,
+        "tokensBefore": done.tokens_before,
+        "firstKeptEntryId": done.first_kept_entry_id,
+        "shortSummary": done.short_summary,
+    }

@@ -1,0 +1,246 @@
+"""The session workflow on a real Temporal server, in-process worker (issue 10).
+
+Each scenario runs the same compaction twice, on the one-process host (anyio driver) and on the
+cluster (workflow + activities), and checks that the operation table took the same steps with
+the same facts on both: retries, candidates and halvings are the table's decisions on either
+host. The histories are replayed with Temporal's replayer (and kept as fixtures on request:
+``ORCHESTRATOR_RECORD=1``, see tests/test_cluster_replay.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.worker import Replayer  # noqa: E402
+
+from orchestrator._cluster.activities import SessionActivities  # noqa: E402
+from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._cluster.contract import BUSY_COMPACTING, CompressResult, entry_id_for  # noqa: E402
+from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
+from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
+from orchestrator._core.errors import ModelError, SessionError  # noqa: E402
+from orchestrator._core.model import ModelRequest  # noqa: E402
+from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._runtime.operations import OperationRunner  # noqa: E402
+from orchestrator._runtime.ports import Ports  # noqa: E402
+from orchestrator._runtime.retry import RetryPolicy  # noqa: E402
+from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
+from orchestrator._store.journal import Journal  # noqa: E402
+from orchestrator._store.session import Session  # noqa: E402
+from orchestrator.testing import FunctionModel  # noqa: E402
+from tests.cli_kit import EXAMPLE  # noqa: E402
+from tests.cluster_kit import (  # noqa: E402
+    connected,
+    entries,
+    journal_rows,
+    local_copy,
+    queue_name,
+    save_history,
+    store_with_example,
+)
+
+pytestmark = pytest.mark.anyio
+
+SETTINGS = RuntimeSettings(compaction=CompactionSettings(keep_recent_tokens=200))
+HANG = "hang"
+Script = Mapping[str, Sequence[str | BaseException]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def scripted(name: str, script: Script) -> FunctionModel:
+    """A model answering each purpose (history, turn_prefix) from its own script, in order.
+
+    Keyed by purpose because the one-process host starts a split turn's two requests at once:
+    the order of calls across purposes is not fixed, the order within one is.
+    """
+    left = {purpose: list(items) for purpose, items in script.items()}
+
+    async def answer(request: ModelRequest) -> str:
+        item = left[request.purpose].pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        if item == HANG:
+            await anyio.Event().wait()
+        return item
+
+    return FunctionModel(answer, name=name)
+
+
+def new_compactions(path: Path) -> list[dict[str, Any]]:
+    """The compaction entries added to the example session (it holds one already)."""
+    known = {e["id"] for e in entries(EXAMPLE)}
+    return [e for e in entries(path) if e["type"] == "compaction" and e["id"] not in known]
+
+
+def routes(*models: FunctionModel) -> SummaryRoutes:
+    return SummaryRoutes(candidates=models, retry=RetryPolicy(base_delay_ms=10))
+
+
+async def run_local(tmp_path: Path, summarizer: SummaryRoutes, reason: str) -> Path:
+    path = local_copy(tmp_path / "local")
+    session = Session.open(path)
+    ports = Ports(session=session, routes=summarizer, journal=Journal.open(path))
+    await OperationRunner(ports, SETTINGS.compaction).compaction(reason=reason)
+    session.close()
+    return path
+
+
+async def run_cluster(
+    client: Client,
+    tmp_path: Path,
+    summarizer: SummaryRoutes,
+    reason: str,
+    *,
+    during: Callable[[ClusterClient, str], Coroutine[Any, Any, None]] | None = None,
+) -> tuple[CompressResult, Path, str]:
+    database = tmp_path / "db"
+    session_id, path = store_with_example(database)
+    queue = queue_name()
+    activities = SessionActivities(str(database), summarizer, SETTINGS)
+    async with build_worker(client, activities, task_queue=queue):
+        cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
+        async with anyio.create_task_group() as group:
+            if during is not None:
+                group.start_soon(during, cluster, session_id)
+            result = await cluster.compress(session_id, reason=reason)
+        handle = client.get_workflow_handle(session_id)
+        await handle.result()
+        history = await handle.fetch_history()
+    await Replayer(workflows=[SessionWorkflow], workflow_runner=workflow_runner()).replay_workflow(
+        history
+    )
+    return result, path, history.to_json()
+
+
+async def same_steps_on_both_hosts(
+    tmp_path: Path, make: Callable[[], SummaryRoutes], reason: str, scenario: str
+) -> CompressResult:
+    local = await run_local(tmp_path, make(), reason)
+    async with connected() as client:
+        result, path, history = await run_cluster(client, tmp_path, make(), reason)
+    assert journal_rows(path) == journal_rows(local)
+    save_history(scenario, history)
+    return result
+
+
+async def test_a_manual_compaction_commits_one_entry_whose_id_the_operation_fixed(
+    tmp_path: Path,
+) -> None:
+    def make() -> SummaryRoutes:
+        return routes(scripted("a", {"history": ["the history"], "turn_prefix": ["the prefix"]}))
+
+    result = await same_steps_on_both_hosts(tmp_path, make, "manual", "manual")
+    assert result.status == "committed"
+    assert result.entry_id == entry_id_for(result.operation_id)
+    path = next((tmp_path / "db").glob("*.jsonl"))
+    new = new_compactions(path)
+    assert [e["id"] for e in new] == [result.entry_id]
+    assert new[0]["summary"].startswith("the history")
+    assert result.summary == new[0]["summary"]
+
+
+async def test_threshold_walks_the_candidates_and_retries_as_the_table_says(
+    tmp_path: Path,
+) -> None:
+    def make() -> SummaryRoutes:
+        first = scripted(
+            "a",
+            {
+                "history": [ModelError("down", kind="transient"), ModelError("bad", kind="fatal")],
+                "turn_prefix": ["prefix"],
+            },
+        )
+        return routes(first, scripted("b", {"history": ["from b"]}))
+
+    result = await same_steps_on_both_hosts(tmp_path, make, "threshold", "candidate_switch")
+    assert result.status == "committed"
+    assert result.summary is not None
+    assert result.summary.startswith("from b")
+
+
+async def test_a_summarizer_overflow_halves_the_request(tmp_path: Path) -> None:
+    def make() -> SummaryRoutes:
+        overflow = ModelError("prompt is too long", kind="overflow")
+        return routes(scripted("a", {"history": [overflow, "smaller"], "turn_prefix": ["prefix"]}))
+
+    result = await same_steps_on_both_hosts(tmp_path, make, "overflow", "overflow")
+    assert result.status == "committed"
+
+
+async def test_every_candidate_failing_ends_failed_and_the_session_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    def make() -> SummaryRoutes:
+        fatal = ModelError("no", kind="fatal")
+        return routes(scripted("a", {"history": [fatal], "turn_prefix": ["p"]}))
+
+    result = await same_steps_on_both_hosts(tmp_path, make, "threshold", "threshold_failed")
+    assert (result.status, result.error_kind) == ("failed", "fatal")
+    path = next((tmp_path / "db").glob("*.jsonl"))
+    assert new_compactions(path) == []
+
+
+async def wait_until_summarizing(cluster: ClusterClient, session_id: str) -> None:
+    while True:
+        state = await cluster.state(session_id)
+        if state and state.get("operationState") == "summarizing":
+            return
+        await anyio.sleep(0.05)
+
+
+async def test_abort_cancels_the_model_call_and_nothing_is_applied(tmp_path: Path) -> None:
+    summarizer = routes(scripted("a", {"history": [HANG], "turn_prefix": [HANG]}))
+
+    async def abort(cluster: ClusterClient, session_id: str) -> None:
+        await wait_until_summarizing(cluster, session_id)
+        assert await cluster.abort(session_id) is True
+
+    async with connected() as client:
+        result, path, history = await run_cluster(
+            client, tmp_path, summarizer, "manual", during=abort
+        )
+    save_history("abort", history)
+    assert result.status == "cancelled"
+    assert new_compactions(path) == []
+    assert journal_rows(path)[-1][:3] == ("summarizing", "cancel", "cancelled")
+
+
+async def test_a_second_compaction_while_one_runs_is_refused(tmp_path: Path) -> None:
+    summarizer = routes(scripted("a", {"history": [HANG], "turn_prefix": [HANG]}))
+    refused: list[str] = []
+
+    async def second(cluster: ClusterClient, session_id: str) -> None:
+        await wait_until_summarizing(cluster, session_id)
+        with pytest.raises(SessionError) as caught:
+            await cluster.compress(session_id)
+        refused.append(str(caught.value))
+        await cluster.abort(session_id)
+
+    async with connected() as client:
+        result, path, _ = await run_cluster(client, tmp_path, summarizer, "manual", during=second)
+    assert refused == [BUSY_COMPACTING]
+    assert result.status == "cancelled"
+
+
+async def test_a_session_not_in_the_store_is_refused_with_its_name(tmp_path: Path) -> None:
+    async with connected() as client:
+        queue = queue_name()
+        activities = SessionActivities(str(tmp_path), routes(scripted("a", {})), SETTINGS)
+        async with build_worker(client, activities, task_queue=queue):
+            cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
+            with pytest.raises(SessionError, match="not in"):
+                await cluster.compress("no-such-session")
+            assert await cluster.abort("no-such-session") is False

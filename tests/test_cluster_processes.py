@@ -1,0 +1,254 @@
+"""Workers and servers as separate processes against a real Temporal server (issue 10).
+
+* A worker killed with SIGKILL in the middle of a compaction's model call: another worker
+  finishes it. Exactly one compaction entry, at most one extra model call, and the journal says
+  what happened (the attempt lost with its worker, the wait, the second attempt, the commit).
+* Two clients compress the same session at once through two ``orchestrator serve --temporal``
+  processes and two workers: one compaction; the other client is refused as a one-process
+  server refuses it (``-32001``).
+
+Model calls go to the local provider server (the remote-summary protocol), which holds a
+request until the test releases it, so "in the middle of a model call" needs no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
+
+from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._cluster.contract import BUSY_COMPACTING, entry_id_for  # noqa: E402
+from orchestrator._models.provider_server import LocalProvider, Reply  # noqa: E402
+from tests.cli_kit import EXAMPLE  # noqa: E402
+from tests.cluster_kit import (  # noqa: E402
+    connected,
+    entries,
+    queue_name,
+    save_history,
+    store_with_example,
+    temporal_address,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+COMMAND = (sys.executable, "-m", "orchestrator")
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def provider() -> Iterator[LocalProvider]:
+    with LocalProvider() as server:
+        yield server
+
+
+class Processes:
+    """The processes a test started; every one is killed at the end, whatever happened."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[subprocess.Popen[str]] = []
+
+    def worker(self, name: str, database: Path, queue: str, provider: LocalProvider) -> Any:
+        log = self.tmp_path / f"{name}.log"
+        with log.open("w") as stderr:
+            process = self._worker_process(database, queue, provider, stderr)
+        self.started.append(process)
+        wait_until(lambda: "ready" in log.read_text(), process, log)
+        return process
+
+    def _worker_process(
+        self, database: Path, queue: str, provider: LocalProvider, stderr: Any
+    ) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                *COMMAND,
+                "worker",
+                "--temporal",
+                temporal_address(),
+                "--database",
+                str(database),
+                "--task-queue",
+                queue,
+                "--remote",
+                provider.url + "/summary",
+                "--keep-recent-tokens",
+                "200",
+            ],
+            env=ENV,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
+
+    def server(self, database: Path, queue: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [
+                *COMMAND,
+                "serve",
+                "--temporal",
+                temporal_address(),
+                "--database",
+                str(database),
+                "--task-queue",
+                queue,
+            ],
+            env=ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.started.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    started = Processes(tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def wait_until(
+    condition: Callable[[], bool], process: subprocess.Popen[str], log: Path | None = None
+) -> None:
+    """Poll for ``condition``; fail at once if ``process`` exits first."""
+    while not condition():
+        if process.poll() is not None:
+            text = log.read_text() if log is not None else ""
+            raise AssertionError(f"exited with {process.returncode} first: {text}")
+        time.sleep(0.05)
+
+
+def summary_calls(provider: LocalProvider) -> int:
+    return sum(1 for request in provider.requests if request.path == "/summary")
+
+
+def new_compactions(path: Path) -> list[dict[str, Any]]:
+    known = {e["id"] for e in entries(EXAMPLE)}
+    return [e for e in entries(path) if e["type"] == "compaction" and e["id"] not in known]
+
+
+def operation_records(path: Path) -> list[dict[str, Any]]:
+    lines = Path(f"{path}.journal").read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, lines) if r["machine"] == "operation"]
+
+
+async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_once(
+    tmp_path: Path, provider: LocalProvider, processes: Processes
+) -> None:
+    database = tmp_path / "db"
+    session_id, path = store_with_example(database)
+    queue = queue_name()
+    # The first history request is held until the end; the retry is answered at once.
+    provider.push(Reply.hang(Reply.remote("lost")), Reply.remote("the history"))
+    first = processes.worker("first", database, queue, provider)
+    async with connected() as client:
+        cluster = ClusterClient(client, task_queue=queue, idle_s=0.5)
+        import anyio
+
+        async with anyio.create_task_group() as group:
+            results: list[Any] = []
+
+            async def compress() -> None:
+                results.append(await cluster.compress(session_id))
+
+            group.start_soon(compress)
+            while summary_calls(provider) < 1:
+                await anyio.sleep(0.05)
+            processes.worker("second", database, queue, provider)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        handle = client.get_workflow_handle(session_id)
+        await handle.result()
+        save_history("crash", (await handle.fetch_history()).to_json())
+    provider.release()
+    (result,) = results
+    assert result.status == "committed"
+    assert [e["id"] for e in new_compactions(path)] == [entry_id_for(result.operation_id)]
+    assert summary_calls(provider) == 2  # the lost call and one more
+    steps = [(r["from"], r["event"], r["to"]) for r in operation_records(path)]
+    assert ("summarizing", "attempt_failed", "waiting_retry") in steps
+    assert steps[-2:] == [
+        ("summarizing", "summary_ready", "committing"),
+        ("committing", "entry_appended", "committed"),
+    ]
+    lost = next(r for r in operation_records(path) if r["event"] == "attempt_failed")
+    assert "stopped answering" in lost["data"]["error"]
+    assert [r["data"]["step"] for r in operation_records(path)] == list(range(len(steps)))
+
+
+def rpc(server: subprocess.Popen[str], request_id: int, method: str, **params: Any) -> None:
+    assert server.stdin is not None
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    server.stdin.write(json.dumps(message) + "\n")
+    server.stdin.flush()
+
+
+def answer(server: subprocess.Popen[str], request_id: int) -> dict[str, Any]:
+    assert server.stdout is not None
+    while True:
+        line = server.stdout.readline()
+        assert line, "the server closed its output"
+        message: dict[str, Any] = json.loads(line)
+        if message.get("id") == request_id:
+            return message
+
+
+def test_two_clients_compress_one_session_through_two_servers_one_compaction(
+    tmp_path: Path, provider: LocalProvider, processes: Processes
+) -> None:
+    database = tmp_path / "db"
+    session_id, path = store_with_example(database)
+    queue = queue_name()
+    provider.push(Reply.hang(Reply.remote("the history")))
+    processes.worker("first", database, queue, provider)
+    processes.worker("second", database, queue, provider)
+    one, two = processes.server(database, queue), processes.server(database, queue)
+    for server in (one, two):
+        rpc(server, 1, "session.open", path=session_id)
+        assert answer(server, 1)["result"]["session_id"] == session_id
+    rpc(one, 2, "session.compress", session_id=session_id)
+    wait_until(lambda: summary_calls(provider) == 1, one)
+    rpc(two, 2, "session.compress", session_id=session_id)
+    refused = answer(two, 2)
+    assert refused["error"] == {"code": -32001, "message": BUSY_COMPACTING}
+    provider.release()
+    done = answer(one, 2)["result"]
+    assert set(done) == {
+        "compacted",
+        "entryId",
+        "summary",
+        "tokensBefore",
+        "firstKeptEntryId",
+        "shortSummary",
+    }
+    assert [e["id"] for e in new_compactions(path)] == [done["entryId"]]
+    assert summary_calls(provider) == 1

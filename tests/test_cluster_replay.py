@@ -1,0 +1,83 @@
+"""The session workflow replays its recorded histories deterministically (issue 10).
+
+No server is needed: Temporal's replayer runs the workflow code against each history in
+``tests/data/temporal/`` (recorded from the simulation scenarios by tests/test_cluster.py and
+tests/test_cluster_processes.py with ``ORCHESTRATOR_RECORD=1``): manual, threshold with a
+candidate switch and a retry, summarizer overflow, every candidate failing, abort, and a worker
+killed mid-call. A replay that takes a different step than the history recorded fails, so these
+also prove that the workflow's decisions come from the table: a table changed under a recorded
+history no longer replays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the replay tests need the 'cluster' extra")
+
+from temporalio.client import WorkflowHistory  # noqa: E402
+from temporalio.worker import Replayer  # noqa: E402
+
+from orchestrator._cluster import workflow as workflow_module  # noqa: E402
+from orchestrator._cluster.worker import workflow_runner  # noqa: E402
+from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
+from orchestrator._lifecycle.machine import MachineDef, load_machine  # noqa: E402
+from tests.cluster_kit import HISTORIES  # noqa: E402
+
+pytestmark = pytest.mark.anyio
+SCENARIOS = sorted(HISTORIES.glob("*.json"))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def history(path: Path) -> WorkflowHistory:
+    text = path.read_text(encoding="utf-8")
+    first = json.loads(text)["events"][0]
+    workflow_id = first.get("workflowExecutionStartedEventAttributes", {}).get(
+        "workflowId", path.stem
+    )
+    return WorkflowHistory.from_json(str(workflow_id), text)
+
+
+def test_every_simulation_scenario_has_a_recorded_history() -> None:
+    names = {path.stem for path in SCENARIOS}
+    assert {"manual", "candidate_switch", "overflow", "threshold_failed", "abort"} <= names
+    assert "crash" in names
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+async def test_a_recorded_history_replays(path: Path) -> None:
+    replayer = Replayer(workflows=[SessionWorkflow], workflow_runner=workflow_runner())
+    result = await replayer.replay_workflow(history(path), raise_on_replay_failure=False)
+    assert result.replay_failure is None
+
+
+async def test_a_table_changed_under_a_history_does_not_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Drop the row that moves from the history summary to the turn prefix: the workflow now
+    # commits after the first summary, which is not what the history recorded.
+    table = load_machine("operation")
+    rows = tuple(
+        r
+        for r in table.rows
+        if not (r.event == "summary_ready" and r.effects[:1] == ("next_part",))
+    )
+    changed = dataclasses.replace(table, rows=rows)
+
+    def tables(name: str) -> MachineDef:
+        return changed if name == "operation" else load_machine(name)
+
+    monkeypatch.setattr(workflow_module, "load_machine", tables)
+    replayer = Replayer(workflows=[SessionWorkflow], workflow_runner=workflow_runner())
+    result = await replayer.replay_workflow(
+        history(HISTORIES / "manual.json"), raise_on_replay_failure=False
+    )
+    assert "Nondeterminism" in str(result.replay_failure)
