@@ -2,12 +2,14 @@
 
 ``.ci/run`` starts ``temporal server start-dev`` on loopback and exports where it listens as
 ``ORCHESTRATOR_TEST_TEMPORAL``; without it a test skips locally, and fails when
-``ORCHESTRATOR_REQUIRE_SERVICES=1`` (CI). Every test uses its own task queue, so tests (and
-the workflows they leave) never meet.
+``ORCHESTRATOR_REQUIRE_SERVICES=1`` (CI), as the PostgreSQL tests do (tests/services.py).
+Every test uses its own task queue and session ids, so tests (and the workflows they leave)
+never meet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,45 +19,81 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from orchestrator._store.locations import is_database_url
 from tests.cli_kit import EXAMPLE
+from tests.services import service_env
 
 TEMPORAL = "ORCHESTRATOR_TEST_TEMPORAL"
-REQUIRE_SERVICES = "ORCHESTRATOR_REQUIRE_SERVICES"
 HISTORIES = Path(__file__).parent / "data" / "temporal"
 """Recorded workflow histories the replay tests replay (refreshed by ORCHESTRATOR_RECORD=1)."""
 
 
 def temporal_address() -> str:
-    """Where the Temporal server listens, or skip (locally) / fail (CI)."""
-    value = os.environ.get(TEMPORAL, "")
-    if value:
-        return value
-    message = f"needs a Temporal server: set {TEMPORAL}=HOST:PORT (.ci/run starts one and sets it)"
-    if os.environ.get(REQUIRE_SERVICES, "") == "1":
-        pytest.fail(f"{REQUIRE_SERVICES}=1 but {message}")
-    pytest.skip(message)
+    """Where the Temporal server listens (``HOST:PORT``), or skip (locally) / fail (CI)."""
+    return service_env(TEMPORAL, "a Temporal server")
+
+
+class Database:
+    """A shared store for a test: a directory of session files, or a PostgreSQL schema.
+
+    Args:
+        location: The directory, or the URL (``--database``).
+    """
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def add_example(self) -> str:
+        """Store the example session under a fresh id (a fresh workflow id); returns the id.
+
+        A fresh id means a test never reaches a workflow another test left behind.
+        """
+        lines = EXAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+        header = json.loads(lines[0])
+        session_id = header["id"] = str(uuid.uuid4())
+        data = (json.dumps(header) + "\n" + "".join(lines[1:])).encode("utf-8")
+        if is_database_url(self.location):
+            from orchestrator._store.postgres import PostgresStore
+
+            with PostgresStore(self.location) as store:
+                store.import_bytes(data)
+        else:
+            Path(self.location).mkdir(parents=True, exist_ok=True)
+            (Path(self.location) / f"{session_id}.jsonl").write_bytes(data)
+        return session_id
+
+    def entries(self, session_id: str) -> list[dict[str, Any]]:
+        """The stored entries of the session."""
+        from orchestrator._cluster.stores import cluster_store
+
+        with contextlib.closing(cluster_store(self.location, session_id)) as store:
+            return list(store.load().entries)
+
+    def new_compactions(self, session_id: str) -> list[dict[str, Any]]:
+        """The compaction entries added to the example session (it holds one already)."""
+        known = {e["id"] for e in entries(EXAMPLE)}
+        return [
+            e
+            for e in self.entries(session_id)
+            if e["type"] == "compaction" and e["id"] not in known
+        ]
+
+    def operation_records(self, session_id: str) -> list[dict[str, Any]]:
+        """The operation records of the session's journal, as JSON objects."""
+        from orchestrator._cluster.stores import cluster_journal
+
+        journal = cluster_journal(self.location, session_id)
+        return [r.as_json() for r in journal.records() if r.machine == "operation"]
+
+    def journal_rows(self, session_id: str) -> list[Row]:
+        """The operation steps of the session's journal: (from, event, to, effects, facts)."""
+        return [_row(r) for r in self.operation_records(session_id)]
 
 
 def example_id() -> str:
     """The shipped example session's id (its header's)."""
     header: dict[str, Any] = json.loads(EXAMPLE.read_text(encoding="utf-8").splitlines()[0])
     return str(header["id"])
-
-
-def store_with_example(directory: Path) -> tuple[str, Path]:
-    """A directory store holding the example session under a fresh id; returns (id, file).
-
-    A fresh id is a fresh workflow id: a test never reaches a workflow another test left.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    lines = EXAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
-    header = json.loads(lines[0])
-    session_id = header["id"] = str(uuid.uuid4())
-    target = directory / f"{session_id}.jsonl"
-    target.write_text(json.dumps(header) + "\n" + "".join(lines[1:]), encoding="utf-8")
-    return session_id, target
 
 
 def local_copy(directory: Path) -> Path:
@@ -77,24 +115,19 @@ def entries(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
-def journal_rows(path: Path) -> list[tuple[str, str, str, tuple[str, ...], dict[str, Any]]]:
-    """The operation steps in a session's journal: (from, event, to, effects, facts)."""
+Row = tuple[str, str, str, tuple[str, ...], dict[str, Any]]
+
+
+def _row(record: dict[str, Any]) -> Row:
+    facts = record["data"].get("facts", {})
+    return (record["from"], record["event"], record["to"], tuple(record["effects"]), facts)
+
+
+def journal_rows(path: Path) -> list[Row]:
+    """The operation steps in a session file's journal: (from, event, to, effects, facts)."""
     journal = Path(str(path) + ".journal")
-    rows = []
-    for line in journal.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record["machine"] == "operation":
-            data = record["data"]
-            rows.append(
-                (
-                    record["from"],
-                    record["event"],
-                    record["to"],
-                    tuple(record["effects"]),
-                    data.get("facts", {}),
-                )
-            )
-    return rows
+    records = map(json.loads, journal.read_text(encoding="utf-8").splitlines())
+    return [_row(r) for r in records if r["machine"] == "operation"]
 
 
 @asynccontextmanager

@@ -35,17 +35,16 @@ from orchestrator._runtime.retry import RetryPolicy  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.journal import Journal  # noqa: E402
+from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
 from orchestrator.testing import FunctionModel  # noqa: E402
-from tests.cli_kit import EXAMPLE  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
+    Database,
     connected,
-    entries,
     journal_rows,
     local_copy,
     queue_name,
     save_history,
-    store_with_example,
 )
 
 pytestmark = pytest.mark.anyio
@@ -79,12 +78,6 @@ def scripted(name: str, script: Script) -> FunctionModel:
     return FunctionModel(answer, name=name)
 
 
-def new_compactions(path: Path) -> list[dict[str, Any]]:
-    """The compaction entries added to the example session (it holds one already)."""
-    known = {e["id"] for e in entries(EXAMPLE)}
-    return [e for e in entries(path) if e["type"] == "compaction" and e["id"] not in known]
-
-
 def routes(*models: FunctionModel) -> SummaryRoutes:
     return SummaryRoutes(candidates=models, retry=RetryPolicy(base_delay_ms=10))
 
@@ -100,16 +93,15 @@ async def run_local(tmp_path: Path, summarizer: SummaryRoutes, reason: str) -> P
 
 async def run_cluster(
     client: Client,
-    tmp_path: Path,
+    database: Database,
     summarizer: SummaryRoutes,
     reason: str,
     *,
     during: Callable[[ClusterClient, str], Coroutine[Any, Any, None]] | None = None,
-) -> tuple[CompressResult, Path, str]:
-    database = tmp_path / "db"
-    session_id, path = store_with_example(database)
+) -> tuple[CompressResult, str, str]:
+    session_id = database.add_example()
     queue = queue_name()
-    activities = SessionActivities(str(database), summarizer, SETTINGS)
+    activities = SessionActivities(database.location, summarizer, SETTINGS)
     async with build_worker(client, activities, task_queue=queue):
         cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
         async with anyio.create_task_group() as group:
@@ -122,38 +114,44 @@ async def run_cluster(
     await Replayer(workflows=[SessionWorkflow], workflow_runner=workflow_runner()).replay_workflow(
         history
     )
-    return result, path, history.to_json()
+    return result, session_id, history.to_json()
 
 
 async def same_steps_on_both_hosts(
-    tmp_path: Path, make: Callable[[], SummaryRoutes], reason: str, scenario: str
-) -> CompressResult:
+    tmp_path: Path,
+    database: Database,
+    make: Callable[[], SummaryRoutes],
+    reason: str,
+    scenario: str,
+) -> tuple[CompressResult, str]:
     local = await run_local(tmp_path, make(), reason)
     async with connected() as client:
-        result, path, history = await run_cluster(client, tmp_path, make(), reason)
-    assert journal_rows(path) == journal_rows(local)
-    save_history(scenario, history)
-    return result
+        result, session_id, history = await run_cluster(client, database, make(), reason)
+    assert database.journal_rows(session_id) == journal_rows(local)
+    if not is_database_url(database.location):
+        save_history(scenario, history)
+    return result, session_id
 
 
 async def test_a_manual_compaction_commits_one_entry_whose_id_the_operation_fixed(
-    tmp_path: Path,
+    tmp_path: Path, cluster_database: Database
 ) -> None:
     def make() -> SummaryRoutes:
         return routes(scripted("a", {"history": ["the history"], "turn_prefix": ["the prefix"]}))
 
-    result = await same_steps_on_both_hosts(tmp_path, make, "manual", "manual")
+    result, session_id = await same_steps_on_both_hosts(
+        tmp_path, cluster_database, make, "manual", "manual"
+    )
     assert result.status == "committed"
     assert result.entry_id == entry_id_for(result.operation_id)
-    path = next((tmp_path / "db").glob("*.jsonl"))
-    new = new_compactions(path)
+    new = cluster_database.new_compactions(session_id)
     assert [e["id"] for e in new] == [result.entry_id]
     assert new[0]["summary"].startswith("the history")
     assert result.summary == new[0]["summary"]
 
 
 async def test_threshold_walks_the_candidates_and_retries_as_the_table_says(
-    tmp_path: Path,
+    tmp_path: Path, cluster_database: Database
 ) -> None:
     def make() -> SummaryRoutes:
         first = scripted(
@@ -165,32 +163,39 @@ async def test_threshold_walks_the_candidates_and_retries_as_the_table_says(
         )
         return routes(first, scripted("b", {"history": ["from b"]}))
 
-    result = await same_steps_on_both_hosts(tmp_path, make, "threshold", "candidate_switch")
+    result, _ = await same_steps_on_both_hosts(
+        tmp_path, cluster_database, make, "threshold", "candidate_switch"
+    )
     assert result.status == "committed"
     assert result.summary is not None
     assert result.summary.startswith("from b")
 
 
-async def test_a_summarizer_overflow_halves_the_request(tmp_path: Path) -> None:
+async def test_a_summarizer_overflow_halves_the_request(
+    tmp_path: Path, cluster_database: Database
+) -> None:
     def make() -> SummaryRoutes:
         overflow = ModelError("prompt is too long", kind="overflow")
         return routes(scripted("a", {"history": [overflow, "smaller"], "turn_prefix": ["prefix"]}))
 
-    result = await same_steps_on_both_hosts(tmp_path, make, "overflow", "overflow")
+    result, _ = await same_steps_on_both_hosts(
+        tmp_path, cluster_database, make, "overflow", "overflow"
+    )
     assert result.status == "committed"
 
 
 async def test_every_candidate_failing_ends_failed_and_the_session_is_unchanged(
-    tmp_path: Path,
+    tmp_path: Path, cluster_database: Database
 ) -> None:
     def make() -> SummaryRoutes:
         fatal = ModelError("no", kind="fatal")
         return routes(scripted("a", {"history": [fatal], "turn_prefix": ["p"]}))
 
-    result = await same_steps_on_both_hosts(tmp_path, make, "threshold", "threshold_failed")
+    result, session_id = await same_steps_on_both_hosts(
+        tmp_path, cluster_database, make, "threshold", "threshold_failed"
+    )
     assert (result.status, result.error_kind) == ("failed", "fatal")
-    path = next((tmp_path / "db").glob("*.jsonl"))
-    assert new_compactions(path) == []
+    assert cluster_database.new_compactions(session_id) == []
 
 
 async def wait_until_summarizing(cluster: ClusterClient, session_id: str) -> None:
@@ -201,7 +206,9 @@ async def wait_until_summarizing(cluster: ClusterClient, session_id: str) -> Non
         await anyio.sleep(0.05)
 
 
-async def test_abort_cancels_the_model_call_and_nothing_is_applied(tmp_path: Path) -> None:
+async def test_abort_cancels_the_model_call_and_nothing_is_applied(
+    cluster_database: Database,
+) -> None:
     summarizer = routes(scripted("a", {"history": [HANG], "turn_prefix": [HANG]}))
 
     async def abort(cluster: ClusterClient, session_id: str) -> None:
@@ -209,16 +216,19 @@ async def test_abort_cancels_the_model_call_and_nothing_is_applied(tmp_path: Pat
         assert await cluster.abort(session_id) is True
 
     async with connected() as client:
-        result, path, history = await run_cluster(
-            client, tmp_path, summarizer, "manual", during=abort
+        result, session_id, history = await run_cluster(
+            client, cluster_database, summarizer, "manual", during=abort
         )
-    save_history("abort", history)
+    if not is_database_url(cluster_database.location):
+        save_history("abort", history)
     assert result.status == "cancelled"
-    assert new_compactions(path) == []
-    assert journal_rows(path)[-1][:3] == ("summarizing", "cancel", "cancelled")
+    assert cluster_database.new_compactions(session_id) == []
+    last = cluster_database.journal_rows(session_id)[-1]
+    assert last[:3] == ("summarizing", "cancel", "cancelled")
 
 
 async def test_a_second_compaction_while_one_runs_is_refused(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
     summarizer = routes(scripted("a", {"history": [HANG], "turn_prefix": [HANG]}))
     refused: list[str] = []
 
@@ -230,7 +240,7 @@ async def test_a_second_compaction_while_one_runs_is_refused(tmp_path: Path) -> 
         await cluster.abort(session_id)
 
     async with connected() as client:
-        result, path, _ = await run_cluster(client, tmp_path, summarizer, "manual", during=second)
+        result, _, _ = await run_cluster(client, database, summarizer, "manual", during=second)
     assert refused == [BUSY_COMPACTING]
     assert result.status == "cancelled"
 
@@ -241,6 +251,7 @@ async def test_a_session_not_in_the_store_is_refused_with_its_name(tmp_path: Pat
         activities = SessionActivities(str(tmp_path), routes(scripted("a", {})), SETTINGS)
         async with build_worker(client, activities, task_queue=queue):
             cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
-            with pytest.raises(SessionError, match="not in"):
-                await cluster.compress("no-such-session")
-            assert await cluster.abort("no-such-session") is False
+            missing = f"no-such-{queue}"
+            with pytest.raises(SessionError, match=f"session {missing}: not in"):
+                await cluster.compress(missing)
+            assert await cluster.abort(missing) is False

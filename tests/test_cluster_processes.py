@@ -30,13 +30,12 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import BUSY_COMPACTING, entry_id_for  # noqa: E402
 from orchestrator._models.provider_server import LocalProvider, Reply  # noqa: E402
-from tests.cli_kit import EXAMPLE  # noqa: E402
+from orchestrator._store.locations import is_database_url  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
+    Database,
     connected,
-    entries,
     queue_name,
     save_history,
-    store_with_example,
     temporal_address,
 )
 
@@ -63,7 +62,7 @@ class Processes:
         self.tmp_path = tmp_path
         self.started: list[subprocess.Popen[str]] = []
 
-    def worker(self, name: str, database: Path, queue: str, provider: LocalProvider) -> Any:
+    def worker(self, name: str, database: str, queue: str, provider: LocalProvider) -> Any:
         log = self.tmp_path / f"{name}.log"
         with log.open("w") as stderr:
             process = self._worker_process(database, queue, provider, stderr)
@@ -72,7 +71,7 @@ class Processes:
         return process
 
     def _worker_process(
-        self, database: Path, queue: str, provider: LocalProvider, stderr: Any
+        self, database: str, queue: str, provider: LocalProvider, stderr: Any
     ) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [
@@ -81,7 +80,7 @@ class Processes:
                 "--temporal",
                 temporal_address(),
                 "--database",
-                str(database),
+                database,
                 "--task-queue",
                 queue,
                 "--remote",
@@ -96,7 +95,7 @@ class Processes:
             text=True,
         )
 
-    def server(self, database: Path, queue: str) -> subprocess.Popen[str]:
+    def server(self, database: str, queue: str) -> subprocess.Popen[str]:
         process = subprocess.Popen(
             [
                 *COMMAND,
@@ -104,7 +103,7 @@ class Processes:
                 "--temporal",
                 temporal_address(),
                 "--database",
-                str(database),
+                database,
                 "--task-queue",
                 queue,
             ],
@@ -151,21 +150,11 @@ def summary_calls(provider: LocalProvider) -> int:
     return sum(1 for request in provider.requests if request.path == "/summary")
 
 
-def new_compactions(path: Path) -> list[dict[str, Any]]:
-    known = {e["id"] for e in entries(EXAMPLE)}
-    return [e for e in entries(path) if e["type"] == "compaction" and e["id"] not in known]
-
-
-def operation_records(path: Path) -> list[dict[str, Any]]:
-    lines = Path(f"{path}.journal").read_text(encoding="utf-8").splitlines()
-    return [r for r in map(json.loads, lines) if r["machine"] == "operation"]
-
-
 async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_once(
-    tmp_path: Path, provider: LocalProvider, processes: Processes
+    cluster_database: Database, provider: LocalProvider, processes: Processes
 ) -> None:
-    database = tmp_path / "db"
-    session_id, path = store_with_example(database)
+    database = cluster_database.location
+    session_id = cluster_database.add_example()
     queue = queue_name()
     # The first history request is held until the end; the retry is answered at once.
     provider.push(Reply.hang(Reply.remote("lost")), Reply.remote("the history"))
@@ -188,21 +177,24 @@ async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_o
             first.wait()
         handle = client.get_workflow_handle(session_id)
         await handle.result()
-        save_history("crash", (await handle.fetch_history()).to_json())
+        if not is_database_url(database):
+            save_history("crash", (await handle.fetch_history()).to_json())
     provider.release()
     (result,) = results
     assert result.status == "committed"
-    assert [e["id"] for e in new_compactions(path)] == [entry_id_for(result.operation_id)]
+    new = cluster_database.new_compactions(session_id)
+    assert [e["id"] for e in new] == [entry_id_for(result.operation_id)]
     assert summary_calls(provider) == 2  # the lost call and one more
-    steps = [(r["from"], r["event"], r["to"]) for r in operation_records(path)]
+    records = cluster_database.operation_records(session_id)
+    steps = [(r["from"], r["event"], r["to"]) for r in records]
     assert ("summarizing", "attempt_failed", "waiting_retry") in steps
     assert steps[-2:] == [
         ("summarizing", "summary_ready", "committing"),
         ("committing", "entry_appended", "committed"),
     ]
-    lost = next(r for r in operation_records(path) if r["event"] == "attempt_failed")
+    lost = next(r for r in records if r["event"] == "attempt_failed")
     assert "stopped answering" in lost["data"]["error"]
-    assert [r["data"]["step"] for r in operation_records(path)] == list(range(len(steps)))
+    assert [r["data"]["step"] for r in records] == list(range(len(steps)))
 
 
 def rpc(server: subprocess.Popen[str], request_id: int, method: str, **params: Any) -> None:
@@ -223,10 +215,10 @@ def answer(server: subprocess.Popen[str], request_id: int) -> dict[str, Any]:
 
 
 def test_two_clients_compress_one_session_through_two_servers_one_compaction(
-    tmp_path: Path, provider: LocalProvider, processes: Processes
+    cluster_database: Database, provider: LocalProvider, processes: Processes
 ) -> None:
-    database = tmp_path / "db"
-    session_id, path = store_with_example(database)
+    database = cluster_database.location
+    session_id = cluster_database.add_example()
     queue = queue_name()
     provider.push(Reply.hang(Reply.remote("the history")))
     processes.worker("first", database, queue, provider)
@@ -250,5 +242,5 @@ def test_two_clients_compress_one_session_through_two_servers_one_compaction(
         "firstKeptEntryId",
         "shortSummary",
     }
-    assert [e["id"] for e in new_compactions(path)] == [done["entryId"]]
+    assert [e["id"] for e in cluster_database.new_compactions(session_id)] == [done["entryId"]]
     assert summary_calls(provider) == 1

@@ -22,6 +22,8 @@ HEAVY = (
     "msgspec",
     # The PostgreSQL store's driver: only a database location loads it (issue 10).
     "psycopg",
+    # The Temporal SDK: only the cluster's commands load it (issue 10).
+    "temporalio",
 )
 
 # Runs a command in a fresh interpreter, then prints the heavy packages it imported.
@@ -89,3 +91,25 @@ def test_the_file_based_path_never_imports_the_database_driver() -> None:
     code, heavy = _probe("export", "s", "--database", "postgresql://u@127.0.0.1:1/db")
     assert code == 1
     assert "psycopg" in heavy
+
+
+def _loaded_by(*modules: str) -> list[str]:
+    """The cluster packages (temporalio, psycopg) that importing ``modules`` loads."""
+    code = (
+        "import importlib, sys\n"
+        f"for name in {list(modules)!r}: importlib.import_module(name)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'temporalio', 'psycopg'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return [str(name) for name in json.loads(out.stdout.strip().replace("'", '"'))]
+
+
+@pytest.mark.slow
+def test_the_file_based_path_never_imports_temporal() -> None:
+    # A compaction of a file: no temporalio. The one-process server and its commands: none.
+    code, heavy = _probe("compact", str(EXAMPLE), "--dry-run")
+    assert code == 0
+    assert "temporalio" not in heavy
+    assert _loaded_by("orchestrator._cli.serve", "orchestrator._cli.worker") == []
+    # The same check sees it where the cluster is used.
+    assert _loaded_by("orchestrator._rpc.cluster_hub") == ["temporalio"]

@@ -98,8 +98,11 @@ class SessionActivities:
     async def run_hooks(self, call: Call) -> Reported:
         """Consult the hooks; report their outcome, the requests and how they shaped them."""
         job = await asyncio.to_thread(self._journal_then_job, call)
-        async with _heartbeating():
-            report = await job.consult_hooks()
+        try:
+            async with _heartbeating():
+                report = await job.consult_hooks()
+        finally:
+            _close(job)
         op = dataclasses.replace(
             call.op,
             additional_context=list(job.inputs.additional_context),
@@ -118,6 +121,8 @@ class SessionActivities:
     async def call_model(self, call: Call) -> Reported:
         """Make one attempt at one summary request (no retry: the table decides)."""
         job = await asyncio.to_thread(self._journal_then_job, call)
+        # The job holds what the request is built from; the store is not needed meanwhile.
+        _close(job)
         part = job.parts[call.part]
         model = part.routes[call.candidate]
         async with _heartbeating():
@@ -152,17 +157,17 @@ class SessionActivities:
     # -- the work ---------------------------------------------------------------------------------
 
     def _prepare(self, op: Op) -> Prepared:
-        store = cluster_store(self.database, op.session_id)
-        if not store.exists():
-            raise ApplicationError(
-                f"session {op.session_id}: not in {self.database}",
-                type="NoSession",
-                non_retryable=True,
-            )
-        session = Session.from_store(store)
-        job = self._job(session, op)
-        start = job.start()
-        tail = session.tail()
+        with contextlib.closing(cluster_store(self.database, op.session_id)) as store:
+            if not store.exists():
+                raise ApplicationError(
+                    f"session {op.session_id}: not in {_shown(self.database)}",
+                    type="NoSession",
+                    non_retryable=True,
+                )
+            session = Session.from_store(store)
+            job = self._job(session, op)
+            start = job.start()
+            tail = session.tail()
         retry = self.routes.retry
         return Prepared(
             event=start.event,
@@ -183,52 +188,56 @@ class SessionActivities:
 
     def _journal_then_job(self, call: Call) -> CompactionJob:
         self._write_journal(call.op, call.journal, resend=call.resend)
-        return self._job(self._planned(call.op), call.op)
+        session = self._planned(call.op)
+        try:
+            return self._job(session, call.op)
+        except BaseException:
+            session.store.close()
+            raise
 
     def _commit(self, call: Call) -> Reported:
         self._write_journal(call.op, call.journal, resend=call.resend)
         op, entry_id = call.op, call.entry_id
         assert entry_id is not None, "the workflow fixes the entry id before the commit"
-        stored = Session.from_store(cluster_store(self.database, op.session_id))
-        if entry_id in stored.tree.by_id:
-            # An earlier delivery of this commit appended it (its worker died before it could
-            # say so): report it, do not append it again.
-            entry = stored.tree.by_id[entry_id]
-            return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(entry))
-        session = self._planned(op, entry_id=entry_id)
-        job = self._job(session, op)
-        result = job.result(call.texts, call.models)
-        entry = session.new_entry(COMPACTION, result.entry_fields())
-        try:
-            job.append(session, entry, Tail(op.expect_last_id, op.expect_length))
-        except ConflictError as error:
-            return Reported(outcome="conflict", error=f"{error}; nothing was applied")
-        except (OrchestratorError, OSError) as error:
-            return Reported(outcome="failed", error=str(error) or type(error).__name__)
+        stored = self._stored(op, entry_id=entry_id)
+        with contextlib.closing(stored.store):
+            found = stored.tree.by_id.get(entry_id)
+            if found is not None:
+                # An earlier delivery of this commit appended it (its worker died before it
+                # could say so): report it, do not append it again.
+                return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(found))
+            session = _as_planned(stored, op, entry_id)
+            job = self._job(session, op)
+            result = job.result(call.texts, call.models)
+            entry = session.new_entry(COMPACTION, result.entry_fields())
+            try:
+                job.append(session, entry, Tail(op.expect_last_id, op.expect_length))
+            except ConflictError as error:
+                return Reported(outcome="conflict", error=f"{error}; nothing was applied")
+            except (OrchestratorError, OSError) as error:
+                return Reported(outcome="failed", error=str(error) or type(error).__name__)
         return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(entry))
 
     def _finish(self, call: Call) -> Entry | None:
         self._write_journal(call.op, call.journal, resend=call.resend)
         if call.status != "committed" or call.entry_id is None:
             return None
-        stored = Session.from_store(cluster_store(self.database, call.op.session_id))
-        return stored.tree.by_id.get(call.entry_id)
+        with contextlib.closing(cluster_store(self.database, call.op.session_id)) as store:
+            return next((e for e in store.load().entries if e.get("id") == call.entry_id), None)
 
-    def _planned(self, op: Op, *, entry_id: str | None = None) -> Session:
-        """The session as it was when ``op`` planned: the stored entries up to its tail."""
+    def _stored(self, op: Op, *, entry_id: str | None = None) -> Session:
+        """The session as stored now; new entries get ``entry_id`` (close its store when done)."""
         store = cluster_store(self.database, op.session_id)
-        random_hex = (lambda: entry_id) if entry_id is not None else None
-        kwargs: dict[str, Any] = {"random_hex": random_hex} if random_hex is not None else {}
-        session = Session.from_store(store, **kwargs)
-        expect = Tail(op.expect_last_id, op.expect_length)
-        if session.tail() == expect or op.expect_last_id not in session.tree.by_id:
-            # Unchanged; or changed beyond recognition (the commit will then conflict).
-            return session
-        # Another writer appended since: the operation works on what it planned from (D27).
-        entries = session.tree.entries
-        cut = next(i for i, e in enumerate(entries) if e.get("id") == op.expect_last_id) + 1
-        tree = SessionTree(session.header, entries[:cut])
-        return Session(store, tree, persisted=True, tail=expect, **kwargs)
+        kwargs: dict[str, Any] = {} if entry_id is None else {"random_hex": lambda: entry_id}
+        try:
+            return Session.from_store(store, **kwargs)
+        except BaseException:
+            store.close()
+            raise
+
+    def _planned(self, op: Op) -> Session:
+        """The session as it was when ``op`` planned (close its store when done)."""
+        return _as_planned(self._stored(op), op)
 
     def _job(self, session: Session, op: Op) -> CompactionJob:
         routes = routes_for(self.routes, op.reason)
@@ -270,6 +279,37 @@ class SessionActivities:
             )
             data = {**line.data, "facts": line.facts, "step": line.seq}
             journal.record(step, operation_id=op.operation_id, kind="compaction", data=data)
+
+
+def _as_planned(session: Session, op: Op, entry_id: str | None = None) -> Session:
+    """``session`` cut back to the entries stored when ``op`` planned (D27).
+
+    Another writer may have appended since; the operation still works on what it planned from,
+    and its commit then conflicts. A session changed beyond recognition (the planned last entry
+    is gone) is returned as it is: the commit will conflict on it too.
+    """
+    expect = Tail(op.expect_last_id, op.expect_length)
+    if session.tail() == expect or op.expect_last_id not in session.tree.by_id:
+        return session
+    entries = session.tree.entries
+    cut = next(i for i, e in enumerate(entries) if e.get("id") == op.expect_last_id) + 1
+    tree = SessionTree(session.header, entries[:cut])
+    kwargs: dict[str, Any] = {} if entry_id is None else {"random_hex": lambda: entry_id}
+    return Session(session.store, tree, persisted=True, tail=expect, **kwargs)
+
+
+def _close(job: CompactionJob) -> None:
+    if job.ports.session is not None:
+        job.ports.session.store.close()
+
+
+def _shown(database: str) -> str:
+    """``database`` without a password, for messages."""
+    scheme, sep, rest = database.partition("://")
+    if sep and "@" in rest:
+        credentials, _, host = rest.rpartition("@")
+        return f"{scheme}://{credentials.partition(':')[0]}@{host}"
+    return database
 
 
 def _result_of(entry: Entry) -> dict[str, Any]:

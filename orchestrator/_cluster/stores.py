@@ -1,8 +1,9 @@
 """Where the cluster's sessions live: a store every worker can reach.
 
-``--database`` names it. A PostgreSQL URL is the fleet's store; a directory is the single
-machine's (``<dir>/<session id>.jsonl``, with the journal beside each file), which every worker
-process on that machine can share, because the file store's conditional append is safe across
+``--database`` names it. A PostgreSQL URL is the fleet's store (sessions and journals in one
+database, :mod:`orchestrator._store.factory`); a directory is one machine's
+(``<dir>/<session id>.jsonl``, with the journal beside each file), which every worker process
+on that machine can share, because the file store's conditional append is safe across
 processes (D27).
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator._store.factory import is_database_url, open_journal, open_store
 from orchestrator._store.journal import Journal
-from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.protocol import SessionStore
 
 
@@ -21,10 +22,14 @@ def session_path(database: str, session_id: str) -> Path:
 
 
 def cluster_store(database: str, session_id: str) -> SessionStore:
-    """The store of ``session_id`` in ``database``."""
-    return JsonlStore(session_path(database, session_id))
+    """The store of ``session_id`` in ``database`` (close it when done)."""
+    if is_database_url(database):
+        return open_store(database, session_id)
+    return open_store(session_path(database, session_id))
 
 
 def cluster_journal(database: str, session_id: str) -> Journal:
     """The lifecycle journal of ``session_id`` in ``database``."""
-    return Journal.open(session_path(database, session_id))
+    if is_database_url(database):
+        return open_journal(database, session_id)
+    return open_journal(session_path(database, session_id))
