@@ -31,7 +31,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
-from orchestrator._cluster.stores import cluster_journal, cluster_store
+from orchestrator._cluster.stores import cluster_journal, cluster_store, shown
 from orchestrator._core.entries import COMPACTION, Entry
 from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.tree import SessionTree
@@ -160,7 +160,7 @@ class SessionActivities:
         with contextlib.closing(cluster_store(self.database, op.session_id)) as store:
             if not store.exists():
                 raise ApplicationError(
-                    f"session {op.session_id}: not in {_shown(self.database)}",
+                    f"session {op.session_id}: not in {shown(self.database)}",
                     type="NoSession",
                     non_retryable=True,
                 )
@@ -301,15 +301,6 @@ def _as_planned(session: Session, op: Op, entry_id: str | None = None) -> Sessio
 def _close(job: CompactionJob) -> None:
     if job.ports.session is not None:
         job.ports.session.store.close()
-
-
-def _shown(database: str) -> str:
-    """``database`` without a password, for messages."""
-    scheme, sep, rest = database.partition("://")
-    if sep and "@" in rest:
-        credentials, _, host = rest.rpartition("@")
-        return f"{scheme}://{credentials.partition(':')[0]}@{host}"
-    return database
 
 
 def _result_of(entry: Entry) -> dict[str, Any]:

@@ -33,3 +33,12 @@ def cluster_journal(database: str, session_id: str) -> Journal:
     if is_database_url(database):
         return open_journal(database, session_id)
     return open_journal(session_path(database, session_id))
+
+
+def shown(database: str) -> str:
+    """``database`` without its password, for messages and logs."""
+    scheme, sep, rest = database.partition("://")
+    if sep and "@" in rest:
+        credentials, _, host = rest.rpartition("@")
+        return f"{scheme}://{credentials.partition(':')[0]}@{host}"
+    return database

@@ -22,6 +22,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from orchestrator._cluster.activities import SessionActivities
 from orchestrator._cluster.contract import TASK_QUEUE
+from orchestrator._cluster.stores import shown
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
 
@@ -69,5 +70,7 @@ async def run_worker(
     worker = build_worker(client, activities, task_queue=task_queue)
     async with worker:
         if ready is not None:
-            ready(f"worker on {address}, task queue {task_queue}, store {activities.database}")
+            ready(
+                f"worker on {address}, task queue {task_queue}, store {shown(activities.database)}"
+            )
         await asyncio.Event().wait()
