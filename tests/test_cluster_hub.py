@@ -1,0 +1,111 @@
+"""``serve --temporal``'s methods, in process, against a real Temporal server (issue 10).
+
+The same requests as a one-process server answers, through :class:`Dispatcher`, with an
+in-process worker; the answers have the same shapes and the same error codes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
+
+from orchestrator._cluster.activities import SessionActivities  # noqa: E402
+from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._cluster.contract import CompressResult  # noqa: E402
+from orchestrator._cluster.worker import build_worker  # noqa: E402
+from orchestrator._core.errors import Cancelled, ModelError, SessionError  # noqa: E402
+from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._rpc.cluster_hub import ClusterHub, compress_answer  # noqa: E402
+from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
+from orchestrator._runtime.routes import RouteSettings, build_summarizer  # noqa: E402
+from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
+from tests.cluster_kit import Database, connected, queue_name, temporal_address  # noqa: E402
+
+pytestmark = pytest.mark.anyio
+SETTINGS = RuntimeSettings(compaction=CompactionSettings(keep_recent_tokens=200))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def serving(database: Database) -> AsyncIterator[Dispatcher]:
+    queue = queue_name()
+    async with connected() as client:
+        activities = SessionActivities(
+            database.location, build_summarizer(RouteSettings()), SETTINGS
+        )
+        async with build_worker(client, activities, task_queue=queue):
+            cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
+            hub = ClusterHub(temporal_address(), database.location, client=cluster)
+            yield Dispatcher(hub.methods())
+
+
+async def call(dispatcher: Dispatcher, method: str, **params: Any) -> dict[str, Any]:
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    answer = await dispatcher.handle_text(json.dumps(request), Peer())
+    assert answer is not None
+    result: dict[str, Any] = json.loads(answer)
+    return result
+
+
+async def test_the_cluster_server_answers_as_a_one_process_server(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    async with serving(database) as rpc:
+        opened = (await call(rpc, "session.open", path=f"{session_id}.jsonl"))["result"]
+        assert (opened["session_id"], opened["busy"], opened["state"]) == (
+            session_id,
+            False,
+            "idle",
+        )
+        assert opened["entries"] == len(database.entries(session_id))
+        listed = (await call(rpc, "session.list"))["result"]["sessions"]
+        assert [s["session_id"] for s in listed] == [session_id]
+        tree = (await call(rpc, "session.tree", session_id=session_id))["result"]
+        assert tree["leafId"] == opened["leafId"]
+        done = (await call(rpc, "session.compress", session_id=session_id))["result"]
+        assert done["compacted"] is True
+        assert [e["id"] for e in database.new_compactions(session_id)] == [done["entryId"]]
+        context = (await call(rpc, "session.context", session_id=session_id))["result"]
+        assert context["leafId"] == done["entryId"]
+        assert (await call(rpc, "session.abort", session_id=session_id))["result"] == {
+            "aborted": False
+        }
+        for method, extra in (
+            ("session.tree.navigate", {"target_id": "x"}),
+            ("session.fork", {"entry_id": "x"}),
+            ("session.prompt", {"text": "hi"}),
+        ):
+            refused = (await call(rpc, method, session_id=session_id, **extra))["error"]
+            assert refused["code"] == -32601
+        assert (await call(rpc, "session.close", session_id=session_id))["result"] == {
+            "closed": True
+        }
+        unknown = (await call(rpc, "session.tree", session_id=session_id))["error"]
+        assert unknown == {"code": -32602, "message": f"Unknown session: {session_id}"}
+        missing = (await call(rpc, "session.open", path="nobody"))["error"]
+        assert missing["code"] == -32602
+        assert "no such session" in missing["message"]
+
+
+def test_compress_answers_map_every_ending_as_the_one_process_server_does() -> None:
+    base = {"operation_id": "op"}
+    skipped = CompressResult(status="skipped", reason="Nothing to compact", **base)
+    assert compress_answer(skipped) == {"compacted": False, "reason": "Nothing to compact"}
+    with pytest.raises(Cancelled):
+        compress_answer(CompressResult(status="cancelled", **base))
+    with pytest.raises(SessionError):
+        compress_answer(CompressResult(status="conflict", error="moved", **base))
+    with pytest.raises(ModelError) as failed:
+        compress_answer(CompressResult(status="failed", error="x", error_kind="transient", **base))
+    assert failed.value.kind == "transient"
