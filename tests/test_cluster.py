@@ -29,6 +29,7 @@ from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._core.errors import ModelError, SessionError  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._runtime.hooks import Hooks  # noqa: E402
 from orchestrator._runtime.operations import OperationRunner  # noqa: E402
 from orchestrator._runtime.ports import Ports  # noqa: E402
 from orchestrator._runtime.retry import RetryPolicy  # noqa: E402
@@ -98,10 +99,12 @@ async def run_cluster(
     reason: str,
     *,
     during: Callable[[ClusterClient, str], Coroutine[Any, Any, None]] | None = None,
+    settings: RuntimeSettings = SETTINGS,
+    hooks: Hooks | None = None,
 ) -> tuple[CompressResult, str, str]:
     session_id = database.add_example()
     queue = queue_name()
-    activities = SessionActivities(database.location, summarizer, SETTINGS)
+    activities = SessionActivities(database.location, summarizer, settings, hooks)
     async with build_worker(client, activities, task_queue=queue):
         cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
         async with anyio.create_task_group() as group:
@@ -255,3 +258,61 @@ async def test_a_session_not_in_the_store_is_refused_with_its_name(tmp_path: Pat
             with pytest.raises(SessionError, match=f"session {missing}: not in"):
                 await cluster.compress(missing)
             assert await cluster.abort(missing) is False
+
+
+async def test_the_operation_deadline_ends_a_hung_call_as_failed(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    summarizer = routes(scripted("a", {"history": [HANG], "turn_prefix": [HANG]}))
+    settings = RuntimeSettings(
+        compaction=SETTINGS.compaction, operation_deadline_s=0.5, model_timeout_s=None
+    )
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, summarizer, "manual", settings=settings
+        )
+    assert (result.status, result.error_kind) == ("failed", "timeout")
+    assert result.error == "compaction did not finish within 0.5 s"
+    assert database.journal_rows(session_id)[-1][:3] == ("summarizing", "deadline_passed", "failed")
+    assert database.new_compactions(session_id) == []
+
+
+async def test_a_hook_that_cancels_ends_the_compaction_before_any_model_call(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    model = scripted("a", {})
+    hooks = Hooks()
+    hooks.on("session_before_compact", lambda payload: {"cancel": True})
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, routes(model), "manual", hooks=hooks
+        )
+    assert (result.status, result.reason) == ("cancelled", "Compaction cancelled")
+    assert model.requests == []
+    assert database.journal_rows(session_id)[-1][:3] == (
+        "consulting_hooks",
+        "hooks_cancelled",
+        "cancelled",
+    )
+
+
+async def test_a_compaction_a_hook_supplies_is_committed_verbatim(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    model = scripted("a", {})
+    hooks = Hooks()
+    hooks.on(
+        "session_before_compact",
+        lambda payload: {"compaction": {"summary": "from the hook", "tokensBefore": 7}},
+    )
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, routes(model), "manual", hooks=hooks
+        )
+    assert (result.status, result.summary, result.tokens_before) == (
+        "committed",
+        "from the hook",
+        7,
+    )
+    assert model.requests == []
+    (entry,) = database.new_compactions(session_id)
+    assert (entry["summary"], entry["fromExtension"]) == ("from the hook", True)
