@@ -96,16 +96,19 @@ async def test_the_cluster_server_answers_as_a_one_process_server(tmp_path: Path
         missing = (await call(rpc, "session.open", path="nobody"))["error"]
         assert missing["code"] == -32602
         assert "no such session" in missing["message"]
+        nameless = (await call(rpc, "session.open", path="/"))["error"]
+        assert nameless == {"code": -32602, "message": "'/': not a session id"}
 
 
 def test_compress_answers_map_every_ending_as_the_one_process_server_does() -> None:
-    base = {"operation_id": "op"}
-    skipped = CompressResult(status="skipped", reason="Nothing to compact", **base)
+    skipped = CompressResult(status="skipped", reason="Nothing to compact", operation_id="op")
     assert compress_answer(skipped) == {"compacted": False, "reason": "Nothing to compact"}
     with pytest.raises(Cancelled):
-        compress_answer(CompressResult(status="cancelled", **base))
+        compress_answer(CompressResult(status="cancelled", operation_id="op"))
     with pytest.raises(SessionError):
-        compress_answer(CompressResult(status="conflict", error="moved", **base))
+        compress_answer(CompressResult(status="conflict", error="moved", operation_id="op"))
     with pytest.raises(ModelError) as failed:
-        compress_answer(CompressResult(status="failed", error="x", error_kind="transient", **base))
+        compress_answer(
+            CompressResult(status="failed", error="x", error_kind="transient", operation_id="op")
+        )
     assert failed.value.kind == "transient"

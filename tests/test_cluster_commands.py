@@ -1,0 +1,55 @@
+"""The cluster's commands refuse what they cannot do, in one line, without a server (issue 10)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from orchestrator._cli.main import main
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    assert exited.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_serve_needs_both_temporal_and_database(capsys: pytest.CaptureFixture[str]) -> None:
+    line = usage_error(capsys, "serve", "--temporal", "127.0.0.1:7233")
+    assert line.endswith("--temporal and --database go together")
+
+
+def test_a_cluster_server_opens_no_session_files(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    line = usage_error(capsys, "serve", "--temporal", "h:1", "--database", str(tmp_path), "s.jsonl")
+    assert line.endswith(
+        "with --temporal, sessions live in --database: open them with session.open"
+    )
+
+
+def test_without_the_cluster_extra_the_worker_says_how_to_get_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "temporalio" else real(name, *args),
+    )
+    line = usage_error(capsys, "worker", "--temporal", "h:1", "--database", str(tmp_path))
+    assert line.endswith(
+        "the cluster needs the 'cluster' extra: pip install 'session-orchestrator[cluster]'"
+    )
+
+
+def test_messages_never_show_the_database_password() -> None:
+    pytest.importorskip("temporalio", reason="the cluster package needs the 'cluster' extra")
+    from orchestrator._cluster.stores import shown
+
+    assert shown("postgresql://me:secret@db:5432/agents") == "postgresql://me@db:5432/agents"
+    assert shown("postgresql://db/agents") == "postgresql://db/agents"
+    assert shown("/srv/sessions") == "/srv/sessions"
