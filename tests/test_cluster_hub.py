@@ -20,7 +20,7 @@ from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import CompressResult  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
-from orchestrator._core.errors import Cancelled, ModelError, SessionError  # noqa: E402
+from orchestrator._core.errors import Cancelled, ConflictError, ModelError  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub, compress_answer  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
@@ -105,7 +105,7 @@ def test_compress_answers_map_every_ending_as_the_one_process_server_does() -> N
     assert compress_answer(skipped) == {"compacted": False, "reason": "Nothing to compact"}
     with pytest.raises(Cancelled):
         compress_answer(CompressResult(status="cancelled", operation_id="op"))
-    with pytest.raises(SessionError):
+    with pytest.raises(ConflictError):
         compress_answer(CompressResult(status="conflict", error="moved", operation_id="op"))
     with pytest.raises(ModelError) as failed:
         compress_answer(

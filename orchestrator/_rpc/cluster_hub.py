@@ -22,7 +22,7 @@ from typing import Any
 from orchestrator._cluster.client import ClusterClient
 from orchestrator._cluster.contract import BUSY_COMPACTING, TASK_QUEUE, CompressResult
 from orchestrator._cluster.stores import cluster_store
-from orchestrator._core.errors import Cancelled, ModelError, SessionError
+from orchestrator._core.errors import Cancelled, ConflictError, ModelError, SessionError
 from orchestrator._rpc.hub import NO_AGENT, SessionHub
 from orchestrator._rpc.protocol import (
     BUSY,
@@ -207,12 +207,12 @@ def compress_answer(done: CompressResult) -> dict[str, Any]:
     Raises:
         Cancelled: The compaction was cancelled (``abort``, or a hook).
         ModelError: It failed; the session is unchanged.
-        SessionError: Its commit conflicted with another writer (D27).
+        ConflictError: Its commit conflicted with another writer (D27).
     """
     if done.status == "cancelled":
         raise Cancelled(done.reason or "Compaction cancelled")
     if done.status == "conflict":
-        raise SessionError(done.error or "Compaction conflicted with another writer")
+        raise ConflictError(done.error or "Compaction conflicted with another writer")
     if done.status == "failed":
         raise ModelError(done.error or "Compaction failed", kind=done.error_kind or "fatal")
     if done.status != "committed":
