@@ -1,0 +1,161 @@
+"""Cluster benchmark (issue 10): many sessions compacting at once through Temporal workers.
+
+Run on demand, with a Temporal server and PostgreSQL (README, "Scale out")::
+
+    python tests/bench/bench_cluster.py --temporal 127.0.0.1:7233 \\
+        --database postgresql://USER:PASSWORD@127.0.0.1/DB --sessions 1000 --workers 1,2,4
+
+For each worker count: N fresh sessions (``--entries`` each, bench_core's history) are imported
+into the database, W ``orchestrator worker`` processes start (each summary goes over HTTP to the
+local provider server in a child process, answering after ``--latency`` seconds), and one client
+sends N ``session.compress`` updates at once (update-with-start, one workflow per session).
+Printed: wall time from the first request to the last answer, p50/p99 latency, compactions per
+second, the workers' peak RSS (VmHWM), and the database's rows and bytes per stored entry
+(``session_lines`` and ``journal_lines``, indexes and TOAST included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.bench_concurrent import Provider  # noqa: E402
+from tests.bench.bench_core import write_session  # noqa: E402
+
+
+def import_sessions(database: str, count: int, entries: int) -> list[str]:
+    from orchestrator._store.postgres import PostgresStore
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "s.jsonl"
+        write_session(path, entries)
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    ids = []
+    for _ in range(count):
+        header = json.loads(lines[0])
+        header["id"] = session_id = f"bench-{uuid.uuid4().hex[:12]}"
+        with PostgresStore(database) as store:
+            store.import_bytes((json.dumps(header) + "\n" + "".join(lines[1:])).encode())
+        ids.append(session_id)
+    return ids
+
+
+def start_workers(count: int, args: argparse.Namespace, url: str, queue: str) -> list[Any]:
+    workers = []
+    for index in range(count):
+        log = Path(tempfile.gettempdir()) / f"bench-worker-{queue}-{index}.log"
+        with log.open("w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", "worker", "--temporal", args.temporal,
+                 "--database", args.database, "--task-queue", queue, "--remote", url,
+                 "--keep-recent-tokens", "2000", "--timeout", "600"],
+                stderr=stderr, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+        workers.append((process, log))
+    for process, log in workers:
+        while "ready" not in log.read_text():
+            if process.poll() is not None:
+                raise SystemExit(log.read_text())
+            time.sleep(0.1)
+    return workers
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def storage(database: str) -> dict[str, float]:
+    import psycopg
+
+    with psycopg.connect(database) as conn:
+        entries = conn.execute("SELECT count(*) FROM session_lines").fetchone()
+        journal = conn.execute("SELECT count(*) FROM journal_lines").fetchone()
+        size = conn.execute(
+            "SELECT pg_total_relation_size('session_lines'),"
+            " pg_total_relation_size('journal_lines')"
+        ).fetchone()
+    assert entries is not None
+    assert journal is not None
+    assert size is not None
+    return {
+        "lines": entries[0],
+        "journal": journal[0],
+        "bytes_per_line": size[0] / max(entries[0], 1),
+        "journal_bytes_per_line": size[1] / max(journal[0], 1),
+    }
+
+
+async def compress_all(args: argparse.Namespace, ids: list[str], queue: str) -> list[float]:
+    from orchestrator._cluster.client import ClusterClient
+
+    cluster = await ClusterClient.connect(args.temporal, task_queue=queue, idle_s=5)
+    latencies: list[float] = []
+
+    async def one(session_id: str) -> None:
+        started = time.perf_counter()
+        result = await cluster.compress(session_id)
+        assert result.status == "committed", result
+        latencies.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(one(s) for s in ids))
+    return latencies
+
+
+def run(args: argparse.Namespace, workers: int) -> None:
+    ids = import_sessions(args.database, args.sessions, args.entries)
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    with Provider("http", args.latency, args.sessions * 2) as provider:
+        started_workers = start_workers(workers, args, provider.url, queue)
+        try:
+            begin = time.perf_counter()
+            latencies = asyncio.run(compress_all(args, ids, queue))
+            wall = time.perf_counter() - begin
+            rss = [peak_rss_mib(p.pid) for p, _ in started_workers]
+        finally:
+            for process, _ in started_workers:
+                process.terminate()
+                process.wait()
+    latencies.sort()
+    p99 = latencies[max(0, round(len(latencies) * 0.99) - 1)]
+    print(
+        f"workers={workers} sessions={args.sessions} L={args.latency}s: wall {wall:.1f} s, "
+        f"p50 {statistics.median(latencies):.2f} s, p99 {p99:.2f} s, "
+        f"{args.sessions / wall:.1f} compactions/s, worker peak RSS "
+        f"{', '.join(f'{r:.0f}' for r in rss)} MiB; db {storage(args.database)}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--temporal", default=os.environ.get("ORCHESTRATOR_TEST_TEMPORAL"))
+    parser.add_argument("--database", default=os.environ.get("ORCHESTRATOR_TEST_DATABASE"))
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--entries", type=int, default=200)
+    parser.add_argument("--latency", type=float, default=1.0)
+    parser.add_argument("--workers", default="1,2,4")
+    args = parser.parse_args()
+    if not args.temporal or not args.database:
+        parser.error("--temporal and --database are needed (or the ORCHESTRATOR_TEST_* variables)")
+    for count in (int(w) for w in args.workers.split(",")):
+        run(args, count)
+
+
+if __name__ == "__main__":
+    main()
