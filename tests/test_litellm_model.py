@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import anyio
@@ -232,6 +233,31 @@ def test_loading_litellm_pins_the_local_cost_map(monkeypatch: pytest.MonkeyPatch
     assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
     assert module.suppress_debug_info is True
     assert litellm_model._load_litellm() is module
+
+
+@pytest.mark.slow
+def test_loading_litellm_reads_no_dotenv_file_from_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    # litellm's import loads ./.env into os.environ in its default mode; ours must not.
+    folder = tmp_path
+    (folder / ".env").write_text("ORCHESTRATOR_SURPRISE=from-dotenv\n")
+    code = (
+        "import os, orchestrator._models.litellm as m; m._load_litellm(); "
+        "print(os.environ.get('ORCHESTRATOR_SURPRISE'), os.environ.get('LITELLM_MODE'))"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LITELLM_MODE", "ORCHESTRATOR_SURPRISE")
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=folder,
+        env=env,
+    )
+    assert out.stdout.split() == ["None", "None"]
 
 
 @pytest.mark.slow

@@ -2,7 +2,10 @@
 
 Theory of operation: ``import litellm`` takes seconds and, left to itself, fetches a price table
 from the internet. A library must do neither unasked, so I import it on the first call only,
-after setting ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (its switch for the bundled table). Every
+after setting ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (its switch for the bundled table). Its import
+also reads a ``.env`` file from the working directory into ``os.environ`` unless ``LITELLM_MODE``
+is ``PRODUCTION``: a library must not change its caller's environment from a file it never named,
+so the import runs with that mode unless the caller chose one. Every
 call makes exactly one HTTP attempt (``max_retries=0, num_retries=0``): retries and candidate
 switching are ours (D21, ``_retry.py``). Provider exceptions become ``ModelError`` through the
 classifier, chained with ``from exc``. Cancellation (anyio or asyncio) is a ``BaseException``
@@ -39,7 +42,15 @@ def _load_litellm() -> ModuleType:
     global _litellm
     if _litellm is None:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
+        chosen_mode = os.environ.get("LITELLM_MODE")
+        if chosen_mode is None:
+            os.environ["LITELLM_MODE"] = "PRODUCTION"
+        try:
+            import litellm
+        finally:
+            # Restored, so the caller's environment is as it was (no .env values, no mode).
+            if chosen_mode is None:
+                os.environ.pop("LITELLM_MODE", None)
 
         # Its "Give Feedback / Get Help" banner goes to stdout on every error; a library
         # must not print.
