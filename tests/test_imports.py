@@ -26,13 +26,16 @@ HEAVY = (
     "temporalio",
 )
 
-# Runs a command in a fresh interpreter, then prints the heavy packages it imported.
+# Runs a command in a fresh interpreter, then prints the heavy packages it imported. Only what the
+# command loads counts, not what a site's .pth files imported at startup.
 PROBE = """
-import contextlib, io, json, sys
+import sys
+before = set(sys.modules)
+import contextlib, io, json
 from orchestrator._cli.main import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(sys.argv[1:])
-heavy = sorted({name.split(".")[0] for name in sys.modules} & set(json.loads(HEAVY)))
+heavy = sorted({name.split(".")[0] for name in set(sys.modules) - before} & set(json.loads(HEAVY)))
 print(json.dumps({"code": code, "heavy": heavy}))
 """
 

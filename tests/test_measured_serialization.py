@@ -453,14 +453,18 @@ def test_unusual_shapes_are_measured_alike(message: Message) -> None:
 
 
 # Loading measures every message, planning lists the summaries to measure; neither reads the
-# prompt templates (nor imports importlib.resources to find them): only a request does.
+# prompt templates (nor imports importlib.resources to find them): only a request does. Only what
+# the command loads counts: a site's .pth file may import importlib.resources at startup (CI's
+# interpreter does, through certifi), before the command runs.
 TEMPLATES_PROBE = """
-import contextlib, io, json, sys
+import sys
+before = set(sys.modules)
+import contextlib, io, json
 from orchestrator._cli.main import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(sys.argv[1:])
 names = ("orchestrator._core.prompts", "importlib.resources")
-print(json.dumps({"code": code, "loaded": [n for n in names if n in sys.modules]}))
+print(json.dumps({"code": code, "loaded": [n for n in names if n in set(sys.modules) - before]}))
 """
 
 
