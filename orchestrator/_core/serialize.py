@@ -20,6 +20,7 @@ messages is a subtraction, and only the newest messages that fit are turned into
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -113,31 +114,67 @@ def format_tool_call(name: str, arguments: object) -> str:
     return f"{name}({', '.join(f'{key}={js_json(value)}' for key, value in arguments.items())})"
 
 
-def _assistant_parts(message: Message) -> list[str]:
-    content = message.get("content")
-    if isinstance(content, str):
-        return [ASSISTANT_LABEL + content]
-    thinking: list[str] = []
-    texts: list[str] = []
-    calls: list[str] = []
-    for block in content if isinstance(content, list) else ():
+def _json_string(value: str) -> str:
+    """``JSON.stringify`` of a string (see :func:`js_json`), without the type dispatch."""
+    text = _encode_string(value)
+    return text if text.isascii() else escape_lone_surrogates(text)
+
+
+def _call_text(block: dict[str, Any]) -> str:
+    """:func:`format_tool_call` of a tool call block."""
+    name = block.get("name", "")
+    if type(name) is not str:
+        name = str(name)
+    arguments = block.get("arguments")
+    if type(arguments) is dict and len(arguments) == 1:  # the usual call: one string argument
+        ((key, value),) = arguments.items()
+        if type(key) is str and type(value) is str:
+            return f"{name}({key}={_json_string(value)})"
+    return format_tool_call(name, arguments)
+
+
+def _block_text(block: dict[str, Any], field: str) -> str:
+    # str(block.get(field) or ""), with the usual string taken as it is.
+    text = block.get(field)
+    return text if type(text) is str else str(text or "")
+
+
+def _assistant_text(content: list[Any]) -> str:
+    """An assistant message's paragraphs: thinking, text, tool calls (pi's order)."""
+    # One pass, items joined as they come; None until a part has an item (an empty text block
+    # still makes its part, as in pi). This runs for every message a summary request holds.
+    thinking: str | None = None
+    texts: str | None = None
+    calls: str | None = None
+    for block in content:
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
         if kind == "text":
-            texts.append(str(block.get("text") or ""))
+            text = block.get("text")
+            if type(text) is not str:
+                text = str(text or "")
+            texts = text if texts is None else f"{texts}\n{text}"
         elif kind == "toolCall":
-            calls.append(format_tool_call(str(block.get("name", "")), block.get("arguments")))
+            call = _call_text(block)
+            calls = call if calls is None else f"{calls}; {call}"
         elif kind == "thinking":
-            thinking.append(str(block.get("thinking") or ""))
+            text = _block_text(block, "thinking")
+            thinking = text if thinking is None else f"{thinking}\n{text}"
+    if thinking is None and texts is not None and calls is not None:  # the usual message
+        return f"{ASSISTANT_LABEL}{texts}{PARAGRAPH_SEPARATOR}{CALLS_LABEL}{calls}"
+    return _paragraphs(thinking, texts, calls)
+
+
+def _paragraphs(thinking: str | None, texts: str | None, calls: str | None) -> str:
     parts = []
-    if thinking:
-        parts.append(THINKING_LABEL + "\n".join(thinking))
-    if texts:
-        parts.append(ASSISTANT_LABEL + "\n".join(texts))
-    if calls:
-        parts.append(CALLS_LABEL + "; ".join(calls))
-    return parts
+    if thinking is not None:
+        parts.append(THINKING_LABEL + thinking)
+    if texts is not None:
+        parts.append(ASSISTANT_LABEL + texts)
+    if calls is not None:
+        parts.append(CALLS_LABEL + calls)
+    return PARAGRAPH_SEPARATOR.join(parts)
 
 
 def _joined_text(content: object) -> str:
@@ -149,10 +186,10 @@ def _joined_text(content: object) -> str:
     if len(content) == 1:  # the usual shape, taken directly
         block = content[0]
         if isinstance(block, dict) and block.get("type") == "text":
-            return str(block.get("text") or "")
+            return _block_text(block, "text")
         return ""
     return "".join(
-        str(block.get("text") or "")
+        _block_text(block, "text")
         for block in content
         if isinstance(block, dict) and block.get("type") == "text"
     )
@@ -164,22 +201,32 @@ def serialize_message(message: Message) -> str:
     :func:`serialize_conversation` is these, the empty ones left out, joined by blank lines.
     """
     role = message.get("role")
+    content = message.get("content")
     if role == "assistant":
-        return PARAGRAPH_SEPARATOR.join(_assistant_parts(message))
-    converted = message  # pi's convertToLlm leaves user messages and tool results as they are
-    if not (role == "user" or (role == "toolResult" and message.get("prunedAt") is None)):
-        # Here, not at the top: the context measures messages as it grows, and a short command
-        # should not import the prompts for the few roles that convert.
-        from orchestrator._core.messages import to_llm_message
-
-        as_user = to_llm_message(message)
-        if as_user is None:
+        if isinstance(content, list):
+            return _assistant_text(content)
+        return ASSISTANT_LABEL + content if isinstance(content, str) else ""
+    if role == "user":
+        text = _joined_text(content)
+        return USER_LABEL + text if text else ""
+    if role == "toolResult" and message.get("prunedAt") is None:
+        text = _joined_text(content)
+        if not text:
             return ""
-        converted, role = as_user, as_user.get("role")
-    text = _joined_text(converted.get("content"))
+        if len(text) <= TOOL_RESULT_MAX_CHARS and text.isascii():  # short: never cut
+            return TOOL_RESULT_LABEL + text
+        return TOOL_RESULT_LABEL + truncate_for_summary(text)
+    # Here, not at the top: the context measures messages as it grows, and a short command
+    # should not import the prompts for the few roles that convert.
+    from orchestrator._core.messages import to_llm_message
+
+    as_user = to_llm_message(message)  # pi's convertToLlm: every other role is a user message
+    if as_user is None:
+        return ""
+    text = _joined_text(as_user.get("content"))
     if not text:
         return ""
-    if role == "user":
+    if as_user.get("role") == "user":
         return USER_LABEL + text
     return TOOL_RESULT_LABEL + truncate_for_summary(text)
 
@@ -440,15 +487,17 @@ class MeasuredMessages(tuple[Message, ...]):
     messages listed in ``late`` (of a role in :data:`LATE_ROLES`), which count 0 there and are
     measured here. Without sums it is a plain tuple whose conversation is serialized whole.
 
-    The serialized text of each message is made at most once (cached here), and only for the
-    messages asked for: :meth:`suffix` takes them newest first and stops once it has enough.
+    The serialized text of each message is made at most once, and only for the messages asked
+    for: :meth:`suffix` finds the oldest message it needs from the sums (a binary search), and
+    serializes from there to the newest, keeping those pieces for the next call.
     """
 
     sums: Sequence[int] | None
     start: int
     _late_at: tuple[int, ...]
     _late: dict[int, int] | None
-    _pieces: dict[int, str]
+    _from: int
+    _pieces: list[str]
 
     def __new__(
         cls,
@@ -462,7 +511,8 @@ class MeasuredMessages(tuple[Message, ...]):
         self.start = start
         self._late_at = tuple(late)
         self._late = None
-        self._pieces = {}
+        self._from = len(self)  # messages [_from, len) are serialized, in _pieces
+        self._pieces = []
         return self
 
     def _late_steps(self) -> dict[int, int]:
@@ -471,12 +521,13 @@ class MeasuredMessages(tuple[Message, ...]):
             self._late = {k: serial_step(serialized_length(self[k])) for k in self._late_at}
         return self._late
 
-    def piece(self, k: int) -> str:
-        """:func:`serialize_message` of message ``k`` (made once)."""
-        piece = self._pieces.get(k)
-        if piece is None:
-            piece = self._pieces[k] = serialize_message(self[k])
-        return piece
+    def _pieces_from(self, first: int) -> list[str]:
+        """:func:`serialize_message` of messages ``[first, len)``, each made once."""
+        if first < self._from:
+            made = list(map(serialize_message, self[first : self._from]))
+            made.extend(self._pieces)
+            self._pieces, self._from = made, first
+        return self._pieces[first - self._from :]
 
     def units(self) -> int:
         """``utf16_len(serialize_conversation(self))``."""
@@ -487,31 +538,28 @@ class MeasuredMessages(tuple[Message, ...]):
 
     def text(self) -> str:
         """``serialize_conversation(self)``."""
-        return PARAGRAPH_SEPARATOR.join(filter(None, map(self.piece, range(len(self)))))
+        return PARAGRAPH_SEPARATOR.join(filter(None, self._pieces_from(0)))
+
+    def _run_units(self, first: int) -> int:
+        """What messages ``[first, len)`` add to the sums (separators included), late ones too."""
+        assert self.sums is not None
+        start = self.start
+        units = self.sums[start + len(self)] - self.sums[start + first]
+        for k, step in self._late_steps().items():
+            if k >= first:
+                units += step
+        return units
 
     def suffix(self, units: int) -> str:
         """A suffix of :meth:`text` of at least ``units`` units (or all of it), newest first.
 
-        It starts at a message boundary and needs the running sums; without them it is the text.
+        It starts at the newest message boundary that leaves enough, and needs the running sums;
+        without them it is the text.
         """
-        sums = self.sums
-        if sums is None:
+        if self.sums is None:
             return self.text()
-        pieces: list[str] = []
-        cache, late, start = self._pieces, self._late_steps(), self.start
-        taken, enough = 0, units + len(PARAGRAPH_SEPARATOR)
-        for k in range(len(self) - 1, -1, -1):
-            step = sums[start + k + 1] - sums[start + k]
-            if late:
-                step += late.get(k, 0)
-            if not step:
-                continue
-            piece = cache.get(k)
-            if piece is None:
-                piece = cache[k] = serialize_message(self[k])
-            pieces.append(piece)
-            taken += step
-            if taken >= enough:
-                break
-        pieces.reverse()
-        return PARAGRAPH_SEPARATOR.join(pieces)
+        # The run from message k to the end shrinks as k grows: the newest k whose run holds
+        # `units` and the separator before the text that follows is where the suffix starts.
+        enough = units + len(PARAGRAPH_SEPARATOR)
+        count = bisect.bisect_right(range(len(self)), -enough, key=lambda k: -self._run_units(k))
+        return PARAGRAPH_SEPARATOR.join(filter(None, self._pieces_from(max(0, count - 1))))
