@@ -89,6 +89,18 @@ class Database:
         """The operation steps of the session's journal: (from, event, to, effects, facts)."""
         return [_row(r) for r in self.operation_records(session_id)]
 
+    def turn_rows(self, session_id: str) -> list[Row]:
+        """The turn steps of the session's journal: (from, event, to, effects, facts)."""
+        from orchestrator._cluster.stores import cluster_journal
+
+        journal = cluster_journal(self.location, session_id)
+        return [_row(r.as_json()) for r in journal.records() if r.machine == "turn"]
+
+    def new_entries(self, session_id: str) -> list[dict[str, Any]]:
+        """The entries added to the example session, in order."""
+        known = {e["id"] for e in entries(EXAMPLE)}
+        return [e for e in self.entries(session_id) if e["id"] not in known]
+
 
 def example_id() -> str:
     """The shipped example session's id (its header's)."""
@@ -123,11 +135,18 @@ def _row(record: dict[str, Any]) -> Row:
     return (record["from"], record["event"], record["to"], tuple(record["effects"]), facts)
 
 
-def journal_rows(path: Path) -> list[Row]:
-    """The operation steps in a session file's journal: (from, event, to, effects, facts)."""
+def journal_rows(path: Path, machine: str = "operation") -> list[Row]:
+    """The ``machine`` steps in a session file's journal: (from, event, to, effects, facts)."""
     journal = Path(str(path) + ".journal")
     records = map(json.loads, journal.read_text(encoding="utf-8").splitlines())
-    return [_row(r) for r in records if r["machine"] == "operation"]
+    return [_row(r) for r in records if r["machine"] == machine]
+
+
+def shape(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """What two hosts must agree on about an appended entry (ids and clocks differ)."""
+    message = entry.get("message") or {}
+    content = message.get("content") if entry["type"] == "message" else entry.get("content")
+    return (entry["type"], message.get("role"), message.get("stopReason"), str(content)[:60])
 
 
 @asynccontextmanager

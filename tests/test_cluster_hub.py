@@ -7,7 +7,7 @@ in-process worker; the answers have the same shapes and the same error codes.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,15 +18,24 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 
 from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import CompressResult  # noqa: E402
+from orchestrator._cluster.contract import NO_AGENT, CompressResult  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub, compress_answer  # noqa: E402
+from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
+from orchestrator._runtime.agent import Agent  # noqa: E402
 from orchestrator._runtime.routes import RouteSettings, build_summarizer  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
-from tests.cluster_kit import Database, connected, queue_name, temporal_address  # noqa: E402
+from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
+from tests.cluster_kit import (  # noqa: E402
+    Database,
+    connected,
+    local_copy,
+    queue_name,
+    temporal_address,
+)
 
 pytestmark = pytest.mark.anyio
 SETTINGS = RuntimeSettings(compaction=CompactionSettings(keep_recent_tokens=200))
@@ -38,11 +47,16 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def serving(database: Database) -> AsyncIterator[Dispatcher]:
+async def serving(
+    database: Database, agent_factory: Callable[[], Agent] | None = None
+) -> AsyncIterator[Dispatcher]:
     queue = queue_name()
     async with connected() as client:
         activities = SessionActivities(
-            database.location, build_summarizer(RouteSettings()), SETTINGS
+            database.location,
+            build_summarizer(RouteSettings()),
+            SETTINGS,
+            agent_factory=agent_factory,
         )
         async with build_worker(client, activities, task_queue=queue):
             cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
@@ -84,10 +98,12 @@ async def test_the_cluster_server_answers_as_a_one_process_server(tmp_path: Path
         for method, extra in (
             ("session.tree.navigate", {"target_id": "x"}),
             ("session.fork", {"entry_id": "x"}),
-            ("session.prompt", {"text": "hi"}),
         ):
             refused = (await call(rpc, method, session_id=session_id, **extra))["error"]
             assert refused["code"] == -32601
+        # A worker without an agent refuses a prompt as a server without --model does.
+        refused = (await call(rpc, "session.prompt", session_id=session_id, text="hi"))["error"]
+        assert refused == {"code": -32601, "message": NO_AGENT}
         assert (await call(rpc, "session.close", session_id=session_id))["result"] == {
             "closed": True
         }
@@ -112,3 +128,48 @@ def test_compress_answers_map_every_ending_as_the_one_process_server_does() -> N
             CompressResult(status="failed", error="x", error_kind="transient", operation_id="op")
         )
     assert failed.value.kind == "transient"
+
+
+def one_process(agent: Agent) -> Dispatcher:
+    options = RuntimeOptions(
+        agent_factory=lambda: agent,
+        summarizer=build_summarizer(RouteSettings()),
+        settings=SETTINGS,
+    )
+    return Dispatcher(SessionHub(options).methods())
+
+
+def comparable(answer: dict[str, Any]) -> dict[str, Any]:
+    """A prompt's answer without what two runs never share (timestamps)."""
+    result = dict(answer["result"])
+    if result.get("reply") is not None:
+        result["reply"] = {k: v for k, v in result["reply"].items() if k != "timestamp"}
+    return {**answer, "result": result}
+
+
+async def test_a_prompt_through_the_cluster_answers_as_through_one_process(
+    tmp_path: Path,
+) -> None:
+    script = [[reply("Hello back.", tokens=1200)]]
+    local = one_process(ScriptedAgent(script))
+    path = local_copy(tmp_path / "local")
+    opened = (await call(local, "session.open", path=str(path)))["result"]
+    local_answer = await call(local, "session.prompt", session_id=opened["session_id"], text="hi")
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    agent = ScriptedAgent(script)
+    async with serving(database, lambda: agent) as rpc:
+        await call(rpc, "session.open", path=session_id)
+        answer = await call(rpc, "session.prompt", session_id=session_id, text="hi")
+        listed = (await call(rpc, "session.list"))["result"]["sessions"]
+        missing_text = await call(rpc, "session.prompt", session_id=session_id)
+        unknown = await call(rpc, "session.prompt", session_id="nobody", text="hi")
+    assert comparable(answer) == comparable(local_answer)
+    assert answer["result"]["state"] == "idle"
+    assert answer["result"]["reply"]["content"] == [{"type": "text", "text": "Hello back."}]
+    assert (listed[0]["state"], listed[0]["busy"]) == ("idle", False)
+    local_missing = await call(local, "session.prompt", session_id=opened["session_id"])
+    assert missing_text["error"]["code"] == local_missing["error"]["code"] == -32602
+    local_unknown = await call(local, "session.prompt", session_id="nobody", text="hi")
+    assert unknown["error"] == local_unknown["error"]
+    await call(local, "session.close", session_id=opened["session_id"])

@@ -2,8 +2,9 @@
 
 Start as many as you like, on as many machines as you like, against one Temporal server and one
 shared store: each session is owned by one workflow at a time, and a worker that dies hands its
-work to the others (README, "Scale out"). The worker calls the summary models, so the route
-options are the ones ``compact`` takes.
+work to the others (README, "Scale out"). The worker calls the models, so the route options are
+the ones ``serve`` takes: with ``--model`` the first model is also the chat agent's (prompts run
+their turns here), without one compactions use the offline summarizer and prompts are refused.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator._cli.common import (
@@ -46,6 +48,7 @@ def _worker(args: argparse.Namespace) -> int:
     from orchestrator._cluster.activities import SessionActivities
     from orchestrator._cluster.worker import run_worker
     from orchestrator._core.tokens import CompactionSettings
+    from orchestrator._runtime.agent import Agent, ChatAgent
     from orchestrator._runtime.routes import RouteSettings, build_summarizer
     from orchestrator._runtime.types import RuntimeSettings
 
@@ -60,6 +63,7 @@ def _worker(args: argparse.Namespace) -> int:
     )
     settings = with_timeout(
         RuntimeSettings(
+            context_window=args.context_window or RuntimeSettings().context_window,
             compaction=CompactionSettings(
                 reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
             ),
@@ -67,7 +71,20 @@ def _worker(args: argparse.Namespace) -> int:
         ),
         args,
     )
-    activities = SessionActivities(args.database, build_summarizer(routes), settings)
+    agent_factory: Callable[[], Agent] | None = None
+    if routes.models:
+        from orchestrator._models.litellm import LiteLLMModel
+
+        chat = LiteLLMModel(
+            routes.models[0],
+            api_base=routes.api_base,
+            api_key=routes.api_key,
+            context_window=routes.context_window,
+        )
+        agent_factory = lambda: ChatAgent(model=chat)  # noqa: E731 - as serve builds it
+    activities = SessionActivities(
+        args.database, build_summarizer(routes), settings, agent_factory=agent_factory
+    )
 
     def ready(text: str) -> None:
         print(f"orchestrator worker: ready: {text}", file=sys.stderr, flush=True)

@@ -24,18 +24,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
+from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.stores import cluster_journal, cluster_store, shown
+from orchestrator._cluster.turn_activities import TurnActivities
 from orchestrator._core.entries import COMPACTION, Entry
 from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.tree import SessionTree
 from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.jobs import CompactionJob
 from orchestrator._runtime.outcomes import attempt_summary
@@ -69,6 +72,8 @@ class SessionActivities:
         routes: The summary models this worker calls.
         settings: Compaction settings and time limits.
         hooks: The hooks this worker runs (D25).
+        agent_factory: Makes the agent of a turn, as ``serve --model`` does (``None``: prompts
+            are refused, as by a server without ``--model``).
     """
 
     def __init__(
@@ -77,15 +82,18 @@ class SessionActivities:
         routes: SummaryRoutes,
         settings: RuntimeSettings | None = None,
         hooks: Hooks | None = None,
+        agent_factory: Callable[[], Agent] | None = None,
     ) -> None:
         self.database = database
         self.routes = routes
         self.settings = settings or RuntimeSettings()
         self.hooks = hooks or Hooks()
+        self.turns = TurnActivities(database, self.settings, agent_factory)
 
     def all(self) -> Sequence[Callable[..., Any]]:
         """Every activity, for the worker."""
-        return (self.prepare, self.run_hooks, self.call_model, self.commit, self.finish)
+        compaction = (self.prepare, self.run_hooks, self.call_model, self.commit, self.finish)
+        return (*compaction, *self.turns.all())
 
     # -- activities -------------------------------------------------------------------------------
 
@@ -99,7 +107,7 @@ class SessionActivities:
         """Consult the hooks; report their outcome, the requests and how they shaped them."""
         job = await asyncio.to_thread(self._journal_then_job, call)
         try:
-            async with _heartbeating():
+            async with heartbeating():
                 report = await job.consult_hooks()
         finally:
             _close(job)
@@ -125,7 +133,7 @@ class SessionActivities:
         _close(job)
         part = job.parts[call.part]
         model = part.routes[call.candidate]
-        async with _heartbeating():
+        async with heartbeating():
             report, text = await attempt_summary(
                 part, model, call.halvings, call.texts, self.settings.model_timeout_s
             )
@@ -310,21 +318,3 @@ def _result_of(entry: Entry) -> dict[str, Any]:
         "firstKeptEntryId": entry.get("firstKeptEntryId"),
         "shortSummary": entry.get("shortSummary"),
     }
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating(every_s: float = 1.0) -> AsyncIterator[None]:
-    """Heartbeat while the body awaits, so a dead worker is noticed and a cancel delivered."""
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(every_s)
-
-    task = asyncio.ensure_future(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -24,6 +24,8 @@ from orchestrator._cluster.contract import (
     TASK_QUEUE,
     CompressRequest,
     CompressResult,
+    PromptRequest,
+    PromptResult,
     SessionStart,
 )
 from orchestrator._cluster.workflow import SessionWorkflow
@@ -61,13 +63,7 @@ class ClusterClient:
             SessionError: A compaction is already running in this session, or the workflow
                 refused the request (the message says why).
         """
-        start = WithStartWorkflowOperation(
-            SessionWorkflow.run,
-            SessionStart(session_id=session_id, idle_s=self.idle_s),
-            id=session_id,
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+        start = self._start(session_id)
         try:
             result: CompressResult = await self.client.execute_update_with_start_workflow(
                 "compress",
@@ -78,6 +74,33 @@ class ClusterClient:
         except WorkflowUpdateFailedError as error:
             raise SessionError(_message(error)) from None
         return result
+
+    async def prompt(self, session_id: str, text: str) -> PromptResult:
+        """Run a turn for ``text`` in ``session_id``'s workflow and wait for its end.
+
+        Raises:
+            SessionError: The worker has no agent, or the workflow refused the request (the
+                message says why).
+        """
+        try:
+            result: PromptResult = await self.client.execute_update_with_start_workflow(
+                "prompt",
+                PromptRequest(text=text),
+                start_workflow_operation=self._start(session_id),
+                result_type=PromptResult,
+            )
+        except WorkflowUpdateFailedError as error:
+            raise SessionError(_message(error)) from None
+        return result
+
+    def _start(self, session_id: str) -> WithStartWorkflowOperation[Any, Any]:
+        return WithStartWorkflowOperation(
+            SessionWorkflow.run,
+            SessionStart(session_id=session_id, idle_s=self.idle_s),
+            id=session_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
 
     async def state(self, session_id: str) -> dict[str, Any] | None:
         """What the session's workflow is doing, or ``None`` when none is running.
@@ -103,7 +126,7 @@ class ClusterClient:
         return state
 
     async def abort(self, session_id: str) -> bool:
-        """Cancel the session's compaction, if one runs; returns whether something was busy."""
+        """Stop the session's turn or compaction, if one runs; returns whether one was busy."""
         state = await self.state(session_id)
         if not state or not state.get("busy"):
             return False

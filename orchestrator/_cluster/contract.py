@@ -241,3 +241,127 @@ class Reported:
     routes: list[int] = field(default_factory=list)
     op: Op | None = None
     result: dict[str, Any] | None = None
+
+
+NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
+"""The refusal of a prompt to a worker without an agent (the one-process server's words)."""
+NO_AGENT_TYPE = "NoAgent"
+"""The error type of a prompt to a worker without an agent (``-32601`` on the wire)."""
+
+
+def message_id_for(key: str) -> str:
+    """The id of a message a turn appends, derived from the turn's run, call and position.
+
+    The workflow fixes it before the append activity runs, so an append delivered again after
+    a worker died finds the messages it already wrote instead of appending them twice.
+    """
+    return hashlib.sha256(f"{key}:message".encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptRequest:
+    """``session.prompt``'s argument.
+
+    Attributes:
+        text: The user's message.
+    """
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptResult:
+    """How a prompt ended, for the client (the one-process server's answer).
+
+    Attributes:
+        state: The turn machine's state afterwards.
+        reply: The turn's last assistant message, if any.
+        queued: The prompt was queued behind the work in progress.
+    """
+
+    state: str
+    reply: dict[str, Any] | None = None
+    queued: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnPolicy:
+    """What the workflow needs from the worker's settings to decide a turn (recorded).
+
+    Attributes:
+        has_agent: The worker has an agent (else a prompt is refused, as without ``--model``).
+        compaction_enabled: Automatic compaction is on.
+        auto_continue: A threshold compaction continues the turn (D20).
+        max_retries: Agent retries for a transient error (0: retries off).
+        base_delay_ms: The first retry wait.
+        continue_text: The auto-continue message's text (D20).
+    """
+
+    has_agent: bool
+    compaction_enabled: bool = True
+    auto_continue: bool = True
+    max_retries: int = 3
+    base_delay_ms: int = 2000
+    continue_text: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewEntry:
+    """An entry a turn appends, its id fixed by the workflow.
+
+    Attributes:
+        entry_id: The derived id (:func:`message_id_for`).
+        message: A ``message`` entry's message, as JSON text (Temporal's converter sorts an
+            object's keys; the text keeps the agent's order, so both hosts store the same bytes).
+        custom_type: A ``custom_message`` entry's type (then ``content`` and ``display``).
+        content: The custom message's content.
+        display: Whether the custom message is shown.
+    """
+
+    entry_id: str
+    message: str | None = None
+    custom_type: str | None = None
+    content: str = ""
+    display: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnCall:
+    """A turn activity's argument: the session, the turn steps to journal first, its own.
+
+    Attributes:
+        session_id: The session.
+        run_id: The turn run whose steps ``journal`` holds.
+        journal: Turn steps not yet journaled, in order.
+        resend: Some of ``journal`` may already be written (an earlier activity was lost).
+        entries: What ``append`` appends, in order.
+        dropped: Entry ids the agent's context leaves out (failed replies, D18).
+    """
+
+    session_id: str
+    run_id: str = ""
+    journal: list[JournalLine] = field(default_factory=list)
+    resend: bool = False
+    entries: list[NewEntry] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentReported:
+    """``call_agent``'s report: the run's messages (not yet appended) and what the reply means.
+
+    Attributes:
+        outcome: ``ok``, ``overflow``, ``truncated``, ``transient`` or ``fatal``.
+        error: The failure as one line.
+        messages: The messages the agent yielded, in order, each as JSON text.
+        over_threshold: The context is over the compaction threshold after the reply.
+        context_full: A truncated reply came back with the context full.
+        retries_ended: A retry streak ended (``True`` in success, ``False`` in failure).
+    """
+
+    outcome: str
+    error: str = ""
+    messages: list[str] = field(default_factory=list)
+    over_threshold: bool = False
+    context_full: bool = False
+    retries_ended: bool | None = None

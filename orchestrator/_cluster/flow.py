@@ -298,7 +298,7 @@ class OperationFlow:
             self._lost(lines)
             # A hook that cannot be consulted cancels, as a hook's own failure would not: the
             # compaction must not go ahead without the hooks that might have refused it.
-            return Report(outcome="cancelled", data={"reason": _lost_reason(error, "hooks")})
+            return Report(outcome="cancelled", data={"reason": lost_reason(error, "hooks")})
         if reported.op is not None:
             self.op = reported.op
         self._routes = list(reported.routes)
@@ -333,7 +333,7 @@ class OperationFlow:
         except ActivityError as error:
             self._lost(lines)
             # The worker died or the call hung: a transient failure the table may retry.
-            return Report(outcome="timeout", error=_lost_reason(error, "model call"))
+            return Report(outcome="timeout", error=lost_reason(error, "model call"))
         report = _report(reported)
         if report.outcome == "ok":
             self._texts[reported.purpose] = reported.text
@@ -384,7 +384,7 @@ class OperationFlow:
             )
         except ActivityError as error:
             self._lost(lines)
-            self._commit_error = _lost_reason(error, "commit")
+            self._commit_error = lost_reason(error, "commit")
             return Report(outcome="failed", error=self._commit_error)
         self._result = reported.result
         if reported.outcome != "ok":
@@ -449,7 +449,7 @@ def _report(reported: Reported) -> Report:
     )
 
 
-def _lost_reason(error: ActivityError, what: str) -> str:
+def lost_reason(error: ActivityError, what: str) -> str:
     cause = error.cause
     if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT:
         return f"{what}: the worker running it stopped answering (no heartbeat)"

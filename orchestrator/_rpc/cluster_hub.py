@@ -4,14 +4,16 @@ Theory of operation. :class:`ClusterHub` answers the same methods, with the same
 answers and error codes, as :class:`~orchestrator._rpc.hub.SessionHub`, so a client cannot tell
 which host it talks to. The difference is where the work happens. This server owns nothing: a
 session's owner is its workflow (id = session id), on whichever worker holds it, so
-``session.compress`` is an update to that workflow and ``session.abort`` a signal, and two
+``session.prompt`` and ``session.compress`` are updates to that workflow (the turn table decides
+what a turn does, there as here) and ``session.abort`` a signal, and two
 servers compressing the same session reach the same workflow, which runs one compaction and
 refuses the other with ``-32001`` exactly as one server would. Reading (``session.tree``,
 ``session.context``, ``session.open``'s description) comes from the shared store, which every
 server and worker reaches.
 
-Not hosted yet: tree navigation and fork answer ``-32601`` with a sentence saying so, and
-``session.prompt`` answers as a server started without ``--model`` does.
+A worker without an agent (no ``--model``) refuses ``session.prompt`` with ``-32601``, as a
+server started without ``--model`` does. Not hosted yet: tree navigation and fork answer
+``-32601`` with a sentence saying so.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator._cluster.client import ClusterClient
-from orchestrator._cluster.contract import BUSY_COMPACTING, TASK_QUEUE, CompressResult
+from orchestrator._cluster.contract import BUSY_COMPACTING, NO_AGENT, TASK_QUEUE, CompressResult
 from orchestrator._cluster.stores import cluster_store
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError, SessionError
-from orchestrator._rpc.hub import NO_AGENT, SessionHub
+from orchestrator._rpc.hub import SessionHub
 from orchestrator._rpc.protocol import (
     BUSY,
     INVALID_PARAMS,
@@ -109,7 +111,7 @@ class ClusterHub(SessionHub):
         except SessionError:
             state = {"busy": False, "unknown": True}
         busy = bool(state and state.get("busy"))
-        described = "manual_compacting" if busy else "idle"
+        described = (state or {}).get("turnState") or ("manual_compacting" if busy else "idle")
         return {
             "session_id": session_id,
             "path": self._open[session_id],
@@ -188,8 +190,16 @@ class ClusterHub(SessionHub):
         }
 
     async def _c_prompt(self, p: Params) -> dict[str, Any]:
-        self._session(p.text("session_id"))
-        raise RpcError(METHOD_NOT_FOUND, NO_AGENT)
+        session_id = p.text("session_id")
+        self._session(session_id)
+        text = p.text("text")
+        try:
+            result = await (await self.client()).prompt(session_id, text)
+        except SessionError as error:
+            if str(error) == NO_AGENT:
+                raise RpcError(METHOD_NOT_FOUND, NO_AGENT) from None
+            raise
+        return {"state": result.state, "reply": result.reply, "queued": result.queued}
 
     async def _c_abort(self, p: Params) -> dict[str, Any]:
         session_id = p.text("session_id")

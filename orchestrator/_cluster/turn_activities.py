@@ -1,0 +1,200 @@
+"""The turn's activities: the agent, the appends and the turn journal (issue 10).
+
+Theory of operation. Each activity performs one effect of the turn table and reports; none
+decides anything (:mod:`orchestrator._cluster.turn_flow` steps the table):
+
+* ``turn_policy``: what the workflow's guards need from this worker's settings, and whether it
+  has an agent at all (a worker without ``--model`` refuses prompts, as ``serve`` without one).
+* ``call_agent``: one run of the worker's agent on the live context, made once (the table
+  decides about retries), heartbeating while it waits. It appends nothing: it reports the
+  messages the agent yielded and what the last reply means
+  (:func:`~orchestrator._runtime.replies.classify`, on this worker's window and thresholds).
+* ``append``: appends the turn's messages under the ids the workflow derived for them; an id
+  already stored means an earlier delivery appended it (its worker died before saying so), so
+  it is skipped. Delivered again after a lost worker, it never appends twice.
+* ``journal_turn``: the turn steps not yet written (they also ride with every turn activity).
+
+Store and journal work is blocking I/O, so it runs in a thread; the agent is async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from orchestrator._cluster.contract import (
+    NO_AGENT,
+    NO_AGENT_TYPE,
+    AgentReported,
+    NewEntry,
+    TurnCall,
+    TurnPolicy,
+)
+from orchestrator._cluster.heartbeat import heartbeating
+from orchestrator._cluster.stores import cluster_journal, cluster_store
+from orchestrator._core.context import SessionContext
+from orchestrator._core.entries import Entry, Message
+from orchestrator._core.prompts import render
+from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.agent import Agent, AgentInput
+from orchestrator._runtime.replies import classify
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.session import Session, wall_clock_ms
+
+
+class TurnActivities:
+    """The turn activities a worker offers, over its store, settings and agent.
+
+    Args:
+        database: Where sessions live (see :mod:`orchestrator._cluster.stores`).
+        settings: The window, thresholds and retry policy the turns are decided with.
+        agent_factory: Makes the agent of a turn (``None``: prompts are refused).
+    """
+
+    def __init__(
+        self,
+        database: str,
+        settings: RuntimeSettings,
+        agent_factory: Callable[[], Agent] | None = None,
+    ) -> None:
+        self.database = database
+        self.settings = settings
+        self.agent_factory = agent_factory
+
+    def all(self) -> Sequence[Callable[..., Any]]:
+        """Every turn activity, for the worker."""
+        return (self.turn_policy, self.call_agent, self.append, self.journal_turn)
+
+    @activity.defn(name="turn_policy")
+    async def turn_policy(self) -> TurnPolicy:
+        """This worker's turn settings, and whether it has an agent."""
+        s = self.settings
+        return TurnPolicy(
+            has_agent=self.agent_factory is not None,
+            compaction_enabled=s.compaction.enabled,
+            auto_continue=s.compaction.auto_continue,
+            max_retries=s.retry.max_retries if s.retry.enabled else 0,
+            base_delay_ms=s.retry.base_delay_ms,
+            continue_text=render("auto_continue"),
+        )
+
+    @activity.defn(name="call_agent")
+    async def call_agent(self, call: TurnCall) -> AgentReported:
+        """Run the agent once on the live context; report its messages and what they mean."""
+        if self.agent_factory is None:
+            raise ApplicationError(NO_AGENT, type=NO_AGENT_TYPE, non_retryable=True)
+        agent = self.agent_factory()
+        context, messages = await asyncio.to_thread(self._context, call)
+        turn = AgentInput(
+            messages=messages,
+            model=context.model,
+            thinking_level=context.thinking_level,
+            now_ms=wall_clock_ms,
+        )
+        yielded: list[Message] = []
+        async with heartbeating():
+            async for message in agent.run(turn):
+                yielded.append(message)
+        reply = next((m for m in reversed(yielded) if m.get("role") == "assistant"), None)
+        verdict = classify(reply, self.settings, stale=_stale(reply, context))
+        return AgentReported(
+            outcome=verdict.outcome,
+            error=verdict.error,
+            messages=[json.dumps(m, ensure_ascii=False) for m in yielded],
+            over_threshold=verdict.over_threshold,
+            context_full=verdict.context_full,
+            retries_ended=verdict.retries_ended,
+        )
+
+    @activity.defn(name="append")
+    async def append(self, call: TurnCall) -> None:
+        """Append the turn's entries once each, under the ids the workflow fixed."""
+        await asyncio.to_thread(self._append, call)
+
+    @activity.defn(name="journal_turn")
+    async def journal_turn(self, call: TurnCall) -> None:
+        """Write the turn steps not yet written."""
+        await asyncio.to_thread(self._write_journal, call)
+
+    # -- the work ---------------------------------------------------------------------------------
+
+    def _context(self, call: TurnCall) -> tuple[SessionContext, list[Message]]:
+        self._write_journal(call)
+        with contextlib.closing(cluster_store(self.database, call.session_id)) as store:
+            context = Session.from_store(store).context()
+        dropped = set(call.dropped)
+        messages = [
+            m for m, i in zip(context.messages, context.entry_ids, strict=True) if i not in dropped
+        ]
+        return context, messages
+
+    def _append(self, call: TurnCall) -> None:
+        self._write_journal(call)
+        next_id = [""]
+        with contextlib.closing(cluster_store(self.database, call.session_id)) as store:
+            session = Session.from_store(store, random_hex=lambda: next_id[0])
+            for new in call.entries:
+                found = session.tree.by_id.get(new.entry_id)
+                if found is not None:
+                    _same_or_refuse(found, new)
+                    continue
+                next_id[0] = new.entry_id
+                if new.message is not None:
+                    session.append_message(json.loads(new.message))
+                else:
+                    session.append_custom_message(
+                        str(new.custom_type), new.content, display=new.display
+                    )
+            session.store.sync()
+
+    def _write_journal(self, call: TurnCall) -> None:
+        if not call.journal:
+            return
+        journal = cluster_journal(self.database, call.session_id)
+        written: set[Any] = set()
+        if call.resend:
+            written = {
+                r.data.get("step")
+                for r in journal.records()
+                if r.machine == "turn" and r.data.get("turn") == call.run_id
+            }
+        lines = [line for line in call.journal if line.seq not in written]
+        for n, line in enumerate(lines, start=1):
+            step = Step(
+                machine="turn",
+                source=line.source,
+                event=line.event,
+                dest=line.dest,
+                effects=tuple(line.effects),
+            )
+            data = {"facts": line.facts, "turn": call.run_id, "step": line.seq}
+            journal.record(step, data=data, durable=n == len(lines))
+
+
+def _stale(reply: Message | None, context: SessionContext) -> bool:
+    # A reply from before the latest compaction measured a context that no longer exists.
+    messages = context.messages
+    if reply is None or not messages or messages[0].get("role") != "compactionSummary":
+        return False
+    return int(reply.get("timestamp") or 0) <= int(messages[0].get("timestamp") or 0)
+
+
+def _same_or_refuse(found: Entry, new: NewEntry) -> None:
+    """The entry stored under ``new``'s id must be ``new``, appended by an earlier delivery."""
+    same = (
+        found.get("message") == json.loads(new.message)
+        if new.message is not None
+        else found.get("customType") == new.custom_type
+    )
+    if not same:
+        raise ApplicationError(
+            f"entry {new.entry_id}: the id this turn derived is taken by another entry",
+            type="IdTaken",
+            non_retryable=True,
+        )

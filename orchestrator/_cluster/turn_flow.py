@@ -1,0 +1,511 @@
+"""The turn table hosted in a Temporal workflow: the same pure step, effects as activities.
+
+Theory of operation. :class:`TurnFlow` is the workflow-side twin of
+:class:`~orchestrator._runtime.turn.TurnDriver`. It holds the turn machine's state and the
+per-turn counters (D18, D19) and steps ``machines/turn.toml`` only through the pure
+:func:`~orchestrator._lifecycle.machine.step`, with the facts the one-process driver gives the
+guards. So whether a reply means prune, compact, retry, resume or stop is the table's decision
+on both hosts, and the turn rows of the journal read the same.
+
+Effects that touch the world are activities, made once each (a retry is the table's decision):
+
+* ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (the
+  failed replies D18 leaves out dropped) and reports the messages it yielded and what the last
+  reply means (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
+  appends nothing: the ``append`` activity then appends the messages, each under an id the
+  workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
+  repeated after a worker died finds them instead of appending twice. The append is not
+  interruptible: an abort arriving meanwhile is stepped once the messages are whole (D22).
+* ``start_turn`` and ``append_continue_message`` append the user message and the D20 message
+  the same way.
+* ``start_*_compaction`` runs one :class:`~orchestrator._cluster.flow.OperationFlow` (the
+  operation table, its own activities) in flight; ``cancel_compaction`` interrupts it with
+  ``cancel`` and waits until it settled through its own table.
+* ``sleep_retry`` is a workflow timer in flight; ``stop_agent`` / ``cancel_retry_wait`` cancel
+  what is in flight and wait until it has settled.
+
+Effects that only tell listeners (``emit_*``) have no listener here; the counters they move
+(the retry streak) move the same as in one process. Pruning tool outputs before a threshold
+compaction is not hosted: ``prune_tool_outputs`` reports ``ok`` without pruning, as the
+one-process driver does with pruning switched off.
+
+Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
+with the next turn activity (or a ``journal`` activity before a compaction starts and when the
+machine rests), written as a ``turn`` record with the facts the guards read, as in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+from temporalio.workflow import ActivityCancellationType
+
+from orchestrator._cluster.contract import (
+    AgentReported,
+    CompressResult,
+    JournalLine,
+    NewEntry,
+    Op,
+    TurnCall,
+    TurnPolicy,
+    message_id_for,
+)
+from orchestrator._cluster.flow import (
+    DELIVER,
+    HEARTBEAT,
+    LONG_CALL,
+    ONCE,
+    SHORT,
+    OperationFlow,
+    facts_delta,
+    lost_reason,
+)
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import MachineDef, step
+from orchestrator._runtime.driver import Report, check_effects
+from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, retry_delay_ms
+from orchestrator._runtime.retry import RetryPolicy
+from orchestrator._runtime.types import TurnCounters
+
+T = TypeVar("T")
+
+_AGENT_EVENTS = {
+    "ok": "agent_done",
+    "overflow": "overflow",
+    "truncated": "reply_truncated",
+    "transient": "transient_error",
+    "fatal": "fatal_error",
+}
+_COMPACTION_EVENTS = {
+    "committed": "compaction_done",
+    "skipped": "compaction_skipped",
+    "cancelled": "compaction_cancelled",
+}
+_COMPACTIONS = frozenset(
+    {"start_threshold_compaction", "start_overflow_compaction", "start_manual_compaction"}
+)
+_ENDED = frozenset({"committed", "skipped", "cancelled", "failed", "conflict"})
+NEVER_RAN = "Compaction cancelled: the session closed before it ran"
+
+
+@dataclasses.dataclass(slots=True)
+class ManualCompaction:
+    """A compaction asked for (``compress``), and its outcome once the run hands it over."""
+
+    focus: str | None
+    reason: str = "manual"
+    outcome: CompressResult | None = None
+    done: bool = False
+
+
+class TurnFlow:
+    """A session's turns, run by the turn table inside the session workflow.
+
+    Args:
+        defn: The turn table.
+        operation: The operation table (the compactions a turn starts).
+        session_id: The session.
+    """
+
+    def __init__(self, defn: MachineDef, operation: MachineDef, session_id: str) -> None:
+        self.defn = defn
+        self.operation = operation
+        self.session_id = session_id
+        self.state = defn.initial
+        self.effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
+            "start_turn": self._start_turn,
+            "call_agent": self._call_agent,
+            "stop_agent": self._stop_in_flight,
+            "drop_failed_reply": self._drop_failed_reply,
+            "prune_tool_outputs": self._prune_tool_outputs,
+            "emit_retry_start": self._emit_retry_start,
+            "emit_retry_end": self._emit_retry_end,
+            "sleep_retry": self._sleep_retry,
+            "cancel_retry_wait": self._stop_in_flight,
+            "append_continue_message": self._append_continue_message,
+            "resume_turn": self._resume_turn,
+            "close_session": self._nothing,
+            "start_threshold_compaction": lambda: self._automatic("threshold"),
+            "start_overflow_compaction": lambda: self._automatic("overflow"),
+            "start_manual_compaction": self._manual,
+            "cancel_compaction": self._cancel_compaction,
+            "emit_compaction_end": self._nothing,
+            "emit_compaction_aborted": self._nothing,
+            "emit_compaction_failed": self._nothing,
+            "emit_recovery_failed": self._nothing,
+            "emit_overflow_failed": self._nothing,
+            "report_manual_result": self._report_manual_result,
+        }
+        check_effects(defn, self.effects)
+        self.policy = TurnPolicy(has_agent=False)
+        self.counters = TurnCounters()
+        self.outcome: CompressResult | None = None
+        self.manual: ManualCompaction | None = None
+        self.flow: OperationFlow | None = None
+        self.operations: list[str] = []
+        self.running = False
+        self._prompt = ""
+        self._follow_ups: deque[str] = deque()
+        self._dropped: list[str] = []
+        self._retry_wait_ms = 0
+        self._interrupts: list[str] = []
+        self._task: asyncio.Task[Any] | None = None
+        self._run_id = ""
+        self._calls = 0
+        self._lines: list[JournalLine] = []
+        self._resend = False
+        self._seq = 0
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def facts(self) -> Facts:
+        """What the turn table's guards read (as :meth:`TurnDriver.facts` gives them)."""
+        t, policy = self.counters, self.policy
+        return Facts(
+            compaction_enabled=policy.compaction_enabled,
+            over_threshold=t.over_threshold,
+            context_full=t.context_full,
+            overflow_attempted=t.overflow_attempted,
+            auto_compactions=t.auto_compactions,
+            retry_attempt=t.retry_attempt,
+            max_retries=policy.max_retries,
+            will_retry=t.will_retry,
+            auto_continue=policy.auto_continue,
+        )
+
+    def queue(self, text: str) -> None:
+        """Keep a prompt sent while a run is in progress; the table may take it as a follow-up."""
+        self._follow_ups.append(text)
+
+    def interrupt(self, event: str) -> None:
+        """Record ``abort`` or ``manual_compact``; the table decides what it means now."""
+        if self.running:
+            self._interrupts.append(event)
+
+    async def run(self, event: str, prompt: str = "") -> None:
+        """Step ``event`` (``user_prompt`` or ``manual_compact``) and the table until it rests.
+
+        Raises:
+            TransitionError: The table refused a step (a bug, not a model failure).
+        """
+        self.running = True
+        self._prompt = prompt
+        self._run_id = workflow.uuid4().hex[:12]
+        self._seq = self._calls = 0
+        try:
+            await self._loop(event)
+            while self._lines:
+                # The last steps are written before the run ends; a request that arrived
+                # meanwhile is stepped as it would have been a moment earlier.
+                await self._flush()
+                await self._loop(self._at_rest())
+        except asyncio.CancelledError:
+            # The workflow was cancelled: settle through the table's abort row (D22).
+            if self.defn.rows_for(self.state, "abort"):
+                await self._loop("abort")
+            raise
+        finally:
+            self.running = False
+            self._interrupts.clear()
+            self._follow_ups.clear()
+            request, self.manual = self.manual, None
+            if request is not None:
+                request.done = True
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def _loop(self, event: str | None) -> None:
+        while event is not None:
+            facts = self.facts()
+            taken = step(self.defn, self.state, event, facts)
+            self.state = taken.dest
+            self._journal(taken.source, event, taken.dest, taken.effects, facts)
+            event = await self._perform(taken.effects)
+            if event is None:
+                event = self._at_rest()
+
+    async def _perform(self, effects: tuple[str, ...]) -> str | None:
+        event: str | None = None
+        for name in effects:
+            report = await self.effects[name]()
+            interrupt = self._take_interrupt()
+            if interrupt is not None:
+                return interrupt
+            if report is not None:
+                event = _translate(name, report)
+        return event
+
+    def _at_rest(self) -> str | None:
+        interrupt = self._take_interrupt()
+        if interrupt is not None:
+            return interrupt
+        if self._follow_ups and self.defn.rows_for(self.state, "follow_up"):
+            self._prompt = self._follow_ups.popleft()
+            return "follow_up"
+        return None
+
+    def _take_interrupt(self) -> str | None:
+        # Requests the current state does not list mean nothing now (as in one process).
+        while self._interrupts:
+            event = self._interrupts.pop(0)
+            if self.defn.rows_for(self.state, event):
+                return event
+        return None
+
+    def _wanted(self) -> bool:
+        return any(self.defn.rows_for(self.state, e) for e in self._interrupts)
+
+    async def _in_flight(self, work: Callable[[], Awaitable[T]]) -> T | None:
+        """Run slow work in a task until it ends or a listed request arrives (then ``None``)."""
+        task = asyncio.ensure_future(work())
+        self._task = task
+        await workflow.wait_condition(lambda: task.done() or self._wanted())
+        if task.done():
+            self._task = None
+            return task.result()
+        return None
+
+    async def _stop_in_flight(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, ActivityError):
+                pass
+
+    # -- journal ----------------------------------------------------------------------------------
+
+    def _journal(
+        self, source: str, event: str, dest: str, effects: tuple[str, ...], facts: Facts
+    ) -> None:
+        self._lines.append(
+            JournalLine(
+                seq=self._seq,
+                source=source,
+                event=event,
+                dest=dest,
+                effects=list(effects),
+                facts=facts_delta(facts),
+            )
+        )
+        self._seq += 1
+
+    def _call(self, **kwargs: Any) -> tuple[TurnCall, list[JournalLine]]:
+        lines, resend = self._lines, self._resend
+        self._lines, self._resend = [], False
+        call = TurnCall(
+            session_id=self.session_id, run_id=self._run_id, journal=lines, resend=resend, **kwargs
+        )
+        return call, lines
+
+    def _lost(self, lines: list[JournalLine]) -> None:
+        # The activity carrying these lines failed: I cannot know whether it wrote them.
+        self._lines = lines + self._lines
+        self._resend = True
+
+    async def _flush(self) -> None:
+        call, lines = self._call()
+        try:
+            await workflow.execute_activity(
+                "journal_turn", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+            )
+        except BaseException:
+            self._lost(lines)
+            raise
+
+    async def _append(self, entries: list[NewEntry]) -> None:
+        call, lines = self._call(entries=entries)
+        try:
+            await workflow.execute_activity(
+                "append", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+            )
+        except BaseException:
+            self._lost(lines)
+            raise
+
+    def _new_id(self, what: str) -> str:
+        return message_id_for(f"{self.session_id}:{self._run_id}:{what}")
+
+    # -- the agent's side -------------------------------------------------------------------------
+
+    async def _start_turn(self) -> None:
+        self.counters = TurnCounters()
+        self._dropped.clear()
+        text, self._prompt = self._prompt, ""
+        message = json.dumps(
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": text}],
+                "timestamp": int(workflow.now().timestamp() * 1000),
+            },
+            ensure_ascii=False,
+        )
+        self._calls += 1
+        entry = NewEntry(entry_id=self._new_id(f"user:{self._calls}"), message=message)
+        await self._append([entry])
+
+    async def _call_agent(self) -> Report | None:
+        self._calls += 1
+        number = self._calls
+        reported = await self._in_flight(self._agent)
+        if reported is None:
+            return None
+        ids = [self._new_id(f"agent:{number}:{i}") for i in range(len(reported.messages))]
+        if reported.messages:
+            pairs = zip(ids, reported.messages, strict=True)
+            entries = [NewEntry(entry_id=i, message=m) for i, m in pairs]
+            await self._append(entries)
+        return self._classified(reported, ids)
+
+    async def _agent(self) -> AgentReported:
+        call, lines = self._call(dropped=list(self._dropped))
+        try:
+            reported: AgentReported = await workflow.execute_activity(
+                "call_agent",
+                call,
+                result_type=AgentReported,
+                start_to_close_timeout=LONG_CALL,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=ONCE,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError as error:
+            self._lost(lines)
+            # The worker died or the call hung: a transient failure the table may retry.
+            return AgentReported(outcome="transient", error=lost_reason(error, "agent"))
+        except asyncio.CancelledError:
+            self._lost(lines)
+            raise
+        return reported
+
+    def _classified(self, reported: AgentReported, ids: list[str]) -> Report:
+        t = self.counters
+        messages = [json.loads(m) for m in reported.messages]
+        pairs = zip(ids, messages, strict=True)
+        last = [(i, m) for i, m in pairs if m.get("role") == "assistant"]
+        if last:
+            t.last_reply_id, t.last_reply = last[-1]
+        t.over_threshold, t.context_full = reported.over_threshold, reported.context_full
+        if reported.error:
+            t.last_error = reported.error
+        if reported.retries_ended is not None and t.retry_attempt > 0:
+            t.retry_attempt = 0
+        return Report(outcome=reported.outcome, error=reported.error or None)
+
+    async def _drop_failed_reply(self) -> None:
+        if self.counters.last_reply_id is not None:
+            self._dropped.append(self.counters.last_reply_id)
+
+    async def _prune_tool_outputs(self) -> Report:
+        return Report(outcome="ok")
+
+    async def _emit_retry_start(self) -> None:
+        t, policy = self.counters, self.policy
+        retry = RetryPolicy(max_retries=policy.max_retries, base_delay_ms=policy.base_delay_ms)
+        self._retry_wait_ms = retry_delay_ms(retry, t.retry_attempt, t.last_error)
+        t.retry_attempt += 1
+
+    async def _emit_retry_end(self) -> None:
+        self.counters.retry_attempt = 0
+
+    async def _sleep_retry(self) -> Report | None:
+        # The failed reply stays in the store; the retry does not send it again.
+        if self.counters.last_reply_id is not None:
+            self._dropped.append(self.counters.last_reply_id)
+        delay = self._retry_wait_ms / 1000
+
+        async def wait() -> Report:
+            await workflow.sleep(delay)
+            return Report(outcome="ok")
+
+        return await self._in_flight(wait)
+
+    async def _append_continue_message(self) -> None:
+        self._calls += 1
+        entry = NewEntry(
+            entry_id=self._new_id(f"continue:{self._calls}"),
+            custom_type=AUTO_CONTINUE_TYPE,
+            content=self.policy.continue_text,
+            display=False,
+        )
+        await self._append([entry])
+
+    async def _resume_turn(self) -> Report:
+        return Report(outcome="ok")
+
+    async def _nothing(self) -> None:
+        return None
+
+    # -- compactions ------------------------------------------------------------------------------
+
+    async def _automatic(self, reason: str) -> Report | None:
+        t = self.counters
+        t.will_retry = reason == "overflow"
+        t.overflow_attempted = t.overflow_attempted or reason == "overflow"
+        t.auto_compactions += 1  # D19 counts every automatic compaction, whatever its reason
+        return await self._compaction(reason, None)
+
+    async def _manual(self) -> Report | None:
+        request = self.manual or ManualCompaction(focus=None)
+        return await self._compaction(request.reason, request.focus)
+
+    async def _compaction(self, reason: str, focus: str | None) -> Report | None:
+        self.outcome = None
+        if self._lines:
+            # The turn's steps so far go first, so the journal reads in order.
+            await self._flush()
+        op = Op(
+            session_id=self.session_id,
+            operation_id=workflow.uuid4().hex[:12],
+            reason=reason,
+            focus=focus,
+        )
+        flow = self.flow = OperationFlow(self.operation, op)
+
+        async def work() -> Report:
+            result = await flow.run()
+            self.outcome = result
+            self.operations.append(f"{result.operation_id}:{result.status}")
+            return Report(outcome=result.status)
+
+        return await self._in_flight(work)
+
+    async def _cancel_compaction(self) -> None:
+        # The operation settles through its own table's cancel row, then reports as usual.
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return
+        if self.flow is not None:
+            self.flow.interrupt("cancel")
+        await task
+
+    async def _report_manual_result(self) -> None:
+        outcome = self.outcome
+        if self.state == "idle" and (outcome is None or outcome.status not in _ENDED):
+            operation_id = outcome.operation_id if outcome else ""
+            outcome = CompressResult(operation_id=operation_id, status="cancelled")
+            self.outcome = outcome
+        request, self.manual = self.manual, None
+        if request is not None:
+            request.outcome = outcome
+            request.done = True
+
+
+def _translate(effect: str, report: Report) -> str:
+    if effect == "call_agent":
+        return _AGENT_EVENTS[report.outcome]
+    if effect in _COMPACTIONS:
+        return _COMPACTION_EVENTS.get(report.outcome, "compaction_failed")
+    return {
+        "prune_tool_outputs": "pruned",
+        "sleep_retry": "retry_wait_done",
+        "resume_turn": "resume",
+    }[effect]

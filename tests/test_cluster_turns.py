@@ -1,0 +1,335 @@
+"""Turns on a real Temporal server, in-process worker (issue 10): ``session.prompt`` hosted.
+
+Each scenario runs the same prompt twice, on the one-process host (``AgentSession`` and its turn
+driver) and on the cluster (the session workflow's turn flow, the agent and the appends as
+activities), with the same scripted agent and summarizer, and checks that the turn table and
+the operation table took the same steps with the same facts, and that the same entries were
+appended: a threshold compaction after a turn (and the D20 continue), overflow recovery (compact
+once, then retry), and a second overflow that ends the turn as the table says. The threshold
+and overflow histories are replayed with Temporal's replayer (and kept as fixtures on request:
+``ORCHESTRATOR_RECORD=1``, see tests/test_cluster_replay.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.worker import Replayer  # noqa: E402
+
+from orchestrator._cluster.activities import SessionActivities  # noqa: E402
+from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._cluster.contract import NO_AGENT, PromptResult, message_id_for  # noqa: E402
+from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
+from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
+from orchestrator._core.errors import SessionError  # noqa: E402
+from orchestrator._core.model import ModelRequest  # noqa: E402
+from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._runtime.retry import RetryPolicy  # noqa: E402
+from orchestrator._runtime.session import AgentSession  # noqa: E402
+from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.types import RuntimeSettings, TurnResult  # noqa: E402
+from orchestrator._store.locations import is_database_url  # noqa: E402
+from orchestrator.testing import (  # noqa: E402
+    AgentHang,
+    FunctionModel,
+    ScriptedAgent,
+    error_reply,
+    reply,
+)
+from tests.cli_kit import EXAMPLE  # noqa: E402
+from tests.cluster_kit import (  # noqa: E402
+    Database,
+    connected,
+    entries,
+    journal_rows,
+    local_copy,
+    queue_name,
+    save_history,
+    shape,
+)
+
+pytestmark = pytest.mark.anyio
+
+SETTINGS = RuntimeSettings(
+    context_window=100_000,
+    compaction=CompactionSettings(keep_recent_tokens=200),
+    retry=RetryPolicy(base_delay_ms=10),
+    prune=False,
+)
+OVER = 95_000
+"""Context tokens over the threshold (100,000 - 16,384)."""
+OVERFLOW = "prompt is too long: 150000 tokens > 100000 maximum"
+Turns = Sequence[Sequence[Any]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def summarizer() -> SummaryRoutes:
+    async def answer(request: ModelRequest) -> str:
+        return f"summary of the {request.purpose}"
+
+    return SummaryRoutes(candidates=(FunctionModel(answer, name="s"),), retry=RetryPolicy())
+
+
+async def run_local(tmp_path: Path, turns: Turns) -> tuple[TurnResult, Path]:
+    path = local_copy(tmp_path / "local")
+    runtime = AgentSession.open(
+        path, agent=ScriptedAgent(turns), summarizer=summarizer(), settings=SETTINGS
+    )
+    try:
+        result = await runtime.prompt("hello")
+    finally:
+        runtime.close()
+    return result, path
+
+
+During = Callable[[ClusterClient, str], Coroutine[Any, Any, None]]
+
+
+async def run_cluster(
+    client: Client,
+    database: Database,
+    turns: Turns,
+    *,
+    during: During | None = None,
+    agent: bool = True,
+) -> tuple[PromptResult, str, str]:
+    session_id = database.add_example()
+    queue = queue_name()
+    scripted = ScriptedAgent(turns)
+    activities = SessionActivities(
+        database.location,
+        summarizer(),
+        SETTINGS,
+        agent_factory=(lambda: scripted) if agent else None,
+    )
+    async with build_worker(client, activities, task_queue=queue):
+        cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
+        if during is None:
+            result = await cluster.prompt(session_id, "hello")
+        else:
+            async with anyio.create_task_group() as group:
+                group.start_soon(during, cluster, session_id)
+                result = await cluster.prompt(session_id, "hello")
+        handle = client.get_workflow_handle(session_id)
+        await handle.result()
+        history = await handle.fetch_history()
+    await Replayer(workflows=[SessionWorkflow], workflow_runner=workflow_runner()).replay_workflow(
+        history
+    )
+    return result, session_id, history.to_json()
+
+
+def new_local_entries(path: Path) -> list[dict[str, Any]]:
+    known = {e["id"] for e in entries(EXAMPLE)}
+    return [e for e in entries(path) if e["id"] not in known]
+
+
+async def same_turn_on_both_hosts(
+    tmp_path: Path, database: Database, turns: Turns, scenario: str | None = None
+) -> tuple[PromptResult, str]:
+    local, path = await run_local(tmp_path, turns)
+    async with connected() as client:
+        result, session_id, history = await run_cluster(client, database, turns)
+    assert database.turn_rows(session_id) == journal_rows(path, "turn")
+    assert database.journal_rows(session_id) == journal_rows(path)
+    assert [shape(e) for e in database.new_entries(session_id)] == [
+        shape(e) for e in new_local_entries(path)
+    ]
+    assert (result.state, result.queued) == (local.state, local.queued)
+    assert (result.reply or {}).get("stopReason") == (local.reply or {}).get("stopReason")
+    if scenario is not None and not is_database_url(database.location):
+        save_history(scenario, history)
+    return result, session_id
+
+
+async def test_a_prompt_runs_a_turn_and_appends_its_messages_under_derived_ids(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    result, session_id = await same_turn_on_both_hosts(
+        tmp_path, cluster_database, [[reply("Hi there.", tokens=1000)]]
+    )
+    assert result.state == "idle"
+    assert result.reply is not None
+    assert result.reply["content"] == [{"type": "text", "text": "Hi there."}]
+    added = cluster_database.new_entries(session_id)
+    assert [shape(e)[:2] for e in added] == [("message", "user"), ("message", "assistant")]
+    # Each id is derived from the turn, so a redelivered append finds what it wrote.
+    assert all(len(e["id"]) == 8 for e in added)
+    rows = cluster_database.turn_rows(session_id)
+    assert [r[:3] for r in rows] == [
+        ("idle", "user_prompt", "running"),
+        ("running", "agent_done", "idle"),
+    ]
+
+
+async def test_a_threshold_compaction_runs_after_the_turn_and_the_turn_continues(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    turns = [[reply("a long answer", tokens=OVER)], [reply("continued", tokens=1000)]]
+    result, session_id = await same_turn_on_both_hosts(
+        tmp_path, cluster_database, turns, "turn_threshold"
+    )
+    assert result.reply is not None
+    assert result.reply["content"][0]["text"] == "continued"
+    kinds = [shape(e)[0] for e in cluster_database.new_entries(session_id)]
+    assert kinds == ["message", "message", "compaction", "custom_message", "message"]
+    (compaction,) = cluster_database.new_compactions(session_id)
+    assert cluster_database.operation_records(session_id)[0]["data"]["reason"] == "threshold"
+    assert compaction["summary"].startswith("summary of the")
+    assert [r[:3] for r in cluster_database.turn_rows(session_id)] == [
+        ("idle", "user_prompt", "running"),
+        ("running", "agent_done", "pruning"),
+        ("pruning", "pruned", "compacting"),
+        ("compacting", "compaction_done", "continuing"),
+        ("continuing", "resume", "running"),
+        ("running", "agent_done", "idle"),
+    ]
+
+
+async def test_an_overflow_compacts_once_then_the_retry_succeeds(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    turns = [[error_reply(OVERFLOW)], [reply("fits now", tokens=1000)]]
+    result, session_id = await same_turn_on_both_hosts(
+        tmp_path, cluster_database, turns, "turn_overflow"
+    )
+    assert result.reply is not None
+    assert result.reply["content"][0]["text"] == "fits now"
+    assert len(cluster_database.new_compactions(session_id)) == 1
+    assert [r[:3] for r in cluster_database.turn_rows(session_id)] == [
+        ("idle", "user_prompt", "running"),
+        ("running", "overflow", "compacting"),
+        ("compacting", "compaction_done", "continuing"),
+        ("continuing", "resume", "running"),
+        ("running", "agent_done", "idle"),
+    ]
+
+
+async def test_a_second_overflow_ends_the_turn_without_a_second_compaction(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    turns = [[error_reply(OVERFLOW)], [error_reply(OVERFLOW)]]
+    result, session_id = await same_turn_on_both_hosts(tmp_path, cluster_database, turns)
+    assert result.reply is not None
+    assert (result.reply["stopReason"], result.state) == ("error", "idle")
+    assert len(cluster_database.new_compactions(session_id)) == 1
+    last = cluster_database.turn_rows(session_id)[-1]
+    assert last[:4] == ("running", "overflow", "idle", ("emit_overflow_failed",))
+
+
+async def wait_for(cluster: ClusterClient, session_id: str, key: str, value: str) -> None:
+    while True:
+        state = await cluster.state(session_id)
+        if state and state.get(key) == value:
+            return
+        await anyio.sleep(0.05)
+
+
+async def test_abort_mid_turn_stops_the_agent_and_appends_nothing_half_done(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+
+    async def abort(cluster: ClusterClient, session_id: str) -> None:
+        await wait_for(cluster, session_id, "turnState", "running")
+        assert await cluster.abort(session_id) is True
+
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, [[reply("half", tokens=10), AgentHang()]], during=abort
+        )
+    assert (result.state, result.reply) == ("idle", None)
+    # The user message is whole; the agent's run was stopped before any of it was appended.
+    assert [shape(e)[:2] for e in database.new_entries(session_id)] == [("message", "user")]
+    assert database.turn_rows(session_id)[-1][:4] == ("running", "abort", "idle", ("stop_agent",))
+
+
+async def test_a_prompt_while_a_compaction_runs_is_queued_and_runs_after_it(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    queue = queue_name()
+    release = anyio.Event()
+
+    async def slow(request: ModelRequest) -> str:
+        await release.wait()
+        return "summary"
+
+    routes = SummaryRoutes(candidates=(FunctionModel(slow, name="s"),), retry=RetryPolicy())
+    agent = ScriptedAgent([[reply("after the compaction", tokens=10)]])
+    activities = SessionActivities(database.location, routes, SETTINGS, agent_factory=lambda: agent)
+    answers: dict[str, Any] = {}
+    async with connected() as client, build_worker(client, activities, task_queue=queue):
+        cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
+
+        async def compress() -> None:
+            answers["compress"] = await cluster.compress(session_id)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(compress)
+            await wait_for(cluster, session_id, "operationState", "summarizing")
+            answers["prompt"] = await cluster.prompt(session_id, "queued one")
+            release.set()
+        await client.get_workflow_handle(session_id).result()
+    assert answers["prompt"] == PromptResult(state="manual_compacting", queued=True)
+    assert answers["compress"].status == "committed"
+    rows = [r[:3] for r in database.turn_rows(session_id)]
+    assert rows == [
+        ("idle", "manual_compact", "manual_compacting"),
+        ("manual_compacting", "compaction_done", "idle"),
+        ("idle", "follow_up", "running"),
+        ("running", "agent_done", "idle"),
+    ]
+    assert [shape(e)[:2] for e in database.new_entries(session_id)][-2:] == [
+        ("message", "user"),
+        ("message", "assistant"),
+    ]
+
+
+async def test_compress_mid_turn_stops_the_agent_then_compacts(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    answers: dict[str, Any] = {}
+
+    async def compress(cluster: ClusterClient, session_id: str) -> None:
+        await wait_for(cluster, session_id, "turnState", "running")
+        answers["compress"] = await cluster.compress(session_id)
+
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, [[AgentHang()]], during=compress
+        )
+    assert (result.state, result.reply) == ("idle", None)
+    assert answers["compress"].status == "committed"
+    assert [r[:3] for r in database.turn_rows(session_id)][-2:] == [
+        ("running", "manual_compact", "manual_compacting"),
+        ("manual_compacting", "compaction_done", "idle"),
+    ]
+
+
+async def test_a_worker_without_an_agent_refuses_prompts_as_serve_without_a_model(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    async with connected() as client:
+        with pytest.raises(SessionError) as refused:
+            await run_cluster(client, database, [], agent=False)
+    assert str(refused.value) == NO_AGENT
+
+
+def test_message_ids_are_derived_and_differ_by_key() -> None:
+    assert message_id_for("s:r:user:1") == message_id_for("s:r:user:1")
+    assert message_id_for("s:r:user:1") != message_id_for("s:r:user:2")
+    assert len(message_id_for("x")) == 8
