@@ -53,3 +53,29 @@ def test_messages_never_show_the_database_password() -> None:
     assert shown("postgresql://me:secret@db:5432/agents") == "postgresql://me@db:5432/agents"
     assert shown("postgresql://db/agents") == "postgresql://db/agents"
     assert shown("/srv/sessions") == "/srv/sessions"
+
+
+def test_a_worker_with_a_model_runs_turns_with_it_as_serve_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("temporalio", reason="the worker needs the 'cluster' extra")
+    from orchestrator._cluster import worker as worker_module
+    from orchestrator._cluster.activities import SessionActivities
+    from orchestrator._runtime.agent import ChatAgent
+
+    seen: list[SessionActivities] = []
+
+    async def run_worker(address: str, activities: SessionActivities, **kwargs: object) -> None:
+        seen.append(activities)
+
+    monkeypatch.setattr(worker_module, "run_worker", run_worker)
+    common = ("worker", "--temporal", "h:1", "--database", str(tmp_path))
+    assert main([*common, "--model", "openai/chat", "--context-window", "50000"]) == 0
+    assert main(list(common)) == 0
+    with_model, without = (a.turns for a in seen)
+    assert with_model.agent_factory is not None
+    agent = with_model.agent_factory()
+    assert isinstance(agent, ChatAgent)
+    assert agent.model.name == "openai/chat"
+    assert with_model.settings.context_window == 50000
+    assert without.agent_factory is None

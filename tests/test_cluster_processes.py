@@ -6,6 +6,9 @@
 * Two clients compress the same session at once through two ``orchestrator serve --temporal``
   processes and two workers: one compaction; the other client is refused as a one-process
   server refuses it (``-32001``).
+* A prompt through ``serve --temporal`` to a worker started with ``--model`` (the chat agent
+  over litellm, as ``serve --model``): the provider says the context is too long, the turn
+  compacts once and the retry answers.
 
 Model calls go to the local provider server (the remote-summary protocol), which holds a
 request until the test releases it, so "in the middle of a model call" needs no clock.
@@ -62,16 +65,28 @@ class Processes:
         self.tmp_path = tmp_path
         self.started: list[subprocess.Popen[str]] = []
 
-    def worker(self, name: str, database: str, queue: str, provider: LocalProvider) -> Any:
+    def worker(
+        self,
+        name: str,
+        database: str,
+        queue: str,
+        provider: LocalProvider,
+        *extra: str,
+    ) -> Any:
         log = self.tmp_path / f"{name}.log"
         with log.open("w") as stderr:
-            process = self._worker_process(database, queue, provider, stderr)
+            process = self._worker_process(database, queue, provider, stderr, extra)
         self.started.append(process)
         wait_until(lambda: "ready" in log.read_text(), process, log)
         return process
 
     def _worker_process(
-        self, database: str, queue: str, provider: LocalProvider, stderr: Any
+        self,
+        database: str,
+        queue: str,
+        provider: LocalProvider,
+        stderr: Any,
+        extra: tuple[str, ...] = (),
     ) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [
@@ -87,6 +102,7 @@ class Processes:
                 provider.url + "/summary",
                 "--keep-recent-tokens",
                 "200",
+                *extra,
             ],
             env=ENV,
             stdin=subprocess.DEVNULL,
@@ -244,3 +260,38 @@ def test_two_clients_compress_one_session_through_two_servers_one_compaction(
     }
     assert [e["id"] for e in cluster_database.new_compactions(session_id)] == [done["entryId"]]
     assert summary_calls(provider) == 1
+
+
+def test_a_prompt_through_worker_processes_recovers_from_an_overflow(
+    tmp_path: Path, provider: LocalProvider, processes: Processes
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    queue = queue_name()
+    provider.push(
+        Reply.overflow_openai(),
+        Reply.remote("the history"),
+        Reply.summary("the turn's prefix"),
+        Reply.summary("Fits now.", prompt_tokens=1000),
+    )
+    chat = ("--model", "openai/test-model", "--api-base", provider.url + "/v1")
+    window = ("--api-key", "test", "--context-window", "100000")
+    processes.worker("agent", database.location, queue, provider, *chat, *window)
+    server = processes.server(database.location, queue)
+    rpc(server, 1, "session.open", path=session_id)
+    assert answer(server, 1)["result"]["session_id"] == session_id
+    rpc(server, 2, "session.prompt", session_id=session_id, text="hello")
+    done = answer(server, 2)["result"]
+    assert (done["state"], done["queued"]) == ("idle", False)
+    assert done["reply"]["content"] == [{"type": "text", "text": "Fits now."}]
+    assert len(database.new_compactions(session_id)) == 1
+    assert [r[:3] for r in database.turn_rows(session_id)] == [
+        ("idle", "user_prompt", "running"),
+        ("running", "overflow", "compacting"),
+        ("compacting", "compaction_done", "continuing"),
+        ("continuing", "resume", "running"),
+        ("running", "agent_done", "idle"),
+    ]
+    paths = [request.path for request in provider.requests]
+    # The agent, the compaction's two summaries (the history, the split turn's prefix), the retry.
+    assert paths == ["/v1/chat/completions", "/summary", *["/v1/chat/completions"] * 2]

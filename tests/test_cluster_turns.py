@@ -12,7 +12,9 @@ and overflow histories are replayed with Temporal's replayer (and kept as fixtur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +24,27 @@ import pytest
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
 from temporalio.client import Client  # noqa: E402
+from temporalio.exceptions import ApplicationError  # noqa: E402
+from temporalio.testing import ActivityEnvironment  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 
 from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import NO_AGENT, PromptResult, message_id_for  # noqa: E402
+from orchestrator._cluster.contract import (  # noqa: E402
+    NO_AGENT,
+    JournalLine,
+    NewEntry,
+    PromptResult,
+    TurnCall,
+    message_id_for,
+)
+from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._core.errors import SessionError  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._runtime.agent import Agent, AgentInput  # noqa: E402
 from orchestrator._runtime.retry import RetryPolicy  # noqa: E402
 from orchestrator._runtime.session import AgentSession  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
@@ -104,14 +117,17 @@ async def run_cluster(
     *,
     during: During | None = None,
     agent: bool = True,
+    settings: RuntimeSettings = SETTINGS,
+    routes: SummaryRoutes | None = None,
+    runs: Agent | None = None,
 ) -> tuple[PromptResult, str, str]:
     session_id = database.add_example()
     queue = queue_name()
-    scripted = ScriptedAgent(turns)
+    scripted = runs or ScriptedAgent(turns)
     activities = SessionActivities(
         database.location,
-        summarizer(),
-        SETTINGS,
+        routes or summarizer(),
+        settings,
         agent_factory=(lambda: scripted) if agent else None,
     )
     async with build_worker(client, activities, task_queue=queue):
@@ -333,3 +349,125 @@ def test_message_ids_are_derived_and_differ_by_key() -> None:
     assert message_id_for("s:r:user:1") == message_id_for("s:r:user:1")
     assert message_id_for("s:r:user:1") != message_id_for("s:r:user:2")
     assert len(message_id_for("x")) == 8
+
+
+async def test_a_transient_error_is_retried_after_a_timer_as_the_table_says(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    turns = [[error_reply("503 service unavailable")], [reply("second try", tokens=1000)]]
+    result, session_id = await same_turn_on_both_hosts(tmp_path, cluster_database, turns)
+    assert result.reply is not None
+    assert result.reply["content"][0]["text"] == "second try"
+    assert [r[:3] for r in cluster_database.turn_rows(session_id)] == [
+        ("idle", "user_prompt", "running"),
+        ("running", "transient_error", "retrying"),
+        ("retrying", "retry_wait_done", "running"),
+        ("running", "agent_done", "idle"),
+    ]
+
+
+async def test_abort_during_the_retry_wait_cancels_only_the_wait(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    patient = RuntimeSettings(
+        context_window=SETTINGS.context_window,
+        compaction=SETTINGS.compaction,
+        retry=RetryPolicy(base_delay_ms=3_600_000),
+        prune=False,
+    )
+
+    async def abort(cluster: ClusterClient, session_id: str) -> None:
+        await wait_for(cluster, session_id, "turnState", "retrying")
+        assert await cluster.abort(session_id) is True
+
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client,
+            database,
+            [[error_reply("503 service unavailable")]],
+            during=abort,
+            settings=patient,
+        )
+    assert result.state == "idle"
+    assert result.reply is not None
+    assert result.reply["stopReason"] == "error"
+    assert database.turn_rows(session_id)[-1][:4] == (
+        "retrying",
+        "abort",
+        "idle",
+        ("cancel_retry_wait", "emit_retry_end"),
+    )
+
+
+async def test_abort_during_a_threshold_compaction_settles_it_as_cancelled(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+
+    async def never(request: ModelRequest) -> str:
+        await anyio.Event().wait()
+        return "never"  # pragma: no cover - nobody sets the event
+
+    hanging = SummaryRoutes(candidates=(FunctionModel(never, name="s"),), retry=RetryPolicy())
+
+    async def abort(cluster: ClusterClient, session_id: str) -> None:
+        await wait_for(cluster, session_id, "operationState", "summarizing")
+        assert await cluster.abort(session_id) is True
+
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, [[reply("big", tokens=OVER)]], during=abort, routes=hanging
+        )
+    assert result.state == "idle"
+    assert database.new_compactions(session_id) == []
+    assert database.turn_rows(session_id)[-1][:4] == (
+        "compacting",
+        "abort",
+        "idle",
+        ("cancel_compaction", "emit_compaction_aborted"),
+    )
+    assert database.journal_rows(session_id)[-1][:3] == ("summarizing", "cancel", "cancelled")
+
+
+class Broken:
+    """An agent with a bug: its run raises."""
+
+    async def run(self, turn: AgentInput) -> AsyncIterator[dict[str, Any]]:
+        raise KeyError("tool table")
+        yield {}  # pragma: no cover - makes this an async generator
+
+
+async def test_an_agent_that_raises_ends_the_turn_with_its_error_journaled(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(client, database, [], runs=Broken())
+    assert (result.state, result.reply) == ("idle", None)
+    assert database.turn_rows(session_id)[-1][:3] == ("running", "fatal_error", "idle")
+
+
+async def test_an_append_delivered_twice_appends_once(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    activities = TurnActivities(database.location, SETTINGS)
+    line = JournalLine(seq=0, source="idle", event="user_prompt", dest="running", effects=[])
+    message = json.dumps({"role": "user", "content": "hi", "timestamp": 1})
+    call = TurnCall(
+        session_id=session_id,
+        run_id="r1",
+        journal=[line],
+        entries=[NewEntry(entry_id="0a1b2c3d", message=message)],
+    )
+    environment = ActivityEnvironment()
+    await environment.run(activities.append, call)
+    # The worker died before saying so: Temporal delivers it again, the lines marked as resent.
+    await environment.run(activities.append, dataclasses.replace(call, resend=True))
+    assert [e["id"] for e in database.new_entries(session_id)] == ["0a1b2c3d"]
+    assert len(database.turn_rows(session_id)) == 1
+    taken = NewEntry(entry_id="0a1b2c3d", message=json.dumps({"role": "user", "content": "no"}))
+    with pytest.raises(ApplicationError, match="taken by another entry"):
+        await environment.run(activities.append, dataclasses.replace(call, entries=[taken]))
+    policy = await environment.run(activities.turn_policy)
+    assert (policy.has_agent, policy.max_retries) == (False, 3)
+    with pytest.raises(ApplicationError, match="no agent configured"):
+        await environment.run(activities.call_agent, call)

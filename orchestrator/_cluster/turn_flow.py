@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
@@ -379,8 +380,11 @@ class TurnFlow:
             )
         except ActivityError as error:
             self._lost(lines)
-            # The worker died or the call hung: a transient failure the table may retry.
-            return AgentReported(outcome="transient", error=lost_reason(error, "agent"))
+            # The worker died or the run hung: a transient failure the table may retry. The
+            # agent's own exception (a bug, not the provider's answer) ends the turn.
+            lost = isinstance(error.cause, ActivityTimeout)
+            outcome = "transient" if lost else "fatal"
+            return AgentReported(outcome=outcome, error=lost_reason(error, "agent"))
         except asyncio.CancelledError:
             self._lost(lines)
             raise
