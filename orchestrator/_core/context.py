@@ -371,8 +371,21 @@ class ContextBuilder:
     def _restart_at(self, compaction: Entry) -> None:
         # Summary first, then the kept entries from firstKeptEntryId up to the compaction. If the
         # kept id is not on the path before the compaction, nothing before it is kept (pi).
-        summary = compaction_message(compaction)
         here = len(self._path) - 1
+        kept = compaction.get("firstKeptEntryId")
+        start = self._position.get(kept, here) if isinstance(kept, str) else here
+        start = min(start, here)
+        if start > self._last_compaction:
+            # Everything kept was written after the last compaction, so it is in this context
+            # already, measured: the restart reuses those numbers instead of measuring each
+            # kept message again (the commit of a compaction costs O(kept) list copies).
+            self._restart_reusing(compaction, here, start)
+        else:
+            self._restart_measuring(compaction, here, start)
+
+    def _restart_measuring(self, compaction: Entry, here: int, start: int) -> None:
+        """The restart that measures every kept message again (kept from before a compaction)."""
+        summary = compaction_message(compaction)
         estimate = estimate_tokens(summary)
         self._messages = [summary]
         self._entry_ids = [compaction["id"]]
@@ -384,11 +397,47 @@ class ContextBuilder:
         self._event_message, self._event_kind, self._event_path = array("q"), [], []
         self._first_seen = {kind: {} for kind in FILE_TOOLS}
         self._last_compaction = here
-        kept = compaction.get("firstKeptEntryId")
-        start = self._position.get(kept, here) if isinstance(kept, str) else here
-        for position in range(min(start, here), here):
+        for position in range(start, here):
             self._emit(self._path[position], position)
         self._fresh_from = len(self._messages)
+
+    def _restart_reusing(self, compaction: Entry, here: int, start: int) -> None:
+        """The restart that keeps the measured messages at path positions ``[start, here)``."""
+        count = len(self._messages)
+        base = 1 if self._last_compaction >= 0 else 0
+        first = bisect.bisect_left(self._positions, start, base, count)
+        summary = compaction_message(compaction)
+        estimates = array("q", [estimate_tokens(summary)])
+        estimates.extend(self._estimates[first:count])
+        self._messages = [summary, *self._messages[first:count]]
+        self._entry_ids = [compaction["id"], *self._entry_ids[first:count]]
+        self._estimates = estimates
+        positions = array("q", [here])
+        positions.extend(self._positions[first:count])
+        self._positions = positions
+        self._prefix = array("q", itertools.accumulate(estimates, initial=0))
+        self._estimate_sum = self._prefix[-1]
+        # The summary is measured late (counts 0); the kept steps are the old sums' differences.
+        dropped = self._serial[first]
+        serial = array("q", [0])
+        serial.extend(total - dropped for total in self._serial[first : count + 1])
+        self._serial, self._serial_sum = serial, serial[-1]
+        self._late = [0, *(index - first + 1 for index in self._late if index >= first)]
+        lo = bisect.bisect_left(self._event_message, first)
+        event_message = array("q", (index - first + 1 for index in self._event_message[lo:]))
+        self._event_message = event_message
+        self._event_kind, self._event_path = self._event_kind[lo:], self._event_path[lo:]
+        self._first_seen = {kind: {} for kind in FILE_TOOLS}
+        for index, kind, path in zip(
+            event_message, self._event_kind, self._event_path, strict=True
+        ):
+            self._first_seen[kind].setdefault(path, index)
+        self._last_compaction = here
+        self._fresh_from = len(self._messages)
+
+    def path(self) -> list[Entry]:
+        """A copy of the path pushed so far, root first."""
+        return self._path.copy()
 
     def context(self) -> SessionContext:
         """The context as of the last pushed entry."""

@@ -114,8 +114,9 @@ class CompactionJob:
         session = ports.session
         if plan is None:
             assert session is not None, "a compaction without a plan needs a session"
+            context = session.context()  # first: the path then comes from its builder
             self.path = session.path()
-            planned = plan_compaction(self.path, settings, context=session.context())
+            planned = plan_compaction(self.path, settings, context=context)
             if isinstance(planned, NothingToCompact):
                 self.skip_reason = planned.reason
             else:
@@ -147,6 +148,11 @@ class CompactionJob:
     async def consult_hooks(self) -> Report:
         """Run ``session_before_compact`` then ``session.compacting`` (D25)."""
         assert self.plan is not None
+        hooks = self.ports.hooks
+        if not hooks.handles("session_before_compact") and not hooks.handles("session.compacting"):
+            # Nobody listens: no payload to build, and the summary requests as they are.
+            self.parts = compaction_parts(self.plan, self.routes, self.inputs)
+            return Report(outcome="done")
         hook = await self.ports.run_hook(
             "session_before_compact",
             {

@@ -282,8 +282,17 @@ class Session:
         return self.tree.leaf_id
 
     def path(self, leaf_id: str | None = None) -> list[Entry]:
-        """Entries root-first down to ``leaf_id`` (default: the active leaf)."""
+        """Entries root-first down to ``leaf_id`` (default: the active leaf).
+
+        For the active leaf, a copy of the path the kept context builder holds (no tree walk).
+        """
+        if (leaf_id is None or leaf_id == self.tree.leaf_id) and self._builder_current():
+            assert self._builder is not None
+            return self._builder.path()
         return self.tree.path(leaf_id)
+
+    def _builder_current(self) -> bool:
+        return self._builder is not None and self._builder_leaf == self.tree.leaf_id
 
     def context(self, leaf_id: str | None = None) -> SessionContext:
         """The context the model sees at ``leaf_id`` (default: the active leaf).
