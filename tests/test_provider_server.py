@@ -95,7 +95,12 @@ def test_url_needs_a_running_server() -> None:
     provider = LocalProvider()
     with pytest.raises(RuntimeError, match="not running"):
         _ = provider.url
+    provider.release()  # releasing before the start is remembered
     provider.stop()  # stopping a provider that never started is harmless
+    provider.push(Reply.hang(then=Reply.remote("at once")))
+    with provider:
+        status, _, raw = post(provider.url + "/summary", b"{}")
+    assert (status, json.loads(raw)) == (200, {"summary": "at once"})
 
 
 def test_delay_is_clamped() -> None:
@@ -138,3 +143,103 @@ async def test_delay_ends_early_when_the_provider_stops() -> None:
         assert result == []
         provider.stop()
     assert result[0].json()["choices"][0]["message"]["content"] == "slow"
+
+
+def raw_exchange(provider: LocalProvider, data: bytes) -> bytes:
+    """Send ``data`` on a fresh connection and read the answer until the server closes it."""
+    import socket
+
+    port = int(provider.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)  # all sent: a request cut short ends here
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_chunked_body_is_read_and_recorded(provider: LocalProvider) -> None:
+    provider.push(Reply.remote("chunked"))
+    answer = raw_exchange(
+        provider,
+        b"POST /summary HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'5\r\n{"a":\r\n2;ext=1\r\n1}\r\n0\r\nTrailer: t\r\n\r\n',
+    )
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert b"connection: close" in head
+    assert json.loads(body) == {"summary": "chunked"}
+    assert provider.requests[0].raw == b'{"a":1}'
+    assert provider.requests[0].body == {"a": 1}
+
+
+def test_only_post_is_answered(provider: LocalProvider) -> None:
+    provider.push(Reply.remote("unused"))
+    answer = raw_exchange(provider, b"GET /summary HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented")
+    assert provider.requests == ()
+
+
+def test_a_broken_request_only_drops_its_connection(provider: LocalProvider) -> None:
+    assert raw_exchange(provider, b"POST /summary HTTP/1.1\r\n") == b""  # closed mid-head
+    assert raw_exchange(provider, b"garbage\r\n\r\n") == b""  # no method, path and version
+    provider.push(Reply(status=299, body={"summary": "odd"}))
+    answer = raw_exchange(provider, b"POST /s HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}")
+    assert answer.startswith(b"HTTP/1.1 299 \r\n")  # a status without a standard phrase
+
+
+def test_a_thousand_requests_wait_at_once_without_a_thread_each() -> None:
+    """Issue 9: the benchmark holds a couple of thousand requests; one event loop serves them."""
+    import threading
+
+    count = 300
+    with LocalProvider(
+        tuple(Reply(body={"summary": "ok"}, delay=0.2) for _ in range(count))
+    ) as provider:
+        before = threading.active_count()
+
+        async def main() -> list[int]:
+            async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None)) as client:
+                statuses: list[int] = []
+
+                async def call() -> None:
+                    response = await client.post(provider.url + "/summary", json={})
+                    statuses.append(response.status_code)
+
+                async with anyio.create_task_group() as tg:
+                    for _ in range(count):
+                        tg.start_soon(call)
+                    while len(provider.requests) < count:
+                        await anyio.sleep(0.01)
+                    assert threading.active_count() == before
+                return statuses
+
+        assert anyio.run(main) == [200] * count
+
+
+@pytest.mark.anyio
+async def test_release_answers_held_requests_and_stop_the_delayed_ones() -> None:
+    provider = LocalProvider(
+        (Reply.hang(then=Reply.remote("held")), Reply(body={"summary": "slow"}, delay=MAX_DELAY))
+    ).start()
+    provider.push(Reply(body={"summary": "quick"}, delay=0.01))
+    texts: list[str] = []
+    async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            response = await client.post(provider.url + "/summary", json={})
+            texts.append(response.json()["summary"])
+
+        for _ in range(2):
+            tg.start_soon(call)
+        while len(provider.requests) < 2:
+            await anyio.sleep(0.01)
+        provider.release()
+        while not texts:
+            await anyio.sleep(0.01)
+        assert texts == ["held"]  # the delayed one still waits
+        await call()  # a short delay ends on its own
+        assert texts == ["held", "quick"]
+        provider.stop()
+    assert texts == ["held", "quick", "slow"]

@@ -1,25 +1,32 @@
-"""A real, scriptable HTTP model provider on 127.0.0.1, for tests and demos.
+"""A real, scriptable HTTP model provider on 127.0.0.1, for tests, demos and benchmarks.
 
 Theory of operation: the adapters (litellm, the remote summary endpoint) are only honest when
 they talk to a real socket, because that is where their retry, header and error-mapping
-behaviour lives. :class:`LocalProvider` runs a stdlib ``ThreadingHTTPServer`` in a background
-thread, so the client side can be any event loop (litellm calls it from asyncio). It speaks
-just enough of the OpenAI chat-completions protocol (``POST .../chat/completions``) and the
-remote-summary protocol (``POST /summary``), and answers each request with the next
+behaviour lives. :class:`LocalProvider` runs an asyncio HTTP/1.1 server on its own event loop in
+a background thread, so the client side can be any event loop (litellm calls it from asyncio).
+It speaks just enough of the OpenAI chat-completions protocol (``POST .../chat/completions``) and
+the remote-summary protocol (``POST /summary``), and answers each request with the next
 :class:`Reply` from a queue the test filled. Every request body is recorded, so a test can count
 HTTP attempts.
 
-A reply may "hold": the handler thread waits until :meth:`LocalProvider.release` or
+One event loop, not a thread per request: the concurrency benchmark sends a couple of thousand
+summaries at once, and a thousand threads on two cores took CPU from the process under test
+(issue 9). One request per connection (``connection: close``), as before: no idle keep-alive
+connection outlives a test in a client that was never closed. Stopping the provider answers the
+requests it is delaying or holding, then closes every connection.
+
+A reply may "hold": the request waits until :meth:`LocalProvider.release` or
 :meth:`LocalProvider.stop`. That is how a test gets a call that hangs without sleeping.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from types import TracebackType
 from typing import Any
 
@@ -153,7 +160,7 @@ _NO_REPLY = Reply.error(400, "LocalProvider has no scripted reply left")
 
 
 class LocalProvider:
-    """A threaded HTTP server answering from a queue of :class:`Reply` specs.
+    """An HTTP server answering from a queue of :class:`Reply` specs.
 
     Use as a context manager (or call :meth:`start` / :meth:`stop`)::
 
@@ -166,17 +173,19 @@ class LocalProvider:
         self._lock = threading.Lock()
         self._queue: deque[Reply] = deque(replies)
         self._requests: list[RecordedRequest] = []
-        self._released = threading.Event()
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
+        self._released = False
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._port = 0
+        self._server: _Server | None = None
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>`` (only while running)."""
         if self._server is None:
             raise RuntimeError("LocalProvider is not running")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self._port}"
 
     @property
     def requests(self) -> tuple[RecordedRequest, ...]:
@@ -191,30 +200,50 @@ class LocalProvider:
 
     def release(self) -> None:
         """Let every held request (and any later one) answer."""
-        self._released.set()
+        self._released = True
+        self._call(lambda server: server.wake(held_only=True))
 
     def start(self) -> LocalProvider:
-        """Bind a random port on 127.0.0.1 and serve in a daemon thread."""
-        server = _Server(("127.0.0.1", 0), _make_handler(self))
-        server.daemon_threads = True
-        self._server = server
-        # A short poll interval: stop() waits for serve_forever to notice, once per test.
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        """Bind a random port on 127.0.0.1 and serve on an event loop in a daemon thread."""
+        self._stopping = False
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        server = _Server(self)
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                self._port = loop.run_until_complete(server.open())
+            except BaseException as error:  # pragma: no cover - binding 127.0.0.1:0 failed
+                failure.append(error)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(server.close())
+            loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=serve, name="LocalProvider", daemon=True)
         self._thread.start()
+        ready.wait()
+        if failure:  # pragma: no cover - see above
+            raise failure[0]
+        self._server = server
         return self
 
     def stop(self) -> None:
-        """Release held requests, stop serving and close the socket."""
-        self._stopping.set()
-        self._released.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
+        """Answer delayed and held requests, stop serving and close every connection."""
+        self._stopping = True
+        self._released = True
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
         self._server = None
+        self._loop = None
         self._thread = None
 
     def __enter__(self) -> LocalProvider:
@@ -228,57 +257,160 @@ class LocalProvider:
     ) -> None:
         self.stop()
 
+    def _call(self, action: Any) -> None:
+        # Run ``action(server)`` on the provider's loop (from any thread).
+        loop, server = self._loop, self._server
+        if loop is not None and server is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(action, server)
+            except RuntimeError:  # pragma: no cover - the loop closed meanwhile
+                pass
+
     def _record_and_pop(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self._requests.append(request)
             return self._queue.popleft() if self._queue else _NO_REPLY
 
-    def _wait(self, reply: Reply) -> None:
-        if reply.hold:
-            self._released.wait()
-        elif reply.delay > 0:
-            self._stopping.wait(min(reply.delay, MAX_DELAY))
+
+_REQUEST_QUEUE = 1024
+"""Listen backlog: many clients connect at once (the concurrency benchmark, the pool test); a
+backlog of 5 would drop their connection attempts and delay them by seconds."""
+_MAX_HEAD = 64 * 1024
 
 
-class _Server(ThreadingHTTPServer):
-    # Many clients may connect at once (the concurrency benchmark, the pool test): the stdlib's
-    # listen backlog of 5 would drop their connection attempts and delay them by seconds.
-    request_queue_size = 1024
+class _Server:
+    """The provider's asyncio side: the listening socket, its connections, the waits."""
+
+    def __init__(self, provider: LocalProvider) -> None:
+        self.provider = provider
+        self.listener: asyncio.Server | None = None
+        self.connections: dict[asyncio.Task[None], bool] = {}  # task -> answering a request
+        self.waits: dict[asyncio.Future[None], bool] = {}  # future -> held (not a delay)
+
+    async def open(self) -> int:
+        self.listener = await asyncio.start_server(
+            self.connection, "127.0.0.1", 0, backlog=_REQUEST_QUEUE, limit=_MAX_HEAD
+        )
+        port: int = self.listener.sockets[0].getsockname()[1]
+        return port
+
+    async def close(self) -> None:
+        # Stopping answers what waits (as the delay or hold ends early), then closes everything.
+        self.provider._stopping = True
+        self.wake(held_only=False)
+        assert self.listener is not None, "closed before it opened"
+        self.listener.close()
+        busy = [task for task, answering in self.connections.items() if answering]
+        if busy:
+            await asyncio.wait(busy, timeout=5)
+        for task in list(self.connections):
+            task.cancel()
+        await asyncio.gather(*self.connections, return_exceptions=True)
+        await self.listener.wait_closed()
+
+    def wake(self, *, held_only: bool) -> None:
+        for future, held in list(self.waits.items()):
+            if (held or not held_only) and not future.done():
+                future.set_result(None)
+
+    async def pause(self, reply: Reply) -> None:
+        provider = self.provider
+        if provider._stopping or (reply.hold and provider._released):
+            return
+        if not reply.hold and reply.delay <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self.waits[future] = reply.hold
+        timer = None
+        if not reply.hold:
+            timer = loop.call_later(min(reply.delay, MAX_DELAY), _settle, future)
+        try:
+            await future
+        finally:
+            del self.waits[future]
+            if timer is not None:
+                timer.cancel()
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections[task] = False
+        try:
+            await self.answer(task, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the client went away (a cancelled call): nothing to answer
+        except ValueError:
+            pass  # a request we cannot read: drop the connection
+        finally:
+            del self.connections[task]
+            writer.close()
+
+    async def answer(
+        self, task: asyncio.Task[None], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Read one request and answer it."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.connections[task] = True
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _version = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        raw = await _body(reader, headers)
+        if method != "POST":
+            await _send(writer, _NOT_POST)
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        reply = self.provider._record_and_pop(
+            RecordedRequest(path=path, headers=headers, body=body, raw=raw)
+        )
+        await self.pause(reply)
+        await _send(writer, reply)
+        self.connections[task] = False
 
 
-def _make_handler(provider: LocalProvider) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        # HTTP/1.0: one request per connection, so no keep-alive thread outlives a test.
-        protocol_version = "HTTP/1.0"
+_NOT_POST = Reply.error(501, "LocalProvider answers POST only")
 
-        def do_POST(self) -> None:  # noqa: N802 (stdlib naming)
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length)
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = None
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            reply = provider._record_and_pop(
-                RecordedRequest(path=self.path, headers=headers, body=body, raw=raw)
-            )
-            provider._wait(reply)
-            payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body)
-            data = payload if isinstance(payload, bytes) else payload.encode()
-            try:
-                self.send_response(reply.status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for name, value in reply.headers:
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:
-                # The client gave up (a cancelled call): nothing to answer.
-                pass
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            # Silence the per-request stderr log; tests read provider.requests instead.
-            pass
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
-    return Handler
+
+async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        chunks: list[bytes] = []
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            chunk = await reader.readexactly(size + 2)
+            if size == 0:
+                while chunk != b"\r\n":  # trailers, up to the empty line
+                    chunk = await reader.readuntil(b"\r\n")
+                return b"".join(chunks)
+            chunks.append(chunk[:-2])
+    return await reader.readexactly(int(headers.get("content-length") or 0))
+
+
+async def _send(writer: asyncio.StreamWriter, reply: Reply) -> None:
+    payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+    try:
+        phrase = HTTPStatus(reply.status).phrase
+    except ValueError:
+        phrase = ""
+    head = [
+        f"HTTP/1.1 {reply.status} {phrase}",
+        "content-type: application/json",
+        f"content-length: {len(payload)}",
+        *(f"{name}: {value}" for name, value in reply.headers),
+        "connection: close",
+        "",
+        "",
+    ]
+    writer.write("\r\n".join(head).encode("latin-1") + payload)
+    await writer.drain()

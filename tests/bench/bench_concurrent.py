@@ -30,7 +30,9 @@ Printed for each path: the time to open every session, then for the compactions 
 from the first request to the last answer, p50 and p99 of each operation's latency, the event
 loop's worst lag (a ticker task that sleeps 5 ms and records how late it woke; in the server
 path the ticker runs in the client, and the server's own lag shows in the latencies), and the
-peak RSS of the process that ran the sessions.
+peak RSS of the process that ran the sessions, and the CPU time the compactions took in that
+process and in the provider server (on a shared machine the wall time depends on the other jobs;
+the CPU time much less).
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ def serve_provider(latency: float, count: int) -> None:
     """Child process: the local provider server answering ``count`` summaries after ``latency``."""
     from orchestrator._models.provider_server import LocalProvider, Reply
 
-    provider = LocalProvider(tuple(Reply.remote(_SUMMARY, delay=latency) for _ in range(count)))
+    # Reply.remote's keywords are body fields: the wait is the Reply's own ``delay``.
+    reply = Reply(body={"summary": _SUMMARY}, delay=latency)
+    provider = LocalProvider((reply,) * count)
     provider.start()
     print(provider.url, flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
@@ -215,6 +219,31 @@ class LagMeter:
         self.worst = 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds spent by the process holding the sessions and by the provider, per phase."""
+
+    def __init__(self, pid: int, provider: Provider) -> None:
+        self.pids = (pid, provider.process.pid if provider.process is not None else None)
+        self.start = self._now()
+
+    def _now(self) -> tuple[float, float]:
+        own, provider = self.pids
+        return cpu_seconds(own), cpu_seconds(provider) if provider is not None else 0.0
+
+    def take(self) -> str:
+        now = self._now()
+        used = (now[0] - self.start[0], now[1] - self.start[1])
+        self.start = now
+        text = f"CPU {used[0]:.2f} s"
+        return text + (f" (provider {used[1]:.2f} s)" if self.pids[1] is not None else "")
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -234,6 +263,7 @@ def report(
     rss: float,
     results: dict[str, int],
     gcs: tuple[str, str] = ("", ""),
+    cpu: str = "",
 ) -> dict[str, Any]:
     row = {
         "path": name,
@@ -245,11 +275,12 @@ def report(
         "lag_ms": lag * 1e3,
         "rss_mb": rss,
         "results": results,
+        "cpu": cpu,
     }
     print(
         f"{name}: open {opened:.2f} s (loop lag {open_lag * 1e3:.0f} ms{gcs[0]}); compactions: "
         f"wall {wall:.2f} s, p50 {row['p50_s']:.2f} s, p99 {row['p99_s']:.2f} s, loop lag "
-        f"{lag * 1e3:.0f} ms{gcs[1]}, peak RSS {rss:.0f} MB, outcomes {results}",
+        f"{lag * 1e3:.0f} ms{gcs[1]}, {cpu}, peak RSS {rss:.0f} MB, outcomes {results}",
         flush=True,
     )
     return row
@@ -295,11 +326,13 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
             results[status] = results.get(status, 0) + 1
 
         GC.take()
+        cpu = CpuMeter(os.getpid(), provider)
         t0 = time.perf_counter()
         async with anyio.create_task_group() as group:
             for runtime in runtimes:
                 group.start_soon(one, runtime)
         wall = time.perf_counter() - t0
+        used = cpu.take()
         lag = meter.worst
         run_gc = GC.take()
         meter.running = False
@@ -310,7 +343,8 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
         if hasattr(model, "aclose"):
             await model.aclose()
     gcs = (f", {open_gc}", f", {run_gc}")
-    return report("runtime", opened, open_lag, wall, latencies, lag, peak_rss_mb(), results, gcs)
+    rss = peak_rss_mb()
+    return report("runtime", opened, open_lag, wall, latencies, lag, rss, results, gcs, used)
 
 
 # -- through the server ----------------------------------------------------------------------------
@@ -374,7 +408,7 @@ async def through_server(paths: list[Path], provider: Provider, folder: Path) ->
         while "listening" not in server.stderr.readline():
             if server.poll() is not None:
                 raise SystemExit("the server did not start")
-        return await _drive_server(paths, socket_path, server.pid)
+        return await _drive_server(paths, socket_path, server.pid, provider)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
@@ -401,7 +435,9 @@ async def run_lanes(
             lanes.start_soon(lane, lane_no)
 
 
-async def _drive_server(paths: list[Path], socket_path: Path, pid: int) -> dict[str, Any]:
+async def _drive_server(
+    paths: list[Path], socket_path: Path, pid: int, provider: Provider
+) -> dict[str, Any]:
     meter = LagMeter()
     latencies: list[float] = []
     results: dict[str, int] = {}
@@ -434,15 +470,17 @@ async def _drive_server(paths: list[Path], socket_path: Path, pid: int) -> dict[
             latencies.append(time.perf_counter() - start)
             results[key] = results.get(key, 0) + 1
 
+        cpu = CpuMeter(pid, provider)
         t0 = time.perf_counter()
         await run_lanes(clients, len(paths), compress)
         wall = time.perf_counter() - t0
+        used = cpu.take()
         lag = meter.worst
         meter.running = False
         rss = _rss_of(pid)
         for client in clients:
             await client.stream.aclose()
-    return report("server", opened, open_lag, wall, latencies, lag, rss, results)
+    return report("server", opened, open_lag, wall, latencies, lag, rss, results, cpu=used)
 
 
 def _rss_of(pid: int) -> float:
