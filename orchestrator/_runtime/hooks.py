@@ -46,6 +46,10 @@ class Hooks:
         self._handlers[name].append(handler)
         return lambda: self._handlers[name].remove(handler)
 
+    def handles(self, name: str) -> bool:
+        """Whether any handler is registered for ``name`` (else its payload need not be built)."""
+        return bool(self._handlers.get(name))
+
     async def run(
         self, name: str, payload: dict[str, Any], on_error: ErrorReporter
     ) -> Mapping[str, Any] | None:

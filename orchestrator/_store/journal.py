@@ -49,9 +49,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator._core.entries import iso_now
+from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
-from orchestrator._store.files import open_side_file, read_side_file
+from orchestrator._store.files import describe_os_error, open_side_file, read_side_file
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
@@ -192,12 +193,18 @@ class _Sink(Protocol):
 
 
 class _FileSink:
-    """The journal file. Each append opens, writes once, fsyncs when asked, and closes."""
+    """The journal file. Each append opens, writes once, fsyncs when asked, and closes.
+
+    Before each append it checks that the file ends with a complete line (a process killed
+    mid-write leaves a torn one). When the file still has the size this sink's own last complete
+    write left, that write's newline ends it: no need to read the last byte (issue 9).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.location = str(path)
         self._dir_synced = False
+        self._clean_size = -1  # the size after this sink's last complete write
 
     def exists(self) -> bool:
         # lstat: a symbolic link counts as present, so reading it is refused, not skipped.
@@ -212,9 +219,11 @@ class _FileSink:
         fd = open_side_file(self.path, flags, "write the journal")
         try:
             size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
+            if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line  # keep a torn line apart from this record
-            os.write(fd, line)
+            self._clean_size = -1  # until the whole line is written
+            if os.write(fd, line) == len(line):
+                self._clean_size = size + len(line)
             if durable:
                 os.fsync(fd)
         finally:
@@ -224,9 +233,13 @@ class _FileSink:
 
     def sync(self) -> None:
         # fsync flushes the file, not the descriptor: whatever any descriptor wrote before now.
-        if not self.exists():
-            return
-        fd = open_side_file(self.path, os.O_RDONLY, "sync the journal")
+        # Opened without following a symbolic link: a link (even a dangling one) is refused.
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # nothing journaled yet
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "sync the journal", exc)) from exc
         try:
             os.fsync(fd)
         finally:

@@ -175,13 +175,16 @@ def _attribute(value: Any) -> AttributeValue:
     return str(value)
 
 
+_FACT_DEFAULTS = tuple((f.name, getattr(Facts(), f.name)) for f in dataclasses.fields(Facts))
+"""Each field of :class:`Facts` with its default, read once (every machine step asks)."""
+
+
 def facts_delta(facts: Facts) -> dict[str, Any]:
     """The fields of ``facts`` that differ from :class:`Facts`' defaults."""
-    default = Facts()
     return {
-        f.name: getattr(facts, f.name)
-        for f in dataclasses.fields(facts)
-        if getattr(facts, f.name) != getattr(default, f.name)
+        name: value
+        for name, default in _FACT_DEFAULTS
+        if (value := getattr(facts, name)) != default
     }
 
 
@@ -333,6 +336,8 @@ class LifecycleTracer:
             step: The step a machine took (give this method to ``Runner.subscribe``).
         """
         span = _ACTIVE.get().get(step.machine) or get_current_span()
+        if not span.is_recording():
+            return  # nothing would keep the event (tracing off): build nothing (issue 9)
         attributes: dict[str, AttributeValue] = {
             "machine": step.machine,
             "from": step.source,
