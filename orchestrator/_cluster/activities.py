@@ -17,6 +17,17 @@ to :attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
 * ``finish``: the last journal lines, and ``session_compact`` for a committed compaction.
 
 Store and journal work is blocking I/O, so it runs in a thread; model calls are async.
+
+Reading little (issue 10). A worker reaches the store through its
+:class:`~orchestrator._cluster.stores.WorkerStores`: pooled connections, and parsed sessions
+kept in a :class:`~orchestrator._cluster.cache.SessionCache` that is checked against the
+store's stamp before each use (one small query), so an activity parses a session only when
+another writer changed it or this worker has not seen it yet. The compaction plan is kept with
+the parse, by the tail it was made at, so later activities of an operation do not plan again.
+The journal lines an activity carries are written with one durable write (the last line's,
+which makes the earlier ones durable too), and ``finish`` reads only the committed entry.
+Nothing here decides whether a commit may happen: the store's conditional append does, in its
+own transaction, whatever the cache held.
 """
 
 from __future__ import annotations
@@ -25,17 +36,20 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from orchestrator._cluster.cache import Cached
 from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
 from orchestrator._cluster.heartbeat import heartbeating
-from orchestrator._cluster.stores import cluster_journal, cluster_store, shown
+from orchestrator._cluster.stores import StampedStore, WorkerStores, shown
 from orchestrator._cluster.turn_activities import TurnActivities
+from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import COMPACTION, Entry
 from orchestrator._core.errors import ConflictError, OrchestratorError
+from orchestrator._core.load_result import LoadResult
 from orchestrator._core.tree import SessionTree
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.agent import Agent
@@ -50,11 +64,21 @@ from orchestrator._runtime.summarize import (
     compaction_parts,
 )
 from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.locations import is_database_url
 from orchestrator._store.protocol import SessionStore, Tail
 from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
 
 StoreOpener = Callable[[str, str], SessionStore]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Planned:
+    """What a compaction planned from a session at one tail (kept with the cached parse)."""
+
+    path: list[Entry]
+    plan: CompactionPlan
+    kept: tuple[dict[str, Any], ...]
 
 
 def routes_for(routes: SummaryRoutes, reason: str) -> SummaryRoutes:
@@ -74,6 +98,8 @@ class SessionActivities:
         hooks: The hooks this worker runs (D25).
         agent_factory: Makes the agent of a turn, as ``serve --model`` does (``None``: prompts
             are refused, as by a server without ``--model``).
+        stores: The worker's pool and cache (default: new ones for ``database``); closed by
+            :meth:`close`, which the worker calls when it stops.
     """
 
     def __init__(
@@ -83,12 +109,19 @@ class SessionActivities:
         settings: RuntimeSettings | None = None,
         hooks: Hooks | None = None,
         agent_factory: Callable[[], Agent] | None = None,
+        *,
+        stores: WorkerStores | None = None,
     ) -> None:
         self.database = database
         self.routes = routes
         self.settings = settings or RuntimeSettings()
         self.hooks = hooks or Hooks()
         self.turns = TurnActivities(database, self.settings, agent_factory)
+        self.stores = stores if stores is not None else WorkerStores(database)
+
+    def close(self) -> None:
+        """Close the worker's connection pool and drop its cached sessions."""
+        self.stores.close()
 
     def all(self) -> Sequence[Callable[..., Any]]:
         """Every activity, for the worker."""
@@ -106,6 +139,8 @@ class SessionActivities:
     async def run_hooks(self, call: Call) -> Reported:
         """Consult the hooks; report their outcome, the requests and how they shaped them."""
         job = await asyncio.to_thread(self._journal_then_job, call)
+        # The hooks get the session as read; its connection goes back to the pool meanwhile.
+        _close(job)
         try:
             async with heartbeating():
                 report = await job.consult_hooks()
@@ -165,15 +200,9 @@ class SessionActivities:
     # -- the work ---------------------------------------------------------------------------------
 
     def _prepare(self, op: Op) -> Prepared:
-        with contextlib.closing(cluster_store(self.database, op.session_id)) as store:
-            if not store.exists():
-                raise ApplicationError(
-                    f"session {op.session_id}: not in {shown(self.database)}",
-                    type="NoSession",
-                    non_retryable=True,
-                )
-            session = Session.from_store(store)
-            job = self._job(session, op)
+        session, cached = self._session(op.session_id, must_exist=True)
+        with contextlib.closing(session.store):
+            job = self._job(session, op, cached)
             start = job.start()
             tail = session.tail()
         retry = self.routes.retry
@@ -196,18 +225,18 @@ class SessionActivities:
 
     def _journal_then_job(self, call: Call) -> CompactionJob:
         self._write_journal(call.op, call.journal, resend=call.resend)
-        session = self._planned(call.op)
+        stored, cached = self._session(call.op.session_id)
         try:
-            return self._job(session, call.op)
+            return self._job(_as_planned(stored, call.op), call.op, cached)
         except BaseException:
-            session.store.close()
+            stored.store.close()
             raise
 
     def _commit(self, call: Call) -> Reported:
         self._write_journal(call.op, call.journal, resend=call.resend)
         op, entry_id = call.op, call.entry_id
         assert entry_id is not None, "the workflow fixes the entry id before the commit"
-        stored = self._stored(op, entry_id=entry_id)
+        stored, cached = self._session(op.session_id, entry_id=entry_id)
         with contextlib.closing(stored.store):
             found = stored.tree.by_id.get(entry_id)
             if found is not None:
@@ -215,7 +244,7 @@ class SessionActivities:
                 # could say so): report it, do not append it again.
                 return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(found))
             session = _as_planned(stored, op, entry_id)
-            job = self._job(session, op)
+            job = self._job(session, op, cached)
             result = job.result(call.texts, call.models)
             entry = session.new_entry(COMPACTION, result.entry_fields())
             try:
@@ -224,35 +253,106 @@ class SessionActivities:
                 return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
                 return Reported(outcome="failed", error=str(error) or type(error).__name__)
+            self._remember(op, session, cached, entry)
         return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(entry))
 
     def _finish(self, call: Call) -> Entry | None:
         self._write_journal(call.op, call.journal, resend=call.resend)
         if call.status != "committed" or call.entry_id is None:
             return None
-        with contextlib.closing(cluster_store(self.database, call.op.session_id)) as store:
-            return next((e for e in store.load().entries if e.get("id") == call.entry_id), None)
+        session_id, entry_id = call.op.session_id, call.entry_id
+        if is_database_url(self.database):
+            # One row, not the session: the entry is all the hook needs.
+            from orchestrator._store.postgres import PostgresStore
 
-    def _stored(self, op: Op, *, entry_id: str | None = None) -> Session:
-        """The session as stored now; new entries get ``entry_id`` (close its store when done)."""
-        store = cluster_store(self.database, op.session_id)
+            with contextlib.closing(self.stores.store(session_id)) as store:
+                assert isinstance(store, PostgresStore)
+                return store.find_entry(entry_id)
+        session, _ = self._session(session_id)
+        with contextlib.closing(session.store):
+            return session.tree.by_id.get(entry_id)
+
+    def _session(
+        self, session_id: str, *, entry_id: str | None = None, must_exist: bool = False
+    ) -> tuple[Session, Cached | None]:
+        """The session as stored now, from the cache when it is current (close its store).
+
+        New entries get ``entry_id``. ``must_exist``: a session that is not stored is refused
+        (``NoSession``) rather than started empty.
+        """
         kwargs: dict[str, Any] = {} if entry_id is None else {"random_hex": lambda: entry_id}
+        store = self.stores.store(session_id)
         try:
-            return Session.from_store(store, **kwargs)
+            cache = self.stores.cache
+            cached = cache.get(session_id, store.stamp())
+            if cached is not None:
+                store.prime(cached.stamp, cached.parsed)
+            else:
+                store.load()
+                if store.loaded is not None:
+                    cached = cache.put(session_id, *store.loaded)
+            if cached is None or cached.parsed.result.header is None:
+                if must_exist and not store.exists():
+                    raise ApplicationError(
+                        f"session {session_id}: not in {shown(self.database)}",
+                        type="NoSession",
+                        non_retryable=True,
+                    )
+                return Session.from_store(store, **kwargs), None
+            return _session_of(store, cached.parsed.result, kwargs), cached
         except BaseException:
             store.close()
             raise
+
+    def _stored(self, op: Op, *, entry_id: str | None = None) -> Session:
+        """The session as stored now; new entries get ``entry_id`` (close its store when done)."""
+        return self._session(op.session_id, entry_id=entry_id)[0]
 
     def _planned(self, op: Op) -> Session:
         """The session as it was when ``op`` planned (close its store when done)."""
         return _as_planned(self._stored(op), op)
 
-    def _job(self, session: Session, op: Op) -> CompactionJob:
+    def _remember(self, op: Op, session: Session, cached: Cached | None, entry: Entry) -> None:
+        """After this worker's commit: keep the session with its new entry, or forget it.
+
+        Kept only when the store read its new stamp in the commit's own transaction (a
+        database; a file cannot say), the append extended exactly the parse that was cached
+        (the planned tail was its tail), and that parse needed no migration (whose first write
+        is a rewrite). Otherwise the next use reads the session again.
+        """
+        written = cast("StampedStore", session.store).written
+        result = None if cached is None else cached.parsed.result
+        planned = Tail(op.expect_last_id, op.expect_length)
+        if written is None or result is None or result.migrated or result.tail != planned:
+            self.stores.cache.drop(op.session_id)
+            return
+        assert cached is not None
+        grown = dataclasses.replace(result, entries=[*result.entries, entry], tail=session.tail())
+        self.stores.cache.put(
+            op.session_id, written, dataclasses.replace(cached.parsed, result=grown)
+        )
+
+    def _job(self, session: Session, op: Op, cached: Cached | None = None) -> CompactionJob:
         routes = routes_for(self.routes, op.reason)
         ports = Ports(session=session, routes=routes, hooks=self.hooks)
-        job = CompactionJob(
-            ports, routes, reason=op.reason, settings=self.settings.compaction, focus=op.focus
-        )
+        settings = self.settings.compaction
+        key = (session.tail(), settings)
+        planned = cached.plans.get(key) if cached is not None else None
+        if isinstance(planned, Planned):
+            job = CompactionJob(
+                ports,
+                routes,
+                reason=op.reason,
+                settings=settings,
+                focus=op.focus,
+                plan=planned.plan,
+                kept=planned.kept,
+            )
+            job.path = planned.path
+        else:
+            job = CompactionJob(ports, routes, reason=op.reason, settings=settings, focus=op.focus)
+            if cached is not None and job.plan is not None:
+                cached.plans[key] = Planned(job.path, job.plan, job.inputs.kept_messages)
         if op.supplied is not None:
             job.supplied = CompactionResult(**op.supplied)
         job.inputs = CompactionInputs(
@@ -269,15 +369,14 @@ class SessionActivities:
     def _write_journal(self, op: Op, lines: Sequence[JournalLine], *, resend: bool) -> None:
         if not lines:
             return
-        journal = cluster_journal(self.database, op.session_id)
+        journal = self.stores.journal(op.session_id)
         written: set[Any] = set()
         if resend:
             written = {
                 r.data.get("step") for r in journal.records() if r.operation_id == op.operation_id
             }
-        for line in lines:
-            if line.seq in written:
-                continue
+        todo = [line for line in lines if line.seq not in written]
+        for index, line in enumerate(todo):
             step = Step(
                 machine="operation",
                 source=line.source,
@@ -286,7 +385,33 @@ class SessionActivities:
                 effects=tuple(line.effects),
             )
             data = {**line.data, "facts": line.facts, "step": line.seq}
-            journal.record(step, operation_id=op.operation_id, kind="compaction", data=data)
+            # One durable write per activity: the last line's makes the earlier ones durable
+            # too (a file's fsync, a database's synchronous commit), before the effect performs.
+            journal.record(
+                step,
+                operation_id=op.operation_id,
+                kind="compaction",
+                data=data,
+                durable=index == len(todo) - 1,
+            )
+
+
+def _session_of(store: SessionStore, result: LoadResult, kwargs: dict[str, Any]) -> Session:
+    """A session over ``store`` from a parse of it (as :meth:`Session.from_store` builds one).
+
+    The tree is new for every use (indexing copies the entry list), so a commit that adds to
+    it never changes the cached parse.
+    """
+    assert result.header is not None
+    return Session(
+        store,
+        SessionTree(result.header, result.entries),
+        persisted=True,
+        problems=result.problems,
+        migrated=result.migrated,
+        tail=result.tail,
+        **kwargs,
+    )
 
 
 def _as_planned(session: Session, op: Op, entry_id: str | None = None) -> Session:

@@ -5,15 +5,47 @@ database, :mod:`orchestrator._store.factory`); a directory is one machine's
 (``<dir>/<session id>.jsonl``, with the journal beside each file), which every worker process
 on that machine can share, because the file store's conditional append is safe across
 processes (D27).
+
+A worker reaches them through :class:`WorkerStores`: one connection pool per worker process
+and a cache of parsed sessions (:mod:`orchestrator._cluster.cache`).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from orchestrator._cluster.cache import SessionCache
+from orchestrator._core.loading import ParsedSession
 from orchestrator._store.factory import is_database_url, open_journal, open_store
 from orchestrator._store.journal import Journal
 from orchestrator._store.protocol import SessionStore
+
+if TYPE_CHECKING:
+    from orchestrator._store.postgres_pool import Pool
+
+
+class StampedStore(SessionStore, Protocol):
+    """A store that can say whether a parse of it is still current (both cluster stores)."""
+
+    def stamp(self) -> tuple[Any, ...] | None:
+        """A value that changes with every write, read fresh; ``None``: nothing stored."""
+        ...
+
+    @property
+    def loaded(self) -> tuple[tuple[Any, ...], ParsedSession] | None:
+        """The last parse and the stamp it was made at."""
+        ...
+
+    @property
+    def written(self) -> tuple[Any, ...] | None:
+        """The stamp this store's last write left, when it can know it exactly."""
+        ...
+
+    def prime(self, stamp: tuple[Any, ...], parsed: ParsedSession) -> None:
+        """Use a parse made at ``stamp`` by another store of the same session."""
+        ...
 
 
 def session_path(database: str, session_id: str) -> Path:
@@ -42,3 +74,67 @@ def shown(database: str) -> str:
         credentials, _, host = rest.rpartition("@")
         return f"{scheme}://{credentials.partition(':')[0]}@{host}"
     return database
+
+
+class WorkerStores:
+    """A worker's way to its sessions: pooled connections and a cache of parsed sessions.
+
+    For a PostgreSQL ``database`` it keeps one connection pool
+    (:mod:`orchestrator._store.postgres_pool`), opened at the first use and closed by
+    :meth:`close` (the worker calls it when it stops); stores and journals borrow from it. For a
+    directory there is nothing to pool (a file store opens its file per use, which is cheap);
+    both keep a :class:`~orchestrator._cluster.cache.SessionCache`.
+
+    Args:
+        database: Where sessions live (a URL or a directory).
+        cache: The parsed sessions' cache (default: :class:`SessionCache` with its defaults).
+        pool_size: Connections the pool keeps at most.
+    """
+
+    def __init__(
+        self, database: str, *, cache: SessionCache | None = None, pool_size: int = 8
+    ) -> None:
+        self.database = database
+        self.cache = cache if cache is not None else SessionCache()
+        self.pool_size = pool_size
+        self._pool: Pool | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pool(self) -> Pool | None:
+        """The open pool (``None`` for a directory, or before the first use, or once closed)."""
+        return self._pool
+
+    def store(self, session_id: str) -> StampedStore:
+        """A store of ``session_id`` (close it when done: its connection goes back)."""
+        if not is_database_url(self.database):
+            from orchestrator._store.jsonl import JsonlStore
+
+            return JsonlStore(session_path(self.database, session_id))
+        from orchestrator._store.postgres import PostgresStore
+
+        return PostgresStore(self.database, session_id, pool=self._open_pool())
+
+    def journal(self, session_id: str) -> Journal:
+        """The lifecycle journal of ``session_id``."""
+        if not is_database_url(self.database):
+            return open_journal(session_path(self.database, session_id))
+        from orchestrator._store.postgres_journal import postgres_journal
+
+        return postgres_journal(self.database, session_id, pool=self._open_pool())
+
+    def close(self) -> None:
+        """Close the pool and forget every cached session; a later use opens a new pool."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        self.cache.clear()
+
+    def _open_pool(self) -> Pool:
+        with self._lock:
+            if self._pool is None:
+                from orchestrator._store.postgres_pool import open_pool
+
+                self._pool = open_pool(self.database, max_size=self.pool_size)
+            return self._pool

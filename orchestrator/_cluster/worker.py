@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -43,15 +44,35 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=restrictions)
 
 
+class SessionWorker(Worker):
+    """A Temporal worker that closes its activities' pool and cache when it stops.
+
+    Temporal stops a worker through :meth:`run` (``async with`` runs it too), which returns
+    only once every activity has ended; the stores are closed after that, never under an
+    activity still using them.
+    """
+
+    def __init__(self, client: Client, activities: SessionActivities, **kwargs: Any) -> None:
+        super().__init__(client, activities=list(activities.all()), **kwargs)
+        self.session_activities = activities
+
+    async def run(self) -> None:
+        """Work until shut down; then close the activities' stores."""
+        try:
+            await super().run()
+        finally:
+            await asyncio.to_thread(self.session_activities.close)
+
+
 def build_worker(
     client: Client, activities: SessionActivities, *, task_queue: str = TASK_QUEUE
-) -> Worker:
-    """A worker for the session workflow and ``activities``."""
-    return Worker(
+) -> SessionWorker:
+    """A worker for the session workflow and ``activities`` (closes them when it stops)."""
+    return SessionWorker(
         client,
+        activities,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
-        activities=list(activities.all()),
         workflow_runner=workflow_runner(),
         # Activities wait on models; many may be in flight at once.
         max_concurrent_activities=1000,

@@ -196,6 +196,46 @@ class JsonlStore:
         self._loaded = (_signature(stat), parsed)
         return parsed.result
 
+    def stamp(self) -> tuple[int, int, int, int] | None:
+        """The file's identity, size and change time now; ``None`` when there is no file.
+
+        Two equal stamps mean no write happened in between, as far as the file system can
+        tell: an append changes the size, a rewrite (a rename) the inode, and any write the
+        change time (nanoseconds).
+
+        Raises:
+            SessionError: The file cannot be read.
+        """
+        try:
+            return _signature(os.stat(self.path))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
+
+    @property
+    def loaded(self) -> tuple[tuple[int, int, int, int], ParsedSession] | None:
+        """The last parse this store made or was primed with, and the stamp of the file then."""
+        return self._loaded
+
+    @property
+    def written(self) -> None:
+        """Always ``None``: a file's stamp after a write cannot be read in the same step.
+
+        Another program (pi) may append between this store's write and a ``stat``, so a stamp
+        read then could vouch for bytes this store never parsed.
+        """
+        return None
+
+    def prime(self, stamp: tuple[int, int, int, int], parsed: ParsedSession) -> None:
+        """Take a parse another store of this file made at ``stamp`` as this store's own.
+
+        The first write uses it only if the file still has that stamp (else it reads the file
+        again), and compares the tail before writing as always (D27).
+        """
+        self._loaded = (stamp, parsed)
+        self._end = parsed.result.tail
+
     def tail(self) -> Tail:
         """Where the file ends now: its last entry id and its length (read fresh, D27).
 

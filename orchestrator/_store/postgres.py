@@ -29,16 +29,30 @@ Theory of operation (the same promises as the file store, D2, D3, D4 and D27):
 
 A store opened without a session id holds a new session: it learns its id from the header of
 its first write. A store opened with an id refuses a header carrying another one.
+
+**Borrowed connections.** A store opened with a ``pool`` (a
+:class:`psycopg_pool.ConnectionPool`, or anything lending connections the same way) borrows
+one at its first use and gives it back at :meth:`close`, owner lock released, instead of
+connecting and disconnecting: a cluster worker opens a store per activity (issue 10). The pool
+is the caller's; the store never opens or closes it.
+
+**Stamps.** :meth:`stamp` reads, in one query, a value that changes with every write to the
+session (the row version, the rewrite count, the tail and the creation time): a caller that kept
+a parse made at some stamp (:attr:`loaded`) knows it is still the session exactly when the stamp
+is unchanged, and may give it to a fresh store (:meth:`prime`) so that a conditional append does
+not read and parse the whole session again.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -64,7 +78,23 @@ from orchestrator._store.postgres_schema import (
 from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes
 
 Connection = psycopg.Connection[tuple[Any, ...]]
+Stamp = tuple[Any, ...]
+"""Changes with every write to a session (:meth:`PostgresStore.stamp`); compare, never parse."""
 _DEFAULT_OWNER = "python"
+_STAMPED = "version, rewrites, last_id, length, created_at"
+"""The ``sessions`` columns a stamp is made of, in order (a re-created session has a new time)."""
+
+
+class ConnectionLender(Protocol):
+    """Lends connections (:class:`psycopg_pool.ConnectionPool` is one)."""
+
+    def getconn(self, timeout: float | None = None) -> Connection:
+        """Borrow a connection (autocommit, schema current)."""
+        ...
+
+    def putconn(self, conn: Connection) -> None:
+        """Give a borrowed connection back (the lender discards a broken one)."""
+        ...
 
 
 def _line_row(
@@ -80,8 +110,6 @@ def _line_row(
 
 def _ids_of(text: str) -> tuple[str | None, str | None]:
     """The id and type a line names (header included), when they are strings."""
-    import json
-
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -105,6 +133,22 @@ def _nul_id_refusal(where: str, entry_id: object) -> str | None:
     return None
 
 
+def _give_back(pool: ConnectionLender, conn: Connection, *, locked: bool) -> None:
+    """Give a borrowed connection back without any session lock on it.
+
+    A store releases its lock at :meth:`PostgresStore.close`; when that failed, or the store
+    was dropped without closing, every advisory lock of the connection is released here, and a
+    connection that cannot even do that is closed (the pool discards it; the server drops its
+    locks with it).
+    """
+    if locked and not conn.closed:
+        try:
+            conn.execute("SELECT pg_advisory_unlock_all()")
+        except psycopg.Error:
+            conn.close()
+    pool.putconn(conn)
+
+
 class PostgresStore:
     """One session kept in a PostgreSQL database.
 
@@ -114,6 +158,8 @@ class PostgresStore:
         lock: Take the owner lock at the first write when :meth:`own` was not called. Turn off
             only where another mechanism guarantees one writer.
         random_hex: Randomness for ids a v1 migration assigns on load.
+        pool: Borrow the connection from here (given back at :meth:`close`) instead of
+            connecting; the lender's connections must be autocommit with the schema current.
     """
 
     def __init__(
@@ -123,13 +169,15 @@ class PostgresStore:
         *,
         lock: bool = True,
         random_hex: RandomHex = uuid_hex,
+        pool: ConnectionLender | None = None,
     ) -> None:
         self.url = url
         self._id = session_id
         self._use_lock = lock
         self._random_hex = random_hex
+        self._pool = pool
         self._conn: Connection | None = None
-        self._schema = ""
+        self._schema: str | None = None
         self._locked_key: int | None = None
         self._owner_name: str | None = None
         self._pending_owner: str | None = None
@@ -139,6 +187,11 @@ class PostgresStore:
         # another writer that happens to end at the same tail is still a conflict.
         self._seen_rewrites: int | None = None
         self._end: Tail | None = None
+        # The stamp of what the last load parsed (``_loaded``), or that the last write left.
+        self._stamp: Stamp | None = None
+        self._loaded: tuple[Stamp, ParsedSession] | None = None
+        # Whether the connection ever held the owner lock (a borrowed one is cleared if so).
+        self._lock_taken = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     # -- identity ----------------------------------------------------------------------------
@@ -180,17 +233,60 @@ class PostgresStore:
         conn = self._db()
         with self._errors("read it"), self._snapshot(conn):
             row = conn.execute(
-                "SELECT last_id, length, rewrites FROM sessions WHERE id = %s", (self._id,)
+                f"SELECT {_STAMPED} FROM sessions WHERE id = %s", (self._id,)
             ).fetchone()
             if row is None:
                 self._end = EMPTY_TAIL
                 return LoadResult(header=None)
             data = self._read_lines(conn)
         parsed = read_session(data, random_hex=self._random_hex)
-        parsed.result.tail = self._end = Tail(last_id=row[0], length=int(row[1]))
-        self._state = (int(row[2]), parsed)
-        self._seen_rewrites = int(row[2])
+        stamp = self._stamped(row)
+        parsed.result.tail = self._end = Tail(last_id=row[2], length=int(row[3]))
+        self._state = (int(row[1]), parsed)
+        self._loaded = (stamp, parsed)
         return parsed.result
+
+    def stamp(self) -> Stamp | None:
+        """The session's stamp now, read fresh (one query); ``None`` when it is not stored.
+
+        Two equal stamps mean no write happened in between: every append and rewrite bumps the
+        row version, and a session deleted and created again has a new creation time.
+        """
+        if self._id is None:
+            return None
+        with self._errors("read it"):
+            row = (
+                self._db()
+                .execute(f"SELECT {_STAMPED} FROM sessions WHERE id = %s", (self._id,))
+                .fetchone()
+            )
+        return None if row is None else self._stamped(row)
+
+    @property
+    def loaded(self) -> tuple[Stamp, ParsedSession] | None:
+        """The last parse this store made or was primed with, and the stamp it was made at."""
+        return self._loaded
+
+    @property
+    def written(self) -> Stamp | None:
+        """The stamp this store's last write left (read in its transaction), else ``None``."""
+        return self._stamp
+
+    def prime(self, stamp: Stamp, parsed: ParsedSession) -> None:
+        """Take a parse another store of this session made at ``stamp`` as this store's own.
+
+        A conditional write then compares the stored tail as always, and reparses only when the
+        session was rewritten since: the parse is trusted only while the rewrite count agrees.
+        """
+        self._loaded = (stamp, parsed)
+        self._state = (int(stamp[1]), parsed)
+        self._seen_rewrites = int(stamp[1])
+        self._end = Tail(last_id=stamp[2], length=int(stamp[3]))
+
+    def _stamped(self, row: tuple[Any, ...]) -> Stamp:
+        """A stamp from a row of :data:`_STAMPED`; the rewrite count is what this store saw."""
+        self._seen_rewrites = int(row[1])
+        return (int(row[0]), int(row[1]), row[2], int(row[3]), row[4])
 
     def export_bytes(self) -> bytes:
         """The session as a pi file holds it, byte for byte.
@@ -243,6 +339,26 @@ class PostgresStore:
             )
         return row is not None
 
+    def find_entry(self, entry_id: str) -> Entry | None:
+        """The stored entry with this id (its line parsed), without loading the session."""
+        if self._id is None or "\x00" in entry_id:  # such an id is never stored
+            return None
+        with self._errors("read it"):
+            row = (
+                self._db()
+                .execute(
+                    "SELECT line FROM session_lines WHERE session_id = %s AND entry_id = %s"
+                    " ORDER BY seq LIMIT 1",
+                    (self._id, entry_id),
+                )
+                .fetchone()
+            )
+        if row is None:
+            return None
+        # Only lines that parsed as JSON objects have an entry_id (_line_row).
+        entry: Entry = json.loads(row[0])
+        return entry
+
     # -- owning ------------------------------------------------------------------------------
 
     def own(self, owner: str) -> None:
@@ -264,7 +380,7 @@ class PostgresStore:
             return
         assert self._id is not None
         conn = self._db()
-        key = advisory_key(self._schema, self._id)
+        key = advisory_key(self._schema_name(conn), self._id)
         with self._errors("lock it"):
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
             if row is None or not row[0]:
@@ -272,6 +388,7 @@ class PostgresStore:
                     f"{self.location}: session is being changed by {self._holder(conn)}"
                 )
             self._locked_key, self._owner_name = key, owner
+            self._lock_taken = True
             conn.execute(
                 "INSERT INTO session_owners (session_id, owner, pid, host, backend_pid)"
                 " VALUES (%s, %s, %s, %s, pg_backend_pid())"
@@ -337,14 +454,16 @@ class PostgresStore:
             count = 0 if row is None else int(row[2])
             end = tail_after(found, entries, found.length + sum(map(len, lines)))
             if row is None:
-                self._insert_session(conn, count + len(lines), end)
+                written = self._insert_session(conn, count + len(lines), end)
             else:
-                conn.execute(
+                written = conn.execute(
                     "UPDATE sessions SET line_count = %s, last_id = %s, length = %s,"
-                    " version = version + 1, updated_at = now() WHERE id = %s",
+                    " version = version + 1, updated_at = now()"
+                    f" WHERE id = %s RETURNING {_STAMPED}",
                     (count + len(lines), end.last_id, end.length, self._id),
-                )
+                ).fetchone()
             self._copy_lines(conn, count, lines)
+        self._wrote(written)
         rewrites = 0 if row is None else int(row[3])
         self._seen_rewrites = rewrites
         if state.result.header is None:
@@ -388,18 +507,19 @@ class PostgresStore:
                 raise SessionError(refusal)
             end = tail_after(None, entries, sum(map(len, lines)))
             if row is None:
-                self._insert_session(conn, len(lines), end)
+                written = self._insert_session(conn, len(lines), end)
                 rewrites = 0
             else:
                 conn.execute("DELETE FROM session_lines WHERE session_id = %s", (self._id,))
-                conn.execute(
+                written = conn.execute(
                     "UPDATE sessions SET line_count = %s, last_id = %s, length = %s,"
                     " version = version + 1, rewrites = rewrites + 1, updated_at = now()"
-                    " WHERE id = %s",
+                    f" WHERE id = %s RETURNING {_STAMPED}",
                     (len(lines), end.last_id, end.length, self._id),
-                )
+                ).fetchone()
                 rewrites = int(row[3]) + 1
             self._copy_lines(conn, 0, lines)
+        self._wrote(written)
         result = LoadResult(header=header, entries=list(entries))
         self._seen_rewrites = rewrites
         self._state = (
@@ -461,8 +581,9 @@ class PostgresStore:
         with self._errors("write it"), conn.transaction():
             if self._row_for_update(conn) is not None:
                 raise SessionError(f"{self.location}: the session already exists in the database")
-            self._insert_session(conn, len(lines), end)
+            written = self._insert_session(conn, len(lines), end)
             self._copy_lines(conn, 0, [line + b"\n" for line in lines])
+        self._wrote(written)
         self._state = (0, parsed)
         self._seen_rewrites = 0
         self._end = end
@@ -472,16 +593,24 @@ class PostgresStore:
         """Nothing to do: every write was a committed transaction."""
 
     def close(self) -> None:
-        """Release the owner lock and close the connection. Idempotent."""
+        """Release the owner lock and close (or give back) the connection. Idempotent."""
         self._release()
         conn, self._conn = self._conn, None
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
         if conn is not None:
-            conn.close()
+            self._drop(conn)
         self._state = None
         self._pending_owner = None
+
+    def _drop(self, conn: Connection) -> None:
+        """Close the connection, or give it back to the pool it came from (lock-free)."""
+        locked, self._lock_taken = self._lock_taken, False
+        if self._pool is None:
+            conn.close()
+        else:
+            _give_back(self._pool, conn, locked=locked)
 
     def __enter__(self) -> PostgresStore:
         return self
@@ -502,21 +631,29 @@ class PostgresStore:
             # The server dropped the old connection, and the advisory lock with it: the next
             # write takes it again, or is refused like any newcomer's. What was written
             # meanwhile is caught by the next conditional write.
-            self._conn.close()
+            self._drop(self._conn)
             self._conn, self._locked_key = None, None
             if self._finalizer is not None:
                 self._finalizer.detach()
         if self._conn is None:
-            conn = connect(self.url)
-            try:
-                self._schema = current_schema(conn)
-            except BaseException:
-                conn.close()
-                raise
+            if self._pool is None:
+                conn = connect(self.url)
+                finish = conn.close
+            else:
+                with self._errors("borrow a connection"):
+                    conn = self._pool.getconn()
+                finish = functools.partial(_give_back, self._pool, conn, locked=True)
             self._conn = conn
-            # A store dropped without close() still closes its connection (and so its lock).
-            self._finalizer = weakref.finalize(self, conn.close)
+            # A store dropped without close() still closes or gives back its connection (and
+            # so drops its lock: a pool resets what it takes back).
+            self._finalizer = weakref.finalize(self, finish)
         return self._conn
+
+    def _schema_name(self, conn: Connection) -> str:
+        """The schema the session's tables are in (part of the owner lock's key)."""
+        if self._schema is None:
+            self._schema = current_schema(conn)
+        return self._schema
 
     @contextmanager
     def _snapshot(self, conn: Connection) -> Iterator[None]:
@@ -608,10 +745,10 @@ class PostgresStore:
         )
         return b"".join(f"{row[0]}\n".encode() for row in rows)
 
-    def _insert_session(self, conn: Connection, count: int, end: Tail) -> None:
+    def _insert_session(self, conn: Connection, count: int, end: Tail) -> tuple[Any, ...] | None:
         created = conn.execute(
             "INSERT INTO sessions (id, line_count, last_id, length) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (id) DO NOTHING",
+            f" ON CONFLICT (id) DO NOTHING RETURNING {_STAMPED}",
             (self._id, count, end.last_id, end.length),
         )
         if created.rowcount != 1:
@@ -619,6 +756,11 @@ class PostgresStore:
                 f"{self.location}: another writer created this session meanwhile; "
                 "nothing was written"
             )
+        return created.fetchone()
+
+    def _wrote(self, row: tuple[Any, ...] | None) -> None:
+        """Remember the stamp a committed write left (its own transaction read it)."""
+        self._stamp = None if row is None else self._stamped(row)
 
     def _copy_lines(self, conn: Connection, first_seq: int, lines: Sequence[bytes]) -> None:
         assert self._id is not None

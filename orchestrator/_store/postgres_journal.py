@@ -9,7 +9,9 @@ navigation record is committed with ``synchronous_commit`` off, the database's w
 
 The sinks of a process share one connection per database (:func:`_shared_connection`), never a
 store's: a journal record written from another thread must not land inside a store's open
-transaction, and each use holds the connection's lock for its whole transaction.
+transaction, and each use holds the connection's lock for its whole transaction. A sink given a
+``pool`` (a cluster worker's) borrows a connection for each use instead, so journals written
+from many threads at once do not queue on one connection.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -24,6 +28,7 @@ import psycopg
 from orchestrator._core.errors import SessionError
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._store.journal import Clock, Journal, _wall_clock
+from orchestrator._store.postgres import ConnectionLender
 from orchestrator._store.postgres_schema import connect, first_line, redact
 
 _Connection = psycopg.Connection[tuple[Any, ...]]
@@ -54,20 +59,38 @@ class PostgresJournalSink:
     Args:
         url: The database URL.
         session_id: The session whose journal this is.
+        pool: Borrow a connection for each use from here, instead of the process's shared one.
     """
 
-    def __init__(self, url: str, session_id: str) -> None:
+    def __init__(self, url: str, session_id: str, *, pool: ConnectionLender | None = None) -> None:
         self.url = url
         self.session_id = session_id
         self.location = f"{redact(url)}#{session_id} (journal)"
+        self._pool = pool
+
+    @contextmanager
+    def _connection(self) -> Iterator[_Connection]:
+        """A connection for one use: borrowed from the pool, or the shared one, locked."""
+        if self._pool is not None:
+            try:
+                conn = self._pool.getconn()
+            except psycopg.Error as exc:
+                raise self._fail("borrow a connection", exc) from exc
+            try:
+                yield conn
+            finally:
+                self._pool.putconn(conn)
+            return
+        lock, conn = _shared_connection(self.url)
+        with lock:
+            yield conn
 
     def _fail(self, doing: str, exc: psycopg.Error) -> SessionError:
         return SessionError(f"{self.location}: cannot {doing}: {first_line(exc)}")
 
     def exists(self) -> bool:
         """Whether any record was written."""
-        lock, conn = _shared_connection(self.url)
-        with lock:
+        with self._connection() as conn:
             try:
                 row = conn.execute(
                     "SELECT EXISTS (SELECT 1 FROM journal_lines WHERE session_id = %s)",
@@ -79,8 +102,7 @@ class PostgresJournalSink:
 
     def read(self) -> bytes:
         """Every record, one line each, as a journal file holds them."""
-        lock, conn = _shared_connection(self.url)
-        with lock:
+        with self._connection() as conn:
             try:
                 rows = conn.execute(
                     "SELECT line FROM journal_lines WHERE session_id = %s ORDER BY seq",
@@ -93,8 +115,7 @@ class PostgresJournalSink:
     def append(self, line: bytes, *, durable: bool) -> None:
         """Insert one record; committed durably when ``durable``, else without waiting for it."""
         text = line.decode("utf-8").removesuffix("\n")
-        lock, conn = _shared_connection(self.url)
-        with lock:
+        with self._connection() as conn:
             try:
                 with conn.transaction():
                     if not durable:
@@ -113,8 +134,7 @@ class PostgresJournalSink:
         its commit, which covers every earlier commit made with ``synchronous_commit`` off. It
         must have a transaction id to log a commit at all, hence ``pg_current_xact_id()``.
         """
-        lock, conn = _shared_connection(self.url)
-        with lock:
+        with self._connection() as conn:
             try:
                 with conn.transaction():
                     conn.execute("SELECT pg_current_xact_id()")
@@ -128,7 +148,8 @@ def postgres_journal(
     *,
     clock: Clock = _wall_clock,
     operation_machine: MachineDef | None = None,
+    pool: ConnectionLender | None = None,
 ) -> Journal:
-    """The journal of session ``session_id`` in the database at ``url``."""
-    sink = PostgresJournalSink(url, session_id)
+    """The journal of session ``session_id`` in the database at ``url`` (``pool``: see the sink)."""
+    sink = PostgresJournalSink(url, session_id, pool=pool)
     return Journal(sink, clock=clock, operation_machine=operation_machine)

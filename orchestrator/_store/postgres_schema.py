@@ -74,11 +74,11 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
-    """Open an autocommit connection and make sure the schema is current.
+def connection_info(url: str) -> str:
+    """``url`` with our defaults for what it does not say: a connect timeout, our name.
 
     Raises:
-        SessionError: The URL is bad, the server cannot be reached, or the login is refused.
+        SessionError: The URL is not a well-formed PostgreSQL URL.
     """
     check_url(url)
     options: dict[str, str | int] = {}
@@ -87,8 +87,17 @@ def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
         options["connect_timeout"] = _CONNECT_TIMEOUT_S
     if "application_name" not in given:
         options["application_name"] = "orchestrator"
+    return make_conninfo(url, **options)
+
+
+def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """Open an autocommit connection and make sure the schema is current.
+
+    Raises:
+        SessionError: The URL is bad, the server cannot be reached, or the login is refused.
+    """
     try:
-        conn = psycopg.connect(make_conninfo(url, **options), autocommit=True)
+        conn = psycopg.connect(connection_info(url), autocommit=True)
     except psycopg.Error as exc:
         raise SessionError(f"{redact(url)}: cannot connect: {first_line(exc)}") from exc
     try:

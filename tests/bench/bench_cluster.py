@@ -11,7 +11,11 @@ local provider server in a child process, answering after ``--latency`` seconds)
 sends N ``session.compress`` updates at once (update-with-start, one workflow per session).
 Printed: wall time from the first request to the last answer, p50/p99 latency, compactions per
 second, the workers' peak RSS (VmHWM), and the database's rows and bytes per stored entry
-(``session_lines`` and ``journal_lines``, indexes and TOAST included).
+(``session_lines`` and ``journal_lines``, indexes and TOAST included), and the machine's load
+average sampled during the run (``/proc/loadavg``: other work on the machine shows there).
+
+``--profile DIR`` runs each worker under cProfile and stops it with SIGINT, leaving
+``DIR/worker-W-I.prof`` to read with ``pstats``.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -38,28 +44,63 @@ from tests.bench.bench_core import write_session  # noqa: E402
 
 def import_sessions(database: str, count: int, entries: int) -> list[str]:
     from orchestrator._store.postgres import PostgresStore
+    from orchestrator._store.postgres_pool import open_pool
 
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "s.jsonl"
         write_session(path, entries)
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     ids = []
-    for _ in range(count):
-        header = json.loads(lines[0])
-        header["id"] = session_id = f"bench-{uuid.uuid4().hex[:12]}"
-        with PostgresStore(database) as store:
-            store.import_bytes((json.dumps(header) + "\n" + "".join(lines[1:])).encode())
-        ids.append(session_id)
+    with open_pool(database, max_size=1) as pool:
+        for _ in range(count):
+            header = json.loads(lines[0])
+            header["id"] = session_id = f"bench-{uuid.uuid4().hex[:12]}"
+            with PostgresStore(database, pool=pool) as store:
+                store.import_bytes((json.dumps(header) + "\n" + "".join(lines[1:])).encode())
+            ids.append(session_id)
     return ids
+
+
+class LoadSampler:
+    """Samples /proc/loadavg (the 1-minute average) every few seconds while a run goes on."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
+
+    def _run(self, every_s: float) -> None:
+        while not self._stop.is_set():
+            self.samples.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            self._stop.wait(every_s)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "no samples"
+        low, high = min(self.samples), max(self.samples)
+        return f"load {low:.1f}-{high:.1f} (mean {statistics.mean(self.samples):.1f})"
 
 
 def start_workers(count: int, args: argparse.Namespace, url: str, queue: str) -> list[Any]:
     workers = []
     for index in range(count):
         log = Path(tempfile.gettempdir()) / f"bench-worker-{queue}-{index}.log"
+        profile: list[str] = []
+        if args.profile:
+            out = Path(args.profile) / f"worker-{count}-{index}.prof"
+            profile = ["-m", "cProfile", "-o", str(out)]
         with log.open("w") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator", "worker", "--temporal", args.temporal,
+                [sys.executable, *profile, "-m", "orchestrator", "worker",
+                 "--temporal", args.temporal,
                  "--database", args.database, "--task-queue", queue, "--remote", url,
                  "--keep-recent-tokens", "2000", "--timeout", "600"],
                 stderr=stderr, stdout=subprocess.DEVNULL,
@@ -78,6 +119,12 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def storage(database: str) -> dict[str, float]:
@@ -123,13 +170,17 @@ def run(args: argparse.Namespace, workers: int) -> None:
     with Provider("http", args.latency, args.sessions * 2) as provider:
         started_workers = start_workers(workers, args, provider.url, queue)
         try:
-            begin = time.perf_counter()
-            latencies = asyncio.run(compress_all(args, ids, queue))
-            wall = time.perf_counter() - begin
+            server = cpu_s(args.temporal_pid) if args.temporal_pid else 0.0
+            with LoadSampler() as load:
+                begin = time.perf_counter()
+                latencies = asyncio.run(compress_all(args, ids, queue))
+                wall = time.perf_counter() - begin
             rss = [peak_rss_mib(p.pid) for p, _ in started_workers]
+            cpu = [cpu_s(p.pid) for p, _ in started_workers]
+            server = (cpu_s(args.temporal_pid) - server) if args.temporal_pid else float("nan")
         finally:
             for process, _ in started_workers:
-                process.terminate()
+                process.send_signal(signal.SIGINT if args.profile else signal.SIGTERM)
                 process.wait()
     latencies.sort()
     p99 = latencies[max(0, round(len(latencies) * 0.99) - 1)]
@@ -137,7 +188,9 @@ def run(args: argparse.Namespace, workers: int) -> None:
         f"workers={workers} sessions={args.sessions} L={args.latency}s: wall {wall:.1f} s, "
         f"p50 {statistics.median(latencies):.2f} s, p99 {p99:.2f} s, "
         f"{args.sessions / wall:.1f} compactions/s, worker peak RSS "
-        f"{', '.join(f'{r:.0f}' for r in rss)} MiB; db {storage(args.database)}",
+        f"{', '.join(f'{r:.0f}' for r in rss)} MiB; db {storage(args.database)}; "
+        f"{load.summary()}; worker CPU {', '.join(f'{c:.0f}' for c in cpu)} s, "
+        f"Temporal server CPU {server:.0f} s",
         flush=True,
     )
 
@@ -150,6 +203,8 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=200)
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--profile", help="run the workers under cProfile, output here")
+    parser.add_argument("--temporal-pid", type=int, help="the dev server's pid, for its CPU")
     args = parser.parse_args()
     if not args.temporal or not args.database:
         parser.error("--temporal and --database are needed (or the ORCHESTRATOR_TEST_* variables)")
