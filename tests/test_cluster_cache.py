@@ -93,6 +93,12 @@ def parsed(length: int) -> Any:
     return result
 
 
+def test_the_defaults_are_the_readmes() -> None:
+    cache = SessionCache()
+    assert (cache.max_sessions, cache.max_bytes) == (1000, 256 << 20)
+    assert WorkerStores("postgresql://u@h/d").pool_size == 8
+
+
 def test_the_cache_keeps_the_least_recently_used_out_first_by_count() -> None:
     cache = SessionCache(max_sessions=2, max_bytes=1000)
     for name in ("a", "b"):
