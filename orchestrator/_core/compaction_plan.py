@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator._core.context import ContextIndex, SessionContext, build_context
+from orchestrator._core.context import ContextIndex, SessionContext, build_context, window
 from orchestrator._core.cut_point import find_cut_point
 from orchestrator._core.entries import COMPACTION, Entry, Message
 from orchestrator._core.file_ops import (
@@ -70,6 +70,9 @@ class CompactionPlan:
         messages_to_summarize: Messages for the history summary (with their serialized lengths
             when planned from a context's index: a :class:`MeasuredMessages`).
         turn_prefix_messages: Messages for the turn-prefix summary (empty unless split).
+            These four are read-only windows on the context's lists when planned from a context
+            (O(1), not copies; :class:`~orchestrator._core.window.Window`): they compare equal
+            to the tuples of their items.
         kept_entry_ids: Every entry from the first kept one to the end of the path.
         tokens_before: Context tokens before compacting (D6: last usage + trailing estimate).
         previous_summary: The previous compaction's summary, to be updated. With a split turn
@@ -85,10 +88,10 @@ class CompactionPlan:
     first_kept_entry_id: str
     is_split_turn: bool
     turn_start_entry_id: str | None
-    summarize_entry_ids: tuple[str, ...] = field(repr=False)
-    turn_prefix_entry_ids: tuple[str, ...] = field(repr=False)
-    messages_to_summarize: tuple[Message, ...] = field(repr=False)
-    turn_prefix_messages: tuple[Message, ...] = field(repr=False)
+    summarize_entry_ids: Sequence[str] = field(repr=False)
+    turn_prefix_entry_ids: Sequence[str] = field(repr=False)
+    messages_to_summarize: Sequence[Message] = field(repr=False)
+    turn_prefix_messages: Sequence[Message] = field(repr=False)
     kept_entry_ids: tuple[str, ...] = field(repr=False)
     tokens_before: int
     previous_summary: str | None
@@ -242,8 +245,8 @@ def plan_compaction(
         first_kept_entry_id=first_kept["id"],
         is_split_turn=cut.is_split_turn,
         turn_start_entry_id=path[cut.turn_start_index]["id"] if cut.is_split_turn else None,
-        summarize_entry_ids=tuple(context.entry_ids[lo:history_hi]),
-        turn_prefix_entry_ids=tuple(context.entry_ids[prefix_lo:hi]),
+        summarize_entry_ids=window(context.entry_ids, lo, history_hi),
+        turn_prefix_entry_ids=window(context.entry_ids, prefix_lo, hi),
         messages_to_summarize=view.measured(context.messages, lo, history_hi),
         turn_prefix_messages=view.measured(context.messages, prefix_lo, hi),
         kept_entry_ids=tuple(e["id"] for e in path[cut.first_kept_index :]),

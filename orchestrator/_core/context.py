@@ -35,6 +35,7 @@ from orchestrator._core.entries import (
 )
 from orchestrator._core.serialize import LATE_ROLES, MeasuredMessages, measure, serial_step
 from orchestrator._core.tokens import ContextTokens, estimate_context_tokens, estimate_tokens
+from orchestrator._core.window import Window
 
 T = TypeVar("T")
 
@@ -210,16 +211,26 @@ class ContextIndex:
         return found
 
     def measured(self, messages: Sequence[Message], lo: int, hi: int) -> MeasuredMessages:
-        """Context messages ``[lo, hi)`` with their serialized lengths.
+        """Context messages ``[lo, hi)`` with their serialized lengths, not copied (O(1)).
 
         ``messages`` are the context's messages (this view's ``count`` of them).
         """
         late = self.late
         first = bisect.bisect_left(late, lo)
         last = bisect.bisect_left(late, hi, first)
-        return MeasuredMessages(
-            messages[lo:hi], self.serial, lo, (late[i] - lo for i in range(first, last))
+        return MeasuredMessages.window(
+            _underlying(messages), lo, hi, self.serial, (late[i] - lo for i in range(first, last))
         )
+
+
+def window(items: Sequence[T], lo: int, hi: int) -> Window[T]:
+    """``items[lo:hi]`` of a context's sequence (``messages``, ``entry_ids``...), not copied."""
+    return Window(_underlying(items), lo, hi - lo)
+
+
+def _underlying(items: Sequence[T]) -> Sequence[T]:
+    # A snapshot's list only grows, so a window may read it directly (one indirection less).
+    return items._items if isinstance(items, Snapshot) else items
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,7 @@ from orchestrator._core.utf16 import (
     utf16_head,
     utf16_len,
 )
+from orchestrator._core.window import Window
 
 TOOL_RESULT_MAX_CHARS = 2000
 """Tool results longer than this are cut in the serialized conversation."""
@@ -478,42 +479,65 @@ def serial_step(units: int) -> int:
     return units + len(PARAGRAPH_SEPARATOR) if units else 0
 
 
-class MeasuredMessages(tuple[Message, ...]):
-    """Consecutive context messages whose serialized lengths are already known (a tuple).
+class MeasuredMessages(Window[Message]):
+    """Consecutive context messages whose serialized lengths are already known.
 
-    It compares, hashes and iterates as the tuple of its messages. ``sums`` are running sums of
-    :func:`serial_step` of the serialized lengths, kept by the context as it grows: message
-    ``k`` of this tuple is between ``sums[start + k]`` and ``sums[start + k + 1]``, except the
-    messages listed in ``late`` (of a role in :data:`LATE_ROLES`), which count 0 there and are
-    measured here. Without sums it is a plain tuple whose conversation is serialized whole.
+    It compares, hashes and iterates as the tuple of its messages (see :class:`Window`).
+    ``sums`` are running sums of :func:`serial_step` of the serialized lengths, kept by the
+    context as it grows: message ``k`` of this run is between ``sums[start + k]`` and
+    ``sums[start + k + 1]``, except the messages listed in ``late`` (of a role in
+    :data:`LATE_ROLES`), which count 0 there and are measured here. Without sums it is a plain
+    run whose conversation is serialized whole.
 
     The serialized text of each message is made at most once, and only for the messages asked
     for: :meth:`suffix` finds the oldest message it needs from the sums (a binary search), and
     serializes from there to the newest, keeping those pieces for the next call.
     """
 
+    __slots__ = ("sums", "start", "_late_at", "_late", "_from", "_pieces")
+
     sums: Sequence[int] | None
     start: int
-    _late_at: tuple[int, ...]
-    _late: dict[int, int] | None
-    _from: int
-    _pieces: list[str]
 
-    def __new__(
-        cls,
+    def __init__(
+        self,
         messages: Iterable[Message] = (),
         sums: Sequence[int] | None = None,
         start: int = 0,
         late: Iterable[int] = (),
+    ) -> None:
+        items = tuple(messages)
+        self._setup(items, 0, len(items), sums, start, late)
+
+    @classmethod
+    def window(
+        cls, items: Sequence[Message], lo: int, hi: int, sums: Sequence[int], late: Iterable[int]
     ) -> MeasuredMessages:
-        self = super().__new__(cls, messages)
+        """Messages ``items[lo:hi]`` of a context, not copied (``items`` must only grow).
+
+        ``sums`` are the context's running sums (the run starts at ``lo`` there too); ``late``
+        indexes the run.
+        """
+        run = cls.__new__(cls)
+        run._setup(items, lo, hi - lo, sums, lo, late)
+        return run
+
+    def _setup(
+        self,
+        items: Sequence[Message],
+        at: int,
+        length: int,
+        sums: Sequence[int] | None,
+        start: int,
+        late: Iterable[int],
+    ) -> None:
+        Window.__init__(self, items, at, length)
         self.sums = sums
         self.start = start
         self._late_at = tuple(late)
-        self._late = None
-        self._from = len(self)  # messages [_from, len) are serialized, in _pieces
-        self._pieces = []
-        return self
+        self._late: dict[int, int] | None = None
+        self._from = length  # messages [_from, len) are serialized, in _pieces
+        self._pieces: list[str] = []
 
     def _late_steps(self) -> dict[int, int]:
         # Measured on first use, not when a plan is made: `plan --json` never reads templates.
@@ -524,7 +548,8 @@ class MeasuredMessages(tuple[Message, ...]):
     def _pieces_from(self, first: int) -> list[str]:
         """:func:`serialize_message` of messages ``[first, len)``, each made once."""
         if first < self._from:
-            made = list(map(serialize_message, self[first : self._from]))
+            at = self._start
+            made = list(map(serialize_message, self._items[at + first : at + self._from]))
             made.extend(self._pieces)
             self._pieces, self._from = made, first
         return self._pieces[first - self._from :]

@@ -16,8 +16,9 @@ different last turn:
   than ``keep_recent_tokens``, so the cut lands inside the turn and two summaries are asked for
   (history and turn prefix), which must run concurrently: total about ``L``, not ``2L``.
 
-Each run opens a fresh copy of the session file (the JSONL store, fsync per turn; loading and the
-first context build are not timed: a live session has both) and times
+Each run opens a fresh copy of the session file (the JSONL store, fsync per turn, opened as its
+owner; loading, the writer lock and the first context build are not timed: a live session has
+them all) and times
 ``AgentSession.compact()``: plan, hooks, summaries, commit (one appended, fsynced line). It
 prints the median total, total minus ``L`` (the orchestration overhead), how many model calls
 were made and how many were in flight at once, and, for reference, the time planning alone takes
@@ -194,7 +195,9 @@ async def one_run(data: bytes, kind: str, latency: float) -> dict[str, Any]:
             os.fsync(fd)
         finally:
             os.close(fd)
-        session = Session.open(path)  # the file store, fsync per turn: the commit is fsynced
+        # The file store, fsync per turn (the commit is fsynced), opened as its owner as a live
+        # session is (AgentSession.open): the writer lock is taken here, not by the commit.
+        session = Session.open(path, owner="bench_compaction")
         try:
             return await _timed(session, kind, latency)
         finally:
