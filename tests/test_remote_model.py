@@ -1,5 +1,6 @@
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -183,3 +184,43 @@ def test_a_second_event_loop_gets_a_client_of_its_own(provider: LocalProvider) -
     anyio.run(call)
     assert len({id(c) for c in clients}) == 2
     assert all(c is not None and c.is_closed for c in clients)
+
+
+async def test_calls_in_flight_spread_over_the_pools_and_one_at_a_time_use_the_first(
+    provider: LocalProvider,
+) -> None:
+    """Issue 9: one pool's bookkeeping walks all its connections at every request and answer."""
+    from orchestrator._models.remote import POOLS
+
+    async with remote(provider) as model:
+
+        async def call() -> None:
+            assert (await model.complete(REQUEST)).text == "ok"
+
+        async def wait_for(requests: int) -> Any:
+            while len(provider.requests) < requests:
+                await anyio.sleep(0.01)
+            return model._client._transport  # type: ignore[union-attr]
+
+        count = 3 * POOLS
+        provider.push(*(Reply.hang(then=Reply.remote("ok")) for _ in range(count)))
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(count):
+                    tg.start_soon(call)
+                pools = await wait_for(count)
+                assert pools.busy == [3] * POOLS
+                provider.release()
+            assert pools.busy == [0] * POOLS
+            provider._released = False
+            for done in range(count, count + 3):  # one at a time: always the first pool
+                provider.push(Reply.hang(then=Reply.remote("ok")))
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    assert (await wait_for(done + 1)).busy == [1] + [0] * (POOLS - 1)
+                    provider.release()
+                provider._released = False
+        client = model._client
+    assert client is not None
+    assert client.is_closed
+    assert all(pool._pool.connections == [] for pool in pools.pools)
