@@ -299,7 +299,8 @@ def test_navigation_cancel_paths_leave_the_session_untouched() -> None:
     esc = runner("navigation", "summarizing").fire("cancel")
     assert (esc.dest, esc.effects) == ("cancelled", ("cancel_summary",))
     for state in ("collecting", "consulting_hooks"):
-        assert runner("navigation", state).fire("cancel").effects == ()
+        # Nothing is written yet; a handler still running is stopped (D22).
+        assert runner("navigation", state).fire("cancel").effects == ("stop_hooks",)
     assert runner("navigation", "summarizing").fire("summary_failed").dest == "failed"
 
 

@@ -180,6 +180,7 @@ _OPERATION_EFFECTS = {
 _NAVIGATION_EFFECTS = {
     "collect_entries": "collect the abandoned branch's entries (collectEntriesForBranchSummary)",
     "run_hooks": "run session_before_tree handlers (D25)",
+    "stop_hooks": "cancel the session_before_tree handlers in flight and wait until they settled",
     "start_summary": "run one branch-summary operation (operation.toml)",
     "cancel_summary": "cancel the branch-summary operation; the session is untouched (D22)",
     "switch_leaf": "move the leaf (branch or resetLeaf)",

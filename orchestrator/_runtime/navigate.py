@@ -31,7 +31,7 @@ from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
+from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, first_error
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.ports import Ports
@@ -111,6 +111,7 @@ class Navigator:
             "run_hooks": self._run_hooks,
             "start_summary": self._start_summary,
             "cancel_summary": self._cancel_summary,
+            "stop_hooks": self._stop_hooks,
             "switch_leaf": self._switch_leaf,
             "switch_leaf_with_summary": self._switch_leaf_with_summary,
             "rebuild_context": self._rebuild_context,
@@ -118,6 +119,7 @@ class Navigator:
         }
         self.machine: Interpreter | None = None
         self._request: _Request | None = None
+        self._after_hooks: anyio.CancelScope | None = None
 
     @property
     def running(self) -> bool:
@@ -125,9 +127,16 @@ class Navigator:
         return self.machine is not None and not self.machine.done
 
     def cancel(self) -> None:
-        """Ask the navigation in progress to cancel; the table decides what that means now."""
+        """Ask the navigation in progress to cancel; the table decides what that means now.
+
+        Once the navigation is done (the leaf moved), only its ``session_tree`` handlers may
+        still run: a cancel then stops them, so a handler that never returns cannot hold the
+        call; what was written stays written.
+        """
         if self.machine is not None and not self.machine.done and self.machine.listed("cancel"):
             self.machine.interrupt("cancel")
+        elif self._after_hooks is not None:
+            cancel_scope(self._after_hooks)
 
     async def navigate(
         self,
@@ -329,6 +338,12 @@ class Navigator:
         assert self.machine is not None
         await self.machine.wait_in_flight()
 
+    async def _stop_hooks(self) -> None:
+        # A handler that never returns must not hold the navigation: it is cancelled like a
+        # model call (D22); nothing was written before the hooks answered.
+        assert self.machine is not None
+        await self.machine.stop_in_flight()
+
     async def _switch_leaf(self) -> Report:
         request = self._current()
         apply_navigation(self._session(), request.target, old_leaf_id=request.old_leaf)
@@ -362,16 +377,20 @@ class Navigator:
             session.append_label(
                 summary_entry["id"] if summary_entry else request.target.target_id, request.label
             )
-        await self.ports.run_hook(
-            "session_tree",
-            {
-                "type": "session_tree",
-                "newLeafId": session.leaf_id,
-                "oldLeafId": request.old_leaf,
-                "summaryEntry": summary_entry,
-                "fromExtension": request.from_extension if summary_entry else None,
-            },
-        )
+        try:
+            with anyio.CancelScope() as self._after_hooks:
+                await self.ports.run_hook(
+                    "session_tree",
+                    {
+                        "type": "session_tree",
+                        "newLeafId": session.leaf_id,
+                        "oldLeafId": request.old_leaf,
+                        "summaryEntry": summary_entry,
+                        "fromExtension": request.from_extension if summary_entry else None,
+                    },
+                )
+        finally:
+            self._after_hooks = None
         self.ports.events.emit(
             "session_tree",
             newLeafId=session.leaf_id,
