@@ -9,7 +9,12 @@ so the import runs with that mode unless the caller chose one. Every
 call makes exactly one HTTP attempt (``max_retries=0, num_retries=0``): retries and candidate
 switching are ours (D21, ``_retry.py``). Provider exceptions become ``ModelError`` through the
 classifier, chained with ``from exc``. Cancellation (anyio or asyncio) is a ``BaseException``
-and is never caught here, so cancelling the caller's scope ends the HTTP request.
+and is never caught here, so cancelling the caller's scope ends the HTTP request. A bug is not a
+provider failure either: a plain ``TypeError``, ``AttributeError``, ``NameError``,
+``AssertionError`` or ``NotImplementedError`` (the builtin classes, not a library's subclass)
+propagates as it is, so it is seen as a bug instead of being retried or written into the session
+as the provider's error reply. litellm maps what fails inside its own call to its own exception
+classes, so these can only come from the way it was called.
 
 I do not judge the reply: an empty text or a ``length`` stop is reported as it is, and the
 caller decides whether that is a failure (D15, ``check_summary_response``).
@@ -25,6 +30,9 @@ from typing import Any
 
 from orchestrator._core.classify import classify_exception
 from orchestrator._core.model import ModelRequest, ModelResponse, ToolCall, Usage
+
+# Builtin exceptions that mean a bug in the call, not a provider failure (see the module doc).
+_BUGS = frozenset({TypeError, AttributeError, NameError, AssertionError, NotImplementedError})
 
 _FINISH_REASONS = {
     "stop": "stop",
@@ -169,6 +177,8 @@ class LiteLLMModel:
         try:
             raw = await litellm.acompletion(**self.arguments(request))
         except Exception as exc:  # only Exception: cancellation must pass through untouched
+            if type(exc) in _BUGS:
+                raise
             raise classify_exception(exc) from exc
         return response_from_litellm(raw, fallback_model=self._model)
 

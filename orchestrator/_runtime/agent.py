@@ -7,7 +7,11 @@ session, so the file is the record of the turn even when the turn later fails.
 
 A provider failure is not raised: like pi, the agent yields an assistant message with
 ``stopReason: "error"`` and ``errorMessage``, which is what the turn machine classifies
-(overflow, transient, fatal). Cancellation is the exception: it propagates.
+(overflow, transient, fatal). Only our model errors are failures of that kind: the route already
+named them (:class:`~orchestrator._core.errors.ModelError`, with its ``kind``), and the message
+keeps that kind as ``errorKind`` (a field pi ignores), so the turn table's overflow and transient
+rows follow what the route found rather than a guess from the text. Anything else (a bug such as
+a ``TypeError``, a ``Cancelled``, a cancellation) propagates and ends the turn with its own error.
 """
 
 from __future__ import annotations
@@ -75,8 +79,11 @@ def assistant_message(
 def error_message(
     error: BaseException, now_ms: int, *, provider: str = "", model: str = ""
 ) -> Message:
-    """A pi assistant message recording a failed call (``stopReason: "error"``)."""
-    return {
+    """A pi assistant message recording a failed call (``stopReason: "error"``).
+
+    A :class:`ModelError`'s ``kind`` is kept as ``errorKind`` for the turn's classification.
+    """
+    message: Message = {
         "role": "assistant",
         "content": [],
         "provider": provider,
@@ -86,6 +93,9 @@ def error_message(
         "errorMessage": str(error) or type(error).__name__,
         "timestamp": now_ms,
     }
+    if isinstance(error, ModelError):
+        message["errorKind"] = error.kind
+    return message
 
 
 Tool = Callable[[Mapping[str, Any]], Awaitable[str]]

@@ -30,6 +30,10 @@ OVERFLOW_FAILED = (
 )
 AUTO_CONTINUE_TYPE = "auto-continue"
 
+# A ModelError's kind, as recorded on a failed reply, to the turn's outcome. A timeout is
+# transient, as in the operation table; other kinds are judged by the text.
+_KIND_OUTCOMES = {"overflow": "overflow", "transient": "transient", "timeout": "transient"}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
@@ -70,6 +74,13 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
     window = settings.context_window
     if stop == "error":
         error = str(reply.get("errorMessage") or "Unknown error")
+        # The route's own verdict (ChatAgent keeps a ModelError's kind) wins over the text: a
+        # provider class or status may say overflow or transient where the words do not. "fatal"
+        # is also ModelError's default, so then the text still gets its say (pi's messages have
+        # no kind at all).
+        named = _KIND_OUTCOMES.get(str(reply.get("errorKind")))
+        if named is not None:
+            return Verdict(outcome=named, error=error)
         if is_context_overflow_text(error):
             return Verdict(outcome="overflow", error=error)
         if is_transient_text(error):

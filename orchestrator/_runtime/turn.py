@@ -247,15 +247,23 @@ class TurnDriver:
                 self._group = group
                 await self._loop(event)
         except BaseExceptionGroup as errors:
-            raise first_error(errors) from None
+            # An effect raised (an agent's bug, a refused step): the error is the caller's to
+            # see, but the machine must not stay in `running` (every later prompt would be
+            # refused), so the run settles through the abort row first, as a cancel does.
+            error = first_error(errors)
+            await self._settle()
+            raise error from None
         except anyio.get_cancelled_exc_class():
             # Cancelled from outside: settle through the table so the machine can be used again.
-            with anyio.CancelScope(shield=True):
-                if self.machine.listed("abort"):
-                    await self._loop("abort")
+            await self._settle()
             raise
         finally:
             self._group = None
+
+    async def _settle(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.machine.listed("abort"):
+                await self._loop("abort")
 
     async def _loop(self, event: str | None) -> None:
         while event is not None:
