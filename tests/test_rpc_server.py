@@ -591,7 +591,8 @@ def test_serve_reads_the_api_key_from_a_file_and_warns_about_the_flag(
 ) -> None:
     import argparse
 
-    from orchestrator._cli.serve import API_KEY_VISIBLE, register
+    from orchestrator._cli.common import API_KEY_VISIBLE
+    from orchestrator._cli.serve import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

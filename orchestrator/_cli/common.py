@@ -144,7 +144,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="litellm model id; repeat for candidates in order (default: offline)",
     )
     parser.add_argument("--api-base", help="base URL for the litellm routes")
-    parser.add_argument("--api-key", help="API key (default: the provider's usual variable)")
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="read the API key from FILE (yours, mode 0600; default: the provider's usual "
+        "variable)",
+    )
+    keys.add_argument(
+        "--api-key", help="API key (visible to other users in the process list: avoid)"
+    )
     parser.add_argument(
         "--context-window",
         type=positive_int,
@@ -152,6 +162,33 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="the summarizer's context window in tokens",
     )
     parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+
+
+API_KEY_VISIBLE = (
+    "warning: --api-key is visible to every local user in the process list; "
+    "prefer --api-key-file or the provider's environment variable"
+)
+
+
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """The API key from ``--api-key-file`` or ``--api-key``; ``None``: the provider's variable.
+
+    The file is read as ``serve`` reads it (D30): it must be a regular file of ours that no other
+    user may read or change, not a symbolic link, and not empty; surrounding whitespace (the
+    newline an editor adds) is dropped.
+
+    Raises:
+        SessionError: The key file cannot be used; one line naming it and why (exit 1).
+    """
+    path = getattr(args, "api_key_file", None)
+    if path is None:
+        return getattr(args, "api_key", None) or None
+    from orchestrator._rpc.access import read_secret_file  # only when a key file is named
+
+    try:
+        return read_secret_file(path, "API key")
+    except ValueError as exc:
+        raise SessionError(str(exc)) from None
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from orchestrator._cli.common import (
     add_model_arguments,
     add_timeout_argument,
+    api_key_of,
     open_existing,
     positive_int,
     print_json,
@@ -110,7 +111,7 @@ def _route_settings(args: argparse.Namespace) -> RouteSettings:
     return RouteSettings(
         models=tuple(args.model),
         api_base=args.api_base,
-        api_key=args.api_key or None,
+        api_key=api_key_of(args),
         context_window=args.context_window,
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,

@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 
 from orchestrator._cli.common import (
+    API_KEY_VISIBLE,
     UsageError,
     add_cluster_arguments,
     add_timeout_argument,
@@ -44,10 +45,6 @@ from orchestrator._runtime.routes import RouteSettings, build_summarizer
 from orchestrator._runtime.types import RuntimeSettings
 
 Listener = TypeVar("Listener")
-API_KEY_VISIBLE = (
-    "warning: --api-key is visible to every local user in the process list; "
-    "prefer --api-key-file or the provider's environment variable"
-)
 
 
 def register(commands: Any) -> None:

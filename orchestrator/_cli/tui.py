@@ -8,12 +8,15 @@ typed in the editor; without it, typed text just stays in the editor.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from orchestrator._cli.common import (
+    API_KEY_VISIBLE,
     add_model_arguments,
     add_timeout_argument,
+    api_key_of,
     positive_int,
     with_timeout,
 )
@@ -62,7 +65,7 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
     routes = RouteSettings(
         models=tuple(args.model),
         api_base=args.api_base,
-        api_key=args.api_key or None,
+        api_key=api_key_of(args),
         context_window=args.context_window,
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,
@@ -107,6 +110,8 @@ def _tui(args: argparse.Namespace) -> int:
     from orchestrator._tui.app import TreeApp
 
     runtime = build_runtime(args)
+    if args.api_key:
+        print(f"orchestrator tui: {API_KEY_VISIBLE}", file=sys.stderr)
     try:
         TreeApp(runtime).run()
         keep_position(runtime)

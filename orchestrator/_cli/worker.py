@@ -16,9 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator._cli.common import (
+    API_KEY_VISIBLE,
     add_cluster_arguments,
     add_model_arguments,
     add_timeout_argument,
+    api_key_of,
     positive_int,
     require_cluster,
     with_timeout,
@@ -55,12 +57,14 @@ def _worker(args: argparse.Namespace) -> int:
     routes = RouteSettings(
         models=tuple(args.model),
         api_base=args.api_base,
-        api_key=args.api_key,
+        api_key=api_key_of(args),
         context_window=args.context_window,
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,
         short_summary=args.short_summary,
     )
+    if args.api_key:
+        print(f"orchestrator worker: {API_KEY_VISIBLE}", file=sys.stderr, flush=True)
     settings = with_timeout(
         RuntimeSettings(
             context_window=args.context_window or RuntimeSettings().context_window,

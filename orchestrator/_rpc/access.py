@@ -86,13 +86,16 @@ def read_secret_file(path: Path, what: str) -> str:
             other users, or empty. The message is one line naming the file.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: opening a named pipe would otherwise wait for a writer, for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise ValueError(f"{what} file {path}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        # Checked before wrapping the descriptor: a folder cannot even be wrapped.
+        os.close(fd)
+        raise ValueError(f"{what} file {path}: not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{what} file {path}: not a regular file")
         if info.st_uid != os.getuid():
             raise ValueError(f"{what} file {path}: owned by another user")
         if info.st_mode & 0o077:
