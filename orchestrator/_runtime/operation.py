@@ -45,7 +45,7 @@ from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
-from orchestrator._runtime.jobs import PruneJob, Start
+from orchestrator._runtime.jobs import BranchJob, PruneJob, Start
 from orchestrator._runtime.outcomes import COMMIT_EVENTS, HOOK_EVENTS, attempt_summary, call_event
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome
@@ -197,7 +197,7 @@ class OperationRun:
                         await self._loop(None, "cancel", self._facts(), {})
                 raise
             outcome = self.outcome()
-            span.set(**_span_attributes(outcome))
+            span.set(**_span_attributes(outcome), **self._branch_span_attributes())
         return outcome
 
     async def _loop(
@@ -505,6 +505,20 @@ class OperationRun:
             from_extension=bool(getattr(self._result, "from_extension", False)),
             dry_run=self.dry_run,
         )
+
+    def _branch_span_attributes(self) -> dict[str, Any]:
+        # A branch summary's span says what a compaction's does: what it covered (the
+        # abandoned branch's tokens, as its plan counts them) and the model that wrote it.
+        if not isinstance(self.job, BranchJob):
+            return {}
+        plan = self.job.plan
+        attrs: dict[str, Any] = {
+            "tokens_before": plan.total_tokens,
+            "summarized": len(plan.summarized_entry_ids),
+        }
+        if self.state == "committed" and self._result is not None:
+            attrs["model"] = self._result.model
+        return attrs
 
     _commit_error: str | None = None
     _unsynced = False
