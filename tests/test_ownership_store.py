@@ -180,10 +180,14 @@ def test_file_replaced_behind_the_writer_is_a_conflict(tmp_path: Path) -> None:
         replacement = tmp_path / "other"
         replacement.write_bytes(path.read_bytes())
         os.replace(replacement, path)
-        with pytest.raises(ConflictError, match="replaced since it was read"):
+        with pytest.raises(
+            ConflictError, match=r"since it was read \(the file was replaced\); nothing was"
+        ):
             store.append([entry("c", "b")], expect=store.tail())
         path.unlink()
-        with pytest.raises(ConflictError, match="removed since it was read"):
+        with pytest.raises(
+            ConflictError, match=r"since it was read \(the file was removed\); nothing was"
+        ):
             store.append([entry("c", "b")], expect=expect)
 
 

@@ -302,7 +302,7 @@ def test_a_rewrite_by_another_writer_is_a_conflict_even_at_the_same_tail(pg_url:
     planned = planner.load().tail
     with PostgresStore(pg_url, "s-1") as other:
         assert other.rewrite(_header(), [_entry("a", None)]) == planned  # same end, new lines
-    with pytest.raises(ConflictError, match="rewritten by another writer"):
+    with pytest.raises(ConflictError, match=r"read \(another writer rewrote it\); nothing was"):
         planner.append([_entry("b", "a")], expect=planned)
     assert planner.tail() == planned  # a fresh read: the next plan starts from here
     planner.append([_entry("b", "a")], expect=planned)

@@ -316,6 +316,39 @@ def test_a_conditional_append_with_a_stale_tail_is_refused(kind: Kind) -> None:
     assert kind.contents() == before
 
 
+def test_every_store_refuses_a_stale_tail_in_the_same_words(kind: Kind) -> None:
+    # One rule and one message (orchestrator/_store/tail.py): only the location differs.
+    kind.seed(lines(HEADER, entry("a"), entry("b", "a")))
+    store = kind.open()
+    now = store.tail()
+    stale = Tail("a", 10)
+    said = (
+        f"{store.location}: the session changed since it was read (it ended at entry a, "
+        f"10 bytes; now at entry b, {now.length} bytes); another program wrote to it, so "
+        "nothing was written"
+    )
+    with pytest.raises(ConflictError) as refused:
+        store.append([entry("c", "b")], expect=stale)
+    assert str(refused.value) == said
+    with pytest.raises(ConflictError) as refused:
+        store.rewrite(HEADER, [entry("a")], expect=stale)
+    assert str(refused.value) == said
+    store.close()
+
+
+def test_a_bad_header_is_refused_before_the_tail_is_compared(kind: Kind) -> None:
+    # The caller's mistake is named first, by every store, whatever the tail says.
+    kind.seed(lines(HEADER, entry("a")))
+    store = kind.open()
+    before = kind.contents()
+    with pytest.raises(SessionError) as refused:
+        store.rewrite(entry("x"), [entry("a")], expect=Tail("gone", 1))
+    assert type(refused.value) is SessionError
+    assert "the header is not a session header" in str(refused.value)
+    store.close()
+    assert kind.contents() == before
+
+
 def test_a_conditional_rewrite_after_another_write_is_refused(separate: Kind) -> None:
     separate.seed(lines(HEADER, entry("a")))
     planner = separate.open()

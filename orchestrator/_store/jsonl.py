@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import EMPTY_TAIL, LoadResult, Tail
 from orchestrator._core.loading import (
     ParsedSession,
@@ -52,7 +52,7 @@ from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.files import describe_os_error, open_side_file
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
-from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes, tail_of_file
+from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_bytes, tail_of_file
 
 _CHUNK = 1 << 16
 
@@ -445,20 +445,11 @@ class JsonlStore:
         try:
             named = os.stat(self.path)
         except FileNotFoundError:
-            raise ConflictError(
-                f"{self.location}: the session file was removed since it was read; "
-                "nothing was written"
-            ) from None
+            raise changed(self.location, "the file was removed") from None
         held = os.fstat(fd)
         if (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
-            raise ConflictError(
-                f"{self.location}: the session file was replaced since it was read; "
-                "nothing was written"
-            )
-        found = tail_of_file(fd, held.st_size)
-        if found != expect:
-            raise ConflictError(conflict_message(self.location, expect, found))
-        return found
+            raise changed(self.location, "the file was replaced")
+        return check_tail(self.location, expect, tail_of_file(fd, held.st_size))
 
     def _repair_once(self, fd: int) -> int:
         """Repair the tail before the first write; returns the change in length."""

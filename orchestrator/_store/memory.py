@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
+from orchestrator._core.errors import SessionError, SessionLockedError
 from orchestrator._core.load_result import LoadResult, Tail
 from orchestrator._core.loading import (
     ParsedSession,
@@ -27,7 +27,7 @@ from orchestrator._core.loading import (
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.jsonl import write_pi_line
-from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes
+from orchestrator._store.tail import check_tail, tail_after, tail_of_bytes
 
 
 class MemoryStore:
@@ -110,8 +110,8 @@ class MemoryStore:
         """
         if not entries:
             return expect or self._end or self.tail()
-        if expect is not None:
-            self._check(expect)
+        if expect is not None:  # reading the tail scans the data: only for a conditional write
+            check_tail(self.location, expect, self.tail())
         data = b"".join(write_pi_line(entry) for entry in entries)
         base = expect or self._end or self.tail()
         before = len(self._data)
@@ -143,12 +143,12 @@ class MemoryStore:
             ConflictError: The store no longer ends at ``expect``; nothing was written.
             SessionError: For the same reasons as ``JsonlStore.rewrite``.
         """
-        if expect is not None:
-            self._check(expect)
         if header.get("type") != "session" or not isinstance(header.get("id"), str):
             raise SessionError(
                 f"cannot rewrite {self.location}: the header is not a session header"
             )
+        if expect is not None:
+            check_tail(self.location, expect, self.tail())
         data = b"".join(write_pi_line(entry) for entry in (header, *entries))
         refusal = rewrite_refusal(self.location, self._writer())
         if refusal:
@@ -189,11 +189,6 @@ class MemoryStore:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
-
-    def _check(self, expect: Tail) -> None:
-        found = self.tail()
-        if found != expect:
-            raise ConflictError(conflict_message(self.location, expect, found))
 
     def _writer(self) -> ParsedSession:
         if self._state is None:

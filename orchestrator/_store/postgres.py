@@ -57,7 +57,7 @@ from typing import Any, Protocol
 import psycopg
 
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
+from orchestrator._core.errors import SessionError, SessionLockedError
 from orchestrator._core.load_result import EMPTY_TAIL, LoadResult, Tail
 from orchestrator._core.loading import (
     ParsedSession,
@@ -75,7 +75,7 @@ from orchestrator._store.postgres_schema import (
     host_name,
     redact,
 )
-from orchestrator._store.tail import conflict_message, tail_after, tail_of_bytes
+from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_bytes
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 Stamp = tuple[Any, ...]
@@ -714,13 +714,10 @@ class PostgresStore:
         found = EMPTY_TAIL if row is None else Tail(last_id=row[0], length=int(row[1]))
         if expect is None:
             return found
-        if found != expect:
-            raise ConflictError(conflict_message(self.location, expect, found))
+        check_tail(self.location, expect, found)
         if row is not None and self._seen_rewrites not in (None, int(row[3])):
-            raise ConflictError(
-                f"{self.location}: the session was rewritten by another writer since it was "
-                "read; nothing was written"
-            )
+            # A rewrite may end at the same entry and length: its count tells it apart.
+            raise changed(self.location, "another writer rewrote it")
         return found
 
     def _row_for_update(self, conn: Connection) -> tuple[Any, ...] | None:
@@ -752,10 +749,7 @@ class PostgresStore:
             (self._id, count, end.last_id, end.length),
         )
         if created.rowcount != 1:
-            raise ConflictError(
-                f"{self.location}: another writer created this session meanwhile; "
-                "nothing was written"
-            )
+            raise changed(self.location, "another writer created it")
         return created.fetchone()
 
     def _wrote(self, row: tuple[Any, ...] | None) -> None:

@@ -41,12 +41,12 @@ from orchestrator._core.entries import (
     iso_now,
     role_of,
 )
-from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import LoadResult, Problem, Tail
 from orchestrator._core.loading import gc_paused
 from orchestrator._core.tree import LEAF, SessionTree
 from orchestrator._store.protocol import SessionStore
-from orchestrator._store.tail import conflict_message
+from orchestrator._store.tail import check_tail
 
 
 def wall_clock_ms() -> int:
@@ -389,10 +389,8 @@ class Session:
         elif role_of(entry) == "assistant":
             self._tail = self.store.rewrite(self.header, [*self.tree.entries, entry], expect=expect)
             self._persisted = True
-        elif expect is not None:
-            found = self.store.tail()
-            if found != expect:
-                raise ConflictError(conflict_message(self.store.location, expect, found))
+        elif expect is not None:  # nothing written yet (pi's deferred write): still the rule
+            check_tail(self.store.location, expect, self.store.tail())
 
     def flush(self) -> None:
         """Write everything now, even without an assistant message, and make it durable."""

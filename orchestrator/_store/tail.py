@@ -1,4 +1,9 @@
-"""Finding where a stored session ends: its last entry id and its length (D27).
+"""Where a stored session ends, and the rule a conditional write applies to it (D27).
+
+Every store refuses a conditional write through :func:`check_tail` and :func:`changed`, so the
+rule (the end found must equal the end the caller read, exactly) and the words of the refusal
+are the same for a file, the memory store and PostgreSQL: ``LOCATION: the session changed since
+it was read (HOW); ... nothing was written``.
 
 A conditional write compares the store's end now with the end the caller read. I read the id
 from the stored bytes themselves rather than from what this process parsed, so an entry that
@@ -15,6 +20,7 @@ import os
 from collections.abc import Iterable, Sequence
 
 from orchestrator._core.entries import Entry
+from orchestrator._core.errors import ConflictError
 from orchestrator._store.protocol import Tail
 
 _WINDOW = 1 << 16
@@ -74,6 +80,40 @@ def tail_after(previous: Tail | None, entries: Sequence[Entry], length: int) -> 
         if entry.get("type") != "session" and isinstance(entry_id, str):
             return Tail(last_id=entry_id, length=length)
     return Tail(last_id=previous.last_id if previous else None, length=length)
+
+
+def check_tail(location: str, expect: Tail | None, found: Tail) -> Tail:
+    """Refuse a conditional write unless the session still ends where the caller read it.
+
+    Args:
+        location: The store's location, for the message.
+        expect: Where the caller read the session ending (``None``: an unconditional write).
+        found: Where it ends now, read under the store's write lock or transaction.
+
+    Returns:
+        ``found``, the base the write builds on.
+
+    Raises:
+        ConflictError: ``found`` differs from ``expect``; the caller writes nothing.
+    """
+    if expect is not None and found != expect:
+        raise ConflictError(conflict_message(location, expect, found))
+    return found
+
+
+def changed(location: str, how: str) -> ConflictError:
+    """The refusal of a conditional write for a change the tail alone does not show.
+
+    Args:
+        location: The store's location.
+        how: What happened, as a clause (``the file was replaced``).
+
+    Returns:
+        The error to raise; nothing was written.
+    """
+    return ConflictError(
+        f"{location}: the session changed since it was read ({how}); nothing was written"
+    )
 
 
 def conflict_message(location: str, expect: Tail, found: Tail) -> str:
