@@ -59,6 +59,7 @@ from orchestrator._core.errors import (
     SessionLockedError,
     TransitionError,
 )
+from orchestrator._core.utf16 import escape_lone_surrogates
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -225,14 +226,18 @@ def notification(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def encode(message: Any) -> str:
-    """One line of JSON (no newline); values JSON cannot hold are sent as their text.
+    r"""One line of JSON (no newline); values JSON cannot hold are sent as their text.
+
+    A lone surrogate (a session may hold one, D26; a client may send one as ``\udXXX``) is
+    written as a ``\udXXX`` escape, as ``JSON.stringify`` does: left raw, the line would not
+    be UTF-8 and could not be sent at all.
 
     Raises:
         ValueError: the message holds ``NaN`` or an infinity (JSON has neither).
         RecursionError: the message is nested too deeply to encode.
     """
-    return json.dumps(
-        message, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False
+    return escape_lone_surrogates(
+        json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
     )
 
 
