@@ -177,3 +177,28 @@ async def test_the_operation_deadline_ends_a_compaction_whose_hook_hangs() -> No
     assert kit.session.tree.entries == before
     moves = [(s["source"], s["event"], s["dest"]) for s in kit.of("transition")]
     assert ("consulting_hooks", "deadline_passed", "failed") in moves
+
+
+async def test_abort_ends_the_wait_for_a_hanging_session_compact_hook_after_the_commit() -> None:
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    hook = HangingHandler()
+    kit.runtime.hooks.on("session_compact", hook)
+    outcomes: list[Any] = []
+
+    async def go() -> None:
+        outcomes.append(await kit.runtime.compact())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(go)
+        await until(lambda: hook.started == 1)
+        kit.runtime.abort_compaction()
+    assert hook.cancelled == 1
+    assert outcomes[0].status == "committed"  # written before the handler ran: it stays
+    assert kit.entry_types()[-1] == "compaction"
+    assert kit.runtime.is_busy is False
