@@ -3,7 +3,8 @@
 Side files (``.lock``, ``.journal``, ``.corrupt``) are opened with ``O_NOFOLLOW``: a side file
 that someone replaced with a symbolic link would otherwise make us read, or worse append to, a
 file anywhere the link points, outside the session's folder. I refuse such a link with a clear
-error instead of following it. Operating-system errors become a
+error instead of following it, and, opening without waiting, a named pipe or a device in a side
+file's place. Operating-system errors become a
 :class:`~orchestrator._core.errors.SessionError` naming the file and the reason, so the command
 line prints one line instead of a ``PermissionError`` traceback.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from stat import S_ISREG
 
 from orchestrator._core.errors import SessionError
 
@@ -45,9 +47,24 @@ def open_side_file(path: Path, flags: int, doing: str, mode: int = 0o666) -> int
             missing folder...).
     """
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
         raise SessionError(describe_os_error(path, doing, exc)) from exc
+    return _regular(fd, path, doing)
+
+
+def _regular(fd: int, path: Path, doing: str) -> int:
+    # O_NONBLOCK (above) keeps a named pipe from holding the open for ever; then anything but
+    # a regular file (a pipe, a device) is refused rather than read or written.
+    try:
+        regular = S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise SessionError(f"{path}: cannot {doing}: not a regular file")
+    return fd
 
 
 def read_side_file(path: Path, doing: str = "read") -> bytes | None:
@@ -57,11 +74,12 @@ def read_side_file(path: Path, doing: str = "read") -> bytes | None:
         SessionError: The side file is a symbolic link or cannot be read.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise SessionError(describe_os_error(path, doing, exc)) from exc
+    _regular(fd, path, doing)
     try:
         chunks: list[bytes] = []
         while chunk := os.read(fd, 1 << 20):

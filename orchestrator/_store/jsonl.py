@@ -36,6 +36,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from stat import S_ISREG
 from types import TracebackType
 
 from orchestrator._core.entries import Entry
@@ -84,6 +85,29 @@ def write_pi_line(entry: Entry) -> bytes:
 
 def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
     return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
+    """Open the session file itself, refusing anything but a regular file.
+
+    ``O_NONBLOCK`` keeps the open from waiting: a named pipe opened for reading waits for a
+    writer for ever (and a signal does not end the wait: the call is restarted). It changes
+    nothing for a regular file. A pipe or a device (``/dev/zero`` reads without end) is refused.
+
+    Raises:
+        OSError: The open failed (the caller says why, in one line).
+        SessionError: The path names something that is not a regular file.
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        regular = S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise SessionError(f"{path}: not a regular file; a session is a file of JSON lines")
+    return fd
 
 
 def _read_all(fd: int) -> bytes:
@@ -178,7 +202,7 @@ class JsonlStore:
             SessionError: The file cannot be read (permissions, a folder...).
         """
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _open_session_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
             self._loaded, self._end = None, EMPTY_TAIL
             return LoadResult(header=None)
@@ -245,7 +269,7 @@ class JsonlStore:
         if self._fd is not None:
             return tail_of_file(self._fd, os.fstat(self._fd).st_size)
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _open_session_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return EMPTY_TAIL
         except OSError as exc:
@@ -421,7 +445,7 @@ class JsonlStore:
             self._owner_lock.acquire(_default_owner())
         created = not self.path.exists()
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
             raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
         try:
