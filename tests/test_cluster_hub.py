@@ -100,7 +100,7 @@ async def test_the_cluster_server_answers_as_a_one_process_server(tmp_path: Path
             ("session.fork", {"entry_id": "x"}),
         ):
             refused = (await call(rpc, method, session_id=session_id, **extra))["error"]
-            assert refused["code"] == -32601
+            assert refused == {"code": -32602, "message": "Entry x not found"}
         # A worker without an agent refuses a prompt as a server without --model does.
         refused = (await call(rpc, "session.prompt", session_id=session_id, text="hi"))["error"]
         assert refused == {"code": -32601, "message": NO_AGENT}

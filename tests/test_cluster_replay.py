@@ -2,12 +2,14 @@
 
 No server is needed: Temporal's replayer runs the workflow code against each history in
 ``tests/data/temporal/`` (recorded from the simulation scenarios by tests/test_cluster.py,
-tests/test_cluster_processes.py and tests/test_cluster_turns.py with ``ORCHESTRATOR_RECORD=1``):
-manual, threshold with a candidate switch and a retry, summarizer overflow, every candidate
-failing, abort, a worker killed mid-call, and two whole turns: a threshold compaction after a
-reply (then the D20 continue) and overflow recovery (compact once, retry). A replay that takes
-a different step than the history recorded fails, so these also prove that the workflow's
-decisions come from the tables: a table changed under a recorded history no longer replays.
+tests/test_cluster_processes.py, tests/test_cluster_turns.py and
+tests/test_cluster_navigation.py with ``ORCHESTRATOR_RECORD=1``): manual, threshold with a
+candidate switch and a retry, summarizer overflow, every candidate failing, abort, a worker
+killed mid-call, two whole turns: a threshold compaction after a reply (then the D20 continue)
+and overflow recovery (compact once, retry), and two tree navigations: with a branch summary,
+and aborted while summarizing. A replay that takes a different step than the history recorded
+fails, so these also prove that the workflow's decisions come from the tables: a table changed
+under a recorded history no longer replays.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def test_every_simulation_scenario_has_a_recorded_history() -> None:
     assert {"manual", "candidate_switch", "overflow", "threshold_failed", "abort"} <= names
     assert "crash" in names
     assert {"turn_threshold", "turn_overflow"} <= names
+    assert {"navigate_summary", "navigate_abort"} <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

@@ -32,6 +32,7 @@ from orchestrator._core.errors import SessionError
 from orchestrator._core.tokens import CompactionSettings, estimate_tokens
 from orchestrator._runtime.jobs import kept_messages
 from orchestrator._runtime.navigate import NavigationResult
+from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
 from orchestrator._runtime.retry import AttemptRecord
 from orchestrator._runtime.routes import RouteSettings, build_summarizer, close_routes
 from orchestrator._runtime.session import AgentSession
@@ -40,9 +41,6 @@ from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator._telemetry.export import check_otlp_collector, make_tracer_provider
 from orchestrator._telemetry.tracing import LifecycleTracer
-
-LEAF_MARKER = "orchestrator/leaf"
-"""``customType`` of the entry that records a navigation without a summary (see ``navigate``)."""
 
 
 def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
@@ -337,22 +335,6 @@ def record_leaf(session: Session, old_leaf: str | None, target: str) -> Entry | 
         {"customType": LEAF_MARKER, "data": {"from": old_leaf, "to": target}},
         parent_id=session.leaf_id,
     )
-
-
-def position_is_recorded(session: Session) -> bool:
-    """True when reopening the file already lands at the active leaf, so no marker is needed.
-
-    A file reopens at its last entry: that is the leaf itself, or a leaf marker written under
-    it by an earlier navigation to the same place (navigating there twice must not pile up
-    markers). An empty session has no position to record.
-    """
-    entries = session.tree.entries
-    if not entries:
-        return True
-    last = entries[-1]
-    if last["id"] == session.leaf_id:
-        return True
-    return last.get("customType") == LEAF_MARKER and last.get("parentId") == session.leaf_id
 
 
 def _print_navigation(result: NavigationResult) -> None:

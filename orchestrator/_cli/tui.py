@@ -20,10 +20,10 @@ from orchestrator._cli.common import (
     positive_int,
     with_timeout,
 )
-from orchestrator._cli.ops import LEAF_MARKER, position_is_recorded
 from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
 from orchestrator._runtime.agent import ChatAgent
+from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
 from orchestrator._runtime.routes import RouteSettings, build_summarizer, candidate_models
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import RuntimeSettings

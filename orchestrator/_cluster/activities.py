@@ -45,16 +45,20 @@ from orchestrator._cluster.cache import Cached
 from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.stores import StampedStore, WorkerStores, shown
+from orchestrator._cluster.tree_activities import TreeActivities
 from orchestrator._cluster.turn_activities import TurnActivities
+from orchestrator._cluster.views import planned_view
+from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._core.entries import COMPACTION, Entry
+from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.load_result import LoadResult
+from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._core.tree import SessionTree
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.jobs import CompactionJob
+from orchestrator._runtime.jobs import BranchJob, CompactionJob
 from orchestrator._runtime.outcomes import attempt_summary
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import (
@@ -70,6 +74,7 @@ from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
 
 StoreOpener = Callable[[str, str], SessionStore]
+Job = CompactionJob | BranchJob
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,9 +129,9 @@ class SessionActivities:
         self.stores.close()
 
     def all(self) -> Sequence[Callable[..., Any]]:
-        """Every activity, for the worker."""
+        """Every activity, for the worker (turns, navigation and fork included)."""
         compaction = (self.prepare, self.run_hooks, self.call_model, self.commit, self.finish)
-        return (*compaction, *self.turns.all())
+        return (*compaction, *self.turns.all(), *TreeActivities(self).all())
 
     # -- activities -------------------------------------------------------------------------------
 
@@ -139,6 +144,7 @@ class SessionActivities:
     async def run_hooks(self, call: Call) -> Reported:
         """Consult the hooks; report their outcome, the requests and how they shaped them."""
         job = await asyncio.to_thread(self._journal_then_job, call)
+        assert isinstance(job, CompactionJob), "only a compaction consults hooks here"
         # The hooks get the session as read; its connection goes back to the pool meanwhile.
         _close(job)
         try:
@@ -202,6 +208,11 @@ class SessionActivities:
     def _prepare(self, op: Op) -> Prepared:
         session, cached = self._session(op.session_id, must_exist=True)
         with contextlib.closing(session.store):
+            if op.branch is not None:
+                # A branch summary works on the session as its navigation found it (D27).
+                session = planned_view(
+                    session, Tail(op.branch.expect_last_id, op.branch.expect_length)
+                )
             job = self._job(session, op, cached)
             start = job.start()
             tail = session.tail()
@@ -212,6 +223,7 @@ class SessionActivities:
             data={k: v for k, v in start.data.items() if v is not None},
             expect_last_id=tail.last_id,
             expect_length=tail.length,
+            routes=[len(part.routes) for part in job.parts] if op.kind != "compaction" else [],
             policy=Policy(
                 enabled=retry.enabled,
                 max_retries=retry.max_retries,
@@ -223,14 +235,17 @@ class SessionActivities:
             ),
         )
 
-    def _journal_then_job(self, call: Call) -> CompactionJob:
+    def _journal_then_job(self, call: Call) -> Job:
         self._write_journal(call.op, call.journal, resend=call.resend)
         stored, cached = self._session(call.op.session_id)
         try:
-            return self._job(_as_planned(stored, call.op), call.op, cached)
+            job = self._job(_as_planned(stored, call.op), call.op, cached)
         except BaseException:
             stored.store.close()
             raise
+        if isinstance(job, BranchJob):
+            stored.store.close()  # a branch job holds what it needs; it keeps no session
+        return job
 
     def _commit(self, call: Call) -> Reported:
         self._write_journal(call.op, call.journal, resend=call.resend)
@@ -246,7 +261,7 @@ class SessionActivities:
             session = _as_planned(stored, op, entry_id)
             job = self._job(session, op, cached)
             result = job.result(call.texts, call.models)
-            entry = session.new_entry(COMPACTION, result.entry_fields())
+            entry = job.entry(session, result)
             try:
                 job.append(session, entry, Tail(op.expect_last_id, op.expect_length))
             except ConflictError as error:
@@ -258,7 +273,7 @@ class SessionActivities:
 
     def _finish(self, call: Call) -> Entry | None:
         self._write_journal(call.op, call.journal, resend=call.resend)
-        if call.status != "committed" or call.entry_id is None:
+        if call.status != "committed" or call.entry_id is None or call.op.kind != "compaction":
             return None
         session_id, entry_id = call.op.session_id, call.entry_id
         if is_database_url(self.database):
@@ -332,7 +347,9 @@ class SessionActivities:
             op.session_id, written, dataclasses.replace(cached.parsed, result=grown)
         )
 
-    def _job(self, session: Session, op: Op, cached: Cached | None = None) -> CompactionJob:
+    def _job(self, session: Session, op: Op, cached: Cached | None = None) -> Job:
+        if op.branch is not None:
+            return self._branch_job(session, op)
         routes = routes_for(self.routes, op.reason)
         ports = Ports(session=session, routes=routes, hooks=self.hooks)
         settings = self.settings.compaction
@@ -366,6 +383,33 @@ class SessionActivities:
             job.parts = compaction_parts(job.plan, routes, job.inputs)
         return job
 
+    def _branch_job(self, session: Session, op: Op) -> BranchJob:
+        """The branch summary of a navigation (D17), planned as the one-process navigator does."""
+        nav = op.branch
+        assert nav is not None
+        # D21: a branch summary uses the current model's route, as a manual compaction does.
+        routes = routes_for(self.routes, "manual")
+        candidates = routes.candidates
+        window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
+        entries, ancestor = collect_branch_entries(
+            session.tree, nav.old_leaf_id, nav.request.target_id
+        )
+        plan = prepare_branch_entries(
+            entries,
+            max(1, window - self.settings.branch_reserve_tokens),
+            old_leaf_id=nav.old_leaf_id,
+            target_id=nav.request.target_id,
+            common_ancestor_id=ancestor,
+        )
+        return BranchJob(
+            routes,
+            plan,
+            new_leaf_id=nav.new_leaf_id,
+            old_leaf_id=nav.old_leaf_id,
+            instructions=nav.request.instructions,
+            replace_instructions=nav.request.replace_instructions,
+        )
+
     def _write_journal(self, op: Op, lines: Sequence[JournalLine], *, resend: bool) -> None:
         if not lines:
             return
@@ -390,7 +434,7 @@ class SessionActivities:
             journal.record(
                 step,
                 operation_id=op.operation_id,
-                kind="compaction",
+                kind=op.kind,
                 data=data,
                 durable=index == len(todo) - 1,
             )
@@ -421,18 +465,11 @@ def _as_planned(session: Session, op: Op, entry_id: str | None = None) -> Sessio
     and its commit then conflicts. A session changed beyond recognition (the planned last entry
     is gone) is returned as it is: the commit will conflict on it too.
     """
-    expect = Tail(op.expect_last_id, op.expect_length)
-    if session.tail() == expect or op.expect_last_id not in session.tree.by_id:
-        return session
-    entries = session.tree.entries
-    cut = next(i for i, e in enumerate(entries) if e.get("id") == op.expect_last_id) + 1
-    tree = SessionTree(session.header, entries[:cut])
-    kwargs: dict[str, Any] = {} if entry_id is None else {"random_hex": lambda: entry_id}
-    return Session(session.store, tree, persisted=True, tail=expect, **kwargs)
+    return planned_view(session, Tail(op.expect_last_id, op.expect_length), entry_id)
 
 
-def _close(job: CompactionJob) -> None:
-    if job.ports.session is not None:
+def _close(job: Job) -> None:
+    if isinstance(job, CompactionJob) and job.ports.session is not None:
         job.ports.session.store.close()
 
 

@@ -8,7 +8,7 @@ workflow and it decides: one compaction at a time per session, in the whole flee
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -21,15 +21,22 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from orchestrator._cluster.contract import (
+    HISTORY_BOUND,
     TASK_QUEUE,
     CompressRequest,
     CompressResult,
+    ForkDone,
+    ForkRequest,
+    NavigateRequest,
+    NavigateResult,
     PromptRequest,
     PromptResult,
     SessionStart,
 )
 from orchestrator._cluster.workflow import SessionWorkflow
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import ConflictError, SessionError
+
+T = TypeVar("T")
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 """How long a state query may wait for a worker to answer."""
@@ -44,10 +51,18 @@ class ClusterClient:
         idle_s: How long a session workflow waits for more work before completing.
     """
 
-    def __init__(self, client: Client, *, task_queue: str = TASK_QUEUE, idle_s: float = 300.0):
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str = TASK_QUEUE,
+        idle_s: float = 300.0,
+        history_bound: int = HISTORY_BOUND,
+    ):
         self.client = client
         self.task_queue = task_queue
         self.idle_s = idle_s
+        self.history_bound = history_bound
 
     @classmethod
     async def connect(cls, address: str, **kwargs: Any) -> ClusterClient:
@@ -63,17 +78,9 @@ class ClusterClient:
             SessionError: A compaction is already running in this session, or the workflow
                 refused the request (the message says why).
         """
-        start = self._start(session_id)
-        try:
-            result: CompressResult = await self.client.execute_update_with_start_workflow(
-                "compress",
-                CompressRequest(focus=focus, reason=reason),
-                start_workflow_operation=start,
-                result_type=CompressResult,
-            )
-        except WorkflowUpdateFailedError as error:
-            raise SessionError(_message(error)) from None
-        return result
+        return await self._update(
+            session_id, "compress", CompressRequest(focus=focus, reason=reason), CompressResult
+        )
 
     async def prompt(self, session_id: str, text: str) -> PromptResult:
         """Run a turn for ``text`` in ``session_id``'s workflow and wait for its end.
@@ -82,25 +89,46 @@ class ClusterClient:
             SessionError: The worker has no agent, or the workflow refused the request (the
                 message says why).
         """
-        try:
-            result: PromptResult = await self.client.execute_update_with_start_workflow(
-                "prompt",
-                PromptRequest(text=text),
-                start_workflow_operation=self._start(session_id),
-                result_type=PromptResult,
-            )
-        except WorkflowUpdateFailedError as error:
-            raise SessionError(_message(error)) from None
-        return result
+        return await self._update(session_id, "prompt", PromptRequest(text=text), PromptResult)
 
-    def _start(self, session_id: str) -> WithStartWorkflowOperation[Any, Any]:
-        return WithStartWorkflowOperation(
+    async def navigate(self, session_id: str, request: NavigateRequest) -> NavigateResult:
+        """Navigate ``session_id``'s tree through its workflow and wait for the outcome.
+
+        Raises:
+            SessionError: A navigation is already running, or the target is unknown.
+            ConflictError: The leaf move met another writer's change (D27).
+        """
+        return await self._update(session_id, "navigate", request, NavigateResult)
+
+    async def fork(self, session_id: str, request: ForkRequest) -> ForkDone:
+        """Fork ``session_id`` before a user message into a new session in the store.
+
+        Raises:
+            SessionError: Not a user message, an unknown id, or the new id is taken.
+        """
+        return await self._update(session_id, "fork", request, ForkDone)
+
+    async def _update(self, session_id: str, name: str, argument: Any, result_type: type[T]) -> T:
+        start = WithStartWorkflowOperation(
             SessionWorkflow.run,
-            SessionStart(session_id=session_id, idle_s=self.idle_s),
+            SessionStart(
+                session_id=session_id, idle_s=self.idle_s, history_bound=self.history_bound
+            ),
             id=session_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+        try:
+            result: T = await self.client.execute_update_with_start_workflow(
+                name, argument, start_workflow_operation=start, result_type=result_type
+            )
+        except WorkflowUpdateFailedError as error:
+            cause = _application_error(error)
+            message = cause.message if cause is not None else str(error.cause or error)
+            if cause is not None and cause.type == "Conflict":
+                raise ConflictError(message) from None
+            raise SessionError(message) from None
+        return result
 
     async def state(self, session_id: str) -> dict[str, Any] | None:
         """What the session's workflow is doing, or ``None`` when none is running.
@@ -126,7 +154,7 @@ class ClusterClient:
         return state
 
     async def abort(self, session_id: str) -> bool:
-        """Stop the session's turn or compaction, if one runs; returns whether one was busy."""
+        """Stop the session's turn, compaction or navigation; returns whether one was busy."""
         state = await self.state(session_id)
         if not state or not state.get("busy"):
             return False
@@ -134,10 +162,9 @@ class ClusterClient:
         return True
 
 
-def _message(error: WorkflowUpdateFailedError) -> str:
+def _application_error(error: WorkflowUpdateFailedError) -> ApplicationError | None:
+    """The application error that failed the update, however deep (an activity's, say)."""
     cause: BaseException | None = error.cause
     while cause is not None and not isinstance(cause, ApplicationError):
         cause = getattr(cause, "cause", None)
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(error.cause or error)
+    return cause if isinstance(cause, ApplicationError) else None

@@ -21,6 +21,14 @@ WORKFLOW_NAME = "session"
 """The workflow type; its id is the session id, so the fleet has one owner per session."""
 BUSY_COMPACTING = "A compaction is already running in this session"
 """The answer to a second compaction while one runs (the same words as the one-process server)."""
+BUSY_NAVIGATING = "A navigation is already running in this session"
+"""The answer to a second navigation while one runs (the one-process server's words)."""
+PROMPT_WHILE_NAVIGATING = "Cannot prompt while a navigation is running"
+"""The answer to a prompt while a navigation runs (the one-process server's words)."""
+HISTORY_BOUND = 5000
+"""History events after which a session workflow continues as new (when idle between requests)."""
+COMPACT_WHILE_NAVIGATING = "Cannot compact while a navigation is running"
+"""The answer to a compaction while a navigation runs (the one-process server's words)."""
 
 
 def entry_id_for(operation_id: str) -> str:
@@ -29,7 +37,16 @@ def entry_id_for(operation_id: str) -> str:
     The workflow fixes it before the commit activity runs, so a commit retried after a crash
     finds its own entry instead of appending a second one.
     """
-    return hashlib.sha256(f"{operation_id}:commit".encode()).hexdigest()[:8]
+    return derived_id(operation_id, "commit")
+
+
+def derived_id(operation_id: str, what: str) -> str:
+    """The id of the entry ``what`` an operation or navigation writes, derived from its id.
+
+    Fixed by the workflow before the activity that writes it runs: a write delivered again
+    after a worker crash finds its own entry and does not write a second one.
+    """
+    return hashlib.sha256(f"{operation_id}:{what}".encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,10 +57,14 @@ class SessionStart:
         session_id: The session (also the workflow id).
         idle_s: The workflow completes after this long without work; the next request starts
             a new run with the same id (nothing is lost: the session lives in the store).
+        history_bound: Past this many history events (or when Temporal suggests it), the
+            workflow continues as new once no request is in progress, so a busy session's
+            history stays bounded.
     """
 
     session_id: str
     idle_s: float = 300.0
+    history_bound: int = HISTORY_BOUND
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +121,7 @@ class JournalLine:
         effects: The row's effects.
         facts: What the guards read (only the fields that differ from the defaults).
         data: Small facts (entry id, reason, error, model).
+        machine: The machine that stepped (``operation`` or ``navigation``).
     """
 
     seq: int
@@ -109,6 +131,7 @@ class JournalLine:
     effects: list[str]
     facts: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
+    machine: str = "operation"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +150,9 @@ class Op:
         prompt_override: A hook's prompt.
         preserve_data: Hook data to carry.
         supplied: A compaction a ``session_before_compact`` hook supplied (its JSON).
+        kind: ``compaction`` or ``branch_summary`` (a navigation's summary of the branch it
+            leaves; then ``reason`` is ``navigation`` and the ``branch`` fields say which).
+        branch: The branch summary's navigation (``kind == "branch_summary"``).
     """
 
     session_id: str
@@ -140,6 +166,8 @@ class Op:
     prompt_override: str | None = None
     preserve_data: dict[str, Any] | None = None
     supplied: dict[str, Any] | None = None
+    kind: str = "compaction"
+    branch: Nav | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,6 +234,7 @@ class Prepared:
         expect_last_id: The last stored entry's id.
         expect_length: The stored length.
         policy: The worker's retry policy and time limits.
+        routes: Candidates per summary request, when no hooks will say (a branch summary).
     """
 
     event: str
@@ -214,6 +243,7 @@ class Prepared:
     expect_last_id: str | None
     expect_length: int
     policy: Policy
+    routes: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,3 +395,171 @@ class AgentReported:
     over_threshold: bool = False
     context_full: bool = False
     retries_ended: bool | None = None
+
+
+# -- tree navigation and fork ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NavigateRequest:
+    """``session.tree.navigate``'s argument.
+
+    Attributes:
+        target_id: The entry to navigate to.
+        summarize: Summarize the branch being left (D17).
+        instructions: Custom instructions for the summary (``focus``).
+        replace_instructions: ``instructions`` replace the default prompt.
+        label: A label for the summary entry (or the target).
+    """
+
+    target_id: str
+    summarize: bool = False
+    instructions: str | None = None
+    replace_instructions: bool = False
+    label: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nav:
+    """One navigation, as every activity of it sees it.
+
+    Attributes:
+        session_id: The session.
+        navigation_id: The navigation's id (journal, the ids of the entries it writes).
+        request: What was asked (hooks may change instructions and label).
+        old_leaf_id: The leaf when the navigation started.
+        new_leaf_id: Where the leaf goes (``None``: before the first entry).
+        editor_text: Text for the editor (a user or custom message target).
+        expect_last_id: The last stored entry's id when the navigation started (D27).
+        expect_length: The stored length then.
+        ancestor_id: The common ancestor of the old leaf and the target.
+        entry_count: How many entries the abandoned branch holds.
+        supplied: A summary a ``session_before_tree`` hook supplied (its JSON).
+    """
+
+    session_id: str
+    navigation_id: str
+    request: NavigateRequest
+    old_leaf_id: str | None = None
+    new_leaf_id: str | None = None
+    editor_text: str | None = None
+    expect_last_id: str | None = None
+    expect_length: int = 0
+    ancestor_id: str | None = None
+    entry_count: int = 0
+    supplied: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NavCall:
+    """A navigation activity's argument.
+
+    Attributes:
+        nav: The navigation.
+        journal: Steps not yet journaled (written before the effect performs).
+        resend: Some of ``journal`` may already be written (see :class:`Call`).
+        entry_id: The entry the activity writes, when it writes one (fixed by the workflow).
+        with_summary: The switch attaches the summary a hook supplied (else it only moves).
+        label_id: The label entry's id (``emit``).
+        summary_entry_id: The branch summary attached, if any (``emit``).
+        from_extension: That summary came from a hook (``emit``).
+    """
+
+    nav: Nav
+    journal: list[JournalLine] = field(default_factory=list)
+    resend: bool = False
+    entry_id: str | None = None
+    with_summary: bool = False
+    label_id: str | None = None
+    summary_entry_id: str | None = None
+    from_extension: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NavReported:
+    """A navigation activity's report.
+
+    Attributes:
+        outcome: ``ok``, or the hooks' ``done`` / ``supplied`` / ``cancelled``.
+        nav: The navigation as the activity completed it (position, hooks' changes).
+        leaf_id: The leaf after the activity's write (``emit``).
+        short_summary: The summary entry's short summary (``emit``).
+    """
+
+    outcome: str
+    nav: Nav | None = None
+    leaf_id: str | None = None
+    short_summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NavigateResult:
+    """How a navigation ended, for the client (``NavigationResult``'s fields, and why not).
+
+    Attributes:
+        navigation_id: The journal's id for it.
+        status: The navigation machine's final state: ``done``, ``cancelled``, ``failed`` or
+            ``refused``.
+        aborted: The branch summary was aborted.
+        editor_text: Text for the editor.
+        new_leaf_id: The leaf afterwards.
+        old_leaf_id: The leaf before.
+        summary_entry_id: The attached branch summary, if any.
+        short_summary: Its short summary.
+        error: The summary's failure, as one line.
+        error_kind: The model failure's kind; ``conflict`` when another writer came first.
+    """
+
+    navigation_id: str
+    status: str
+    aborted: bool = False
+    editor_text: str | None = None
+    new_leaf_id: str | None = None
+    old_leaf_id: str | None = None
+    summary_entry_id: str | None = None
+    short_summary: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkRequest:
+    """``session.fork``'s argument.
+
+    Attributes:
+        entry_id: The user message to fork before.
+        new_session_id: The new session's id (``None``: the workflow picks a fresh one).
+    """
+
+    entry_id: str
+    new_session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkCall:
+    """The ``fork`` activity's argument.
+
+    Attributes:
+        session_id: The session forked.
+        entry_id: The user message to fork before.
+        new_session_id: The new session's id.
+    """
+
+    session_id: str
+    entry_id: str
+    new_session_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkDone:
+    """How a fork ended.
+
+    Attributes:
+        cancelled: A ``session_before_fork`` hook cancelled it.
+        session_id: The new session (``None`` when cancelled).
+        editor_text: The forked user message's text.
+    """
+
+    cancelled: bool
+    session_id: str | None
+    editor_text: str

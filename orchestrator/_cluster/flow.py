@@ -84,7 +84,7 @@ def facts_delta(facts: Facts) -> dict[str, Any]:
 
 
 class OperationFlow:
-    """One compaction, run by the operation table inside the session workflow.
+    """One compaction or branch summary, run by the operation table inside the workflow.
 
     Args:
         defn: The operation table.
@@ -152,6 +152,8 @@ class OperationFlow:
             retry_policy=ONCE,
         )
         self.policy = prepared.policy
+        if prepared.routes:  # a branch summary: no hooks, so planning says how many candidates
+            self._routes = list(prepared.routes)
         self._reason = prepared.data.get("reason")
         self.op = dataclasses.replace(
             self.op,

@@ -3,10 +3,13 @@
 Theory of operation. Temporal runs at most one workflow per id, so making the session id the
 workflow id gives the fleet one owner per session by construction: every request for a session,
 from any client through any server, reaches the same workflow, on whichever worker holds it now.
-Requests are updates (``prompt``, ``compress``) and signals (``abort``, ``close``); what the
-session is doing is a query (``state``). The workflow keeps nothing a store does not already
-keep: it completes after ``idle_s`` without work, and the next request starts a fresh run with
-the same id.
+Requests are updates (``prompt``, ``compress``, ``navigate``, ``fork``) and signals
+(``abort``, ``close``); what the session is doing is a query (``state``). The workflow keeps
+nothing a store does not already keep: it completes after ``idle_s`` without work, and the next
+request starts a fresh run with the same id. A busy session never idles, so its history would
+grow without bound: past ``history_bound`` events, or when Temporal suggests it, the workflow
+continues as new once no request is in progress, carrying only its input (the session lives in
+the store; nothing of a turn carries over when none runs).
 
 Turns. The session's turn machine is a :class:`~orchestrator._cluster.turn_flow.TurnFlow`: the
 shipped turn table stepped by the pure step, as the one-process turn driver steps it. A prompt
@@ -20,6 +23,12 @@ in the same workflow task, by the handler itself, whose check-and-set runs witho
 
 Histories recorded before turns were hosted ran ``compress`` straight through the operation
 table; :func:`temporalio.workflow.patched` keeps them replaying that way.
+
+Navigation is :class:`~orchestrator._cluster.navflow.NavigationFlow` (the navigation table, its
+branch summary an ``OperationFlow``); ``fork`` is one activity (hooks and the new session). One
+navigation at a time, and a compaction or a prompt is refused while one runs, with the
+one-process server's words; a navigation while a compaction or a turn runs is refused by the
+navigation table itself (its ``turn_running`` row), as in one process.
 
 The operation itself is :class:`~orchestrator._cluster.flow.OperationFlow`: the shipped
 operation table stepped by the pure step, effects as activities. The tables are data the
@@ -38,18 +47,29 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from orchestrator._cluster.contract import (
         BUSY_COMPACTING,
+        BUSY_NAVIGATING,
+        COMPACT_WHILE_NAVIGATING,
         NO_AGENT,
         NO_AGENT_TYPE,
+        PROMPT_WHILE_NAVIGATING,
         WORKFLOW_NAME,
         CompressRequest,
         CompressResult,
+        ForkCall,
+        ForkDone,
+        ForkRequest,
+        Nav,
+        NavigateRequest,
+        NavigateResult,
         Op,
         PromptRequest,
         PromptResult,
         SessionStart,
         TurnPolicy,
     )
+    from orchestrator._cluster.flow import ONCE as ONE_ATTEMPT
     from orchestrator._cluster.flow import SHORT, OperationFlow
+    from orchestrator._cluster.navflow import NavigationFlow
     from orchestrator._cluster.turn_flow import NEVER_RAN, ManualCompaction, TurnFlow
     from orchestrator._lifecycle.machine import load_machine
 
@@ -64,7 +84,9 @@ class SessionWorkflow:
     def __init__(self) -> None:
         self._flow: OperationFlow | None = None
         self._busy = False
+        self._navigation: NavigationFlow | None = None
         self._closing = False
+        self._bound = 0
         self._done: list[str] = []
         self._turn: TurnFlow | None = None
         self._policy: TurnPolicy | None = None
@@ -77,21 +99,34 @@ class SessionWorkflow:
         return self._turn
 
     def _working(self) -> bool:
+        return self._busy or self._turn_running() or self._navigation is not None
+
+    def _turn_running(self) -> bool:
+        """A compaction or a turn runs: the navigation table's ``turn_running`` fact."""
         return self._busy or (self._turn is not None and self._turn.running)
 
     @workflow.run
     async def run(self, start: SessionStart) -> dict[str, Any]:
-        """Serve requests until idle for ``start.idle_s`` (or closed), then complete."""
+        """Serve requests until idle for ``start.idle_s`` (or closed), then complete.
+
+        Past ``start.history_bound`` history events (or when Temporal suggests it), continue
+        as new once no request is in progress: the new run starts from ``start`` alone.
+        """
         idle = timedelta(seconds=start.idle_s)
+        self._bound = start.history_bound
         while not self._closing:
             try:
                 await workflow.wait_condition(
-                    lambda: self._working() or self._closing, timeout=idle
+                    lambda: self._working() or self._closing or self._history_full(),
+                    timeout=idle,
                 )
             except TimeoutError:
                 if not self._working():
                     break
             await workflow.wait_condition(lambda: not self._working())
+            if self._history_full() and not self._closing:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(start)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return {"sessionId": start.session_id, "operations": self._operations()}
 
@@ -118,6 +153,8 @@ class SessionWorkflow:
         policy = await self._turn_policy()
         if not policy.has_agent:
             raise ApplicationError(NO_AGENT, type=NO_AGENT_TYPE, non_retryable=True)
+        if self._navigation is not None:
+            raise ApplicationError(PROMPT_WHILE_NAVIGATING, type="Busy", non_retryable=True)
         turn.policy = policy
         if turn.running:
             turn.queue(request.text)
@@ -125,6 +162,12 @@ class SessionWorkflow:
         await turn.run("user_prompt", request.text)
         reply = turn.counters.last_reply
         return PromptResult(state=turn.state, reply=None if reply is None else dict(reply))
+
+    def _history_full(self) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._bound
+        )
 
     @workflow.update(name="compress")
     async def compress(self, request: CompressRequest) -> CompressResult:
@@ -174,14 +217,67 @@ class SessionWorkflow:
         manual = turn is not None and (turn.manual is not None or turn.state == "manual_compacting")
         if self._busy or manual:
             raise ApplicationError(BUSY_COMPACTING, type="Busy", non_retryable=True)
+        if self._navigation is not None:
+            raise ApplicationError(COMPACT_WHILE_NAVIGATING, type="Busy", non_retryable=True)
+
+    @workflow.update(name="navigate")
+    async def navigate(self, request: NavigateRequest) -> NavigateResult:
+        """Move the leaf (``session.tree.navigate``), through the navigation table.
+
+        Raises:
+            ApplicationError: ``Busy``: a navigation is already running in this session.
+            ActivityError: The target is unknown, or the leaf move met another writer (D27).
+        """
+        self._refuse_second_navigation(request)
+        nav = Nav(
+            session_id=workflow.info().workflow_id,
+            navigation_id=workflow.uuid4().hex[:12],
+            request=request,
+        )
+        flow = NavigationFlow(load_machine("navigation"), load_machine("operation"), nav)
+        working = self._turn_running()  # the table's turn_running row refuses
+        self._navigation = flow
+        try:
+            result = await flow.run(working=working)
+            self._done.append(f"{result.navigation_id}:{result.status}")
+            return result
+        finally:
+            self._navigation = None
+
+    @navigate.validator
+    def _refuse_second_navigation(self, request: NavigateRequest) -> None:
+        if self._navigation is not None:
+            raise ApplicationError(BUSY_NAVIGATING, type="Busy", non_retryable=True)
+
+    @workflow.update(name="fork")
+    async def fork(self, request: ForkRequest) -> ForkDone:
+        """Fork the session before a user message into a new session (``session.fork``).
+
+        Forking reads the session and writes another: it runs beside any other work, as in
+        one process.
+        """
+        done: ForkDone = await workflow.execute_activity(
+            "fork",
+            ForkCall(
+                session_id=workflow.info().workflow_id,
+                entry_id=request.entry_id,
+                new_session_id=request.new_session_id or str(workflow.uuid4()),
+            ),
+            result_type=ForkDone,
+            start_to_close_timeout=SHORT,
+            retry_policy=ONE_ATTEMPT,
+        )
+        return done
 
     @workflow.signal(name="abort")
     def abort(self) -> None:
-        """Stop the work in progress, if any; the table decides what that means (D22)."""
+        """Stop the work in progress, if any; the tables decide what that means (D22)."""
         if self._flow is not None:
             self._flow.interrupt("cancel")
         if self._turn is not None:
             self._turn.interrupt("abort")
+        if self._navigation is not None:
+            self._navigation.interrupt("cancel")
 
     @workflow.signal(name="close")
     def close(self) -> None:
@@ -190,14 +286,18 @@ class SessionWorkflow:
 
     @workflow.query(name="state")
     def state(self) -> dict[str, Any]:
-        """What the session is doing: the operation machine's state, if one runs."""
-        flow, turn = self._flow, self._turn
+        """What the session is doing: the turn's, operation's and navigation's machine states."""
+        flow, turn, nav = self._flow, self._turn, self._navigation
         if flow is None and turn is not None and turn.flow is not None and not turn.flow.done:
             flow = turn.flow
+        if flow is None and nav is not None and nav.summary is not None:
+            flow = nav.summary  # a navigation's branch summary is the operation that runs
         return {
             "busy": self._working(),
             "turnState": "idle" if turn is None else turn.state,
             "operation": None if flow is None else flow.op.operation_id,
             "operationState": None if flow is None else flow.state,
+            "navigation": None if nav is None else nav.nav.navigation_id,
+            "navigationState": None if nav is None else nav.state,
             "operations": self._operations(),
         }

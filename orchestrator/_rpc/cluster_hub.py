@@ -7,13 +7,20 @@ session's owner is its workflow (id = session id), on whichever worker holds it,
 ``session.prompt`` and ``session.compress`` are updates to that workflow (the turn table decides
 what a turn does, there as here) and ``session.abort`` a signal, and two
 servers compressing the same session reach the same workflow, which runs one compaction and
-refuses the other with ``-32001`` exactly as one server would. Reading (``session.tree``,
-``session.context``, ``session.open``'s description) comes from the shared store, which every
-server and worker reaches.
+refuses the other with ``-32001`` exactly as one server would. ``session.tree.navigate`` and
+``session.fork`` are updates too (the navigation table runs in the workflow; a fork's hooks and
+its new session are an activity), with the one-process server's parameter checks, answers and
+error codes.
 
 A worker without an agent (no ``--model``) refuses ``session.prompt`` with ``-32601``, as a
-server started without ``--model`` does. Not hosted yet: tree navigation and fork answer
-``-32601`` with a sentence saying so.
+server started without ``--model`` does.
+
+Reading (``session.tree``, ``session.context``, ``session.open``'s description) comes from the
+shared store, not from a workflow query: a query may do no I/O and the workflow keeps no copy
+of the session (it would have to carry it through its history), while the store is what every
+server and worker reaches and is always current. A navigation without a summary is stored as a
+leaf marker under the new leaf; reading resolves it to that position, as the one-process server
+holds it in memory.
 """
 
 from __future__ import annotations
@@ -22,10 +29,21 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator._cluster.client import ClusterClient
-from orchestrator._cluster.contract import BUSY_COMPACTING, NO_AGENT, TASK_QUEUE, CompressResult
+from orchestrator._cluster.contract import (
+    BUSY_COMPACTING,
+    BUSY_NAVIGATING,
+    COMPACT_WHILE_NAVIGATING,
+    NO_AGENT,
+    PROMPT_WHILE_NAVIGATING,
+    TASK_QUEUE,
+    CompressResult,
+    ForkRequest,
+    NavigateRequest,
+    NavigateResult,
+)
 from orchestrator._cluster.stores import cluster_store
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError, SessionError
-from orchestrator._rpc.hub import SessionHub
+from orchestrator._rpc.hub import SessionHub, navigation_options
 from orchestrator._rpc.protocol import (
     BUSY,
     INVALID_PARAMS,
@@ -34,10 +52,15 @@ from orchestrator._rpc.protocol import (
     Params,
     RpcError,
 )
+from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
+from orchestrator._runtime.navigation import recorded_position
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator._store.session import Session
 
-NOT_HOSTED = "{method}: not hosted on the cluster yet (use a one-process server for it)"
+BUSY_ANSWERS = frozenset(
+    {BUSY_COMPACTING, BUSY_NAVIGATING, COMPACT_WHILE_NAVIGATING, PROMPT_WHILE_NAVIGATING}
+)
+"""Refusals a workflow gives while it works: ``-32001``, as one server gives them."""
 
 
 class ClusterHub(SessionHub):
@@ -83,10 +106,7 @@ class ClusterHub(SessionHub):
         Raises:
             RpcError: No such session in the store (``-32602``).
         """
-        name = Path(path).name
-        session_id = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
-        if not session_id or "\0" in session_id:
-            raise RpcError(INVALID_PARAMS, f"{path!r}: not a session id")
+        session_id = session_id_of(path)
         if not cluster_store(self.database, session_id).exists():
             raise RpcError(INVALID_PARAMS, f"{path}: no such session in the store")
         self._open[session_id] = path
@@ -102,7 +122,8 @@ class ClusterHub(SessionHub):
     def _session(self, session_id: str) -> Session:
         if session_id not in self._open:
             raise RpcError(INVALID_PARAMS, f"Unknown session: {session_id}")
-        return Session.from_store(cluster_store(self.database, session_id))
+        # The position a navigation recorded (a leaf marker) is the leaf, as in one process.
+        return recorded_position(Session.from_store(cluster_store(self.database, session_id)))
 
     async def _describe(self, session_id: str) -> dict[str, Any]:
         session = self._session(session_id)
@@ -132,19 +153,13 @@ class ClusterHub(SessionHub):
             "session.close": self._c_close,
             "session.compress": self._c_compress,
             "session.tree": self._c_tree,
-            "session.tree.navigate": self._not_hosted("session.tree.navigate"),
-            "session.fork": self._not_hosted("session.fork"),
+            "session.tree.navigate": self._c_navigate,
+            "session.fork": self._c_fork,
             "session.prompt": self._c_prompt,
             "session.abort": self._c_abort,
             "session.context": self._c_context,
         }
         return {name: Method(handler=handlers[name], params=m.params) for name, m in table.items()}
-
-    def _not_hosted(self, method: str) -> Any:
-        async def refuse(p: Params) -> dict[str, Any]:
-            raise RpcError(METHOD_NOT_FOUND, NOT_HOSTED.format(method=method))
-
-        return refuse
 
     async def _c_open(self, p: Params) -> dict[str, Any]:
         session_id = self.open_id(p.text("path"))
@@ -175,10 +190,48 @@ class ClusterHub(SessionHub):
         try:
             done = await (await self.client()).compress(session_id, p.optional_text("focus"))
         except SessionError as error:
-            if str(error) == BUSY_COMPACTING:
-                raise RpcError(BUSY, BUSY_COMPACTING) from None
-            raise
+            raise _busy_or(error) from None
         return compress_answer(done)
+
+    async def _c_navigate(self, p: Params) -> dict[str, Any]:
+        session_id = p.text("session_id")
+        self._session(session_id)
+        target, summarize, focus, replace, label = navigation_options(p)
+        request = NavigateRequest(
+            target_id=target,
+            summarize=summarize,
+            instructions=focus,
+            replace_instructions=replace,
+            label=label,
+        )
+        try:
+            done = await (await self.client()).navigate(session_id, request)
+        except SessionError as error:
+            raise _busy_or(error) from None
+        return navigate_answer(done)
+
+    async def _c_fork(self, p: Params) -> dict[str, Any]:
+        session_id = p.text("session_id")
+        self._session(session_id)
+        entry_id = p.text("entry_id")
+        path = p.optional_text("path")
+        # A fork is named like a session to open: its id, or <id>.jsonl (default: a fresh id).
+        new_id = session_id_of(path) if path else None
+        done = await (await self.client()).fork(
+            session_id, ForkRequest(entry_id=entry_id, new_session_id=new_id)
+        )
+        if done.cancelled or done.session_id is None:
+            return {
+                "session_id": None,
+                "path": None,
+                "editorText": done.editor_text,
+                "cancelled": True,
+            }
+        self._open[done.session_id] = path or done.session_id
+        if p.peer is not None:
+            p.peer.topics.add(done.session_id)
+        described = await self._describe(done.session_id)
+        return {**described, "editorText": done.editor_text, "cancelled": False}
 
     async def _c_tree(self, p: Params) -> dict[str, Any]:
         session = self._session(p.text("session_id"))
@@ -198,7 +251,7 @@ class ClusterHub(SessionHub):
         except SessionError as error:
             if str(error) == NO_AGENT:
                 raise RpcError(METHOD_NOT_FOUND, NO_AGENT) from None
-            raise
+            raise _busy_or(error) from None
         return {"state": result.state, "reply": result.reply, "queued": result.queued}
 
     async def _c_abort(self, p: Params) -> dict[str, Any]:
@@ -209,6 +262,53 @@ class ClusterHub(SessionHub):
     async def _c_context(self, p: Params) -> dict[str, Any]:
         session = self._session(p.text("session_id"))
         return context_report(session, session.leaf_id)
+
+
+def session_id_of(path: str) -> str:
+    """The session a ``path`` parameter names: its id, or ``<id>.jsonl`` (folders ignored).
+
+    Raises:
+        RpcError: Nothing usable as an id (``-32602``).
+    """
+    name = Path(path).name
+    session_id = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
+    if not session_id or "\0" in session_id:
+        raise RpcError(INVALID_PARAMS, f"{path!r}: not a session id")
+    return session_id
+
+
+def _busy_or(error: SessionError) -> Exception:
+    """A workflow's busy refusal as ``-32001``; any other refusal as it is."""
+    if str(error) in BUSY_ANSWERS:
+        return RpcError(BUSY, str(error))
+    return error
+
+
+def navigate_answer(done: NavigateResult) -> dict[str, Any]:
+    """``session.tree.navigate``'s answer, as the one-process server gives it.
+
+    Raises:
+        RpcError: A compaction runs (``-32001``, the navigation table refused).
+        ModelError: The branch summary failed; history and leaf are unchanged.
+        ConflictError: Another writer changed the session first (D27); nothing was applied.
+    """
+    if done.status == "refused":
+        raise RpcError(BUSY, NAVIGATION_BUSY)
+    if done.status == "failed":
+        if done.error_kind == "conflict":
+            raise ConflictError(done.error or "Branch summary conflicted with another writer")
+        raise ModelError(
+            done.error or "Branch summarization failed", kind=done.error_kind or "fatal"
+        )
+    return {
+        "cancelled": done.status == "cancelled",
+        "aborted": done.aborted,
+        "editorText": done.editor_text,
+        "newLeafId": done.new_leaf_id,
+        "oldLeafId": done.old_leaf_id,
+        "summaryEntryId": done.summary_entry_id,
+        "shortSummary": done.short_summary,
+    }
 
 
 def compress_answer(done: CompressResult) -> dict[str, Any]:

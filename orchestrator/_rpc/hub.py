@@ -106,6 +106,32 @@ class _Slot:
         }
 
 
+def navigation_options(p: Params) -> tuple[str, bool, str | None, bool, str | None]:
+    """``session.tree.navigate``'s parameters: target, summarize, focus, replace, label.
+
+    Raises:
+        RpcError: Instructions without a summary, or a replacement without instructions
+            (``-32602``): they would be dropped without a word, as the command line refuses
+            ``--focus`` without ``--summarize``.
+    """
+    target = p.text("target_id")
+    summarize, focus = p.flag("summarize"), p.optional_text("focus")
+    replace, label = p.flag("replace_instructions"), p.optional_text("label")
+    if (focus is not None or replace) and not summarize:
+        raise RpcError(
+            INVALID_PARAMS,
+            "session.tree.navigate: 'focus' and 'replace_instructions' shape the branch "
+            'summary; add "summarize": true',
+        )
+    if replace and focus is None:
+        raise RpcError(
+            INVALID_PARAMS,
+            "session.tree.navigate: 'replace_instructions' needs 'focus' (the prompt to use "
+            "instead)",
+        )
+    return target, summarize, focus, replace, label
+
+
 class SessionHub:
     """The open sessions and the RPC methods over them.
 
@@ -325,23 +351,7 @@ class SessionHub:
 
     async def _m_navigate(self, p: Params) -> dict[str, Any]:
         slot = self._slot(p.text("session_id"))
-        target = p.text("target_id")
-        summarize, focus = p.flag("summarize"), p.optional_text("focus")
-        replace, label = p.flag("replace_instructions"), p.optional_text("label")
-        # Instructions without a summary would be dropped without a word: refuse them, as the
-        # command line refuses --focus without --summarize.
-        if (focus is not None or replace) and not summarize:
-            raise RpcError(
-                INVALID_PARAMS,
-                "session.tree.navigate: 'focus' and 'replace_instructions' shape the branch "
-                'summary; add "summarize": true',
-            )
-        if replace and focus is None:
-            raise RpcError(
-                INVALID_PARAMS,
-                "session.tree.navigate: 'replace_instructions' needs 'focus' (the prompt to use "
-                "instead)",
-            )
+        target, summarize, focus, replace, label = navigation_options(p)
         if slot.runtime.is_busy or slot.compacting:
             raise RpcError(BUSY, NAVIGATION_BUSY)
         if slot.navigating:

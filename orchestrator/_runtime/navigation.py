@@ -12,9 +12,53 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator._core.entries import CUSTOM_MESSAGE, Entry, role_of, text_of
+from orchestrator._core.entries import CUSTOM, CUSTOM_MESSAGE, Entry, role_of, text_of
 from orchestrator._core.tree import SessionTree
 from orchestrator._store.session import Session
+
+LEAF_MARKER = "orchestrator/leaf"
+"""``customType`` of the entry that records a navigation without a summary in the store.
+
+pi keeps the leaf in memory and reopens a session at its last entry. Where no process keeps the
+session in memory (a command, the cluster), a move without a summary is recorded as a ``custom``
+entry under the new leaf (never part of the context; pi ignores it).
+"""
+
+
+def position_is_recorded(session: Session) -> bool:
+    """True when reopening the session already lands at the active leaf (no marker needed).
+
+    A session reopens at its last entry: that is the leaf itself, or a leaf marker written under
+    it by an earlier navigation to the same place (navigating there twice must not pile up
+    markers). An empty session has no position to record.
+    """
+    entries = session.tree.entries
+    if not entries:
+        return True
+    last = entries[-1]
+    if last["id"] == session.leaf_id:
+        return True
+    return last.get("customType") == LEAF_MARKER and last.get("parentId") == session.leaf_id
+
+
+def recorded_position(session: Session) -> Session:
+    """``session`` with its leaf at the position a trailing leaf marker records.
+
+    A session whose last entry is a leaf marker is at the marker's parent (as the process that
+    moved the leaf saw it); anything else is at its last entry. Returns ``session`` itself.
+    """
+    entries = session.tree.entries
+    if entries and entries[-1].get("type") == CUSTOM:
+        last = entries[-1]
+        parent = last.get("parentId")
+        if last.get("customType") == LEAF_MARKER and (
+            parent is None or parent in session.tree.by_id
+        ):
+            if parent is None:
+                session.reset_leaf()
+            else:
+                session.branch(parent)
+    return session
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

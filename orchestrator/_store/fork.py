@@ -33,10 +33,12 @@ def branched_session(
     store: SessionStore,
     *,
     clock: Callable[[], int] | None = None,
+    session_id: str | None = None,
 ) -> Session:
     """Create a new session in ``store`` holding ``source``'s path to ``leaf_id``.
 
-    ``leaf_id=None`` gives an empty session (forking from a root user message).
+    ``leaf_id=None`` gives an empty session (forking from a root user message). ``session_id``
+    names the new session (default: a fresh UUID), e.g. the id a database store was opened with.
 
     Raises:
         SessionError: ``Entry <id> not found`` when the leaf is unknown.
@@ -46,7 +48,10 @@ def branched_session(
     if leaf_id is not None and not path:
         raise SessionError(f"Entry {leaf_id} not found")
     header = new_header(
-        str(source.header.get("cwd", "/")), now(), parent_session=parent_session(source)
+        str(source.header.get("cwd", "/")),
+        now(),
+        parent_session=parent_session(source),
+        session_id=session_id,
     )
     tree = SessionTree(header, copy_path(path))
     session = Session(store, tree, persisted=False, clock=now, random_hex=source._random_hex)

@@ -1,0 +1,361 @@
+"""The navigation table hosted in the session workflow: the same pure step, effects as activities.
+
+Theory of operation. :class:`NavigationFlow` is the workflow-side twin of the one-process
+:class:`~orchestrator._runtime.navigate.Navigator`. It steps ``machines/navigation.toml`` only
+through the pure :func:`~orchestrator._lifecycle.machine.step`, translating each effect's report
+into the next event exactly as the navigator does, so whether to summarize, attach a hook's
+summary, only move the leaf, or stop is the table's choice on both hosts.
+
+The first step's facts come from the store (``nav_start``: the leaf, and whether the target is
+it) unless the session is working (a compaction, a turn), when the ``turn_running`` row refuses
+the navigation before anything is read. The effects:
+
+* ``collect_entries``, ``run_hooks``, ``switch_leaf``, ``switch_leaf_with_summary`` and
+  ``emit_session_tree`` are activities (:mod:`orchestrator._cluster.tree_activities`), one
+  attempt each; the writes (the leaf move, the label) are idempotent by entry ids derived here
+  from the navigation id, so they may be delivered again after a lost worker.
+* ``start_summary`` runs the branch summary as an operation, the shared
+  :class:`~orchestrator._cluster.flow.OperationFlow` over the operation table's branch-summary
+  rows (``Op.kind == "branch_summary"``); its commit attaches the summary at the new position.
+* ``cancel_summary`` interrupts that operation (its own ``cancel`` row stops the model call,
+  D22) and waits for it to settle; ``rebuild_context`` has nothing to do (each read is fresh).
+
+Journal lines ride with the next activity, as the operation's do; ``abort`` (a signal) only
+records ``cancel``, which the loop steps through the table when the table lists it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
+
+from orchestrator._cluster.contract import (
+    CompressResult,
+    JournalLine,
+    Nav,
+    NavCall,
+    NavigateResult,
+    NavReported,
+    Op,
+    derived_id,
+)
+from orchestrator._cluster.flow import DELIVER, HEARTBEAT, ONCE, SHORT, OperationFlow, facts_delta
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.machine import MachineDef, step
+from orchestrator._runtime.driver import Report, check_effects
+
+# Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
+_AWAITING = frozenset({"run_hooks", "start_summary"})
+_HOOK_EVENTS = {"done": "hooks_done", "supplied": "hook_supplied", "cancelled": "hooks_cancelled"}
+_SUMMARY_EVENTS = {
+    "committed": "summary_committed",
+    "skipped": "summary_skipped",
+    "cancelled": "summary_cancelled",
+}
+
+
+class _Stopped(Exception):
+    """An effect could not report an outcome the table lists (the leaf move conflicted)."""
+
+
+class NavigationFlow:
+    """One tree navigation, run by the navigation table inside the session workflow.
+
+    Args:
+        defn: The navigation table.
+        operation: The operation table (for the branch summary).
+        nav: The navigation (its id chosen by the workflow, deterministically).
+    """
+
+    def __init__(self, defn: MachineDef, operation: MachineDef, nav: Nav) -> None:
+        self.defn = defn
+        self.operation = operation
+        self.nav = nav
+        self.state = defn.initial
+        self.effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
+            "collect_entries": self._collect_entries,
+            "run_hooks": self._run_hooks,
+            "start_summary": self._start_summary,
+            "cancel_summary": self._cancel_summary,
+            "switch_leaf": self._switch_leaf,
+            "switch_leaf_with_summary": self._switch_leaf_with_summary,
+            "rebuild_context": self._nothing,
+            "emit_session_tree": self._emit_session_tree,
+        }
+        check_effects(defn, self.effects)
+        self.summary: OperationFlow | None = None
+        self._summary_result: CompressResult | None = None
+        self._summary_entry_id: str | None = None
+        self._from_extension = False
+        self._moved = False
+        self._leaf_id: str | None = None
+        self._short_summary: str | None = None
+        self._stopped: str | None = None
+        self._lines: list[JournalLine] = []
+        self._resend = False
+        self._seq = 0
+        self._interrupts: list[str] = []
+        self._in_flight: asyncio.Task[Report | None] | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the machine rests in a final state."""
+        return self.state in self.defn.final
+
+    @property
+    def summary_state(self) -> str | None:
+        """The branch summary operation's state, while one runs."""
+        return self.summary.state if self.summary is not None else None
+
+    def interrupt(self, event: str) -> None:
+        """Record ``cancel``; the table decides what it means now."""
+        if not self.done and self.defn.rows_for(self.state, event):
+            self._interrupts.append(event)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self, *, working: bool) -> NavigateResult:
+        """Step the table from ``navigate`` to a final state.
+
+        Args:
+            working: A compaction or a turn runs in the session (the ``turn_running`` fact).
+
+        Raises:
+            ActivityError: The target is unknown, or the session is not in the store.
+            TransitionError: The table refused a step (a bug, not a model failure).
+        """
+        facts = Facts(turn_running=True)
+        if not working:
+            # Where the session is decides `same_position`; a refused navigation reads nothing.
+            started: NavReported = await workflow.execute_activity(
+                "nav_start",
+                NavCall(nav=self.nav),
+                result_type=NavReported,
+                start_to_close_timeout=SHORT,
+                retry_policy=ONCE,
+            )
+            assert started.nav is not None
+            self.nav = started.nav
+            facts = Facts(same_position=self.nav.request.target_id == self.nav.old_leaf_id)
+        try:
+            await self._loop("navigate", facts)
+        except _Stopped:
+            await self._flush()
+        except asyncio.CancelledError:
+            # The workflow was cancelled: settle through the table's cancel row (D22).
+            if not self.done and self.defn.rows_for(self.state, "cancel"):
+                await self._loop("cancel", Facts())
+            raise
+        return self._result()
+
+    async def _loop(self, event: str | None, facts: Facts) -> None:
+        while event is not None:
+            taken = step(self.defn, self.state, event, facts)
+            self.state = taken.dest
+            self._journal(taken.source, event, taken.dest, taken.effects, facts)
+            event = None
+            for name in taken.effects:
+                report = await self._perform(name)
+                if self._interrupts:
+                    pending = self._interrupts.pop(0)
+                    if self.defn.rows_for(self.state, pending):
+                        event, facts = pending, Facts()
+                        break
+                if report is not None:
+                    event, facts = self._translate(name, report)
+        self._interrupts.clear()
+        await self._flush()
+
+    async def _perform(self, name: str) -> Report | None:
+        if name not in _AWAITING:
+            return await self.effects[name]()
+        task = asyncio.ensure_future(self.effects[name]())
+        self._in_flight = task
+        await workflow.wait_condition(lambda: task.done() or bool(self._interrupts))
+        if task.done():
+            self._in_flight = None
+            return task.result()
+        return None
+
+    def _translate(self, effect: str, report: Report) -> tuple[str, Facts]:
+        if effect == "collect_entries":
+            return "collected", Facts()
+        if effect == "run_hooks":
+            facts = Facts(
+                wants_summary=self.nav.request.summarize, has_entries=self.nav.entry_count > 0
+            )
+            return _HOOK_EVENTS[report.outcome], facts
+        if effect == "start_summary":
+            return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), Facts()
+        return "switched", Facts()
+
+    def _journal(
+        self, source: str, event: str, dest: str, effects: tuple[str, ...], facts: Facts
+    ) -> None:
+        self._lines.append(
+            JournalLine(
+                seq=self._seq,
+                source=source,
+                event=event,
+                dest=dest,
+                effects=list(effects),
+                facts=facts_delta(facts),
+                machine="navigation",
+            )
+        )
+        self._seq += 1
+
+    def _call(self, **fields: Any) -> NavCall:
+        lines, resend = self._lines, self._resend
+        self._lines, self._resend = [], False
+        return NavCall(nav=self.nav, journal=lines, resend=resend, **fields)
+
+    def _lost(self, call: NavCall) -> None:
+        # The activity carrying these lines failed: I cannot know whether it wrote them.
+        self._lines = list(call.journal) + self._lines
+        self._resend = True
+
+    async def _activity(self, name: str, call: NavCall, *, deliver: bool = False) -> NavReported:
+        try:
+            reported: NavReported = await workflow.execute_activity(
+                name,
+                call,
+                result_type=NavReported,
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=None if deliver else HEARTBEAT,
+                retry_policy=DELIVER if deliver else ONCE,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError:
+            self._lost(call)
+            raise
+        if reported.nav is not None:
+            self.nav = reported.nav
+        return reported
+
+    # -- the effect table -------------------------------------------------------------------------
+
+    async def _collect_entries(self) -> Report:
+        await self._activity("nav_collect", self._call())
+        return Report(outcome="ok")
+
+    async def _run_hooks(self) -> Report:
+        try:
+            reported = await self._activity("nav_hooks", self._call())
+        except ActivityError:
+            # Hooks that cannot be consulted cancel: the move must not go ahead without the
+            # hooks that might have refused it (as an operation's hooks do).
+            return Report(outcome="cancelled")
+        return Report(outcome=reported.outcome)
+
+    async def _start_summary(self) -> Report:
+        await self._flush()  # the navigation's steps so far are journaled before the summary's
+        op = Op(
+            session_id=self.nav.session_id,
+            operation_id=workflow.uuid4().hex[:12],
+            reason="navigation",
+            kind="branch_summary",
+            branch=self.nav,
+        )
+        self.summary = OperationFlow(self.operation, op)
+        try:
+            result = await self.summary.run()
+        finally:
+            self.summary = None
+        self._summary_result = result
+        if result.status == "committed":
+            self._summary_entry_id = result.entry_id
+            self._short_summary = result.short_summary
+            self._moved = True
+        return Report(outcome=result.status)
+
+    async def _cancel_summary(self) -> None:
+        if self.summary is not None:
+            self.summary.interrupt("cancel")
+        task, self._in_flight = self._in_flight, None
+        if task is not None and not task.done():
+            await task
+
+    async def _switch_leaf(self) -> Report:
+        return await self._switch(with_summary=False)
+
+    async def _switch_leaf_with_summary(self) -> Report:
+        return await self._switch(with_summary=True)
+
+    async def _switch(self, *, with_summary: bool) -> Report:
+        entry_id = derived_id(self.nav.navigation_id, "leaf")
+        call = self._call(entry_id=entry_id, with_summary=with_summary)
+        try:
+            await self._activity("nav_switch", call, deliver=True)
+        except ActivityError as error:
+            self._stopped = _message(error)
+            raise _Stopped from None
+        if with_summary:
+            self._summary_entry_id = entry_id
+            self._from_extension = True
+        self._moved = True
+        return Report(outcome="ok")
+
+    async def _nothing(self) -> None:
+        return None
+
+    async def _emit_session_tree(self) -> None:
+        call = self._call(
+            label_id=derived_id(self.nav.navigation_id, "label"),
+            summary_entry_id=self._summary_entry_id,
+            from_extension=self._from_extension,
+        )
+        reported = await self._activity("nav_emit", call, deliver=True)
+        self._leaf_id = reported.leaf_id
+        if reported.short_summary is not None:
+            self._short_summary = reported.short_summary
+
+    async def _flush(self) -> None:
+        if self._lines:
+            call = self._call()
+            await workflow.execute_activity(
+                "nav_finish", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+            )
+
+    def _result(self) -> NavigateResult:
+        nav = self.nav
+        old = nav.old_leaf_id
+        base = NavigateResult(navigation_id=nav.navigation_id, status=self.state, old_leaf_id=old)
+        if self._stopped is not None:
+            return _replace(base, status="failed", error=self._stopped, error_kind="conflict")
+        if self.state == "failed":
+            result = self._summary_result
+            conflict = result is not None and result.status == "conflict"
+            return _replace(
+                base,
+                error=result.error if result is not None else None,
+                error_kind="conflict" if conflict else (result and result.error_kind) or "fatal",
+            )
+        if self.state == "cancelled":
+            return _replace(base, aborted=self._summary_result is not None, new_leaf_id=old)
+        if not self._moved:  # done by a row that moved nothing (the same position), or refused
+            return _replace(base, new_leaf_id=old)
+        return _replace(
+            base,
+            editor_text=nav.editor_text,
+            new_leaf_id=self._leaf_id,
+            summary_entry_id=self._summary_entry_id,
+            short_summary=self._short_summary if self._summary_entry_id else None,
+        )
+
+
+def _replace(result: NavigateResult, **changes: Any) -> NavigateResult:
+    return dataclasses.replace(result, **changes)
+
+
+def _message(error: ActivityError) -> str:
+    cause: BaseException | None = error.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = getattr(cause, "cause", None)
+    return cause.message if isinstance(cause, ApplicationError) else str(error.cause or error)
