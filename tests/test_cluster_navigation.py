@@ -524,3 +524,31 @@ async def test_a_busy_session_continues_as_new_and_keeps_serving(tmp_path: Path)
         assert last.run_id != first_run.run_id
         runs = [w async for w in remote.client.list_workflows(f"WorkflowId = '{sid}'")]
     assert len(runs) >= 3
+
+
+async def test_abort_while_a_hook_hangs_stops_it_and_nothing_is_written(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    hooks = Hooks()
+    stopped: list[str] = []
+
+    async def hang(payload: dict[str, Any]) -> None:
+        try:
+            await anyio.Event().wait()
+        except BaseException:
+            stopped.append("stopped")
+            raise
+
+    hooks.on("session_before_tree", hang)
+    async with cluster_serving(database, summaries(), hooks=hooks) as remote:
+        before = database.entries(remote.session_id)
+
+        async def abort() -> None:
+            await wait_for(remote, "navigationState", "consulting_hooks")
+            await call(remote.rpc, "session.abort", session_id=remote.session_id)
+
+        answer = await during(remote, abort, "session.tree.navigate", target_id=OTHER_TIP)
+        assert (answer["result"]["cancelled"], answer["result"]["aborted"]) == (True, False)
+        assert database.entries(remote.session_id) == before
+        rows = cluster_rows(database, remote.session_id)
+        assert rows[-1] == ("navigation", "consulting_hooks", "cancel", "cancelled", {})
+    assert stopped == ["stopped"]

@@ -17,6 +17,8 @@ the navigation before anything is read. The effects:
 * ``start_summary`` runs the branch summary as an operation, the shared
   :class:`~orchestrator._cluster.flow.OperationFlow` over the operation table's branch-summary
   rows (``Op.kind == "branch_summary"``); its commit attaches the summary at the new position.
+* ``stop_hooks`` cancels a ``session_before_tree`` activity still in flight (its heartbeat
+  delivers the cancel) and waits for it to settle.
 * ``cancel_summary`` interrupts that operation (its own ``cancel`` row stops the model call,
   D22) and waits for it to settle; ``rebuild_context`` has nothing to do (each read is fresh).
 
@@ -27,6 +29,7 @@ records ``cancel``, which the loop steps through the table when the table lists 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -83,6 +86,7 @@ class NavigationFlow:
             "run_hooks": self._run_hooks,
             "start_summary": self._start_summary,
             "cancel_summary": self._cancel_summary,
+            "stop_hooks": self._stop_hooks,
             "switch_leaf": self._switch_leaf,
             "switch_leaf_with_summary": self._switch_leaf_with_summary,
             "rebuild_context": self._nothing,
@@ -232,7 +236,7 @@ class NavigationFlow:
                 retry_policy=DELIVER if deliver else ONCE,
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
-        except ActivityError:
+        except (ActivityError, asyncio.CancelledError):
             self._lost(call)
             raise
         if reported.nav is not None:
@@ -281,6 +285,16 @@ class NavigationFlow:
         task, self._in_flight = self._in_flight, None
         if task is not None and not task.done():
             await task
+
+    async def _stop_hooks(self) -> None:
+        # A session_before_tree handler that never returns must not hold the navigation: its
+        # activity is cancelled like a model call (D22) and settles before the step goes on;
+        # nothing was written before the hooks answered.
+        task, self._in_flight = self._in_flight, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                await task
 
     async def _switch_leaf(self) -> Report:
         return await self._switch(with_summary=False)

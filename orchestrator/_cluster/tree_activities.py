@@ -43,6 +43,7 @@ from orchestrator._cluster.contract import (
     NavCall,
     NavReported,
 )
+from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.stores import WorkerStores, shown
 from orchestrator._cluster.views import planned_view
 from orchestrator._core.branch_plan import collect_branch_entries
@@ -117,22 +118,24 @@ class TreeActivities:
         nav, request = call.nav, call.nav.request
         ports = self._ports(session)
         try:
-            hook = await ports.run_hook(
-                "session_before_tree",
-                {
-                    "type": "session_before_tree",
-                    "preparation": {
-                        "targetId": request.target_id,
-                        "oldLeafId": nav.old_leaf_id,
-                        "commonAncestorId": nav.ancestor_id,
-                        "entriesToSummarize": entry_ids,
-                        "userWantsSummary": request.summarize,
-                        "customInstructions": request.instructions,
-                        "replaceInstructions": request.replace_instructions,
-                        "label": request.label,
+            # Heartbeating, so a cancel (the table's stop_hooks) reaches a hanging handler.
+            async with heartbeating():
+                hook = await ports.run_hook(
+                    "session_before_tree",
+                    {
+                        "type": "session_before_tree",
+                        "preparation": {
+                            "targetId": request.target_id,
+                            "oldLeafId": nav.old_leaf_id,
+                            "commonAncestorId": nav.ancestor_id,
+                            "entriesToSummarize": entry_ids,
+                            "userWantsSummary": request.summarize,
+                            "customInstructions": request.instructions,
+                            "replaceInstructions": request.replace_instructions,
+                            "label": request.label,
+                        },
                     },
-                },
-            )
+                )
         finally:
             session.store.close()
         if hook and hook.get("cancel"):
