@@ -790,7 +790,7 @@ async def test_bad_paths_are_invalid_params_not_internal_errors(tmp_path: Path) 
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
     cases: list[tuple[str, dict[str, Any], str]] = [
         ("session.open", {"path": "a\x00b"}, "a path cannot hold a NUL character"),
-        ("session.open", {"path": "folder", "create": True}, "Is a directory"),
+        ("session.open", {"path": "folder", "create": True}, "folder: not a regular file"),
         ("session.open", {"path": "folder"}, "folder: no such session file"),
         (
             "session.fork",
