@@ -7,10 +7,12 @@ in the model call propagates and ends the turn with its own error.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from trio.testing import MockClock
 
 import orchestrator._models.litellm as litellm_model
 from orchestrator._core.errors import Cancelled, ModelError
@@ -22,7 +24,7 @@ from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
-from orchestrator.testing import FakeClock, ScriptedModel
+from orchestrator.testing import FakeClock, Hang, ScriptedModel
 
 pytestmark = pytest.mark.anyio
 
@@ -146,3 +148,60 @@ async def test_litellm_route_still_classifies_a_providers_exception(
     with pytest.raises(ModelError) as caught:
         await LiteLLMModel("openai/x", context_window=1000).complete(REQUEST)
     assert caught.value.kind == "transient"
+
+
+@pytest.mark.parametrize(
+    "anyio_backend",
+    # trio's mock clock jumps ahead whenever every task waits: the timeout takes no real time.
+    [pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-mock-clock")],
+)
+async def test_a_chat_call_that_never_answers_times_out_and_the_turn_retries_it() -> None:
+    model = ScriptedModel([Hang(), ModelResponse(text="late but fine")])
+    runtime = AgentSession(
+        Session.in_memory(),
+        agent=ChatAgent(model=model, timeout_s=30),
+        settings=RuntimeSettings(retry=RetryPolicy(max_retries=2, base_delay_ms=1000)),
+    )
+    seen: list[Any] = []
+    runtime.events.subscribe(seen.append)
+    await runtime.prompt("hello")
+    failed = runtime.session.tree.entries[1]["message"]
+    assert failed["stopReason"] == "error"
+    assert failed["errorKind"] == "timeout"
+    assert failed["errorMessage"] == "scripted/model: no answer after 30 s"
+    assert ("running", "transient_error", "retrying") in turn_moves(runtime, seen)
+    assert runtime.session.tree.entries[-1]["message"]["content"][0]["text"] == "late but fine"
+
+
+def test_serve_and_tui_give_their_chat_agent_the_timeout(tmp_path: Any) -> None:
+    import argparse
+    import shutil
+
+    from orchestrator._cli.serve import _options
+    from orchestrator._cli.serve import register as register_serve
+    from orchestrator._cli.tui import build_runtime
+    from orchestrator._cli.tui import register as register_tui
+
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    register_serve(commands)
+    register_tui(commands)
+    options = _options(parser.parse_args(["serve", "--model", "openai/x", "--timeout", "7"]))
+    assert options.agent_factory is not None
+    agent = options.agent_factory()
+    assert isinstance(agent, ChatAgent)
+    assert agent.timeout_s == 7
+    untimed = _options(parser.parse_args(["serve", "--model", "openai/x"]))
+    assert untimed.agent_factory is not None
+    assert untimed.agent_factory().timeout_s is None  # type: ignore[attr-defined]
+    session = tmp_path / "s.jsonl"
+    shutil.copy(Path(__file__).parent / "data" / "example-session.jsonl", session)
+    args = parser.parse_args(
+        ["tui", str(session), "--model", "openai/x", "--chat", "--timeout", "9"]
+    )
+    runtime = build_runtime(args)
+    try:
+        assert isinstance(runtime.agent, ChatAgent)
+        assert runtime.agent.timeout_s == 9
+    finally:
+        runtime.close()

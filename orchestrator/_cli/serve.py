@@ -143,7 +143,8 @@ def _options(args: argparse.Namespace, api_key: str | None = None) -> RuntimeOpt
             api_key=routes.api_key,
             context_window=routes.context_window,
         )
-        agent_factory = lambda: ChatAgent(model=chat)  # noqa: E731 - one line reads better
+        timeout = args.timeout  # a hung chat provider fails the call, as a summary's does
+        agent_factory = lambda: ChatAgent(model=chat, timeout_s=timeout)  # noqa: E731
     settings = with_timeout(
         RuntimeSettings(
             context_window=args.context_window or RuntimeSettings().context_window,

@@ -72,7 +72,8 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
     )
     if args.chat and not args.model:
         raise SessionError("--chat needs a --model to talk to")
-    agent = ChatAgent(model=candidate_models(routes)[0]) if args.chat else None
+    chat = candidate_models(routes)[0] if args.chat else None
+    agent = ChatAgent(model=chat, timeout_s=args.timeout) if chat is not None else None
     return AgentSession.open(
         args.session,
         owner="orchestrator tui",  # held while the TUI is open (D27)

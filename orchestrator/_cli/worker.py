@@ -85,7 +85,8 @@ def _worker(args: argparse.Namespace) -> int:
             api_key=routes.api_key,
             context_window=routes.context_window,
         )
-        agent_factory = lambda: ChatAgent(model=chat)  # noqa: E731 - as serve builds it
+        timeout = args.timeout
+        agent_factory = lambda: ChatAgent(model=chat, timeout_s=timeout)  # noqa: E731 - as serve
     activities = SessionActivities(
         args.database, build_summarizer(routes), settings, agent_factory=agent_factory
     )

@@ -133,6 +133,9 @@ class ChatAgent:
         tools: Tools it may call.
         max_tokens: Output budget per reply.
         max_steps: Safety bound on model calls per turn.
+        timeout_s: A model call that has not answered after this many seconds fails as a
+            ``timeout`` (an error reply the turn table retries as transient); ``None``: no
+            limit (a provider that never answers holds the turn until it is aborted).
     """
 
     model: Model
@@ -140,6 +143,7 @@ class ChatAgent:
     tools: Sequence[ToolSpec] = ()
     max_tokens: int = 4096
     max_steps: int = 50
+    timeout_s: float | None = None
     _by_name: dict[str, ToolSpec] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -162,7 +166,7 @@ class ChatAgent:
                 tools=tuple(tool.schema() for tool in self.tools),
             )
             try:
-                response = await self.model.complete(request)
+                response = await self._complete(request)
             except ModelError as error:
                 yield error_message(error, turn.now_ms(), provider=provider, model=model_id)
                 return
@@ -188,6 +192,18 @@ class ChatAgent:
                 }
                 messages.append(tool_message)
                 yield tool_message
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
+        if self.timeout_s is None:
+            return await self.model.complete(request)
+        from orchestrator._runtime.outcomes import within  # the summaries' own call timer
+
+        response = await within(self.timeout_s, self.model.complete(request))
+        if response is None:
+            raise ModelError(
+                f"{self.model.name}: no answer after {self.timeout_s:g} s", kind="timeout"
+            )
+        return response
 
     async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
         tool = self._by_name.get(name)
