@@ -160,3 +160,13 @@ def test_the_long_running_worker_warns_about_a_key_on_the_command_line(
     )
     assert code == 0
     assert f"orchestrator worker: {API_KEY_VISIBLE}" in capsys.readouterr().err
+
+
+def test_the_tui_warns_about_a_key_on_the_command_line(
+    example: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator._tui.app import TreeApp
+
+    monkeypatch.setattr(TreeApp, "run", lambda self: None)  # no terminal in a test
+    assert main(["tui", str(example), "--api-key", "sk-visible"]) == 0
+    assert capsys.readouterr().err == f"orchestrator tui: {API_KEY_VISIBLE}\n"
