@@ -202,3 +202,30 @@ async def test_abort_ends_the_wait_for_a_hanging_session_compact_hook_after_the_
     assert outcomes[0].status == "committed"  # written before the handler ran: it stays
     assert kit.entry_types()[-1] == "compaction"
     assert kit.runtime.is_busy is False
+
+
+async def test_abort_ends_a_threshold_compaction_whose_hook_hangs() -> None:
+    kit = Kit(
+        turns=[
+            [reply("first", tokens=100)],
+            [reply("second", tokens=100)],
+            [reply("over the threshold", tokens=9500)],
+        ],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    hook = HangingHandler()
+    kit.runtime.hooks.on("session_before_compact", hook)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(kit.runtime.prompt, BIG)
+        await until(lambda: hook.started == 1)
+        before = list(kit.session.tree.entries)
+        kit.runtime.abort()
+    assert hook.cancelled == 1
+    assert kit.session.tree.entries == before  # nothing of the compaction was applied
+    assert kit.of("auto_compaction_end")[-1]["aborted"] is True
+    assert kit.runtime.state == "idle"
+    assert kit.model.requests == []
