@@ -477,3 +477,61 @@ def test_a_pool_that_cannot_open_is_a_session_error(
     monkeypatch.setattr(ConnectionPool, "open", refuse)
     with pytest.raises(SessionError, match="too many clients"):
         open_pool(pg_url)
+
+
+@pytest.mark.anyio
+async def test_a_request_no_worker_accepts_in_time_is_asked_again_for_the_same_update(
+    tmp_path: Any,
+) -> None:
+    import asyncio
+    from datetime import timedelta
+
+    from orchestrator._cluster.client import ClusterClient
+    from orchestrator._cluster.worker import build_worker
+    from tests.cluster_kit import connected, queue_name
+
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    queue = queue_name()
+    async with connected() as client:
+        cluster = ClusterClient(
+            client, task_queue=queue, idle_s=0.2, rpc_timeout=timedelta(seconds=1)
+        )
+        calls: list[str | None] = []
+        send = client.execute_update_with_start_workflow
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(kwargs.get("id"))
+            return await send(*args, **kwargs)
+
+        client.execute_update_with_start_workflow = counted
+        asked = asyncio.ensure_future(cluster.compress(session_id))
+        while len(calls) < 2:  # no worker yet: the first call gave up and was sent again
+            await asyncio.sleep(0.2)
+        async with build_worker(client, activities(database), task_queue=queue):
+            result = await asked
+    assert result.status == "committed"
+    assert len(set(calls)) == 1  # always the same update
+    assert len(database.new_compactions(session_id)) == 1
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_request_is_not_asked_again(tmp_path: Any) -> None:
+    import asyncio
+    from datetime import timedelta
+
+    from orchestrator._cluster.client import ClusterClient
+    from tests.cluster_kit import connected, queue_name
+
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    async with connected() as client:
+        cluster = ClusterClient(
+            client, task_queue=queue_name(), idle_s=0.2, rpc_timeout=timedelta(seconds=30)
+        )
+        asked = asyncio.ensure_future(cluster.compress(session_id))
+        await asyncio.sleep(0.5)
+        asked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asked
+        await client.get_workflow_handle(session_id).terminate()

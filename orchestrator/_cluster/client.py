@@ -3,10 +3,18 @@
 A request for a session goes to the workflow whose id is the session id, started when none is
 running (update-with-start, ``USE_EXISTING``), so two servers asking at once reach the same
 workflow and it decides: one compaction at a time per session, in the whole fleet.
+
+A request waits as long as its work takes. The server answers an update-with-start only once a
+worker has accepted the update, and gives up after its own deadline when every worker is busy
+(a thousand sessions asked at once): the request is then sent again under the same update id,
+which the server attaches to the update already admitted, if any, so the work is asked for once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import uuid
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -15,6 +23,7 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
@@ -49,6 +58,8 @@ class ClusterClient:
         client: A connected Temporal client.
         task_queue: Where the workers poll.
         idle_s: How long a session workflow waits for more work before completing.
+        rpc_timeout: How long one update-with-start call waits for a worker to accept the
+            update before it is sent again (``None``: the server's own deadline).
     """
 
     def __init__(
@@ -58,11 +69,13 @@ class ClusterClient:
         task_queue: str = TASK_QUEUE,
         idle_s: float = 300.0,
         history_bound: int = HISTORY_BOUND,
+        rpc_timeout: timedelta | None = None,
     ):
         self.client = client
         self.task_queue = task_queue
         self.idle_s = idle_s
         self.history_bound = history_bound
+        self.rpc_timeout = rpc_timeout
 
     @classmethod
     async def connect(cls, address: str, **kwargs: Any) -> ClusterClient:
@@ -109,26 +122,43 @@ class ClusterClient:
         return await self._update(session_id, "fork", request, ForkDone)
 
     async def _update(self, session_id: str, name: str, argument: Any, result_type: type[T]) -> T:
-        start = WithStartWorkflowOperation(
-            SessionWorkflow.run,
-            SessionStart(
-                session_id=session_id, idle_s=self.idle_s, history_bound=self.history_bound
-            ),
-            id=session_id,
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
-        try:
-            result: T = await self.client.execute_update_with_start_workflow(
-                name, argument, start_workflow_operation=start, result_type=result_type
+        """Update-with-start ``name``; sent again, same update id, when the server gave up."""
+        update_id = uuid.uuid4().hex
+        while True:
+            start = WithStartWorkflowOperation(
+                SessionWorkflow.run,
+                SessionStart(
+                    session_id=session_id, idle_s=self.idle_s, history_bound=self.history_bound
+                ),
+                id=session_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             )
-        except WorkflowUpdateFailedError as error:
-            cause = _application_error(error)
-            message = cause.message if cause is not None else str(error.cause or error)
-            if cause is not None and cause.type == "Conflict":
-                raise ConflictError(message) from None
-            raise SessionError(message) from None
-        return result
+            try:
+                result: T = await self.client.execute_update_with_start_workflow(
+                    name,
+                    argument,
+                    start_workflow_operation=start,
+                    id=update_id,
+                    result_type=result_type,
+                    rpc_timeout=self.rpc_timeout,
+                )
+            except WorkflowUpdateFailedError as error:
+                cause = _application_error(error)
+                message = cause.message if cause is not None else str(error.cause or error)
+                if cause is not None and cause.type == "Conflict":
+                    raise ConflictError(message) from None
+                raise SessionError(message) from None
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                # The start's own outcome is settled by now; read it, so that a start that
+                # failed with the call is not reported later as an exception nobody read.
+                with contextlib.suppress(Exception):
+                    await start.workflow_handle()
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the caller cancelled: not a timeout
+                continue  # no worker accepted it in time: ask again for the same update
+            return result
 
     async def state(self, session_id: str) -> dict[str, Any] | None:
         """What the session's workflow is doing, or ``None`` when none is running.

@@ -148,20 +148,29 @@ def storage(database: str) -> dict[str, float]:
     }
 
 
-async def compress_all(args: argparse.Namespace, ids: list[str], queue: str) -> list[float]:
+async def compress_all(
+    args: argparse.Namespace, ids: list[str], queue: str
+) -> tuple[list[float], list[str]]:
     from orchestrator._cluster.client import ClusterClient
 
     cluster = await ClusterClient.connect(args.temporal, task_queue=queue, idle_s=5)
     latencies: list[float] = []
+    failures: list[str] = []
 
     async def one(session_id: str) -> None:
         started = time.perf_counter()
-        result = await cluster.compress(session_id)
-        assert result.status == "committed", result
+        try:
+            result = await cluster.compress(session_id)
+        except Exception as error:  # counted and shown, so one failure does not hide the rest
+            failures.append(f"{type(error).__name__}: {error}")
+            return
+        if result.status != "committed":
+            failures.append(f"{result.status}: {result.error}")
+            return
         latencies.append(time.perf_counter() - started)
 
     await asyncio.gather(*(one(s) for s in ids))
-    return latencies
+    return latencies, failures
 
 
 def run(args: argparse.Namespace, workers: int) -> None:
@@ -173,7 +182,7 @@ def run(args: argparse.Namespace, workers: int) -> None:
             server = cpu_s(args.temporal_pid) if args.temporal_pid else 0.0
             with LoadSampler() as load:
                 begin = time.perf_counter()
-                latencies = asyncio.run(compress_all(args, ids, queue))
+                latencies, failures = asyncio.run(compress_all(args, ids, queue))
                 wall = time.perf_counter() - begin
             rss = [peak_rss_mib(p.pid) for p, _ in started_workers]
             cpu = [cpu_s(p.pid) for p, _ in started_workers]
@@ -182,12 +191,17 @@ def run(args: argparse.Namespace, workers: int) -> None:
             for process, _ in started_workers:
                 process.send_signal(signal.SIGINT if args.profile else signal.SIGTERM)
                 process.wait()
+    if failures:
+        kinds = {kind: failures.count(kind) for kind in sorted(set(failures))}
+        print(f"workers={workers}: {len(failures)} of {args.sessions} failed: {kinds}", flush=True)
+    if not latencies:
+        return
     latencies.sort()
     p99 = latencies[max(0, round(len(latencies) * 0.99) - 1)]
     print(
         f"workers={workers} sessions={args.sessions} L={args.latency}s: wall {wall:.1f} s, "
         f"p50 {statistics.median(latencies):.2f} s, p99 {p99:.2f} s, "
-        f"{args.sessions / wall:.1f} compactions/s, worker peak RSS "
+        f"{len(latencies) / wall:.1f} compactions/s, worker peak RSS "
         f"{', '.join(f'{r:.0f}' for r in rss)} MiB; db {storage(args.database)}; "
         f"{load.summary()}; worker CPU {', '.join(f'{c:.0f}' for c in cpu)} s, "
         f"Temporal server CPU {server:.0f} s",
