@@ -38,6 +38,7 @@ from orchestrator._cluster.contract import (  # noqa: E402
     TurnCall,
     message_id_for,
 )
+from orchestrator._cluster.stores import WorkerStores  # noqa: E402
 from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
@@ -56,6 +57,7 @@ from orchestrator.testing import (  # noqa: E402
     ScriptedAgent,
     error_reply,
     reply,
+    tool_result,
 )
 from tests.cli_kit import EXAMPLE  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
@@ -95,10 +97,12 @@ def summarizer() -> SummaryRoutes:
     return SummaryRoutes(candidates=(FunctionModel(answer, name="s"),), retry=RetryPolicy())
 
 
-async def run_local(tmp_path: Path, turns: Turns) -> tuple[TurnResult, Path]:
+async def run_local(
+    tmp_path: Path, turns: Turns, settings: RuntimeSettings = SETTINGS
+) -> tuple[TurnResult, Path]:
     path = local_copy(tmp_path / "local")
     runtime = AgentSession.open(
-        path, agent=ScriptedAgent(turns), summarizer=summarizer(), settings=SETTINGS
+        path, agent=ScriptedAgent(turns), summarizer=summarizer(), settings=settings
     )
     try:
         result = await runtime.prompt("hello")
@@ -153,11 +157,15 @@ def new_local_entries(path: Path) -> list[dict[str, Any]]:
 
 
 async def same_turn_on_both_hosts(
-    tmp_path: Path, database: Database, turns: Turns, scenario: str | None = None
+    tmp_path: Path,
+    database: Database,
+    turns: Turns,
+    scenario: str | None = None,
+    settings: RuntimeSettings = SETTINGS,
 ) -> tuple[PromptResult, str]:
-    local, path = await run_local(tmp_path, turns)
+    local, path = await run_local(tmp_path, turns, settings)
     async with connected() as client:
-        result, session_id, history = await run_cluster(client, database, turns)
+        result, session_id, history = await run_cluster(client, database, turns, settings=settings)
     assert database.turn_rows(session_id) == journal_rows(path, "turn")
     assert database.journal_rows(session_id) == journal_rows(path)
     assert [shape(e) for e in database.new_entries(session_id)] == [
@@ -449,7 +457,7 @@ async def test_an_agent_that_raises_ends_the_turn_with_its_error_journaled(
 async def test_an_append_delivered_twice_appends_once(tmp_path: Path) -> None:
     database = Database(str(tmp_path / "db"))
     session_id = database.add_example()
-    activities = TurnActivities(database.location, SETTINGS)
+    activities = TurnActivities(WorkerStores(database.location), SETTINGS)
     line = JournalLine(seq=0, source="idle", event="user_prompt", dest="running", effects=[])
     message = json.dumps({"role": "user", "content": "hi", "timestamp": 1})
     call = TurnCall(
@@ -471,3 +479,58 @@ async def test_an_append_delivered_twice_appends_once(tmp_path: Path) -> None:
     assert (policy.has_agent, policy.max_retries) == (False, 3)
     with pytest.raises(ApplicationError, match="no agent configured"):
         await environment.run(activities.call_agent, call)
+
+
+PRUNING = dataclasses.replace(SETTINGS, prune=True)
+
+
+async def test_with_pruning_on_a_threshold_turn_prunes_first_as_in_one_process(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    turns = [
+        [
+            reply("", calls=[("c1", "bash", {"cmd": "a"})]),
+            tool_result("c1", "old output " * 16_000, tool="bash"),
+            reply("", calls=[("c2", "bash", {"cmd": "b"})]),
+            tool_result("c2", "new output " * 20_000, tool="bash"),
+            reply("read both", tokens=OVER),
+        ]
+    ]
+    result, session_id = await same_turn_on_both_hosts(
+        tmp_path, cluster_database, turns, settings=PRUNING
+    )
+    records = cluster_database.operation_records(session_id)
+    prune = [r for r in records if r["kind"] == "prune"]
+    assert [r["to"] for r in prune] == ["committing", "committed"]
+    pruned = [
+        e for e in cluster_database.entries(session_id) if e.get("message", {}).get("prunedAt")
+    ]
+    local = [
+        e
+        for e in entries(tmp_path / "local" / "local.jsonl")
+        if e.get("message", {}).get("prunedAt")
+    ]
+    # The same tool outputs were pruned on both hosts (the turn's old one among them).
+    calls = [e["message"]["toolCallId"] for e in pruned]
+    assert calls == [e["message"]["toolCallId"] for e in local]
+    assert "c1" in calls
+    assert "c2" not in calls
+    assert sorted(prune[0]["data"]["entryIds"]) == sorted(e["id"] for e in pruned)
+    # The re-measured context is under the threshold now: pruning alone was enough.
+    assert [r[:3] for r in cluster_database.turn_rows(session_id)][1:3] == [
+        ("running", "agent_done", "pruning"),
+        ("pruning", "pruned", "idle"),
+    ]
+    assert cluster_database.new_compactions(session_id) == []
+
+
+async def test_with_pruning_on_and_nothing_to_prune_the_prune_is_skipped_as_in_one_process(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    turns = [[reply("a long answer", tokens=OVER)], [reply("continued", tokens=1000)]]
+    _, session_id = await same_turn_on_both_hosts(
+        tmp_path, cluster_database, turns, settings=PRUNING
+    )
+    kinds = [r["kind"] for r in cluster_database.operation_records(session_id)]
+    assert kinds[0] == "prune"
+    assert "compaction" in kinds

@@ -14,6 +14,8 @@ to :attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
 * ``commit``: append the entry, conditional on the planned tail (D27), idempotent by its id: if
   an entry with that id is already stored, an earlier delivery committed it and this one
   reports success without writing.
+* ``rewrite``: a prune's commit (D23): the planned tool outputs replaced in place, atomically,
+  conditional on the planned tail; delivered again, it finds them pruned and has nothing to do.
 * ``finish``: the last journal lines, and ``session_compact`` for a committed compaction.
 
 Store and journal work is blocking I/O, so it runs in a thread; model calls are async.
@@ -58,7 +60,7 @@ from orchestrator._core.tree import SessionTree
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.jobs import BranchJob, CompactionJob
+from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
 from orchestrator._runtime.outcomes import attempt_summary
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import (
@@ -70,7 +72,7 @@ from orchestrator._runtime.summarize import (
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.locations import is_database_url
 from orchestrator._store.protocol import SessionStore, Tail
-from orchestrator._store.session import Session
+from orchestrator._store.session import Session, wall_clock_ms
 from orchestrator._telemetry.tracing import facts_delta
 
 StoreOpener = Callable[[str, str], SessionStore]
@@ -121,8 +123,8 @@ class SessionActivities:
         self.routes = routes
         self.settings = settings or RuntimeSettings()
         self.hooks = hooks or Hooks()
-        self.turns = TurnActivities(database, self.settings, agent_factory)
         self.stores = stores if stores is not None else WorkerStores(database)
+        self.turns = TurnActivities(self.stores, self.settings, agent_factory)
 
     def close(self) -> None:
         """Close the worker's connection pool and drop its cached sessions."""
@@ -130,7 +132,14 @@ class SessionActivities:
 
     def all(self) -> Sequence[Callable[..., Any]]:
         """Every activity, for the worker (turns, navigation and fork included)."""
-        compaction = (self.prepare, self.run_hooks, self.call_model, self.commit, self.finish)
+        compaction = (
+            self.prepare,
+            self.run_hooks,
+            self.call_model,
+            self.commit,
+            self.rewrite,
+            self.finish,
+        )
         return (*compaction, *self.turns.all(), *TreeActivities(self).all())
 
     # -- activities -------------------------------------------------------------------------------
@@ -192,6 +201,11 @@ class SessionActivities:
         """Append the compaction entry once, conditional on the planned tail (D24, D27)."""
         return await asyncio.to_thread(self._commit, call)
 
+    @activity.defn(name="rewrite")
+    async def rewrite(self, call: Call) -> Reported:
+        """Prune the planned tool outputs in place, conditional on the planned tail (D23)."""
+        return await asyncio.to_thread(self._rewrite, call)
+
     @activity.defn(name="finish")
     async def finish(self, call: Call) -> None:
         """Journal the last steps; run ``session_compact`` for a committed compaction."""
@@ -213,8 +227,17 @@ class SessionActivities:
                 session = planned_view(
                     session, Tail(op.branch.expect_last_id, op.branch.expect_length)
                 )
-            job = self._job(session, op, cached)
-            start = job.start()
+            pruned_ids: list[str] = []
+            routes: list[int] = []
+            if op.kind == "prune":
+                prune = PruneJob(session)
+                start = prune.start()
+                pruned_ids = [e["id"] for e in prune.pruned(wall_clock_ms())]
+            else:
+                job = self._job(session, op, cached)
+                start = job.start()
+                if op.kind != "compaction":
+                    routes = [len(part.routes) for part in job.parts]
             tail = session.tail()
         retry = self.routes.retry
         return Prepared(
@@ -223,7 +246,7 @@ class SessionActivities:
             data={k: v for k, v in start.data.items() if v is not None},
             expect_last_id=tail.last_id,
             expect_length=tail.length,
-            routes=[len(part.routes) for part in job.parts] if op.kind != "compaction" else [],
+            routes=routes,
             policy=Policy(
                 enabled=retry.enabled,
                 max_retries=retry.max_retries,
@@ -233,6 +256,7 @@ class SessionActivities:
                 timeout_s=self.settings.model_timeout_s,
                 deadline_s=self.settings.operation_deadline_s,
             ),
+            pruned_ids=pruned_ids,
         )
 
     def _journal_then_job(self, call: Call) -> Job:
@@ -270,6 +294,25 @@ class SessionActivities:
                 return Reported(outcome="failed", error=str(error) or type(error).__name__)
             self._remember(op, session, cached, entry)
         return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(entry))
+
+    def _rewrite(self, call: Call) -> Reported:
+        self._write_journal(call.op, call.journal, resend=call.resend)
+        op = call.op
+        session = self._planned(op)
+        with contextlib.closing(session.store):
+            job = PruneJob(session)
+            pruned = job.pruned(wall_clock_ms())
+            ids = [e["id"] for e in pruned]
+            try:
+                job.rewrite(pruned, Tail(op.expect_last_id, op.expect_length))
+            except ConflictError as error:
+                return Reported(outcome="conflict", error=f"{error}; nothing was applied")
+            except (OrchestratorError, OSError) as error:
+                return Reported(outcome="failed", error=str(error) or type(error).__name__)
+            finally:
+                # The rewrite changed entries in place: the next use reads the session again.
+                self.stores.cache.drop(op.session_id)
+        return Reported(outcome="ok", data={"entryIds": ids}, tokens_saved=job.tokens_saved)
 
     def _finish(self, call: Call) -> Entry | None:
         self._write_journal(call.op, call.journal, resend=call.resend)

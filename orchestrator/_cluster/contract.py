@@ -95,6 +95,7 @@ class CompressResult:
         tokens_before: Context tokens before compacting.
         first_kept_entry_id: Where the kept region starts.
         short_summary: The short summary, when one was asked for.
+        tokens_saved: Context tokens a prune saved.
     """
 
     operation_id: str
@@ -107,6 +108,7 @@ class CompressResult:
     tokens_before: int | None = None
     first_kept_entry_id: str | None = None
     short_summary: str | None = None
+    tokens_saved: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,8 +152,9 @@ class Op:
         prompt_override: A hook's prompt.
         preserve_data: Hook data to carry.
         supplied: A compaction a ``session_before_compact`` hook supplied (its JSON).
-        kind: ``compaction`` or ``branch_summary`` (a navigation's summary of the branch it
-            leaves; then ``reason`` is ``navigation`` and the ``branch`` fields say which).
+        kind: ``compaction``, ``branch_summary`` (a navigation's summary of the branch it
+            leaves; then ``reason`` is ``navigation`` and the ``branch`` fields say which), or
+            ``prune`` (old tool outputs before a threshold compaction, D23).
         branch: The branch summary's navigation (``kind == "branch_summary"``).
     """
 
@@ -235,6 +238,7 @@ class Prepared:
         expect_length: The stored length.
         policy: The worker's retry policy and time limits.
         routes: Candidates per summary request, when no hooks will say (a branch summary).
+        pruned_ids: The entries a prune rewrites (journaled before it does, D24).
     """
 
     event: str
@@ -244,6 +248,7 @@ class Prepared:
     expect_length: int
     policy: Policy
     routes: list[int] = field(default_factory=list)
+    pruned_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,6 +265,7 @@ class Reported:
         routes: Candidates per summary request (``run_hooks``).
         op: The operation as the hooks shaped it (``run_hooks``).
         result: The committed compaction's fields (``commit``).
+        tokens_saved: Context tokens the prune saved (``rewrite``).
     """
 
     outcome: str
@@ -271,6 +277,7 @@ class Reported:
     routes: list[int] = field(default_factory=list)
     op: Op | None = None
     result: dict[str, Any] | None = None
+    tokens_saved: int = 0
 
 
 NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
@@ -325,6 +332,9 @@ class TurnPolicy:
         max_retries: Agent retries for a transient error (0: retries off).
         base_delay_ms: The first retry wait.
         continue_text: The auto-continue message's text (D20).
+        prune: Prune old tool outputs before a threshold compaction (D23).
+        context_window: The window the threshold is measured against.
+        reserve_tokens: The threshold's reserve (``contextWindow - reserveTokens``).
     """
 
     has_agent: bool
@@ -333,6 +343,9 @@ class TurnPolicy:
     max_retries: int = 3
     base_delay_ms: int = 2000
     continue_text: str = ""
+    prune: bool = False
+    context_window: int = 0
+    reserve_tokens: int = 16384
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

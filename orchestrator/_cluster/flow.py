@@ -125,6 +125,8 @@ class OperationFlow:
         self._interrupts: list[str] = []
         self._in_flight: asyncio.Task[Report | None] | None = None
         self._commit_error: str | None = None
+        self._pruned_ids: list[str] = []
+        self._tokens_saved = 0
 
     @property
     def done(self) -> bool:
@@ -154,6 +156,7 @@ class OperationFlow:
         self.policy = prepared.policy
         if prepared.routes:  # a branch summary: no hooks, so planning says how many candidates
             self._routes = list(prepared.routes)
+        self._pruned_ids = list(prepared.pruned_ids)
         self._reason = prepared.data.get("reason")
         self.op = dataclasses.replace(
             self.op,
@@ -215,7 +218,10 @@ class OperationFlow:
         data: Mapping[str, Any],
     ) -> None:
         kept = {k: v for k, v in data.items() if v is not None}
-        if dest == "committing":
+        if dest == "committing" and self.op.kind == "prune":
+            # A prune rewrites the entries it planned: their ids are journaled first (D24).
+            kept["entryIds"] = list(self._pruned_ids)
+        elif dest == "committing":
             # Entering committing fixes what the commit writes: its id is journaled first (D24).
             self._entry_id = entry_id_for(self.op.operation_id)
             kept["entryId"] = self._entry_id
@@ -393,8 +399,24 @@ class OperationFlow:
             self._commit_error = reported.error
         return _report(reported)
 
-    async def _rewrite_entries(self) -> Report:  # pragma: no cover - no prune row starts here
-        return Report(outcome="failed", error="pruning is not hosted on the cluster")
+    async def _rewrite_entries(self) -> Report:
+        lines, resend = self._take_lines()
+        try:
+            reported: Reported = await workflow.execute_activity(
+                "rewrite",
+                Call(op=self.op, journal=lines, resend=resend),
+                result_type=Reported,
+                start_to_close_timeout=SHORT,
+                retry_policy=DELIVER,
+            )
+        except ActivityError as error:
+            self._lost(lines)
+            self._commit_error = lost_reason(error, "prune")
+            return Report(outcome="failed", error=self._commit_error)
+        self._tokens_saved = reported.tokens_saved
+        if reported.outcome != "ok":
+            self._commit_error = reported.error
+        return _report(reported)
 
     async def _nothing(self) -> None:
         return None
@@ -439,6 +461,7 @@ class OperationFlow:
             tokens_before=result.get("tokensBefore") if committed else None,
             first_kept_entry_id=result.get("firstKeptEntryId") if committed else None,
             short_summary=result.get("shortSummary") if committed else None,
+            tokens_saved=self._tokens_saved,
         )
 
 

@@ -37,7 +37,7 @@ from orchestrator._cluster.contract import (
     TurnPolicy,
 )
 from orchestrator._cluster.heartbeat import heartbeating
-from orchestrator._cluster.stores import cluster_journal, cluster_store
+from orchestrator._cluster.stores import WorkerStores
 from orchestrator._core.context import SessionContext
 from orchestrator._core.entries import Entry, Message
 from orchestrator._core.prompts import render
@@ -52,18 +52,19 @@ class TurnActivities:
     """The turn activities a worker offers, over its store, settings and agent.
 
     Args:
-        database: Where sessions live (see :mod:`orchestrator._cluster.stores`).
+        stores: The worker's way to its sessions (pooled connections; see
+            :class:`~orchestrator._cluster.stores.WorkerStores`).
         settings: The window, thresholds and retry policy the turns are decided with.
         agent_factory: Makes the agent of a turn (``None``: prompts are refused).
     """
 
     def __init__(
         self,
-        database: str,
+        stores: WorkerStores,
         settings: RuntimeSettings,
         agent_factory: Callable[[], Agent] | None = None,
     ) -> None:
-        self.database = database
+        self.stores = stores
         self.settings = settings
         self.agent_factory = agent_factory
 
@@ -82,6 +83,9 @@ class TurnActivities:
             max_retries=s.retry.max_retries if s.retry.enabled else 0,
             base_delay_ms=s.retry.base_delay_ms,
             continue_text=render("auto_continue"),
+            prune=s.prune,
+            context_window=s.context_window,
+            reserve_tokens=s.compaction.reserve_tokens,
         )
 
     @activity.defn(name="call_agent")
@@ -126,7 +130,7 @@ class TurnActivities:
 
     def _context(self, call: TurnCall) -> tuple[SessionContext, list[Message]]:
         self._write_journal(call)
-        with contextlib.closing(cluster_store(self.database, call.session_id)) as store:
+        with contextlib.closing(self.stores.store(call.session_id)) as store:
             context = Session.from_store(store).context()
         dropped = set(call.dropped)
         messages = [
@@ -137,7 +141,7 @@ class TurnActivities:
     def _append(self, call: TurnCall) -> None:
         self._write_journal(call)
         next_id = [""]
-        with contextlib.closing(cluster_store(self.database, call.session_id)) as store:
+        with contextlib.closing(self.stores.store(call.session_id)) as store:
             session = Session.from_store(store, random_hex=lambda: next_id[0])
             for new in call.entries:
                 found = session.tree.by_id.get(new.entry_id)
@@ -156,7 +160,7 @@ class TurnActivities:
     def _write_journal(self, call: TurnCall) -> None:
         if not call.journal:
             return
-        journal = cluster_journal(self.database, call.session_id)
+        journal = self.stores.journal(call.session_id)
         written: set[Any] = set()
         if call.resend:
             written = {

@@ -24,10 +24,12 @@ Effects that touch the world are activities, made once each (a retry is the tabl
 * ``sleep_retry`` is a workflow timer in flight; ``stop_agent`` / ``cancel_retry_wait`` cancel
   what is in flight and wait until it has settled.
 
+* ``prune_tool_outputs`` runs one prune operation (the operation table's prune rows, its
+  ``rewrite`` activity) when the worker prunes (D23), then re-measures the context as the
+  one-process driver does.
+
 Effects that only tell listeners (``emit_*``) have no listener here; the counters they move
-(the retry streak) move the same as in one process. Pruning tool outputs before a threshold
-compaction is not hosted: ``prune_tool_outputs`` reports ``ok`` without pruning, as the
-one-process driver does with pruning switched off.
+(the retry streak) move the same as in one process.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next turn activity (or a ``journal`` activity before a compaction starts and when the
@@ -68,6 +70,7 @@ from orchestrator._cluster.flow import (
     facts_delta,
     lost_reason,
 )
+from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
 from orchestrator._runtime.driver import Report, check_effects
@@ -409,6 +412,28 @@ class TurnFlow:
             self._dropped.append(self.counters.last_reply_id)
 
     async def _prune_tool_outputs(self) -> Report:
+        t, policy = self.counters, self.policy
+        if not policy.prune:
+            return Report(outcome="ok")
+        if self._lines:
+            await self._flush()
+        op = Op(
+            session_id=self.session_id,
+            operation_id=workflow.uuid4().hex[:12],
+            kind="prune",
+            reason="threshold",
+        )
+        flow = self.flow = OperationFlow(self.operation, op)
+        outcome = await flow.run()
+        self.operations.append(f"{outcome.operation_id}:{outcome.status}")
+        if outcome.tokens_saved and t.last_reply is not None:
+            # Re-measure as the one-process driver does: the reply's usage less what was saved.
+            usage = t.last_reply.get("usage") or {}
+            tokens = max(0, calculate_context_tokens(usage) - outcome.tokens_saved)
+            settings = CompactionSettings(
+                enabled=policy.compaction_enabled, reserve_tokens=policy.reserve_tokens
+            )
+            t.over_threshold = should_compact(tokens, policy.context_window, settings)
         return Report(outcome="ok")
 
     async def _emit_retry_start(self) -> None:
