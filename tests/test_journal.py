@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._core.errors import TransitionError
+from orchestrator._core.errors import SessionError, TransitionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._runtime.session import AgentSession
@@ -389,3 +389,18 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
     assert journal_syncs == [("committing", False), ("committed", True)]
     assert {"session.jsonl", "session.jsonl.journal"} <= {name for name, _, _, _ in seen}
     assert [name for name, on_loop, _, _ in seen if on_loop] == []  # the commit's too
+
+
+def test_sync_of_a_journal_not_written_yet_does_nothing_and_refuses_what_is_no_file(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "s.jsonl"
+    Journal.open(session).sync()  # nothing journaled: nothing to sync, nothing created
+    assert not journal_path(session).exists()
+    os.mkfifo(journal_path(session))  # a pipe is refused at once, not waited on
+    with pytest.raises(SessionError, match="not a regular file"):
+        Journal.open(session).sync()
+    journal_path(session).unlink()
+    journal_path(session).symlink_to(tmp_path / "elsewhere")  # dangling: refused too
+    with pytest.raises(SessionError):
+        Journal.open(session).sync()

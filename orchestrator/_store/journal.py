@@ -52,7 +52,7 @@ from orchestrator._core.entries import iso_now
 from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
-from orchestrator._store.files import describe_os_error, open_side_file, read_side_file
+from orchestrator._store.files import open_side_file, read_side_file
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
@@ -233,13 +233,14 @@ class _FileSink:
 
     def sync(self) -> None:
         # fsync flushes the file, not the descriptor: whatever any descriptor wrote before now.
-        # Opened without following a symbolic link: a link (even a dangling one) is refused.
+        # Opened as every side file is: a symbolic link (even a dangling one), a pipe or a device
+        # is refused; only a missing file means there is nothing to sync.
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return  # nothing journaled yet
-        except OSError as exc:
-            raise SessionError(describe_os_error(self.path, "sync the journal", exc)) from exc
+            fd = open_side_file(self.path, os.O_RDONLY, "sync the journal")
+        except SessionError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return  # nothing journaled yet
+            raise
         try:
             os.fsync(fd)
         finally:
