@@ -8,6 +8,7 @@ the tree afterwards are compared: the navigation table decides on both hosts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -37,10 +38,12 @@ from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
+from orchestrator._runtime.agent import Agent  # noqa: E402
 from orchestrator._runtime.hooks import Hooks  # noqa: E402
 from orchestrator._runtime.navigation import LEAF_MARKER  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
+from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -95,11 +98,18 @@ async def cluster_serving(
     *,
     hooks: Hooks | None = None,
     history_bound: int = 5000,
+    agent: Agent | None = None,
 ) -> AsyncIterator[Cluster]:
     session_id = database.add_example()
     queue = queue_name()
     async with connected() as client:
-        activities = SessionActivities(database.location, summarizer, SETTINGS, hooks)
+        activities = SessionActivities(
+            database.location,
+            summarizer,
+            SETTINGS,
+            hooks,
+            agent_factory=None if agent is None else (lambda: agent),
+        )
         async with build_worker(client, activities, task_queue=queue):
             cluster = ClusterClient(
                 client, task_queue=queue, idle_s=0.2, history_bound=history_bound
@@ -552,3 +562,58 @@ async def test_abort_while_a_hook_hangs_stops_it_and_nothing_is_written(tmp_path
         rows = cluster_rows(database, remote.session_id)
         assert rows[-1] == ("navigation", "consulting_hooks", "cancel", "cancelled", {})
     assert stopped == ["stopped"]
+
+
+def write_behind(database: Database, session_id: str) -> None:
+    """Another writer appends to the session (as an import or a command might)."""
+    from orchestrator._cluster.stores import cluster_store
+    from orchestrator._store.session import Session
+
+    with contextlib.closing(cluster_store(database.location, session_id)) as store:
+        Session.from_store(store).append_custom("elsewhere", {"n": 1})
+
+
+async def test_another_writer_first_makes_the_move_a_conflict_with_nothing_applied(
+    cluster_database: Database,
+) -> None:
+    hooks = Hooks()
+    writer: list[str] = []
+    hooks.on("session_before_tree", lambda payload: write_behind(cluster_database, writer[0]))
+    async with cluster_serving(cluster_database, summaries(), hooks=hooks) as remote:
+        writer.append(remote.session_id)
+        for params in ({"target_id": ASSISTANT}, {"target_id": OTHER_TIP, "summarize": True}):
+            before = cluster_database.entries(remote.session_id)
+            answer = await call(
+                remote.rpc, "session.tree.navigate", session_id=remote.session_id, **params
+            )
+            assert answer["error"]["code"] == -32007, params
+            assert answer["error"]["data"] == {"kind": "conflict", "applied": False}
+            after = cluster_database.entries(remote.session_id)
+            assert [e["id"] for e in after[: len(before)]] == [e["id"] for e in before]
+            assert [e.get("customType") for e in after[len(before) :]] == ["elsewhere"]
+        rows = cluster_rows(cluster_database, remote.session_id)
+        assert [r[1:4] for r in rows if r[0] == "operation"][-1][2] == "conflict"
+        assert rows[-1][:4] == ("navigation", "summarizing", "summary_failed", "failed")
+
+
+async def test_a_prompt_while_navigating_is_refused_as_by_one_server(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    hanging = routes(scripted("a", {"branch": [HANG]}))
+    agent = ScriptedAgent([[reply("hello")]])
+    async with cluster_serving(database, hanging, agent=agent) as remote:
+
+        async def prompt() -> None:
+            await wait_for(remote, "navigationState", "summarizing")
+            refused = await call(
+                remote.rpc, "session.prompt", session_id=remote.session_id, text="hi"
+            )
+            assert refused["error"] == {
+                "code": -32001,
+                "message": "Cannot prompt while a navigation is running",
+            }
+            await call(remote.rpc, "session.abort", session_id=remote.session_id)
+
+        answer = await during(
+            remote, prompt, "session.tree.navigate", target_id=OTHER_TIP, summarize=True
+        )
+        assert answer["result"]["aborted"] is True
