@@ -44,17 +44,23 @@ from temporalio.workflow import ActivityCancellationType
 from orchestrator._cluster.contract import (
     Call,
     CompressResult,
-    JournalLine,
     Op,
     Policy,
     Prepared,
     Reported,
     entry_id_for,
 )
+from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._runtime.driver import Report, check_effects
-from orchestrator._runtime.outcomes import COMMIT_EVENTS, HOOK_EVENTS, call_event
+from orchestrator._lifecycle.machine import MachineDef
+from orchestrator._runtime.driver import Report
+from orchestrator._runtime.outcomes import (
+    COMMIT_EVENTS,
+    HOOK_EVENTS,
+    Attempts,
+    call_event,
+    step_data,
+)
 from orchestrator._runtime.retry import RetryPolicy
 
 ONCE = TemporalRetry(maximum_attempts=1)
@@ -70,20 +76,9 @@ SHORT = timedelta(seconds=60)
 LONG_CALL = timedelta(minutes=10)
 """Time limit of a model call when the worker sets none."""
 _AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
-# Facts' default values, for journal lines that keep only what differs (as the anyio host does).
-_DEFAULT = Facts()
 
 
-def facts_delta(facts: Facts) -> dict[str, Any]:
-    """The fields of ``facts`` that differ from the defaults."""
-    return {
-        f.name: getattr(facts, f.name)
-        for f in dataclasses.fields(facts)
-        if getattr(facts, f.name) != getattr(_DEFAULT, f.name)
-    }
-
-
-class OperationFlow:
+class OperationFlow(TableFlow):
     """One compaction or branch summary, run by the operation table inside the workflow.
 
     Args:
@@ -92,26 +87,24 @@ class OperationFlow:
     """
 
     def __init__(self, defn: MachineDef, op: Op) -> None:
-        self.defn = defn
         self.op = op
-        self.state = defn.initial
-        self.effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
+        self._at = Attempts()
+        effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
             "run_hooks": self._run_hooks,
             "call_model": self._call_model,
-            "next_candidate": self._next_candidate,
-            "next_part": self._next_part,
-            "shrink_request": self._shrink_request,
+            "next_candidate": self._at.next_candidate,
+            "next_part": self._at.next_part,
+            "shrink_request": self._at.shrink_request,
             "sleep_retry": self._sleep_retry,
-            "stop_work": self._stop_work,
+            "stop_work": self._stop_in_flight,
             "append_entry": self._append_entry,
             "rewrite_entries": self._rewrite_entries,
             "rebuild_context": self._nothing,
             "emit_result": self._emit_result,
         }
-        check_effects(defn, self.effects)
+        super().__init__(defn, effects, awaiting=_AWAITING)
         self.policy = Policy()
         self._routes: list[int] = []
-        self._part = self._candidate = self._retries = self._halvings = 0
         self._delay_ms = 0
         self._texts: dict[str, str] = {}
         self._models: dict[str, str] = {}
@@ -119,24 +112,9 @@ class OperationFlow:
         self._reason: str | None = None
         self._result: dict[str, Any] | None = None
         self._entry_id: str | None = None
-        self._lines: list[JournalLine] = []
-        self._resend = False
-        self._seq = 0
-        self._interrupts: list[str] = []
-        self._in_flight: asyncio.Task[Report | None] | None = None
         self._commit_error: str | None = None
         self._pruned_ids: list[str] = []
         self._tokens_saved = 0
-
-    @property
-    def done(self) -> bool:
-        """Whether the machine rests in a final state."""
-        return self.state in self.defn.final
-
-    def interrupt(self, event: str) -> None:
-        """Record ``cancel`` or ``deadline_passed``; the table decides what it means now."""
-        if not self.done and self.defn.rows_for(self.state, event):
-            self._interrupts.append(event)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -172,7 +150,7 @@ class OperationFlow:
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's cancel row (D22).
             if not self.done and self.defn.rows_for(self.state, "cancel"):
-                await self._loop("cancel", Facts(), {})
+                await self._loop("cancel", Facts(), NO_DATA)
             raise
         finally:
             if deadline is not None:
@@ -180,43 +158,11 @@ class OperationFlow:
         return self._outcome()
 
     async def _loop(self, event: str | None, facts: Facts, data: Mapping[str, Any]) -> None:
-        while event is not None:
-            taken = step(self.defn, self.state, event, facts)
-            self.state = taken.dest
-            self._journal(taken.source, event, taken.dest, taken.effects, facts, data)
-            event = None
-            for name in taken.effects:
-                report = await self._perform(name)
-                if self._interrupts:
-                    pending = self._interrupts.pop(0)
-                    if self.defn.rows_for(self.state, pending):
-                        event, facts, data = pending, Facts(), {}
-                        break
-                if report is not None:
-                    event, facts, data = self._translate(name, report)
-        if self._lines:
+        await self._steps(event, facts, data)
+        if self.journal.lines:
             await self._flush()
 
-    async def _perform(self, name: str) -> Report | None:
-        if name not in _AWAITING:
-            return await self.effects[name]()
-        task = asyncio.ensure_future(self.effects[name]())
-        self._in_flight = task
-        await workflow.wait_condition(lambda: task.done() or bool(self._interrupts))
-        if task.done():
-            self._in_flight = None
-            return task.result()
-        return None
-
-    def _journal(
-        self,
-        source: str,
-        event: str,
-        dest: str,
-        effects: tuple[str, ...],
-        facts: Facts,
-        data: Mapping[str, Any],
-    ) -> None:
+    def _journal_data(self, source: str, dest: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
         kept = {k: v for k, v in data.items() if v is not None}
         if dest == "committing" and self.op.kind == "prune":
             # A prune rewrites the entries it planned: their ids are journaled first (D24).
@@ -227,32 +173,10 @@ class OperationFlow:
             kept["entryId"] = self._entry_id
         if source == "preparing":
             kept.setdefault("reason", self.op.reason)
-        line = JournalLine(
-            seq=self._seq,
-            source=source,
-            event=event,
-            dest=dest,
-            effects=list(effects),
-            facts=facts_delta(facts),
-            data=kept,
-        )
-        self._seq += 1
-        self._lines.append(line)
-
-    def _take_lines(self) -> tuple[list[JournalLine], bool]:
-        lines, resend = self._lines, self._resend
-        self._lines, self._resend = [], False
-        return lines, resend
-
-    def _lost(self, lines: list[JournalLine]) -> None:
-        # The activity carrying these lines failed: I cannot know whether it wrote them.
-        self._lines = lines + self._lines
-        self._resend = True
+        return kept
 
     def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
-        data = dict(report.data)
-        if report.error:
-            data["error"] = report.error
+        data = step_data(report)
         if effect == "run_hooks":
             if report.outcome == "cancelled":
                 self._reason = str(report.data.get("reason"))
@@ -269,10 +193,9 @@ class OperationFlow:
             )
             event, facts, self._delay_ms = call_event(
                 report,
-                more_parts=self._part + 1 < len(self._routes),
-                halvings=self._halvings,
-                retries=self._retries,
-                more_candidates=self._candidate + 1 < self._routes[self._part],
+                self._at,
+                parts=len(self._routes),
+                candidates=self._routes[self._at.part],
                 policy=policy,
             )
             return event, facts, data
@@ -291,7 +214,7 @@ class OperationFlow:
     # -- the effect table -------------------------------------------------------------------------
 
     async def _run_hooks(self) -> Report:
-        lines, resend = self._take_lines()
+        lines, resend = self.journal.take()
         try:
             reported: Reported = await workflow.execute_activity(
                 "run_hooks",
@@ -303,7 +226,7 @@ class OperationFlow:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as error:
-            self._lost(lines)
+            self.journal.lost(lines)
             # A hook that cannot be consulted cancels, as a hook's own failure would not: the
             # compaction must not go ahead without the hooks that might have refused it.
             return Report(outcome="cancelled", data={"reason": lost_reason(error, "hooks")})
@@ -313,9 +236,9 @@ class OperationFlow:
         return _report(reported)
 
     async def _call_model(self) -> Report:
-        if self._candidate >= self._routes[self._part]:
+        if self._at.candidate >= self._routes[self._at.part]:
             return Report(outcome="fatal", error="no summary model configured")
-        lines, resend = self._take_lines()
+        lines, resend = self.journal.take()
         timeout = self.policy.timeout_s
         try:
             reported: Reported = await workflow.execute_activity(
@@ -324,9 +247,9 @@ class OperationFlow:
                     op=self.op,
                     journal=lines,
                     resend=resend,
-                    part=self._part,
-                    candidate=self._candidate,
-                    halvings=self._halvings,
+                    part=self._at.part,
+                    candidate=self._at.candidate,
+                    halvings=self._at.halvings,
                     texts=dict(self._texts),
                 ),
                 result_type=Reported,
@@ -339,7 +262,7 @@ class OperationFlow:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as error:
-            self._lost(lines)
+            self.journal.lost(lines)
             # The worker died or the call hung: a transient failure the table may retry.
             return Report(outcome="timeout", error=lost_reason(error, "model call"))
         report = _report(reported)
@@ -348,33 +271,13 @@ class OperationFlow:
             self._models[reported.purpose] = str(reported.data.get("model", ""))
         return report
 
-    async def _next_candidate(self) -> None:
-        self._candidate += 1
-        self._retries = 0
-
-    async def _next_part(self) -> None:
-        self._part += 1
-        self._candidate = self._retries = self._halvings = 0
-
-    async def _shrink_request(self) -> None:
-        self._halvings += 1
-
     async def _sleep_retry(self) -> Report:
-        self._retries += 1
+        self._at.retries += 1
         await workflow.sleep(self._delay_ms / 1000)
         return Report(outcome="ok")
 
-    async def _stop_work(self) -> None:
-        task, self._in_flight = self._in_flight, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, ActivityError):
-                pass
-
     async def _append_entry(self) -> Report:
-        lines, resend = self._take_lines()
+        lines, resend = self.journal.take()
         try:
             reported: Reported = await workflow.execute_activity(
                 "commit",
@@ -391,7 +294,7 @@ class OperationFlow:
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
-            self._lost(lines)
+            self.journal.lost(lines)
             self._commit_error = lost_reason(error, "commit")
             return Report(outcome="failed", error=self._commit_error)
         self._result = reported.result
@@ -400,7 +303,7 @@ class OperationFlow:
         return _report(reported)
 
     async def _rewrite_entries(self) -> Report:
-        lines, resend = self._take_lines()
+        lines, resend = self.journal.take()
         try:
             reported: Reported = await workflow.execute_activity(
                 "rewrite",
@@ -410,7 +313,7 @@ class OperationFlow:
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
-            self._lost(lines)
+            self.journal.lost(lines)
             self._commit_error = lost_reason(error, "prune")
             return Report(outcome="failed", error=self._commit_error)
         self._tokens_saved = reported.tokens_saved
@@ -423,7 +326,7 @@ class OperationFlow:
 
     async def _emit_result(self) -> None:
         # The last steps ride with the result hooks (session_compact), which run on a worker.
-        lines, resend = self._take_lines()
+        lines, resend = self.journal.take()
         await workflow.execute_activity(
             "finish",
             Call(
@@ -438,7 +341,7 @@ class OperationFlow:
         )
 
     async def _flush(self) -> None:
-        lines, resend = self._take_lines()
+        lines, resend = self.journal.take()
         await workflow.execute_activity(
             "finish",
             Call(op=self.op, journal=lines, resend=resend),

@@ -29,7 +29,6 @@ records ``cancel``, which the loop steps through the table when the table lists 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -40,7 +39,6 @@ from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
     CompressResult,
-    JournalLine,
     Nav,
     NavCall,
     NavigateResult,
@@ -48,26 +46,22 @@ from orchestrator._cluster.contract import (
     Op,
     derived_id,
 )
-from orchestrator._cluster.flow import DELIVER, HEARTBEAT, ONCE, SHORT, OperationFlow, facts_delta
+from orchestrator._cluster.flow import DELIVER, HEARTBEAT, ONCE, SHORT, OperationFlow
+from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._runtime.driver import Report, check_effects
+from orchestrator._lifecycle.machine import MachineDef
+from orchestrator._runtime.driver import Report
+from orchestrator._runtime.outcomes import navigation_event
 
 # Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
 _AWAITING = frozenset({"run_hooks", "start_summary"})
-_HOOK_EVENTS = {"done": "hooks_done", "supplied": "hook_supplied", "cancelled": "hooks_cancelled"}
-_SUMMARY_EVENTS = {
-    "committed": "summary_committed",
-    "skipped": "summary_skipped",
-    "cancelled": "summary_cancelled",
-}
 
 
 class _Stopped(Exception):
     """An effect could not report an outcome the table lists (the leaf move conflicted)."""
 
 
-class NavigationFlow:
+class NavigationFlow(TableFlow):
     """One tree navigation, run by the navigation table inside the session workflow.
 
     Args:
@@ -77,11 +71,9 @@ class NavigationFlow:
     """
 
     def __init__(self, defn: MachineDef, operation: MachineDef, nav: Nav) -> None:
-        self.defn = defn
         self.operation = operation
         self.nav = nav
-        self.state = defn.initial
-        self.effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
+        effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
             "collect_entries": self._collect_entries,
             "run_hooks": self._run_hooks,
             "start_summary": self._start_summary,
@@ -92,7 +84,7 @@ class NavigationFlow:
             "rebuild_context": self._nothing,
             "emit_session_tree": self._emit_session_tree,
         }
-        check_effects(defn, self.effects)
+        super().__init__(defn, effects, awaiting=_AWAITING, machine="navigation")
         self.summary: OperationFlow | None = None
         self._summary_result: CompressResult | None = None
         self._summary_entry_id: str | None = None
@@ -101,26 +93,11 @@ class NavigationFlow:
         self._leaf_id: str | None = None
         self._short_summary: str | None = None
         self._stopped: str | None = None
-        self._lines: list[JournalLine] = []
-        self._resend = False
-        self._seq = 0
-        self._interrupts: list[str] = []
-        self._in_flight: asyncio.Task[Report | None] | None = None
-
-    @property
-    def done(self) -> bool:
-        """Whether the machine rests in a final state."""
-        return self.state in self.defn.final
 
     @property
     def summary_state(self) -> str | None:
         """The branch summary operation's state, while one runs."""
         return self.summary.state if self.summary is not None else None
-
-    def interrupt(self, event: str) -> None:
-        """Record ``cancel``; the table decides what it means now."""
-        if not self.done and self.defn.rows_for(self.state, event):
-            self._interrupts.append(event)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -159,71 +136,20 @@ class NavigationFlow:
         return self._result()
 
     async def _loop(self, event: str | None, facts: Facts) -> None:
-        while event is not None:
-            taken = step(self.defn, self.state, event, facts)
-            self.state = taken.dest
-            self._journal(taken.source, event, taken.dest, taken.effects, facts)
-            event = None
-            for name in taken.effects:
-                report = await self._perform(name)
-                if self._interrupts:
-                    pending = self._interrupts.pop(0)
-                    if self.defn.rows_for(self.state, pending):
-                        event, facts = pending, Facts()
-                        break
-                if report is not None:
-                    event, facts = self._translate(name, report)
+        await self._steps(event, facts, NO_DATA)
         self._interrupts.clear()
         await self._flush()
 
-    async def _perform(self, name: str) -> Report | None:
-        if name not in _AWAITING:
-            return await self.effects[name]()
-        task = asyncio.ensure_future(self.effects[name]())
-        self._in_flight = task
-        await workflow.wait_condition(lambda: task.done() or bool(self._interrupts))
-        if task.done():
-            self._in_flight = None
-            return task.result()
-        return None
-
-    def _translate(self, effect: str, report: Report) -> tuple[str, Facts]:
-        if effect == "collect_entries":
-            return "collected", Facts()
-        if effect == "run_hooks":
-            facts = Facts(
-                wants_summary=self.nav.request.summarize, has_entries=self.nav.entry_count > 0
-            )
-            return _HOOK_EVENTS[report.outcome], facts
-        if effect == "start_summary":
-            return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), Facts()
-        return "switched", Facts()
-
-    def _journal(
-        self, source: str, event: str, dest: str, effects: tuple[str, ...], facts: Facts
-    ) -> None:
-        self._lines.append(
-            JournalLine(
-                seq=self._seq,
-                source=source,
-                event=event,
-                dest=dest,
-                effects=list(effects),
-                facts=facts_delta(facts),
-                machine="navigation",
-            )
+    def _translate(self, effect: str, report: Report) -> tuple[str, Facts, Mapping[str, Any]]:
+        nav = self.nav
+        event, facts = navigation_event(
+            effect, report, wants_summary=nav.request.summarize, has_entries=nav.entry_count > 0
         )
-        self._seq += 1
+        return event, facts, NO_DATA
 
     def _call(self, **fields: Any) -> NavCall:
-        lines, resend = self._lines, self._resend
-        self._lines, self._resend = [], False
+        lines, resend = self.journal.take()
         return NavCall(nav=self.nav, journal=lines, resend=resend, **fields)
-
-    def _lost(self, call: NavCall) -> None:
-        # The activity carrying these lines failed: I cannot know whether it wrote them.
-        self._lines = list(call.journal) + self._lines
-        self._resend = True
 
     async def _activity(self, name: str, call: NavCall, *, deliver: bool = False) -> NavReported:
         try:
@@ -237,7 +163,7 @@ class NavigationFlow:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except (ActivityError, asyncio.CancelledError):
-            self._lost(call)
+            self.journal.lost(call.journal)
             raise
         if reported.nav is not None:
             self.nav = reported.nav
@@ -290,11 +216,7 @@ class NavigationFlow:
         # A session_before_tree handler that never returns must not hold the navigation: its
         # activity is cancelled like a model call (D22) and settles before the step goes on;
         # nothing was written before the hooks answered.
-        task, self._in_flight = self._in_flight, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ActivityError):
-                await task
+        await self._stop_in_flight()
 
     async def _switch_leaf(self) -> Report:
         return await self._switch(with_summary=False)
@@ -331,7 +253,7 @@ class NavigationFlow:
             self._short_summary = reported.short_summary
 
     async def _flush(self) -> None:
-        if self._lines:
+        if self.journal.lines:
             call = self._call()
             await workflow.execute_activity(
                 "nav_finish", call, start_to_close_timeout=SHORT, retry_policy=DELIVER

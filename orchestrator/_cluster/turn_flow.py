@@ -67,34 +67,20 @@ from orchestrator._cluster.flow import (
     ONCE,
     SHORT,
     OperationFlow,
-    facts_delta,
     lost_reason,
 )
+from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
 from orchestrator._runtime.driver import Report, check_effects
+from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, retry_delay_ms
 from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.types import TurnCounters
 
 T = TypeVar("T")
 
-_AGENT_EVENTS = {
-    "ok": "agent_done",
-    "overflow": "overflow",
-    "truncated": "reply_truncated",
-    "transient": "transient_error",
-    "fatal": "fatal_error",
-}
-_COMPACTION_EVENTS = {
-    "committed": "compaction_done",
-    "skipped": "compaction_skipped",
-    "cancelled": "compaction_cancelled",
-}
-_COMPACTIONS = frozenset(
-    {"start_threshold_compaction", "start_overflow_compaction", "start_manual_compaction"}
-)
 _ENDED = frozenset({"committed", "skipped", "cancelled", "failed", "conflict"})
 NEVER_RAN = "Compaction cancelled: the session closed before it ran"
 
@@ -163,9 +149,7 @@ class TurnFlow:
         self._task: asyncio.Task[Any] | None = None
         self._run_id = ""
         self._calls = 0
-        self._lines: list[JournalLine] = []
-        self._resend = False
-        self._seq = 0
+        self.journal = JournalLines()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -202,10 +186,10 @@ class TurnFlow:
         self.running = True
         self._prompt = prompt
         self._run_id = workflow.uuid4().hex[:12]
-        self._seq = self._calls = 0
+        self.journal.seq = self._calls = 0
         try:
             await self._loop(event)
-            while self._lines:
+            while self.journal.lines:
                 # The last steps are written before the run ends; a request that arrived
                 # meanwhile is stepped as it would have been a moment earlier.
                 await self._flush()
@@ -230,7 +214,7 @@ class TurnFlow:
             facts = self.facts()
             taken = step(self.defn, self.state, event, facts)
             self.state = taken.dest
-            self._journal(taken.source, event, taken.dest, taken.effects, facts)
+            self.journal.add(taken.source, event, taken.dest, taken.effects, facts)
             event = await self._perform(taken.effects)
             if event is None:
                 event = self._at_rest()
@@ -243,7 +227,7 @@ class TurnFlow:
             if interrupt is not None:
                 return interrupt
             if report is not None:
-                event = _translate(name, report)
+                event = turn_event(name, report)
         return event
 
     def _at_rest(self) -> str | None:
@@ -278,42 +262,16 @@ class TurnFlow:
 
     async def _stop_in_flight(self) -> None:
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, ActivityError):
-                pass
+        await stop_in_flight(task)
 
     # -- journal ----------------------------------------------------------------------------------
 
-    def _journal(
-        self, source: str, event: str, dest: str, effects: tuple[str, ...], facts: Facts
-    ) -> None:
-        self._lines.append(
-            JournalLine(
-                seq=self._seq,
-                source=source,
-                event=event,
-                dest=dest,
-                effects=list(effects),
-                facts=facts_delta(facts),
-            )
-        )
-        self._seq += 1
-
     def _call(self, **kwargs: Any) -> tuple[TurnCall, list[JournalLine]]:
-        lines, resend = self._lines, self._resend
-        self._lines, self._resend = [], False
+        lines, resend = self.journal.take()
         call = TurnCall(
             session_id=self.session_id, run_id=self._run_id, journal=lines, resend=resend, **kwargs
         )
         return call, lines
-
-    def _lost(self, lines: list[JournalLine]) -> None:
-        # The activity carrying these lines failed: I cannot know whether it wrote them.
-        self._lines = lines + self._lines
-        self._resend = True
 
     async def _flush(self) -> None:
         call, lines = self._call()
@@ -322,7 +280,7 @@ class TurnFlow:
                 "journal_turn", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
             )
         except BaseException:
-            self._lost(lines)
+            self.journal.lost(lines)
             raise
 
     async def _append(self, entries: list[NewEntry]) -> None:
@@ -332,7 +290,7 @@ class TurnFlow:
                 "append", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
             )
         except BaseException:
-            self._lost(lines)
+            self.journal.lost(lines)
             raise
 
     def _new_id(self, what: str) -> str:
@@ -382,14 +340,14 @@ class TurnFlow:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as error:
-            self._lost(lines)
+            self.journal.lost(lines)
             # The worker died or the run hung: a transient failure the table may retry. The
             # agent's own exception (a bug, not the provider's answer) ends the turn.
             lost = isinstance(error.cause, ActivityTimeout)
             outcome = "transient" if lost else "fatal"
             return AgentReported(outcome=outcome, error=lost_reason(error, "agent"))
         except asyncio.CancelledError:
-            self._lost(lines)
+            self.journal.lost(lines)
             raise
         return reported
 
@@ -415,7 +373,7 @@ class TurnFlow:
         t, policy = self.counters, self.policy
         if not policy.prune:
             return Report(outcome="ok")
-        if self._lines:
+        if self.journal.lines:
             await self._flush()
         op = Op(
             session_id=self.session_id,
@@ -488,7 +446,7 @@ class TurnFlow:
 
     async def _compaction(self, reason: str, focus: str | None) -> Report | None:
         self.outcome = None
-        if self._lines:
+        if self.journal.lines:
             # The turn's steps so far go first, so the journal reads in order.
             await self._flush()
         op = Op(
@@ -526,15 +484,3 @@ class TurnFlow:
         if request is not None:
             request.outcome = outcome
             request.done = True
-
-
-def _translate(effect: str, report: Report) -> str:
-    if effect == "call_agent":
-        return _AGENT_EVENTS[report.outcome]
-    if effect in _COMPACTIONS:
-        return _COMPACTION_EVENTS.get(report.outcome, "compaction_failed")
-    return {
-        "prune_tool_outputs": "pruned",
-        "sleep_retry": "retry_wait_done",
-        "resume_turn": "resume",
-    }[effect]

@@ -34,6 +34,7 @@ from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, first_error
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
 from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.outcomes import navigation_event
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.types import ForkResult, NavigationResult, OperationOutcome
 from orchestrator._store.fork import branched_session, fork_path, fork_target
@@ -48,12 +49,6 @@ BUSY = "Cannot navigate while the agent is working; wait for the turn to end or 
 
 # Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
 _AWAITING = frozenset({"run_hooks", "start_summary"})
-_HOOK_EVENTS = {"done": "hooks_done", "supplied": "hook_supplied", "cancelled": "hooks_cancelled"}
-_SUMMARY_EVENTS = {
-    "committed": "summary_committed",
-    "skipped": "summary_skipped",
-    "cancelled": "summary_cancelled",
-}
 
 
 class _Request:
@@ -212,14 +207,9 @@ class Navigator:
 
     def _translate(self, effect: str, report: Report) -> tuple[str, Facts]:
         request = self._current()
-        if effect == "collect_entries":
-            return "collected", Facts()
-        if effect == "run_hooks":
-            facts = Facts(wants_summary=request.summarize, has_entries=bool(request.entries))
-            return _HOOK_EVENTS[report.outcome], facts
-        if effect == "start_summary":
-            return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), Facts()
-        return "switched", Facts()
+        return navigation_event(
+            effect, report, wants_summary=request.summarize, has_entries=bool(request.entries)
+        )
 
     def _result(self, state: str, request: _Request) -> NavigationResult:
         session = self._session()

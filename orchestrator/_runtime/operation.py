@@ -46,7 +46,14 @@ from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
 from orchestrator._runtime.jobs import BranchJob, PruneJob, Start
-from orchestrator._runtime.outcomes import COMMIT_EVENTS, HOOK_EVENTS, attempt_summary, call_event
+from orchestrator._runtime.outcomes import (
+    COMMIT_EVENTS,
+    HOOK_EVENTS,
+    Attempts,
+    attempt_summary,
+    call_event,
+    step_data,
+)
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome
 from orchestrator._runtime.summarize import Part, SummaryRoutes
@@ -105,14 +112,16 @@ class OperationRun:
         self.routes = routes
         self.dry_run = dry_run
         self.id = ports.ids()
+        # What the effects share: where in the parts and candidates we are, and what came back.
+        self._at = Attempts()
         # Where the session ended when the job planned: the commit is conditional on it (D27).
         self._expect = ports.session.tail() if ports.session is not None else None
         self.effects: Mapping[str, Effect] = {
             "run_hooks": self._run_hooks,
             "call_model": self._call_model,
-            "next_candidate": self._next_candidate,
-            "next_part": self._next_part,
-            "shrink_request": self._shrink_request,
+            "next_candidate": self._at.next_candidate,
+            "next_part": self._at.next_part,
+            "shrink_request": self._at.shrink_request,
             "sleep_retry": self._sleep_retry,
             "stop_work": self._stop_work,
             "append_entry": self._append_entry,
@@ -123,11 +132,6 @@ class OperationRun:
         self.machine = Interpreter(
             ports.tables("operation"), self.effects, observers=(self._record,)
         )
-        # What the effects share: where in the parts and candidates we are, and what came back.
-        self._part = 0
-        self._candidate = 0
-        self._retries = 0
-        self._halvings = 0
         self._failure: Report | None = None
         self._delay_ms = 0
         self._texts: dict[str, str] = {}
@@ -244,9 +248,7 @@ class OperationRun:
         return out
 
     def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
-        data = dict(report.data)
-        if report.error:
-            data["error"] = report.error
+        data = step_data(report)
         if effect == "run_hooks":
             if report.outcome == "cancelled":
                 self._reason = str(report.data.get("reason"))
@@ -261,15 +263,14 @@ class OperationRun:
         return event, facts, data
 
     def _after_call(self, report: Report) -> tuple[str, Facts]:
-        part = self.job.parts[self._part]
+        part = self.job.parts[self._at.part]
         if report.outcome != "ok":
             self._failure = report
         event, facts, self._delay_ms = call_event(
             report,
-            more_parts=self._part + 1 < len(self.job.parts),
-            halvings=self._halvings,
-            retries=self._retries,
-            more_candidates=self._candidate + 1 < len(part.routes),
+            self._at,
+            parts=len(self.job.parts),
+            candidates=len(part.routes),
             policy=self.routes.retry,
         )
         return event, facts
@@ -295,23 +296,23 @@ class OperationRun:
         return await self.job.consult_hooks()  # type: ignore[no-any-return]
 
     def _route(self) -> tuple[Part, Model | None]:
-        part = self.job.parts[self._part]
-        model = part.routes[self._candidate] if self._candidate < len(part.routes) else None
+        part = self.job.parts[self._at.part]
+        model = part.routes[self._at.candidate] if self._at.candidate < len(part.routes) else None
         return part, model
 
     async def _call_model(self) -> Report:
         part, model = self._route()
         if model is None:
             return Report(outcome="fatal", error=NO_MODEL)
-        first = self._candidate == 0 and self._retries == 0 and self._halvings == 0
-        if first and self._part == 0:
+        first = self._at.candidate == 0 and self._at.retries == 0 and self._at.halvings == 0
+        if first and self._at.part == 0:
             self._start_early(model)
-        early = self._early.pop(self._part, None) if first else None
+        early = self._early.pop(self._at.part, None) if first else None
         if early is not None:
             await early.done.wait()
             report, text = early.report, early.text
         else:
-            report, text = await self._attempt(part, model, self._halvings)
+            report, text = await self._attempt(part, model, self._at.halvings)
         if report.outcome == "ok":
             self._texts[part.purpose] = text
             self._models[part.purpose] = model.name
@@ -346,19 +347,8 @@ class OperationRun:
             cancel_scope(early.scope)
         self._early.clear()
 
-    async def _next_candidate(self) -> None:
-        self._candidate += 1
-        self._retries = 0
-
-    async def _next_part(self) -> None:
-        self._part += 1
-        self._candidate = self._retries = self._halvings = 0
-
-    async def _shrink_request(self) -> None:
-        self._halvings += 1
-
     async def _sleep_retry(self) -> Report:
-        self._retries += 1
+        self._at.retries += 1
         await self.routes.sleep(self._delay_ms / 1000)
         return Report(outcome="ok")
 
@@ -458,9 +448,9 @@ class OperationRun:
             "summary_overflow",
         ):
             return
-        part, model = self.job.parts[self._part], None
-        if self._candidate < len(part.routes):
-            model = part.routes[self._candidate]
+        part, model = self.job.parts[self._at.part], None
+        if self._at.candidate < len(part.routes):
+            model = part.routes[self._at.candidate]
         outcome: Outcome = "ok"
         delay = 0
         if taken.event != "summary_ready":
@@ -477,8 +467,8 @@ class OperationRun:
             )
         record = AttemptRecord(
             candidate=model.name if model is not None else "",
-            candidate_index=self._candidate,
-            attempt=self._retries + 1,
+            candidate_index=self._at.candidate,
+            attempt=self._at.retries + 1,
             outcome=outcome,
             delay_ms=delay,
             error=error,

@@ -1,8 +1,9 @@
-"""What an operation's effects report, turned into the operation table's events (D31).
+"""What the effects report, turned into their table's events (D31).
 
-Both hosts of the operation table use these: the anyio driver
-(:mod:`orchestrator._runtime.operation`) and the Temporal workflow
-(:mod:`orchestrator._cluster.flow`). An effect performs and reports an outcome; these pure
+Both hosts of each table use these: the anyio drivers (:mod:`orchestrator._runtime.operation`,
+:mod:`~orchestrator._runtime.turn`, :mod:`~orchestrator._runtime.navigate`) and the Temporal
+workflow (:mod:`orchestrator._cluster.flow`, :mod:`~orchestrator._cluster.turn_flow`,
+:mod:`~orchestrator._cluster.navflow`). An effect performs and reports an outcome; these pure
 functions name the event that outcome fires and the facts its guards read, so the table makes
 the same decision, and the journal reads the same, on either host. :func:`attempt_summary` is
 the one model attempt both hosts make (the workflow makes it inside an activity).
@@ -11,7 +12,8 @@ the one model attempt both hosts make (the workflow makes it inside an activity)
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 
@@ -38,45 +40,137 @@ HOOK_EVENTS: Mapping[str, str] = {
     "supplied": "hook_supplied",
     "cancelled": "hooks_cancelled",
 }
-"""The hooks' outcome to its event."""
+"""The hooks' outcome to its event (the operation and the navigation tables name them alike)."""
+_AGENT_EVENTS: Mapping[str, str] = {
+    "ok": "agent_done",
+    "overflow": "overflow",
+    "truncated": "reply_truncated",
+    "transient": "transient_error",
+    "fatal": "fatal_error",
+}
+_COMPACTION_EVENTS: Mapping[str, str] = {
+    "committed": "compaction_done",
+    "skipped": "compaction_skipped",
+    "cancelled": "compaction_cancelled",
+}
+_COMPACTIONS = frozenset(
+    {"start_threshold_compaction", "start_overflow_compaction", "start_manual_compaction"}
+)
+_TURN_EVENTS: Mapping[str, str] = {
+    "prune_tool_outputs": "pruned",
+    "sleep_retry": "retry_wait_done",
+    "resume_turn": "resume",
+}
+_SUMMARY_EVENTS: Mapping[str, str] = {
+    "committed": "summary_committed",
+    "skipped": "summary_skipped",
+    "cancelled": "summary_cancelled",
+}
+
+
+def turn_event(effect: str, report: Report) -> str:
+    """The turn table's event for what a turn effect reported."""
+    if effect == "call_agent":
+        return _AGENT_EVENTS[report.outcome]
+    if effect in _COMPACTIONS:
+        return _COMPACTION_EVENTS.get(report.outcome, "compaction_failed")
+    return _TURN_EVENTS[effect]
+
+
+def navigation_event(
+    effect: str, report: Report, *, wants_summary: bool, has_entries: bool
+) -> tuple[str, Facts]:
+    """The navigation table's event for what a navigation effect reported, and its facts.
+
+    Args:
+        effect: The effect that reported.
+        report: Its report.
+        wants_summary: The request asks for a branch summary (read after the hooks).
+        has_entries: The abandoned branch has entries to summarize (read after the hooks).
+    """
+    if effect == "collect_entries":
+        return "collected", Facts()
+    if effect == "run_hooks":
+        facts = Facts(wants_summary=wants_summary, has_entries=has_entries)
+        return HOOK_EVENTS[report.outcome], facts
+    if effect == "start_summary":
+        return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), Facts()
+    return "switched", Facts()
+
+
+@dataclass(slots=True)
+class Attempts:
+    """Where an operation's model attempts are; the counter effects move it (both hosts).
+
+    Attributes:
+        part: The summary request being made (an operation may make several, D15).
+        candidate: The candidate model of that request being tried (D21).
+        retries: Retries made on that candidate so far.
+        halvings: Times that request was halved so far (D14).
+    """
+
+    part: int = 0
+    candidate: int = 0
+    retries: int = 0
+    halvings: int = 0
+
+    async def next_candidate(self) -> None:
+        """The ``next_candidate`` effect: the next model, its retries from 0."""
+        self.candidate += 1
+        self.retries = 0
+
+    async def next_part(self) -> None:
+        """The ``next_part`` effect: the next request, from its first candidate, whole."""
+        self.part += 1
+        self.candidate = self.retries = self.halvings = 0
+
+    async def shrink_request(self) -> None:
+        """The ``shrink_request`` effect: the request is halved once more."""
+        self.halvings += 1
+
+
+def step_data(report: Report) -> dict[str, Any]:
+    """What a report gives its next step's journal line: its data, and its error if any."""
+    data = dict(report.data)
+    if report.error:
+        data["error"] = report.error
+    return data
 
 
 def call_event(
     report: Report,
+    at: Attempts,
     *,
-    more_parts: bool,
-    halvings: int,
-    retries: int,
-    more_candidates: bool,
+    parts: int,
+    candidates: int,
     policy: RetryPolicy,
 ) -> tuple[str, Facts, int]:
     """The event a model attempt's report fires, its facts, and the wait a retry would take.
 
     Args:
         report: What ``call_model`` reported.
-        more_parts: Another summary request of the operation follows this one.
-        halvings: Times this request was halved so far (D14).
-        retries: Retries made on this candidate so far.
-        more_candidates: Another candidate model remains for this request (D21).
+        at: Where the attempts are.
+        parts: How many summary requests the operation makes.
+        candidates: How many candidate models the current request has.
         policy: The retry policy of the routes.
 
     Returns:
         ``(event, facts, delay_ms)``; ``delay_ms`` is 0 unless the event is ``attempt_failed``.
     """
     if report.outcome == "ok":
-        return "summary_ready", Facts(more_parts=more_parts), 0
+        return "summary_ready", Facts(more_parts=at.part + 1 < parts), 0
     if report.outcome == "overflow":
-        return "summary_overflow", Facts(shrink_attempts=halvings), 0
+        return "summary_overflow", Facts(shrink_attempts=at.halvings), 0
     max_retries = policy.max_retries if policy.enabled else 0
-    delay_ms = retry_delay_ms(policy.base_delay_ms, retries, report.retry_after)
+    delay_ms = retry_delay_ms(policy.base_delay_ms, at.retries, report.retry_after)
     facts = Facts(
         retryable=report.outcome in RETRYABLE,
-        retry_attempt=retries,
+        retry_attempt=at.retries,
         max_retries=max_retries,
         delay_ms=delay_ms,
         max_delay_ms=policy.switch_after_ms,
         delay_cap_ms=policy.max_delay_ms,
-        more_candidates=more_candidates,
+        more_candidates=at.candidate + 1 < candidates,
     )
     return "attempt_failed", facts, delay_ms
 

@@ -49,6 +49,7 @@ from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
 from orchestrator._runtime.operations import OperationRunner, raise_for
+from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.turn_agent import TurnAgent
 from orchestrator._runtime.turn_compaction import TurnCompactions
@@ -63,22 +64,6 @@ from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
 
 __all__ = ["ManualRequest", "TurnDriver"]
-
-_AGENT_EVENTS = {
-    "ok": "agent_done",
-    "overflow": "overflow",
-    "truncated": "reply_truncated",
-    "transient": "transient_error",
-    "fatal": "fatal_error",
-}
-_COMPACTION_EVENTS = {
-    "committed": "compaction_done",
-    "skipped": "compaction_skipped",
-    "cancelled": "compaction_cancelled",
-}
-_COMPACTIONS = frozenset(
-    {"start_threshold_compaction", "start_overflow_compaction", "start_manual_compaction"}
-)
 
 
 class TurnDriver:
@@ -280,7 +265,7 @@ class TurnDriver:
             if interrupt is not None:
                 return interrupt
             if report is not None:
-                event = _translate(name, report)
+                event = turn_event(name, report)
         return event
 
     def _at_rest(self) -> str | None:
@@ -318,15 +303,3 @@ class TurnDriver:
         session = self.ports.session
         assert session is not None, "a turn needs a session"
         return session
-
-
-def _translate(effect: str, report: Report) -> str:
-    if effect == "call_agent":
-        return _AGENT_EVENTS[report.outcome]
-    if effect in _COMPACTIONS:
-        return _COMPACTION_EVENTS.get(report.outcome, "compaction_failed")
-    return {
-        "prune_tool_outputs": "pruned",
-        "sleep_retry": "retry_wait_done",
-        "resume_turn": "resume",
-    }[effect]
