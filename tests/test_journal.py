@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -389,6 +390,33 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
     assert journal_syncs == [("committing", False), ("committed", True)]
     assert {"session.jsonl", "session.jsonl.journal"} <= {name for name, _, _, _ in seen}
     assert [name for name, on_loop, _, _ in seen if on_loop] == []  # the commit's too
+
+
+@pytest.mark.anyio
+async def test_planning_goes_to_a_worker_thread_only_to_build_the_context(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9: with the live context a plan is O(kept), cheaper than the hop to a thread and
+    back, so it runs on the loop; the first context build (O(entries)) runs in a thread."""
+    from orchestrator._core.compaction_plan import plan_compaction
+
+    loop_thread = threading.get_ident()
+    planned_on_loop: list[bool] = []
+
+    def plan(*args: Any, **kwargs: Any) -> object:
+        planned_on_loop.append(threading.get_ident() == loop_thread)
+        return plan_compaction(*args, **kwargs)
+
+    monkeypatch.setattr("orchestrator._runtime.jobs.plan_compaction", plan)
+    runtime = AgentSession.open(example, owner="test")
+    try:
+        assert not runtime.session.context_is_live
+        await runtime.compact(dry_run=True)  # the context is built in a worker thread
+        assert runtime.session.context_is_live
+        await runtime.compact(dry_run=True)  # the live context: planned on the loop
+    finally:
+        runtime.close()
+    assert planned_on_loop == [False, True]
 
 
 def test_sync_of_a_journal_not_written_yet_does_nothing_and_refuses_what_is_no_file(

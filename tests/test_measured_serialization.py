@@ -452,6 +452,38 @@ def test_unusual_shapes_are_measured_alike(message: Message) -> None:
     )
 
 
+def _call(arguments: object) -> dict[str, Any]:
+    return {"type": "toolCall", "id": "c", "name": "read", "arguments": arguments}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": [_block("text", "t"), _call({"path": "a.py"})]},
+        {"role": "assistant", "content": [_block("text", ""), _call({"path": "é😀\ud800"})]},
+        {"role": "assistant", "content": [_block("text", "t"), _call({"path": 1})]},
+        {"role": "assistant", "content": [_block("text", "t"), _call({1: "x"})]},
+        {"role": "assistant", "content": [_block("text", "t"), _call({"a": "x", "b": "y"})]},
+        {"role": "assistant", "content": [_block("text", "t"), _block("thinking", "x")]},
+        {"role": "assistant", "content": [_block("text", "t")]},
+        {"role": "assistant", "content": [_block("text", 5), _call({"path": "a"})]},
+        {"role": "user", "content": [_block("text", "hi")]},
+        {"role": "user", "content": [_block("text", "")]},
+        {"role": "toolResult", "content": [_block("text", "ok")]},
+        {"role": "toolResult", "content": [_block("text", "")]},
+        {"role": "toolResult", "content": [_block("text", "é")]},
+        {"role": "toolResult", "content": [_block("text", "x" * 2001)]},
+        {"role": "toolResult", "content": [_block("text", "ok")], "prunedAt": 5},
+        {"role": "custom", "content": [_block("text", "note")]},
+        {"role": "user", "content": ["junk"]},
+        {"role": "user", "content": []},
+    ],
+)
+def test_the_usual_shapes_are_serialized_as_the_reference_does(message: Message) -> None:
+    """Issue 9: the one-step path for the usual shapes writes what the general one writes."""
+    assert serialize_message(message) == reference_serialize([message])
+
+
 # Loading measures every message, planning lists the summaries to measure; neither reads the
 # prompt templates (nor imports importlib.resources to find them): only a request does. Only what
 # the command loads counts: a site's .pth file may import importlib.resources at startup (CI's

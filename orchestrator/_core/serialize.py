@@ -196,6 +196,46 @@ def _joined_text(content: object) -> str:
     )
 
 
+def _usual_text(role: object, content: list[Any], message: Message) -> str | None:
+    """:func:`serialize_message` of the usual shapes in one step, ``None`` for any other.
+
+    A summary request serializes thousands of messages; nearly all are an assistant's text and
+    one tool call with one string argument, or a single text block from the user or a short
+    ASCII tool result.
+    """
+    first = content[0] if content else None
+    if type(first) is not dict or first.get("type") != "text":
+        return None
+    text = first.get("text")
+    if type(text) is not str:
+        return None
+    if len(content) == 1:
+        if role == "user":
+            return USER_LABEL + text if text else ""
+        if role == "toolResult" and message.get("prunedAt") is None:
+            if len(text) <= TOOL_RESULT_MAX_CHARS and text.isascii():
+                return TOOL_RESULT_LABEL + text if text else ""
+        return None
+    return _usual_call(text, content[1]) if role == "assistant" else None
+
+
+def _usual_call(text: str, call: object) -> str | None:
+    """An assistant's text and one tool call with one string argument, or ``None``."""
+    if type(call) is not dict or call.get("type") != "toolCall":
+        return None
+    name = call.get("name")
+    arguments = call.get("arguments")
+    if type(name) is not str or type(arguments) is not dict or len(arguments) != 1:
+        return None
+    ((key, value),) = arguments.items()
+    if type(key) is not str or type(value) is not str:
+        return None
+    quoted = _encode_string(value)
+    if not quoted.isascii():
+        quoted = escape_lone_surrogates(quoted)
+    return f"{ASSISTANT_LABEL}{text}{PARAGRAPH_SEPARATOR}{CALLS_LABEL}{name}({key}={quoted})"
+
+
 def serialize_message(message: Message) -> str:
     """One context message's paragraphs, joined by blank lines ("" when it shows nothing).
 
@@ -203,6 +243,15 @@ def serialize_message(message: Message) -> str:
     """
     role = message.get("role")
     content = message.get("content")
+    if type(content) is list and len(content) <= 2:
+        usual = _usual_text(role, content, message)
+        if usual is not None:
+            return usual
+    return _any_text(role, content, message)
+
+
+def _any_text(role: object, content: object, message: Message) -> str:
+    """:func:`serialize_message` of any shape."""
     if role == "assistant":
         if isinstance(content, list):
             return _assistant_text(content)

@@ -294,6 +294,11 @@ class Session:
     def _builder_current(self) -> bool:
         return self._builder is not None and self._builder_leaf == self.tree.leaf_id
 
+    @property
+    def context_is_live(self) -> bool:
+        """Whether :meth:`context` of the active leaf is built and current (answered in O(1))."""
+        return self._builder_current()
+
     def context(self, leaf_id: str | None = None) -> SessionContext:
         """The context the model sees at ``leaf_id`` (default: the active leaf).
 
