@@ -14,6 +14,7 @@ from tests.cli_kit import EXAMPLE
 HEAVY = (
     "anyio",
     "httpx",
+    "aiohttp",
     "tenacity",
     "transitions",
     "textual",

@@ -1,3 +1,4 @@
+import gc
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -186,6 +187,7 @@ def test_a_second_event_loop_gets_a_client_of_its_own(provider: LocalProvider) -
     assert all(c is not None and c.is_closed for c in clients)
 
 
+@pytest.mark.parametrize("anyio_backend", ["trio"])  # httpx serves the route there
 async def test_calls_in_flight_spread_over_the_pools_and_one_at_a_time_use_the_first(
     provider: LocalProvider,
 ) -> None:
@@ -200,7 +202,7 @@ async def test_calls_in_flight_spread_over_the_pools_and_one_at_a_time_use_the_f
         async def wait_for(requests: int) -> Any:
             while len(provider.requests) < requests:
                 await anyio.sleep(0.01)
-            return model._client._transport  # type: ignore[union-attr]
+            return model._client.client._transport  # type: ignore[union-attr]
 
         count = 3 * POOLS
         provider.push(*(Reply.hang(then=Reply.remote("ok")) for _ in range(count)))
@@ -224,3 +226,42 @@ async def test_calls_in_flight_spread_over_the_pools_and_one_at_a_time_use_the_f
     assert client is not None
     assert client.is_closed
     assert all(pool._pool.connections == [] for pool in pools.pools)
+
+
+async def test_on_asyncio_aiohttp_serves_the_route_on_trio_httpx(
+    provider: LocalProvider, anyio_backend: str
+) -> None:
+    """Issue 9: aiohttp costs a third of httpx's CPU per request; it runs on asyncio only."""
+    provider.push(Reply.remote("ok"))
+    async with remote(provider) as model:
+        assert (await model.complete(REQUEST)).text == "ok"
+        library = type(model._client).__name__
+    assert library == {"asyncio": "_AiohttpClient", "trio": "_HttpxClient"}[anyio_backend]
+    (sent,) = provider.requests
+    # The same bytes either way: httpx's compact JSON, non-ASCII as UTF-8.
+    assert (
+        sent.raw == b'{"systemPrompt":"You summarise.","prompt":"<conversation>...</conversation>"}'
+    )
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # aiohttp warns about unclosed sessions
+async def test_a_route_dropped_without_closing_closes_its_connections_quietly(
+    provider: LocalProvider,
+) -> None:
+    provider.push(Reply.remote("ok"))
+    model = remote(provider)
+    assert (await model.complete(REQUEST)).text == "ok"
+    session = model._client.session  # type: ignore[union-attr]
+    assert not session.closed
+    del model
+    gc.collect()  # a warning from a finalizer would fail the test (filterwarnings = error)
+    assert session.closed
+
+
+async def test_a_read_timeout_is_transient(provider: LocalProvider) -> None:
+    provider.push(Reply(body={"summary": "late"}, delay=5))
+    model = RemoteSummaryModel(provider.url + "/summary", timeout=0.2)
+    with pytest.raises(ModelError) as caught:
+        await model.complete(REQUEST)
+    assert caught.value.kind == "transient"
+    await model.aclose()

@@ -5,26 +5,40 @@ Theory of operation: some deployments summarise on a server of their own. The pr
 (any other keys, such as ``shortSummary``, are ignored). I keep oh-my-pi's two error messages
 word for word, and add a ``kind`` so the retry layer knows a 429 or a 5xx is worth another try.
 Like every adapter this makes one attempt per call, and cancelling the caller's scope closes
-the connection (httpx is anyio-native, so this route also runs on trio).
+the connection.
 
-One HTTP client per route. Building an ``httpx.AsyncClient`` costs tens of milliseconds (TLS
-context, pool) and a fresh one per call also throws away the open connection, so the route keeps
-one client and reuses its pool. A client belongs to the event loop it first ran on; a call from
-another loop (a second ``anyio.run``) gets a client of its own. :meth:`RemoteSummaryModel.aclose`
-(or ``async with``) closes it; httpx itself is imported at the first call, so a program that
-never calls a remote route never loads it.
+One HTTP client per route. Building a client costs tens of milliseconds (TLS context, pool) and
+a fresh one per call also throws away the open connection, so the route keeps one client and
+reuses its pool. A client belongs to the event loop it first ran on; a call from another loop (a
+second ``anyio.run``) gets a client of its own. :meth:`RemoteSummaryModel.aclose` (or ``async
+with``) closes it. The HTTP library is imported at the first call, so a program that never calls
+a remote route never loads it.
+
+Two HTTP libraries, one per kind of event loop. On asyncio the route uses aiohttp: with a
+thousand sessions compacting at once (two thousand summaries in flight) httpx and httpcore cost
+about 2.5 ms of CPU per request (their anyio timeouts, pool bookkeeping and h11 state machine),
+aiohttp under 1 ms (issue 9), and that CPU is time the event loop cannot give the sessions.
+aiohttp runs on asyncio only, so on trio the route keeps httpx. Both send the same bytes (httpx's
+compact JSON), honour the environment's proxy variables, give up after ``timeout`` seconds of
+connecting or of silence while reading, and map a transport failure to a :class:`ModelError`
+(transient for connection failures and timeouts); cancelling the caller closes the connection.
 """
 
 from __future__ import annotations
 
+import json
+from http import HTTPStatus
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from orchestrator._core.classify import classify_exception, retry_after_from_headers
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import aiohttp
     import httpx
 
 MISSING_SUMMARY = "Remote compaction response missing summary"
@@ -43,7 +57,7 @@ class RemoteSummaryModel:
         self._url = url
         self._timeout = timeout
         self._context_window = context_window
-        self._client: httpx.AsyncClient | None = None
+        self._client: _Client | None = None
         self._client_loop: object = None
 
     @property
@@ -68,41 +82,39 @@ class RemoteSummaryModel:
                 missing summary`` when the body has no string ``summary``, or the classified
                 transport error.
         """
-        import httpx
-
         body = {"systemPrompt": request.system, "prompt": request.prompt}
-        client = self._shared_client()
-        try:
-            response = await client.post(
-                self._url, json=body, headers={"content-type": "application/json"}
-            )
-        except httpx.HTTPError as exc:
-            raise classify_exception(exc) from exc
-        if not response.is_success:
-            status = response.status_code
+        # httpx's encoding of ``json=``, byte for byte, whichever library sends it.
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        answer = await self._shared_client().post(self._url, content.encode())
+        status = answer.status
+        if not 200 <= status < 300:
             transient = status == 429 or status >= 500
             raise ModelError(
-                f"Remote compaction failed ({status} {response.reason_phrase})",
+                f"Remote compaction failed ({status} {_reason(status)})",
                 kind="transient" if transient else "fatal",
-                retry_after=retry_after_from_headers(response.headers) if transient else None,
+                retry_after=retry_after_from_headers(answer.headers) if transient else None,
                 status=status,
             )
-        summary = _summary_of(response)
+        summary = _summary_of(answer)
         return ModelResponse(text=summary, stop_reason="stop", model=self._url, provider="remote")
 
-    def _shared_client(self) -> httpx.AsyncClient:
+    def _shared_client(self) -> _Client:
+        import asyncio
+
         import anyio.lowlevel
-        import httpx
 
         loop = anyio.lowlevel.current_token()
         if self._client is None or self._client_loop != loop:
             # The old client's connections belong to another (usually finished) event loop and
             # cannot be closed from this one; dropping it lets the garbage collector close them.
-            # No cap on connections: httpx's default of 100 made the 101st concurrent summary
-            # wait for a free connection, and its pool's bookkeeping grows with the waiters (1,000
-            # sessions compacting at once through one route took minutes, issue 9). How many
-            # calls run at once is the callers' business (one per compacting session).
-            self._client = httpx.AsyncClient(timeout=self._timeout, transport=_pools())
+            # No cap on connections: a cap of 100 (httpx's default) made the 101st concurrent
+            # summary wait for a free connection (1,000 sessions compacting at once through one
+            # route took minutes, issue 9). How many calls run at once is the callers' business
+            # (one per compacting session).
+            if isinstance(loop.native_token, asyncio.AbstractEventLoop):
+                self._client = _AiohttpClient(self._timeout)
+            else:
+                self._client = _HttpxClient(self._timeout)
             self._client_loop = loop
         return self._client
 
@@ -122,6 +134,118 @@ class RemoteSummaryModel:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class _Answer(NamedTuple):
+    """What the route reads of an HTTP answer."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class _Client(Protocol):
+    """One HTTP library behind the route: POST a JSON body, read the whole answer."""
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    async def post(self, url: str, body: bytes) -> _Answer: ...
+
+    async def aclose(self) -> None: ...
+
+
+_HEADERS = {"content-type": "application/json"}
+
+
+class _AiohttpClient:
+    """The route on asyncio: one aiohttp session, its connector without a cap."""
+
+    def __init__(self, timeout: float) -> None:
+        import aiohttp
+
+        self._errors = (aiohttp.ClientError, TimeoutError)
+        # Failures of the connection itself: httpx's NetworkError and TimeoutException, which
+        # the classifier already knows as transient.
+        self._transport_errors = (
+            aiohttp.ClientConnectionError,
+            aiohttp.ClientPayloadError,
+            TimeoutError,
+        )
+        self.session: aiohttp.ClientSession = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            # httpx's ``timeout`` is per phase (connect, each read, each write), not a total.
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
+            trust_env=True,  # the proxy variables, as httpx reads them
+        )
+        _OPEN_SESSIONS.add(self.session)
+
+    @property
+    def is_closed(self) -> bool:
+        return self.session.closed
+
+    async def post(self, url: str, body: bytes) -> _Answer:
+        try:
+            async with self.session.post(url, data=body, headers=_HEADERS) as response:
+                return _Answer(response.status, response.headers, await response.read())
+        except self._errors as exc:
+            error = classify_exception(exc)
+            if error.kind == "fatal" and isinstance(exc, self._transport_errors):
+                error = ModelError(str(error), kind="transient", status=error.status)
+            raise error from exc
+
+    async def aclose(self) -> None:
+        await self.session.close()
+        _OPEN_SESSIONS.discard(self.session)
+
+    def __del__(self) -> None:
+        # A route dropped without aclose() (httpx allowed it silently): close the idle
+        # connections now rather than let aiohttp warn about an unclosed session. The
+        # connector's close() returns an awaitable nobody could await here; its synchronous
+        # part, _close(), is what closes the transports (and the session counts as closed).
+        session = getattr(self, "session", None)
+        if session is not None and session.connector is not None:
+            session.connector._close()
+        _OPEN_SESSIONS.discard(session)
+
+
+_OPEN_SESSIONS: set[Any] = set()
+"""Every session not closed yet. Holding them here keeps a session out of the garbage of a cycle
+its route may be part of: there, finalizers run in no set order, and the session's own (which
+warns) could run before the route's closes it."""
+
+
+class _HttpxClient:
+    """The route on trio: httpx (anyio-native) over :func:`_pools`."""
+
+    def __init__(self, timeout: float) -> None:
+        import httpx
+
+        self.client = httpx.AsyncClient(timeout=timeout, transport=_pools())
+
+    @property
+    def is_closed(self) -> bool:
+        return self.client.is_closed
+
+    async def post(self, url: str, body: bytes) -> _Answer:
+        import httpx
+
+        try:
+            response = await self.client.post(url, content=body, headers=_HEADERS)
+        except httpx.HTTPError as exc:
+            raise classify_exception(exc) from exc
+        return _Answer(response.status_code, response.headers, response.content)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _reason(status: int) -> str:
+    """The standard reason phrase (as httpx gives it: the server's own wording is not used)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 POOLS = 25
@@ -166,12 +290,12 @@ def _pools() -> httpx.AsyncBaseTransport:
     return Pools()
 
 
-def _summary_of(response: httpx.Response) -> str:
+def _summary_of(answer: _Answer) -> str:
     try:
-        payload: Any = response.json()
+        payload: Any = json.loads(answer.body)
     except ValueError as exc:
-        raise ModelError(MISSING_SUMMARY, status=response.status_code) from exc
+        raise ModelError(MISSING_SUMMARY, status=answer.status) from exc
     summary = payload.get("summary") if isinstance(payload, dict) else None
     if not isinstance(summary, str):
-        raise ModelError(MISSING_SUMMARY, status=response.status_code)
+        raise ModelError(MISSING_SUMMARY, status=answer.status)
     return summary
