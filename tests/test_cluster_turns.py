@@ -32,6 +32,7 @@ from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import (  # noqa: E402
     NO_AGENT,
+    AgentRaisedError,
     JournalLine,
     NewEntry,
     PromptResult,
@@ -286,11 +287,10 @@ async def test_abort_mid_turn_stops_the_agent_and_appends_nothing_half_done(
         await abort_when(cluster, session_id, "turnState", "running")
 
     async with connected() as client:
-        result, session_id, _ = await run_cluster(
-            client, database, [[reply("half", tokens=10), AgentHang()]], during=abort
-        )
+        result, session_id, _ = await run_cluster(client, database, [[AgentHang()]], during=abort)
     assert (result.state, result.reply) == ("idle", None)
-    # The user message is whole; the agent's run was stopped before any of it was appended.
+    # The user message is whole; the agent's run completed no message before it was stopped
+    # (what it completed is kept: tests/test_cluster_turn_parity.py).
     assert [shape(e)[:2] for e in database.new_entries(session_id)] == [("message", "user")]
     assert database.turn_rows(session_id)[-1][:4] == ("running", "abort", "idle", ("stop_agent",))
 
@@ -457,14 +457,15 @@ class Broken:
         yield {}  # pragma: no cover - makes this an async generator
 
 
-async def test_an_agent_that_raises_ends_the_turn_with_its_error_journaled(
+async def test_an_agent_that_raises_settles_the_turn_then_the_caller_hears_it(
     tmp_path: Path,
 ) -> None:
     database = Database(str(tmp_path / "db"))
     async with connected() as client:
-        result, session_id, _ = await run_cluster(client, database, [], runs=Broken())
-    assert (result.state, result.reply) == ("idle", None)
-    assert database.turn_rows(session_id)[-1][:3] == ("running", "fatal_error", "idle")
+        with pytest.raises(AgentRaisedError) as raised:
+            await run_cluster(client, database, [], runs=Broken())
+    # The journal's abort row: tests/test_cluster_turn_parity.py, against one process.
+    assert (raised.value.kind, str(raised.value)) == ("KeyError", "'tool table'")
 
 
 async def test_an_append_delivered_twice_appends_once(tmp_path: Path) -> None:

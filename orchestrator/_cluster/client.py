@@ -30,8 +30,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from orchestrator._cluster.contract import (
+    AGENT_RAISED,
     HISTORY_BOUND,
     TASK_QUEUE,
+    AgentRaisedError,
     CompressRequest,
     CompressResult,
     ForkDone,
@@ -101,6 +103,7 @@ class ClusterClient:
         Raises:
             SessionError: The worker has no agent, or the workflow refused the request (the
                 message says why).
+            AgentRaisedError: The agent raised; the turn settled through the abort row.
         """
         return await self._update(session_id, "prompt", PromptRequest(text=text), PromptResult)
 
@@ -148,6 +151,9 @@ class ClusterClient:
                 message = cause.message if cause is not None else str(error.cause or error)
                 if cause is not None and cause.type == "Conflict":
                     raise ConflictError(message) from None
+                if cause is not None and cause.type == AGENT_RAISED:
+                    kind = str(cause.details[0]) if cause.details else "Exception"
+                    raise AgentRaisedError(kind, message) from None
                 raise SessionError(message) from None
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 # The start's own outcome is settled by now; read it, so that a start that

@@ -15,6 +15,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator._core.errors import OrchestratorError
+
 TASK_QUEUE = "orchestrator-sessions"
 """The task queue every worker polls and every client starts session workflows on."""
 WORKFLOW_NAME = "session"
@@ -284,6 +286,23 @@ NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
 """The refusal of a prompt to a worker without an agent (the one-process server's words)."""
 NO_AGENT_TYPE = "NoAgent"
 """The error type of a prompt to a worker without an agent (``-32601`` on the wire)."""
+AGENT_RAISED = "AgentRaised"
+"""The error type of a prompt whose agent raised (a bug; ``-32603`` on the wire, as one process
+answers). Its details are the exception's type name."""
+
+
+class AgentRaisedError(OrchestratorError):
+    """A worker's agent raised during a turn (a bug in the agent, not a provider's failure).
+
+    Args:
+        kind: The exception's type name.
+        message: Its message.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
 
 
 def message_id_for(key: str) -> str:
@@ -394,7 +413,8 @@ class AgentReported:
     """``call_agent``'s report: the run's messages (not yet appended) and what the reply means.
 
     Attributes:
-        outcome: ``ok``, ``overflow``, ``truncated``, ``transient`` or ``fatal``.
+        outcome: ``ok``, ``overflow``, ``truncated``, ``transient`` or ``fatal``; ``stopped``
+            when the workflow cancelled the run (then only ``messages`` is meaningful).
         error: The failure as one line.
         messages: The messages the agent yielded, in order, each as JSON text.
         over_threshold: The context is over the compaction threshold after the reply.

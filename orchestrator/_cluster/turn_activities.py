@@ -9,6 +9,9 @@ decides anything (:mod:`orchestrator._cluster.turn_flow` steps the table):
   decides about retries), heartbeating while it waits. It appends nothing: it reports the
   messages the agent yielded and what the last reply means
   (:func:`~orchestrator._runtime.replies.classify`, on this worker's window and thresholds).
+  Cancelled by the workflow (abort, compress), it reports the messages completed so far
+  (outcome ``stopped``) instead of failing, so that they are kept as in one process; an agent
+  that raises fails the activity with its exception's type and message.
 * ``append``: appends the turn's messages under the ids the workflow derived for them; an id
   already stored means an earlier delivery appended it (its worker died before saying so), so
   it is skipped. Delivered again after a lost worker, it never appends twice.
@@ -102,15 +105,23 @@ class TurnActivities:
             now_ms=wall_clock_ms,
         )
         yielded: list[Message] = []
-        async with heartbeating():
-            async for message in agent.run(turn):
-                yielded.append(message)
+        try:
+            async with heartbeating():
+                async for message in agent.run(turn):
+                    yielded.append(message)
+        except asyncio.CancelledError:
+            details = activity.cancellation_details()
+            if details is None or not details.cancel_requested:
+                raise  # the worker stops: the workflow hears of a lost run, as from a crash
+            # The workflow stopped the run (abort, compress): the messages it completed are
+            # reported, and appended as one process keeps them; the one being made is not.
+            return AgentReported(outcome="stopped", messages=_as_json(yielded))
         reply = next((m for m in reversed(yielded) if m.get("role") == "assistant"), None)
         verdict = classify(reply, self.settings, stale=_stale(reply, context))
         return AgentReported(
             outcome=verdict.outcome,
             error=verdict.error,
-            messages=[json.dumps(m, ensure_ascii=False) for m in yielded],
+            messages=_as_json(yielded),
             over_threshold=verdict.over_threshold,
             context_full=verdict.context_full,
             retries_ended=verdict.retries_ended,
@@ -179,6 +190,10 @@ class TurnActivities:
             )
             data = {"facts": line.facts, "turn": call.run_id, "step": line.seq}
             journal.record(step, data=data, durable=n == len(lines))
+
+
+def _as_json(messages: list[Message]) -> list[str]:
+    return [json.dumps(m, ensure_ascii=False) for m in messages]
 
 
 def _stale(reply: Message | None, context: SessionContext) -> bool:

@@ -16,6 +16,9 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
   repeated after a worker died finds them instead of appending twice. The append is not
   interruptible: an abort arriving meanwhile is stepped once the messages are whole (D22).
+  ``stop_agent`` cancels the run and waits for its report of the messages it completed, then
+  appends those the same way (one process keeps them too). An agent that raises (a bug) settles
+  the run through the abort row, then fails the request with its exception (``AgentRaisedError``).
 * ``start_turn`` and ``append_continue_message`` append the user message and the D20 message
   the same way.
 * ``start_*_compaction`` runs one :class:`~orchestrator._cluster.flow.OperationFlow` (the
@@ -46,11 +49,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
+    AGENT_RAISED,
+    AgentRaisedError,
     AgentReported,
     CompressResult,
     JournalLine,
@@ -112,7 +117,7 @@ class TurnFlow:
         self.effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
             "start_turn": self._start_turn,
             "call_agent": self._call_agent,
-            "stop_agent": self._stop_in_flight,
+            "stop_agent": self._stop_agent,
             "drop_failed_reply": self._drop_failed_reply,
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
@@ -150,6 +155,7 @@ class TurnFlow:
         self._run_id = ""
         self._calls = 0
         self.journal = JournalLines()
+        self._agent_call = 0
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -194,6 +200,16 @@ class TurnFlow:
                 # meanwhile is stepped as it would have been a moment earlier.
                 await self._flush()
                 await self._loop(self._at_rest())
+        except AgentRaisedError as failure:
+            # As one process: the run settles through the abort row, then the caller hears
+            # the agent's exception (-32603 on the wire), not a turn that merely ended.
+            if self.defn.rows_for(self.state, "abort"):
+                await self._loop("abort")
+            while self.journal.lines:
+                await self._flush()
+            raise ApplicationError(
+                failure.message, failure.kind, type=AGENT_RAISED, non_retryable=True
+            ) from None
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's abort row (D22).
             if self.defn.rows_for(self.state, "abort"):
@@ -316,16 +332,36 @@ class TurnFlow:
 
     async def _call_agent(self) -> Report | None:
         self._calls += 1
-        number = self._calls
+        self._agent_call = self._calls
         reported = await self._in_flight(self._agent)
         if reported is None:
-            return None
+            return None  # a request came first: its row stops the run (``stop_agent``)
+        ids = await self._append_reported(reported)
+        return self._classified(reported, ids)
+
+    async def _append_reported(self, reported: AgentReported) -> list[str]:
+        """Append a run's messages under ids derived from the run's call and their position."""
+        number = self._agent_call
         ids = [self._new_id(f"agent:{number}:{i}") for i in range(len(reported.messages))]
         if reported.messages:
             pairs = zip(ids, reported.messages, strict=True)
             entries = [NewEntry(entry_id=i, message=m) for i, m in pairs]
             await self._append(entries)
-        return self._classified(reported, ids)
+        return ids
+
+    async def _stop_agent(self) -> None:
+        # The run reports what it completed before the cancel reached it (the activity waits
+        # for that, WAIT_CANCELLATION_COMPLETED): kept, as one process keeps them (D22).
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        try:
+            reported = await task
+        except (asyncio.CancelledError, ActivityError, AgentRaisedError):
+            return
+        if reported is not None and reported.messages:
+            await self._append_reported(reported)
 
     async def _agent(self) -> AgentReported:
         call, lines = self._call(dropped=list(self._dropped))
@@ -341,9 +377,13 @@ class TurnFlow:
             )
         except ActivityError as error:
             self.journal.lost(lines)
-            # The worker died or the run hung: a transient failure the table may retry. The
-            # agent's own exception (a bug, not the provider's answer) ends the turn.
-            lost = isinstance(error.cause, ActivityTimeout)
+            cause = error.cause
+            if isinstance(cause, ApplicationError):
+                # The agent's own exception (a bug, not the provider's answer): the caller
+                # sees it, as one process raises it, once the turn settled (``run``).
+                raise AgentRaisedError(cause.type or "Exception", cause.message) from None
+            # The worker died or the run hung: a transient failure the table may retry.
+            lost = isinstance(cause, ActivityTimeout)
             outcome = "transient" if lost else "fatal"
             return AgentReported(outcome=outcome, error=lost_reason(error, "agent"))
         except asyncio.CancelledError:

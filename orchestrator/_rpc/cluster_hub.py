@@ -36,6 +36,7 @@ from orchestrator._cluster.contract import (
     NO_AGENT,
     PROMPT_WHILE_NAVIGATING,
     TASK_QUEUE,
+    AgentRaisedError,
     CompressResult,
     ForkRequest,
     NavigateRequest,
@@ -46,11 +47,13 @@ from orchestrator._core.errors import Cancelled, ConflictError, ModelError, Sess
 from orchestrator._rpc.hub import SessionHub, navigation_options
 from orchestrator._rpc.protocol import (
     BUSY,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     Method,
     Params,
     RpcError,
+    one_line,
 )
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._runtime.navigation import recorded_position
@@ -248,6 +251,10 @@ class ClusterHub(SessionHub):
         text = p.text("text")
         try:
             result = await (await self.client()).prompt(session_id, text)
+        except AgentRaisedError as error:
+            # One process lets the agent's exception reach the dispatcher: a bug, -32603.
+            message = one_line(str(error)) or error.kind
+            raise RpcError(INTERNAL_ERROR, f"Internal error: {error.kind}: {message}") from None
         except SessionError as error:
             if str(error) == NO_AGENT:
                 raise RpcError(METHOD_NOT_FOUND, NO_AGENT) from None
