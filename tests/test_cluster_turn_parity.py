@@ -30,7 +30,7 @@ from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent, AgentInput  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
-from orchestrator.testing import reply  # noqa: E402
+from orchestrator.testing import ScriptedAgent, error_reply, reply  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -40,7 +40,14 @@ from tests.cluster_kit import (  # noqa: E402
     shape,
     temporal_address,
 )
-from tests.test_cluster_turns import SETTINGS, Broken, new_local_entries, summarizer  # noqa: E402
+from tests.test_cluster_turns import (  # noqa: E402
+    OVER,
+    OVERFLOW,
+    SETTINGS,
+    Broken,
+    new_local_entries,
+    summarizer,
+)  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -56,6 +63,7 @@ class Served:
 
     rpc: Dispatcher
     session_id: str
+    hub: SessionHub
     peer: Peer = field(default_factory=Peer)
     notes: list[dict[str, Any]] = field(default_factory=list)
 
@@ -68,21 +76,37 @@ class Served:
         return result
 
     def events(self) -> list[dict[str, Any]]:
-        """The ``session.event`` notifications' events, ids made comparable across hosts."""
-        names: dict[str, str] = {}
-
-        def name(value: str) -> str:
-            return names.setdefault(value, f"#{len(names)}")
-
-        seen = []
+        """The ``session.event`` notifications' events, comparable across hosts."""
         for note in self.notes:
             assert note["method"] == "session.event"
-            event = dict(note["params"]["event"])
-            for key in ("entryId", "id"):
-                if isinstance(event.get(key), str):
-                    event[key] = name(event[key])
-            seen.append(event)
+            assert note["params"]["session_id"] == self.session_id
+        seen: list[dict[str, Any]] = comparable([n["params"]["event"] for n in self.notes])
         return seen
+
+
+IDS = ("entryId", "id")
+"""Keys whose values each host makes up (entry and operation ids)."""
+
+
+def comparable(value: Any) -> Any:
+    """``value`` with made-up ids named by first appearance and timestamps zeroed."""
+    names: dict[str, str] = {}
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, list):
+            return [walk(x) for x in item]
+        if not isinstance(item, dict):
+            return item
+        out = {}
+        for key, x in item.items():
+            if key in IDS and isinstance(x, str):
+                x = names.setdefault(x, f"#{len(names)}")
+            elif key == "timestamp":
+                x = 0
+            out[key] = walk(x)
+        return out
+
+    return walk(value)
 
 
 Scenario = Callable[[Served], Awaitable[list[dict[str, Any]]]]
@@ -96,7 +120,7 @@ async def local_server(
     hub = SessionHub(
         RuntimeOptions(agent_factory=lambda: agent, summarizer=summarizer(), settings=settings)
     )
-    served = Served(Dispatcher(hub.methods()), "")
+    served = Served(Dispatcher(hub.methods()), "", hub)
     stop = hub.listen(served.notes.append, served.peer)
     try:
         opened = await served.call("session.open", path=str(path))
@@ -119,7 +143,7 @@ async def cluster_server(
     async with connected() as client, build_worker(client, activities, task_queue=queue):
         cluster = ClusterClient(client, task_queue=queue, idle_s=0.2)
         hub = ClusterHub(temporal_address(), database.location, client=cluster)
-        served = Served(Dispatcher(hub.methods()), session_id)
+        served = Served(Dispatcher(hub.methods()), session_id, hub)
         stop = hub.listen(served.notes.append, served.peer)
         try:
             await served.call("session.open", path=session_id)
@@ -140,8 +164,8 @@ async def on_both_hosts(
     database = Database(str(tmp_path / "db"))
     async with cluster_server(database, agents(), settings) as served:
         answers = await scenario(served)
-    assert answers == local_answers
-    # assert served.events() == local.events()  (A)
+    assert comparable(answers) == comparable(local_answers)
+    assert served.events() == local.events()
     assert database.turn_rows(served.session_id) == journal_rows(path, "turn")
     assert database.journal_rows(served.session_id) == journal_rows(path)
     added = database.new_entries(served.session_id)
@@ -173,7 +197,7 @@ async def test_an_agent_that_raises_is_answered_with_32603_on_both_hosts(
         ("running", "abort", "idle"),
     ]
     # The run settled through the abort row, as one process settles it, then answered.
-    # assert served.events()[-1] == {"type": "message", "entryId": "#0", "role": "user"}
+    assert served.events()[-1] == {"type": "message", "entryId": "#0", "role": "user"}
 
 
 class Stopped:
@@ -222,3 +246,90 @@ async def test_an_abort_mid_run_keeps_the_completed_messages_on_both_hosts(
         ("message", "assistant"),
     ]
     assert [e["message"]["content"] for e in added[1:]] == [m["content"] for m in done]
+
+
+def scripted(turns: Sequence[Sequence[dict[str, Any]]]) -> Callable[[], Agent]:
+    return lambda: ScriptedAgent(turns)
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] if e["type"] != "compaction_update" else e["status"] for e in events]
+
+
+async def test_a_threshold_compaction_sends_the_same_notifications_in_the_same_order(
+    tmp_path: Path,
+) -> None:
+    turns = [[reply("a long answer", tokens=OVER)], [reply("continued", tokens=1000)]]
+    _, served, _ = await on_both_hosts(tmp_path, scripted(turns), prompt())
+    assert types(served.events()) == [
+        "message",
+        "message",
+        "auto_compaction_start",
+        "in_progress",
+        "completed",
+        "session_compact",
+        "auto_compaction_end",
+        "message",
+    ]
+    end = served.events()[6]
+    assert end["result"]["summary"].startswith("summary of the")
+    assert (end["aborted"], end["willRetry"]) == (False, False)
+
+
+async def test_an_overflow_and_a_transient_error_send_the_same_notifications(
+    tmp_path: Path,
+) -> None:
+    turns = [
+        [error_reply("503 service unavailable")],
+        [error_reply(OVERFLOW)],
+        [reply("fits now", tokens=1000)],
+    ]
+    _, served, _ = await on_both_hosts(tmp_path, scripted(turns), prompt())
+    seen = served.events()
+    assert types(seen) == [
+        "message",
+        "message",
+        "auto_retry_start",
+        "message",
+        "auto_compaction_start",
+        "in_progress",
+        "completed",
+        "session_compact",
+        "auto_compaction_end",
+        "message",
+        "auto_retry_end",
+    ]
+    assert seen[2]["errorMessage"] == "503 service unavailable"
+    assert seen[8]["willRetry"] is True
+    assert seen[8]["result"]["details"]["modifiedFiles"]
+    assert seen[-1] == {"type": "auto_retry_end", "success": True, "attempt": 1}
+
+
+async def test_a_compress_sends_the_same_notifications_and_answer(tmp_path: Path) -> None:
+    async def compress(served: Served) -> list[dict[str, Any]]:
+        return [await served.call("session.compress", session_id=served.session_id)]
+
+    answers, served, _ = await on_both_hosts(tmp_path, scripted([]), compress)
+    assert answers[0]["result"]["compacted"] is True
+    assert types(served.events()) == ["in_progress", "completed", "session_compact"]
+
+
+async def test_only_the_connections_that_opened_the_session_hear_its_events(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    agent = ScriptedAgent([[reply("hi", tokens=10)]])
+    async with cluster_server(database, agent, SETTINGS) as served:
+        other = Served(served.rpc, served.session_id, served.hub)
+        everyone: list[dict[str, Any]] = []
+        hub = served.hub
+        stop_other = hub.listen(other.notes.append, other.peer)
+        stop_all = hub.listen(everyone.append)
+        try:
+            await prompt()(served)
+        finally:
+            stop_other()
+            stop_all()
+    assert other.notes == []
+    assert len(served.notes) == 2
+    assert everyone == served.notes

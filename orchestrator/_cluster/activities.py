@@ -522,4 +522,6 @@ def _result_of(entry: Entry) -> dict[str, Any]:
         "tokensBefore": entry.get("tokensBefore"),
         "firstKeptEntryId": entry.get("firstKeptEntryId"),
         "shortSummary": entry.get("shortSummary"),
+        "details": entry.get("details"),
+        "fromExtension": bool(entry.get("fromExtension")),
     }

@@ -189,6 +189,18 @@ class ClusterClient:
             ) from None
         return state
 
+    async def events(self, session_id: str, after: int) -> tuple[str, list[dict[str, Any]]]:
+        """The workflow run's id and its events numbered after ``after`` (``session.event``).
+
+        Raises:
+            RPCError: No worker answered (or no workflow runs); the caller asks again later.
+        """
+        handle = self.client.get_workflow_handle(session_id)
+        answer: dict[str, Any] = await handle.query(
+            SessionWorkflow.events, after, rpc_timeout=QUERY_TIMEOUT
+        )
+        return str(answer["run"]), list(answer["events"])
+
     async def abort(self, session_id: str) -> bool:
         """Stop the session's turn, compaction or navigation; returns whether one was busy."""
         state = await self.state(session_id)

@@ -98,6 +98,10 @@ class CompressResult:
         first_kept_entry_id: Where the kept region starts.
         short_summary: The short summary, when one was asked for.
         tokens_saved: Context tokens a prune saved.
+        details: The committed entry's file lists (``readFiles``, ``modifiedFiles``).
+        from_extension: A hook supplied the committed summary.
+        events: The ``session.event`` events of the request, numbered (``{"seq", "event"}``).
+        events_run: The workflow run that numbered them.
     """
 
     operation_id: str
@@ -111,6 +115,10 @@ class CompressResult:
     first_kept_entry_id: str | None = None
     short_summary: str | None = None
     tokens_saved: int = 0
+    details: dict[str, Any] | None = None
+    from_extension: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+    events_run: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,11 +341,15 @@ class PromptResult:
         state: The turn machine's state afterwards.
         reply: The turn's last assistant message, if any.
         queued: The prompt was queued behind the work in progress.
+        events: The ``session.event`` events of the turn, numbered (``{"seq", "event"}``).
+        events_run: The workflow run that numbered them.
     """
 
     state: str
     reply: dict[str, Any] | None = None
     queued: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+    events_run: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

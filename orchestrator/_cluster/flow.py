@@ -365,6 +365,8 @@ class OperationFlow(TableFlow):
             first_kept_entry_id=result.get("firstKeptEntryId") if committed else None,
             short_summary=result.get("shortSummary") if committed else None,
             tokens_saved=self._tokens_saved,
+            details=result.get("details") if committed else None,
+            from_extension=bool(result.get("fromExtension")) and committed,
         )
 
 

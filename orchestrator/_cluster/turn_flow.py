@@ -31,8 +31,11 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   ``rewrite`` activity) when the worker prunes (D23), then re-measures the context as the
   one-process driver does.
 
-Effects that only tell listeners (``emit_*``) have no listener here; the counters they move
-(the retry streak) move the same as in one process.
+Notifications. Where the one-process driver emits an event (``message``, ``auto_retry_*``,
+``auto_compaction_*``, ``compaction_update``, ``session_compact``), the flow records it with
+the same payload in :attr:`TurnFlow.events`, numbered in the workflow run: the server reads
+them while the request runs (the workflow's ``events`` query) and from the request's answer,
+and sends each once, in order, as ``session.event`` notifications.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next turn activity (or a ``journal`` activity before a compaction starts and when the
@@ -80,13 +83,15 @@ from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.outcomes import turn_event
-from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, retry_delay_ms
+from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, OVERFLOW_FAILED, retry_delay_ms
 from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.types import TurnCounters
 
 T = TypeVar("T")
 
 _ENDED = frozenset({"committed", "skipped", "cancelled", "failed", "conflict"})
+_STATUS = {"committed": "completed", "skipped": "skipped", "cancelled": "cancelled"}
+"""``compaction_update``'s status for an operation's end (any other end: ``failed``)."""
 NEVER_RAN = "Compaction cancelled: the session closed before it ran"
 
 
@@ -131,11 +136,11 @@ class TurnFlow:
             "start_overflow_compaction": lambda: self._automatic("overflow"),
             "start_manual_compaction": self._manual,
             "cancel_compaction": self._cancel_compaction,
-            "emit_compaction_end": self._nothing,
-            "emit_compaction_aborted": self._nothing,
-            "emit_compaction_failed": self._nothing,
-            "emit_recovery_failed": self._nothing,
-            "emit_overflow_failed": self._nothing,
+            "emit_compaction_end": self._emit_compaction_end,
+            "emit_compaction_aborted": self._emit_compaction_aborted,
+            "emit_compaction_failed": lambda: self._emit_failure("Auto-compaction failed"),
+            "emit_recovery_failed": lambda: self._emit_failure("Context overflow recovery failed"),
+            "emit_overflow_failed": self._emit_overflow_failed,
             "report_manual_result": self._report_manual_result,
         }
         check_effects(defn, self.effects)
@@ -156,6 +161,8 @@ class TurnFlow:
         self._calls = 0
         self.journal = JournalLines()
         self._agent_call = 0
+        self.events: list[dict[str, Any]] = []
+        self._event_seq = 0
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -191,6 +198,8 @@ class TurnFlow:
         """
         self.running = True
         self._prompt = prompt
+        # Every earlier request's answer carried its events: this run's start afresh.
+        self.events = []
         self._run_id = workflow.uuid4().hex[:12]
         self.journal.seq = self._calls = 0
         try:
@@ -312,6 +321,21 @@ class TurnFlow:
     def _new_id(self, what: str) -> str:
         return message_id_for(f"{self.session_id}:{self._run_id}:{what}")
 
+    # -- notifications ----------------------------------------------------------------------------
+
+    def _emit(self, type_: str, **payload: Any) -> None:
+        """Record an event one process would emit here (``session.event`` on the wire).
+
+        Numbered in the workflow run, so a server that reads them while the request runs
+        (the ``events`` query) and again from its answer sends each once, in order.
+        """
+        self.events.append({"seq": self._event_seq, "event": {"type": type_, **payload}})
+        self._event_seq += 1
+
+    def events_after(self, seq: int) -> list[dict[str, Any]]:
+        """This run's events numbered after ``seq``."""
+        return [e for e in self.events if e["seq"] > seq]
+
     # -- the agent's side -------------------------------------------------------------------------
 
     async def _start_turn(self) -> None:
@@ -329,6 +353,7 @@ class TurnFlow:
         self._calls += 1
         entry = NewEntry(entry_id=self._new_id(f"user:{self._calls}"), message=message)
         await self._append([entry])
+        self._emit("message", entryId=entry.entry_id, role="user")
 
     async def _call_agent(self) -> Report | None:
         self._calls += 1
@@ -347,6 +372,8 @@ class TurnFlow:
             pairs = zip(ids, reported.messages, strict=True)
             entries = [NewEntry(entry_id=i, message=m) for i, m in pairs]
             await self._append(entries)
+            for entry_id, message in zip(ids, reported.messages, strict=True):
+                self._emit("message", entryId=entry_id, role=json.loads(message).get("role"))
         return ids
 
     async def _stop_agent(self) -> None:
@@ -402,6 +429,13 @@ class TurnFlow:
         if reported.error:
             t.last_error = reported.error
         if reported.retries_ended is not None and t.retry_attempt > 0:
+            payload: dict[str, Any] = {
+                "success": reported.retries_ended,
+                "attempt": t.retry_attempt,
+            }
+            if not reported.retries_ended:
+                payload["finalError"] = t.last_error
+            self._emit("auto_retry_end", **payload)
             t.retry_attempt = 0
         return Report(outcome=reported.outcome, error=reported.error or None)
 
@@ -422,8 +456,7 @@ class TurnFlow:
             reason="threshold",
         )
         flow = self.flow = OperationFlow(self.operation, op)
-        outcome = await flow.run()
-        self.operations.append(f"{outcome.operation_id}:{outcome.status}")
+        outcome = await self._operation(flow)
         if outcome.tokens_saved and t.last_reply is not None:
             # Re-measure as the one-process driver does: the reply's usage less what was saved.
             usage = t.last_reply.get("usage") or {}
@@ -439,9 +472,23 @@ class TurnFlow:
         retry = RetryPolicy(max_retries=policy.max_retries, base_delay_ms=policy.base_delay_ms)
         self._retry_wait_ms = retry_delay_ms(retry, t.retry_attempt, t.last_error)
         t.retry_attempt += 1
+        self._emit(
+            "auto_retry_start",
+            attempt=t.retry_attempt,
+            maxAttempts=policy.max_retries,
+            delayMs=self._retry_wait_ms,
+            errorMessage=t.last_error,
+        )
 
     async def _emit_retry_end(self) -> None:
-        self.counters.retry_attempt = 0
+        t = self.counters
+        self._emit(
+            "auto_retry_end",
+            success=False,
+            attempt=t.retry_attempt,
+            finalError=t.last_error or "aborted",
+        )
+        t.retry_attempt = 0
 
     async def _sleep_retry(self) -> Report | None:
         # The failed reply stays in the store; the retry does not send it again.
@@ -478,6 +525,7 @@ class TurnFlow:
         t.will_retry = reason == "overflow"
         t.overflow_attempted = t.overflow_attempted or reason == "overflow"
         t.auto_compactions += 1  # D19 counts every automatic compaction, whatever its reason
+        self._emit("auto_compaction_start", reason=reason)
         return await self._compaction(reason, None)
 
     async def _manual(self) -> Report | None:
@@ -498,12 +546,52 @@ class TurnFlow:
         flow = self.flow = OperationFlow(self.operation, op)
 
         async def work() -> Report:
-            result = await flow.run()
+            result = await self._operation(flow)
             self.outcome = result
-            self.operations.append(f"{result.operation_id}:{result.status}")
             return Report(outcome=result.status)
 
         return await self._in_flight(work)
+
+    async def _operation(self, flow: OperationFlow) -> CompressResult:
+        """Run an operation with the events one process's operation runner emits."""
+        op = flow.op
+        self._emit("compaction_update", id=op.operation_id, kind=op.kind, status="in_progress")
+        outcome = await flow.run()
+        self.operations.append(f"{outcome.operation_id}:{outcome.status}")
+        status = _STATUS.get(outcome.status, "failed")
+        self._emit("compaction_update", id=op.operation_id, kind=op.kind, status=status)
+        if outcome.status == "committed" and op.kind == "compaction":
+            self._emit(
+                "session_compact", entryId=outcome.entry_id, fromExtension=outcome.from_extension
+            )
+        return outcome
+
+    async def _emit_compaction_end(self) -> None:
+        outcome = self.outcome
+        payload = _end_payload(outcome)
+        if outcome is not None and outcome.status == "committed":
+            payload["willRetry"] = self.counters.will_retry
+        elif outcome is not None and outcome.status == "skipped":
+            payload["skipped"] = True
+            payload["reason"] = outcome.reason
+        self._emit("auto_compaction_end", **payload)
+
+    async def _emit_compaction_aborted(self) -> None:
+        self._emit("auto_compaction_end", **{**_end_payload(self.outcome), "aborted": True})
+
+    async def _emit_failure(self, what: str) -> None:
+        outcome = self.outcome
+        error = outcome.error if outcome is not None and outcome.error else "compaction failed"
+        self._emit("auto_compaction_end", **_end_payload(outcome), errorMessage=f"{what}: {error}")
+
+    async def _emit_overflow_failed(self) -> None:
+        self._emit(
+            "auto_compaction_end",
+            result=None,
+            aborted=False,
+            willRetry=False,
+            errorMessage=OVERFLOW_FAILED,
+        )
 
     async def _cancel_compaction(self) -> None:
         # The operation settles through its own table's cancel row, then reports as usual.
@@ -524,3 +612,16 @@ class TurnFlow:
         if request is not None:
             request.outcome = outcome
             request.done = True
+
+
+def _end_payload(outcome: CompressResult | None) -> dict[str, Any]:
+    """The ``auto_compaction_end`` fields every ending shares (one process's ``end_payload``)."""
+    result = None
+    if outcome is not None and outcome.status == "committed":
+        result = {
+            "summary": outcome.summary,
+            "firstKeptEntryId": outcome.first_kept_entry_id,
+            "tokensBefore": outcome.tokens_before,
+            "details": outcome.details,
+        }
+    return {"result": result, "aborted": False, "willRetry": False}

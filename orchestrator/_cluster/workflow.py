@@ -38,6 +38,7 @@ the workflow reads no file and a replay steps exactly the table the history was 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -161,7 +162,12 @@ class SessionWorkflow:
             return PromptResult(state=turn.state, queued=True)
         await turn.run("user_prompt", request.text)
         reply = turn.counters.last_reply
-        return PromptResult(state=turn.state, reply=None if reply is None else dict(reply))
+        return PromptResult(
+            state=turn.state,
+            reply=None if reply is None else dict(reply),
+            events=list(turn.events),
+            events_run=workflow.info().run_id,
+        )
 
     def _history_full(self) -> bool:
         info = workflow.info()
@@ -207,9 +213,13 @@ class SessionWorkflow:
         else:
             turn.policy = policy
             await turn.run("manual_compact")
-        if manual.outcome is None:
-            return CompressResult(operation_id="", status="cancelled", reason=NEVER_RAN)
-        return manual.outcome
+        outcome = manual.outcome or CompressResult(
+            operation_id="", status="cancelled", reason=NEVER_RAN
+        )
+        # The run's events so far: the server sends those it has not sent before the answer.
+        return dataclasses.replace(
+            outcome, events=list(turn.events), events_run=workflow.info().run_id
+        )
 
     @compress.validator
     def _refuse_when_busy(self, request: CompressRequest) -> None:
@@ -283,6 +293,15 @@ class SessionWorkflow:
     def close(self) -> None:
         """Complete once the work in progress has ended."""
         self._closing = True
+
+    @workflow.query(name="events")
+    def events(self, after: int) -> dict[str, Any]:
+        """The events of the run in progress numbered after ``after`` (``session.event``)."""
+        turn = self._turn
+        return {
+            "run": workflow.info().run_id,
+            "events": [] if turn is None else turn.events_after(after),
+        }
 
     @workflow.query(name="state")
     def state(self) -> dict[str, Any]:

@@ -25,8 +25,11 @@ holds it in memory.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+import anyio
 
 from orchestrator._cluster.client import ClusterClient
 from orchestrator._cluster.contract import (
@@ -44,7 +47,7 @@ from orchestrator._cluster.contract import (
 )
 from orchestrator._cluster.stores import cluster_store
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError, SessionError
-from orchestrator._rpc.hub import SessionHub, navigation_options
+from orchestrator._rpc.hub import EVENT_METHOD, SessionHub, navigation_options
 from orchestrator._rpc.protocol import (
     BUSY,
     INTERNAL_ERROR,
@@ -53,6 +56,7 @@ from orchestrator._rpc.protocol import (
     Method,
     Params,
     RpcError,
+    notification,
     one_line,
 )
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
@@ -64,6 +68,19 @@ BUSY_ANSWERS = frozenset(
     {BUSY_COMPACTING, BUSY_NAVIGATING, COMPACT_WHILE_NAVIGATING, PROMPT_WHILE_NAVIGATING}
 )
 """Refusals a workflow gives while it works: ``-32001``, as one server gives them."""
+EVENT_POLL_S = 0.25
+"""How often a request in progress asks its workflow for new events."""
+
+
+class _WithEvents(Protocol):
+    @property
+    def events(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def events_run(self) -> str: ...
+
+
+R = TypeVar("R", bound=_WithEvents)
 
 
 class ClusterHub(SessionHub):
@@ -90,6 +107,7 @@ class ClusterHub(SessionHub):
         self.task_queue = task_queue
         self._client = client
         self._open: dict[str, str] = {}
+        self._sent: dict[str, tuple[str, int]] = {}  # session: (workflow run, last event sent)
 
     async def client(self) -> ClusterClient:
         """The cluster client, connected on first use."""
@@ -145,6 +163,64 @@ class ClusterHub(SessionHub):
             "busy": busy,
         }
 
+    # -- notifications ----------------------------------------------------------------------------
+
+    def _listened(self, session_id: str) -> bool:
+        return any(peer is None or session_id in peer.topics for _, peer in self._listeners)
+
+    def _deliver(self, session_id: str, run: str, events: list[dict[str, Any]]) -> None:
+        """Send the events not sent yet, in their order, as one process sends them."""
+        sent_run, last = self._sent.get(session_id, ("", -1))
+        if run != sent_run:
+            last = -1  # a new workflow run numbers from 0 again
+        for numbered in events:
+            if numbered["seq"] > last:
+                last = numbered["seq"]
+                payload = {"session_id": session_id, "event": numbered["event"]}
+                self._publish(session_id, notification(EVENT_METHOD, payload))
+        self._sent[session_id] = (run, last)
+
+    async def _fetch(self, session_id: str) -> None:
+        """Ask the workflow for the events not sent yet (best effort: its answer has them all)."""
+        client = await self.client()
+        run, last = self._sent.get(session_id, ("", -1))
+        try:
+            current, events = await client.events(session_id, last)
+            if current != run and last >= 0:
+                current, events = await client.events(session_id, -1)
+        except Exception:  # noqa: BLE001 - not started yet, or no worker answered in time
+            return
+        self._deliver(session_id, current, events)
+
+    async def _forwarding(self, session_id: str, request: Callable[[], Awaitable[R]]) -> R:
+        """Run a request, sending its workflow's events while it runs and before its answer.
+
+        While the request runs, the events are read every :data:`EVENT_POLL_S` (a query: no
+        history is written); the answer carries them all, so none is lost to a slow query.
+        """
+        if not self._listened(session_id):
+            return await request()
+
+        async def poll() -> None:
+            while True:
+                await anyio.sleep(EVENT_POLL_S)
+                await self._fetch(session_id)
+
+        failure: Exception | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(poll)
+            try:
+                result = await request()
+            except Exception as error:  # noqa: BLE001 - raised below, after its events
+                failure = error
+            finally:
+                group.cancel_scope.cancel()
+        if failure is not None:
+            await self._fetch(session_id)  # a refused or failed request: what it emitted first
+            raise failure
+        self._deliver(session_id, result.events_run, result.events)
+        return result
+
     # -- methods ----------------------------------------------------------------------------------
 
     def methods(self) -> dict[str, Method]:
@@ -191,7 +267,9 @@ class ClusterHub(SessionHub):
         session_id = p.text("session_id")
         self._session(session_id)
         try:
-            done = await (await self.client()).compress(session_id, p.optional_text("focus"))
+            client = await self.client()
+            focus = p.optional_text("focus")
+            done = await self._forwarding(session_id, lambda: client.compress(session_id, focus))
         except SessionError as error:
             raise _busy_or(error) from None
         return compress_answer(done)
@@ -250,7 +328,8 @@ class ClusterHub(SessionHub):
         self._session(session_id)
         text = p.text("text")
         try:
-            result = await (await self.client()).prompt(session_id, text)
+            client = await self.client()
+            result = await self._forwarding(session_id, lambda: client.prompt(session_id, text))
         except AgentRaisedError as error:
             # One process lets the agent's exception reach the dispatcher: a bug, -32603.
             message = one_line(str(error)) or error.kind
