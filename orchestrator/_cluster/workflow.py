@@ -4,7 +4,9 @@ Theory of operation. Temporal runs at most one workflow per id, so making the se
 workflow id gives the fleet one owner per session by construction: every request for a session,
 from any client through any server, reaches the same workflow, on whichever worker holds it now.
 Requests are updates (``prompt``, ``compress``, ``navigate``, ``fork``) and signals
-(``abort``, ``close``); what the session is doing is a query (``state``). The workflow keeps
+(``abort``, ``close``); what the session is doing is a query (``state``), and so are the
+``session.event`` events of the run in progress (``events``), which the answers of ``prompt``
+and ``compress`` also carry. The workflow keeps
 nothing a store does not already keep: it completes after ``idle_s`` without work, and the next
 request starts a fresh run with the same id. A busy session never idles, so its history would
 grow without bound: past ``history_bound`` events, or when Temporal suggests it, the workflow

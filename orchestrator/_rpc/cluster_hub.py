@@ -15,6 +15,12 @@ error codes.
 A worker without an agent (no ``--model``) refuses ``session.prompt`` with ``-32601``, as a
 server started without ``--model`` does.
 
+Notifications. While ``session.prompt`` or ``session.compress`` runs, the server asks the
+workflow for the events recorded since the last it sent (the ``events`` query, every
+:data:`EVENT_POLL_S`), and the answer carries them all: each is sent once, in order, before the
+answer, as ``session.event`` to the connections that opened the session, as one process sends
+them. An agent that raises is answered ``-32603`` with its exception, as one process answers.
+
 Reading (``session.tree``, ``session.context``, ``session.open``'s description) comes from the
 shared store, not from a workflow query: a query may do no I/O and the workflow keeps no copy
 of the session (it would have to carry it through its history), while the store is what every
