@@ -29,6 +29,7 @@ from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent, AgentInput  # noqa: E402
+from orchestrator._runtime.navigation import LEAF_MARKER  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator.testing import ScriptedAgent, error_reply, reply  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
@@ -40,6 +41,7 @@ from tests.cluster_kit import (  # noqa: E402
     shape,
     temporal_address,
 )
+from tests.test_cluster_navigation import OLD_LEAF, OTHER_TIP  # noqa: E402
 from tests.test_cluster_turns import (  # noqa: E402
     OVER,
     OVERFLOW,
@@ -157,6 +159,8 @@ async def on_both_hosts(
     agents: Callable[[], Agent],
     scenario: Scenario,
     settings: RuntimeSettings = SETTINGS,
+    *,
+    moves: bool = False,
 ) -> tuple[list[dict[str, Any]], Served, list[dict[str, Any]]]:
     """Run ``scenario`` on both hosts; assert they look the same; the cluster's side."""
     async with local_server(tmp_path, agents(), settings) as (local, path):
@@ -169,6 +173,9 @@ async def on_both_hosts(
     assert database.turn_rows(served.session_id) == journal_rows(path, "turn")
     assert database.journal_rows(served.session_id) == journal_rows(path)
     added = database.new_entries(served.session_id)
+    if moves:
+        # A leaf move is stored as a marker entry there (README: Scale out, Navigation).
+        added = [e for e in added if e.get("customType") != LEAF_MARKER]
     assert [shape(e) for e in added] == [shape(e) for e in new_local_entries(path)]
     return answers, served, added
 
@@ -252,6 +259,16 @@ def scripted(turns: Sequence[Sequence[dict[str, Any]]]) -> Callable[[], Agent]:
     return lambda: ScriptedAgent(turns)
 
 
+AUTO_COMPACTION = [
+    "auto_compaction_start",
+    "in_progress",
+    "completed",
+    "session_compact",
+    "auto_compaction_end",
+]
+"""An automatic compaction that committed, as the notifications tell it."""
+
+
 def types(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] if e["type"] != "compaction_update" else e["status"] for e in events]
 
@@ -264,11 +281,7 @@ async def test_a_threshold_compaction_sends_the_same_notifications_in_the_same_o
     assert types(served.events()) == [
         "message",
         "message",
-        "auto_compaction_start",
-        "in_progress",
-        "completed",
-        "session_compact",
-        "auto_compaction_end",
+        *AUTO_COMPACTION,
         "message",
     ]
     end = served.events()[6]
@@ -291,11 +304,7 @@ async def test_an_overflow_and_a_transient_error_send_the_same_notifications(
         "message",
         "auto_retry_start",
         "message",
-        "auto_compaction_start",
-        "in_progress",
-        "completed",
-        "session_compact",
-        "auto_compaction_end",
+        *AUTO_COMPACTION,
         "message",
         "auto_retry_end",
     ]
@@ -333,3 +342,20 @@ async def test_only_the_connections_that_opened_the_session_hear_its_events(
     assert other.notes == []
     assert len(served.notes) == 2
     assert everyone == served.notes
+
+
+async def test_a_navigation_tells_the_leaf_move_as_one_process(tmp_path: Path) -> None:
+    async def navigate(served: Served) -> list[dict[str, Any]]:
+        target = {"session_id": served.session_id, "target_id": OTHER_TIP}
+        return [await served.call("session.tree.navigate", **target)]
+
+    answers, served, _ = await on_both_hosts(tmp_path, scripted([]), navigate, moves=True)
+    assert answers[0]["result"]["newLeafId"] == OTHER_TIP
+    assert served.events() == [
+        {
+            "type": "session_tree",
+            "newLeafId": OTHER_TIP,
+            "oldLeafId": OLD_LEAF,
+            "summaryEntryId": None,
+        }
+    ]

@@ -182,9 +182,12 @@ class ClusterHub(SessionHub):
         for numbered in events:
             if numbered["seq"] > last:
                 last = numbered["seq"]
-                payload = {"session_id": session_id, "event": numbered["event"]}
-                self._publish(session_id, notification(EVENT_METHOD, payload))
+                self._tell(session_id, numbered["event"])
         self._sent[session_id] = (run, last)
+
+    def _tell(self, session_id: str, event: dict[str, Any]) -> None:
+        payload = {"session_id": session_id, "event": event}
+        self._publish(session_id, notification(EVENT_METHOD, payload))
 
     async def _fetch(self, session_id: str) -> None:
         """Ask the workflow for the events not sent yet (best effort: its answer has them all)."""
@@ -295,7 +298,20 @@ class ClusterHub(SessionHub):
             done = await (await self.client()).navigate(session_id, request)
         except SessionError as error:
             raise _busy_or(error) from None
-        return navigate_answer(done)
+        answer = navigate_answer(done)
+        if done.status == "done":
+            # The leaf moved: told as one process tells it (not its branch summary's
+            # compaction_update: the answer does not carry that operation's id).
+            self._tell(
+                session_id,
+                {
+                    "type": "session_tree",
+                    "newLeafId": done.new_leaf_id,
+                    "oldLeafId": done.old_leaf_id,
+                    "summaryEntryId": done.summary_entry_id,
+                },
+            )
+        return answer
 
     async def _c_fork(self, p: Params) -> dict[str, Any]:
         session_id = p.text("session_id")
