@@ -103,7 +103,10 @@ def js_sorted(values: Iterable[str]) -> tuple[str, ...]:
     Python compares code points, which differs from JavaScript for characters outside the BMP
     (surrogate pairs sort below U+E000..U+FFFF in UTF-16).
     """
-    return tuple(sorted(values, key=lambda s: s.encode("utf-16-be", "surrogatepass")))
+    listed = list(values)
+    if all(s.isascii() for s in listed):  # the usual paths: both orders agree, no key needed
+        return tuple(sorted(listed))
+    return tuple(sorted(listed, key=lambda s: s.encode("utf-16-be", "surrogatepass")))
 
 
 def compute_file_lists(ops: FileOperations) -> tuple[tuple[str, ...], tuple[str, ...]]:

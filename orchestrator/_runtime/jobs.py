@@ -145,11 +145,15 @@ class CompactionJob:
             },
         )
 
+    def hooks_wait(self) -> bool:
+        """Whether consulting the hooks may wait: a handler is registered for one of them."""
+        hooks = self.ports.hooks
+        return hooks.handles("session_before_compact") or hooks.handles("session.compacting")
+
     async def consult_hooks(self) -> Report:
         """Run ``session_before_compact`` then ``session.compacting`` (D25)."""
         assert self.plan is not None
-        hooks = self.ports.hooks
-        if not hooks.handles("session_before_compact") and not hooks.handles("session.compacting"):
+        if not self.hooks_wait():
             # Nobody listens: no payload to build, and the summary requests as they are.
             self.parts = compaction_parts(self.plan, self.routes, self.inputs)
             return Report(outcome="done")
