@@ -419,6 +419,58 @@ async def test_planning_goes_to_a_worker_thread_only_to_build_the_context(
     assert planned_on_loop == [False, True]
 
 
+def _open_journals() -> list[str]:
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            names.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except FileNotFoundError:  # the listing's own descriptor, closed since
+            continue
+    return [name for name in names if name.endswith(".journal")]
+
+
+@pytest.mark.anyio
+async def test_the_journal_file_stays_open_between_records_until_the_session_closes(
+    example: Path,
+) -> None:
+    """Issue 9: a record is one write to the open file, not an open, write and close."""
+    runtime = AgentSession.open(example, owner="test")
+    try:
+        await runtime.compact()
+        assert _open_journals() == [str(journal_path(example))]
+    finally:
+        runtime.close()
+    assert _open_journals() == []
+    journal = Journal.open(example)
+    journal.close()  # nothing written yet: nothing to close
+    drive(journal, "op", "prune", ["prepared"])
+    journal.close()
+    journal.close()
+    drive(journal, "op2", "prune", ["prepared"])  # opened again at the next record
+    assert len(journal.records()) == len(Journal.open(example).records())
+    journal.close()
+    Journal.in_memory().close()
+
+
+def test_a_journal_whose_sink_cannot_close_closes_as_a_no_op() -> None:
+    class Sink:
+        location = "<elsewhere>"
+
+        def exists(self) -> bool:
+            return False
+
+        def read(self) -> bytes:
+            return b""
+
+        def append(self, line: bytes, *, durable: bool) -> None:
+            pass
+
+        def sync(self) -> None:
+            pass
+
+    Journal(Sink()).close()
+
+
 def test_sync_of_a_journal_not_written_yet_does_nothing_and_refuses_what_is_no_file(
     tmp_path: Path,
 ) -> None:

@@ -374,7 +374,26 @@ def test_no_provider_means_no_op() -> None:
         op.set(outcome="committed")
         with tracer.model_span(CHAT, "m") as call:
             call.record_response(ModelResponse(text="ok"))
+        with tracer.navigation_span("s", "t") as navigation:
+            navigation.set(outcome="switched")
         assert not turn.span.is_recording()
+        assert not navigation.span.is_recording()
+
+
+def test_a_provider_that_samples_nothing_records_nothing() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = LifecycleTracer(provider)
+    with tracer.operation_span("prune", "p") as op:
+        tracer.on_step(Step(machine="operation", source="a", event="e", dest="b", effects=()))
+        op.set(outcome="committed")
+        with tracer.model_span(CHAT, "m") as call:
+            call.record_response(ModelResponse(text="ok"))
+    assert not op.span.is_recording()
+    assert exporter.get_finished_spans() == ()
 
 
 # -- exporters ---------------------------------------------------------------------------------

@@ -184,3 +184,6 @@ class TurnAgent:
 
     async def _close_session(self) -> None:
         self.host.session().close()
+        journal = self.host.ports.journal
+        if journal is not None:
+            journal.close()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,10 +194,11 @@ class _Sink(Protocol):
 
 
 class _FileSink:
-    """The journal file. Each append opens, writes once, fsyncs when asked, and closes.
+    """The journal file, opened at the first append and kept open until :meth:`close`.
 
-    Before each append it checks that the file ends with a complete line (a process killed
-    mid-write leaves a torn one). When the file still has the size this sink's own last complete
+    Each append is one write (fsynced when asked). Before it, the sink checks that the file
+    ends with a complete line (a process killed mid-write leaves a torn one, and another program
+    may have appended one). When the file still has the size this sink's own last complete
     write left, that write's newline ends it: no need to read the last byte (issue 9).
     """
 
@@ -205,6 +207,8 @@ class _FileSink:
         self.location = str(path)
         self._dir_synced = False
         self._clean_size = -1  # the size after this sink's last complete write
+        self._fd: int | None = None
+        self._closer: weakref.finalize[[int], _FileSink] | None = None
 
     def exists(self) -> bool:
         # lstat: a symbolic link counts as present, so reading it is refused, not skipped.
@@ -214,22 +218,27 @@ class _FileSink:
         return read_side_file(self.path, "read the journal") or b""
 
     def append(self, line: bytes, *, durable: bool) -> None:
-        # Never through a symbolic link: the journal stays beside its session (issue 8).
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
-        fd = open_side_file(self.path, flags, "write the journal")
-        try:
-            size = os.fstat(fd).st_size
-            if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line  # keep a torn line apart from this record
-            self._clean_size = -1  # until the whole line is written
-            if os.write(fd, line) == len(line):
-                self._clean_size = size + len(line)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        fd = self._fd
+        if fd is None:
+            # Never through a symbolic link: the journal stays beside its session (issue 8).
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+            fd = self._fd = open_side_file(self.path, flags, "write the journal")
+            # Closed with the sink if nobody closes it (a journal is not always closed).
+            self._closer = weakref.finalize(self, os.close, fd)
+        size = os.fstat(fd).st_size
+        if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # keep a torn line apart from this record
+        self._clean_size = -1  # until the whole line is written
+        if os.write(fd, line) == len(line):
+            self._clean_size = size + len(line)
         if durable:
+            os.fsync(fd)
             self._sync_dir_once()
+
+    def close(self) -> None:
+        closer, self._closer, self._fd = self._closer, None, None
+        if closer is not None:
+            closer()
 
     def sync(self) -> None:
         # fsync flushes the file, not the descriptor: whatever any descriptor wrote before now.
@@ -282,6 +291,9 @@ class _MemorySink:
 
     def sync(self) -> None:
         pass  # nothing in memory is durable, nor claims to be
+
+    def close(self) -> None:
+        pass
 
 
 class Journal:
@@ -390,6 +402,12 @@ class Journal:
         wanted = is_operation if durable is None else durable
         self._sink.append(line.encode("utf-8"), durable=wanted)
         return entry
+
+    def close(self) -> None:
+        """Close the journal file until the next record (which opens it again). Idempotent."""
+        close = getattr(self._sink, "close", None)
+        if close is not None:
+            close()
 
     def sync(self) -> None:
         """Make every record written so far durable (for a file: one fsync).

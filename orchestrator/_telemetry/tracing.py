@@ -47,6 +47,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import (
+    INVALID_SPAN,
     NoOpTracer,
     Span,
     SpanKind,
@@ -128,6 +129,8 @@ class ModelCall(SpanHandle):
         GenAI names, plus OpenInference's token counts (the total includes cache reads and
         writes, as pi's ``totalTokens`` does) and, with content capture on, the reply.
         """
+        if not self.span.is_recording():
+            return  # nothing would keep the attributes
         usage = response.usage
         total = usage.total or usage.input + usage.output + usage.cache_read + usage.cache_write
         attributes: dict[str, AttributeValue] = {
@@ -146,6 +149,15 @@ class ModelCall(SpanHandle):
             attributes[OUTPUT_VALUE] = response.text
             attributes[OUTPUT_MIME_TYPE] = _TEXT
         self.span.set_attributes(attributes)
+
+
+# What the spans of a tracer without a provider yield: handles on the invalid span, which
+# records nothing.
+_OFF_HANDLES = {
+    kind: SpanHandle(INVALID_SPAN, f"orchestrator.{kind}.")
+    for kind in ("turn", "operation", "navigation")
+}
+_OFF_MODEL_CALL = ModelCall(INVALID_SPAN, "orchestrator.model.")
 
 
 def set_attributes(target: SpanHandle | Span, **attrs: Any) -> None:
@@ -226,6 +238,9 @@ class LifecycleTracer:
         self._tracer: Tracer = (
             NoOpTracer() if provider is None else provider.get_tracer(TRACER_NAME)
         )
+        # Without a provider nothing is built: no attributes, no span, no context change (a
+        # span the caller opened stays current and gets no events from us; issue 9).
+        self._off = provider is None
         self.capture_content = (
             capture_content_from_env() if capture_content is None else capture_content
         )
@@ -237,6 +252,9 @@ class LifecycleTracer:
         Yields:
             Its handle; attributes set through it get the ``orchestrator.turn.`` prefix.
         """
+        if self._off:
+            yield _OFF_HANDLES["turn"]
+            return
         attrs: dict[str, AttributeValue] = {
             "orchestrator.session.id": session_id,
             "orchestrator.turn.number": turn_no,
@@ -258,6 +276,9 @@ class LifecycleTracer:
         Yields:
             Its handle; attributes get the ``orchestrator.operation.`` prefix.
         """
+        if self._off:
+            yield _OFF_HANDLES["operation"]
+            return
         attrs: dict[str, AttributeValue] = {
             "orchestrator.operation.kind": kind,
             "orchestrator.operation.id": operation_id,
@@ -282,6 +303,9 @@ class LifecycleTracer:
         Yields:
             Its handle; attributes get the ``orchestrator.navigation.`` prefix.
         """
+        if self._off:
+            yield _OFF_HANDLES["navigation"]
+            return
         attrs: dict[str, AttributeValue] = {
             "orchestrator.session.id": session_id,
             OPENINFERENCE_SPAN_KIND: "CHAIN",
@@ -306,6 +330,9 @@ class LifecycleTracer:
         Yields:
             A :class:`ModelCall`; call :meth:`ModelCall.record_response` with the reply.
         """
+        if self._off:
+            yield _OFF_MODEL_CALL
+            return
         operation = "chat" if request.purpose == "chat" else "summarize"
         attrs: dict[str, AttributeValue] = {
             GEN_AI_OPERATION_NAME: operation,
@@ -335,6 +362,8 @@ class LifecycleTracer:
         Args:
             step: The step a machine took (give this method to ``Runner.subscribe``).
         """
+        if self._off:
+            return
         span = _ACTIVE.get().get(step.machine) or get_current_span()
         if not span.is_recording():
             return  # nothing would keep the event (tracing off): build nothing (issue 9)
