@@ -212,6 +212,28 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, required: bool = T
     )
 
 
+def check_cluster_database(database: str) -> None:
+    """Refuse a ``--database`` the cluster could not use, before any work is taken.
+
+    A PostgreSQL URL is connected to once (the schema migrated if needed); anything else must
+    be a directory of sessions.
+
+    Raises:
+        SessionError: A URL libpq refuses, a server that cannot be reached, a login refused, a
+            database that does not exist; a path that is not a directory. One line.
+    """
+    from orchestrator._store.factory import is_database_url
+
+    if is_database_url(database):
+        from orchestrator._store.postgres_schema import connect
+
+        connect(database).close()
+    elif not Path(database).is_dir():
+        raise SessionError(
+            f"{database}: not a directory (nor a postgresql://USER@HOST/DATABASE URL)"
+        )
+
+
 def require_cluster() -> None:
     """Refuse, in one line, when the ``cluster`` extra is not installed.
 

@@ -21,10 +21,12 @@ from orchestrator._cli.common import (
     add_model_arguments,
     add_timeout_argument,
     api_key_of,
+    check_cluster_database,
     positive_int,
     require_cluster,
     with_timeout,
 )
+from orchestrator._core.errors import SessionError, UnavailableError
 
 
 def register(commands: Any) -> None:
@@ -47,6 +49,10 @@ def register(commands: Any) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     require_cluster()
+    try:
+        check_cluster_database(args.database)
+    except SessionError as exc:
+        return _refuse(f"--database: {exc}")
     from orchestrator._cluster.activities import SessionActivities
     from orchestrator._cluster.worker import run_worker
     from orchestrator._core.tokens import CompactionSettings
@@ -96,6 +102,14 @@ def _worker(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(run_worker(args.temporal, activities, task_queue=args.task_queue, ready=ready))
+    except UnavailableError as exc:
+        return _refuse(f"--temporal: {exc}")
     except KeyboardInterrupt:
         print("orchestrator worker: stopped", file=sys.stderr)
     return 0
+
+
+def _refuse(message: str) -> int:
+    """A store or server the worker cannot use: one line, exit 2, before any work is taken."""
+    print(f"orchestrator worker: {message}", file=sys.stderr)
+    return 2

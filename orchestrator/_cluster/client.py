@@ -8,12 +8,17 @@ A request waits as long as its work takes. The server answers an update-with-sta
 worker has accepted the update, and gives up after its own deadline when every worker is busy
 (a thousand sessions asked at once): the request is then sent again under the same update id,
 which the server attaches to the update already admitted, if any, so the work is asked for once.
+
+A Temporal server that cannot be reached is an :class:`UnavailableError` naming it, never a
+hang: a connection attempt gives up after :data:`CONNECT_TIMEOUT`, and a call the client
+retries (the server went away) after :data:`GIVE_UP_AFTER` of retrying.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import uuid
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -27,7 +32,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from orchestrator._cluster.contract import (
     AGENT_RAISED,
@@ -45,12 +50,38 @@ from orchestrator._cluster.contract import (
     SessionStart,
 )
 from orchestrator._cluster.workflow import SessionWorkflow
-from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._core.errors import ConflictError, SessionError, UnavailableError
 
 T = TypeVar("T")
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 """How long a state query may wait for a worker to answer."""
+CONNECT_TIMEOUT = timedelta(seconds=5)
+"""How long one TCP connection attempt to the Temporal server may take."""
+GIVE_UP_AFTER = timedelta(seconds=10)
+"""How long a call retries a Temporal server that does not answer before it fails (the
+Temporal client's own default, named here because the README promises it)."""
+
+
+async def connect_temporal(address: str, *, give_up_after: timedelta = GIVE_UP_AFTER) -> Client:
+    """A Temporal client connected to ``address`` (``HOST:PORT``).
+
+    Raises:
+        UnavailableError: Nothing answers there as a Temporal server (one line, naming it).
+    """
+    retry = RetryConfig(max_elapsed_time_millis=int(give_up_after.total_seconds() * 1000))
+    try:
+        return await Client.connect(address, connect_timeout=CONNECT_TIMEOUT, retry_config=retry)
+    except RuntimeError as error:  # the SDK's connection failure, a Rust error as text
+        raise UnavailableError(f"the Temporal server at {address} {_unreachable(error)}") from None
+
+
+def _unreachable(error: BaseException) -> str:
+    """The words "cannot be reached (why)", the why picked out of the SDK's Rust error text."""
+    text = str(error)
+    found = re.search(r'(?:message|error): "([^"]+)"', text)
+    reason = found.group(1) if found else " ".join(text.split())
+    return f"cannot be reached ({reason})"
 
 
 class ClusterClient:
@@ -80,9 +111,15 @@ class ClusterClient:
         self.rpc_timeout = rpc_timeout
 
     @classmethod
-    async def connect(cls, address: str, **kwargs: Any) -> ClusterClient:
-        """Connect to the Temporal server at ``address`` (``HOST:PORT``)."""
-        return cls(await Client.connect(address), **kwargs)
+    async def connect(
+        cls, address: str, *, give_up_after: timedelta = GIVE_UP_AFTER, **kwargs: Any
+    ) -> ClusterClient:
+        """Connect to the Temporal server at ``address`` (``HOST:PORT``).
+
+        Raises:
+            UnavailableError: It cannot be reached.
+        """
+        return cls(await connect_temporal(address, give_up_after=give_up_after), **kwargs)
 
     async def compress(
         self, session_id: str, focus: str | None = None, *, reason: str = "manual"
@@ -155,6 +192,10 @@ class ClusterClient:
                     kind = str(cause.details[0]) if cause.details else "Exception"
                     raise AgentRaisedError(kind, message) from None
                 raise SessionError(message) from None
+            except RPCError as error:
+                with contextlib.suppress(Exception):
+                    await start.workflow_handle()  # failed with the call: read, not reported
+                raise self._unavailable(error) from None
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 # The start's own outcome is settled by now; read it, so that a start that
                 # failed with the call is not reported later as an exception nobody read.
@@ -183,6 +224,8 @@ class ClusterClient:
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return None
+            if error.status == RPCStatusCode.UNAVAILABLE:
+                raise self._unavailable(error) from None
             raise SessionError(
                 f"session {session_id}: its workflow did not answer ({error.message}); "
                 "is a worker running?"
@@ -206,8 +249,23 @@ class ClusterClient:
         state = await self.state(session_id)
         if not state or not state.get("busy"):
             return False
-        await self.client.get_workflow_handle(session_id).signal(SessionWorkflow.abort)
+        try:
+            await self.client.get_workflow_handle(session_id).signal(SessionWorkflow.abort)
+        except RPCError as error:
+            raise self._unavailable(error) from None
         return True
+
+    def _unavailable(self, error: RPCError) -> Exception:
+        """A call's failure: the server not answering as :class:`UnavailableError`."""
+        if error.status != RPCStatusCode.UNAVAILABLE:
+            return error
+        config = self.client.service_client.config
+        retry = config.retry_config or RetryConfig()
+        asked = (retry.max_elapsed_time_millis or 0) / 1000
+        return UnavailableError(
+            f"the Temporal server at {config.target_host} {_unreachable(error)}; "
+            f"tried for {asked:g} s"
+        )
 
 
 def _application_error(error: WorkflowUpdateFailedError) -> ApplicationError | None:

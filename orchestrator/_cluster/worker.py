@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from orchestrator._cluster.activities import SessionActivities
+from orchestrator._cluster.client import connect_temporal
 from orchestrator._cluster.contract import TASK_QUEUE
 from orchestrator._cluster.stores import shown
 from orchestrator._cluster.workflow import SessionWorkflow
@@ -86,8 +87,12 @@ async def run_worker(
     task_queue: str = TASK_QUEUE,
     ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Connect to Temporal at ``address`` and work until cancelled."""
-    client = await Client.connect(address)
+    """Connect to Temporal at ``address`` and work until cancelled.
+
+    Raises:
+        UnavailableError: Temporal cannot be reached at ``address``.
+    """
+    client = await connect_temporal(address)
     worker = build_worker(client, activities, task_queue=task_queue)
     async with worker:
         if ready is not None:

@@ -10,6 +10,7 @@ Each child names who is at fault::
     │   └── ConflictError        the session changed since it was read; nothing written (D27)
     ├── TransitionError    an event the table does not list for the current state: a caller bug
     ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
+    ├── UnavailableError   a service the cluster needs (the Temporal server) cannot be reached
     └── Cancelled          the operation was cancelled on request; nothing was applied
 
 The first design had four children. I added ``SessionError`` because bad input (a corrupt file,
@@ -85,6 +86,14 @@ class ModelError(OrchestratorError):
         self.kind = kind
         self.retry_after = retry_after
         self.status = status
+
+
+class UnavailableError(OrchestratorError):
+    """A service the cluster needs cannot be reached: no input was wrong, asking later may work.
+
+    ``serve --temporal`` reports it as ``-32008`` (README, "Scale out"); ``orchestrator worker``
+    refuses to start with it.
+    """
 
 
 class Cancelled(OrchestratorError):

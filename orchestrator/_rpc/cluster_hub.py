@@ -52,7 +52,13 @@ from orchestrator._cluster.contract import (
     NavigateResult,
 )
 from orchestrator._cluster.stores import cluster_store
-from orchestrator._core.errors import Cancelled, ConflictError, ModelError, SessionError
+from orchestrator._core.errors import (
+    Cancelled,
+    ConflictError,
+    ModelError,
+    SessionError,
+    UnavailableError,
+)
 from orchestrator._rpc.hub import EVENT_METHOD, SessionHub, navigation_options
 from orchestrator._rpc.protocol import (
     BUSY,
@@ -156,7 +162,7 @@ class ClusterHub(SessionHub):
         session = self._session(session_id)
         try:
             state = await (await self.client()).state(session_id)
-        except SessionError:
+        except (SessionError, UnavailableError):
             state = {"busy": False, "unknown": True}
         busy = bool(state and state.get("busy"))
         described = (state or {}).get("turnState") or ("manual_compacting" if busy else "idle")

@@ -58,6 +58,7 @@ from orchestrator._core.errors import (
     SessionError,
     SessionLockedError,
     TransitionError,
+    UnavailableError,
 )
 from orchestrator._core.utf16 import escape_lone_surrogates
 
@@ -73,6 +74,7 @@ SESSION_LOCKED = -32004
 LIMIT = -32005
 UNAUTHORIZED = -32006
 CONFLICT = -32007
+UNAVAILABLE = -32008
 
 MAX_DEPTH = 32
 """Deepest nesting of arrays and objects a request may have (a batch counts as one level)."""
@@ -126,6 +128,8 @@ def error_for(exc: BaseException) -> RpcError:
         return RpcError(INVALID_PARAMS, message)
     if isinstance(exc, TransitionError):
         return RpcError(BUSY, message)
+    if isinstance(exc, UnavailableError):
+        return RpcError(UNAVAILABLE, message, {"kind": "unavailable"})
     return RpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {message}")
 
 

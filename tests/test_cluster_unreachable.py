@@ -1,0 +1,228 @@
+"""What the cluster cannot reach is one clear line, never a hang or a traceback (issue 10).
+
+``orchestrator worker`` checks its ``--database`` and ``--temporal`` before it takes any work
+and refuses in one line, exit 2. ``serve --temporal`` answers a request whose Temporal server
+cannot be reached with ``-32008``, within the bound its client is configured with (a server
+that was never there fails at once; one that went away after the first request fails once the
+client's retries give up), and the session is unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
+
+from orchestrator._cli.main import main  # noqa: E402
+from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
+from orchestrator._rpc.protocol import UNAVAILABLE, Dispatcher, Peer  # noqa: E402
+from tests.cluster_kit import (  # noqa: E402
+    Database,
+    connected,
+    queue_name,
+    temporal_address,
+)
+from tests.services import database_base_url  # noqa: E402
+
+NOBODY = "127.0.0.1:1"
+"""A loopback port nothing listens on: every connection is refused at once."""
+
+
+def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The worker's one line for ``argv``, after checking it exits 2 with no traceback."""
+    assert main(["worker", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def with_parts(url: str, *, password: str | None = None, database: str | None = None) -> str:
+    """``url`` with another password or database name."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if password is not None:
+        user = parts.username or "orchestrator"
+        netloc = f"{user}:{password}@{parts.hostname}:{parts.port or 5432}"
+    path = f"/{database}" if database is not None else parts.path
+    return urlunsplit((parts.scheme, netloc, path, parts.query, parts.fragment))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"password": "not-the-password"}, "password authentication failed"),
+        ({"database": "no_such_database_here"}, 'database "no_such_database_here" does not exist'),
+    ],
+)
+def test_a_worker_with_a_database_it_cannot_log_into_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], change: dict[str, str], reason: str
+) -> None:
+    url = with_parts(database_base_url(), **change)
+    line = refusal(capsys, "--temporal", NOBODY, "--database", url)
+    assert line.startswith("orchestrator worker: --database: postgresql://")
+    assert "cannot connect" in line
+    assert reason in line
+    assert "not-the-password" not in line
+
+
+@pytest.mark.parametrize(
+    ("database", "reason"),
+    [
+        ("postgresql://u:secret@127.0.0.1:1/db", "cannot connect"),
+        ("postgresql://h/db?nonsense=1", "not a valid PostgreSQL URL"),
+        ("mysql://h/db", "not a directory (nor a postgresql://USER@HOST/DATABASE URL)"),
+    ],
+)
+def test_a_worker_with_a_database_it_cannot_use_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], database: str, reason: str
+) -> None:
+    pytest.importorskip("psycopg", reason="the database store needs the 'cluster' extra")
+    line = refusal(capsys, "--temporal", NOBODY, "--database", database)
+    assert line.startswith("orchestrator worker: --database: ")
+    assert reason in line
+    assert "secret" not in line
+
+
+def test_a_worker_with_a_missing_directory_or_no_temporal_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere"
+    line = refusal(capsys, "--temporal", NOBODY, "--database", str(missing))
+    assert line == f"orchestrator worker: --database: {missing}: not a directory" + (
+        " (nor a postgresql://USER@HOST/DATABASE URL)"
+    )
+    line = refusal(capsys, "--temporal", NOBODY, "--database", str(tmp_path))
+    assert line == (
+        "orchestrator worker: --temporal: the Temporal server at 127.0.0.1:1 cannot be "
+        "reached (Connection refused)"
+    )
+
+
+async def call(dispatcher: Dispatcher, method: str, **params: Any) -> dict[str, Any]:
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    answer = await dispatcher.handle_text(json.dumps(request), Peer())
+    assert answer is not None
+    result: dict[str, Any] = json.loads(answer)
+    return result
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_server_whose_temporal_is_not_there_answers_unavailable(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    before = database.entries(session_id)
+    rpc = Dispatcher(ClusterHub(NOBODY, database.location).methods())
+    opened = (await call(rpc, "session.open", path=session_id))["result"]
+    assert (opened["state"], opened["busy"]) == ("unknown", False)  # read from the store
+    for method in ("session.compress", "session.abort", "session.prompt"):
+        params = {"text": "hi"} if method == "session.prompt" else {}
+        error = (await call(rpc, method, session_id=session_id, **params))["error"]
+        assert error == {
+            "code": UNAVAILABLE,
+            "message": "the Temporal server at 127.0.0.1:1 cannot be reached (Connection refused)",
+            "data": {"kind": "unavailable"},
+        }
+    assert database.entries(session_id) == before
+
+
+class Proxy:
+    """A TCP relay to the Temporal server that can be cut: the server "goes away"."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self._writers += [writer, up_writer]
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except OSError:
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        """Stop listening and drop every relayed connection at once."""
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+
+
+@asynccontextmanager
+async def relayed() -> AsyncIterator[tuple[Proxy, str]]:
+    proxy = Proxy(temporal_address())
+    address = await proxy.start()
+    try:
+        yield proxy, address
+    finally:
+        proxy.cut()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_temporal_server_that_goes_away_mid_request_is_unavailable_not_a_hang(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    before = database.entries(session_id)
+    queue = queue_name()  # no worker polls it: the compaction waits to be accepted
+    async with relayed() as (proxy, address), connected() as direct:
+        client = await ClusterClient.connect(
+            address, give_up_after=timedelta(seconds=1), task_queue=queue
+        )
+        rpc = Dispatcher(ClusterHub(address, database.location, client=client).methods())
+        assert "result" in await call(rpc, "session.open", path=session_id)
+        pending = asyncio.ensure_future(call(rpc, "session.compress", session_id=session_id))
+        # In flight: the workflow was started and the update waits for a worker.
+        while not await _running(direct, session_id):
+            await asyncio.sleep(0.05)
+        proxy.cut()
+        error = (await pending)["error"]
+        assert error["code"] == UNAVAILABLE
+        assert error["data"] == {"kind": "unavailable"}
+        assert error["message"].startswith(f"the Temporal server at {address} cannot be reached")
+        assert error["message"].endswith("; tried for 1 s")
+        again = (await call(rpc, "session.compress", session_id=session_id))["error"]
+        assert again["code"] == UNAVAILABLE
+        await direct.get_workflow_handle(session_id).terminate("test over")
+    assert database.entries(session_id) == before
+
+
+async def _running(client: Any, session_id: str) -> bool:
+    from temporalio.service import RPCError
+
+    try:
+        await client.get_workflow_handle(session_id).describe()
+    except RPCError:
+        return False
+    return True
