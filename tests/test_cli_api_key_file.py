@@ -139,7 +139,7 @@ def test_the_flag_still_works_and_no_file_means_the_providers_variable() -> None
 
 
 def test_the_long_running_worker_warns_about_a_key_on_the_command_line(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import orchestrator._cluster.worker as worker_module
 
@@ -153,7 +153,7 @@ def test_the_long_running_worker_warns_about_a_key_on_the_command_line(
             "--temporal",
             "127.0.0.1:1",
             "--database",
-            os.fspath("/nonexistent"),
+            os.fspath(tmp_path),  # a directory store: the worker checks it exists
             "--api-key",
             "sk-visible",
         ]
