@@ -110,6 +110,18 @@ def test_a_worker_with_a_missing_directory_or_no_temporal_says_so_in_one_line(
     )
 
 
+def test_a_cluster_server_with_a_store_it_cannot_use_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["serve", "--temporal", NOBODY, "--database", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"orchestrator serve: --database: {missing}: not a directory"
+        " (nor a postgresql://USER@HOST/DATABASE URL)\n"
+    )
+
+
 async def call(dispatcher: Dispatcher, method: str, **params: Any) -> dict[str, Any]:
     request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
     answer = await dispatcher.handle_text(json.dumps(request), Peer())

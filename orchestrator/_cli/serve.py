@@ -31,10 +31,12 @@ from orchestrator._cli.common import (
     UsageError,
     add_cluster_arguments,
     add_timeout_argument,
+    check_cluster_database,
     positive_int,
     require_cluster,
     with_timeout,
 )
+from orchestrator._core.errors import SessionError
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
@@ -164,7 +166,7 @@ def _options(args: argparse.Namespace, api_key: str | None = None) -> RuntimeOpt
 
 
 def _check(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """Validate the listener and key options; returns (host to bind, API key from a file).
+    """Validate the listener, key and store options; returns (host to bind, API key from a file).
 
     Raises:
         _Refused: a usage error (2) or a file that cannot be used (1).
@@ -179,6 +181,12 @@ def _check(args: argparse.Namespace) -> tuple[str | None, str | None]:
             raise _Refused(str(exc), 2) from None
     elif args.host != "127.0.0.1" or args.token_file is not None:
         raise _Refused("--host and --token-file go with --port", 2)
+    if args.temporal and args.database and not args.sessions:
+        require_cluster()
+        try:
+            check_cluster_database(args.database)
+        except SessionError as exc:
+            raise _Refused(f"--database: {exc}", 2) from None
     api_key = None
     if args.api_key_file is not None:
         try:

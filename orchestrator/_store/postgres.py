@@ -543,15 +543,18 @@ class PostgresStore:
             Where the imported session ends.
 
         Raises:
-            SessionError: The bytes are not a session (no header), end in an unterminated line,
-                hold a line PostgreSQL text cannot carry (invalid UTF-8, NUL), name another
-                session than this store's, or the session already exists.
+            SessionError: The bytes are not a session (no header, or an empty id), end in an
+                unterminated line, hold a line PostgreSQL text cannot carry (invalid UTF-8,
+                NUL), name another session than this store's, or the session already exists.
         """
         parsed = read_session(data, random_hex=self._random_hex)
         header = parsed.result.header
         if header is None:
             details = "; ".join(str(p) for p in parsed.result.problems) or "no session header"
             raise SessionError(f"{source}: not a session file ({details})")
+        if header.get("id") == "":
+            # Nothing could name it again (``export``, ``session.open``): refused, not stored.
+            raise SessionError(f"{source}: line 1: the session id is empty; nothing was written")
         if not data.endswith(b"\n"):
             number = data.count(b"\n") + 1
             raise SessionError(
