@@ -10,7 +10,6 @@ client's retries give up), and the session is unchanged.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -25,7 +24,7 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from orchestrator._cli.main import main  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
-from orchestrator._rpc.protocol import UNAVAILABLE, Dispatcher, Peer  # noqa: E402
+from orchestrator._rpc.protocol import UNAVAILABLE, Dispatcher  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -33,6 +32,7 @@ from tests.cluster_kit import (  # noqa: E402
     temporal_address,
 )
 from tests.services import database_base_url  # noqa: E402
+from tests.test_cluster_hub import call  # noqa: E402
 
 NOBODY = "127.0.0.1:1"
 """A loopback port nothing listens on: every connection is refused at once."""
@@ -122,22 +122,25 @@ def test_a_cluster_server_with_a_store_it_cannot_use_says_so_in_one_line(
     )
 
 
-async def call(dispatcher: Dispatcher, method: str, **params: Any) -> dict[str, Any]:
-    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    answer = await dispatcher.handle_text(json.dumps(request), Peer())
-    assert answer is not None
-    result: dict[str, Any] = json.loads(answer)
-    return result
+Stored = tuple[Database, str, list[dict[str, Any]]]
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Stored:
+    """A directory store holding the example session: the store, its id, its entries."""
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    return database, session_id, database.entries(session_id)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_server_whose_temporal_is_not_there_answers_unavailable(
-    tmp_path: Path, anyio_backend: str
-) -> None:
-    database = Database(str(tmp_path / "db"))
-    session_id = database.add_example()
-    before = database.entries(session_id)
+async def test_a_server_whose_temporal_is_not_there_answers_unavailable(stored: Stored) -> None:
+    database, session_id, before = stored
     rpc = Dispatcher(ClusterHub(NOBODY, database.location).methods())
     opened = (await call(rpc, "session.open", path=session_id))["result"]
     assert (opened["state"], opened["busy"]) == ("unknown", False)  # read from the store
@@ -200,13 +203,10 @@ async def relayed() -> AsyncIterator[tuple[Proxy, str]]:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_temporal_server_that_goes_away_mid_request_is_unavailable_not_a_hang(
-    tmp_path: Path, anyio_backend: str
+    stored: Stored,
 ) -> None:
-    database = Database(str(tmp_path / "db"))
-    session_id = database.add_example()
-    before = database.entries(session_id)
+    database, session_id, before = stored
     queue = queue_name()  # no worker polls it: the compaction waits to be accepted
     async with relayed() as (proxy, address), connected() as direct:
         client = await ClusterClient.connect(
@@ -224,8 +224,9 @@ async def test_a_temporal_server_that_goes_away_mid_request_is_unavailable_not_a
         assert error["data"] == {"kind": "unavailable"}
         assert error["message"].startswith(f"the Temporal server at {address} cannot be reached")
         assert error["message"].endswith("; tried for 1 s")
-        again = (await call(rpc, "session.compress", session_id=session_id))["error"]
-        assert again["code"] == UNAVAILABLE
+        for method in ("session.compress", "session.abort"):
+            again = (await call(rpc, method, session_id=session_id))["error"]
+            assert again["code"] == UNAVAILABLE
         await direct.get_workflow_handle(session_id).terminate("test over")
     assert database.entries(session_id) == before
 
@@ -238,3 +239,21 @@ async def _running(client: Any, session_id: str) -> bool:
     except RPCError:
         return False
     return True
+
+
+def test_only_a_server_that_does_not_answer_is_unavailable() -> None:
+    from types import SimpleNamespace
+
+    from temporalio.service import ConnectConfig, RPCError, RPCStatusCode
+
+    from orchestrator._core.errors import UnavailableError
+
+    config = ConnectConfig(target_host="h:1")
+    client = ClusterClient(SimpleNamespace(service_client=SimpleNamespace(config=config)))  # type: ignore[arg-type]
+    refused = RPCError("bad request", RPCStatusCode.INVALID_ARGUMENT, b"")
+    assert client._unavailable(refused) is refused  # reported as it is, not as unavailable
+    gone = client._unavailable(RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b""))
+    assert isinstance(gone, UnavailableError)
+    assert str(gone) == (
+        "the Temporal server at h:1 cannot be reached (tcp connect error); tried for 10 s"
+    )

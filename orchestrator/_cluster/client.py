@@ -249,10 +249,7 @@ class ClusterClient:
         state = await self.state(session_id)
         if not state or not state.get("busy"):
             return False
-        try:
-            await self.client.get_workflow_handle(session_id).signal(SessionWorkflow.abort)
-        except RPCError as error:
-            raise self._unavailable(error) from None
+        await self.client.get_workflow_handle(session_id).signal(SessionWorkflow.abort)
         return True
 
     def _unavailable(self, error: RPCError) -> Exception:
