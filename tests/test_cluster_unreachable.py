@@ -22,9 +22,12 @@ import pytest
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
 from orchestrator._cli.main import main  # noqa: E402
-from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._cluster.activities import SessionActivities  # noqa: E402
+from orchestrator._cluster.client import ClusterClient, connect_temporal  # noqa: E402
+from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.protocol import UNAVAILABLE, Dispatcher  # noqa: E402
+from orchestrator._runtime.routes import RouteSettings, build_summarizer  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -32,7 +35,7 @@ from tests.cluster_kit import (  # noqa: E402
     temporal_address,
 )
 from tests.services import database_base_url  # noqa: E402
-from tests.test_cluster_hub import call  # noqa: E402
+from tests.test_cluster_hub import SETTINGS, call  # noqa: E402
 
 NOBODY = "127.0.0.1:1"
 """A loopback port nothing listens on: every connection is refused at once."""
@@ -163,10 +166,13 @@ class Proxy:
         self.target = (host, int(port))
         self._writers: list[asyncio.StreamWriter] = []
         self._server: asyncio.Server | None = None
+        self.port = 0
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        """Listen (again on the same port, once started); returns ``HOST:PORT``."""
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{self.port}"
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -229,6 +235,28 @@ async def test_a_temporal_server_that_goes_away_mid_request_is_unavailable_not_a
             assert again["code"] == UNAVAILABLE
         await direct.get_workflow_handle(session_id).terminate("test over")
     assert database.entries(session_id) == before
+
+
+@pytest.mark.anyio
+async def test_a_worker_whose_temporal_goes_away_works_again_when_it_is_back(
+    stored: Stored,
+) -> None:
+    database, session_id, _ = stored
+    queue = queue_name()
+    async with relayed() as (proxy, address), connected() as direct:
+        acts = SessionActivities(database.location, build_summarizer(RouteSettings()), SETTINGS)
+        worker_client = await connect_temporal(address)
+        async with build_worker(worker_client, acts, task_queue=queue):
+            proxy.cut()  # the worker's polls fail; it keeps asking
+            # Asked meanwhile, straight to the server: no worker can take it until it is back.
+            done = asyncio.ensure_future(
+                ClusterClient(direct, task_queue=queue, idle_s=0.2).compress(session_id)
+            )
+            while not await _running(direct, session_id):
+                await asyncio.sleep(0.05)
+            await proxy.start()
+            assert (await done).status == "committed"
+    assert len(database.new_compactions(session_id)) == 1
 
 
 async def _running(client: Any, session_id: str) -> bool:
