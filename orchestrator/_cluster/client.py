@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import re
 import uuid
 from datetime import timedelta
@@ -32,6 +34,13 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from orchestrator._cluster.contract import (
@@ -71,9 +80,26 @@ async def connect_temporal(address: str, *, give_up_after: timedelta = GIVE_UP_A
     """
     retry = RetryConfig(max_elapsed_time_millis=int(give_up_after.total_seconds() * 1000))
     try:
-        return await Client.connect(address, connect_timeout=CONNECT_TIMEOUT, retry_config=retry)
+        return await Client.connect(
+            address, connect_timeout=CONNECT_TIMEOUT, retry_config=retry, runtime=_runtime()
+        )
     except RuntimeError as error:  # the SDK's connection failure, a Rust error as text
         raise UnavailableError(f"the Temporal server at {address} {_unreachable(error)}") from None
+
+
+@functools.cache
+def _runtime() -> Runtime:
+    """The Temporal SDK's runtime for this process, its log lines sent to Python's logging.
+
+    By default the SDK's core writes its warnings (a retried call, say) to standard output,
+    which is ``serve``'s JSON-RPC channel; forwarded, they reach standard error as any Python
+    warning does (logger ``temporalio.core``), and a program may route them elsewhere.
+    """
+    forwarding = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
+    logs = LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"), forwarding=forwarding
+    )
+    return Runtime(telemetry=TelemetryConfig(logging=logs))
 
 
 def _unreachable(error: BaseException) -> str:
