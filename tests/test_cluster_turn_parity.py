@@ -10,6 +10,7 @@ same: a client cannot tell which host it talks to.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
+from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
@@ -359,3 +361,19 @@ async def test_a_navigation_tells_the_leaf_move_as_one_process(tmp_path: Path) -
             "summaryEntryId": None,
         }
     ]
+
+
+async def test_a_compaction_that_leaves_the_context_over_the_line_says_so_on_both_hosts(
+    tmp_path: Path,
+) -> None:
+    # A threshold of 100 tokens: even the compacted context is over it (D19: not again).
+    tight = dataclasses.replace(
+        SETTINGS,
+        context_window=20_000,
+        compaction=CompactionSettings(keep_recent_tokens=200, reserve_tokens=19_900),
+    )
+    turns = [[reply("a long answer", tokens=20_000)], [reply("continued", tokens=10)]]
+    _, served, _ = await on_both_hosts(tmp_path, scripted(turns), prompt(), tight)
+    (end,) = [e for e in served.events() if e["type"] == "auto_compaction_end"]
+    assert end["stillOverThreshold"] is True
+    assert end["errorMessage"].startswith("Context is still over the compaction threshold")

@@ -293,7 +293,8 @@ class SessionActivities:
             except (OrchestratorError, OSError) as error:
                 return Reported(outcome="failed", error=str(error) or type(error).__name__)
             self._remember(op, session, cached, entry)
-        return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(entry))
+            result_of = {**_result_of(entry), "estimateAfter": sum(session.context().estimates)}
+        return Reported(outcome="ok", data={"entryId": entry_id}, result=result_of)
 
     def _rewrite(self, call: Call) -> Reported:
         self._write_journal(call.op, call.journal, resend=call.resend)

@@ -100,6 +100,7 @@ class CompressResult:
         tokens_saved: Context tokens a prune saved.
         details: The committed entry's file lists (``readFiles``, ``modifiedFiles``).
         from_extension: A hook supplied the committed summary.
+        estimate_after: The context's estimated tokens right after the commit (D19's check).
         events: The ``session.event`` events of the request, numbered (``{"seq", "event"}``).
         events_run: The workflow run that numbered them.
     """
@@ -117,6 +118,7 @@ class CompressResult:
     tokens_saved: int = 0
     details: dict[str, Any] | None = None
     from_extension: bool = False
+    estimate_after: int | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     events_run: str = ""
 

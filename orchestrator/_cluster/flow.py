@@ -367,6 +367,7 @@ class OperationFlow(TableFlow):
             tokens_saved=self._tokens_saved,
             details=result.get("details") if committed else None,
             from_extension=bool(result.get("fromExtension")) and committed,
+            estimate_after=result.get("estimateAfter") if committed else None,
         )
 
 

@@ -83,7 +83,12 @@ from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.outcomes import turn_event
-from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, OVERFLOW_FAILED, retry_delay_ms
+from orchestrator._runtime.replies import (
+    AUTO_CONTINUE_TYPE,
+    OVERFLOW_FAILED,
+    retry_delay_ms,
+    still_over,
+)
 from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.types import TurnCounters
 
@@ -461,11 +466,16 @@ class TurnFlow:
             # Re-measure as the one-process driver does: the reply's usage less what was saved.
             usage = t.last_reply.get("usage") or {}
             tokens = max(0, calculate_context_tokens(usage) - outcome.tokens_saved)
-            settings = CompactionSettings(
-                enabled=policy.compaction_enabled, reserve_tokens=policy.reserve_tokens
-            )
+            settings = self._compaction_settings()
             t.over_threshold = should_compact(tokens, policy.context_window, settings)
         return Report(outcome="ok")
+
+    def _compaction_settings(self) -> CompactionSettings:
+        """What the worker's threshold is measured with (its window and reserve)."""
+        policy = self.policy
+        return CompactionSettings(
+            enabled=policy.compaction_enabled, reserve_tokens=policy.reserve_tokens
+        )
 
     async def _emit_retry_start(self) -> None:
         t, policy = self.counters, self.policy
@@ -571,6 +581,14 @@ class TurnFlow:
         payload = _end_payload(outcome)
         if outcome is not None and outcome.status == "committed":
             payload["willRetry"] = self.counters.will_retry
+            # D19: no second compaction in this turn; say so when it did not get under the line.
+            estimate = outcome.estimate_after
+            policy = self.policy
+            if estimate is not None and should_compact(
+                estimate, policy.context_window, self._compaction_settings()
+            ):
+                payload["stillOverThreshold"] = True
+                payload["errorMessage"] = still_over(estimate)
         elif outcome is not None and outcome.status == "skipped":
             payload["skipped"] = True
             payload["reason"] = outcome.reason

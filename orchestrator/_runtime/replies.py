@@ -28,6 +28,16 @@ OVERFLOW_FAILED = (
     "Context overflow recovery failed after one compact-and-retry attempt. "
     "Try reducing context or switching to a larger-context model."
 )
+
+
+def still_over(estimate: int) -> str:
+    """``auto_compaction_end``'s message when a compaction left the context over the line (D19)."""
+    return (
+        f"Context is still over the compaction threshold after compacting "
+        f"(~{estimate} tokens); not compacting again in this turn."
+    )
+
+
 AUTO_CONTINUE_TYPE = "auto-continue"
 
 # A ModelError's kind, as recorded on a failed reply, to the turn's outcome. A timeout is

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from orchestrator._core.tokens import should_compact
 from orchestrator._runtime.driver import Effect, Report
-from orchestrator._runtime.replies import OVERFLOW_FAILED, end_payload, outcome_error
+from orchestrator._runtime.replies import OVERFLOW_FAILED, end_payload, outcome_error, still_over
 from orchestrator._runtime.turn_host import Host
 from orchestrator._runtime.types import OperationOutcome
 
@@ -83,10 +83,7 @@ class TurnCompactions:
             estimate = sum(self.host.session().context().estimates)
             if should_compact(estimate, settings.context_window, settings.compaction):
                 payload["stillOverThreshold"] = True
-                payload["errorMessage"] = (
-                    f"Context is still over the compaction threshold after compacting "
-                    f"(~{estimate} tokens); not compacting again in this turn."
-                )
+                payload["errorMessage"] = still_over(estimate)
         elif outcome is not None and outcome.status == "skipped":
             payload["skipped"] = True
             payload["reason"] = outcome.reason
