@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import StatusCode, get_current_span
 
 from orchestrator._core.errors import Cancelled, ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage
@@ -378,6 +378,15 @@ def test_no_provider_means_no_op() -> None:
             navigation.set(outcome="switched")
         assert not turn.span.is_recording()
         assert not navigation.span.is_recording()
+
+
+def test_no_provider_leaves_the_callers_span_current() -> None:
+    outer = TracerProvider().get_tracer("caller")
+    tracer = LifecycleTracer(None)
+    with outer.start_as_current_span("the caller's") as theirs:
+        with tracer.turn_span("s", 1), tracer.operation_span("prune", "p"):
+            with tracer.model_span(CHAT, "m"):
+                assert get_current_span() is theirs
 
 
 def test_a_provider_that_samples_nothing_records_nothing() -> None:

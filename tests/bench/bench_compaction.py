@@ -20,10 +20,12 @@ Each run opens a fresh copy of the session file (the JSONL store, fsync per turn
 owner; loading, the writer lock and the first context build are not timed: a live session has
 them all) and times
 ``AgentSession.compact()``: plan, hooks, summaries, commit (one appended, fsynced line). It
-prints the median total, total minus ``L`` (the orchestration overhead), how many model calls
-were made and how many were in flight at once, and, for reference, the time planning alone takes
-and what one fsync of an appended line costs on the disk the sessions are on (the commit makes
-one: its share of the overhead belongs to the disk, and varies with what else writes to it).
+prints the median total, total minus ``L`` (the orchestration overhead), the CPU time the
+process spent meanwhile (all its threads: on a shared machine steadier than the wall time), how
+many model calls were made and how many were in flight at once, and, for reference, the time
+planning alone takes and what one fsync of an appended line costs on the disk the sessions are
+on (the commit makes one: its share of the overhead belongs to the disk, and varies with what
+else writes to it).
 """
 
 from __future__ import annotations
@@ -214,17 +216,19 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     t_plan = time.perf_counter() - t0
     fake = FakeModel(latency)
     summarizer = SummaryRoutes(candidates=(fake,))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     runtime = AgentSession(
         session, summarizer=summarizer, settings=RuntimeSettings(compaction=settings)
     )
     outcome = await runtime.compact()
     total = time.perf_counter() - t0
+    cpu = time.process_time() - c0  # every thread of the process: steadier than wall under load
     assert outcome.entry is not None, outcome.reason
     _check_plan(outcome.plan, kind)
     assert session.leaf_id == outcome.entry["id"]
     return {
         "total": total,
+        "cpu": cpu,
         "plan": t_plan,
         "calls": len(fake.calls),
         "max_in_flight": fake.max_in_flight,
@@ -280,6 +284,7 @@ def main(argv: list[str]) -> None:
                     "n": n,
                     "kind": kind,
                     "total": statistics.median(r["total"] for r in results),
+                    "cpu": statistics.median(r["cpu"] for r in results),
                     "plan": statistics.median(r["plan"] for r in results),
                     "calls": results[0]["calls"],
                     "max_in_flight": results[0]["max_in_flight"],
@@ -288,13 +293,13 @@ def main(argv: list[str]) -> None:
     print()
     print(
         f"{'entries':>9} {'kind':>6} {'calls':>5} {'parallel':>8} {'total ms':>9} "
-        f"{'total-L ms':>10} {'plan ms':>8}"
+        f"{'total-L ms':>10} {'cpu ms':>7} {'plan ms':>8}"
     )
     for r in rows:
         print(
             f"{r['n']:>9} {r['kind']:>6} {r['calls']:>5} {r['max_in_flight']:>8} "
             f"{r['total'] * 1e3:>9.1f} {(r['total'] - latency) * 1e3:>10.1f} "
-            f"{r['plan'] * 1e3:>8.1f}"
+            f"{r['cpu'] * 1e3:>7.1f} {r['plan'] * 1e3:>8.1f}"
         )
     print()
     for n in sizes if latency > 0 else ():
