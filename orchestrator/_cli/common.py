@@ -52,16 +52,25 @@ def positive_float(text: str) -> float:
     return value
 
 
+def integer(text: str) -> int:
+    """``text`` as an integer, for an ``argparse`` type.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not an integer.
+    """
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
 def positive_int(text: str) -> int:
     """An ``argparse`` type for token counts and windows: an integer of at least 1.
 
     Raises:
         argparse.ArgumentTypeError: ``text`` is not a positive integer.
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number of tokens")
     return value

@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 
+from orchestrator._cli.chat import chat_agent_factory, runtime_settings
 from orchestrator._cli.common import (
     API_KEY_VISIBLE,
     UsageError,
@@ -34,17 +35,13 @@ from orchestrator._cli.common import (
     check_cluster_database,
     positive_int,
     require_cluster,
-    with_timeout,
 )
 from orchestrator._core.errors import SessionError
-from orchestrator._core.tokens import CompactionSettings
 from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
-from orchestrator._runtime.agent import Agent, ChatAgent
 from orchestrator._runtime.gc_policy import POLICY, freeze_after_full_collections
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
-from orchestrator._runtime.types import RuntimeSettings
 
 Listener = TypeVar("Listener")
 
@@ -135,28 +132,8 @@ def _options(args: argparse.Namespace, api_key: str | None = None) -> RuntimeOpt
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,
     )
-    agent_factory: Callable[[], Agent] | None = None
-    if routes.models:
-        from orchestrator._models.litellm import LiteLLMModel
-
-        chat = LiteLLMModel(
-            routes.models[0],
-            api_base=routes.api_base,
-            api_key=routes.api_key,
-            context_window=routes.context_window,
-        )
-        timeout = args.timeout  # a hung chat provider fails the call, as a summary's does
-        agent_factory = lambda: ChatAgent(model=chat, timeout_s=timeout)  # noqa: E731
-    settings = with_timeout(
-        RuntimeSettings(
-            context_window=args.context_window or RuntimeSettings().context_window,
-            compaction=CompactionSettings(
-                reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
-            ),
-            short_summary=args.short_summary,
-        ),
-        args,
-    )
+    agent_factory = chat_agent_factory(routes, args.timeout)
+    settings = runtime_settings(args)
     return RuntimeOptions(
         agent_factory=agent_factory,
         summarizer=build_summarizer(routes),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from orchestrator._cli.common import (
@@ -22,10 +21,11 @@ from orchestrator._cli.common import (
     add_timeout_argument,
     api_key_of,
     check_cluster_database,
+    integer,
     positive_int,
     require_cluster,
-    with_timeout,
 )
+from orchestrator._cluster.cache import MAX_MIB, MAX_SESSIONS
 from orchestrator._core.errors import SessionError, UnavailableError
 
 
@@ -44,7 +44,33 @@ def register(commands: Any) -> None:
         help="also write a one-or-two sentence short summary on each compaction",
     )
     add_timeout_argument(worker)
+    worker.add_argument(
+        "--cache-sessions",
+        type=cache_bound,
+        default=MAX_SESSIONS,
+        metavar="N",
+        help=f"parsed sessions this worker keeps at most (default: {MAX_SESSIONS}; 0: no cache)",
+    )
+    worker.add_argument(
+        "--cache-mib",
+        type=cache_bound,
+        default=MAX_MIB,
+        metavar="M",
+        help=f"MiB of stored sessions it keeps parsed at most (default: {MAX_MIB}; 0: no cache)",
+    )
     worker.set_defaults(handler=_worker)
+
+
+def cache_bound(text: str) -> int:
+    """An ``argparse`` type for the cache's bounds: an integer, 0 (no cache) or more.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not an integer, or is negative.
+    """
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (0 turns the cache off)")
+    return value
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -53,12 +79,12 @@ def _worker(args: argparse.Namespace) -> int:
         check_cluster_database(args.database)
     except SessionError as exc:
         return _refuse(f"--database: {exc}")
+    from orchestrator._cli.chat import chat_agent_factory, runtime_settings
     from orchestrator._cluster.activities import SessionActivities
+    from orchestrator._cluster.cache import SessionCache
+    from orchestrator._cluster.stores import WorkerStores
     from orchestrator._cluster.worker import run_worker
-    from orchestrator._core.tokens import CompactionSettings
-    from orchestrator._runtime.agent import Agent, ChatAgent
     from orchestrator._runtime.routes import RouteSettings, build_summarizer
-    from orchestrator._runtime.types import RuntimeSettings
 
     routes = RouteSettings(
         models=tuple(args.model),
@@ -71,30 +97,15 @@ def _worker(args: argparse.Namespace) -> int:
     )
     if args.api_key:
         print(f"orchestrator worker: {API_KEY_VISIBLE}", file=sys.stderr, flush=True)
-    settings = with_timeout(
-        RuntimeSettings(
-            context_window=args.context_window or RuntimeSettings().context_window,
-            compaction=CompactionSettings(
-                reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
-            ),
-            short_summary=args.short_summary,
-        ),
-        args,
-    )
-    agent_factory: Callable[[], Agent] | None = None
-    if routes.models:
-        from orchestrator._models.litellm import LiteLLMModel
-
-        chat = LiteLLMModel(
-            routes.models[0],
-            api_base=routes.api_base,
-            api_key=routes.api_key,
-            context_window=routes.context_window,
-        )
-        timeout = args.timeout
-        agent_factory = lambda: ChatAgent(model=chat, timeout_s=timeout)  # noqa: E731 - as serve
+    settings = runtime_settings(args)
+    agent_factory = chat_agent_factory(routes, args.timeout)
+    cache = SessionCache(max_sessions=args.cache_sessions, max_bytes=args.cache_mib << 20)
     activities = SessionActivities(
-        args.database, build_summarizer(routes), settings, agent_factory=agent_factory
+        args.database,
+        build_summarizer(routes),
+        settings,
+        agent_factory=agent_factory,
+        stores=WorkerStores(args.database, cache=cache),
     )
 
     def ready(text: str) -> None:

@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -46,7 +46,7 @@ from temporalio.exceptions import ApplicationError
 from orchestrator._cluster.cache import Cached
 from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
 from orchestrator._cluster.heartbeat import heartbeating
-from orchestrator._cluster.stores import StampedStore, WorkerStores, shown
+from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
 from orchestrator._cluster.tree_activities import TreeActivities
 from orchestrator._cluster.turn_activities import TurnActivities
 from orchestrator._cluster.views import planned_view
@@ -54,9 +54,7 @@ from orchestrator._core.branch_plan import collect_branch_entries, prepare_branc
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, OrchestratorError
-from orchestrator._core.load_result import LoadResult
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
-from orchestrator._core.tree import SessionTree
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.hooks import Hooks
@@ -292,7 +290,8 @@ class SessionActivities:
                 return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
                 return Reported(outcome="failed", error=str(error) or type(error).__name__)
-            self._remember(op, session, cached, entry)
+            planned = Tail(op.expect_last_id, op.expect_length)
+            self.stores.remember(op.session_id, session, cached, [entry], planned)
             result_of = {**_result_of(entry), "estimateAfter": sum(session.context().estimates)}
         return Reported(outcome="ok", data={"entryId": entry_id}, result=result_of)
 
@@ -339,29 +338,15 @@ class SessionActivities:
         New entries get ``entry_id``. ``must_exist``: a session that is not stored is refused
         (``NoSession``) rather than started empty.
         """
-        kwargs: dict[str, Any] = {} if entry_id is None else {"random_hex": lambda: entry_id}
-        store = self.stores.store(session_id)
-        try:
-            cache = self.stores.cache
-            cached = cache.get(session_id, store.stamp())
-            if cached is not None:
-                store.prime(cached.stamp, cached.parsed)
-            else:
-                store.load()
-                if store.loaded is not None:
-                    cached = cache.put(session_id, *store.loaded)
-            if cached is None or cached.parsed.result.header is None:
-                if must_exist and not store.exists():
-                    raise ApplicationError(
-                        f"session {session_id}: not in {shown(self.database)}",
-                        type="NoSession",
-                        non_retryable=True,
-                    )
-                return Session.from_store(store, **kwargs), None
-            return _session_of(store, cached.parsed.result, kwargs), cached
-        except BaseException:
-            store.close()
-            raise
+        session, cached = self.stores.session(session_id, random_hex=fixed_id(entry_id))
+        if cached is None and must_exist and not session.store.exists():
+            session.store.close()
+            raise ApplicationError(
+                f"session {session_id}: not in {shown(self.database)}",
+                type="NoSession",
+                non_retryable=True,
+            )
+        return session, cached
 
     def _stored(self, op: Op, *, entry_id: str | None = None) -> Session:
         """The session as stored now; new entries get ``entry_id`` (close its store when done)."""
@@ -370,26 +355,6 @@ class SessionActivities:
     def _planned(self, op: Op) -> Session:
         """The session as it was when ``op`` planned (close its store when done)."""
         return _as_planned(self._stored(op), op)
-
-    def _remember(self, op: Op, session: Session, cached: Cached | None, entry: Entry) -> None:
-        """After this worker's commit: keep the session with its new entry, or forget it.
-
-        Kept only when the store read its new stamp in the commit's own transaction (a
-        database; a file cannot say), the append extended exactly the parse that was cached
-        (the planned tail was its tail), and that parse needed no migration (whose first write
-        is a rewrite). Otherwise the next use reads the session again.
-        """
-        written = cast("StampedStore", session.store).written
-        result = None if cached is None else cached.parsed.result
-        planned = Tail(op.expect_last_id, op.expect_length)
-        if written is None or result is None or result.migrated or result.tail != planned:
-            self.stores.cache.drop(op.session_id)
-            return
-        assert cached is not None
-        grown = dataclasses.replace(result, entries=[*result.entries, entry], tail=session.tail())
-        self.stores.cache.put(
-            op.session_id, written, dataclasses.replace(cached.parsed, result=grown)
-        )
 
     def _job(self, session: Session, op: Op, cached: Cached | None = None) -> Job:
         if op.branch is not None:
@@ -482,24 +447,6 @@ class SessionActivities:
                 data=data,
                 durable=index == len(todo) - 1,
             )
-
-
-def _session_of(store: SessionStore, result: LoadResult, kwargs: dict[str, Any]) -> Session:
-    """A session over ``store`` from a parse of it (as :meth:`Session.from_store` builds one).
-
-    The tree is new for every use (indexing copies the entry list), so a commit that adds to
-    it never changes the cached parse.
-    """
-    assert result.header is not None
-    return Session(
-        store,
-        SessionTree(result.header, result.entries),
-        persisted=True,
-        problems=result.problems,
-        migrated=result.migrated,
-        tail=result.tail,
-        **kwargs,
-    )
 
 
 def _as_planned(session: Session, op: Op, entry_id: str | None = None) -> Session:

@@ -21,7 +21,8 @@ parse, by that tail, and later activities of the operation skip planning again.
 
 Bounded: at most ``max_sessions`` sessions and ``max_bytes`` of them as stored (a session's
 stored length; parsed, a session takes several times that in memory), least recently used
-dropped first. A session larger than ``max_bytes`` is never kept. Entries are handed out, not
+dropped first. A session larger than ``max_bytes`` is never kept; either bound 0 keeps none
+(``orchestrator worker --cache-sessions`` and ``--cache-mib`` set them). Entries are handed out, not
 copied: the parse and plans are shared between threads and never changed in place (a
 :class:`~orchestrator._core.tree.SessionTree` copies the entry list it indexes).
 """
@@ -37,9 +38,11 @@ from typing import Any
 from orchestrator._core.loading import ParsedSession
 
 MAX_SESSIONS = 1000
-"""Sessions a worker keeps parsed, by default."""
-MAX_BYTES = 256 << 20
-"""Stored bytes a worker keeps parsed, by default (in memory several times more)."""
+"""Sessions a worker keeps parsed, by default (``--cache-sessions``)."""
+MAX_MIB = 256
+"""Stored MiB a worker keeps parsed, by default (``--cache-mib``; in memory several times more)."""
+MAX_BYTES = MAX_MIB << 20
+"""The same in bytes."""
 
 
 @dataclass(slots=True)
@@ -82,7 +85,7 @@ class SessionCache:
 
     Args:
         max_sessions: Sessions kept at most (0 keeps none).
-        max_bytes: Stored bytes kept at most.
+        max_bytes: Stored bytes kept at most (0 keeps none).
     """
 
     def __init__(self, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_BYTES) -> None:
@@ -125,7 +128,7 @@ class SessionCache:
         entry = Cached(stamp=stamp, parsed=parsed, size=size)
         with self._lock:
             self._remove(session_id)
-            if self.max_sessions <= 0 or size > self.max_bytes:
+            if self.max_sessions <= 0 or self.max_bytes <= 0 or size > self.max_bytes:
                 return entry  # too big to keep: used once, not stored
             self._entries[session_id] = entry
             self._bytes += size

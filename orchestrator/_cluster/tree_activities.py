@@ -44,7 +44,7 @@ from orchestrator._cluster.contract import (
     NavReported,
 )
 from orchestrator._cluster.heartbeat import heartbeating
-from orchestrator._cluster.stores import WorkerStores, shown
+from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
 from orchestrator._cluster.views import planned_view
 from orchestrator._core.branch_plan import collect_branch_entries
 from orchestrator._core.entries import BRANCH_SUMMARY, CUSTOM
@@ -209,23 +209,21 @@ class TreeActivities:
 
     def _open(self, session_id: str) -> Session:
         """The session as stored now (close its store when done)."""
-        store = self.owner.stores.store(session_id)
-        try:
-            if not store.exists():
-                raise ApplicationError(
-                    f"session {session_id}: not in {shown(self.owner.database)}",
-                    type="NoSession",
-                    non_retryable=True,
-                )
-            return Session.from_store(store)
-        except BaseException:
-            store.close()
-            raise
+        session, cached = self.owner.stores.session(session_id)
+        if cached is None and not session.store.exists():
+            session.store.close()
+            raise ApplicationError(
+                f"session {session_id}: not in {shown(self.owner.database)}",
+                type="NoSession",
+                non_retryable=True,
+            )
+        return session
 
     def _start(self, call: NavCall) -> NavReported:
         nav = call.nav
-        with contextlib.closing(self._open(nav.session_id).store) as store:
-            session = recorded_position(Session.from_store(store))
+        opened = self._open(nav.session_id)
+        with contextlib.closing(opened.store):
+            session = recorded_position(opened)
             target = _refused_as_session_error(
                 navigation_target, session.tree, nav.request.target_id
             )
@@ -270,13 +268,7 @@ class TreeActivities:
         return recorded_position(planned_view(session, _tail(nav), entry_id))
 
     def _stored(self, session_id: str, entry_id: str | None) -> Session:
-        store = self.owner.stores.store(session_id)
-        kwargs: dict[str, Any] = {} if entry_id is None else {"random_hex": lambda: entry_id}
-        try:
-            return Session.from_store(store, **kwargs)
-        except BaseException:
-            store.close()
-            raise
+        return self.owner.stores.session(session_id, random_hex=fixed_id(entry_id))[0]
 
     def _switch(self, call: NavCall) -> NavReported:
         self._write_journal(call)

@@ -18,6 +18,13 @@ decides anything (:mod:`orchestrator._cluster.turn_flow` steps the table):
 * ``journal_turn``: the turn steps not yet written (they also ride with every turn activity).
 
 Store and journal work is blocking I/O, so it runs in a thread; the agent is async.
+
+Reading little. Both read the session through the worker's cache
+(:meth:`~orchestrator._cluster.stores.WorkerStores.session`: a cached parse is used only while
+the store's stamp is unchanged). The appends are conditional on the session as read, so the
+worker can keep the session with the new entries when the store tells the stamp its write left
+(PostgreSQL); an append that finds another writer first goes after it, on the session read
+again, as one process appends (at the end), and the cache forgets that session.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.stores import WorkerStores
 from orchestrator._core.context import SessionContext
 from orchestrator._core.entries import Entry, Message
+from orchestrator._core.errors import ConflictError
 from orchestrator._core.prompts import render
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.agent import Agent, AgentInput
@@ -141,8 +149,9 @@ class TurnActivities:
 
     def _context(self, call: TurnCall) -> tuple[SessionContext, list[Message]]:
         self._write_journal(call)
-        with contextlib.closing(self.stores.store(call.session_id)) as store:
-            context = Session.from_store(store).context()
+        session, _ = self.stores.session(call.session_id)
+        with contextlib.closing(session.store):
+            context = session.context()
         dropped = set(call.dropped)
         messages = [
             m for m, i in zip(context.messages, context.entry_ids, strict=True) if i not in dropped
@@ -152,21 +161,28 @@ class TurnActivities:
     def _append(self, call: TurnCall) -> None:
         self._write_journal(call)
         next_id = [""]
-        with contextlib.closing(self.stores.store(call.session_id)) as store:
-            session = Session.from_store(store, random_hex=lambda: next_id[0])
-            for new in call.entries:
-                found = session.tree.by_id.get(new.entry_id)
-                if found is not None:
-                    _same_or_refuse(found, new)
-                    continue
-                next_id[0] = new.entry_id
-                if new.message is not None:
-                    session.append_message(json.loads(new.message))
-                else:
-                    session.append_custom_message(
-                        str(new.custom_type), new.content, display=new.display
-                    )
+        session, cached = self.stores.session(call.session_id, random_hex=lambda: next_id[0])
+        with contextlib.closing(session.store):
+            base = session.tail()
+            try:
+                # Conditional on the session as read, so the cache may keep it with them.
+                added = _append_new(session, call.entries, next_id, conditional=True)
+            except ConflictError:
+                added = None
             session.store.sync()
+        if added is not None:
+            self.stores.remember(call.session_id, session, cached, added, base)
+            return
+        # Another writer appended since the read: the messages go after what it wrote, on the
+        # session read again, as one process appends them (at the end, not conditionally).
+        self.stores.cache.drop(call.session_id)
+        session, _ = self.stores.session(call.session_id, random_hex=lambda: next_id[0])
+        with contextlib.closing(session.store):
+            _append_new(session, call.entries, next_id, conditional=False)
+            session.store.sync()
+        self.stores.cache.drop(
+            call.session_id
+        )  # an unconditional write: its stamp vouches for nothing
 
     def _write_journal(self, call: TurnCall) -> None:
         if not call.journal:
@@ -202,6 +218,32 @@ def _stale(reply: Message | None, context: SessionContext) -> bool:
     if reply is None or not messages or messages[0].get("role") != "compactionSummary":
         return False
     return int(reply.get("timestamp") or 0) <= int(messages[0].get("timestamp") or 0)
+
+
+def _append_new(
+    session: Session, entries: Sequence[NewEntry], next_id: list[str], *, conditional: bool
+) -> list[Entry]:
+    """Append the entries not stored yet, each under its id; returns those appended.
+
+    An id already stored means an earlier delivery appended it (its worker died before saying
+    so): it is skipped. ``conditional``: each append only where the previous one ended (D27).
+    """
+    added: list[Entry] = []
+    for new in entries:
+        found = session.tree.by_id.get(new.entry_id)
+        if found is not None:
+            _same_or_refuse(found, new)
+            continue
+        next_id[0] = new.entry_id
+        expect = session.tail() if conditional else None
+        if new.message is not None:
+            entry = session.append_message(json.loads(new.message), expect=expect)
+        else:
+            entry = session.append_custom_message(
+                str(new.custom_type), new.content, display=new.display, expect=expect
+            )
+        added.append(entry)
+    return added
 
 
 def _same_or_refuse(found: Entry, new: NewEntry) -> None:

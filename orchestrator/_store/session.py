@@ -404,9 +404,9 @@ class Session:
             self._persisted = True
         self.store.sync()
 
-    def append_message(self, message: Message) -> Entry:
-        """Append a ``message`` entry (any role)."""
-        return self.append_entry(MESSAGE, {"message": message})
+    def append_message(self, message: Message, *, expect: Tail | None = None) -> Entry:
+        """Append a ``message`` entry (any role); ``expect`` as for :meth:`add_entry`."""
+        return self.append_entry(MESSAGE, {"message": message}, expect=expect)
 
     def append_thinking_level_change(self, level: str) -> Entry:
         """Record a thinking-level change."""
@@ -424,13 +424,22 @@ class Session:
         return self.append_entry(CUSTOM, fields)
 
     def append_custom_message(
-        self, custom_type: str, content: Any, *, display: bool = True, details: Any = None
+        self,
+        custom_type: str,
+        content: Any,
+        *,
+        display: bool = True,
+        details: Any = None,
+        expect: Tail | None = None,
     ) -> Entry:
-        """A message an extension injects into the context (the model sees it as a user message)."""
+        """A message an extension injects into the context (the model sees it as a user message).
+
+        ``expect`` as for :meth:`add_entry`.
+        """
         fields: dict[str, Any] = {"customType": custom_type, "content": content, "display": display}
         if details is not None:
             fields["details"] = details
-        return self.append_entry(CUSTOM_MESSAGE, fields)
+        return self.append_entry(CUSTOM_MESSAGE, fields, expect=expect)
 
     def append_compaction(
         self,
