@@ -1,15 +1,35 @@
-"""What ``serve`` and ``worker`` build alike from their options: the chat agent, the settings."""
+"""What the commands that call models build alike from their options.
+
+The summary routes (``compact``, ``navigate``, ``worker``), the chat agent and the runtime
+settings (``serve``, ``worker``).
+"""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 
-from orchestrator._cli.common import with_timeout
+from orchestrator._cli.common import api_key_of, with_timeout
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.agent import Agent, ChatAgent
 from orchestrator._runtime.routes import RouteSettings
 from orchestrator._runtime.types import RuntimeSettings
+
+
+def route_settings(args: argparse.Namespace) -> RouteSettings:
+    """The summary routes the model options name (``--model`` ... ``--short-summary``)."""
+    # --context-window is the summarizer's window, not the chat model's: a reserve larger than
+    # it is no usage error, because the request clamps its output budget to the window and
+    # refuses (one line, exit 1) only when nothing useful fits (D14).
+    return RouteSettings(
+        models=tuple(args.model),
+        api_base=args.api_base,
+        api_key=api_key_of(args),
+        context_window=args.context_window,
+        remote_url=args.remote,
+        reserve_tokens=args.reserve_tokens,
+        short_summary=args.short_summary,
+    )
 
 
 def chat_agent_factory(

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import anyio
 from opentelemetry.sdk.trace import TracerProvider
 
+from orchestrator._cli.chat import route_settings
 from orchestrator._cli.common import (
     add_model_arguments,
     add_timeout_argument,
-    api_key_of,
     open_existing,
     positive_int,
     print_json,
@@ -34,7 +34,7 @@ from orchestrator._runtime.jobs import kept_messages
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
 from orchestrator._runtime.retry import AttemptRecord
-from orchestrator._runtime.routes import RouteSettings, build_summarizer, close_routes
+from orchestrator._runtime.routes import build_summarizer, close_routes
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
@@ -102,21 +102,6 @@ def register(commands: Any) -> None:
     fork.set_defaults(handler=_fork)
 
 
-def _route_settings(args: argparse.Namespace) -> RouteSettings:
-    # Here --context-window is the summarizer's window, not the chat model's: a reserve larger
-    # than it is no usage error, because the request clamps its output budget to the window
-    # and refuses (one line, exit 1) only when nothing useful fits (D14).
-    return RouteSettings(
-        models=tuple(args.model),
-        api_base=args.api_base,
-        api_key=api_key_of(args),
-        context_window=args.context_window,
-        remote_url=args.remote,
-        reserve_tokens=args.reserve_tokens,
-        short_summary=args.short_summary,
-    )
-
-
 def _attempt_text(progress: Progress) -> Any:
     def on_attempt(record: AttemptRecord, purpose: str) -> None:
         if record.outcome == "retry":
@@ -133,7 +118,7 @@ def _attempt_text(progress: Progress) -> Any:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    routes = _route_settings(args)
+    routes = route_settings(args)
     progress = Progress(
         "Summarizing with " + (", ".join(routes.models) or "the offline summarizer")
     )
@@ -284,7 +269,7 @@ def _navigate(args: argparse.Namespace) -> int:
         raise SessionError("--focus and --replace-instructions shape the summary: add --summarize")
     if args.replace_instructions and not args.focus:
         raise SessionError("--replace-instructions needs --focus (the prompt to use instead)")
-    routes = _route_settings(args)
+    routes = route_settings(args)
     progress = Progress(
         "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
     )

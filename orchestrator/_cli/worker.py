@@ -19,7 +19,6 @@ from orchestrator._cli.common import (
     add_cluster_arguments,
     add_model_arguments,
     add_timeout_argument,
-    api_key_of,
     check_cluster_database,
     integer,
     positive_int,
@@ -79,22 +78,14 @@ def _worker(args: argparse.Namespace) -> int:
         check_cluster_database(args.database)
     except SessionError as exc:
         return _refuse(f"--database: {exc}")
-    from orchestrator._cli.chat import chat_agent_factory, runtime_settings
+    from orchestrator._cli.chat import chat_agent_factory, route_settings, runtime_settings
     from orchestrator._cluster.activities import SessionActivities
     from orchestrator._cluster.cache import SessionCache
     from orchestrator._cluster.stores import WorkerStores
     from orchestrator._cluster.worker import run_worker
-    from orchestrator._runtime.routes import RouteSettings, build_summarizer
+    from orchestrator._runtime.routes import build_summarizer
 
-    routes = RouteSettings(
-        models=tuple(args.model),
-        api_base=args.api_base,
-        api_key=api_key_of(args),
-        context_window=args.context_window,
-        remote_url=args.remote,
-        reserve_tokens=args.reserve_tokens,
-        short_summary=args.short_summary,
-    )
+    routes = route_settings(args)
     if args.api_key:
         print(f"orchestrator worker: {API_KEY_VISIBLE}", file=sys.stderr, flush=True)
     settings = runtime_settings(args)

@@ -54,8 +54,18 @@ def open_side_file(path: Path, flags: int, doing: str, mode: int = 0o666) -> int
 
 
 def _regular(fd: int, path: Path, doing: str) -> int:
-    # O_NONBLOCK (above) keeps a named pipe from holding the open for ever; then anything but
-    # a regular file (a pipe, a device) is refused rather than read or written.
+    return only_regular(fd, f"{path}: cannot {doing}: not a regular file")
+
+
+def only_regular(fd: int, refusal: str) -> int:
+    """``fd`` if it is a regular file; else it is closed and ``refusal`` raised.
+
+    Opened with ``O_NONBLOCK``, a named pipe does not hold the open for ever; then anything but
+    a regular file (a pipe, a device) is refused rather than read or written.
+
+    Raises:
+        SessionError: ``refusal``: the file is not a regular file.
+    """
     try:
         regular = S_ISREG(os.fstat(fd).st_mode)
     except BaseException:
@@ -63,7 +73,7 @@ def _regular(fd: int, path: Path, doing: str) -> int:
         raise
     if not regular:
         os.close(fd)
-        raise SessionError(f"{path}: cannot {doing}: not a regular file")
+        raise SessionError(refusal)
     return fd
 
 

@@ -36,7 +36,6 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from stat import S_ISREG
 from types import TracebackType
 
 from orchestrator._core.entries import Entry
@@ -50,7 +49,7 @@ from orchestrator._core.loading import (
     rewrite_refusal,
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
-from orchestrator._store.files import describe_os_error, open_side_file
+from orchestrator._store.files import describe_os_error, only_regular, open_side_file
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
 from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_bytes, tail_of_file
@@ -99,15 +98,7 @@ def _open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
         SessionError: The path names something that is not a regular file.
     """
     fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    try:
-        regular = S_ISREG(os.fstat(fd).st_mode)
-    except BaseException:
-        os.close(fd)
-        raise
-    if not regular:
-        os.close(fd)
-        raise SessionError(f"{path}: not a regular file; a session is a file of JSON lines")
-    return fd
+    return only_regular(fd, f"{path}: not a regular file; a session is a file of JSON lines")
 
 
 def _read_all(fd: int) -> bytes:
