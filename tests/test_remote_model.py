@@ -265,3 +265,18 @@ async def test_a_read_timeout_is_transient(provider: LocalProvider) -> None:
         await model.complete(REQUEST)
     assert caught.value.kind == "transient"
     await model.aclose()
+
+
+async def test_the_route_ignores_the_proxy_variables(
+    provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading them cost aiohttp two worker-thread hops per request (issue 9); httpx over the
+    route's pools never read them."""
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    provider.push(Reply.remote("direct"))
+    async with remote(provider) as model:
+        assert (await model.complete(REQUEST)).text == "direct"
+    assert provider.requests[0].path == "/summary"
