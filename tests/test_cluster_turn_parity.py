@@ -43,7 +43,7 @@ from tests.cluster_kit import (  # noqa: E402
     shape,
     temporal_address,
 )
-from tests.test_cluster_navigation import OLD_LEAF, OTHER_TIP  # noqa: E402
+from tests.test_cluster_navigation import OLD_LEAF, OTHER_TIP, USER_MESSAGE  # noqa: E402
 from tests.test_cluster_turns import (  # noqa: E402
     OVER,
     OVERFLOW,
@@ -88,8 +88,8 @@ class Served:
         return seen
 
 
-IDS = ("entryId", "id")
-"""Keys whose values each host makes up (entry and operation ids)."""
+IDS = ("entryId", "id", "previousSessionFile", "newSessionFile")
+"""Keys whose values each host makes up (entry and operation ids, where sessions are)."""
 
 
 def comparable(value: Any) -> Any:
@@ -172,8 +172,11 @@ async def on_both_hosts(
         answers = await scenario(served)
     assert comparable(answers) == comparable(local_answers)
     assert served.events() == local.events()
-    assert database.turn_rows(served.session_id) == journal_rows(path, "turn")
-    assert database.journal_rows(served.session_id) == journal_rows(path)
+    journaled = Path(f"{path}.journal").exists()  # nothing journaled: no journal beside
+    assert database.turn_rows(served.session_id) == (
+        journal_rows(path, "turn") if journaled else []
+    )
+    assert database.journal_rows(served.session_id) == (journal_rows(path) if journaled else [])
     added = database.new_entries(served.session_id)
     if moves:
         # A leaf move is stored as a marker entry there (README: Scale out, Navigation).
@@ -377,3 +380,24 @@ async def test_a_compaction_that_leaves_the_context_over_the_line_says_so_on_bot
     (end,) = [e for e in served.events() if e["type"] == "auto_compaction_end"]
     assert end["stillOverThreshold"] is True
     assert end["errorMessage"].startswith("Context is still over the compaction threshold")
+
+
+async def test_a_fork_is_told_on_the_forked_session_as_one_process(tmp_path: Path) -> None:
+    async def fork(served: Served) -> list[dict[str, Any]]:
+        target = {"session_id": served.session_id, "entry_id": USER_MESSAGE}
+        answer = (await served.call("session.fork", **target))["result"]
+        # Where the fork lives is each host's own (a file beside, or the store's id).
+        return [{"cancelled": answer["cancelled"], "editorText": answer["editorText"]}]
+
+    answers, served, _ = await on_both_hosts(tmp_path, scripted([]), fork)
+    assert answers[0]["cancelled"] is False
+    assert served.events() == [
+        {
+            "type": "session_fork",
+            "previousSessionFile": "#0",
+            "newSessionFile": "#1",
+            "entryId": "#2",
+        }
+    ]
+    (note,) = served.notes
+    assert note["params"]["event"]["entryId"] == USER_MESSAGE

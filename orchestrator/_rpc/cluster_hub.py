@@ -31,6 +31,7 @@ holds it in memory.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -151,6 +152,11 @@ class ClusterHub(SessionHub):
     def close_all(self) -> None:
         """Forget the open sessions (the server holds no lock)."""
         self._open.clear()
+
+    def _location(self, session_id: str) -> str:
+        """Where the store keeps ``session_id`` (a file, or the database and the id)."""
+        with contextlib.closing(cluster_store(self.database, session_id)) as store:
+            return store.location
 
     def _session(self, session_id: str) -> Session:
         if session_id not in self._open:
@@ -336,6 +342,16 @@ class ClusterHub(SessionHub):
                 "editorText": done.editor_text,
                 "cancelled": True,
             }
+        # Told on the forked session, as one process tells it, before the fork is opened.
+        self._tell(
+            session_id,
+            {
+                "type": "session_fork",
+                "previousSessionFile": self._location(session_id),
+                "newSessionFile": self._location(done.session_id),
+                "entryId": entry_id,
+            },
+        )
         self._open[done.session_id] = path or done.session_id
         if p.peer is not None:
             p.peer.topics.add(done.session_id)
