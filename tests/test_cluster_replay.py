@@ -3,9 +3,10 @@
 No server is needed: Temporal's replayer runs the workflow code against each history in
 ``tests/data/temporal/`` (recorded from the simulation scenarios by tests/test_cluster.py,
 tests/test_cluster_processes.py, tests/test_cluster_turns.py and
-tests/test_cluster_navigation.py with ``ORCHESTRATOR_RECORD=1``): manual, threshold with a
-candidate switch and a retry, summarizer overflow, every candidate failing, abort, a worker
-killed mid-call, two whole turns: a threshold compaction after a reply (then the D20 continue)
+tests/test_cluster_navigation.py and tests/test_cluster_cancel.py with ``ORCHESTRATOR_RECORD=1``):
+manual, threshold with a candidate switch and a retry, summarizer overflow, every candidate
+failing, abort, the workflow cancelled mid-call (Temporal's own cancellation), a worker killed
+mid-call, two whole turns: a threshold compaction after a reply (then the D20 continue)
 and overflow recovery (compact once, retry), and two tree navigations: with a branch summary,
 and aborted while summarizing. A replay that takes a different step than the history recorded
 fails, so these also prove that the workflow's decisions come from the tables: a table changed
@@ -54,7 +55,7 @@ def history(path: Path) -> WorkflowHistory:
 def test_every_simulation_scenario_has_a_recorded_history() -> None:
     names = {path.stem for path in SCENARIOS}
     assert {"manual", "candidate_switch", "overflow", "threshold_failed", "abort"} <= names
-    assert "crash" in names
+    assert {"crash", "cancel"} <= names
     assert {"turn_threshold", "turn_overflow"} <= names
     assert {"navigate_summary", "navigate_abort"} <= names
 

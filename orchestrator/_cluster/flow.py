@@ -24,8 +24,8 @@ next activity resends them and the writer skips those it finds.
 
 Interrupts. ``abort`` (a signal) and the operation deadline (a workflow timer) only record an
 event; the loop steps it through the table like any other, and the row's ``stop_work``
-cancels the activity in flight and waits for it to settle (D22). Cancelling the workflow does
-the same through the ``cancel`` row before the cancellation propagates.
+cancels the activity in flight and waits for it to settle (D22). Temporal's cancellation of the
+workflow reaches this loop as that same ``cancel`` (the workflow aborts its work, then ends).
 """
 
 from __future__ import annotations

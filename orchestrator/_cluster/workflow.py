@@ -40,6 +40,7 @@ the workflow reads no file and a replay steps exactly the table the history was 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import timedelta
 from typing import Any
@@ -115,6 +116,13 @@ class SessionWorkflow:
         Past ``start.history_bound`` history events (or when Temporal suggests it), continue
         as new once no request is in progress: the new run starts from ``start`` alone.
         """
+        try:
+            return await self._serve(start)
+        except asyncio.CancelledError:
+            await self._settle_cancellation()
+            raise
+
+    async def _serve(self, start: SessionStart) -> dict[str, Any]:
         idle = timedelta(seconds=start.idle_s)
         self._bound = start.history_bound
         while not self._closing:
@@ -132,6 +140,23 @@ class SessionWorkflow:
                 workflow.continue_as_new(start)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return {"sessionId": start.session_id, "operations": self._operations()}
+
+    async def _settle_cancellation(self) -> None:
+        """Settle the work in progress as an abort does, then let the cancellation end the run.
+
+        Temporal's cancellation (``handle.cancel()``) cancels only this method, not the update
+        handlers, whose turn, operation or navigation would otherwise be cut off mid-call by the
+        run's end. So the cancellation is an abort: the tables' ``abort``/``cancel`` rows stop
+        the agent, the wait or the model call (D22), nothing is written, the journal says
+        ``cancelled``, and each caller gets the answer an abort gives. Requests that arrive
+        meanwhile are served. Then the run ends as cancelled; the next request starts a new run
+        (the session lives in the store). Ending, rather than serving on, is what keeps a later
+        cancellation working: Temporal records one cancellation request per run and treats
+        another as a no-op.
+        """
+        self._closing = True
+        self.abort()
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     def _operations(self) -> list[str]:
         return [*self._done, *(self._turn.operations if self._turn is not None else [])]
