@@ -9,6 +9,7 @@ the tree afterwards are compared: the navigation table decides on both hosts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -578,7 +579,9 @@ async def test_another_writer_first_makes_the_move_a_conflict_with_nothing_appli
 ) -> None:
     hooks = Hooks()
     writer: list[str] = []
-    hooks.on("session_before_tree", lambda payload: write_behind(cluster_database, writer[0]))
+    writing = hooks.on(
+        "session_before_tree", lambda payload: write_behind(cluster_database, writer[0])
+    )
     async with cluster_serving(cluster_database, summaries(), hooks=hooks) as remote:
         writer.append(remote.session_id)
         for params in ({"target_id": ASSISTANT}, {"target_id": OTHER_TIP, "summarize": True}):
@@ -594,6 +597,121 @@ async def test_another_writer_first_makes_the_move_a_conflict_with_nothing_appli
         rows = cluster_rows(cluster_database, remote.session_id)
         assert [r[1:4] for r in rows if r[0] == "operation"][-1][2] == "conflict"
         assert rows[-1][:4] == ("navigation", "summarizing", "summary_failed", "failed")
+        # The refused move holds nothing: the session is idle and the next navigation moves.
+        state = await remote.cluster.state(remote.session_id)
+        assert state is None or (state["busy"], state["navigationState"]) == (False, None)
+        writing()  # no more writes behind
+        moved = await call(
+            remote.rpc, "session.tree.navigate", session_id=remote.session_id, target_id=ASSISTANT
+        )
+        assert moved["result"]["editorText"] is None
+        assert moved["result"]["newLeafId"] == ASSISTANT
+
+
+async def test_another_writer_after_the_move_makes_the_label_a_conflict_and_no_label_is_written(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    tree = TreeActivities(SessionActivities(database.location, summaries(), SETTINGS))
+    nav = Nav(
+        session_id=session_id,
+        navigation_id="nav1",
+        request=NavigateRequest(target_id=ASSISTANT, label="here"),
+    )
+    started = tree._start(NavCall(nav=nav))
+    assert started.nav is not None
+    tree._switch(NavCall(nav=started.nav, entry_id=derived_id("nav1", "leaf")))
+    write_behind(database, session_id)  # between the move and its label
+    before = database.entries(session_id)
+    from temporalio.exceptions import ApplicationError
+
+    label = NavCall(nav=started.nav, label_id=derived_id("nav1", "label"))
+    with pytest.raises(ApplicationError, match="the label was not written") as caught:
+        tree._label(label)
+    assert caught.value.type == "Conflict"
+    assert database.entries(session_id) == before
+    # Without another writer the label is written, once, as a child of the new leaf.
+    other = database.add_example()
+    nav = dataclasses.replace(nav, session_id=other, navigation_id="nav2")
+    started = tree._start(NavCall(nav=nav))
+    assert started.nav is not None
+    tree._switch(NavCall(nav=started.nav, entry_id=derived_id("nav2", "leaf")))
+    label = NavCall(nav=started.nav, label_id=derived_id("nav2", "label"))
+    tree._label(label)
+    tree._label(label)  # delivered again
+    labels = [e for e in database.entries(other) if e["type"] == "label" and e["id"] not in KNOWN]
+    assert [(e["id"], e["targetId"], e["parentId"]) for e in labels] == [
+        (derived_id("nav2", "label"), ASSISTANT, ASSISTANT)
+    ]
+
+
+async def test_abort_while_session_tree_hangs_stops_it_and_the_move_stands_as_in_one_process(
+    tmp_path: Path,
+) -> None:
+    stopped: list[str] = []
+    called: list[anyio.Event] = []
+
+    def hooks() -> Hooks:
+        made = Hooks()
+        entered = anyio.Event()
+        called.append(entered)
+
+        async def hang(payload: dict[str, Any]) -> None:
+            if entered.is_set():
+                return  # only the first navigation's handler hangs
+            entered.set()
+            try:
+                await anyio.Event().wait()
+            except BaseException:
+                stopped.append("stopped")
+                raise
+
+        made.on("session_tree", hang)
+        return made
+
+    params = {"target_id": ASSISTANT, "label": "here"}
+    path = local_copy(tmp_path / "local")
+    options = RuntimeOptions(
+        summarizer=summaries(), settings=SETTINGS, runtime_kwargs={"hooks": hooks()}
+    )
+    hub = SessionHub(options)
+    local = Dispatcher(hub.methods())
+    local_id = (await call(local, "session.open", path=str(path)))["result"]["session_id"]
+    answers: list[dict[str, Any]] = []
+
+    async def navigate_locally() -> None:
+        answers.append(await call(local, "session.tree.navigate", session_id=local_id, **params))
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(navigate_locally)
+            await called[0].wait()
+            await call(local, "session.abort", session_id=local_id)
+        local_tree = (await call(local, "session.tree", session_id=local_id))["result"]
+    finally:
+        hub.close_all()
+    database = Database(str(tmp_path / "db"))
+    async with cluster_serving(database, summaries(), hooks=hooks()) as remote:
+
+        async def abort() -> None:
+            await called[1].wait()
+            aborted = await call(remote.rpc, "session.abort", session_id=remote.session_id)
+            assert aborted["result"] == {"aborted": True}
+
+        answer = await during(remote, abort, "session.tree.navigate", **params)
+        tree = (await call(remote.rpc, "session.tree", session_id=remote.session_id))["result"]
+        assert comparable(answer["result"], tree) == comparable(answers[0]["result"], local_tree)
+        assert answer["result"]["cancelled"] is False
+        labels = [e for e in database.entries(remote.session_id) if e["type"] == "label"]
+        assert (labels[-1]["targetId"], labels[-1]["label"]) == (ASSISTANT, "here")
+        rows = cluster_rows(database, remote.session_id)
+        assert rows[-1][:4] == ("navigation", "switching_leaf", "switched", "done")
+        again = await call(
+            remote.rpc, "session.tree.navigate", session_id=remote.session_id, target_id=OLD_LEAF
+        )
+        assert again["result"]["newLeafId"] == OLD_LEAF
+    assert stopped == ["stopped", "stopped"]
 
 
 async def test_a_prompt_while_navigating_is_refused_as_by_one_server(tmp_path: Path) -> None:

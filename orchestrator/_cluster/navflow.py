@@ -93,11 +93,25 @@ class NavigationFlow(TableFlow):
         self._leaf_id: str | None = None
         self._short_summary: str | None = None
         self._stopped: str | None = None
+        self._after_move: asyncio.Task[NavReported] | None = None
 
     @property
     def summary_state(self) -> str | None:
         """The branch summary operation's state, while one runs."""
         return self.summary.state if self.summary is not None else None
+
+    def interrupt(self, event: str) -> None:
+        """Record ``cancel``; the table decides what it means now.
+
+        Once the leaf moved (the machine is done), only the ``session_tree`` handlers may
+        still run: a cancel then stops them, as in one process, so a handler that never
+        returns cannot hold the navigation; what was written stays written.
+        """
+        emitting = self._after_move
+        if self.done and emitting is not None and not emitting.done():
+            emitting.cancel()  # the activity settles: the label whole, the handler stopped
+            return
+        super().interrupt(event)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -151,14 +165,16 @@ class NavigationFlow(TableFlow):
         lines, resend = self.journal.take()
         return NavCall(nav=self.nav, journal=lines, resend=resend, **fields)
 
-    async def _activity(self, name: str, call: NavCall, *, deliver: bool = False) -> NavReported:
+    async def _activity(
+        self, name: str, call: NavCall, *, deliver: bool = False, heartbeat: bool = False
+    ) -> NavReported:
         try:
             reported: NavReported = await workflow.execute_activity(
                 name,
                 call,
                 result_type=NavReported,
                 start_to_close_timeout=SHORT,
-                heartbeat_timeout=None if deliver else HEARTBEAT,
+                heartbeat_timeout=HEARTBEAT if heartbeat or not deliver else None,
                 retry_policy=DELIVER if deliver else ONCE,
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
@@ -247,7 +263,18 @@ class NavigationFlow(TableFlow):
             summary_entry_id=self._summary_entry_id,
             from_extension=self._from_extension,
         )
-        reported = await self._activity("nav_emit", call, deliver=True)
+        emitting = asyncio.ensure_future(
+            self._activity("nav_emit", call, deliver=True, heartbeat=True)
+        )
+        self._after_move = emitting
+        try:
+            reported = await emitting
+        except ActivityError as error:
+            # The label met another writer's change (D27): it was not written.
+            self._stopped = _message(error)
+            raise _Stopped from None
+        finally:
+            self._after_move = None
         self._leaf_id = reported.leaf_id
         if reported.short_summary is not None:
             self._short_summary = reported.short_summary

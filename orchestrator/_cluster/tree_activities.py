@@ -42,6 +42,7 @@ from orchestrator._cluster.contract import (
     Nav,
     NavCall,
     NavReported,
+    derived_id,
 )
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
@@ -163,18 +164,31 @@ class TreeActivities:
     @activity.defn(name="nav_emit")
     async def nav_emit(self, call: NavCall) -> NavReported:
         """Write the label (once), run ``session_tree``; report the leaf and the short summary."""
-        leaf_id, summary_entry = await asyncio.to_thread(self._label, call)
+        # Heartbeating, so an abort after the move (the workflow cancels this activity)
+        # reaches a session_tree handler that never returns.
+        async with heartbeating():
+            labelled = asyncio.ensure_future(asyncio.to_thread(self._label, call))
+            try:
+                leaf_id, summary_entry = await asyncio.shield(labelled)
+            except asyncio.CancelledError:
+                # The label is written whole or not at all: settle it, then run no handler.
+                leaf_id, summary_entry = await labelled
+            else:
+                nav = call.nav
+                with contextlib.suppress(asyncio.CancelledError):
+                    # An abort stops the handler, as in one process; what was written stays
+                    # written and the navigation answers as moved.
+                    await self._ports(None).run_hook(
+                        "session_tree",
+                        {
+                            "type": "session_tree",
+                            "newLeafId": leaf_id,
+                            "oldLeafId": nav.old_leaf_id,
+                            "summaryEntry": summary_entry,
+                            "fromExtension": call.from_extension if summary_entry else None,
+                        },
+                    )
         nav = call.nav
-        await self._ports(None).run_hook(
-            "session_tree",
-            {
-                "type": "session_tree",
-                "newLeafId": leaf_id,
-                "oldLeafId": nav.old_leaf_id,
-                "summaryEntry": summary_entry,
-                "fromExtension": call.from_extension if summary_entry else None,
-            },
-        )
         short = summary_entry.get("shortSummary") if summary_entry else None
         return NavReported(outcome="ok", nav=nav, leaf_id=leaf_id, short_summary=short)
 
@@ -308,9 +322,7 @@ class TreeActivities:
                         )
                 session.flush()
             except ConflictError as error:
-                raise ApplicationError(
-                    f"{error}; nothing was applied", type="Conflict", non_retryable=True
-                ) from None
+                raise _conflict(error, "nothing was applied") from None
         return NavReported(outcome="ok", nav=nav)
 
     def _label(self, call: NavCall) -> tuple[str | None, dict[str, Any] | None]:
@@ -323,9 +335,24 @@ class TreeActivities:
             label = nav.request.label
             if label and call.label_id not in session.tree.by_id:
                 # pi labels the summary entry when there is one, else the target; the label is a
-                # child of the new leaf, as in the one-process navigator.
-                session.append_label(summary_id or nav.request.target_id, label)
-                session.flush()
+                # child of the new leaf, as in the one-process navigator. Conditional like the
+                # move (D27): the store must still end where this navigation left it, else the
+                # label would hang from another writer's entry and move the leaf there.
+                written = summary_id or derived_id(nav.navigation_id, "leaf")
+                tail = session.tail()
+                left = tail.last_id == written if written in session.tree.by_id else None
+                if left is None:
+                    left = tail == _tail(nav)  # the move wrote nothing: the tail is as it was
+                try:
+                    if not left:
+                        raise ConflictError(
+                            f"{shown(self.owner.database)}: session {nav.session_id} changed "
+                            "after the leaf moved"
+                        )
+                    session.append_label(summary_id or nav.request.target_id, label, expect=tail)
+                    session.flush()
+                except ConflictError as error:
+                    raise _conflict(error, "the label was not written") from None
             return session.leaf_id, summary
 
     def _branch(self, source: Session, leaf: str | None, new_session_id: str) -> None:
@@ -369,6 +396,11 @@ def _record(journal: Any, line: JournalLine, navigation_id: str) -> None:
     )
     data = {**line.data, "facts": line.facts, "step": line.seq, "navigationId": navigation_id}
     journal.record(step, data=data)
+
+
+def _conflict(error: ConflictError, what: str) -> ApplicationError:
+    """Another writer came first (D27): the request fails with ``-32007``."""
+    return ApplicationError(f"{error}; {what}", type="Conflict", non_retryable=True)
 
 
 def _tail(nav: Nav) -> Tail:

@@ -515,17 +515,25 @@ class Session:
             self.tree.leaf_id = before
             raise
 
-    def append_label(self, target_id: str, label: str | None) -> Entry:
+    def append_label(
+        self, target_id: str, label: str | None, *, expect: Tail | None = None
+    ) -> Entry:
         """Set (or clear, with ``None`` or ``""``) the label of an entry.
+
+        Args:
+            target_id: The entry labelled.
+            label: The label (``None`` or ``""`` clears it).
+            expect: Write only if the store still ends here (D27); see :meth:`add_entry`.
 
         Raises:
             SessionError: ``Entry <id> not found``.
+            ConflictError: the store no longer ends at ``expect``; nothing was written.
         """
         self.tree.get(target_id)
         fields: dict[str, Any] = {"targetId": target_id}
         if label:
             fields["label"] = label
-        return self.append_entry(LABEL, fields)
+        return self.append_entry(LABEL, fields, expect=expect)
 
     def set_name(self, name: str) -> Entry:
         """Name the session (a ``session_info`` entry, as pi does)."""
