@@ -9,7 +9,6 @@ the tree afterwards are compared: the navigation table decides on both hosts.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -424,24 +423,28 @@ async def test_hooks_on_the_worker_cancel_or_supply_the_summary(tmp_path: Path) 
     assert [t["fromExtension"] for t in trees] == [True, None]
 
 
+def started(
+    database: Database, session_id: str, navigation_id: str, request: NavigateRequest
+) -> tuple[TreeActivities, Nav]:
+    """The tree's activities over ``database``, and a navigation as ``nav_start`` found it."""
+    tree = TreeActivities(SessionActivities(database.location, summaries(), SETTINGS))
+    nav = Nav(session_id=session_id, navigation_id=navigation_id, request=request)
+    found = tree._start(NavCall(nav=nav))
+    assert found.nav is not None
+    return tree, found.nav
+
+
 async def test_a_redelivered_leaf_move_writes_once(tmp_path: Path) -> None:
     database = Database(str(tmp_path / "db"))
     session_id = database.add_example()
-    tree = TreeActivities(SessionActivities(database.location, summaries(), SETTINGS))
-    nav = Nav(
-        session_id=session_id,
-        navigation_id="nav1",
-        request=NavigateRequest(target_id=ASSISTANT),
-    )
-    started = tree._start(NavCall(nav=nav))
-    assert started.nav is not None
-    call_ = NavCall(nav=started.nav, entry_id=derived_id("nav1", "leaf"))
+    tree, nav = started(database, session_id, "nav1", NavigateRequest(target_id=ASSISTANT))
+    call_ = NavCall(nav=nav, entry_id=derived_id("nav1", "leaf"))
     tree._switch(call_)
     tree._switch(call_)  # delivered again after a lost worker
     markers = [e for e in database.entries(session_id) if e.get("customType") == LEAF_MARKER]
     assert [(m["id"], m["parentId"]) for m in markers] == [(derived_id("nav1", "leaf"), ASSISTANT)]
     # Another writer came first: the move is refused, nothing written.
-    moved = NavCall(nav=started.nav, entry_id=derived_id("nav2", "leaf"))
+    moved = NavCall(nav=nav, entry_id=derived_id("nav2", "leaf"))
     from temporalio.exceptions import ApplicationError
 
     with pytest.raises(ApplicationError, match="nothing was applied") as caught:
@@ -537,19 +540,31 @@ async def test_a_busy_session_continues_as_new_and_keeps_serving(tmp_path: Path)
     assert len(runs) >= 3
 
 
-async def test_abort_while_a_hook_hangs_stops_it_and_nothing_is_written(tmp_path: Path) -> None:
-    database = Database(str(tmp_path / "db"))
-    hooks = Hooks()
-    stopped: list[str] = []
+def hanging(
+    stopped: list[str], entered: anyio.Event | None = None
+) -> Callable[[dict[str, Any]], Coroutine[Any, Any, None]]:
+    """A hook handler that never returns (with ``entered``: only the first time, which sets it);
+    it notes in ``stopped`` when it is cancelled."""
 
     async def hang(payload: dict[str, Any]) -> None:
+        if entered is not None:
+            if entered.is_set():
+                return
+            entered.set()
         try:
             await anyio.Event().wait()
         except BaseException:
             stopped.append("stopped")
             raise
 
-    hooks.on("session_before_tree", hang)
+    return hang
+
+
+async def test_abort_while_a_hook_hangs_stops_it_and_nothing_is_written(tmp_path: Path) -> None:
+    database = Database(str(tmp_path / "db"))
+    hooks = Hooks()
+    stopped: list[str] = []
+    hooks.on("session_before_tree", hanging(stopped))
     async with cluster_serving(database, summaries(), hooks=hooks) as remote:
         before = database.entries(remote.session_id)
 
@@ -613,31 +628,23 @@ async def test_another_writer_after_the_move_makes_the_label_a_conflict_and_no_l
 ) -> None:
     database = Database(str(tmp_path / "db"))
     session_id = database.add_example()
-    tree = TreeActivities(SessionActivities(database.location, summaries(), SETTINGS))
-    nav = Nav(
-        session_id=session_id,
-        navigation_id="nav1",
-        request=NavigateRequest(target_id=ASSISTANT, label="here"),
-    )
-    started = tree._start(NavCall(nav=nav))
-    assert started.nav is not None
-    tree._switch(NavCall(nav=started.nav, entry_id=derived_id("nav1", "leaf")))
+    request = NavigateRequest(target_id=ASSISTANT, label="here")
+    tree, nav = started(database, session_id, "nav1", request)
+    tree._switch(NavCall(nav=nav, entry_id=derived_id("nav1", "leaf")))
     write_behind(database, session_id)  # between the move and its label
     before = database.entries(session_id)
     from temporalio.exceptions import ApplicationError
 
-    label = NavCall(nav=started.nav, label_id=derived_id("nav1", "label"))
+    label = NavCall(nav=nav, label_id=derived_id("nav1", "label"))
     with pytest.raises(ApplicationError, match="the label was not written") as caught:
         tree._label(label)
     assert caught.value.type == "Conflict"
     assert database.entries(session_id) == before
     # Without another writer the label is written, once, as a child of the new leaf.
     other = database.add_example()
-    nav = dataclasses.replace(nav, session_id=other, navigation_id="nav2")
-    started = tree._start(NavCall(nav=nav))
-    assert started.nav is not None
-    tree._switch(NavCall(nav=started.nav, entry_id=derived_id("nav2", "leaf")))
-    label = NavCall(nav=started.nav, label_id=derived_id("nav2", "label"))
+    tree, nav = started(database, other, "nav2", request)
+    tree._switch(NavCall(nav=nav, entry_id=derived_id("nav2", "leaf")))
+    label = NavCall(nav=nav, label_id=derived_id("nav2", "label"))
     tree._label(label)
     tree._label(label)  # delivered again
     labels = [e for e in database.entries(other) if e["type"] == "label" and e["id"] not in KNOWN]
@@ -656,18 +663,7 @@ async def test_abort_while_session_tree_hangs_stops_it_and_the_move_stands_as_in
         made = Hooks()
         entered = anyio.Event()
         called.append(entered)
-
-        async def hang(payload: dict[str, Any]) -> None:
-            if entered.is_set():
-                return  # only the first navigation's handler hangs
-            entered.set()
-            try:
-                await anyio.Event().wait()
-            except BaseException:
-                stopped.append("stopped")
-                raise
-
-        made.on("session_tree", hang)
+        made.on("session_tree", hanging(stopped, entered))
         return made
 
     params = {"target_id": ASSISTANT, "label": "here"}
