@@ -100,9 +100,11 @@ def test_two_imports_of_one_file_at_once_store_one_session(
     for importer in importers:
         importer.join()
     assert sorted(codes) == [0, 1]
-    err = capsys.readouterr().err  # the other: the first holds it, or it is already there
+    # The other: the first holds it (named by its owner row once that row is written, "another
+    # process" before), or it is already there.
+    err = capsys.readouterr().err
     assert err.startswith("orchestrator import: ")
-    assert "is being changed by another process" in err or "already exists" in err
+    assert "session is being changed by " in err or "already exists" in err
     assert err.count("\n") == 1
     rows = snapshot(pg_url)
     assert len(rows["sessions"]) == 1
