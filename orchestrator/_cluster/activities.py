@@ -68,6 +68,7 @@ from orchestrator._runtime.summarize import (
     compaction_parts,
 )
 from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.journal import Journal
 from orchestrator._store.locations import is_database_url
 from orchestrator._store.protocol import SessionStore, Tail
 from orchestrator._store.session import Session, wall_clock_ms
@@ -422,7 +423,13 @@ class SessionActivities:
     def _write_journal(self, op: Op, lines: Sequence[JournalLine], *, resend: bool) -> None:
         if not lines:
             return
-        journal = self.stores.journal(op.session_id)
+        with self.stores.journal(op.session_id) as journal:
+            self._record_lines(journal, op, lines, resend=resend)
+
+    @staticmethod
+    def _record_lines(
+        journal: Journal, op: Op, lines: Sequence[JournalLine], *, resend: bool
+    ) -> None:
         written: set[Any] = set()
         if resend:
             written = {

@@ -373,17 +373,17 @@ class TreeActivities:
         if not lines:
             return
         nav = call.nav
-        journal = self.owner.stores.journal(nav.session_id)
-        written: set[Any] = set()
-        if call.resend:
-            written = {
-                r.data.get("step")
-                for r in journal.records()
-                if r.machine == NAVIGATION and r.data.get("navigationId") == nav.navigation_id
-            }
-        for line in lines:
-            if line.seq not in written:
-                _record(journal, line, nav.navigation_id)
+        with self.owner.stores.journal(nav.session_id) as journal:
+            written: set[Any] = set()
+            if call.resend:
+                written = {
+                    r.data.get("step")
+                    for r in journal.records()
+                    if r.machine == NAVIGATION and r.data.get("navigationId") == nav.navigation_id
+                }
+            for line in lines:
+                if line.seq not in written:
+                    _record(journal, line, nav.navigation_id)
 
 
 def _record(journal: Any, line: JournalLine, navigation_id: str) -> None:

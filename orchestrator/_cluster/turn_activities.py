@@ -187,25 +187,25 @@ class TurnActivities:
     def _write_journal(self, call: TurnCall) -> None:
         if not call.journal:
             return
-        journal = self.stores.journal(call.session_id)
-        written: set[Any] = set()
-        if call.resend:
-            written = {
-                r.data.get("step")
-                for r in journal.records()
-                if r.machine == "turn" and r.data.get("turn") == call.run_id
-            }
-        lines = [line for line in call.journal if line.seq not in written]
-        for n, line in enumerate(lines, start=1):
-            step = Step(
-                machine="turn",
-                source=line.source,
-                event=line.event,
-                dest=line.dest,
-                effects=tuple(line.effects),
-            )
-            data = {"facts": line.facts, "turn": call.run_id, "step": line.seq}
-            journal.record(step, data=data, durable=n == len(lines))
+        with self.stores.journal(call.session_id) as journal:
+            written: set[Any] = set()
+            if call.resend:
+                written = {
+                    r.data.get("step")
+                    for r in journal.records()
+                    if r.machine == "turn" and r.data.get("turn") == call.run_id
+                }
+            lines = [line for line in call.journal if line.seq not in written]
+            for n, line in enumerate(lines, start=1):
+                step = Step(
+                    machine="turn",
+                    source=line.source,
+                    event=line.event,
+                    dest=line.dest,
+                    effects=tuple(line.effects),
+                )
+                data = {"facts": line.facts, "turn": call.run_id, "step": line.seq}
+                journal.record(step, data=data, durable=n == len(lines))
 
 
 def _as_json(messages: list[Message]) -> list[str]:

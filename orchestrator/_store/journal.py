@@ -409,6 +409,15 @@ class Journal:
         if close is not None:
             close()
 
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # A journal opened for one piece of work (a cluster activity) gives its descriptor
+        # back when the work ends, not when the collector finds the object: an exception's
+        # traceback can hold it in a cycle, and a busy worker would run out of descriptors.
+        self.close()
+
     def sync(self) -> None:
         """Make every record written so far durable (for a file: one fsync).
 
