@@ -538,6 +538,33 @@ async def test_with_pruning_on_a_threshold_turn_prunes_first_as_in_one_process(
     assert cluster_database.new_compactions(session_id) == []
 
 
+async def test_after_pruning_the_context_is_measured_against_a_set_threshold_as_in_one_process(
+    tmp_path: Path, cluster_database: Database
+) -> None:
+    # Pruning saves enough to go under the reserve's line (100,000 - 16,384), not under a set
+    # threshold of 50,000 tokens: one process compacts after pruning, and so must the cluster.
+    compaction = dataclasses.replace(SETTINGS.compaction, threshold_tokens=50_000)
+    settings = dataclasses.replace(PRUNING, compaction=compaction)
+    turns = [
+        [
+            reply("", calls=[("c1", "bash", {"cmd": "a"})]),
+            tool_result("c1", "old output " * 16_000, tool="bash"),
+            reply("", calls=[("c2", "bash", {"cmd": "b"})]),
+            tool_result("c2", "new output " * 20_000, tool="bash"),
+            reply("read both", tokens=OVER),
+        ],
+        [reply("continued", tokens=1000)],
+    ]
+    _, session_id = await same_turn_on_both_hosts(
+        tmp_path, cluster_database, turns, settings=settings
+    )
+    assert [r[:3] for r in cluster_database.turn_rows(session_id)][1:3] == [
+        ("running", "agent_done", "pruning"),
+        ("pruning", "pruned", "compacting"),
+    ]
+    assert len(cluster_database.new_compactions(session_id)) == 1
+
+
 async def test_with_pruning_on_and_nothing_to_prune_the_prune_is_skipped_as_in_one_process(
     tmp_path: Path, cluster_database: Database
 ) -> None:

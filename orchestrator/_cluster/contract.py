@@ -368,6 +368,8 @@ class TurnPolicy:
         prune: Prune old tool outputs before a threshold compaction (D23).
         context_window: The window the threshold is measured against.
         reserve_tokens: The threshold's reserve (``contextWindow - reserveTokens``).
+        threshold_percent: The threshold as a percent of the window, when set (D5).
+        threshold_tokens: The threshold in tokens, when set (D5; wins over the percent).
     """
 
     has_agent: bool
@@ -379,6 +381,10 @@ class TurnPolicy:
     prune: bool = False
     context_window: int = 0
     reserve_tokens: int = 16384
+    # Absent from histories recorded before they existed: ``None`` there, as the worker's
+    # default, so those histories replay to the same decisions.
+    threshold_percent: float | None = None
+    threshold_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

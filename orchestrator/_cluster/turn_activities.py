@@ -97,6 +97,8 @@ class TurnActivities:
             prune=s.prune,
             context_window=s.context_window,
             reserve_tokens=s.compaction.reserve_tokens,
+            threshold_percent=s.compaction.threshold_percent,
+            threshold_tokens=s.compaction.threshold_tokens,
         )
 
     @activity.defn(name="call_agent")

@@ -471,10 +471,13 @@ class TurnFlow:
         return Report(outcome="ok")
 
     def _compaction_settings(self) -> CompactionSettings:
-        """What the worker's threshold is measured with (its window and reserve)."""
+        """What the worker's threshold is measured with (its reserve, or its set threshold)."""
         policy = self.policy
         return CompactionSettings(
-            enabled=policy.compaction_enabled, reserve_tokens=policy.reserve_tokens
+            enabled=policy.compaction_enabled,
+            reserve_tokens=policy.reserve_tokens,
+            threshold_percent=policy.threshold_percent,
+            threshold_tokens=policy.threshold_tokens,
         )
 
     async def _emit_retry_start(self) -> None:
