@@ -7,7 +7,6 @@ can keep it in a cycle for a while) would pile up descriptors on a busy worker.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,7 @@ from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.journal import Journal  # noqa: E402
 from tests.cluster_kit import Database  # noqa: E402
-
-
-def open_journals() -> list[str]:
-    names = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            names.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except FileNotFoundError:  # the listing's own descriptor, closed since
-            continue
-    return [name for name in names if name.endswith(".journal")]
+from tests.test_journal import open_journals  # noqa: E402
 
 
 @pytest.fixture

@@ -419,7 +419,8 @@ async def test_planning_goes_to_a_worker_thread_only_to_build_the_context(
     assert planned_on_loop == [False, True]
 
 
-def _open_journals() -> list[str]:
+def open_journals() -> list[str]:
+    """The journal files this process holds open."""
     names = []
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -440,10 +441,10 @@ async def test_the_journal_file_stays_open_between_records_until_the_session_clo
     runtime = AgentSession.open(example, owner="test")
     try:
         await runtime.compact()
-        assert [name for name in _open_journals() if name == mine] == [mine]
+        assert [name for name in open_journals() if name == mine] == [mine]
     finally:
         runtime.close()
-    assert mine not in _open_journals()
+    assert mine not in open_journals()
     journal = Journal.open(example)
     journal.close()  # nothing written yet: nothing to close
     drive(journal, "op", "prune", ["prepared"])
