@@ -46,6 +46,7 @@ from temporalio.exceptions import ApplicationError
 from orchestrator._cluster.cache import Cached
 from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
 from orchestrator._cluster.heartbeat import heartbeating
+from orchestrator._cluster.journaling import write_lines
 from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
 from orchestrator._cluster.tree_activities import TreeActivities
 from orchestrator._cluster.turn_activities import TurnActivities
@@ -55,7 +56,6 @@ from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
-from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
@@ -68,7 +68,6 @@ from orchestrator._runtime.summarize import (
     compaction_parts,
 )
 from orchestrator._runtime.types import RuntimeSettings
-from orchestrator._store.journal import Journal
 from orchestrator._store.locations import is_database_url
 from orchestrator._store.protocol import SessionStore, Tail
 from orchestrator._store.session import Session, wall_clock_ms
@@ -424,35 +423,15 @@ class SessionActivities:
         if not lines:
             return
         with self.stores.journal(op.session_id) as journal:
-            self._record_lines(journal, op, lines, resend=resend)
-
-    @staticmethod
-    def _record_lines(
-        journal: Journal, op: Op, lines: Sequence[JournalLine], *, resend: bool
-    ) -> None:
-        written: set[Any] = set()
-        if resend:
-            written = {
-                r.data.get("step") for r in journal.records() if r.operation_id == op.operation_id
-            }
-        todo = [line for line in lines if line.seq not in written]
-        for index, line in enumerate(todo):
-            step = Step(
-                machine="operation",
-                source=line.source,
-                event=line.event,
-                dest=line.dest,
-                effects=tuple(line.effects),
-            )
-            data = {**line.data, "facts": line.facts, "step": line.seq}
-            # One durable write per activity: the last line's makes the earlier ones durable
-            # too (a file's fsync, a database's synchronous commit), before the effect performs.
-            journal.record(
-                step,
+            write_lines(
+                journal,
+                "operation",
+                lines,
+                resend=resend,
+                mine=lambda r: r.operation_id == op.operation_id,
+                data={},
                 operation_id=op.operation_id,
                 kind=op.kind,
-                data=data,
-                durable=index == len(todo) - 1,
             )
 
 

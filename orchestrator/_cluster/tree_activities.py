@@ -38,19 +38,18 @@ from temporalio.exceptions import ApplicationError
 from orchestrator._cluster.contract import (
     ForkCall,
     ForkDone,
-    JournalLine,
     Nav,
     NavCall,
     NavReported,
     derived_id,
 )
 from orchestrator._cluster.heartbeat import heartbeating
+from orchestrator._cluster.journaling import write_lines
 from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
 from orchestrator._cluster.views import planned_view
 from orchestrator._core.branch_plan import collect_branch_entries
 from orchestrator._core.entries import BRANCH_SUMMARY, CUSTOM
 from orchestrator._core.errors import ConflictError, SessionError
-from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.navigation import (
     LEAF_MARKER,
@@ -374,28 +373,17 @@ class TreeActivities:
             return
         nav = call.nav
         with self.owner.stores.journal(nav.session_id) as journal:
-            written: set[Any] = set()
-            if call.resend:
-                written = {
-                    r.data.get("step")
-                    for r in journal.records()
-                    if r.machine == NAVIGATION and r.data.get("navigationId") == nav.navigation_id
-                }
-            for line in lines:
-                if line.seq not in written:
-                    _record(journal, line, nav.navigation_id)
-
-
-def _record(journal: Any, line: JournalLine, navigation_id: str) -> None:
-    step = Step(
-        machine=NAVIGATION,
-        source=line.source,
-        event=line.event,
-        dest=line.dest,
-        effects=tuple(line.effects),
-    )
-    data = {**line.data, "facts": line.facts, "step": line.seq, "navigationId": navigation_id}
-    journal.record(step, data=data)
+            write_lines(
+                journal,
+                NAVIGATION,
+                lines,
+                resend=call.resend,
+                mine=lambda r: (
+                    r.machine == NAVIGATION and r.data.get("navigationId") == nav.navigation_id
+                ),
+                data={"navigationId": nav.navigation_id},
+                durable_last=False,
+            )
 
 
 def _conflict(error: ConflictError, what: str) -> ApplicationError:

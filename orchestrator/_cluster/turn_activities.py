@@ -47,12 +47,12 @@ from orchestrator._cluster.contract import (
     TurnPolicy,
 )
 from orchestrator._cluster.heartbeat import heartbeating
+from orchestrator._cluster.journaling import write_lines
 from orchestrator._cluster.stores import WorkerStores
 from orchestrator._core.context import SessionContext
 from orchestrator._core.entries import Entry, Message
 from orchestrator._core.errors import ConflictError
 from orchestrator._core.prompts import render
-from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.agent import Agent, AgentInput
 from orchestrator._runtime.replies import classify
 from orchestrator._runtime.types import RuntimeSettings
@@ -190,24 +190,15 @@ class TurnActivities:
         if not call.journal:
             return
         with self.stores.journal(call.session_id) as journal:
-            written: set[Any] = set()
-            if call.resend:
-                written = {
-                    r.data.get("step")
-                    for r in journal.records()
-                    if r.machine == "turn" and r.data.get("turn") == call.run_id
-                }
-            lines = [line for line in call.journal if line.seq not in written]
-            for n, line in enumerate(lines, start=1):
-                step = Step(
-                    machine="turn",
-                    source=line.source,
-                    event=line.event,
-                    dest=line.dest,
-                    effects=tuple(line.effects),
-                )
-                data = {"facts": line.facts, "turn": call.run_id, "step": line.seq}
-                journal.record(step, data=data, durable=n == len(lines))
+            write_lines(
+                journal,
+                "turn",
+                call.journal,
+                resend=call.resend,
+                mine=lambda r: r.machine == "turn" and r.data.get("turn") == call.run_id,
+                data={"turn": call.run_id},
+                line_data=False,
+            )
 
 
 def _as_json(messages: list[Message]) -> list[str]:
