@@ -52,6 +52,7 @@ def fields(context: SessionContext) -> dict[str, Any]:
         "first_seen": {kind: list(seen.items()) for kind, seen in index.first_seen.items()},
         "serial": list(index.serial[: index.count + 1]),
         "late": list(index.late),
+        "shapes": list(index.shapes[: index.count]),
         "tokens": context.tokens(),
     }
 

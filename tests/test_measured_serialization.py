@@ -26,12 +26,18 @@ from orchestrator._core.messages import to_llm_messages
 from orchestrator._core.model import ModelRequest
 from orchestrator._core.serialize import (
     LATE_ROLES,
+    SHAPE_OTHER,
+    SHAPE_SHORT_RESULT,
+    SHAPE_TEXT_AND_CALL,
+    SHAPE_USER_TEXT,
     MeasuredMessages,
     js_json,
     measure,
+    measure_shaped,
     serial_step,
     serialize_conversation,
     serialize_message,
+    serialize_shaped,
     serialized_length,
     truncate_for_summary,
 )
@@ -263,6 +269,19 @@ def test_one_pass_measures_what_the_estimate_and_the_serializer_measure(message:
 
 
 @PROPERTIES
+@given(st.lists(messages() | ASSISTANTS, max_size=6))
+def test_messages_written_by_their_shape_are_what_the_reference_writes(
+    batch: list[Message],
+) -> None:
+    """Issue 9: the shape the measure tells writes each message as the reference does."""
+    shaped = [outcome(measure_shaped, message) for message in batch]
+    if not all(isinstance(one, tuple) for one in shaped):
+        return  # malformed: the measure fails (as the reference does, above)
+    texts = serialize_shaped(batch, [shape for _, _, shape in shaped])
+    assert texts == [reference_serialize([message]) for message in batch]
+
+
+@PROPERTIES
 @given(ARGUMENTS)
 def test_the_estimate_measures_arguments_as_json_stringify_does(arguments: object) -> None:
     assert json_length(arguments) == reference_json_len(arguments)
@@ -482,6 +501,42 @@ def _call(arguments: object) -> dict[str, Any]:
 def test_the_usual_shapes_are_serialized_as_the_reference_does(message: Message) -> None:
     """Issue 9: the one-step path for the usual shapes writes what the general one writes."""
     assert serialize_message(message) == reference_serialize([message])
+
+
+@pytest.mark.parametrize(
+    ("message", "shape"),
+    [
+        ({"role": "user", "content": [_block("text", "hi")]}, SHAPE_USER_TEXT),
+        ({"role": "user", "content": [_block("text", "")]}, SHAPE_OTHER),
+        ({"role": "user", "content": "hi"}, SHAPE_OTHER),
+        ({"role": "user", "content": [_block("text", "a"), _block("text", "b")]}, SHAPE_OTHER),
+        ({"role": "toolResult", "content": [_block("text", "ok")]}, SHAPE_SHORT_RESULT),
+        ({"role": "toolResult", "content": [_block("text", "x" * 2000)]}, SHAPE_SHORT_RESULT),
+        ({"role": "toolResult", "content": [_block("text", "x" * 2001)]}, SHAPE_OTHER),
+        ({"role": "toolResult", "content": [_block("text", "é")]}, SHAPE_OTHER),
+        ({"role": "toolResult", "content": [_block("text", "ok")], "prunedAt": 5}, SHAPE_OTHER),
+        (
+            {"role": "assistant", "content": [_block("text", ""), _call({"path": "é😀\ud800"})]},
+            SHAPE_TEXT_AND_CALL,
+        ),
+        (
+            {"role": "assistant", "content": [_call({"path": "a"}), _block("text", "t")]},
+            SHAPE_OTHER,
+        ),
+        ({"role": "assistant", "content": [_block("text", "t"), _call({"path": 1})]}, SHAPE_OTHER),
+        (
+            {"role": "assistant", "content": [_block("text", "t"), _call({"a": "x", "b": "y"})]},
+            SHAPE_OTHER,
+        ),
+        ({"role": "assistant", "content": [_block("text", None), _call({"a": "x"})]}, SHAPE_OTHER),
+        ({"role": "custom", "content": [_block("text", "note")]}, SHAPE_OTHER),
+    ],
+)
+def test_the_usual_shapes_are_told_and_written_as_the_reference_does(
+    message: Message, shape: int
+) -> None:
+    assert measure_shaped(message)[2] == shape
+    assert serialize_shaped([message], [shape]) == [reference_serialize([message])]
 
 
 # Loading measures every message, planning lists the summaries to measure; neither reads the

@@ -9,8 +9,9 @@ The builder also keeps what compaction planning needs, up to date as the context
 that planning costs O(kept + summarized range), not a walk of the window (issue 9): the path
 position of every context message, running sums of the estimates, the last compaction, and
 the file operations of every assistant tool call (and where each path was first touched), and
-running sums of each message's serialized length, so a summary request serializes only what
-fits its budget (see ``_core.serialize``). A :class:`ContextIndex` is a fixed-length view of
+running sums of each message's serialized length and each message's shape, so a summary
+request serializes only what fits its budget, the usual shapes without checking them again (see
+``_core.serialize``). A :class:`ContextIndex` is a fixed-length view of
 those, handed out with each context.
 """
 
@@ -33,7 +34,13 @@ from orchestrator._core.entries import (
     compaction_message,
     entry_message,
 )
-from orchestrator._core.serialize import LATE_ROLES, MeasuredMessages, measure, serial_step
+from orchestrator._core.serialize import (
+    LATE_ROLES,
+    SHAPE_OTHER,
+    MeasuredMessages,
+    measure_shaped,
+    serial_step,
+)
 from orchestrator._core.tokens import ContextTokens, estimate_context_tokens, estimate_tokens
 from orchestrator._core.window import Window
 
@@ -130,6 +137,8 @@ class ContextIndex:
             first ``k`` messages (see :class:`MeasuredMessages`), where those listed in
             ``late`` count 0.
         late: Indices of the messages of a role measured late (summaries), ascending.
+        shapes: For each context message, its shape (``SHAPE_*`` of ``_core.serialize``), so a
+            summary request writes the usual ones without checking them again.
     """
 
     path: list[Entry] = field(repr=False)
@@ -147,6 +156,7 @@ class ContextIndex:
     first_seen: dict[str, dict[str, int]] = field(repr=False)
     serial: Sequence[int] = field(repr=False)
     late: Sequence[int] = field(repr=False)
+    shapes: Sequence[int] = field(repr=False)
 
     def matches(self, path: Sequence[Entry]) -> bool:
         """True when ``path`` is the path this view was built from (same length, same ends)."""
@@ -197,11 +207,10 @@ class ContextIndex:
         found: dict[str, set[str]] = {"read": set(), "write": set(), "edit": set()}
         if lo <= self.base:  # every tool call is at or after the base: a prefix of first uses
             for kind, first_seen in self.first_seen.items():
-                used = found[kind]
-                for path, at in first_seen.items():
-                    if at >= hi:
-                        break
-                    used.add(path)
+                # First uses are in message order, so the paths first used before `hi` are a
+                # prefix of the keys: found by a binary search, taken in C (issue 9).
+                used = bisect.bisect_left(list(first_seen.values()), hi)
+                found[kind] = set(itertools.islice(first_seen, used))
             return found
         first = bisect.bisect_left(self.event_message, lo, 0, self.events)
         last = bisect.bisect_left(self.event_message, hi, first, self.events)
@@ -219,7 +228,12 @@ class ContextIndex:
         first = bisect.bisect_left(late, lo)
         last = bisect.bisect_left(late, hi, first)
         return MeasuredMessages.window(
-            _underlying(messages), lo, hi, self.serial, (late[i] - lo for i in range(first, last))
+            _underlying(messages),
+            lo,
+            hi,
+            self.serial,
+            (late[i] - lo for i in range(first, last)),
+            self.shapes,
         )
 
 
@@ -302,6 +316,7 @@ class ContextBuilder:
         self._first_seen: dict[str, dict[str, int]] = {kind: {} for kind in FILE_TOOLS}
         self._serial: array[int] = array("q", [0])
         self._late: list[int] = []
+        self._shapes: array[int] = array("b")
         self._estimate_sum = self._serial_sum = 0
         self._last_compaction = -1
         self._fresh_from = 0
@@ -350,10 +365,10 @@ class ContextBuilder:
         role = message.get("role")
         index = len(self._messages)
         if role in LATE_ROLES:  # measured when planned: loading never reads the templates
-            estimate, units = estimate_tokens(message), 0
+            estimate, units, shape = estimate_tokens(message), 0, SHAPE_OTHER
             self._late.append(index)
         else:
-            estimate, units = measure(message)
+            estimate, units, shape = measure_shaped(message)
         if role == "assistant":
             if not restoring:
                 self._take_model_from_assistant(message)
@@ -366,6 +381,7 @@ class ContextBuilder:
         self._prefix.append(self._estimate_sum)
         self._serial_sum += serial_step(units)
         self._serial.append(self._serial_sum)
+        self._shapes.append(shape)
 
     def _file_events(self, message: Message, index: int) -> None:
         content = message.get("content")
@@ -405,6 +421,7 @@ class ContextBuilder:
         self._prefix = array("q", [0, estimate])
         self._estimate_sum = estimate
         self._serial, self._late, self._serial_sum = array("q", [0, 0]), [0], 0  # measured late
+        self._shapes = array("b", [SHAPE_OTHER])
         self._event_message, self._event_kind, self._event_path = array("q"), [], []
         self._first_seen = {kind: {} for kind in FILE_TOOLS}
         self._last_compaction = here
@@ -434,6 +451,9 @@ class ContextBuilder:
         serial.extend(total - dropped for total in self._serial[first : count + 1])
         self._serial, self._serial_sum = serial, serial[-1]
         self._late = [0, *(index - first + 1 for index in self._late if index >= first)]
+        shapes = array("b", [SHAPE_OTHER])
+        shapes.extend(self._shapes[first:count])
+        self._shapes = shapes
         lo = bisect.bisect_left(self._event_message, first)
         event_message = array("q", (index - first + 1 for index in self._event_message[lo:]))
         self._event_message = event_message
@@ -475,6 +495,7 @@ class ContextBuilder:
                 first_seen=self._first_seen,
                 serial=self._serial,
                 late=self._late,
+                shapes=self._shapes,
             ),
         )
 

@@ -104,7 +104,8 @@ def js_sorted(values: Iterable[str]) -> tuple[str, ...]:
     (surrogate pairs sort below U+E000..U+FFFF in UTF-16).
     """
     listed = list(values)
-    if all(s.isascii() for s in listed):  # the usual paths: both orders agree, no key needed
+    # The usual paths are ASCII: both orders agree, no key needed (checked in one C call).
+    if "".join(listed).isascii():
         return tuple(sorted(listed))
     return tuple(sorted(listed, key=lambda s: s.encode("utf-16-be", "surrogatepass")))
 

@@ -15,7 +15,10 @@ Compaction serializes newest first, against the summarizer's budget (issue 9): t
 the serialized length of every message as it grows (:func:`serialized_length`, computed from
 the message without building its text where the shape allows), so the length of any run of
 messages is a subtraction, and only the newest messages that fit are turned into text
-(:class:`MeasuredMessages`), each once.
+(:class:`MeasuredMessages`), each once. The same measure tells each message's shape
+(:func:`measure_shaped`): the usual ones (a user's text, a short tool result, an assistant's text
+and one call) are then written without checking their roles and blocks again
+(:func:`serialize_shaped`), which is most of what serializing thousands of messages cost.
 """
 
 from __future__ import annotations
@@ -196,27 +199,37 @@ def _joined_text(content: object) -> str:
     )
 
 
-def _usual_text(role: object, content: list[Any], message: Message) -> str | None:
-    """:func:`serialize_message` of the usual shapes in one step, ``None`` for any other.
+def serialize_message(message: Message) -> str:
+    """One context message's paragraphs, joined by blank lines ("" when it shows nothing).
 
-    A summary request serializes thousands of messages; nearly all are an assistant's text and
-    one tool call with one string argument, or a single text block from the user or a short
-    ASCII tool result.
+    :func:`serialize_conversation` is these, the empty ones left out, joined by blank lines.
     """
-    first = content[0] if content else None
-    if type(first) is not dict or first.get("type") != "text":
-        return None
-    text = first.get("text")
-    if type(text) is not str:
-        return None
-    if len(content) == 1:
-        if role == "user":
-            return USER_LABEL + text if text else ""
-        if role == "toolResult" and message.get("prunedAt") is None:
-            if len(text) <= TOOL_RESULT_MAX_CHARS and text.isascii():
-                return TOOL_RESULT_LABEL + text if text else ""
-        return None
-    return _usual_call(text, content[1]) if role == "assistant" else None
+    # A summary request serializes thousands of messages, and nearly all have one of three
+    # shapes: a single text block from the user, a short ASCII tool result, or an assistant's
+    # text and one tool call with one string argument. Those are written without the general
+    # path's walk (issue 9); anything else, and any value of an unexpected type, takes it.
+    content = message.get("content")
+    if type(content) is list and 0 < len(content) <= 2:
+        first = content[0]
+        if type(first) is dict and first.get("type") == "text":
+            text = first.get("text")
+            if type(text) is str:
+                role = message.get("role")
+                if len(content) == 2:
+                    if role == "assistant":
+                        usual = _usual_call(text, content[1])
+                        if usual is not None:
+                            return usual
+                elif role == "user":
+                    return USER_LABEL + text if text else ""
+                elif (
+                    role == "toolResult"
+                    and len(text) <= TOOL_RESULT_MAX_CHARS
+                    and text.isascii()
+                    and message.get("prunedAt") is None
+                ):
+                    return TOOL_RESULT_LABEL + text if text else ""
+    return _any_text(message.get("role"), content, message)
 
 
 def _usual_call(text: str, call: object) -> str | None:
@@ -234,20 +247,6 @@ def _usual_call(text: str, call: object) -> str | None:
     if not quoted.isascii():
         quoted = escape_lone_surrogates(quoted)
     return f"{ASSISTANT_LABEL}{text}{PARAGRAPH_SEPARATOR}{CALLS_LABEL}{name}({key}={quoted})"
-
-
-def serialize_message(message: Message) -> str:
-    """One context message's paragraphs, joined by blank lines ("" when it shows nothing).
-
-    :func:`serialize_conversation` is these, the empty ones left out, joined by blank lines.
-    """
-    role = message.get("role")
-    content = message.get("content")
-    if type(content) is list and len(content) <= 2:
-        usual = _usual_text(role, content, message)
-        if usual is not None:
-            return usual
-    return _any_text(role, content, message)
 
 
 def _any_text(role: object, content: object, message: Message) -> str:
@@ -292,6 +291,48 @@ def serialize_conversation(messages: Iterable[Message]) -> str:
         Paragraphs joined by blank lines; empty messages produce nothing.
     """
     return PARAGRAPH_SEPARATOR.join(filter(None, map(serialize_message, messages)))
+
+
+SHAPE_OTHER = 0
+"""A message :func:`serialize_shaped` hands to :func:`serialize_message`."""
+SHAPE_USER_TEXT = 1
+"""A user message of one text block, a string, not empty."""
+SHAPE_SHORT_RESULT = 2
+"""A tool result, not pruned, of one ASCII text block of 1 to 2000 characters."""
+SHAPE_TEXT_AND_CALL = 3
+"""An assistant message of a text block (a string) and a tool call with one string argument."""
+
+
+def _text_and_call(content: list[Any]) -> str:
+    """:func:`serialize_message` of an assistant message of shape :data:`SHAPE_TEXT_AND_CALL`."""
+    call = content[1]
+    ((key, value),) = call["arguments"].items()
+    quoted = _encode_string(value)
+    if not quoted.isascii():
+        quoted = escape_lone_surrogates(quoted)
+    return (
+        f"{ASSISTANT_LABEL}{content[0]['text']}{PARAGRAPH_SEPARATOR}"
+        f"{CALLS_LABEL}{call['name']}({key}={quoted})"
+    )
+
+
+def serialize_shaped(messages: Iterable[Message], shapes: Iterable[int]) -> list[str]:
+    """:func:`serialize_message` of each message, given the shapes :func:`measure_shaped` told.
+
+    A summary request serializes thousands of messages (issue 9). Their shapes were found when
+    the context measured them, so the usual ones are written here without checking again (and
+    without reading their roles and block types, which a cold cache makes dear).
+    """
+    return [
+        USER_LABEL + message["content"][0]["text"]
+        if shape == SHAPE_USER_TEXT
+        else TOOL_RESULT_LABEL + message["content"][0]["text"]
+        if shape == SHAPE_SHORT_RESULT
+        else _text_and_call(message["content"])
+        if shape == SHAPE_TEXT_AND_CALL
+        else serialize_message(message)
+        for message, shape in zip(messages, shapes, strict=True)
+    ]
 
 
 def _call_units(block: dict[str, Any]) -> int:
@@ -437,28 +478,41 @@ def _measure_texts(content: object) -> tuple[int, int, bool] | None:
     return units, images, ascii_only
 
 
-def _measure_call(block: dict[str, Any]) -> tuple[int, int] | None:
-    """Estimate chars and serialized units of a tool call; ``None`` for an unusual shape."""
+def _measure_call(block: dict[str, Any]) -> tuple[int, int, bool] | None:
+    """Estimate chars and serialized units of a tool call, and whether it is the usual one.
+
+    The usual call has one argument, and it and the name are strings. ``None``: a name that is
+    not a string.
+    """
     name = block.get("name")
     arguments = block.get("arguments")
     if not isinstance(name, str) or not isinstance(arguments, dict):
-        return None
+        return _measure_unusual_call(block)
     name_units = utf16_len(name)
     if not arguments:
-        return name_units + 2, name_units + 2  # {} and ()
+        return name_units + 2, name_units + 2, False  # {} and ()
     chars = 1  # JSON.stringify: the braces, less the comma after the last pair
     units = name_units  # name(k=v, ...): the parentheses, less the ", " after the last pair
     for key, value in arguments.items():
         if not (isinstance(key, str) and isinstance(value, str)):
-            return None
+            return _measure_unusual_call(block)
         size = json_string_len(value)
         chars += json_string_len(key) + size + 2
         units += utf16_len(key) + size + 3
-    return name_units + chars, units
+    return name_units + chars, units, len(arguments) == 1
 
 
-def _measure_assistant(content: list[Any]) -> tuple[int, int] | None:
+def _measure_unusual_call(block: dict[str, Any]) -> tuple[int, int, bool] | None:
+    """:func:`_measure_call` of a call whose name or arguments are not all strings."""
+    name = block.get("name") or ""
+    if not isinstance(name, str):
+        return None
+    return utf16_len(name) + json_length(block.get("arguments", {})), _call_units(block), False
+
+
+def _measure_assistant(content: list[Any]) -> tuple[int, int, int] | None:
     chars = thinking = texts = calls = thinking_units = text_units = call_units = 0
+    lone = False  # the last tool call has exactly one argument, a string (the usual call)
     for block in content:
         if not isinstance(block, dict):
             continue
@@ -478,18 +532,18 @@ def _measure_assistant(content: list[Any]) -> tuple[int, int] | None:
         elif kind == "toolCall":
             measured = _measure_call(block)
             if measured is None:
-                name = block.get("name") or ""
-                if not isinstance(name, str):
-                    return None
-                measured = (
-                    utf16_len(name) + json_length(block.get("arguments", {})),
-                    _call_units(block),
-                )
+                return None
             chars += measured[0]
             calls += 1
             call_units += measured[1]
+            lone = measured[2]
     units = _assistant_total((thinking, thinking_units, texts, text_units, calls, call_units))
-    return -(-chars // 4), units
+    shape = SHAPE_OTHER
+    if lone and calls == 1 and texts == 1 and not thinking and len(content) == 2:
+        first = content[0]  # a dict: both blocks were counted
+        if first.get("type") == "text" and type(first.get("text")) is str:
+            shape = SHAPE_TEXT_AND_CALL
+    return -(-chars // 4), units, shape
 
 
 def measure(message: Message) -> tuple[int, int]:
@@ -497,6 +551,15 @@ def measure(message: Message) -> tuple[int, int]:
 
     The context measures every message it takes in; for the usual shapes one walk over the
     blocks gives both numbers.
+    """
+    estimate, units, _ = measure_shaped(message)
+    return estimate, units
+
+
+def measure_shaped(message: Message) -> tuple[int, int, int]:
+    """:func:`measure`, and the message's shape for :func:`serialize_shaped` (``SHAPE_*``).
+
+    The shape comes from the same walk: the checks that tell it are the ones the measure makes.
     """
     role = message.get("role")
     content = message.get("content")
@@ -508,15 +571,19 @@ def measure(message: Message) -> tuple[int, int]:
         texts = _measure_texts(content)
         if texts is not None:
             units, images, ascii_only = texts
+            # One block with text in it is one text block (a string, not empty).
+            lone = units and type(content) is list and len(content) == 1
             if role == "user":
-                return -(-units // 4), len(USER_LABEL) + units if units else 0
+                shape = SHAPE_USER_TEXT if lone else SHAPE_OTHER
+                return -(-units // 4), len(USER_LABEL) + units if units else 0, shape
             estimate = -(-(units + IMAGE_CHARS * images) // 4)
             if message.get("prunedAt") is None:
                 serialized = _tool_result_units(units, ascii_only)
                 if serialized is not None:
-                    return estimate, serialized
-            return estimate, serialized_length(message)
-    return estimate_tokens(message), serialized_length(message)
+                    short = lone and ascii_only and units <= TOOL_RESULT_MAX_CHARS
+                    return estimate, serialized, SHAPE_SHORT_RESULT if short else SHAPE_OTHER
+            return estimate, serialized_length(message), SHAPE_OTHER
+    return estimate_tokens(message), serialized_length(message), SHAPE_OTHER
 
 
 def serial_step(units: int) -> int:
@@ -543,10 +610,11 @@ class MeasuredMessages(Window[Message]):
     serializes from there to the newest, keeping those pieces for the next call.
     """
 
-    __slots__ = ("sums", "start", "_late_at", "_late", "_from", "_pieces")
+    __slots__ = ("sums", "start", "shapes", "_late_at", "_late", "_from", "_pieces")
 
     sums: Sequence[int] | None
     start: int
+    shapes: Sequence[int] | None
 
     def __init__(
         self,
@@ -560,15 +628,22 @@ class MeasuredMessages(Window[Message]):
 
     @classmethod
     def window(
-        cls, items: Sequence[Message], lo: int, hi: int, sums: Sequence[int], late: Iterable[int]
+        cls,
+        items: Sequence[Message],
+        lo: int,
+        hi: int,
+        sums: Sequence[int],
+        late: Iterable[int],
+        shapes: Sequence[int] | None = None,
     ) -> MeasuredMessages:
         """Messages ``items[lo:hi]`` of a context, not copied (``items`` must only grow).
 
         ``sums`` are the context's running sums (the run starts at ``lo`` there too); ``late``
-        indexes the run.
+        indexes the run; ``shapes`` are the context's message shapes (indexed as ``items``).
         """
         run = cls.__new__(cls)
         run._setup(items, lo, hi - lo, sums, lo, late)
+        run.shapes = shapes
         return run
 
     def _setup(
@@ -583,6 +658,7 @@ class MeasuredMessages(Window[Message]):
         Window.__init__(self, items, at, length)
         self.sums = sums
         self.start = start
+        self.shapes: Sequence[int] | None = None
         self._late_at = tuple(late)
         self._late: dict[int, int] | None = None
         self._from = length  # messages [_from, len) are serialized, in _pieces
@@ -598,7 +674,11 @@ class MeasuredMessages(Window[Message]):
         """:func:`serialize_message` of messages ``[first, len)``, each made once."""
         if first < self._from:
             at = self._start
-            made = list(map(serialize_message, self._items[at + first : at + self._from]))
+            items = self._items[at + first : at + self._from]
+            if self.shapes is None:
+                made = list(map(serialize_message, items))
+            else:
+                made = serialize_shaped(items, self.shapes[at + first : at + self._from])
             made.extend(self._pieces)
             self._pieces, self._from = made, first
         return self._pieces[first - self._from :]
