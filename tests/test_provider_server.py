@@ -168,10 +168,57 @@ def test_a_chunked_body_is_read_and_recorded(provider: LocalProvider) -> None:
     )
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK")
-    assert b"connection: close" in head
     assert json.loads(body) == {"summary": "chunked"}
     assert provider.requests[0].raw == b'{"a":1}'
     assert provider.requests[0].body == {"a": 1}
+
+
+def test_a_connection_serves_request_after_request_until_the_client_closes_it(
+    provider: LocalProvider,
+) -> None:
+    """Issue 9: as real providers do; a client that reuses connections connects once."""
+    provider.push(Reply.remote("one"), Reply.remote("two"), Reply.remote("three"))
+    request = b"POST /summary HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    closing = b"POST /summary HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+    answer = raw_exchange(provider, request + request + closing + request)
+    heads_and_bodies = answer.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert len(heads_and_bodies) == 3  # the request after "connection: close" is not read
+    assert [b"connection: keep-alive" in part for part in heads_and_bodies] == [True, True, False]
+    assert b"connection: close" in heads_and_bodies[2]
+    assert [r.body for r in provider.requests] == [{}, {}, {}]
+
+
+@pytest.mark.parametrize(
+    ("version", "connection", "kept"),
+    [
+        (b"HTTP/1.1", b"", True),
+        (b"HTTP/1.1", b"Connection: Keep-Alive, Close\r\n", False),
+        (b"HTTP/1.0", b"", False),
+        (b"HTTP/1.0", b"Connection: keep-alive\r\n", True),
+    ],
+)
+def test_keep_alive_follows_the_request(
+    provider: LocalProvider, version: bytes, connection: bytes, kept: bool
+) -> None:
+    provider.push(Reply.remote("one"), Reply.remote("two"))
+    request = b"POST /s " + version + b"\r\n" + connection + b"Content-Length: 2\r\n\r\n{}"
+    answer = raw_exchange(provider, request + request)
+    assert answer.count(b"HTTP/1.1 200 OK") == (2 if kept else 1)
+    expected = b"connection: keep-alive" if kept else b"connection: close"
+    assert expected in answer
+
+
+def test_an_idle_connection_is_closed_when_the_provider_stops() -> None:
+    import socket
+
+    with LocalProvider((Reply.remote("one"),)) as provider:
+        port = int(provider.url.rsplit(":", 1)[1])
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(b"POST /s HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 OK")
+    with sock:
+        assert sock.recv(65536) == b""  # closed by the provider, not by the client
 
 
 def test_only_post_is_answered(provider: LocalProvider) -> None:

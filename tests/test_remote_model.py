@@ -40,8 +40,8 @@ def remote(provider: LocalProvider) -> RemoteSummaryModel:
 
 async def test_posts_system_prompt_and_prompt(provider: LocalProvider) -> None:
     provider.push(Reply.remote("the summary", shortSummary="ignored"))
-    model = remote(provider)
-    response = await model.complete(REQUEST)
+    async with remote(provider) as model:
+        response = await model.complete(REQUEST)
     assert (response.text, response.stop_reason, response.provider) == (
         "the summary",
         "stop",
@@ -74,7 +74,8 @@ async def test_non_2xx(
 ) -> None:
     provider.push(reply)
     with pytest.raises(ModelError) as caught:
-        await remote(provider).complete(REQUEST)
+        async with remote(provider) as model:
+            await model.complete(REQUEST)
     assert str(caught.value) == f"Remote compaction failed {message}"
     assert (caught.value.kind, caught.value.retry_after) == (kind, retry_after)
     assert caught.value.status == reply.status
@@ -94,7 +95,8 @@ async def test_non_2xx(
 async def test_missing_summary(provider: LocalProvider, reply: Reply) -> None:
     provider.push(reply)
     with pytest.raises(ModelError, match=f"^{MISSING_SUMMARY}$") as caught:
-        await remote(provider).complete(REQUEST)
+        async with remote(provider) as model:
+            await model.complete(REQUEST)
     assert caught.value.kind == "fatal"
 
 
@@ -280,3 +282,33 @@ async def test_the_route_ignores_the_proxy_variables(
     async with remote(provider) as model:
         assert (await model.complete(REQUEST)).text == "direct"
     assert provider.requests[0].path == "/summary"
+
+
+async def test_the_body_is_compact_utf8_json_as_the_standard_library_writes_it(
+    provider: LocalProvider,
+) -> None:
+    """Encoded with msgspec since issue 9: the same bytes as ``json.dumps`` compact, UTF-8."""
+    import json
+
+    text = 'é\u2028\x00\x1f\x7f"\\/ 😀\n\t'
+    request = ModelRequest(
+        purpose="history",
+        system=text,
+        messages=({"role": "user", "content": text},),
+        max_tokens=100,
+    )
+    provider.push(Reply.remote("ok"))
+    async with remote(provider) as model:
+        assert (await model.complete(request)).text == "ok"
+        body = {"systemPrompt": request.system, "prompt": request.prompt}
+        expected = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        assert provider.requests[0].raw == expected
+        lone = ModelRequest(
+            purpose="history",
+            system="\ud800",
+            messages=({"role": "user", "content": "x"},),
+            max_tokens=100,
+        )
+        with pytest.raises(UnicodeEncodeError):  # as json.dumps(...).encode() refused it
+            await model.complete(lone)
+    assert len(provider.requests) == 1

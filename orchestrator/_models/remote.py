@@ -36,7 +36,7 @@ from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     import aiohttp
     import httpx
@@ -82,10 +82,9 @@ class RemoteSummaryModel:
                 missing summary`` when the body has no string ``summary``, or the classified
                 transport error.
         """
+        client = self._shared_client()
         body = {"systemPrompt": request.system, "prompt": request.prompt}
-        # httpx's encoding of ``json=``, byte for byte, whichever library sends it.
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        answer = await self._shared_client().post(self._url, content.encode())
+        answer = await client.post(self._url, client.encode(body))
         status = answer.status
         if not 200 <= status < 300:
             transient = status == 429 or status >= 500
@@ -150,6 +149,8 @@ class _Client(Protocol):
     @property
     def is_closed(self) -> bool: ...
 
+    def encode(self, body: dict[str, str]) -> bytes: ...
+
     async def post(self, url: str, body: bytes) -> _Answer: ...
 
     async def aclose(self) -> None: ...
@@ -158,12 +159,24 @@ class _Client(Protocol):
 _HEADERS = {"content-type": "application/json"}
 
 
+def _json_encoder() -> Callable[[dict[str, str]], bytes]:
+    """The request body's encoder, at half the standard library's cost per body (issue 9).
+
+    It writes httpx's encoding of ``json=`` byte for byte: compact, UTF-8, a lone surrogate
+    refused with ``UnicodeEncodeError``.
+    """
+    import msgspec
+
+    return msgspec.json.Encoder().encode
+
+
 class _AiohttpClient:
     """The route on asyncio: one aiohttp session, its connector without a cap."""
 
     def __init__(self, timeout: float) -> None:
         import aiohttp
 
+        self.encode = _json_encoder()
         self._errors = (aiohttp.ClientError, TimeoutError)
         # Failures of the connection itself: httpx's NetworkError and TimeoutException, which
         # the classifier already knows as transient.
@@ -223,6 +236,7 @@ class _HttpxClient:
     def __init__(self, timeout: float) -> None:
         import httpx
 
+        self.encode = _json_encoder()
         self.client = httpx.AsyncClient(timeout=timeout, transport=_pools())
 
     @property
