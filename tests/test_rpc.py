@@ -841,3 +841,70 @@ async def test_a_listener_that_raises_does_not_break_the_session(
     assert (await client.call("session.compress", session_id=sid))["compacted"] is True
     assert "compaction_update" in client.event_types()  # later listeners still got them
     assert "event listener failed: RuntimeError('listener bug')" in capsys.readouterr().err
+
+
+async def test_line_listeners_get_each_event_encoded_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 9: one encoding per event, however many connections receive it."""
+    from orchestrator._rpc.protocol import Peer, encode
+
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    peers = [Peer(), Peer(), Peer()]
+    peers[0].topics.add(sid)
+    peers[1].topics.add(sid)  # peers[2] did not open the session: it hears nothing
+    lines: list[list[str]] = [[], [], []]
+
+    def broken(line: str) -> None:
+        raise RuntimeError("line listener bug")
+
+    client.hub.listen_lines(broken, peers[0])
+    stops = [client.hub.listen_lines(lines[i].append, peers[i]) for i in range(3)]
+    client.hub.runtime(sid).events.emit("message", n=1, text="é\ud800")
+    (first,), (second,), third = lines
+    assert first is second  # the same string: encoded once
+    assert third == []
+    assert first == encode(client.events[-1])
+    assert "\\ud800" in first  # a lone surrogate escaped, as every line the server sends
+    assert "event listener failed: RuntimeError('line listener bug')" in capsys.readouterr().err
+    stops[0]()
+    client.hub.runtime(sid).events.emit("message", n=2, text="x")
+    assert (len(lines[0]), len(lines[1])) == (1, 2)
+
+
+async def test_an_open_path_finds_its_session_until_the_last_holding_it_closes(
+    tmp_path: Path,
+) -> None:
+    from orchestrator._runtime.session import AgentSession
+
+    client = file_client(tmp_path)
+    first = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    copies = {}
+    for name in ("b", "c", "d"):
+        lines = EXAMPLE.read_text().splitlines()
+        header = json.loads(lines[0])
+        header["id"] = f"session-{name}"
+        copies[name] = tmp_path / f"{name}.jsonl"
+        copies[name].write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    await client.call("session.open", path="d.jsonl")  # another path, open meanwhile
+    # More open sessions under the same path (the hub's add() takes any path it is given).
+    b, c = (
+        client.hub.add(
+            AgentSession.open(copies[name], owner="test"), str(tmp_path / "example.jsonl")
+        )
+        for name in ("b", "c")
+    )
+
+    async def opened() -> str:
+        answer = await client.call("session.open", path="example.jsonl")
+        return str(answer["session_id"])
+
+    assert await opened() == first  # the first one opened from it
+    await client.call("session.close", session_id=b)
+    assert await opened() == first
+    await client.call("session.close", session_id=first)
+    assert await opened() == c  # then the next still holding the path
+    await client.call("session.close", session_id=c)
+    assert await opened() == first  # then the file itself, opened anew
+    client.hub.close_all()

@@ -31,6 +31,7 @@ from orchestrator._rpc.protocol import (
     Params,
     Peer,
     RpcError,
+    encode,
     notification,
     one_line,
 )
@@ -53,6 +54,8 @@ SERVER_OWNER = "orchestrator serve"
 """How the server names itself in the lock of the sessions it owns (D27)."""
 
 Listener = Callable[[dict[str, Any]], None]
+LineListener = Callable[[str], None]
+"""Receives each notification already encoded as one line of JSON (no newline)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,7 +145,11 @@ class SessionHub:
     def __init__(self, options: RuntimeOptions | None = None) -> None:
         self.options = options or RuntimeOptions()
         self._slots: dict[str, _Slot] = {}
-        self._listeners: list[tuple[Listener, Peer | None]] = []
+        # The session id open from each path: opening 1,000 sessions compared every new path
+        # with every open one (half a million comparisons, issue 9).
+        self._paths: dict[str, str] = {}
+        # (listener, peer, whether it takes the encoded line)
+        self._listeners: list[tuple[Callable[[Any], None], Peer | None, bool]] = []
 
     # -- registry ------------------------------------------------------------------------------
 
@@ -154,16 +161,34 @@ class SessionHub:
             peer: The connection listening: it then receives only the events of the sessions in
                 its ``topics``. ``None``: every event (an in-process listener).
         """
-        entry = (listener, peer)
+        return self._listen(listener, peer, encoded=False)
+
+    def listen_lines(self, listener: LineListener, peer: Peer | None = None) -> Callable[[], None]:
+        """Like :meth:`listen`, each notification encoded (:func:`encode`) as one line.
+
+        The line is encoded once per event, however many connections receive it.
+        """
+        return self._listen(listener, peer, encoded=True)
+
+    def _listen(
+        self, listener: Callable[[Any], None], peer: Peer | None, *, encoded: bool
+    ) -> Callable[[], None]:
+        entry = (listener, peer, encoded)
         self._listeners.append(entry)
         return lambda: self._listeners.remove(entry)
 
     def _publish(self, session_id: str, message: dict[str, Any]) -> None:
-        for listener, peer in list(self._listeners):
+        line: str | None = None
+        for listener, peer, encoded in list(self._listeners):
             if peer is not None and session_id not in peer.topics:
                 continue
             try:
-                listener(message)
+                if not encoded:
+                    listener(message)
+                    continue
+                if line is None:
+                    line = encode(message)
+                listener(line)
             except Exception as exc:  # noqa: BLE001 - one bad listener must not break a session
                 print(f"orchestrator: event listener failed: {exc!r}", file=sys.stderr)
 
@@ -185,9 +210,11 @@ class SessionHub:
                 payload = {"session_id": session_id, "event": event.as_json()}
                 self._publish(session_id, notification(EVENT_METHOD, payload))
 
-        self._slots[session_id] = _Slot(
+        slot = _Slot(
             runtime, path or runtime.session.store.location, runtime.events.subscribe(forward)
         )
+        self._slots[session_id] = slot
+        self._paths.setdefault(slot.path, session_id)
         return session_id
 
     def session_ids(self) -> set[str]:
@@ -212,9 +239,9 @@ class SessionHub:
             SessionError: the file is not a session.
         """
         resolved = self._resolve(path)
-        for slot in self._slots.values():
-            if slot.path == str(resolved):
-                return slot
+        open_id = self._paths.get(str(resolved))
+        if open_id is not None:
+            return self._slots[open_id]
         try:
             if not create and not resolved.is_file():
                 raise RpcError(INVALID_PARAMS, f"{path}: no such session file")
@@ -263,10 +290,17 @@ class SessionHub:
 
     def _close(self, session_id: str) -> None:
         slot = self._slots.pop(session_id)
+        if self._paths.get(slot.path) == session_id:
+            del self._paths[slot.path]
+            # Another open session with the same path (a fork's store reporting it) takes over.
+            for other_id, other in self._slots.items():
+                if other.path == slot.path:
+                    self._paths[slot.path] = other_id
+                    break
         slot.unsubscribe()
         slot.runtime.close()
         POLICY.released()  # its cycles, if frozen, are collected at the next full collection
-        for _, peer in self._listeners:
+        for _, peer, _ in self._listeners:
             if peer is not None:
                 peer.topics.discard(session_id)
 
