@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from orchestrator._core.errors import SessionError, TransitionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
+from orchestrator._runtime.disk import drain_background
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.journal import (
     Journal,
@@ -376,11 +377,21 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
         seen.append((Path(name).name, on_loop, last, committed))
         real(fd)
 
+    opened: list[tuple[str, bool]] = []
+    real_open = os.open
+
+    def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_APPEND:  # opened for writing: the journal, the session file
+            opened.append((Path(path).name, threading.get_ident() == loop_thread))
+        return real_open(path, flags, *args, **kwargs)
+
     monkeypatch.setattr(os, "fsync", fsync)
     runtime = AgentSession.open(example, owner="test")
+    monkeypatch.setattr(os, "open", open_)
     try:
         outcome = await runtime.compact()
     finally:
+        drain_background()  # the final fsync is not waited for by the operation
         runtime.close()
     assert outcome.status == "committed"
     records = [r for r in Journal.open(example).records() if r.machine == "operation"]
@@ -388,8 +399,16 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
     journal_syncs = [(last, done) for name, _, last, done in seen if name.endswith(".journal")]
     # Durable before the commit is written, and once more at the end: two, not one per step.
     assert journal_syncs == [("committing", False), ("committed", True)]
-    assert {"session.jsonl", "session.jsonl.journal"} <= {name for name, _, _, _ in seen}
+    # The commit's own fsync comes between them, after the journal said which entry it writes.
+    files = [name for name, _, _, _ in seen if name.startswith("session.")]  # not the folder
+    assert files == [
+        "session.jsonl.journal",
+        "session.jsonl",
+        "session.jsonl.journal",
+    ]
     assert [name for name, on_loop, _, _ in seen if on_loop] == []  # the commit's too
+    # The journal is created, and the session file opened for appending, off the loop too.
+    assert sorted(opened) == [("session.jsonl", False), ("session.jsonl.journal", False)]
 
 
 @pytest.mark.anyio
@@ -397,7 +416,8 @@ async def test_planning_goes_to_a_worker_thread_only_to_build_the_context(
     example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 9: with the live context a plan is O(kept), cheaper than the hop to a thread and
-    back, so it runs on the loop; the first context build (O(entries)) runs in a thread."""
+    back, so it runs on the loop; a context build (O(entries)) runs in a thread. Opening
+    builds the context; moving the leaf makes the next plan build one."""
     from orchestrator._core.compaction_plan import plan_compaction
 
     loop_thread = threading.get_ident()
@@ -410,13 +430,18 @@ async def test_planning_goes_to_a_worker_thread_only_to_build_the_context(
     monkeypatch.setattr("orchestrator._runtime.jobs.plan_compaction", plan)
     runtime = AgentSession.open(example, owner="test")
     try:
+        assert runtime.session.context_is_live  # built at open
+        await runtime.compact(dry_run=True)  # the live context: planned on the loop
+        leaf = runtime.session.leaf_id
+        assert leaf is not None
+        runtime.session.tree.branch(runtime.session.tree.get(leaf)["parentId"])
         assert not runtime.session.context_is_live
         await runtime.compact(dry_run=True)  # the context is built in a worker thread
         assert runtime.session.context_is_live
-        await runtime.compact(dry_run=True)  # the live context: planned on the loop
+        await runtime.compact(dry_run=True)  # live again: on the loop
     finally:
         runtime.close()
-    assert planned_on_loop == [False, True]
+    assert planned_on_loop == [True, False, True]
 
 
 def open_journals() -> list[str]:
@@ -441,6 +466,7 @@ async def test_the_journal_file_stays_open_between_records_until_the_session_clo
     runtime = AgentSession.open(example, owner="test")
     try:
         await runtime.compact()
+        drain_background()  # the final fsync opens the journal for itself, in its own thread
         assert [name for name in open_journals() if name == mine] == [mine]
     finally:
         runtime.close()

@@ -23,8 +23,9 @@ Each step is journaled, traced and announced. Entering ``committing`` fixes the 
 and journals its id first, so a process killed mid-commit reopens to a settled operation:
 ``committed`` if that id is in the file, ``failed`` otherwise. Every record is written at once;
 the journal is made durable (fsynced, D24) on entering ``committing``, before the commit is
-written, and on reaching a final state, in a worker thread, as is the commit's own fsync: the
-event loop never waits for the disk (issue 9).
+written: for a compaction in the same worker-thread call as the append and its fsync. On
+reaching a final state the journal's fsync goes to a background thread unwaited
+(:mod:`~orchestrator._runtime.disk`): the event loop never waits for the disk (issue 9).
 
 Cancelling (:meth:`OperationRun.cancel`) records the request and fires ``cancel`` through the
 table; the row's ``stop_work`` ends the model call or wait in flight (D22). A refused step raises
@@ -44,8 +45,10 @@ from orchestrator._core.errors import ConflictError, ModelError, OrchestratorErr
 from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.admission import Slot
+from orchestrator._runtime.disk import off_loop, sync_later
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
-from orchestrator._runtime.jobs import BranchJob, PruneJob, Start
+from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
 from orchestrator._runtime.outcomes import (
     COMMIT_EVENTS,
     HOOK_EVENTS,
@@ -58,7 +61,7 @@ from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome
 from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
-from orchestrator._store.memory import MemoryStore
+from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
 
 _STATUS = {
@@ -171,12 +174,17 @@ class OperationRun:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    async def run(self) -> OperationOutcome:
+    async def run(self, slot: Slot | None = None) -> OperationOutcome:
         """Run the operation to a final state and say how it ended.
+
+        Args:
+            slot: The start slot the operation holds, given back when it first waits
+                (:mod:`~orchestrator._runtime.admission`).
 
         Raises:
             TransitionError: The table refused a step (a bug, not a model failure).
         """
+        self._slot = slot
         start = self.job.start()
         self._reason = start.data.get("reason")
         with self.ports.tracer.operation_span(self.kind, self.id, self.job.reason) as span:
@@ -213,12 +221,14 @@ class OperationRun:
     ) -> None:
         while event is not None:
             taken = self.machine.step(event, facts, self._annotate(event, facts, data))
-            if self._unsynced:
+            if self._unsynced and not self._commits_in_thread(taken):
                 await self._sync_journal()
             self._report_attempt(taken)
             event = None
             for name in taken.effects:
                 if group is not None and self._awaits(name):
+                    if self._slot is not None:
+                        self._slot.release()  # waiting now: let the next operation start
                     report = await self.machine.in_flight(group, self.effects[name])
                 else:
                     report = await self.machine.perform(name)
@@ -362,25 +372,36 @@ class OperationRun:
         self._drop_early()
         await self.machine.stop_in_flight()
 
+    def _commits_in_thread(self, taken: Step) -> bool:
+        # A compaction's commit makes the journal durable itself, in the same worker-thread
+        # call as the append (see _append_entry): one hop, not two.
+        return (
+            "append_entry" in taken.effects
+            and isinstance(self.job, CompactionJob)
+            and not self.dry_run
+            and self.ports.session is not None
+            and self._entry is not None
+        )
+
     async def _append_entry(self) -> Report:
-        session = self.ports.session
-        if self.dry_run or session is None or self._entry is None:
+        session, entry = self.ports.session, self._entry
+        if self.dry_run or session is None or entry is None:
             return Report(outcome="ok")
         try:
-            self.job.append(session, self._entry, self._expect, flush=False)
-            # Written; durable once flushed. The fsync runs in a worker thread while the loop
-            # goes on; nothing else changes this session until the commit has reported.
-            if isinstance(session.store, MemoryStore):
-                session.flush()  # nothing to wait for
+            if isinstance(self.job, CompactionJob):
+                await self._write_in_thread(session, entry)
             else:
-                await anyio.to_thread.run_sync(session.flush)
+                self.job.append(session, entry, self._expect, flush=False)
+                # Written; durable once flushed. The fsync runs in a worker thread while the
+                # loop goes on; nothing else changes this session until the commit reported.
+                await off_loop(session, session.flush)
         except ConflictError as error:
             self._commit_error = f"{error}; nothing was applied"
             return Report(outcome="conflict", error=self._commit_error)
         except (OrchestratorError, OSError) as error:
             self._commit_error = str(error) or type(error).__name__
             return Report(outcome="failed", error=self._commit_error)
-        return Report(outcome="ok", data={"entryId": self._entry["id"]})
+        return Report(outcome="ok", data={"entryId": entry["id"]})
 
     async def _rewrite_entries(self) -> Report:
         ids = [e["id"] for e in self._pruned]
@@ -395,6 +416,25 @@ class OperationRun:
             self._commit_error = str(error) or type(error).__name__
             return Report(outcome="failed", error=self._commit_error)
         return Report(outcome="ok", data={"entryIds": ids})
+
+    async def _write_in_thread(self, session: Session, entry: Entry) -> None:
+        # In one worker-thread call, in this order: the journal's record of the entry's id made
+        # durable (D24), the entry appended, the append fsynced. The event loop goes on with
+        # other sessions meanwhile; nothing else writes this session until the commit reports,
+        # and the tree and the live context take the entry back on the loop, once written.
+        journal = self.ports.journal if self._unsynced else None
+        self._unsynced = False
+        expect = self._expect
+
+        def commit() -> None:
+            if journal is not None:
+                journal.sync()
+            session.write_entry(entry, expect=expect)
+
+        session.check_new(entry)
+        with anyio.CancelScope(shield=True):  # committing takes no cancel (the table says so)
+            await off_loop(session, commit)
+        session.adopt(entry)
 
     async def _rebuild_context(self) -> None:
         if self.ports.session is not None and not self.dry_run:
@@ -430,7 +470,10 @@ class OperationRun:
             # Every step is in the file before anyone hears of it; only the phases settling
             # needs are made durable, by _sync_journal before the step's effects (D24, issue 9).
             journal.record(step, operation_id=self.id, kind=self.kind, data=kept, durable=False)
-            self._unsynced = step.dest == "committing" or self.machine.done
+            self._unsynced = step.dest == "committing"
+            if self.machine.done:
+                # Made durable without waiting: a crash before it settles the same way (disk.py).
+                sync_later(journal)
         self.ports.observe(step)
         if self.machine.done:
             self._update(_STATUS[self.state])
@@ -518,6 +561,7 @@ class OperationRun:
 
     _commit_error: str | None = None
     _unsynced = False
+    _slot: Slot | None = None
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:

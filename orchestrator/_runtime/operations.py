@@ -23,6 +23,7 @@ from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError
 from orchestrator._core.tokens import CompactionSettings
+from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
 from orchestrator._runtime.operation import OperationRun
 from orchestrator._runtime.ports import Ports
@@ -60,11 +61,12 @@ class OperationRunner:
         if self.current is not None:
             self.current.cancel()
 
-    async def _run(self, run: OperationRun) -> OperationOutcome:
+    async def _run(self, run: OperationRun, slot: Slot) -> OperationOutcome:
         self.current = run
         try:
-            return await run.run()
+            return await run.run(slot)
         finally:
+            slot.release()
             self.current = None
 
     async def compaction(
@@ -82,6 +84,7 @@ class OperationRunner:
             CompactionJob, self.ports, routes, reason=reason, settings=self.settings, focus=focus
         )
         session = self.ports.session
+        slot = await start_slot()  # held until the operation first waits (admission.py)
         if session is None or isinstance(session.store, MemoryStore) or session.context_is_live:
             # With the live context, planning reads its index: O(kept), under a millisecond
             # at 100k entries, less than the hop to a worker thread and back (issue 9).
@@ -93,13 +96,15 @@ class OperationRunner:
             # arriving meanwhile is seen by the operation's first step, as on the loop.
             with anyio.CancelScope(shield=True):
                 job = await anyio.to_thread.run_sync(plan, limiter=_planner())
-        return await self._run(OperationRun(self.ports, job, routes=routes, dry_run=dry_run))
+        run = OperationRun(self.ports, job, routes=routes, dry_run=dry_run)
+        return await self._run(run, slot)
 
     async def prune(self) -> OperationOutcome:
         """Prune old tool outputs (D23) as one journaled operation; no model is called."""
         assert self.ports.session is not None
+        slot = await start_slot()
         job = PruneJob(self.ports.session)
-        return await self._run(OperationRun(self.ports, job, routes=self.ports.routes))
+        return await self._run(OperationRun(self.ports, job, routes=self.ports.routes), slot)
 
     async def branch_summary(
         self,
@@ -112,6 +117,7 @@ class OperationRunner:
     ) -> OperationOutcome:
         """Summarize an abandoned branch and attach the summary at the new position (D17)."""
         routes = self.routes_for("navigation")
+        slot = await start_slot()
         job = BranchJob(
             routes,
             plan,
@@ -120,7 +126,7 @@ class OperationRunner:
             instructions=instructions,
             replace_instructions=replace_instructions,
         )
-        return await self._run(OperationRun(self.ports, job, routes=routes))
+        return await self._run(OperationRun(self.ports, job, routes=routes), slot)
 
 
 _PLANNER: RunVar[anyio.CapacityLimiter] = RunVar("orchestrator_planner")

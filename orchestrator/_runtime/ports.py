@@ -10,7 +10,7 @@ Tests instrument exactly these to check that nothing happens outside the table.
 from __future__ import annotations
 
 import dataclasses
-import uuid
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +32,8 @@ from orchestrator._telemetry.tracing import LifecycleTracer
 
 
 def random_operation_id() -> str:
-    """Twelve random hex digits."""
-    return uuid.uuid4().hex[:12]
+    """Twelve random hex digits (no system call: see ``_store.session._random_hex``)."""
+    return f"{random.getrandbits(48):012x}"
 
 
 def default_routes(agent: Agent | None, settings: RuntimeSettings) -> SummaryRoutes:

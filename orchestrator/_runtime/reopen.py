@@ -38,7 +38,7 @@ def open_runtime(
     random_hex: Callable[[], str] | None,
     **kwargs: Any,
 ) -> R:
-    """Open a session file as ``owner``, build its runtime with its journal, then settle.
+    """Open a session file as ``owner``: its runtime and journal, settled, with its context built.
 
     The lock is taken before anything is read (D27), so settling runs with no other owner.
 
@@ -54,6 +54,9 @@ def open_runtime(
         runtime = build(session, journal=journal, **kwargs)
         runtime.owner = owner
         runtime.settlements = settle_on_open(runtime.ports, journal)
+        # The model's view, built once now: every turn and compaction starts from it, and a
+        # compaction then plans in O(kept entries) on the event loop (issue 9).
+        session.context()
     except BaseException:
         session.close()
         raise

@@ -47,6 +47,7 @@ from anyio.abc import TaskGroup
 from orchestrator._core.errors import Cancelled, SessionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.disk import ready_to_write
 from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
 from orchestrator._runtime.operations import OperationRunner, raise_for
 from orchestrator._runtime.outcomes import turn_event
@@ -216,6 +217,8 @@ class TurnDriver:
             self.agent_side.prompt = prompt
             self._turns += 1
             session = self.session()
+            # Once per session: its journal and file opened in a worker thread (disk.py).
+            await ready_to_write(session, self.ports.journal)
             try:
                 with self.ports.tracer.turn_span(session.session_id, self._turns):
                     await self._drive(event)

@@ -192,6 +192,11 @@ class _Sink(Protocol):
 
     def sync(self) -> None: ...
 
+    @property
+    def is_open(self) -> bool: ...
+
+    def open(self) -> object: ...
+
 
 class _FileSink:
     """The journal file, opened at the first append and kept open until :meth:`close`.
@@ -217,7 +222,12 @@ class _FileSink:
     def read(self) -> bytes:
         return read_side_file(self.path, "read the journal") or b""
 
-    def append(self, line: bytes, *, durable: bool) -> None:
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def open(self) -> int:
+        """Open (or create) the file for appending, once; the descriptor."""
         fd = self._fd
         if fd is None:
             # Never through a symbolic link: the journal stays beside its session (issue 8).
@@ -225,6 +235,10 @@ class _FileSink:
             fd = self._fd = open_side_file(self.path, flags, "write the journal")
             # Closed with the sink if nobody closes it (a journal is not always closed).
             self._closer = weakref.finalize(self, os.close, fd)
+        return fd
+
+    def append(self, line: bytes, *, durable: bool) -> None:
+        fd = self.open()
         size = os.fstat(fd).st_size
         if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line  # keep a torn line apart from this record
@@ -292,6 +306,11 @@ class _MemorySink:
     def sync(self) -> None:
         pass  # nothing in memory is durable, nor claims to be
 
+    is_open = True
+
+    def open(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -356,6 +375,24 @@ class Journal:
     def exists(self) -> bool:
         """Whether anything has been journaled (for files: the file exists)."""
         return self._sink.exists()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a record is one write: the file is open (always true in memory)."""
+        return self._sink.is_open
+
+    def open_file(self) -> None:
+        """Open the journal file for appending now (created if missing), not at the next record.
+
+        Creating a file can wait for the file system's own journal while other sessions
+        fsync; the runtime calls this from a worker thread before a turn's first record, so
+        the event loop does not wait there (issue 9).
+
+        Raises:
+            SessionError: The journal is a symbolic link, not a regular file, or cannot be
+                created.
+        """
+        self._sink.open()
 
     def record(
         self,

@@ -179,6 +179,23 @@ class JsonlStore:
         """Whether this store holds the writer lock."""
         return self._owner_lock.held
 
+    @property
+    def writer_open(self) -> bool:
+        """Whether the file is open for appending (an append is then one ``write``)."""
+        return self._fd is not None
+
+    def open_writer(self) -> None:
+        """Take the writer lock and open the file for appending now, not at the next write.
+
+        Opening reads what the file holds when it changed since it was loaded; the runtime
+        calls this from a worker thread so the event loop does not wait for it (issue 9).
+
+        Raises:
+            SessionLockedError: Another store or process is writing this file.
+            SessionError: The file cannot be opened for writing.
+        """
+        self._writer()
+
     def exists(self) -> bool:
         """True when the file exists and is not empty."""
         try:

@@ -88,6 +88,12 @@ class PostgresJournalSink:
     def _fail(self, doing: str, exc: psycopg.Error) -> SessionError:
         return SessionError(f"{self.location}: cannot {doing}: {first_line(exc)}")
 
+    # A record is one insert on a pooled connection: there is no file to open first.
+    is_open = True
+
+    def open(self) -> None:
+        pass
+
     def exists(self) -> bool:
         """Whether any record was written."""
         with self._connection() as conn:

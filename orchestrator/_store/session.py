@@ -19,6 +19,7 @@ another program appended in between.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,9 +56,11 @@ def wall_clock_ms() -> int:
 
 
 def _random_hex() -> str:
-    import uuid  # here, not at the top: reading a session never needs it
-
-    return uuid.uuid4().hex
+    # Ids need to be unique in their session (new_entry_id retries on a clash), not secret:
+    # the random module's generator (seeded from the system's randomness at import, reseeded
+    # in a forked child) costs no system call, where uuid4 reads /dev/urandom each time and
+    # gives the GIL away meanwhile (issue 9).
+    return f"{random.getrandbits(128):032x}"
 
 
 def _new_session_id() -> str:
@@ -371,10 +374,62 @@ class Session:
         return self.add_entry(self.new_entry(kind, fields, parent_id=parent_id), expect=expect)
 
     def _add(self, entry: Entry, expect: Tail | None) -> None:
-        if entry.get("id") in self.tree.by_id:
-            raise SessionError(f"Entry id {entry.get('id')} is already in the session")
+        self.check_new(entry)
         # Write first: a refused conditional write must leave the tree as it was.
         self._persist(entry, expect)
+        self.adopt(entry)
+
+    @property
+    def ready_to_write(self) -> bool:
+        """Whether a write needs no opening first, or must not be prepared for.
+
+        True when the store is open for writing (or has no such notion), and for a reader: a
+        session opened without an owner takes the writer lock at its first write, not before
+        (a dry run never writes, and must work while another process owns the file, D27).
+        """
+        if not getattr(self.store, "owned", False):
+            return True
+        return bool(getattr(self.store, "writer_open", True))
+
+    def open_writer(self) -> None:
+        """Open the store for writing now, when it opens at its first write (a file does).
+
+        Raises:
+            SessionLockedError: another process writes the store.
+            SessionError: the store cannot be opened for writing.
+        """
+        opener = getattr(self.store, "open_writer", None)
+        if opener is not None:
+            opener()
+
+    # The three halves of add_entry, for a caller that writes in a worker thread: check and
+    # adopt touch the tree and the context (the event loop's), write_entry only the store.
+
+    def check_new(self, entry: Entry) -> None:
+        """Refuse an entry whose id the session already holds (nothing is written).
+
+        Raises:
+            SessionError: the id is already used.
+        """
+        if entry.get("id") in self.tree.by_id:
+            raise SessionError(f"Entry id {entry.get('id')} is already in the session")
+
+    def write_entry(self, entry: Entry, *, expect: Tail | None = None) -> None:
+        """Write an entry checked by :meth:`check_new` to the store and make it durable.
+
+        Only the store and the tail change: run it in a worker thread while nothing else writes
+        this session, then :meth:`adopt` the entry on the thread that owns the session.
+
+        Raises:
+            ConflictError: the store no longer ends at ``expect``; nothing was written.
+            SessionError: the store refused the write.
+            OSError: the disk failed.
+        """
+        self._persist(entry, expect)
+        self.flush()
+
+    def adopt(self, entry: Entry) -> None:
+        """Make an entry the store holds the leaf, in the tree and the live context."""
         follows_builder = (
             self._builder is not None
             and self._builder_leaf == self.tree.leaf_id

@@ -1,0 +1,120 @@
+"""Disk work the event loop does not wait for (issue 9).
+
+On a file system with a journal of its own (ext4), creating a file, or the first write that
+extends one, can wait for a commit of that journal which another thread's fsync started. A
+server compacting many sessions at once fsyncs all the time, and a journal file created on the
+event loop then stalls every session for up to a millisecond. So:
+
+* before a turn's first record, the session's journal and its store are opened for writing in a
+  worker thread (:func:`ready_to_write`); they stay open until the session closes, so this costs
+  one hop per session, and a record is then one ``write`` on an open descriptor;
+* an operation's commit (the journal's fsync on entering ``committing``, the append, the
+  append's fsync, in that order) is one worker-thread call (:func:`off_loop`);
+* the journal's fsync on reaching a final state goes to a background thread and is not waited
+  for (:func:`sync_later`). Nothing depends on it: a crash before it leaves the journal at
+  ``committing``, and reopening settles the operation from the file, to the same end (D24).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio
+
+from orchestrator._store.journal import Journal
+from orchestrator._store.memory import MemoryStore
+from orchestrator._store.session import Session
+
+T = TypeVar("T")
+
+_log = logging.getLogger("orchestrator")
+
+
+async def ready_to_write(session: Session | None, journal: Journal | None) -> None:
+    """Open the journal and the session's store for writing, in a worker thread, if not open.
+
+    Raises:
+        SessionError: Either cannot be opened (a symbolic link, permissions, a lock).
+    """
+    journal_closed = journal is not None and not journal.is_open
+    store_closed = session is not None and not session.ready_to_write
+    if not (journal_closed or store_closed):
+        return
+
+    def open_both() -> None:
+        if journal_closed and journal is not None:
+            journal.open_file()
+        if store_closed and session is not None:
+            session.open_writer()
+
+    await anyio.to_thread.run_sync(open_both)
+
+
+async def off_loop(session: Session, work: Callable[[], T]) -> T:
+    """Run ``work`` in a worker thread, or at once for a session kept in memory."""
+    if isinstance(session.store, MemoryStore):
+        return work()  # nothing to wait for
+    return await anyio.to_thread.run_sync(work)
+
+
+class _Background:
+    """One daemon thread running the fsyncs nobody waits for, in the order they were asked."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, work: Callable[[], object]) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    thread = threading.Thread(
+                        target=self._run, name="orchestrator-fsync", daemon=True
+                    )
+                    thread.start()
+                    self._thread = thread
+        self._queue.put(work)
+
+    def drain(self) -> None:
+        """Wait until what was asked so far is done (at exit too: these are for a durable end)."""
+        if self._thread is not None:
+            done = threading.Event()
+            self._queue.put(done.set)
+            done.wait(10)
+
+    def _run(self) -> None:
+        while True:
+            work = self._queue.get()
+            try:
+                work()
+            except Exception as error:  # noqa: BLE001 - nobody waits; say it and go on
+                _log.warning("a background journal fsync failed: %s", error)
+
+    def _after_fork(self) -> None:
+        # A forked child has the queue's contents but not the thread: start afresh.
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        self._lock = threading.Lock()
+
+
+_BACKGROUND = _Background()
+atexit.register(_BACKGROUND.drain)
+os.register_at_fork(after_in_child=_BACKGROUND._after_fork)
+
+
+def sync_later(journal: Journal | None) -> None:
+    """Fsync the journal in the background; a failure is logged, not raised (see above)."""
+    if journal is not None and not journal.in_memory_only:
+        _BACKGROUND.submit(journal.sync)
+
+
+def drain_background() -> None:
+    """Wait until every background fsync asked so far is done (tests, shutdown)."""
+    _BACKGROUND.drain()

@@ -1,0 +1,83 @@
+"""Issue 9: how many operations start at once on one event loop (the loop-lag bound)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from orchestrator._runtime import admission
+from orchestrator._runtime.admission import STARTS_AT_ONCE, start_slot
+from orchestrator.testing import reply
+from tests.runtime_kit import Kit, settings, summary
+
+pytestmark = pytest.mark.anyio
+
+BIG = "word " * 2000
+
+
+async def test_slots_are_taken_without_waiting_until_none_is_left() -> None:
+    slots = [await start_slot() for _ in range(STARTS_AT_ONCE)]  # none of these yields
+    order: list[int] = []
+
+    async def late(index: int) -> None:
+        slot = await start_slot()
+        order.append(index)
+        slot.release()
+
+    async with anyio.create_task_group() as group:
+        for index in range(3):
+            group.start_soon(late, index)
+            await anyio.wait_all_tasks_blocked()  # queued in this order, on either backend
+        assert order == []  # every slot is held: the late ones queue
+        slots[0].release()
+        slots[0].release()  # idempotent: a second release frees nothing more
+        await anyio.wait_all_tasks_blocked()
+        assert order == [0, 1, 2]  # first come, first served, each freeing the slot for the next
+        for slot in slots[1:]:
+            slot.release()
+
+
+async def test_many_compactions_asked_at_once_start_a_few_per_pass_of_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thousand compactions asked at once must not all plan in one pass of the event loop."""
+    monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
+    kits = [
+        Kit(
+            turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+            summaries=[summary()] * 4,
+            runtime_settings=settings(adaptive_keep=False),
+        )
+        for _ in range(12)
+    ]
+    for kit in kits:
+        await kit.runtime.prompt(BIG)
+        await kit.runtime.prompt(BIG)
+    passes = 0
+    planned_in_pass: list[int] = []
+    real_start = admission.start_slot
+
+    async def counting_start() -> admission.Slot:
+        slot = await real_start()
+        planned_in_pass.append(passes)  # what runs now, until the slot is given back, plans
+        return slot
+
+    monkeypatch.setattr("orchestrator._runtime.operations.start_slot", counting_start)
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal passes
+        while not done.is_set():
+            passes += 1  # once per pass of the loop: each sleep(0) lands in the next pass
+            await anyio.sleep(0)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticker)
+        async with anyio.create_task_group() as compactions:
+            for kit in kits:
+                compactions.start_soon(kit.runtime.compact)
+        done.set()
+    assert len(planned_in_pass) == 12
+    per_pass = {p: planned_in_pass.count(p) for p in planned_in_pass}
+    assert max(per_pass.values()) <= 3, per_pass
+    assert all(kit.entry_types()[-1] == "compaction" for kit in kits)

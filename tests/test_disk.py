@@ -1,0 +1,76 @@
+"""Issue 9: the disk work the event loop does not wait for (``orchestrator._runtime.disk``)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator._core.errors import OrchestratorError
+from orchestrator._runtime import disk
+from orchestrator._runtime.ports import random_operation_id
+from orchestrator._runtime.session import AgentSession
+from orchestrator._store.journal import Journal
+from orchestrator._store.session import _random_hex
+
+
+def test_a_background_fsync_that_fails_is_logged_and_the_next_one_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[str] = []
+
+    def failing() -> None:
+        raise OSError(5, "Input/output error")
+
+    with caplog.at_level(logging.WARNING, logger="orchestrator"):
+        disk._BACKGROUND.submit(failing)
+        disk._BACKGROUND.submit(lambda: ran.append(threading.current_thread().name))
+        disk.drain_background()
+    assert ran == ["orchestrator-fsync"]  # one thread of its own, not the event loop's
+    assert "a background journal fsync failed: [Errno 5] Input/output error" in caplog.text
+
+
+def test_draining_with_nothing_asked_returns_at_once() -> None:
+    disk.drain_background()
+    disk.sync_later(None)  # no journal: nothing to do
+    disk.sync_later(Journal.in_memory())  # nothing in memory is durable: nothing to do
+    disk.drain_background()
+
+
+@pytest.mark.anyio
+async def test_a_journal_that_cannot_be_made_durable_fails_the_commit_and_writes_nothing(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal's fsync on entering committing runs in the commit's thread call, first: if
+    it fails, the entry is not written (its id would not be durable before it, D24)."""
+    before = example.read_bytes()
+
+    def sync(self: Journal) -> None:
+        raise OSError(28, "No space left on device")
+
+    runtime = AgentSession.open(example, owner="test")
+    monkeypatch.setattr(Journal, "sync", sync)
+    try:
+        with pytest.raises(OrchestratorError, match="No space left on device"):
+            await runtime.compact()
+    finally:
+        runtime.close()
+    assert example.read_bytes() == before
+    states = [r.dest for r in Journal.open(example).records() if r.machine == "operation"]
+    assert states[-2:] == ["committing", "failed"]
+
+
+def test_ids_are_random_hex_without_a_system_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_urandom(size: int) -> bytes:
+        raise AssertionError("an id read the system's randomness")
+
+    monkeypatch.setattr("os.urandom", no_urandom)
+    ids = {_random_hex() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", value) for value in ids)
+    operations = {random_operation_id() for _ in range(1000)}
+    assert len(operations) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{12}", value) for value in operations)
