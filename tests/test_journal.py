@@ -498,7 +498,15 @@ def test_a_journal_whose_sink_cannot_close_closes_as_a_no_op() -> None:
         def sync(self) -> None:
             pass
 
-    Journal(Sink()).close()
+        is_open = True
+
+        def open(self) -> None:
+            pass
+
+    journal = Journal(Sink())
+    journal.open_file()  # nothing to open either
+    assert journal.is_open
+    journal.close()
 
 
 def test_sync_of_a_journal_not_written_yet_does_nothing_and_refuses_what_is_no_file(
