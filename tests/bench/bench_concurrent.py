@@ -16,7 +16,7 @@ sleeps ``L`` instead, which leaves out HTTP.
 The sessions are small linear pi files (``--entries``, a few hundred each, the history of
 ``bench_core.py``), written once into a temporary folder, each with its own session id.
 
-**runtime**: one process opens every session with ``AgentSession.open`` (owner, journal,
+**runtime**: one process opens every session with ``AgentSession.open`` (owner, journal, context,
 settling), then starts ``compact()`` on all of them at once. It installs the server's garbage
 collection policy (``orchestrator._runtime.gc_policy``) and settles it after opening, as
 ``orchestrator serve`` does; ``BENCH_GC_POLICY=0`` leaves the policy out.
