@@ -104,6 +104,9 @@ def _check_plan(path: list[dict[str, Any]], keep: int) -> None:
     assert role_of(path[first_kept]) != "toolResult"
     assert path[first_kept].get("type") != COMPACTION
     assert plan.kept_entry_ids == tuple(ids[first_kept:])
+    # The kept messages the plan holds are those the kept entries give (issue 9: not a walk).
+    kept = [entry_message(e) for e in path[first_kept:]]
+    assert plan.kept_messages == tuple(m for m in kept if m is not None)
     # Summarized + turn prefix + kept partition the window's messages, in order (D8).
     start = window_start(path, last_compaction_index(path))
     kept_messages = _message_ids(path[first_kept:])

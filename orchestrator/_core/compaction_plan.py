@@ -22,6 +22,7 @@ Inside the window the path splits into three consecutive parts, with nothing los
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,8 @@ from orchestrator._core.tokens import (
     should_compact,
     valid_usage,
 )
+
+_ID = operator.itemgetter("id")
 
 ALREADY_COMPACTED = "Already compacted"
 NOTHING_TO_COMPACT = "Nothing to compact (session too small)"
@@ -74,6 +77,8 @@ class CompactionPlan:
             (O(1), not copies; :class:`~orchestrator._core.window.Window`): they compare equal
             to the tuples of their items.
         kept_entry_ids: Every entry from the first kept one to the end of the path.
+        kept_messages: The context messages of those entries (a window, when planned from a
+            context: the short summary reads them, and the after-estimate counts them).
         tokens_before: Context tokens before compacting (D6: last usage + trailing estimate).
         previous_summary: The previous compaction's summary, to be updated. With a split turn
             and nothing else to summarize it must survive, not become "No prior history." (D11).
@@ -93,6 +98,7 @@ class CompactionPlan:
     messages_to_summarize: Sequence[Message] = field(repr=False)
     turn_prefix_messages: Sequence[Message] = field(repr=False)
     kept_entry_ids: tuple[str, ...] = field(repr=False)
+    kept_messages: Sequence[Message] = field(repr=False)
     tokens_before: int
     previous_summary: str | None
     previous_compaction_id: str | None
@@ -249,7 +255,10 @@ def plan_compaction(
         turn_prefix_entry_ids=window(context.entry_ids, prefix_lo, hi),
         messages_to_summarize=view.measured(context.messages, lo, history_hi),
         turn_prefix_messages=view.measured(context.messages, prefix_lo, hi),
-        kept_entry_ids=tuple(e["id"] for e in path[cut.first_kept_index :]),
+        kept_entry_ids=tuple(map(_ID, path[cut.first_kept_index :])),
+        # Every kept entry is in the context (the cut is inside the window), in path order from
+        # `hi`; the previous compaction, if kept, gives no message there either.
+        kept_messages=window(context.messages, hi, view.count),
         tokens_before=context.tokens().tokens,
         previous_summary=summary if isinstance(summary, str) else None,
         previous_compaction_id=previous["id"] if previous is not None else None,

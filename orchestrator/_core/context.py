@@ -189,11 +189,12 @@ class ContextIndex:
         pi counts ``message`` entries only, newest first; their estimates are the context's.
         """
         accumulated = 0
-        path, positions = self.path, self.positions
+        # The snapshot's own array: indexing it is a C call, not a method in Python.
+        path, positions, estimated = self.path, self.positions, _underlying(estimates)
         for k in range(self.count - 1, self.base - 1, -1):
             at = positions[k]
             if path[at].get("type") == MESSAGE:
-                accumulated += estimates[k]
+                accumulated += estimated[k]
                 if accumulated >= keep_recent_tokens:
                     return at
         return None

@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
-from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry, entry_message
+from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry
 from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
@@ -54,13 +54,13 @@ class Start:
 
 
 def kept_messages(session: Session, plan: CompactionPlan) -> tuple[dict[str, Any], ...]:
-    """The messages a compaction keeps (for the short summary and the after-estimate)."""
-    out = []
-    for entry_id in plan.kept_entry_ids:
-        message = entry_message(session.tree.get(entry_id))
-        if message is not None:
-            out.append(message)
-    return tuple(out)
+    """The messages a compaction keeps (for the short summary and the after-estimate).
+
+    The plan holds them (a window on the context it was planned from), so this is a copy, not
+    a walk of the kept entries; ``session`` is not read (issue 9).
+    """
+    del session  # the plan is enough; the parameter stays for the callers
+    return tuple(plan.kept_messages)
 
 
 def compaction_from_hook(value: Any, plan: CompactionPlan) -> CompactionResult | None:
