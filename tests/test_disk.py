@@ -74,3 +74,39 @@ def test_ids_are_random_hex_without_a_system_call(monkeypatch: pytest.MonkeyPatc
     operations = {random_operation_id() for _ in range(1000)}
     assert len(operations) == 1000
     assert all(re.fullmatch(r"[0-9a-f]{12}", value) for value in operations)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sibling_timer", [False, True])
+async def test_a_model_call_is_timed_with_or_without_a_task_of_its_own(sibling_timer: bool) -> None:
+    import anyio
+
+    from orchestrator._runtime.outcomes import within
+
+    async def slow() -> str:
+        await anyio.sleep(10)
+        return "late"
+
+    async def quick() -> str:
+        return "done"
+
+    async def failing() -> str:
+        raise ValueError("no")
+
+    with anyio.fail_after(5):  # the timeout below ends it first
+        assert await within(0.01, slow(), sibling_timer=sibling_timer) is None
+    assert await within(1, quick(), sibling_timer=sibling_timer) == "done"
+    assert await within(None, quick(), sibling_timer=sibling_timer) == "done"
+    with pytest.raises(ValueError, match="no"):
+        await within(1, failing(), sibling_timer=sibling_timer)
+
+
+def test_only_the_litellm_route_asks_for_a_sibling_timer() -> None:
+    from orchestrator._models.litellm import LiteLLMModel
+    from orchestrator._telemetry.traced_model import TracedModel
+    from orchestrator._telemetry.tracing import LifecycleTracer
+    from orchestrator.testing import ScriptedModel
+
+    tracer = LifecycleTracer(None)
+    assert TracedModel(LiteLLMModel("openai/gpt-4o-mini"), tracer).needs_sibling_timer
+    assert not TracedModel(ScriptedModel(), tracer).needs_sibling_timer

@@ -522,3 +522,31 @@ def test_sync_of_a_journal_not_written_yet_does_nothing_and_refuses_what_is_no_f
     journal_path(session).symlink_to(tmp_path / "elsewhere")  # dangling: refused too
     with pytest.raises(SessionError):
         Journal.open(session).sync()
+
+
+def test_an_owned_journal_checks_for_a_torn_line_once_per_opening(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9: while the session is owned nobody else appends (D27), so a record is one
+    write; after closing, others may write, and the first record looks at the end again."""
+    path = journal_path(example)
+    journal = Journal.open(example, exclusive=True)
+    fstats: list[int] = []
+    real_fstat = os.fstat
+
+    def fstat(fd: int) -> os.stat_result:
+        fstats.append(fd)
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    drive(journal, "op", "compaction", ["prepared", "hooks_done"])
+    assert len(fstats) == 2  # opening (a regular file?) and the first record: not the second
+    journal.close()
+    with path.open("ab") as torn:
+        torn.write(b'{"torn":')  # a process killed mid-write, while nobody owned the session
+    fstats.clear()
+    drive(journal, "op2", "prune", ["prepared"])
+    assert len(fstats) >= 1
+    records = journal.records()
+    assert [r.operation_id for r in records] == ["op", "op", "op2"]  # the torn line kept apart
+    journal.close()

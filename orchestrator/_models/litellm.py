@@ -102,6 +102,10 @@ class LiteLLMModel:
         timeout: Seconds before litellm gives up on the HTTP call.
     """
 
+    # litellm leaves a coroutine un-awaited when its call runs under a cancel scope that has a
+    # deadline: the per-call timeout uses a sibling timer task for this route (outcomes.within).
+    needs_sibling_timer = True
+
     def __init__(
         self,
         model: str,

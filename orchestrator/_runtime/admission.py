@@ -13,11 +13,10 @@ still starts as soon as a slot frees, and one alone never waits.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 import anyio
 from anyio.lowlevel import RunVar
+
+from orchestrator._runtime.soon import next_pass
 
 STARTS_AT_ONCE = 16
 
@@ -41,18 +40,7 @@ class Slot:
         """
         semaphore, self._semaphore = self._semaphore, None
         if semaphore is not None:
-            _next_pass(semaphore.release)
-
-
-def _next_pass(callback: Callable[[], None]) -> None:
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio: trio, the other backend anyio runs on
-        import trio
-
-        trio.lowlevel.current_trio_token().run_sync_soon(callback)
-    else:
-        loop.call_soon(callback)
+            next_pass(semaphore.release)
 
 
 async def start_slot() -> Slot:

@@ -198,7 +198,8 @@ class ChatAgent:
             return await self.model.complete(request)
         from orchestrator._runtime.outcomes import within  # the summaries' own call timer
 
-        response = await within(self.timeout_s, self.model.complete(request))
+        sibling = bool(getattr(self.model, "needs_sibling_timer", False))
+        response = await within(self.timeout_s, self.model.complete(request), sibling_timer=sibling)
         if response is None:
             raise ModelError(
                 f"{self.model.name}: no answer after {self.timeout_s:g} s", kind="timeout"

@@ -59,6 +59,7 @@ from orchestrator._runtime.outcomes import (
 )
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome
+from orchestrator._runtime.soon import call_later
 from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.session import Session
@@ -192,13 +193,20 @@ class OperationRun:
                 async with anyio.create_task_group() as group:
                     self._group = group
                     timer = anyio.CancelScope()
-                    if self.ports.deadline_s is not None:
-                        group.start_soon(self._deadline, timer, self.ports.deadline_s)
+                    stop_timer = None
+                    seconds = self.ports.deadline_s
+                    if seconds is not None:
+                        # A callback on asyncio's loop; a timer task on trio (soon.py).
+                        stop_timer = call_later(seconds, lambda: self._deadline_passed(seconds))
+                        if stop_timer is None:
+                            group.start_soon(self._deadline, timer, seconds)
                     try:
                         await self._loop(group, start.event, start.facts, start.data)
                     finally:
                         self._drop_early()
                         cancel_scope(timer)
+                        if stop_timer is not None:
+                            stop_timer()
             except BaseExceptionGroup as group_error:
                 # The loop's own error (a refused step, a bug) comes back grouped: unwrap it.
                 raise _single(group_error) from None
@@ -299,12 +307,15 @@ class OperationRun:
         # It only records the failure and fires the event; the table's row stops the work.
         with scope:
             await anyio.sleep(seconds)
-            if not self.machine.done and self.machine.listed("deadline_passed"):
-                self._failure = Report(
-                    outcome="timeout",
-                    error=f"{self.kind.replace('_', ' ')} did not finish within {seconds:g} s",
-                )
-                self.machine.interrupt("deadline_passed")
+            self._deadline_passed(seconds)
+
+    def _deadline_passed(self, seconds: float) -> None:
+        if not self.machine.done and self.machine.listed("deadline_passed"):
+            self._failure = Report(
+                outcome="timeout",
+                error=f"{self.kind.replace('_', ' ')} did not finish within {seconds:g} s",
+            )
+            self.machine.interrupt("deadline_passed")
 
     # -- the effect table -------------------------------------------------------------------------
 

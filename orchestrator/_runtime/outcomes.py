@@ -192,7 +192,8 @@ async def attempt_summary(
         # Building the request may refuse (a window too small for anything useful): that is
         # a failure of this attempt like any other, and no model is paid for it.
         request = request_for(part, model, halvings, texts)
-        response = await within(timeout_s, model.complete(request))
+        sibling = bool(getattr(model, "needs_sibling_timer", False))
+        response = await within(timeout_s, model.complete(request), sibling_timer=sibling)
         if response is None:
             failure = f"{model.name}: no answer after {timeout_s:g} s"
             return Report(outcome="timeout", error=failure), ""
@@ -203,14 +204,22 @@ async def attempt_summary(
     return Report(outcome="ok", data={"model": model.name}), response.text.strip()
 
 
-async def within(seconds: float | None, call: Awaitable[T]) -> T | None:
+async def within(
+    seconds: float | None, call: Awaitable[T], *, sibling_timer: bool = False
+) -> T | None:
     """Await ``call``; give up after ``seconds`` (``None``: no limit) and return ``None``.
 
-    I time the call with a sibling timer task rather than a deadline on the enclosing scope:
-    litellm leaves a coroutine un-awaited when it runs under a scope that has a deadline.
+    A deadline on a cancel scope around the call, with no task of its own (issue 9: a task
+    group and a timer task per attempt were a tenth of a compaction's scheduling). With
+    ``sibling_timer`` a timer task cancels the call instead: litellm leaves a coroutine
+    un-awaited when it runs under a scope that has a deadline.
     """
     if seconds is None:
         return await call
+    if not sibling_timer:
+        with anyio.move_on_after(seconds):
+            return await call
+        return None
     box: list[T] = []
     errors: list[Exception] = []
     async with anyio.create_task_group() as group:

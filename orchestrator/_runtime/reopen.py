@@ -50,7 +50,7 @@ def open_runtime(
         options["clock"] = kwargs["clock_ms"]
     session = Session.open(Path(path), owner=owner, **options)
     try:
-        journal = Journal.open(path)
+        journal = Journal.open(path, exclusive=True)  # we own the session from here on
         runtime = build(session, journal=journal, **kwargs)
         runtime.owner = owner
         runtime.settlements = settle_on_open(runtime.ports, journal)

@@ -204,12 +204,14 @@ class _FileSink:
     Each append is one write (fsynced when asked). Before it, the sink checks that the file
     ends with a complete line (a process killed mid-write leaves a torn one, and another program
     may have appended one). When the file still has the size this sink's own last complete
-    write left, that write's newline ends it: no need to read the last byte (issue 9).
+    write left, that write's newline ends it: no need to read the last byte (issue 9). An
+    exclusive sink (its session owned) checks only before its first write after opening.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, exclusive: bool = False) -> None:
         self.path = path
         self.location = str(path)
+        self._exclusive = exclusive
         self._dir_synced = False
         self._clean_size = -1  # the size after this sink's last complete write
         self._fd: int | None = None
@@ -239,9 +241,14 @@ class _FileSink:
 
     def append(self, line: bytes, *, durable: bool) -> None:
         fd = self.open()
-        size = os.fstat(fd).st_size
-        if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line  # keep a torn line apart from this record
+        if self._exclusive and self._clean_size >= 0:
+            # Nobody else appends while the session is owned (D27): the file ends where this
+            # sink's last write left it, on a newline. One system call per record (issue 9).
+            size = self._clean_size
+        else:
+            size = os.fstat(fd).st_size
+            if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # keep a torn line apart from this record
         self._clean_size = -1  # until the whole line is written
         if os.write(fd, line) == len(line):
             self._clean_size = size + len(line)
@@ -251,6 +258,7 @@ class _FileSink:
 
     def close(self) -> None:
         closer, self._closer, self._fd = self._closer, None, None
+        self._clean_size = -1  # others may write it once it is closed: look again at reopening
         if closer is not None:
             closer()
 
@@ -343,9 +351,19 @@ class Journal:
         *,
         clock: Clock = _wall_clock,
         operation_machine: MachineDef | None = None,
+        exclusive: bool = False,
     ) -> Journal:
-        """Return the journal of the session file at ``session_path`` (created on first record)."""
-        sink = _FileSink(journal_path(session_path))
+        """Return the journal of the session file at ``session_path`` (created on first record).
+
+        Args:
+            session_path: The session file.
+            clock: Stamps the records.
+            operation_machine: See the class.
+            exclusive: The caller owns the session (its writer lock, D27) while the journal is
+                open, so no other program appends to it: whether the file ends with a torn
+                line is checked at the first record after opening, not at every record.
+        """
+        sink = _FileSink(journal_path(session_path), exclusive=exclusive)
         return cls(sink, clock=clock, operation_machine=operation_machine)
 
     @classmethod

@@ -28,6 +28,11 @@ class TracedModel:
         """The wrapped route's window."""
         return self.inner.context_window
 
+    @property
+    def needs_sibling_timer(self) -> bool:
+        """Whether the wrapped route must be timed by a sibling task (see ``LiteLLMModel``)."""
+        return bool(getattr(self.inner, "needs_sibling_timer", False))
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Call the wrapped route inside a model span.
 
