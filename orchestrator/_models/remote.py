@@ -100,9 +100,15 @@ class RemoteSummaryModel:
     def _shared_client(self) -> _Client:
         import asyncio
 
-        import anyio.lowlevel
+        # The running asyncio loop is one C call away; anyio's token (trio's) costs a lookup of
+        # the running library at every call.
+        loop: object
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # trio
+            import anyio.lowlevel
 
-        loop = anyio.lowlevel.current_token()
+            loop = anyio.lowlevel.current_token()
         if self._client is None or self._client_loop != loop:
             # The old client's connections belong to another (usually finished) event loop and
             # cannot be closed from this one; dropping it lets the garbage collector close them.
@@ -110,7 +116,7 @@ class RemoteSummaryModel:
             # summary wait for a free connection (1,000 sessions compacting at once through one
             # route took minutes, issue 9). How many calls run at once is the callers' business
             # (one per compacting session).
-            if isinstance(loop.native_token, asyncio.AbstractEventLoop):
+            if isinstance(loop, asyncio.AbstractEventLoop):
                 self._client = _AiohttpClient(self._timeout)
             else:
                 self._client = _HttpxClient(self._timeout)
