@@ -209,9 +209,13 @@ class ContextIndex:
         if lo <= self.base:  # every tool call is at or after the base: a prefix of first uses
             for kind, first_seen in self.first_seen.items():
                 # First uses are in message order, so the paths first used before `hi` are a
-                # prefix of the keys: found by a binary search, taken in C (issue 9).
-                used = bisect.bisect_left(list(first_seen.values()), hi)
-                found[kind] = set(itertools.islice(first_seen, used))
+                # prefix of the keys (issue 9). Usually all of them: then the set is made from
+                # the dict itself, with the hashes it keeps, never reading the paths.
+                if not first_seen or next(reversed(first_seen.values())) < hi:
+                    found[kind] = set(first_seen)
+                else:
+                    used = bisect.bisect_left(list(first_seen.values()), hi)
+                    found[kind] = set(itertools.islice(first_seen, used))
             return found
         first = bisect.bisect_left(self.event_message, lo, 0, self.events)
         last = bisect.bisect_left(self.event_message, hi, first, self.events)
