@@ -66,8 +66,12 @@ def check_effects(defn: MachineDef, effects: Mapping[str, object]) -> None:
         DefinitionError: A row names an effect the table does not implement, or the table
             implements a name outside the machine's vocabulary.
     """
+    names = frozenset(effects)
+    key = (id(defn), names)
+    if _CHECKED.get(key) is defn:
+        return  # a driver is built per operation: the same table and names checked already
     used = {name for row in defn.rows for name in row.effects}
-    missing = sorted(used - set(effects))
+    missing = sorted(used - names)
     if missing:
         raise DefinitionError(f"{defn.source}: no driver effect for {', '.join(missing)}")
     vocabulary = EFFECTS.get(defn.name, {})
@@ -76,6 +80,12 @@ def check_effects(defn: MachineDef, effects: Mapping[str, object]) -> None:
         raise DefinitionError(
             f"{defn.name} driver implements effects outside its vocabulary: {', '.join(unknown)}"
         )
+    if len(_CHECKED) > 256:  # tables built by tests come and go: keep the memory bounded
+        _CHECKED.clear()
+    _CHECKED[key] = defn  # holding the table keeps its id from being reused by another
+
+
+_CHECKED: dict[tuple[int, frozenset[str]], MachineDef] = {}
 
 
 def cancel_scope(scope: anyio.CancelScope) -> None:
