@@ -81,3 +81,41 @@ async def test_many_compactions_asked_at_once_start_a_few_per_pass_of_the_loop(
     per_pass = {p: planned_in_pass.count(p) for p in planned_in_pass}
     assert max(per_pass.values()) <= 3, per_pass
     assert all(kit.entry_types()[-1] == "compaction" for kit in kits)
+
+
+async def test_an_ended_operation_is_freed_without_the_cyclic_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9: a thousand operations in flight made every full collection walk them all; an
+    ended one holds no reference cycle, so reference counting frees it at once."""
+    import gc
+    import weakref
+
+    from orchestrator._runtime.operation import OperationRun
+
+    runs: list[weakref.ref[OperationRun]] = []
+    real_init = OperationRun.__init__
+
+    def init(self: OperationRun, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        runs.append(weakref.ref(self))
+
+    monkeypatch.setattr(OperationRun, "__init__", init)
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=[summary()] * 4,
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    gc.collect()
+    gc.disable()
+    try:
+        outcome = await kit.runtime.compact()
+        assert outcome.status == "committed"
+        del outcome
+        await anyio.sleep(0)
+        assert runs
+        assert [ref() for ref in runs] == [None] * len(runs)
+    finally:
+        gc.enable()

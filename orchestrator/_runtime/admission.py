@@ -18,7 +18,7 @@ from anyio.lowlevel import RunVar
 
 from orchestrator._runtime.soon import next_pass
 
-STARTS_AT_ONCE = 16
+STARTS_AT_ONCE = 8
 
 _SLOTS: RunVar[anyio.Semaphore] = RunVar("orchestrator_starts")
 

@@ -151,6 +151,16 @@ class Interpreter:
         """Whether the machine rests in a final state."""
         return self.state in self.defn.final
 
+    def let_go(self) -> None:
+        """Drop the effect table and the observers (the run has ended; it performs nothing more).
+
+        They usually point back at the driver that owns this interpreter: dropping them breaks
+        that reference cycle, so the driver is freed by reference counting.
+        """
+        self._effects = {}
+        self._observers = ()
+        self._in_flight = None
+
     def listed(self, event: str) -> bool:
         """Whether the table lists ``event`` for the current state (guards not evaluated)."""
         return bool(self.defn.rows_for(self.state, event))
