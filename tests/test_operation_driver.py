@@ -178,19 +178,24 @@ async def test_nothing_happens_outside_the_operation_table() -> None:
         assert (taken.dest, taken.effects) == (record.dest, record.effects)
 
 
-async def test_the_operation_deadline_ends_a_hung_call_cleanly() -> None:
+async def a_hung_call_ends_at_the_deadline(seconds: float) -> None:
+    """The operation deadline ends a call that never answers: failed, nothing applied."""
     kit = busy_kit([Hang()], max_retries=1, base_delay_ms=1000)
     await two_turns(kit)
     kit.runtime.settings = dataclasses.replace(
-        settings(adaptive_keep=False), model_timeout_s=None, operation_deadline_s=10.0
+        settings(adaptive_keep=False), model_timeout_s=None, operation_deadline_s=seconds
     )
     before = list(kit.session.tree.entries)
-    with pytest.raises(ModelError, match="did not finish within 10 s") as caught:
+    with pytest.raises(ModelError, match=f"did not finish within {seconds:g} s") as caught:
         await kit.runtime.compact()
     assert caught.value.kind == "timeout"
     assert list(kit.session.tree.entries) == before
     moves = [(s["source"], s["event"], s["dest"]) for s in kit.of("transition")]
     assert ("summarizing", "deadline_passed", "failed") in moves
+
+
+async def test_the_operation_deadline_ends_a_hung_call_cleanly() -> None:
+    await a_hung_call_ends_at_the_deadline(10.0)
 
 
 async def test_the_operation_deadline_cancels_a_retry_wait() -> None:
