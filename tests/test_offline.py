@@ -670,3 +670,22 @@ def test_short_summary_names_three_files_and_counts_the_rest() -> None:
     history = run(history_request(messages, reserve_tokens=16384)).text
     short = run(short_summary_request([], summary=history, reserve_tokens=16384)).text
     assert short.startswith("I changed `src/m0.py`, `src/m1.py`, `src/m2.py` and 2 more files.")
+
+
+_ERROR_PIECES = st.sampled_from(
+    [
+        "error", "Error", "ERROR", "exception", "ValueException", "Traceback", "failed",
+        "FAILURE", "fatal", "panic", "denied", "not found", "not  found", "ENOENT", "eacces",
+        "no such file", "no ſuch file", "eacceſ", "Command exited with code", "command exited",
+        "KeyError", "_Error", "errors", " ", "\n", ".", ":", "x", "ok", "ſ", "K", "İ", "é",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_ERROR_PIECES, st.text(max_size=4)), max_size=12).map("".join))
+def test_the_error_line_check_agrees_with_its_expression(line: str) -> None:
+    """Issue 9: a cheap look for the words first; the answer is the expression's."""
+    from orchestrator._models.offline_evidence import ERROR, reports_error
+
+    assert reports_error(line) == (ERROR.search(line) is not None)
