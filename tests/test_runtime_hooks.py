@@ -42,6 +42,18 @@ async def test_before_compact_cancel_stops_with_compaction_cancelled() -> None:
     assert kit.model.requests == []
 
 
+async def test_before_compact_is_handed_the_active_path_as_a_list() -> None:
+    # The job plans from a window on the live path (issue 9); the hook still gets a list.
+    kit = make_kit()
+    seen: list[Any] = []
+    kit.runtime.hooks.on("session_before_compact", seen.append)
+    await two_turns(kit)
+    path = kit.session.path()
+    await kit.runtime.compact()
+    assert isinstance(seen[0]["branchEntries"], list)
+    assert seen[0]["branchEntries"] == path
+
+
 async def test_hook_supplied_compaction_is_used_verbatim_from_extension() -> None:
     kit = make_kit()
     kit.runtime.hooks.on(

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
+from orchestrator._core.context import window
 from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry
 from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.tokens import CompactionSettings
@@ -110,13 +111,18 @@ class CompactionJob:
         self.reason = reason
         self.focus = focus
         self.skip_reason: str | None = None
-        self.path: list[Entry] = []
+        self._path: Sequence[Entry] = []
         session = ports.session
         if plan is None:
             assert session is not None, "a compaction without a plan needs a session"
             context = session.context()  # first: the path then comes from its builder
-            self.path = session.path()
-            planned = plan_compaction(self.path, settings, context=context)
+            index = context.index
+            # The builder's path only grows, so a window on it is the path, without the O(n)
+            # copy (issue 9); the list is made only if something reads `path`.
+            self._path = (
+                window(index.path, 0, index.path_length) if index is not None else session.path()
+            )
+            planned = plan_compaction(self._path, settings, context=context)
             if isinstance(planned, NothingToCompact):
                 self.skip_reason = planned.reason
             else:
@@ -127,6 +133,17 @@ class CompactionJob:
         self.inputs = CompactionInputs(focus=focus, kept_messages=tuple(kept))
         self.supplied: CompactionResult | None = None
         self.parts: tuple[Part, ...] = ()
+
+    @property
+    def path(self) -> list[Entry]:
+        """The active path the plan was made from, root first (empty with a given plan)."""
+        if not isinstance(self._path, list):
+            self._path = list(self._path)
+        return self._path
+
+    @path.setter
+    def path(self, value: list[Entry]) -> None:
+        self._path = value
 
     def start(self) -> Start:
         """``prepared``, with or without work (D12)."""
