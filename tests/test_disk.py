@@ -110,3 +110,51 @@ def test_only_the_litellm_route_asks_for_a_sibling_timer() -> None:
     tracer = LifecycleTracer(None)
     assert TracedModel(LiteLLMModel("openai/gpt-4o-mini"), tracer).needs_sibling_timer
     assert not TracedModel(ScriptedModel(), tracer).needs_sibling_timer
+
+
+@pytest.mark.anyio
+async def test_commits_of_many_sessions_go_through_one_disk_thread_one_at_a_time(
+    tmp_path: Path, example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import anyio
+
+    from orchestrator._store.session import Session
+
+    paths = []
+    for index in range(4):
+        path = tmp_path / f"s{index}.jsonl"
+        shutil.copy(example, path)
+        paths.append(path)
+    loop_thread = threading.get_ident()
+    inside: list[int] = []
+    most = 0
+    threads: set[int] = set()
+    real_write = Session.write_entry
+
+    def write_entry(self: Session, *args: object, **kwargs: object) -> None:
+        nonlocal most
+        inside.append(1)
+        most = max(most, len(inside))
+        threads.add(threading.get_ident())
+        try:
+            real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(Session, "write_entry", write_entry)
+    runtimes = [AgentSession.open(path, owner="test") for path in paths]
+    try:
+        async with anyio.create_task_group() as group:
+            for runtime in runtimes:
+                group.start_soon(runtime.compact)
+    finally:
+        disk.drain_background()
+        for runtime in runtimes:
+            runtime.close()
+    assert most == 1  # one after another (disk.DISK_THREADS)
+    assert threads
+    assert loop_thread not in threads
+    for path in paths:
+        assert Session.open(path).tree.entries[-1]["type"] == "compaction"

@@ -9,7 +9,8 @@ event loop then stalls every session for up to a millisecond. So:
   worker thread (:func:`ready_to_write`); they stay open until the session closes, so this costs
   one hop per session, and a record is then one ``write`` on an open descriptor;
 * an operation's commit (the journal's fsync on entering ``committing``, the append, the
-  append's fsync, in that order) is one worker-thread call (:func:`off_loop`);
+  append's fsync, in that order) is one worker-thread call (:func:`off_loop`), on the loop's
+  one disk thread (:data:`DISK_THREADS`);
 * the journal's fsync on reaching a final state goes to a background thread and is not waited
   for (:func:`sync_later`). Nothing depends on it: a crash before it leaves the journal at
   ``committing``, and reopening settles the operation from the file, to the same end (D24).
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import anyio
+from anyio.lowlevel import RunVar
 
 from orchestrator._store.journal import Journal
 from orchestrator._store.memory import MemoryStore
@@ -53,14 +55,34 @@ async def ready_to_write(session: Session | None, journal: Journal | None) -> No
         if store_closed and session is not None:
             session.open_writer()
 
-    await anyio.to_thread.run_sync(open_both)
+    await anyio.to_thread.run_sync(open_both, limiter=_disk_threads())
 
 
 async def off_loop(session: Session, work: Callable[[], T]) -> T:
     """Run ``work`` in a worker thread, or at once for a session kept in memory."""
     if isinstance(session.store, MemoryStore):
         return work()  # nothing to wait for
-    return await anyio.to_thread.run_sync(work)
+    return await anyio.to_thread.run_sync(work, limiter=_disk_threads())
+
+
+DISK_THREADS = 1
+"""Worker threads for the commits of one event loop. More would not write faster: each holds
+the interpreter between its system calls, and the event loop, which gives the interpreter up at
+each of its own (a journal record's write), then waits behind every one of them in turn. With
+1,000 compactions at once that wait was 1.2 s of the loop's time with anyio's 40 threads and
+0.5 s with one (issue 9). Commits of different sessions are written one after another: an
+fsync takes a fraction of a millisecond here, several on a slow disk."""
+
+_DISK: RunVar[anyio.CapacityLimiter] = RunVar("orchestrator_disk")
+
+
+def _disk_threads() -> anyio.CapacityLimiter:
+    try:
+        return _DISK.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(DISK_THREADS)
+        _DISK.set(limiter)
+        return limiter
 
 
 class _Background:
