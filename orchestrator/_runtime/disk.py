@@ -55,14 +55,14 @@ async def ready_to_write(session: Session | None, journal: Journal | None) -> No
         if store_closed and session is not None:
             session.open_writer()
 
-    await anyio.to_thread.run_sync(open_both, limiter=_disk_threads())
+    await anyio.to_thread.run_sync(open_both, limiter=disk_threads())
 
 
 async def off_loop(session: Session, work: Callable[[], T]) -> T:
     """Run ``work`` in a worker thread, or at once for a session kept in memory."""
     if isinstance(session.store, MemoryStore):
         return work()  # nothing to wait for
-    return await anyio.to_thread.run_sync(work, limiter=_disk_threads())
+    return await anyio.to_thread.run_sync(work, limiter=disk_threads())
 
 
 DISK_THREADS = 1
@@ -76,7 +76,8 @@ fsync takes a fraction of a millisecond here, several on a slow disk."""
 _DISK: RunVar[anyio.CapacityLimiter] = RunVar("orchestrator_disk")
 
 
-def _disk_threads() -> anyio.CapacityLimiter:
+def disk_threads() -> anyio.CapacityLimiter:
+    """The running event loop's disk thread (as a limiter for ``anyio.to_thread.run_sync``)."""
     try:
         return _DISK.get()
     except LookupError:

@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction  # noqa: E402
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._runtime.disk import disk_threads  # noqa: E402
 from orchestrator._runtime.session import AgentSession  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
@@ -208,8 +209,12 @@ async def one_run(data: bytes, kind: str, latency: float) -> dict[str, Any]:
 
 async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     settings = CompactionSettings()
-    # A live session has its context built already (the agent loop asked for it every turn).
+    # A live session has its context built already (the agent loop asked for it every turn),
+    # its file open for appending and the event loop's disk thread started (its last turn's
+    # commit used both): none of that is the compaction's cost.
     session.context()
+    session.open_writer()
+    await anyio.to_thread.run_sync(lambda: None, limiter=disk_threads())
     t0 = time.perf_counter()
     # The same planning the compaction does: over the path, reusing the live context.
     _check_plan(plan_compaction(session.path(), settings, context=session.context()), kind)
