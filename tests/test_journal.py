@@ -550,3 +550,52 @@ def test_an_owned_journal_checks_for_a_torn_line_once_per_opening(
     records = journal.records()
     assert [r.operation_id for r in records] == ["op", "op", "op2"]  # the torn line kept apart
     journal.close()
+
+
+def test_syncing_an_open_journal_uses_its_descriptor(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9: one fsync on the open descriptor, not an open, a check, an fsync and a close;
+    a close waits for a sync running in another thread."""
+    journal = Journal.open(example, exclusive=True)
+    drive(journal, "op", "compaction", ["prepared"])
+    opened: list[str] = []
+    real_open = os.open
+
+    def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    journal.sync()
+    assert [name for name in opened if name.endswith(".journal")] == []
+    journal.close()
+    journal.sync()  # closed: the file is opened for the sync, as before the first record
+    assert [name for name in opened if name.endswith(".journal")] == [str(journal.location)]
+
+
+def test_closing_a_journal_waits_for_a_sync_in_another_thread(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal.open(example, exclusive=True)
+    drive(journal, "op", "compaction", ["prepared"])
+    syncing, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        syncing.set()
+        release.wait(10)
+        real_fsync(fd)  # still this journal's descriptor: the close has not run
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    syncer = threading.Thread(target=journal.sync)
+    syncer.start()
+    assert syncing.wait(10)
+    closer = threading.Thread(target=journal.close)
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive()  # waiting for the sync, not closing the descriptor under it
+    release.set()
+    syncer.join(10)
+    closer.join(10)
+    assert not closer.is_alive()
