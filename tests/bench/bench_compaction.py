@@ -221,10 +221,10 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     t_plan = time.perf_counter() - t0
     fake = FakeModel(latency)
     summarizer = SummaryRoutes(candidates=(fake,))
-    t0, c0 = time.perf_counter(), time.process_time()
     runtime = AgentSession(
         session, summarizer=summarizer, settings=RuntimeSettings(compaction=settings)
     )
+    t0, c0 = time.perf_counter(), time.process_time()
     outcome = await runtime.compact()
     total = time.perf_counter() - t0
     cpu = time.process_time() - c0  # every thread of the process: steadier than wall under load
