@@ -119,3 +119,33 @@ async def test_an_ended_operation_is_freed_without_the_cyclic_collector(
         assert [ref() for ref in runs] == [None] * len(runs)
     finally:
         gc.enable()
+
+
+async def test_an_operation_takes_a_slot_again_when_its_model_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stretch after a wait (the answer's steps, the commit) never waits either: a
+    thousand answers arriving together must not all commit in one pass of the loop."""
+    taken: list[str] = []
+    real_start = admission.start_slot
+
+    async def counting_start() -> admission.Slot:
+        taken.append("slot")
+        return await real_start()
+
+    monkeypatch.setattr("orchestrator._runtime.operations.start_slot", counting_start)
+    monkeypatch.setattr("orchestrator._runtime.operation.start_slot", counting_start)
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=[summary()] * 4,
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    taken.clear()
+    before = len(kit.model.requests)
+    outcome = await kit.runtime.compact()
+    assert outcome.status == "committed"
+    calls = len(kit.model.requests) - before
+    assert calls >= 1
+    assert len(taken) == 1 + calls  # one to start, one again after each model call

@@ -7,8 +7,10 @@ once would start in one pass and hold the loop for a second: no other session, r
 timer would be served meanwhile. An operation therefore takes one of :data:`STARTS_AT_ONCE`
 slots before planning and gives it back as soon as it first waits for something slow (a model,
 a hook, a retry wait) or ends; the others queue, first come first served, and each pass of
-the loop starts at most that many. It bounds the loop's lag, not the work: every operation
-still starts as soon as a slot frees, and one alone never waits.
+the loop starts at most that many. The same goes for each stretch after a wait (a thousand
+answers arriving together would otherwise all commit in one pass): the operation takes a slot
+again when its wait ends. It bounds the loop's lag, not the work: every operation still goes
+on as soon as a slot frees, and one alone never waits.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from orchestrator._core.errors import ConflictError, ModelError, OrchestratorErr
 from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._runtime.admission import Slot
+from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.disk import off_loop, sync_later
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
@@ -186,6 +186,13 @@ class OperationRun:
             TransitionError: The table refused a step (a bug, not a model failure).
         """
         self._slot = slot
+        try:
+            return await self._run()
+        finally:
+            if self._slot is not None:
+                self._slot.release()
+
+    async def _run(self) -> OperationOutcome:
         start = self.job.start()
         self._reason = start.data.get("reason")
         with self.ports.tracer.operation_span(self.kind, self.id, self.job.reason) as span:
@@ -246,9 +253,14 @@ class OperationRun:
             event = None
             for name in taken.effects:
                 if group is not None and self._awaits(name):
+                    admitted = self._slot is not None
                     if self._slot is not None:
                         self._slot.release()  # waiting now: let the next operation start
                     report = await self.machine.in_flight(group, self.effects[name])
+                    if admitted:
+                        # What follows until the next wait (the answer's steps, the commit's
+                        # records) never waits either: it takes a slot too (admission.py).
+                        self._slot = await start_slot()
                 else:
                     report = await self.machine.perform(name)
                 interrupt = self.machine.take_interrupt()
