@@ -15,6 +15,18 @@ pytestmark = pytest.mark.anyio
 BIG = "word " * 2000
 
 
+async def ready_kit() -> Kit:
+    """A session with two turns behind it: a compaction has something to summarize."""
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
+        summaries=[summary()] * 4,
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    return kit
+
+
 async def test_slots_are_taken_without_waiting_until_none_is_left() -> None:
     slots = [await start_slot() for _ in range(STARTS_AT_ONCE)]  # none of these yields
     order: list[int] = []
@@ -42,17 +54,7 @@ async def test_many_compactions_asked_at_once_start_a_few_per_pass_of_the_loop(
 ) -> None:
     """A thousand compactions asked at once must not all plan in one pass of the event loop."""
     monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
-    kits = [
-        Kit(
-            turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
-            summaries=[summary()] * 4,
-            runtime_settings=settings(adaptive_keep=False),
-        )
-        for _ in range(12)
-    ]
-    for kit in kits:
-        await kit.runtime.prompt(BIG)
-        await kit.runtime.prompt(BIG)
+    kits = [await ready_kit() for _ in range(12)]
     passes = 0
     planned_in_pass: list[int] = []
     real_start = admission.start_slot
@@ -101,13 +103,7 @@ async def test_an_ended_operation_is_freed_without_the_cyclic_collector(
         runs.append(weakref.ref(self))
 
     monkeypatch.setattr(OperationRun, "__init__", init)
-    kit = Kit(
-        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
-        summaries=[summary()] * 4,
-        runtime_settings=settings(adaptive_keep=False),
-    )
-    await kit.runtime.prompt(BIG)
-    await kit.runtime.prompt(BIG)
+    kit = await ready_kit()
     gc.collect()
     gc.disable()
     try:
@@ -135,13 +131,7 @@ async def test_an_operation_takes_a_slot_again_when_its_model_answers(
 
     monkeypatch.setattr("orchestrator._runtime.operations.start_slot", counting_start)
     monkeypatch.setattr("orchestrator._runtime.operation.start_slot", counting_start)
-    kit = Kit(
-        turns=[[reply("first", tokens=2000)], [reply("second", tokens=100)]],
-        summaries=[summary()] * 4,
-        runtime_settings=settings(adaptive_keep=False),
-    )
-    await kit.runtime.prompt(BIG)
-    await kit.runtime.prompt(BIG)
+    kit = await ready_kit()
     taken.clear()
     before = len(kit.model.requests)
     outcome = await kit.runtime.compact()
