@@ -498,18 +498,21 @@ async def test_an_append_delivered_twice_appends_once(tmp_path: Path) -> None:
 PRUNING = dataclasses.replace(SETTINGS, prune=True)
 
 
+def two_outputs_over_the_threshold() -> list[Any]:
+    """A turn reading an old and a new bash output, ending over the threshold: pruning fodder."""
+    return [
+        reply("", calls=[("c1", "bash", {"cmd": "a"})]),
+        tool_result("c1", "old output " * 16_000, tool="bash"),
+        reply("", calls=[("c2", "bash", {"cmd": "b"})]),
+        tool_result("c2", "new output " * 20_000, tool="bash"),
+        reply("read both", tokens=OVER),
+    ]
+
+
 async def test_with_pruning_on_a_threshold_turn_prunes_first_as_in_one_process(
     tmp_path: Path, cluster_database: Database
 ) -> None:
-    turns = [
-        [
-            reply("", calls=[("c1", "bash", {"cmd": "a"})]),
-            tool_result("c1", "old output " * 16_000, tool="bash"),
-            reply("", calls=[("c2", "bash", {"cmd": "b"})]),
-            tool_result("c2", "new output " * 20_000, tool="bash"),
-            reply("read both", tokens=OVER),
-        ]
-    ]
+    turns = [two_outputs_over_the_threshold()]
     result, session_id = await same_turn_on_both_hosts(
         tmp_path, cluster_database, turns, settings=PRUNING
     )
@@ -545,16 +548,7 @@ async def test_after_pruning_the_context_is_measured_against_a_set_threshold_as_
     # threshold of 50,000 tokens: one process compacts after pruning, and so must the cluster.
     compaction = dataclasses.replace(SETTINGS.compaction, threshold_tokens=50_000)
     settings = dataclasses.replace(PRUNING, compaction=compaction)
-    turns = [
-        [
-            reply("", calls=[("c1", "bash", {"cmd": "a"})]),
-            tool_result("c1", "old output " * 16_000, tool="bash"),
-            reply("", calls=[("c2", "bash", {"cmd": "b"})]),
-            tool_result("c2", "new output " * 20_000, tool="bash"),
-            reply("read both", tokens=OVER),
-        ],
-        [reply("continued", tokens=1000)],
-    ]
+    turns = [two_outputs_over_the_threshold(), [reply("continued", tokens=1000)]]
     _, session_id = await same_turn_on_both_hosts(
         tmp_path, cluster_database, turns, settings=settings
     )

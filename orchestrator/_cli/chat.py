@@ -17,7 +17,10 @@ from orchestrator._runtime.types import RuntimeSettings
 
 
 def route_settings(args: argparse.Namespace) -> RouteSettings:
-    """The summary routes the model options name (``--model`` ... ``--short-summary``)."""
+    """The summary routes the model options name (``--model`` ... ``--short-summary``).
+
+    A command without ``--short-summary`` (the TUI) asks for no short summary.
+    """
     # --context-window is the summarizer's window, not the chat model's: a reserve larger than
     # it is no usage error, because the request clamps its output budget to the window and
     # refuses (one line, exit 1) only when nothing useful fits (D14).
@@ -28,7 +31,7 @@ def route_settings(args: argparse.Namespace) -> RouteSettings:
         context_window=args.context_window,
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,
-        short_summary=args.short_summary,
+        short_summary=getattr(args, "short_summary", False),
     )
 
 

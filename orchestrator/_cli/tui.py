@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator._cli.chat import route_settings
 from orchestrator._cli.common import (
     API_KEY_VISIBLE,
     add_model_arguments,
     add_timeout_argument,
-    api_key_of,
     positive_int,
     with_timeout,
 )
@@ -24,7 +24,7 @@ from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
 from orchestrator._runtime.agent import ChatAgent
 from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
-from orchestrator._runtime.routes import RouteSettings, build_summarizer, candidate_models
+from orchestrator._runtime.routes import build_summarizer, candidate_models
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import RuntimeSettings
 
@@ -62,14 +62,7 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
     """
     if not Path(args.session).is_file():
         raise SessionError(f"{args.session}: no such session file")
-    routes = RouteSettings(
-        models=tuple(args.model),
-        api_base=args.api_base,
-        api_key=api_key_of(args),
-        context_window=args.context_window,
-        remote_url=args.remote,
-        reserve_tokens=args.reserve_tokens,
-    )
+    routes = route_settings(args)
     if args.chat and not args.model:
         raise SessionError("--chat needs a --model to talk to")
     chat = candidate_models(routes)[0] if args.chat else None
