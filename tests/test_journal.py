@@ -386,8 +386,9 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    runtime = AgentSession.open(example, owner="test")
     monkeypatch.setattr(os, "open", open_)
+    runtime = AgentSession.open(example, owner="test")
+    opened_by_open, opened[:] = opened[:], []
     try:
         outcome = await runtime.compact()
     finally:
@@ -407,8 +408,10 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
         "session.jsonl.journal",
     ]
     assert [name for name, on_loop, _, _ in seen if on_loop] == []  # the commit's too
-    # The journal is created, and the session file opened for appending, off the loop too.
-    assert sorted(opened) == [("session.jsonl", False), ("session.jsonl.journal", False)]
+    # The journal is created, and the session file opened for appending, when the session is
+    # opened (a caller's call, not a turn's): the compaction opens nothing.
+    assert sorted(name for name, _ in opened_by_open) == ["session.jsonl", "session.jsonl.journal"]
+    assert opened == []
 
 
 @pytest.mark.anyio
@@ -453,6 +456,52 @@ def open_journals() -> list[str]:
         except FileNotFoundError:  # the listing's own descriptor, closed since
             continue
     return [name for name in names if name.endswith(".journal")]
+
+
+@pytest.mark.anyio
+async def test_the_runtime_opens_the_journal_with_the_session_and_removes_it_empty_at_close(
+    example: Path,
+) -> None:
+    """Issue 9: a runtime's session is ready to write once opened (the journal created, the
+    store open for appending); a journal nothing was recorded in does not outlive the session,
+    and one with records stays."""
+    path = journal_path(example)
+    runtime = AgentSession.open(example, owner="test")
+    assert path.exists()
+    assert path.read_bytes() == b""
+    assert runtime.ports.journal is not None
+    assert runtime.ports.journal.is_open
+    assert runtime.session.ready_to_write
+    runtime.close()
+    assert not path.exists()  # only opened: gone
+
+    runtime = AgentSession.open(example, owner="test")
+    try:
+        assert (await runtime.compact()).status == "committed"
+    finally:
+        drain_background()
+        runtime.close()
+    recorded = path.read_bytes()
+    assert recorded.count(b"\n") >= 4
+    AgentSession.open(example, owner="test").close()  # opened again, nothing recorded
+    assert path.read_bytes() == recorded  # the records stay
+
+
+def test_an_opening_that_fails_after_the_journal_was_created_leaves_no_journal(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9: the store refusing to open for writing undoes the journal the opening made."""
+    from orchestrator._store.session import Session
+
+    def refuse(self: Session) -> None:
+        raise SessionError(f"{example}: cannot open for writing")
+
+    monkeypatch.setattr(Session, "open_writer", refuse)
+    with pytest.raises(SessionError, match="cannot open for writing"):
+        AgentSession.open(example, owner="test")
+    assert not journal_path(example).exists()
+    monkeypatch.undo()
+    AgentSession.open(example, owner="test").close()  # the lock was given back
 
 
 @pytest.mark.anyio

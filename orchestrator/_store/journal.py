@@ -40,6 +40,7 @@ model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -215,6 +216,7 @@ class _FileSink:
         self._exclusive = exclusive
         self._dir_synced = False
         self._clean_size = -1  # the size after this sink's last complete write
+        self._appended = False  # by this sink, since it was made
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], _FileSink] | None = None
         self._closing = threading.Lock()
@@ -252,6 +254,7 @@ class _FileSink:
             if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line  # keep a torn line apart from this record
         self._clean_size = -1  # until the whole line is written
+        self._appended = True
         if os.write(fd, line) == len(line):
             self._clean_size = size + len(line)
         if durable:
@@ -260,10 +263,21 @@ class _FileSink:
 
     def close(self) -> None:
         with self._closing:  # not under a sync in a worker thread
-            closer, self._closer, self._fd = self._closer, None, None
+            fd, closer, self._closer, self._fd = self._fd, self._closer, None, None
             self._clean_size = -1  # others may write it once closed: look again at reopening
-            if closer is not None:
-                closer()
+            if closer is None:
+                return
+            if fd is not None and self._exclusive and not self._appended:
+                self._remove_if_empty(fd)
+            closer()
+
+    def _remove_if_empty(self, fd: int) -> None:
+        # An owned session's journal is opened with the session, before anything is recorded:
+        # one that is still empty at close was only opened, and goes (nobody else writes it
+        # while the session is owned, D27). Left behind, an empty journal is harmless.
+        with contextlib.suppress(OSError):
+            if os.fstat(fd).st_size == 0:
+                os.unlink(self.path)
 
     def sync(self) -> None:
         # fsync flushes the file, not the descriptor: whatever any descriptor wrote before now.
