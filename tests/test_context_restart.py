@@ -42,6 +42,7 @@ def fields(context: SessionContext) -> dict[str, Any]:
         "thinking": context.thinking_level,
         "positions": list(index.positions[: index.count]),
         "prefix": list(index.prefix[: index.count + 1]),
+        "message_prefix": list(index.message_prefix[: index.count + 1]),
         "count": index.count,
         "base": index.base,
         "last_compaction": index.last_compaction,

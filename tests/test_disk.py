@@ -158,3 +158,96 @@ async def test_commits_of_many_sessions_go_through_one_disk_thread_one_at_a_time
     assert loop_thread not in threads
     for path in paths:
         assert Session.open(path).tree.entries[-1]["type"] == "compaction"
+
+
+@pytest.mark.anyio
+async def test_disk_work_asked_while_the_thread_is_busy_goes_in_one_call_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The disk thread takes everything asked meanwhile in its next call: no trip through the
+    event loop between two commits; each asker gets its own result or its own error."""
+    import anyio
+
+    queue = disk._DiskQueue()
+    calls: list[int] = []
+    ran: list[int] = []
+    real_batch = disk._run_batch
+
+    def run_batch(batch: list[disk._Asked]) -> None:
+        calls.append(len(batch))
+        real_batch(batch)
+
+    monkeypatch.setattr(disk, "_run_batch", run_batch)
+    release = threading.Event()
+
+    def first() -> int:
+        release.wait(5)  # holds the thread until the others have asked
+        ran.append(0)
+        return 0
+
+    def work(number: int) -> int:
+        if number == 3:
+            raise ValueError("three")
+        ran.append(number)
+        return number * 10
+
+    results: dict[int, object] = {}
+
+    async def ask(number: int) -> None:
+        try:
+            results[number] = await queue.run(first if number == 0 else lambda: work(number))
+        except ValueError as error:
+            results[number] = error
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ask, 0)
+        await anyio.sleep(0.05)  # the first call is in the thread
+        for number in range(1, 6):
+            group.start_soon(ask, number)
+        await anyio.sleep(0.05)  # all asked, all waiting
+        release.set()
+    assert calls == [1, 5]  # the five asked meanwhile went in one call
+    assert ran == [0, 1, 2, 4, 5]  # in the order asked
+    assert {k: v for k, v in results.items() if k != 3} == {0: 0, 1: 10, 2: 20, 4: 40, 5: 50}
+    assert isinstance(results[3], ValueError)  # the error goes to its asker only
+
+
+@pytest.mark.anyio
+async def test_disk_work_handed_over_runs_to_its_end_through_a_cancellation(
+    example: Path,
+) -> None:
+    import time
+
+    import anyio
+
+    from orchestrator._store.session import Session
+
+    session = Session.open(example)
+    done: list[str] = []
+
+    def slow() -> None:
+        time.sleep(0.2)
+        done.append("written")
+
+    with anyio.move_on_after(0.01) as scope:
+        await disk.off_loop(session, slow)
+    assert scope.cancel_called
+    assert done == ["written"]  # the caller left only once the work had ended
+
+
+@pytest.mark.anyio
+async def test_a_disk_thread_call_that_fails_fails_every_work_of_its_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import anyio
+
+    queue = disk._DiskQueue()
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no thread to be had")
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", broken)
+    with pytest.raises(RuntimeError, match="no thread to be had"):
+        await queue.run(lambda: 1)
+    monkeypatch.undo()
+    assert await queue.run(lambda: 2) == 2  # the queue is not left carrying

@@ -194,3 +194,25 @@ def test_a_context_of_another_path_is_not_trusted() -> None:
     assert comparable(plan_compaction(s.path(), settings, context=stale)) == reference_plan(
         s.path(), settings
     )
+
+
+@SETTINGS
+@given(sessions(branched=False), st.integers(min_value=-10, max_value=3000))
+def test_the_kept_budget_is_reached_where_the_newest_first_walk_reaches_it(
+    session: Any, keep: int
+) -> None:
+    # The index answers from running sums (a binary search); pi walks the message entries
+    # newest first until their estimates reach the budget. A budget of 0 or less: the newest.
+    path = session.path()
+    context = build_context(path)
+    index = context.index
+    assert index is not None
+    walked, accumulated = None, 0
+    for k in range(index.count - 1, index.base - 1, -1):
+        at = index.positions[k]
+        if path[at].get("type") == MESSAGE:
+            accumulated += context.estimates[k]
+            if accumulated >= keep:
+                walked = at
+                break
+    assert index.budget_position(context.estimates, keep) == walked

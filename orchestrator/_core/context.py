@@ -124,6 +124,8 @@ class ContextIndex:
         position: Path position of each id on the path (append-only; bounded by ``path_length``).
         positions: Path position of each context message.
         prefix: ``prefix[k]`` is the sum of the first ``k`` estimates.
+        message_prefix: ``message_prefix[k]`` is the sum of the estimates of those of the first
+            ``k`` messages that come from ``message`` entries (what the kept budget counts).
         count: Context messages at this moment.
         base: Index of the first message after the compaction summary (1), or 0 without one.
         last_compaction: Path position of the last compaction, ``-1`` if none.
@@ -146,6 +148,7 @@ class ContextIndex:
     position: dict[str, int] = field(repr=False)
     positions: Sequence[int] = field(repr=False)
     prefix: Sequence[int] = field(repr=False)
+    message_prefix: Sequence[int] = field(repr=False)
     count: int
     base: int
     last_compaction: int
@@ -187,7 +190,17 @@ class ContextIndex:
         """Path position where the newest ``message`` entries reach ``keep_recent_tokens``.
 
         pi counts ``message`` entries only, newest first; their estimates are the context's.
+        From the running sums, the answer is the newest such message whose sum to the end
+        reaches the budget: a binary search, not a walk of the kept part (issue 9).
         """
+        if keep_recent_tokens > 0:
+            totals = self.message_prefix
+            # The newest k with totals[k] <= total - keep: the entries after a message add
+            # nothing to the sum until the next message, so that k is always a message entry.
+            k = bisect.bisect_right(
+                totals, totals[self.count] - keep_recent_tokens, self.base, self.count
+            )
+            return self.positions[k - 1] if k > self.base else None
         accumulated = 0
         # The snapshot's own array: indexing it is a C call, not a method in Python.
         path, positions, estimated = self.path, self.positions, _underlying(estimates)
@@ -315,6 +328,7 @@ class ContextBuilder:
         self._estimates: array[int] = array("q")
         self._positions: array[int] = array("q")
         self._prefix: array[int] = array("q", [0])
+        self._message_prefix: array[int] = array("q", [0])
         self._event_message: array[int] = array("q")
         self._event_kind: list[str] = []
         self._event_path: list[str] = []
@@ -322,7 +336,7 @@ class ContextBuilder:
         self._serial: array[int] = array("q", [0])
         self._late: list[int] = []
         self._shapes: array[int] = array("b")
-        self._estimate_sum = self._serial_sum = 0
+        self._estimate_sum = self._serial_sum = self._message_sum = 0
         self._last_compaction = -1
         self._fresh_from = 0
         self.thinking_level = "off"
@@ -339,7 +353,7 @@ class ContextBuilder:
         if kind == MESSAGE:  # the usual entry, taken directly
             message = entry.get("message")
             if isinstance(message, dict):
-                self._add(message, entry["id"], here)
+                self._add(message, entry["id"], here, counted=True)
             return
         if kind == THINKING_LEVEL_CHANGE:
             level = entry.get("thinkingLevel")
@@ -361,12 +375,23 @@ class ContextBuilder:
     def _emit(self, entry: Entry, position: int) -> None:
         message = entry_message(entry)
         if message is not None:
-            self._add(message, entry["id"], position, restoring=True)
+            counted = entry.get("type") == MESSAGE
+            self._add(message, entry["id"], position, counted=counted, restoring=True)
 
     def _add(
-        self, message: Message, entry_id: str, position: int, *, restoring: bool = False
+        self,
+        message: Message,
+        entry_id: str,
+        position: int,
+        *,
+        counted: bool = False,
+        restoring: bool = False,
     ) -> None:
-        """Append a context message (``restoring``: a kept one, re-read after a compaction)."""
+        """Append a context message.
+
+        ``counted``: it comes from a ``message`` entry (the kept budget counts it);
+        ``restoring``: a kept one, re-read after a compaction.
+        """
         role = message.get("role")
         index = len(self._messages)
         if role in LATE_ROLES:  # measured when planned: loading never reads the templates
@@ -384,6 +409,9 @@ class ContextBuilder:
         self._positions.append(position)
         self._estimate_sum += estimate
         self._prefix.append(self._estimate_sum)
+        if counted:
+            self._message_sum += estimate
+        self._message_prefix.append(self._message_sum)
         self._serial_sum += serial_step(units)
         self._serial.append(self._serial_sum)
         self._shapes.append(shape)
@@ -425,6 +453,7 @@ class ContextBuilder:
         self._positions = array("q", [here])
         self._prefix = array("q", [0, estimate])
         self._estimate_sum = estimate
+        self._message_prefix, self._message_sum = array("q", [0, 0]), 0  # a summary: not counted
         self._serial, self._late, self._serial_sum = array("q", [0, 0]), [0], 0  # measured late
         self._shapes = array("b", [SHAPE_OTHER])
         self._event_message, self._event_kind, self._event_path = array("q"), [], []
@@ -450,6 +479,13 @@ class ContextBuilder:
         self._positions = positions
         self._prefix = array("q", itertools.accumulate(estimates, initial=0))
         self._estimate_sum = self._prefix[-1]
+        # The summary counts 0 in the kept budget's sums; the kept ones, the old differences.
+        counted_before = self._message_prefix[first]
+        message_prefix = array("q", [0])
+        message_prefix.extend(
+            total - counted_before for total in self._message_prefix[first : count + 1]
+        )
+        self._message_prefix, self._message_sum = message_prefix, message_prefix[-1]
         # The summary is measured late (counts 0); the kept steps are the old sums' differences.
         dropped = self._serial[first]
         serial = array("q", [0])
@@ -490,6 +526,7 @@ class ContextBuilder:
                 position=self._position,
                 positions=self._positions,
                 prefix=self._prefix,
+                message_prefix=self._message_prefix,
                 count=len(self._messages),
                 base=1 if self._last_compaction >= 0 else 0,
                 last_compaction=self._last_compaction,

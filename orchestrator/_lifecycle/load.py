@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -74,6 +74,21 @@ class MachineDef:
     states: Mapping[str, str]
     rows: tuple[Row, ...]
     guards: Mapping[str, Guard]
+    _answering: Mapping[tuple[str, str], tuple[Row, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        # The rows answering each (state, event), in file order, found once: a step is a
+        # dictionary lookup, not a scan of the table (a thousand sessions step it thousands of
+        # times a second, issue 9).
+        answering: dict[tuple[str, str], list[Row]] = {}
+        for row in self.rows:
+            for state in row.sources:
+                answering.setdefault((state, row.event), []).append(row)
+        object.__setattr__(
+            self, "_answering", MappingProxyType({k: tuple(v) for k, v in answering.items()})
+        )
 
     @classmethod
     def load(
@@ -133,17 +148,22 @@ class MachineDef:
 
     def rows_for(self, state: str, event: str) -> tuple[Row, ...]:
         """Return the rows answering ``event`` in ``state``, in file order."""
-        return tuple(r for r in self.rows if r.event == event and state in r.sources)
+        return self._answering.get((state, event), ())
 
     def holds(self, row: Row, facts: Facts) -> bool:
         """Return whether every guard of ``row`` holds and every ``unless`` guard fails."""
-        return all(self.guards[g](facts) for g in row.guards) and not any(
-            self.guards[g](facts) for g in row.unless
-        )
+        guards = self.guards
+        for name in row.guards:
+            if not guards[name](facts):
+                return False
+        return not any(guards[name](facts) for name in row.unless)
 
     def select(self, state: str, event: str, facts: Facts) -> Row | None:
         """Return the row that ``event`` takes in ``state``, or None when it is refused."""
-        return next((r for r in self.rows_for(state, event) if self.holds(r, facts)), None)
+        for row in self._answering.get((state, event), ()):
+            if self.holds(row, facts):
+                return row
+        return None
 
 
 _TOP_KEYS = frozenset({"machine", "states", "transitions"})
