@@ -85,6 +85,45 @@ async def test_many_compactions_asked_at_once_start_a_few_per_pass_of_the_loop(
     assert all(kit.entry_types()[-1] == "compaction" for kit in kits)
 
 
+async def test_many_turns_asked_at_once_take_their_first_steps_a_few_per_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn's first steps (its records, up to its first effect in flight) never wait either:
+    a thousand compactions asked at once must not all step their turns in one pass."""
+    from orchestrator._store.journal import Journal
+
+    monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
+    kits = [await ready_kit() for _ in range(12)]
+    passes = 0
+    first_steps: list[int] = []
+    real_record = Journal.record
+
+    def record(self: Journal, step: object, **kwargs: object) -> object:
+        if getattr(step, "machine", None) == "turn" and getattr(step, "source", None) == "idle":
+            first_steps.append(passes)
+        return real_record(self, step, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Journal, "record", record)
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal passes
+        while not done.is_set():
+            passes += 1
+            await anyio.sleep(0)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticker)
+        async with anyio.create_task_group() as compactions:
+            for kit in kits:
+                compactions.start_soon(kit.runtime.compact)
+        done.set()
+    assert len(first_steps) == 12
+    per_pass = {p: first_steps.count(p) for p in first_steps}
+    assert max(per_pass.values()) <= 3, per_pass
+    assert all(kit.entry_types()[-1] == "compaction" for kit in kits)
+
+
 async def test_an_ended_operation_is_freed_without_the_cyclic_collector(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -47,6 +47,7 @@ from anyio.abc import TaskGroup
 from orchestrator._core.errors import Cancelled, SessionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.disk import ready_to_write
 from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
 from orchestrator._runtime.operations import OperationRunner, raise_for
@@ -102,6 +103,7 @@ class TurnDriver:
         self.manual: ManualRequest | None = None
         self._lock = anyio.Lock()
         self._group: TaskGroup | None = None
+        self._slot: Slot | None = None
         self._turns = 0
 
     def rewire(
@@ -217,12 +219,18 @@ class TurnDriver:
             self.agent_side.prompt = prompt
             self._turns += 1
             session = self.session()
-            # Once per session: its journal and file opened in a worker thread (disk.py).
-            await ready_to_write(session, self.ports.journal)
+            # A turn's first steps never wait either: up to its first effect in flight (the
+            # agent, a compaction) it holds a start slot, so a thousand turns asked for at once
+            # do not all take their first steps in one pass of the loop (admission.py).
+            self._slot = await start_slot()
             try:
+                # A session given to the constructor: its journal and file opened, once, in a
+                # worker thread (disk.py); AgentSession.open opened them already.
+                await ready_to_write(session, self.ports.journal)
                 with self.ports.tracer.turn_span(session.session_id, self._turns):
                     await self._drive(event)
             finally:
+                self.let_slot_go()
                 self.machine.drop_interrupts()
                 self._follow_ups.clear()
                 request, self.manual = self.manual, None
@@ -286,9 +294,16 @@ class TurnDriver:
         Returns:
             The work's report, or ``None`` when a request was stepped first.
         """
+        self.let_slot_go()  # the work waits for something slow, or takes a slot of its own
         if self._group is None:
             return await work()
         return await self.machine.in_flight(self._group, work)
+
+    def let_slot_go(self) -> None:
+        """Give back the start slot of the turn's first steps, if still held (idempotent)."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
 
     def _record(self, step: Step, data: Mapping[str, Any]) -> None:
         del data

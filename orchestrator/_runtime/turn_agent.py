@@ -131,6 +131,7 @@ class TurnAgent:
         t = self.host.counters
         if not self.host.settings.prune:
             return Report(outcome="ok")
+        self.host.let_slot_go()  # the prune takes a start slot of its own (admission.py)
         outcome = await self.host.operations.prune()
         if outcome.tokens_saved and t.last_reply is not None:
             usage = t.last_reply.get("usage") or {}

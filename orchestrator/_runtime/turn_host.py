@@ -49,3 +49,7 @@ class Host(Protocol):
     async def in_flight(self, work: Callable[[], Awaitable[Report]]) -> Report | None:
         """Run slow work so that a request can be stepped meanwhile."""
         ...
+
+    def let_slot_go(self) -> None:
+        """Give back the start slot the turn's first steps hold, if any (before any wait)."""
+        ...
