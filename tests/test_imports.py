@@ -117,3 +117,38 @@ def test_the_file_based_path_never_imports_temporal() -> None:
     assert _loaded_by("orchestrator._cli.serve", "orchestrator._cli.worker") == []
     # The same check sees it where the cluster is used.
     assert _loaded_by("orchestrator._rpc.cluster_hub") == ["temporalio"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("where", "library", "not_loaded"),
+    [
+        ("outside", "aiohttp", "httpx"),
+        ("asyncio", "aiohttp", "httpx"),
+        ("trio", "httpx", "aiohttp"),
+    ],
+)
+def test_a_remote_route_imports_its_http_library_when_made_not_at_its_first_call(
+    where: str, library: str, not_loaded: str
+) -> None:
+    # A server makes its routes at start: the import (tenths of a second) must not stall its
+    # event loop in the middle of its first requests (issue 9). The library is the one of the
+    # event loop the route is made on (asyncio's outside any).
+    code = (
+        "import sys\n"
+        "import anyio\n"
+        "from orchestrator import RemoteSummaryModel\n"
+        "before = set(sys.modules)\n"
+        "async def make():\n"
+        "    RemoteSummaryModel('http://127.0.0.1:1/summary')\n"
+        f"if {where!r} == 'outside':\n"
+        "    RemoteSummaryModel('http://127.0.0.1:1/summary')\n"
+        "else:\n"
+        f"    anyio.run(make, backend={where!r})\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout.split()
+    assert library in loaded
+    assert "msgspec" in loaded
+    assert not_loaded not in loaded
