@@ -648,3 +648,22 @@ def test_closing_a_journal_waits_for_a_sync_in_another_thread(
     syncer.join(10)
     closer.join(10)
     assert not closer.is_alive()
+
+
+def test_a_record_line_is_strict_json_even_for_a_value_json_dumps_would_write_as_nan(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "s.jsonl"
+    journal = Journal.open(session, clock=Clock())
+    step = Step(machine="turn", source="idle", event="user_prompt", dest="running", effects=())
+    journal.record(step, data={"ratio": float("nan"), "big": 1e16, "text": "é\n\u2028"})
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"not JSON: {name}")
+
+    line = journal_path(session).read_bytes().split(b"\n")[0]  # U+2028 stays raw in the line
+    record = json.loads(line, parse_constant=refuse)
+    assert record["data"] == {"ratio": None, "big": 1e16, "text": "é\n\u2028"}
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate is refused, nothing written
+        journal.record(step, data={"text": "\ud800"})
+    assert journal_path(session).read_bytes().count(b"\n") == 1

@@ -51,10 +51,23 @@ def is_from_extension(entry: Mapping[str, Any]) -> bool:
     return bool(entry.get("fromExtension") or entry.get("fromHook"))
 
 
+_LAST_SECOND: tuple[int, str] = (-(2**63), "")
+"""The whole second last formatted by :func:`iso_now`, and its text up to the milliseconds."""
+
+
 def iso_now(now_ms: int) -> str:
-    """Format epoch milliseconds the way pi writes entry timestamps (ISO, ms, ``Z``)."""
-    stamp = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    """Format epoch milliseconds the way pi writes entry timestamps (ISO, ms, ``Z``).
+
+    Every journal record and entry is stamped, thousands a second on a busy server: the date
+    and time are formatted once per second, and only the milliseconds each time (issue 9).
+    """
+    global _LAST_SECOND  # noqa: PLW0603 - a cache: one tuple, replaced whole (thread-safe)
+    second, milliseconds = divmod(int(now_ms), 1000)
+    last = _LAST_SECOND
+    if last[0] != second:
+        last = (second, datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S."))
+        _LAST_SECOND = last
+    return f"{last[1]}{milliseconds:03d}Z"
 
 
 def iso_to_ms(value: object) -> int:

@@ -65,6 +65,28 @@ OPERATION_MACHINE = "operation"
 _KEYS = ("time", "machine", "operationId", "kind", "from", "event", "to", "effects", "data")
 
 
+_ENCODER: list[Callable[[object], bytes]] = []
+
+
+def _encode_line(value: Mapping[str, Any]) -> bytes:
+    """One record's line: compact JSON, UTF-8, newline-terminated.
+
+    msgspec's encoder, a tenth of the standard library's time per record (a busy server writes
+    thousands a second, issue 9); imported at the first record, so reading a journal never
+    loads it. The same bytes as ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))``
+    but for floats (``1e16``, not ``1e+16``) and NaN (``null``, not the invalid ``NaN``).
+
+    Raises:
+        UnicodeEncodeError: A string holds a lone surrogate.
+        TypeError: A value JSON cannot hold.
+    """
+    if not _ENCODER:
+        import msgspec.json
+
+        _ENCODER.append(msgspec.json.Encoder().encode)
+    return _ENCODER[0](value) + b"\n"
+
+
 def _wall_clock() -> int:
     return time.time_ns() // 1_000_000
 
@@ -477,9 +499,8 @@ class Journal:
             effects=step.effects,
             data=dict(data or {}),
         )
-        line = json.dumps(entry.as_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
         wanted = is_operation if durable is None else durable
-        self._sink.append(line.encode("utf-8"), durable=wanted)
+        self._sink.append(_encode_line(entry.as_json()), durable=wanted)
         return entry
 
     def close(self) -> None:
