@@ -131,3 +131,19 @@ def test_without_the_policy_the_loader_still_promotes_what_it_parsed(example: Pa
     session = Session.open(example)  # freeze + unfreeze: nothing stays frozen
     assert len(session.tree) > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_the_policy_collects_fully_a_tenth_as_often_and_gives_the_thresholds_back() -> None:
+    from orchestrator._runtime.gc_policy import FULL_EVERY
+
+    before = gc.get_threshold()
+    policy = GcPolicy()
+    policy.install()
+    try:
+        assert gc.get_threshold() == (before[0], before[1], max(before[2], FULL_EVERY))
+        policy.install()  # idempotent: the thresholds it keeps are still the program's own
+    finally:
+        policy.uninstall()
+    assert gc.get_threshold() == before
+    policy.uninstall()  # idempotent
+    assert gc.get_threshold() == before
