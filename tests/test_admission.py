@@ -177,4 +177,5 @@ async def test_an_operation_takes_a_slot_again_when_its_model_answers(
     assert outcome.status == "committed"
     calls = len(kit.model.requests) - before
     assert calls >= 1
-    assert len(taken) == 1 + calls  # one to start, one again after each model call
+    # One to start, one again after each model call, and one after the commit's disk work.
+    assert len(taken) == 1 + calls + 1

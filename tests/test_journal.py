@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from orchestrator._core.errors import SessionError, TransitionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
-from orchestrator._runtime.disk import drain_background
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.journal import (
     Journal,
@@ -361,7 +360,8 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
     example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 9: every step is written at once, but the journal is fsynced only on entering
-    committing (before the commit is written) and at the end, and no fsync runs on the loop."""
+    committing (before the commit is written), off the loop, and once more when the session
+    closes (the final record waits for that, not for an fsync of its own)."""
     loop_thread = threading.get_ident()
     seen: list[tuple[str, bool, str | None, bool]] = []
     real = os.fsync
@@ -391,23 +391,22 @@ async def test_a_compaction_fsyncs_the_journal_where_settling_needs_it_off_the_l
     opened_by_open, opened[:] = opened[:], []
     try:
         outcome = await runtime.compact()
+        during = list(seen)
     finally:
-        drain_background()  # the final fsync is not waited for by the operation
-        runtime.close()
+        runtime.close()  # makes the last records durable
     assert outcome.status == "committed"
     records = [r for r in Journal.open(example).records() if r.machine == "operation"]
     assert len(records) >= 4  # every step is in the journal
-    journal_syncs = [(last, done) for name, _, last, done in seen if name.endswith(".journal")]
-    # Durable before the commit is written, and once more at the end: two, not one per step.
-    assert journal_syncs == [("committing", False), ("committed", True)]
-    # The commit's own fsync comes between them, after the journal said which entry it writes.
-    files = [name for name, _, _, _ in seen if name.startswith("session.")]  # not the folder
-    assert files == [
-        "session.jsonl.journal",
-        "session.jsonl",
-        "session.jsonl.journal",
-    ]
-    assert [name for name, on_loop, _, _ in seen if on_loop] == []  # the commit's too
+    journal_syncs = [(last, done) for name, _, last, done in during if name.endswith(".journal")]
+    # Durable before the commit is written: one, not one per step, and none at the end.
+    assert journal_syncs == [("committing", False)]
+    # The commit's own fsync follows, after the journal said which entry it writes.
+    files = [name for name, _, _, _ in during if name.startswith("session.")]  # not the folder
+    assert files == ["session.jsonl.journal", "session.jsonl"]
+    assert [name for name, on_loop, _, _ in during if on_loop] == []  # the commit's too
+    # The close makes the rest durable, with one fsync.
+    closing = [(Path(name).name, last) for name, _, last, _ in seen[len(during) :]]
+    assert closing == [("session.jsonl.journal", "committed")]
     # The journal is created, and the session file opened for appending, when the session is
     # opened (a caller's call, not a turn's): the compaction opens nothing.
     assert sorted(name for name, _ in opened_by_open) == ["session.jsonl", "session.jsonl.journal"]
@@ -479,7 +478,6 @@ async def test_the_runtime_opens_the_journal_with_the_session_and_removes_it_emp
     try:
         assert (await runtime.compact()).status == "committed"
     finally:
-        drain_background()
         runtime.close()
     recorded = path.read_bytes()
     assert recorded.count(b"\n") >= 4
@@ -515,7 +513,6 @@ async def test_the_journal_file_stays_open_between_records_until_the_session_clo
     runtime = AgentSession.open(example, owner="test")
     try:
         await runtime.compact()
-        drain_background()  # the final fsync opens the journal for itself, in its own thread
         assert [name for name in open_journals() if name == mine] == [mine]
     finally:
         runtime.close()

@@ -5,27 +5,25 @@ extends one, can wait for a commit of that journal which another thread's fsync 
 server compacting many sessions at once fsyncs all the time, and a journal file created on the
 event loop then stalls every session for up to a millisecond. So:
 
-* before a turn's first record, the session's journal and its store are opened for writing in a
-  worker thread (:func:`ready_to_write`); they stay open until the session closes, so this costs
-  one hop per session, and a record is then one ``write`` on an open descriptor;
+* a runtime built from a :class:`Session` (not by ``AgentSession.open``, which opens them with
+  the session) opens the session's journal and its store for writing in a worker thread before
+  a turn's first record (:func:`ready_to_write`); they stay open until the session closes, so
+  a record is then one ``write`` on an open descriptor;
 * an operation's commit (the journal's fsync on entering ``committing``, the append, the
-  append's fsync, in that order) is one piece of work for the loop's one disk thread
-  (:func:`off_loop`, :data:`DISK_THREADS`). The commits asked for while the thread is busy go
-  together in its next call, in the order asked (:class:`_DiskQueue`): handing the thread one
-  commit at a time cost two passes of the event loop between commits, and with 1,000 sessions
-  committing at once the thread was idle more than half the time while commits queued;
-* the journal's fsync on reaching a final state goes to a background thread and is not waited
-  for (:func:`sync_later`). Nothing depends on it: a crash before it leaves the journal at
-  ``committing``, and reopening settles the operation from the file, to the same end (D24).
+  append's fsync, in that order) is one piece of work for the loop's disk threads
+  (:func:`off_loop`, :data:`DISK_THREADS`). The commits asked for while those are busy go
+  together in their next calls (:class:`_DiskQueue`), split over the threads, each session's
+  work in the order asked: handing a thread one commit at a time cost two passes of the event
+  loop between commits, and with 1,000 sessions committing at once the thread was idle more
+  than half the time while commits queued;
+* no fsync when an operation reaches its final state: that record becomes durable with the
+  journal's next fsync (the next commit's, or the session's close, which makes everything
+  written durable once). A power cut before it leaves the operation at ``committing`` or
+  before, and reopening settles it from the file, to the same end (D24).
 """
 
 from __future__ import annotations
 
-import atexit
-import logging
-import os
-import queue
-import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -37,8 +35,6 @@ from orchestrator._store.memory import MemoryStore
 from orchestrator._store.session import Session
 
 T = TypeVar("T")
-
-_log = logging.getLogger("orchestrator")
 
 
 async def ready_to_write(session: Session | None, journal: Journal | None) -> None:
@@ -73,17 +69,18 @@ async def off_loop(session: Session, work: Callable[[], T]) -> T:
     if isinstance(session.store, MemoryStore):
         return work()  # nothing to wait for
     with anyio.CancelScope(shield=True):
-        result = await _queue().run(work)
+        result = await _queue().run(work, session)
     return result
 
 
 class _Asked:
     """One piece of disk work and what came of it."""
 
-    __slots__ = ("error", "finished", "result", "wake", "work")
+    __slots__ = ("error", "finished", "key", "result", "wake", "work")
 
-    def __init__(self, work: Callable[[], object]) -> None:
+    def __init__(self, work: Callable[[], object], key: object) -> None:
         self.work = work
+        self.key = key
         self.wake = anyio.Event()
         self.finished = False
         self.result: object = None
@@ -91,21 +88,22 @@ class _Asked:
 
 
 class _DiskQueue:
-    """The disk work of one event loop, carried to its disk thread in batches.
+    """The disk work of one event loop, carried to its disk threads in batches.
 
-    Whoever asks while no batch is in the thread carries one: everything asked so far, run in
-    the thread one after another, in the order asked. Those asking meanwhile wait; when the
-    batch is back, each of them learns its outcome, and the first still waiting is woken to
-    carry the next batch. The thread thus goes from one commit to the next without waiting for
-    the event loop, and the loop hears of a whole batch at once.
+    Whoever asks while no batch is out carries one: everything asked so far, split over the
+    threads by key (a session's work stays in one thread, in the order asked), each thread
+    running its share one after another. Those asking meanwhile wait; when the batch is back,
+    each of them learns its outcome, and the first still waiting is woken to carry the next
+    batch. A thread thus goes from one commit to the next without waiting for the event loop,
+    and the loop hears of a whole batch at once.
     """
 
     def __init__(self) -> None:
         self._waiting: list[_Asked] = []
         self._carrying = False
 
-    async def run(self, work: Callable[[], T]) -> T:
-        asked = _Asked(work)
+    async def run(self, work: Callable[[], T], key: object = None) -> T:
+        asked = _Asked(work, key)
         self._waiting.append(asked)
         while not asked.finished:
             if self._carrying:
@@ -121,7 +119,13 @@ class _DiskQueue:
         self._carrying = True
         batch, self._waiting = self._waiting, []
         try:
-            await anyio.to_thread.run_sync(_run_batch, batch, limiter=disk_threads())
+            lanes = _lanes(batch, DISK_THREADS)
+            if len(lanes) == 1:
+                await anyio.to_thread.run_sync(_run_batch, lanes[0], limiter=disk_threads())
+            else:
+                async with anyio.create_task_group() as group:
+                    for lane in lanes:
+                        group.start_soon(_run_lane, lane)
         except BaseException as error:
             for asked in batch:  # the thread call itself failed: none of the rest ran
                 if not asked.finished:
@@ -133,6 +137,22 @@ class _DiskQueue:
                 asked.wake.set()
             if self._waiting:
                 self._waiting[0].wake.set()
+
+
+def _lanes(batch: list[_Asked], count: int) -> list[list[_Asked]]:
+    """Split a batch into at most ``count`` lanes; work of one key stays in one lane, in order."""
+    if count <= 1 or len(batch) <= 1:
+        return [batch]
+    lanes: list[list[_Asked]] = [[] for _ in range(min(count, len(batch)))]
+    placed: dict[object, int] = {}
+    for asked in batch:
+        lane = placed.setdefault(asked.key, len(placed) % len(lanes))
+        lanes[lane].append(asked)
+    return [lane for lane in lanes if lane]
+
+
+async def _run_lane(lane: list[_Asked]) -> None:
+    await anyio.to_thread.run_sync(_run_batch, lane, limiter=disk_threads())
 
 
 def _run_batch(batch: list[_Asked]) -> None:
@@ -156,13 +176,14 @@ def _queue() -> _DiskQueue:
         return queue
 
 
-DISK_THREADS = 1
-"""Worker threads for the commits of one event loop. More would not write faster: each holds
-the interpreter between its system calls, and the event loop, which gives the interpreter up at
-each of its own (a journal record's write), then waits behind every one of them in turn. With
-1,000 compactions at once that wait was 1.2 s of the loop's time with anyio's 40 threads and
-0.5 s with one (issue 9). Commits of different sessions are written one after another: an
-fsync takes a fraction of a millisecond here, several on a slow disk."""
+DISK_THREADS = 2
+"""Worker threads for the disk work of one event loop. Two fsyncs in flight let the file
+system commit them together (one journal commit of ext4 for both); more did not write faster
+here: each thread holds the interpreter between its system calls, and the event loop, which
+gives the interpreter up at each of its own (a journal record's write), then waits behind every
+one of them in turn (with anyio's 40 threads that wait was 1.2 s of the loop's time for 1,000
+compactions at once, issue 9). An fsync takes a fraction of a millisecond here, several on a
+slow disk."""
 
 _DISK: RunVar[anyio.CapacityLimiter] = RunVar("orchestrator_disk")
 
@@ -175,60 +196,3 @@ def disk_threads() -> anyio.CapacityLimiter:
         limiter = anyio.CapacityLimiter(DISK_THREADS)
         _DISK.set(limiter)
         return limiter
-
-
-class _Background:
-    """One daemon thread running the fsyncs nobody waits for, in the order they were asked."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def submit(self, work: Callable[[], object]) -> None:
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    thread = threading.Thread(
-                        target=self._run, name="orchestrator-fsync", daemon=True
-                    )
-                    thread.start()
-                    self._thread = thread
-        self._queue.put(work)
-
-    def drain(self) -> None:
-        """Wait until what was asked so far is done (at exit too: these are for a durable end)."""
-        if self._thread is not None:
-            done = threading.Event()
-            self._queue.put(done.set)
-            done.wait(10)
-
-    def _run(self) -> None:
-        while True:
-            work = self._queue.get()
-            try:
-                work()
-            except Exception as error:  # noqa: BLE001 - nobody waits; say it and go on
-                _log.warning("a background journal fsync failed: %s", error)
-
-    def _after_fork(self) -> None:
-        # A forked child has the queue's contents but not the thread: start afresh.
-        self._queue = queue.SimpleQueue()
-        self._thread = None
-        self._lock = threading.Lock()
-
-
-_BACKGROUND = _Background()
-atexit.register(_BACKGROUND.drain)
-os.register_at_fork(after_in_child=_BACKGROUND._after_fork)
-
-
-def sync_later(journal: Journal | None) -> None:
-    """Fsync the journal in the background; a failure is logged, not raised (see above)."""
-    if journal is not None and not journal.in_memory_only:
-        _BACKGROUND.submit(journal.sync)
-
-
-def drain_background() -> None:
-    """Wait until every background fsync asked so far is done (tests, shutdown)."""
-    _BACKGROUND.drain()

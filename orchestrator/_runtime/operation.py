@@ -46,7 +46,7 @@ from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.admission import Slot, start_slot
-from orchestrator._runtime.disk import off_loop, sync_later
+from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
 from orchestrator._runtime.outcomes import (
@@ -466,9 +466,18 @@ class OperationRun:
             session.write_entry(entry, expect=expect)
 
         session.check_new(entry)
+        # The disk work is a wait like a model's: the start slot goes to the next operation
+        # meanwhile (held through it, eight slots allowed eight commits at a time, about a
+        # thousand a second: the bound of the thousand compactions, issue 9), and is taken
+        # again for what follows (admission.py).
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
         with anyio.CancelScope(shield=True):  # committing takes no cancel (the table says so)
             await off_loop(session, commit)
-        session.adopt(entry)
+            session.adopt(entry)
+            if slot is not None:
+                self._slot = await start_slot()
 
     async def _rebuild_context(self) -> None:
         if self.ports.session is not None and not self.dry_run:
@@ -503,11 +512,11 @@ class OperationRun:
                 kept.setdefault("reason", self.job.reason)
             # Every step is in the file before anyone hears of it; only the phases settling
             # needs are made durable, by _sync_journal before the step's effects (D24, issue 9).
+            # The final state's record is made durable by the journal's next fsync (the next
+            # commit's, or the session's close): a power cut before it leaves the operation at
+            # `committing` or before, and reopening settles it to the same end (D24, issue 9).
             journal.record(step, operation_id=self.id, kind=self.kind, data=kept, durable=False)
             self._unsynced = step.dest == "committing"
-            if self.machine.done:
-                # Made durable without waiting: a crash before it settles the same way (disk.py).
-                sync_later(journal)
         self.ports.observe(step)
         if self.machine.done:
             self._update(_STATUS[self.state])

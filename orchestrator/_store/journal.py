@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -64,6 +65,8 @@ JOURNAL_SUFFIX = ".journal"
 OPERATION_MACHINE = "operation"
 _KEYS = ("time", "machine", "operationId", "kind", "from", "event", "to", "effects", "data")
 
+
+_log = logging.getLogger("orchestrator")
 
 _ENCODER: list[Callable[[object], bytes]] = []
 
@@ -239,6 +242,7 @@ class _FileSink:
         self._dir_synced = False
         self._clean_size = -1  # the size after this sink's last complete write
         self._appended = False  # by this sink, since it was made
+        self.unsynced = False  # written by this sink since its last fsync
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], _FileSink] | None = None
         self._closing = threading.Lock()
@@ -279,8 +283,10 @@ class _FileSink:
         self._appended = True
         if os.write(fd, line) == len(line):
             self._clean_size = size + len(line)
+        self.unsynced = True
         if durable:
             os.fsync(fd)
+            self.unsynced = False
             self._sync_dir_once()
 
     def close(self) -> None:
@@ -310,6 +316,7 @@ class _FileSink:
         with self._closing:
             if self._fd is not None:
                 os.fsync(self._fd)
+                self.unsynced = False
                 self._sync_dir_once()
                 return
         try:
@@ -503,8 +510,21 @@ class Journal:
         self._sink.append(_encode_line(entry.as_json()), durable=wanted)
         return entry
 
-    def close(self) -> None:
-        """Close the journal file until the next record (which opens it again). Idempotent."""
+    def close(self, *, durable: bool = False) -> None:
+        """Close the journal file until the next record (which opens it again). Idempotent.
+
+        Args:
+            durable: First make every record written so far durable (a session's close: the
+                last records of its operations wait for this fsync, not for one each). A
+                failure is logged on the ``orchestrator`` logger, and the file closed anyway.
+        """
+        if durable and getattr(self._sink, "unsynced", True):
+            try:
+                self._sink.sync()
+            except (OSError, SessionError) as error:
+                _log.warning(
+                    "%s: could not make the journal durable at close: %s", self.location, error
+                )
         close = getattr(self._sink, "close", None)
         if close is not None:
             close()
