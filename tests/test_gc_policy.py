@@ -147,3 +147,24 @@ def test_the_policy_collects_fully_a_tenth_as_often_and_gives_the_thresholds_bac
     assert gc.get_threshold() == before
     policy.uninstall()  # idempotent
     assert gc.get_threshold() == before
+
+
+def test_a_session_the_server_opens_is_frozen_at_once_under_the_policy(example: Path) -> None:
+    """Issue 9: opened one request at a time, a thousand sessions were left for one full
+    collection later (1.2 s of a stopped loop among the requests that followed)."""
+    from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+    from orchestrator._runtime.gc_policy import POLICY
+
+    gc.collect()
+    gc.unfreeze()
+    POLICY.install()
+    try:
+        hub = SessionHub(RuntimeOptions(root=example.parent))
+        before = POLICY.freezes
+        slot = hub.open(str(example))
+        assert POLICY.freezes == before + 1  # a full collection, then frozen
+        entry = slot.runtime.session.tree.entries[-1]
+        assert all(obj is not entry for obj in gc.get_objects())  # frozen: never walked again
+        hub.close_all()
+    finally:
+        POLICY.uninstall()

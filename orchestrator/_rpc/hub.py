@@ -251,10 +251,16 @@ class SessionHub:
             # A folder, a file we may not read, a name too long: the caller's path, not a bug.
             raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
         try:
-            return self._slots[self.add(runtime, str(resolved))]
+            slot = self._slots[self.add(runtime, str(resolved))]
         except RpcError:
             runtime.close()
             raise
+        # What the session holds is frozen now, by a full collection that walks only what is
+        # not frozen yet (this session, mostly): opening a thousand sessions one request at a
+        # time otherwise left them all for one full collection later, 1.2 s of a stopped
+        # event loop in the middle of the requests that followed (issue 9; gc_policy.py).
+        POLICY.settle()
+        return slot
 
     def _resolve(self, path: str) -> Path:
         if "\0" in path:
