@@ -475,9 +475,11 @@ class OperationRun:
             slot.release()
         with anyio.CancelScope(shield=True):  # committing takes no cancel (the table says so)
             await off_loop(session, commit)
-            session.adopt(entry)
             if slot is not None:
+                # Before taking the entry back: a batch of commits comes back from the disk at
+                # once, and their adoptions (each O(kept entries)) must not all run in one pass.
                 self._slot = await start_slot()
+            session.adopt(entry)
 
     async def _rebuild_context(self) -> None:
         if self.ports.session is not None and not self.dry_run:
