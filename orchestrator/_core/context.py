@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -482,21 +483,19 @@ class ContextBuilder:
         # The summary counts 0 in the kept budget's sums; the kept ones, the old differences.
         counted_before = self._message_prefix[first]
         message_prefix = array("q", [0])
-        message_prefix.extend(
-            total - counted_before for total in self._message_prefix[first : count + 1]
-        )
+        message_prefix.extend(_less(self._message_prefix[first : count + 1], counted_before))
         self._message_prefix, self._message_sum = message_prefix, message_prefix[-1]
         # The summary is measured late (counts 0); the kept steps are the old sums' differences.
         dropped = self._serial[first]
         serial = array("q", [0])
-        serial.extend(total - dropped for total in self._serial[first : count + 1])
+        serial.extend(_less(self._serial[first : count + 1], dropped))
         self._serial, self._serial_sum = serial, serial[-1]
         self._late = [0, *(index - first + 1 for index in self._late if index >= first)]
         shapes = array("b", [SHAPE_OTHER])
         shapes.extend(self._shapes[first:count])
         self._shapes = shapes
         lo = bisect.bisect_left(self._event_message, first)
-        event_message = array("q", (index - first + 1 for index in self._event_message[lo:]))
+        event_message = array("q", _less(self._event_message[lo:], first - 1))
         self._event_message = event_message
         self._event_kind, self._event_path = self._event_kind[lo:], self._event_path[lo:]
         self._first_seen = {kind: {} for kind in FILE_TOOLS}
@@ -540,6 +539,12 @@ class ContextBuilder:
                 shapes=self._shapes,
             ),
         )
+
+
+def _less(values: Iterable[int], by: int) -> Iterator[int]:
+    # Each value minus `by`, in C (map over operator.sub), not a Python-level loop: a commit
+    # restarts the context over every kept message (issue 9).
+    return map(operator.sub, values, itertools.repeat(by))
 
 
 def build_context(path: Sequence[Entry]) -> SessionContext:
