@@ -27,6 +27,36 @@ async def ready_kit() -> Kit:
     return kit
 
 
+class Passes:
+    """Counts the event loop's passes while compactions run (each ``sleep(0)`` lands in the next
+    pass), so a test can say in which pass something happened."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def compact_all(self, kits: list[Kit]) -> None:
+        """Ask every kit's runtime for a compaction at once; return when all have ended."""
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            while not done.is_set():
+                self.count += 1
+                await anyio.sleep(0)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ticker)
+            async with anyio.create_task_group() as compactions:
+                for kit in kits:
+                    compactions.start_soon(kit.runtime.compact)
+            done.set()
+        assert all(kit.entry_types()[-1] == "compaction" for kit in kits)
+
+
+def at_most_per_pass(passes: list[int]) -> int:
+    """The most of ``passes`` (a pass number each) that fell in one pass."""
+    return max(passes.count(p) for p in passes)
+
+
 async def test_slots_are_taken_without_waiting_until_none_is_left() -> None:
     slots = [await start_slot() for _ in range(STARTS_AT_ONCE)]  # none of these yields
     order: list[int] = []
@@ -55,34 +85,19 @@ async def test_many_compactions_asked_at_once_start_a_few_per_pass_of_the_loop(
     """A thousand compactions asked at once must not all plan in one pass of the event loop."""
     monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
     kits = [await ready_kit() for _ in range(12)]
-    passes = 0
+    passes = Passes()
     planned_in_pass: list[int] = []
     real_start = admission.start_slot
 
     async def counting_start() -> admission.Slot:
         slot = await real_start()
-        planned_in_pass.append(passes)  # what runs now, until the slot is given back, plans
+        planned_in_pass.append(passes.count)  # what runs now, until the slot is given back, plans
         return slot
 
     monkeypatch.setattr("orchestrator._runtime.operations.start_slot", counting_start)
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        nonlocal passes
-        while not done.is_set():
-            passes += 1  # once per pass of the loop: each sleep(0) lands in the next pass
-            await anyio.sleep(0)
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(ticker)
-        async with anyio.create_task_group() as compactions:
-            for kit in kits:
-                compactions.start_soon(kit.runtime.compact)
-        done.set()
+    await passes.compact_all(kits)
     assert len(planned_in_pass) == 12
-    per_pass = {p: planned_in_pass.count(p) for p in planned_in_pass}
-    assert max(per_pass.values()) <= 3, per_pass
-    assert all(kit.entry_types()[-1] == "compaction" for kit in kits)
+    assert at_most_per_pass(planned_in_pass) <= 3, planned_in_pass
 
 
 async def test_many_turns_asked_at_once_take_their_first_steps_a_few_per_pass(
@@ -94,34 +109,19 @@ async def test_many_turns_asked_at_once_take_their_first_steps_a_few_per_pass(
 
     monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
     kits = [await ready_kit() for _ in range(12)]
-    passes = 0
+    passes = Passes()
     first_steps: list[int] = []
     real_record = Journal.record
 
     def record(self: Journal, step: object, **kwargs: object) -> object:
         if getattr(step, "machine", None) == "turn" and getattr(step, "source", None) == "idle":
-            first_steps.append(passes)
+            first_steps.append(passes.count)
         return real_record(self, step, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Journal, "record", record)
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        nonlocal passes
-        while not done.is_set():
-            passes += 1
-            await anyio.sleep(0)
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(ticker)
-        async with anyio.create_task_group() as compactions:
-            for kit in kits:
-                compactions.start_soon(kit.runtime.compact)
-        done.set()
+    await passes.compact_all(kits)
     assert len(first_steps) == 12
-    per_pass = {p: first_steps.count(p) for p in first_steps}
-    assert max(per_pass.values()) <= 3, per_pass
-    assert all(kit.entry_types()[-1] == "compaction" for kit in kits)
+    assert at_most_per_pass(first_steps) <= 3, first_steps
 
 
 async def test_an_ended_operation_is_freed_without_the_cyclic_collector(
