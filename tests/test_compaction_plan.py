@@ -120,6 +120,20 @@ def test_basic_plan_summarizes_the_old_turn_and_keeps_the_new() -> None:
     assert plan.keep_recent_tokens == plan.effective_keep_recent_tokens == 150
 
 
+def test_the_kept_ids_read_like_the_tuple_they_stand_for() -> None:
+    """Issue 9: the kept ids are read from the path when asked, not copied at planning."""
+    s, ids = _two_turns()
+    kept = _plan(s.path()).kept_entry_ids
+    assert len(kept) == 2
+    assert list(kept) == [ids[2], ids[3]]
+    assert (kept[0], kept[-1]) == (ids[2], ids[3])
+    assert kept[1:] == (ids[3],)
+    assert kept != (ids[2],)
+    assert kept != "not a sequence of ids"
+    assert hash(kept) == hash((ids[2], ids[3]))
+    assert repr(kept).endswith(f"([{ids[2]!r}, {ids[3]!r}])")
+
+
 def test_split_turn_plan() -> None:
     s = SessionBuilder()
     u1 = s.user("a" * 400)

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from orchestrator._core.context import ContextIndex, SessionContext, build_context, window
 from orchestrator._core.cut_point import find_cut_point
@@ -42,6 +42,7 @@ from orchestrator._core.tokens import (
     should_compact,
     valid_usage,
 )
+from orchestrator._core.window import Window
 
 _ID = operator.itemgetter("id")
 
@@ -97,7 +98,7 @@ class CompactionPlan:
     turn_prefix_entry_ids: Sequence[str] = field(repr=False)
     messages_to_summarize: Sequence[Message] = field(repr=False)
     turn_prefix_messages: Sequence[Message] = field(repr=False)
-    kept_entry_ids: tuple[str, ...] = field(repr=False)
+    kept_entry_ids: Sequence[str] = field(repr=False)
     kept_messages: Sequence[Message] = field(repr=False)
     tokens_before: int
     previous_summary: str | None
@@ -255,7 +256,7 @@ def plan_compaction(
         turn_prefix_entry_ids=window(context.entry_ids, prefix_lo, hi),
         messages_to_summarize=view.measured(context.messages, lo, history_hi),
         turn_prefix_messages=view.measured(context.messages, prefix_lo, hi),
-        kept_entry_ids=tuple(map(_ID, path[cut.first_kept_index :])),
+        kept_entry_ids=_KeptIds(Window(path, cut.first_kept_index, end - cut.first_kept_index)),
         # Every kept entry is in the context (the cut is inside the window), in path order from
         # `hi`; the previous compaction, if kept, gives no message there either.
         kept_messages=window(context.messages, hi, view.count),
@@ -268,6 +269,45 @@ def plan_compaction(
         effective_keep_recent_tokens=keep,
         previous_preserve_data=preserve if isinstance(preserve, dict) else None,
     )
+
+
+class _KeptIds(Sequence[str]):
+    """The ids of a window of path entries, read when asked.
+
+    A plan keeps most of a long path, and reading every kept entry's id at planning touched
+    each of them, cold (issue 9); what reads them (a trace's count, the tests) is rarer.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Window[Entry]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            return tuple(map(_ID, self._entries[index]))
+        return str(self._entries[index]["id"])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(_ID, self._entries)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"
 
 
 def _window_start(path: Sequence[Entry], view: ContextIndex) -> int:
