@@ -42,7 +42,7 @@ from orchestrator._core.tokens import (
     should_compact,
     valid_usage,
 )
-from orchestrator._core.window import Window
+from orchestrator._core.window import ComparesAsTuple, Window
 
 _ID = operator.itemgetter("id")
 
@@ -271,7 +271,7 @@ def plan_compaction(
     )
 
 
-class _KeptIds(Sequence[str]):
+class _KeptIds(ComparesAsTuple[str]):
     """The ids of a window of path entries, read when asked.
 
     A plan keeps most of a long path, and reading every kept entry's id at planning touched
@@ -297,17 +297,6 @@ class _KeptIds(Sequence[str]):
 
     def __iter__(self) -> Iterator[str]:
         return map(_ID, self._entries)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({list(self)!r})"
 
 
 def _window_start(path: Sequence[Entry], view: ContextIndex) -> int:

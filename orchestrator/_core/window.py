@@ -18,7 +18,28 @@ from typing import Generic, TypeVar, overload
 T = TypeVar("T")
 
 
-class Window(Sequence[T], Generic[T]):
+class ComparesAsTuple(Sequence[T], Generic[T]):
+    """A read-only sequence compared and hashed by its items.
+
+    It equals any sequence with the same items (a tuple, a list, another such view), and hashes
+    as the tuple of its items.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"
+
+
+class Window(ComparesAsTuple[T]):
     """``items[start:start + length]``, without copying; ``items`` must only ever grow.
 
     Args:
@@ -55,14 +76,3 @@ class Window(Sequence[T], Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         return map(self._items.__getitem__, range(self._start, self._start + self._length))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({list(self)!r})"
