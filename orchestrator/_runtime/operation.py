@@ -23,9 +23,10 @@ Each step is journaled, traced and announced. Entering ``committing`` fixes the 
 and journals its id first, so a process killed mid-commit reopens to a settled operation:
 ``committed`` if that id is in the file, ``failed`` otherwise. Every record is written at once;
 the journal is made durable (fsynced, D24) on entering ``committing``, before the commit is
-written: for a compaction in the same worker-thread call as the append and its fsync. On
-reaching a final state the journal's fsync goes to a background thread unwaited
-(:mod:`~orchestrator._runtime.disk`): the event loop never waits for the disk (issue 9).
+written: for a compaction in the same disk-thread call as the append and its fsync. A final
+state has no fsync of its own: the journal's next fsync (the next commit's, or the session's
+close) makes it durable (:mod:`~orchestrator._runtime.disk`); the event loop never waits for
+the disk (issue 9).
 
 Cancelling (:meth:`OperationRun.cancel`) records the request and fires ``cancel`` through the
 table; the row's ``stop_work`` ends the model call or wait in flight (D22). A refused step raises
