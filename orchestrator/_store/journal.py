@@ -56,6 +56,7 @@ from orchestrator._core.entries import iso_now
 from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
+from orchestrator._store.dirsync import DIRECTORIES
 from orchestrator._store.files import open_side_file, read_side_file
 
 Clock = Callable[[], int]
@@ -240,6 +241,7 @@ class _FileSink:
         self.location = str(path)
         self._exclusive = exclusive
         self._dir_synced = False
+        self._ticket = 0  # for the folder fsync that makes the file's name durable (dirsync.py)
         self._clean_size = -1  # the size after this sink's last complete write
         self._appended = False  # by this sink, since it was made
         self.unsynced = False  # written by this sink since its last fsync
@@ -265,6 +267,8 @@ class _FileSink:
             # Never through a symbolic link: the journal stays beside its session (issue 8).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
             fd = self._fd = open_side_file(self.path, flags, "write the journal")
+            if not self._ticket:
+                self._ticket = DIRECTORIES.ticket()
             # Closed with the sink if nobody closes it (a journal is not always closed).
             self._closer = weakref.finalize(self, os.close, fd)
         return fd
@@ -334,17 +338,13 @@ class _FileSink:
     def _sync_dir_once(self) -> None:
         if not self._dir_synced:
             # The file may have been created by this process, maybe by a turn record that was
-            # not fsynced: its name is durable only once the directory is. Once per journal.
-            _fsync_dir(self.path.parent)
+            # not fsynced: its name is durable only once the folder is. Once per journal, and
+            # not even that when a folder fsync since the file was opened covered it: the
+            # journals of a thousand sessions in one folder share a few (issue 9).
+            if not self._ticket:
+                self._ticket = DIRECTORIES.ticket()  # it exists: it was just fsynced
+            DIRECTORIES.sync(self.path.parent, self._ticket)
             self._dir_synced = True
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _MemorySink:

@@ -49,6 +49,7 @@ from orchestrator._core.loading import (
     rewrite_refusal,
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
+from orchestrator._store.dirsync import fsync_dir
 from orchestrator._store.files import describe_os_error, only_regular, open_side_file
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
@@ -119,14 +120,6 @@ def _read_last_line(fd: int, size: int) -> tuple[int, bytes]:
         if b"\n" in piece:
             break
     return position, buffer
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _default_owner() -> str:
@@ -387,7 +380,7 @@ class JsonlStore:
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         # The old descriptor still points at the replaced file: reopen on the new one.
         self._close_fd()
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
@@ -458,7 +451,7 @@ class JsonlStore:
             raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
         try:
             if created and self._policy != "never":
-                _fsync_dir(self.path.parent)  # a new file's name is durable only this way
+                fsync_dir(self.path.parent)  # a new file's name is durable only this way
             stat = os.fstat(fd)
             loaded = self._loaded
             # Parsing a big file twice is wasteful: reuse the last load if the file is unchanged.
@@ -510,7 +503,7 @@ class JsonlStore:
             finally:
                 os.close(side)
             if created:
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
             os.ftruncate(fd, offset + plan.keep)
         os.fsync(fd)
         return plan.moved, os.fstat(fd).st_size - size
