@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator._lifecycle.machine import Step
 from orchestrator._store import dirsync
 from orchestrator._store.dirsync import Folders
-from orchestrator._lifecycle.machine import Step
 from orchestrator._store.journal import Journal
 
 

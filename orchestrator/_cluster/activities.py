@@ -83,7 +83,7 @@ class Planned:
 
     path: list[Entry]
     plan: CompactionPlan
-    kept: tuple[dict[str, Any], ...]
+    kept: Sequence[dict[str, Any]]
 
 
 def routes_for(routes: SummaryRoutes, reason: str) -> SummaryRoutes:

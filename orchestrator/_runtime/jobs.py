@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
 from orchestrator._core.context import window
-from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry
+from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry, Message
 from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
@@ -54,14 +54,16 @@ class Start:
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
-def kept_messages(session: Session, plan: CompactionPlan) -> tuple[dict[str, Any], ...]:
+def kept_messages(session: Session, plan: CompactionPlan) -> Sequence[Message]:
     """The messages a compaction keeps (for the short summary and the after-estimate).
 
-    The plan holds them (a window on the context it was planned from), so this is a copy, not
-    a walk of the kept entries; ``session`` is not read (issue 9).
+    The plan holds them: a window on the context it was planned from, whose list only grows
+    (a compaction starts a new one), so the window never changes and is returned as it is. A
+    copy was a fifth of a compaction's start with most of the context kept (issue 9). The
+    messages are the context's own, as a copy's would be. ``session`` is not read.
     """
     del session  # the plan is enough; the parameter stays for the callers
-    return tuple(plan.kept_messages)
+    return plan.kept_messages
 
 
 def compaction_from_hook(value: Any, plan: CompactionPlan) -> CompactionResult | None:
@@ -130,7 +132,7 @@ class CompactionJob:
         self.plan = plan
         if plan is not None and session is not None and not kept:
             kept = kept_messages(session, plan)
-        self.inputs = CompactionInputs(focus=focus, kept_messages=tuple(kept))
+        self.inputs = CompactionInputs(focus=focus, kept_messages=kept)
         self.supplied: CompactionResult | None = None
         self.parts: tuple[Part, ...] = ()
 

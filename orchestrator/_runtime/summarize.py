@@ -10,7 +10,7 @@ each part, when to retry, when to halve a request (D14) and when to give up (D21
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,7 +168,7 @@ class CompactionInputs:
     additional_context: tuple[str, ...] = ()
     prompt_override: str | None = None
     preserve_data: dict[str, Any] | None = None
-    kept_messages: tuple[Message, ...] = ()
+    kept_messages: Sequence[Message] = ()
 
 
 def compaction_parts(
