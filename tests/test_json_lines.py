@@ -7,6 +7,7 @@ same answers, and check that every string pi can write comes back exactly (D2).
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import msgspec
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator._core import json_lines
 from orchestrator._core.json_lines import (
     FAST_FROM_BYTES,
     MAX_DEPTH,
@@ -145,9 +147,21 @@ def test_depth() -> None:
 @given(VALUES)
 def test_small_and_big_files_read_every_line_alike(value: Any) -> None:
     raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace")
-    small, big = line_decoder(10), line_decoder(FAST_FROM_BYTES)
+    small, big = json_lines._decode_standard, line_decoder(FAST_FROM_BYTES)
     assert small is not big
     assert same(small(raw), big(raw))
+
+
+def test_a_small_file_is_read_with_msgspec_only_once_something_imported_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Importing msgspec costs a short command more than it saves on a small file; once a
+    server's routes imported it, every file is read with it (issue 9)."""
+    monkeypatch.delitem(sys.modules, "msgspec")
+    assert line_decoder(10) is json_lines._decode_standard
+    assert "msgspec" not in sys.modules  # choosing imported nothing
+    monkeypatch.setitem(sys.modules, "msgspec", msgspec)
+    assert line_decoder(10) is line_decoder(FAST_FROM_BYTES)
 
 
 def test_a_big_file_loads_like_a_small_one() -> None:
