@@ -151,3 +151,25 @@ def test_journals_opened_in_one_folder_share_its_fsync(
     for journal in [*journals, late]:
         journal.close()
     assert all(journal.exists() for journal in journals)
+
+
+def test_a_journal_made_again_after_its_empty_file_was_removed_syncs_its_folder_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owned session's empty journal is removed at close; opened again, the file is new, and
+    a folder fsync that ran in between does not cover its name."""
+    turn = Step(machine="turn", source="idle", event="prompt", dest="running", effects=())
+    journal = Journal.open(tmp_path / "s.jsonl", exclusive=True)
+    journal.open_file()
+    journal.close()  # nothing written: the file is removed
+    assert not journal.exists()
+    other = Journal.open(tmp_path / "other.jsonl", exclusive=True)
+    other.record(turn)
+    other.sync()  # a folder fsync after the first journal's ticket, before its new file
+    synced = _count_folder_fsyncs(monkeypatch)
+    journal.open_file()
+    journal.record(turn)
+    journal.sync()
+    assert synced == [str(tmp_path)]
+    journal.close()
+    other.close()

@@ -267,8 +267,8 @@ class _FileSink:
             # Never through a symbolic link: the journal stays beside its session (issue 8).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
             fd = self._fd = open_side_file(self.path, flags, "write the journal")
-            if not self._ticket:
-                self._ticket = DIRECTORIES.ticket()
+            # At every opening: the file may be new again (an empty one is removed at close).
+            self._ticket = DIRECTORIES.ticket()
             # Closed with the sink if nobody closes it (a journal is not always closed).
             self._closer = weakref.finalize(self, os.close, fd)
         return fd
@@ -310,6 +310,7 @@ class _FileSink:
         with contextlib.suppress(OSError):
             if os.fstat(fd).st_size == 0:
                 os.unlink(self.path)
+                self._dir_synced = False  # a journal made again later is a new name
 
     def sync(self) -> None:
         # fsync flushes the file, not the descriptor: whatever any descriptor wrote before now.
