@@ -544,3 +544,33 @@ def test_failure_while_opening_the_writer_closes_the_descriptor(
     store.close()  # releases the lock; the session descriptor was already closed
     assert len(os.listdir("/proc/self/fd")) == before
     assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b"{torn"  # the copy happened first
+
+
+def test_a_file_that_grows_while_it_is_read_is_read_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store reads a file in one read of the size it had when opened (issue 9); what was
+    appended between that size and the read is read on, in chunks, not lost."""
+    import orchestrator._store.jsonl as jsonl
+
+    path = tmp_path / "s.jsonl"
+    header = {"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"}
+    lines = [json.dumps(header)] + [
+        json.dumps({"type": "x", "id": f"e{k}", "parentId": None, "pad": "p" * 5000})
+        for k in range(300)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    real_fstat = os.fstat
+
+    def stale_size(fd: int) -> os.stat_result:  # the size of a moment before the appends
+        stat = real_fstat(fd)
+        return os.stat_result((*stat[:6], 100, *stat[7:]))
+
+    monkeypatch.setattr(os, "fstat", stale_size)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert jsonl._read_all(fd) == path.read_bytes()
+    finally:
+        os.close(fd)
+    monkeypatch.undo()
+    assert len(JsonlStore(path).load().entries) == 300

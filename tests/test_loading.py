@@ -262,3 +262,61 @@ def test_non_string_parent_is_unknown() -> None:
     assert [str(p) for p in result.problems] == [
         "line 2: parent 5 (not an id) of entry 'a' does not exist; kept as a root"
     ]
+
+
+_PIECES = [
+    b"\n",
+    b"  \n",
+    b"junk\n",
+    b"[1, 2]\n",
+    HEADER,
+    line(type="message", id="a", parentId=None),
+    line(type="message", id="b", parentId="a"),
+    line(type="message", id="a", parentId=None),  # a duplicate id when "a" came first
+    line(type="message", parentId="a"),  # no id
+    line(type="x", id="c" * 300, parentId="b"),  # longer than the smallest batches
+    b'{"type":"message","id":"d","parentId":"b"}',  # unterminated, but JSON
+    b'{"type":"message","id":"e"',  # torn
+]
+
+
+def _summary(data: bytes) -> tuple[object, ...]:
+    parsed = read_session(data)
+    result = parsed.result
+    return (
+        result.header,
+        result.entries,
+        [(p.line, p.code, p.message) for p in result.problems],
+        result.torn_tail,
+        parsed.stored_version,
+    )
+
+
+@given(
+    st.lists(st.integers(0, len(_PIECES) - 3), max_size=30),
+    st.integers(0, 2),
+    st.sampled_from([1, 2, 5, 64, 1 << 20]),
+)
+def test_a_file_split_into_batches_reads_as_when_split_whole(
+    picks: list[int], ending: int, batch: int
+) -> None:
+    """The loader splits a big file into lines a batch at a time (issue 9): lines that straddle
+    a batch's end, line numbers and problems in later batches, a header after blank lines in an
+    earlier batch and an unterminated last line come out as when the whole file is one batch."""
+    import orchestrator._core.loading as loading
+
+    data = b"".join(_PIECES[k] for k in picks)
+    if ending:
+        data += _PIECES[-ending]
+    whole = _summary(data)
+    saved = loading._BATCH
+    loading._BATCH = batch
+    try:
+        assert _summary(data) == whole
+    finally:
+        loading._BATCH = saved
+    # And the answer is the one a single split of the whole file gives, line by line.
+    lines = data.split(b"\n")
+    if whole[0] is not None:
+        first = next(k for k, raw in enumerate(lines) if raw.strip())
+        assert json.loads(lines[first]) == whole[0]

@@ -56,6 +56,7 @@ from orchestrator._store.protocol import FsyncPolicy
 from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_bytes, tail_of_file
 
 _CHUNK = 1 << 16
+_MAX_READ = 0x7FFFF000
 
 
 def write_pi_line(entry: Entry) -> bytes:
@@ -103,11 +104,19 @@ def _open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
 
 
 def _read_all(fd: int) -> bytes:
-    """Read a freshly opened descriptor to its end."""
-    chunks: list[bytes] = []
+    """Read a freshly opened descriptor to its end.
+
+    One read of the size the file has now (and one more that finds the end): reading in chunks
+    and joining them held the file twice, and each copy's pages cost the kernel a fault apiece,
+    the dearest part of loading a big file on a virtual machine (issue 9). A file that grows
+    meanwhile is read on in chunks; the parser stops at its last newline either way.
+    """
+    # Linux reads at most 0x7FFFF000 bytes at once, so a bigger file takes more than one read.
+    first = os.read(fd, min(os.fstat(fd).st_size + 1, _MAX_READ))
+    chunks = [first]
     while chunk := os.read(fd, _CHUNK * 16):
         chunks.append(chunk)
-    return b"".join(chunks)
+    return first if len(chunks) == 1 else b"".join(chunks)
 
 
 def _read_last_line(fd: int, size: int) -> tuple[int, bytes]:
