@@ -11,7 +11,9 @@ requests, and the running sums a live context keeps.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +41,7 @@ from orchestrator._core.serialize import (
     serialize_message,
     serialize_shaped,
     serialized_length,
+    shaped_parts,
     truncate_for_summary,
 )
 from orchestrator._core.summary_request import (
@@ -277,8 +280,15 @@ def test_messages_written_by_their_shape_are_what_the_reference_writes(
     shaped = [outcome(measure_shaped, message) for message in batch]
     if not all(isinstance(one, tuple) for one in shaped):
         return  # malformed: the measure fails (as the reference does, above)
-    texts = serialize_shaped(batch, [shape for _, _, shape in shaped])
+    shapes = [one[2] for one in shaped]
+    texts = serialize_shaped(batch, shapes)
     assert texts == [reference_serialize([message]) for message in batch]
+    # The same from the parts the measure read (what the context keeps), which are what
+    # shaped_parts reads again for a message no context measured.
+    parts = [(one[3], one[4]) for one in shaped]
+    assert parts == [shaped_parts(m, shape) for m, shape in zip(batch, shapes, strict=True)]
+    flat = [item for pair in parts for item in pair]
+    assert serialize_shaped(batch, shapes, flat) == texts
 
 
 @PROPERTIES
@@ -535,9 +545,58 @@ def test_the_usual_shapes_are_serialized_as_the_reference_does(message: Message)
 def test_the_usual_shapes_are_told_and_written_as_the_reference_does(
     message: Message, shape: int
 ) -> None:
-    assert measure_shaped(message)[2] == shape
+    measured = measure_shaped(message)
+    assert measured[2] == shape
     assert serialize_shaped([message], [shape]) == [reference_serialize([message])]
+    assert measured[3:] == shaped_parts(message, shape)
+    assert (measured[3] is None) == (shape == SHAPE_OTHER)
+    assert (measured[4] is None) == (shape != SHAPE_TEXT_AND_CALL)
+    written = serialize_shaped([message], [shape], measured[3:])
+    assert written == [reference_serialize([message])]
 
+
+@pytest.mark.anyio
+async def test_the_context_keeps_each_messages_parts_through_appends_and_compactions(
+    tmp_path: Path,
+) -> None:
+    """Issue 9: the parts the context read when it measured each message write every message
+    as the reference does, on a loaded context, after an append, and after a compaction's
+    restart, which keeps them for the kept messages."""
+    from orchestrator._runtime.session import AgentSession
+
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    runtime = AgentSession.open(path, owner="test")
+
+    def check() -> int:
+        context = runtime.session.context()
+        index = context.index
+        assert index is not None
+        messages = list(context.messages)
+        assert len(index.parts) == 2 * len(messages) == 2 * len(index.shapes)
+        texts = serialize_shaped(messages, list(index.shapes), list(index.parts))
+        assert texts == [reference_serialize([message]) for message in messages]
+        pairs = list(zip(index.parts[::2], index.parts[1::2], strict=True))
+        for message, shape, (text, call) in zip(messages, index.shapes, pairs, strict=True):
+            if shape in (SHAPE_USER_TEXT, SHAPE_SHORT_RESULT, SHAPE_TEXT_AND_CALL):
+                assert text is message["content"][0]["text"]  # read, not copied
+            if shape == SHAPE_TEXT_AND_CALL:
+                assert call is message["content"][1]
+        return sum(1 for part in index.parts if part is not None)
+
+    try:
+        assert check() > 0
+        runtime.session.append_message(
+            {"role": "user", "content": [{"type": "text", "text": "one more"}], "timestamp": 1}
+        )
+        check()
+        assert (await runtime.compact()).status == "committed"
+        check()
+    finally:
+        runtime.close()
+
+
+EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
 
 # Loading measures every message, planning lists the summaries to measure; neither reads the
 # prompt templates (nor imports importlib.resources to find them): only a request does. Only what

@@ -23,7 +23,7 @@ import operator
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from orchestrator._core.entries import (
     COMPACTION,
@@ -142,6 +142,9 @@ class ContextIndex:
         late: Indices of the messages of a role measured late (summaries), ascending.
         shapes: For each context message, its shape (``SHAPE_*`` of ``_core.serialize``), so a
             summary request writes the usual ones without checking them again.
+        parts: For each context message, two items: what a summary request writes it from
+            (its text and tool call, ``measure_shaped`` of ``_core.serialize``), read when it
+            was measured; ``None`` for other shapes.
     """
 
     path: list[Entry] = field(repr=False)
@@ -161,6 +164,7 @@ class ContextIndex:
     serial: Sequence[int] = field(repr=False)
     late: Sequence[int] = field(repr=False)
     shapes: Sequence[int] = field(repr=False)
+    parts: Sequence[Any] = field(repr=False)
 
     def matches(self, path: Sequence[Entry]) -> bool:
         """True when ``path`` is the path this view was built from (same length, same ends)."""
@@ -253,6 +257,7 @@ class ContextIndex:
             self.serial,
             (late[i] - lo for i in range(first, last)),
             self.shapes,
+            self.parts,
         )
 
 
@@ -337,6 +342,7 @@ class ContextBuilder:
         self._serial: array[int] = array("q", [0])
         self._late: list[int] = []
         self._shapes: array[int] = array("b")
+        self._parts: list[Any] = []  # per message its text and call, for summary requests
         self._estimate_sum = self._serial_sum = self._message_sum = 0
         self._last_compaction = -1
         self._fresh_from = 0
@@ -397,9 +403,10 @@ class ContextBuilder:
         index = len(self._messages)
         if role in LATE_ROLES:  # measured when planned: loading never reads the templates
             estimate, units, shape = estimate_tokens(message), 0, SHAPE_OTHER
+            text = call = None
             self._late.append(index)
         else:
-            estimate, units, shape = measure_shaped(message)
+            estimate, units, shape, text, call = measure_shaped(message)
         if role == "assistant":
             if not restoring:
                 self._take_model_from_assistant(message)
@@ -416,6 +423,8 @@ class ContextBuilder:
         self._serial_sum += serial_step(units)
         self._serial.append(self._serial_sum)
         self._shapes.append(shape)
+        self._parts.append(text)
+        self._parts.append(call)
 
     def _file_events(self, message: Message, index: int) -> None:
         content = message.get("content")
@@ -457,6 +466,7 @@ class ContextBuilder:
         self._message_prefix, self._message_sum = array("q", [0, 0]), 0  # a summary: not counted
         self._serial, self._late, self._serial_sum = array("q", [0, 0]), [0], 0  # measured late
         self._shapes = array("b", [SHAPE_OTHER])
+        self._parts = [None, None]
         self._event_message, self._event_kind, self._event_path = array("q"), [], []
         self._first_seen = {kind: {} for kind in FILE_TOOLS}
         self._last_compaction = here
@@ -494,6 +504,7 @@ class ContextBuilder:
         shapes = array("b", [SHAPE_OTHER])
         shapes.extend(self._shapes[first:count])
         self._shapes = shapes
+        self._parts = [None, None, *self._parts[2 * first : 2 * count]]
         lo = bisect.bisect_left(self._event_message, first)
         event_message = array("q", _less(self._event_message[lo:], first - 1))
         self._event_message = event_message
@@ -537,6 +548,7 @@ class ContextBuilder:
                 serial=self._serial,
                 late=self._late,
                 shapes=self._shapes,
+                parts=self._parts,
             ),
         )
 

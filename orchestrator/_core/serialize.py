@@ -24,6 +24,7 @@ and one call) are then written without checking their roles and blocks again
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -303,35 +304,62 @@ SHAPE_TEXT_AND_CALL = 3
 """An assistant message of a text block (a string) and a tool call with one string argument."""
 
 
-def _text_and_call(content: list[Any]) -> str:
+def shaped_parts(message: Message, shape: int) -> tuple[Any, Any]:
+    """What :func:`serialize_shaped` writes a message of ``shape`` from: ``(text, call)``.
+
+    The text of a user message or a short tool result (and ``None``); the text and the tool
+    call block of an assistant message of text and call; ``(None, None)`` for any other shape.
+    References only, nothing made. :func:`measure_shaped` returns the same from the walk that
+    measures the message, and the context keeps them: a summary request then writes thousands
+    of messages from them instead of walking each message's dictionaries again, cold (about
+    half of the request's cost at 10k entries, issue 9). Nothing new is kept per message (a
+    tuple per message cost the context's build more than the request saved: on this kind of
+    virtual machine, fresh memory is the dearest thing a process touches). This is the same
+    read, for messages no context measured.
+    """
+    if shape == SHAPE_USER_TEXT or shape == SHAPE_SHORT_RESULT:
+        return message["content"][0]["text"], None
+    if shape == SHAPE_TEXT_AND_CALL:
+        content = message["content"]
+        return content[0]["text"], content[1]
+    return None, None
+
+
+def _text_and_call(text: str, call: dict[str, Any]) -> str:
     """:func:`serialize_message` of an assistant message of shape :data:`SHAPE_TEXT_AND_CALL`."""
-    call = content[1]
     ((key, value),) = call["arguments"].items()
     quoted = _encode_string(value)
     if not quoted.isascii():
         quoted = escape_lone_surrogates(quoted)
     return (
-        f"{ASSISTANT_LABEL}{content[0]['text']}{PARAGRAPH_SEPARATOR}"
-        f"{CALLS_LABEL}{call['name']}({key}={quoted})"
+        f"{ASSISTANT_LABEL}{text}{PARAGRAPH_SEPARATOR}{CALLS_LABEL}{call['name']}({key}={quoted})"
     )
 
 
-def serialize_shaped(messages: Iterable[Message], shapes: Iterable[int]) -> list[str]:
+def serialize_shaped(
+    messages: Iterable[Message], shapes: Iterable[int], parts: Iterable[Any] | None = None
+) -> list[str]:
     """:func:`serialize_message` of each message, given the shapes :func:`measure_shaped` told.
 
     A summary request serializes thousands of messages (issue 9). Their shapes were found when
-    the context measured them, so the usual ones are written here without checking again (and
-    without reading their roles and block types, which a cold cache makes dear).
+    the context measured them, so the usual ones are written here without checking them again
+    (and without reading their roles and block types, which a cold cache makes dear). ``parts``
+    are the text and call of each message (:func:`shaped_parts`), two items per message, as the
+    context kept them; without them they are read here.
     """
+    if parts is None:
+        messages, shapes = tuple(messages), tuple(shapes)
+        parts = itertools.chain.from_iterable(map(shaped_parts, messages, shapes))
+    pairs = iter(parts)
     return [
-        USER_LABEL + message["content"][0]["text"]
+        USER_LABEL + text
         if shape == SHAPE_USER_TEXT
-        else TOOL_RESULT_LABEL + message["content"][0]["text"]
+        else TOOL_RESULT_LABEL + text
         if shape == SHAPE_SHORT_RESULT
-        else _text_and_call(message["content"])
+        else _text_and_call(text, call)
         if shape == SHAPE_TEXT_AND_CALL
         else serialize_message(message)
-        for message, shape in zip(messages, shapes, strict=True)
+        for message, shape, text, call in zip(messages, shapes, pairs, pairs, strict=True)
     ]
 
 
@@ -457,12 +485,13 @@ def serialized_length(message: Message) -> int:
     return units
 
 
-def _measure_texts(content: object) -> tuple[int, int, bool] | None:
-    """Text units, image count and ASCII-ness of a user or tool result content."""
+def _measure_texts(content: object) -> tuple[int, int, bool, str] | None:
+    """Text units, image count, ASCII-ness and last text of a user or tool result content."""
     if isinstance(content, str):
-        return utf16_len(content), 0, content.isascii()
+        return utf16_len(content), 0, content.isascii(), content
     units = images = 0
     ascii_only = True
+    text = ""
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, dict):
             continue
@@ -475,7 +504,7 @@ def _measure_texts(content: object) -> tuple[int, int, bool] | None:
             ascii_only = ascii_only and text.isascii()
         elif kind == "image":
             images += 1
-    return units, images, ascii_only
+    return units, images, ascii_only, text
 
 
 def _measure_call(block: dict[str, Any]) -> tuple[int, int, bool] | None:
@@ -510,9 +539,9 @@ def _measure_unusual_call(block: dict[str, Any]) -> tuple[int, int, bool] | None
     return utf16_len(name) + json_length(block.get("arguments", {})), _call_units(block), False
 
 
-def _measure_assistant(content: list[Any]) -> tuple[int, int, int] | None:
+def _measure_assistant(content: list[Any]) -> tuple[int, int, int, Any, Any] | None:
     chars = thinking = texts = calls = thinking_units = text_units = call_units = 0
-    lone = False  # the last tool call has exactly one argument, a string (the usual call)
+    usual = None  # the last tool call's block when it is the usual call (one string argument)
     for block in content:
         if not isinstance(block, dict):
             continue
@@ -536,14 +565,14 @@ def _measure_assistant(content: list[Any]) -> tuple[int, int, int] | None:
             chars += measured[0]
             calls += 1
             call_units += measured[1]
-            lone = measured[2]
+            usual = block if measured[2] else None
     units = _assistant_total((thinking, thinking_units, texts, text_units, calls, call_units))
-    shape = SHAPE_OTHER
-    if lone and calls == 1 and texts == 1 and not thinking and len(content) == 2:
+    if usual is not None and calls == 1 and texts == 1 and not thinking and len(content) == 2:
         first = content[0]  # a dict: both blocks were counted
-        if first.get("type") == "text" and type(first.get("text")) is str:
-            shape = SHAPE_TEXT_AND_CALL
-    return -(-chars // 4), units, shape
+        text = first.get("text")
+        if first.get("type") == "text" and type(text) is str:
+            return -(-chars // 4), units, SHAPE_TEXT_AND_CALL, text, usual
+    return -(-chars // 4), units, SHAPE_OTHER, None, None
 
 
 def measure(message: Message) -> tuple[int, int]:
@@ -552,14 +581,20 @@ def measure(message: Message) -> tuple[int, int]:
     The context measures every message it takes in; for the usual shapes one walk over the
     blocks gives both numbers.
     """
-    estimate, units, _ = measure_shaped(message)
+    estimate, units, _, _, _ = measure_shaped(message)
     return estimate, units
 
 
-def measure_shaped(message: Message) -> tuple[int, int, int]:
-    """:func:`measure`, and the message's shape for :func:`serialize_shaped` (``SHAPE_*``).
+def measure_shaped(message: Message) -> tuple[int, int, int, Any, Any]:
+    """:func:`measure`, the shape for :func:`serialize_shaped` (``SHAPE_*``) and the parts.
+
+    The parts are what :func:`shaped_parts` reads (a text and a tool call block), taken from
+    the same walk.
 
     The shape comes from the same walk: the checks that tell it are the ones the measure makes.
+    The parts are references the walk holds anyway, so keeping them costs the context nothing
+    but a slot per message, while reading them again later costs a summary request a walk over
+    cold dictionaries.
     """
     role = message.get("role")
     content = message.get("content")
@@ -570,20 +605,23 @@ def measure_shaped(message: Message) -> tuple[int, int, int]:
     elif role == "user" or role == "toolResult":
         texts = _measure_texts(content)
         if texts is not None:
-            units, images, ascii_only = texts
+            units, images, ascii_only, text = texts
             # One block with text in it is one text block (a string, not empty).
             lone = units and type(content) is list and len(content) == 1
             if role == "user":
-                shape = SHAPE_USER_TEXT if lone else SHAPE_OTHER
-                return -(-units // 4), len(USER_LABEL) + units if units else 0, shape
+                serialized = len(USER_LABEL) + units if units else 0
+                if lone:
+                    return -(-units // 4), serialized, SHAPE_USER_TEXT, text, None
+                return -(-units // 4), serialized, SHAPE_OTHER, None, None
             estimate = -(-(units + IMAGE_CHARS * images) // 4)
             if message.get("prunedAt") is None:
-                serialized = _tool_result_units(units, ascii_only)
-                if serialized is not None:
-                    short = lone and ascii_only and units <= TOOL_RESULT_MAX_CHARS
-                    return estimate, serialized, SHAPE_SHORT_RESULT if short else SHAPE_OTHER
-            return estimate, serialized_length(message), SHAPE_OTHER
-    return estimate_tokens(message), serialized_length(message), SHAPE_OTHER
+                result_units = _tool_result_units(units, ascii_only)
+                if result_units is not None:
+                    if lone and ascii_only and units <= TOOL_RESULT_MAX_CHARS:
+                        return estimate, result_units, SHAPE_SHORT_RESULT, text, None
+                    return estimate, result_units, SHAPE_OTHER, None, None
+            return estimate, serialized_length(message), SHAPE_OTHER, None, None
+    return estimate_tokens(message), serialized_length(message), SHAPE_OTHER, None, None
 
 
 def serial_step(units: int) -> int:
@@ -610,11 +648,12 @@ class MeasuredMessages(Window[Message]):
     serializes from there to the newest, keeping those pieces for the next call.
     """
 
-    __slots__ = ("sums", "start", "shapes", "_late_at", "_late", "_from", "_pieces")
+    __slots__ = ("sums", "start", "shapes", "parts", "_late_at", "_late", "_from", "_pieces")
 
     sums: Sequence[int] | None
     start: int
     shapes: Sequence[int] | None
+    parts: Sequence[Any] | None
 
     def __init__(
         self,
@@ -635,15 +674,18 @@ class MeasuredMessages(Window[Message]):
         sums: Sequence[int],
         late: Iterable[int],
         shapes: Sequence[int] | None = None,
+        parts: Sequence[Any] | None = None,
     ) -> MeasuredMessages:
         """Messages ``items[lo:hi]`` of a context, not copied (``items`` must only grow).
 
         ``sums`` are the context's running sums (the run starts at ``lo`` there too); ``late``
-        indexes the run; ``shapes`` are the context's message shapes (indexed as ``items``).
+        indexes the run; ``shapes`` are the context's message shapes (indexed as ``items``) and
+        ``parts`` what :func:`shaped_parts` reads of each (two items per message).
         """
         run = cls.__new__(cls)
         run._setup(items, lo, hi - lo, sums, lo, late)
         run.shapes = shapes
+        run.parts = parts if shapes is not None else None
         return run
 
     def _setup(
@@ -659,6 +701,7 @@ class MeasuredMessages(Window[Message]):
         self.sums = sums
         self.start = start
         self.shapes: Sequence[int] | None = None
+        self.parts: Sequence[Any] | None = None
         self._late_at = tuple(late)
         self._late: dict[int, int] | None = None
         self._from = length  # messages [_from, len) are serialized, in _pieces
@@ -678,7 +721,9 @@ class MeasuredMessages(Window[Message]):
             if self.shapes is None:
                 made = list(map(serialize_message, items))
             else:
-                made = serialize_shaped(items, self.shapes[at + first : at + self._from])
+                shapes = self.shapes[at + first : at + self._from]
+                parts = self.parts[2 * (at + first) : 2 * (at + self._from)] if self.parts else None
+                made = serialize_shaped(items, shapes, parts)
             made.extend(self._pieces)
             self._pieces, self._from = made, first
         return self._pieces[first - self._from :]
