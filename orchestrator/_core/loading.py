@@ -200,7 +200,9 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
 
 
 _BATCH = 1 << 20
-"""Bytes of the file split into lines at a time: a big file is not copied whole into lines."""
+"""Bytes of a big file split into lines at a time: it is not copied whole into lines."""
+_WHOLE = 8 << 20
+"""Files up to this size are split whole: copying a batch out first would cost them more."""
 
 
 def _line_batches(data: bytes, end: int) -> Iterator[tuple[int, list[bytes]]]:
@@ -210,8 +212,14 @@ def _line_batches(data: bytes, end: int) -> Iterator[tuple[int, list[bytes]]]:
     held a second copy of it for the whole parse, one more page of memory to fault in per 4 KB
     read: on a file of a million entries about a third of the loading time went to the kernel
     giving the process fresh pages (issue 9). A batch's lines die with it, and the next batch
-    takes their memory back.
+    takes their memory back. A file of a few megabytes is split whole, as before: a batch is a
+    copy of its bytes, which would add a megabyte to what a small file's parse holds at once.
     """
+    if end <= _WHOLE:
+        lines = (data if end == len(data) else data[:end]).split(b"\n")
+        lines.pop()  # the empty piece after the last newline
+        yield 0, lines
+        return
     position = index = 0
     while position < end:
         stop = data.find(b"\n", min(position + _BATCH, end) - 1) + 1
