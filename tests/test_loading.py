@@ -309,12 +309,12 @@ def test_a_file_split_into_batches_reads_as_when_split_whole(
     if ending:
         data += _PIECES[-ending]
     whole = _summary(data)
-    saved = loading._BATCH, loading._WHOLE
-    loading._BATCH, loading._WHOLE = batch, 0  # every file read in batches
+    saved = loading._BATCH
+    loading._BATCH = batch
     try:
         assert _summary(data) == whole
     finally:
-        loading._BATCH, loading._WHOLE = saved
+        loading._BATCH = saved
     # And the answer is the one a single split of the whole file gives, line by line.
     lines = data.split(b"\n")
     if whole[0] is not None:

@@ -114,7 +114,7 @@ def _read_all(fd: int) -> bytes:
     # Linux reads at most 0x7FFFF000 bytes at once, so a bigger file takes more than one read.
     first = os.read(fd, min(os.fstat(fd).st_size + 1, _MAX_READ))
     chunks = [first]
-    while chunk := os.read(fd, _CHUNK * 16):
+    while chunk := os.read(fd, _CHUNK):
         chunks.append(chunk)
     return first if len(chunks) == 1 else b"".join(chunks)
 
