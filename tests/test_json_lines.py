@@ -171,3 +171,22 @@ def test_a_big_file_loads_like_a_small_one() -> None:
     big = parse_session_bytes(HEADER + padding + line)
     assert small.entries == big.entries
     assert big.problems == []
+
+
+@pytest.mark.parametrize("decoder", ["fast", "standard"])
+def test_the_shortest_line_too_deep_is_refused_and_one_level_less_is_not(decoder: str) -> None:
+    """Lines of at most 2 * MAX_DEPTH + 1 bytes skip the bracket count (issue 9): the shortest
+    line nested one level too deep is 2 * (MAX_DEPTH + 1) bytes, just past that bound."""
+    decode = json_lines.line_decoder(1 << 30 if decoder == "fast" else 0)
+    if decoder == "standard" and "msgspec" in sys.modules:
+        decode = json_lines._decode_standard
+    deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    assert len(deep) == 2 * MAX_DEPTH + 2
+    with pytest.raises(BadLine) as refused:
+        decode(deep)
+    assert refused.value.code == "too_deep"
+    fits = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    assert decode(fits) == json.loads(fits)
+    # Padding a line that fits does not make it too deep, however long it gets.
+    padded = b"[" * MAX_DEPTH + b'"' + b"x" * 500 + b'"' + b"]" * MAX_DEPTH
+    assert decode(padded) is not None

@@ -146,7 +146,11 @@ def _fast_decoder() -> Callable[[bytes], Any]:
                 value = decode(raw)
             except refused:
                 value = _decode_exactly(raw)
-            return _checked(raw, value)
+            # _checked, inline: this runs once per line of every big file.
+            if len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+                if depth(value) > MAX_DEPTH:
+                    raise _too_deep()
+            return value
 
         _fast = fast
     return _fast
@@ -159,11 +163,18 @@ def _decode_standard(raw: bytes) -> Any:
     return _checked(raw, _decode_exactly(raw))
 
 
+_SHALLOW_BYTES = 2 * MAX_DEPTH + 1
+"""A line this short cannot nest deeper than :data:`MAX_DEPTH`: that takes more openers and as
+many closers."""
+
+
 def _checked(raw: bytes, value: Any) -> Any:
     # A line cannot nest deeper than it has brackets: the exact walk runs only on the rare line
-    # with that many (code in a tool result, mostly), and counting bytes is cheap.
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth(value) > MAX_DEPTH:
-        raise _too_deep()
+    # with that many (code in a tool result, mostly), and counting bytes is cheap, and skipped
+    # for a line too short to hold them.
+    if len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        if depth(value) > MAX_DEPTH:
+            raise _too_deep()
     return value
 
 
