@@ -395,6 +395,24 @@ def _check_index(index: ContextIndex, context_messages: Sequence[Message]) -> No
         half = measured.suffix(utf16_len(whole) // 2)
         assert whole.endswith(half)
         assert utf16_len(half) >= utf16_len(whole) // 2
+    # The file operations are the calls a scan of the assistant messages finds, in order.
+    scanned = [
+        (k, str(block.get("name")), block["arguments"]["path"])
+        for k, message in enumerate(context_messages[: index.count])
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict)
+        and block.get("type") == "toolCall"
+        and str(block.get("name")) in FILE_TOOLS
+        and isinstance(block.get("arguments"), dict)
+        and isinstance(block["arguments"].get("path"), str)
+        and block["arguments"]["path"]
+    ]
+    events = [
+        (index.event_message[i], index.event_kind[i], index.event_path[i])
+        for i in range(index.events)
+    ]
+    assert events == scanned
     for kind in FILE_TOOLS:
         first: dict[str, int] = {}
         for i in range(index.events):

@@ -410,7 +410,10 @@ class ContextBuilder:
         if role == "assistant":
             if not restoring:
                 self._take_model_from_assistant(message)
-            self._file_events(message, index)
+            if call is not None:  # text and one call: the measure found the only call block
+                self._file_event(call, index)
+            else:
+                self._file_events(message, index)
         self._messages.append(message)
         self._entry_ids.append(entry_id)
         self._estimates.append(estimate)
@@ -430,13 +433,17 @@ class ContextBuilder:
         content = message.get("content")
         for block in content if isinstance(content, list) else ():
             if isinstance(block, dict) and block.get("type") == "toolCall":
-                name, arguments = str(block.get("name")), block.get("arguments")
-                path = arguments.get("path") if isinstance(arguments, dict) else None
-                if name in FILE_TOOLS and isinstance(path, str) and path:
-                    self._event_message.append(index)
-                    self._event_kind.append(name)
-                    self._event_path.append(path)
-                    self._first_seen[name].setdefault(path, index)
+                self._file_event(block, index)
+
+    def _file_event(self, block: dict[str, Any], index: int) -> None:
+        """Record the file operation of a tool call block, if it is one."""
+        name, arguments = str(block.get("name")), block.get("arguments")
+        path = arguments.get("path") if isinstance(arguments, dict) else None
+        if name in FILE_TOOLS and isinstance(path, str) and path:
+            self._event_message.append(index)
+            self._event_kind.append(name)
+            self._event_path.append(path)
+            self._first_seen[name].setdefault(path, index)
 
     def _restart_at(self, compaction: Entry) -> None:
         # Summary first, then the kept entries from firstKeptEntryId up to the compaction. If the
