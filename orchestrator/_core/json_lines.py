@@ -146,11 +146,7 @@ def _fast_decoder() -> Callable[[bytes], Any]:
                 value = decode(raw)
             except refused:
                 value = _decode_exactly(raw)
-            # _checked, inline: this runs once per line of every big file.
-            if len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
-                if depth(value) > MAX_DEPTH:
-                    raise _too_deep()
-            return value
+            return _checked(raw, value)
 
         _fast = fast
     return _fast

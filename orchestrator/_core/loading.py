@@ -207,12 +207,10 @@ def _line_batches(data: bytes, end: int) -> Iterator[tuple[int, list[bytes]]]:
     """The lines of ``data[:end]`` (which ends with a newline), about 64 KB of them at a time.
 
     Each batch comes with the 0-based index of its first line. Splitting the whole file at once
-    held a second copy of it for the whole parse, one more page of memory to fault in per 4 KB
-    read: on a file of a million entries about a third of the loading time went to the kernel
-    giving the process fresh pages (issue 9). A batch's lines die with it, and the next batch
-    takes their memory back: what the parse holds besides the file and the objects is a batch's
-    copy and its lines, at any size (at 2k entries, splitting the whole file held 1.3 MB more, a
-    third of the memory per entry that the comparison with pi counts).
+    held a second copy of it, a bytes object per line, for the whole parse: one more page of
+    fresh memory per 4 KB read, each a page fault, which on a virtual machine costs
+    microseconds (issue 9). A batch's lines die with it, and the next batch takes their memory
+    back: besides the file and the objects, the parse holds one batch's copy and its lines.
     """
     position = index = 0
     while position < end:

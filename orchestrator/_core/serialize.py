@@ -588,13 +588,10 @@ def measure(message: Message) -> tuple[int, int]:
 def measure_shaped(message: Message) -> tuple[int, int, int, Any, Any]:
     """:func:`measure`, the shape for :func:`serialize_shaped` (``SHAPE_*``) and the parts.
 
-    The parts are what :func:`shaped_parts` reads (a text and a tool call block), taken from
-    the same walk.
-
     The shape comes from the same walk: the checks that tell it are the ones the measure makes.
-    The parts are references the walk holds anyway, so keeping them costs the context nothing
-    but a slot per message, while reading them again later costs a summary request a walk over
-    cold dictionaries.
+    So do the parts, what :func:`shaped_parts` reads (a text and a tool call block): references
+    the walk holds anyway, so keeping them costs the context nothing but two slots per message,
+    while reading them again later costs a summary request a walk over cold dictionaries.
     """
     role = message.get("role")
     content = message.get("content")
