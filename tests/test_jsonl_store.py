@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator._core.errors import SessionError, SessionLockedError
+from orchestrator._core.load_result import Tail
 from orchestrator._store.jsonl import JsonlStore, write_pi_line
 from orchestrator._store.protocol import SessionStore
 
@@ -546,13 +547,11 @@ def test_failure_while_opening_the_writer_closes_the_descriptor(
     assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b"{torn"  # the copy happened first
 
 
-def test_a_file_that_grows_while_it_is_read_is_read_to_its_end(
+def test_a_file_that_grows_while_it_is_loaded_is_read_to_its_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The store reads a file in one read of the size it had when opened (issue 9); what was
-    appended between that size and the read is read on, in chunks, not lost."""
-    import orchestrator._store.jsonl as jsonl
-
+    """The store parses a file as it reads it, 64 KB at a time (issue 9): a line appended after
+    the first read is read on and parsed, not lost, and the tail is the end of what was parsed."""
     path = tmp_path / "s.jsonl"
     header = {"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"}
     lines = [json.dumps(header)] + [
@@ -560,17 +559,22 @@ def test_a_file_that_grows_while_it_is_read_is_read_to_its_end(
         for k in range(300)
     ]
     path.write_text("\n".join(lines) + "\n")
-    real_fstat = os.fstat
+    late = json.dumps({"type": "x", "id": "late", "parentId": "e299"}) + "\n"
+    real_read, reads = os.read, []
 
-    def stale_size(fd: int) -> os.stat_result:  # the size of a moment before the appends
-        stat = real_fstat(fd)
-        return os.stat_result((*stat[:6], 100, *stat[7:]))
+    def read_then_append(fd: int, size: int) -> bytes:
+        chunk = real_read(fd, size)
+        reads.append(len(chunk))
+        if len(reads) == 1:
+            with path.open("a") as out:
+                out.write(late)
+        return chunk
 
-    monkeypatch.setattr(os, "fstat", stale_size)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        assert jsonl._read_all(fd) == path.read_bytes()
-    finally:
-        os.close(fd)
+    monkeypatch.setattr(os, "read", read_then_append)
+    result = JsonlStore(path).load()
     monkeypatch.undo()
-    assert len(JsonlStore(path).load().entries) == 300
+    assert len(reads) > 20  # in chunks, never the whole file
+    assert max(reads) <= 1 << 16
+    assert [entry["id"] for entry in result.entries] == [f"e{k}" for k in range(300)] + ["late"]
+    assert result.tail == Tail(last_id="late", length=path.stat().st_size)
+    assert not result.problems

@@ -38,15 +38,18 @@ SETTINGS = RuntimeSettings()
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every whole-session parse either store makes, as it happens."""
     seen: list[str] = []
-    for module in (jsonl, postgres):
+    for module, name in (
+        (jsonl, "read_session"),
+        (jsonl, "read_session_chunks"),
+        (postgres, "read_session"),
+    ):
+        real = getattr(module, name)
 
-        def counted(
-            data: bytes, *args: Any, _real: Any = module.read_session, **kwargs: Any
-        ) -> Any:
+        def counted(data: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
             seen.append("parse")
             return _real(data, *args, **kwargs)
 
-        monkeypatch.setattr(module, "read_session", counted)
+        monkeypatch.setattr(module, name, counted)
     return seen
 
 

@@ -129,50 +129,116 @@ which costs a walk of every frozen object (a thousand open sessions made each lo
 
 def read_session(data: bytes, *, random_hex: RandomHex = uuid_hex) -> ParsedSession:
     """Like :func:`parse_session_bytes`, and also report the version stored in the file."""
+    pieces = [data] if len(data) <= _BATCH else _pieces(data)
+    return read_session_chunks(pieces, size=len(data), random_hex=random_hex)
+
+
+def read_session_chunks(
+    chunks: Iterable[bytes], *, size: int, random_hex: RandomHex = uuid_hex
+) -> ParsedSession:
+    """Parse a session file handed over in pieces, as :func:`read_session` parses it whole.
+
+    A store reads a big file a chunk at a time into this, so the file is never in memory whole:
+    holding it meant a fresh page per 4 KB read, each a page fault, which on a virtual machine
+    costs microseconds (610 MB at 1M entries; issue 9). A chunk's lines die with it, and the
+    next chunk takes their memory back.
+
+    Args:
+        chunks: The file's bytes in order, in pieces of any sizes (empty ones allowed).
+        size: The file's size as far as the caller knows it: it picks the line decoder only.
+        random_hex: Randomness for the ids a v1 migration assigns.
+    """
     with gc_paused():
-        return _read_session(data, random_hex=random_hex)
+        return _read_session(_Lines(chunks), size, random_hex=random_hex)
 
 
-def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
-    end = data.rfind(b"\n") + 1
-    # What follows the final "\n": empty for a well-terminated file.
-    unterminated = data[end:]
-    batches: Iterator[tuple[int, list[bytes]]] = _line_batches(data, end)
-    problems: list[Problem] = []
-    torn = b""
-    if not _blank(unterminated):
+_BATCH = 1 << 16
+"""Bytes of an in-memory file handed to the parser at a time: it is not split whole into lines."""
+
+
+def _pieces(data: bytes) -> Iterator[bytes]:
+    for start in range(0, len(data), _BATCH):
+        yield data[start : start + _BATCH]
+
+
+class _Lines:
+    """The lines of a file given in chunks, a batch per chunk, and what its end turned out to be.
+
+    :attr:`batches` yields ``(index, lines)``: the 0-based index of the batch's first line and the
+    complete lines the chunk ended (a line can straddle any number of chunks). What follows the
+    last newline is only known once the chunks run out: a JSON value is yielded as a last line,
+    anything else that is not blank is kept as :attr:`torn` (a write cut short by a crash), on
+    line :attr:`torn_line`.
+    """
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.torn = b""
+        self.torn_line = 0
+        self.batches = self._split(chunks)
+
+    def _split(self, chunks: Iterable[bytes]) -> Iterator[tuple[int, list[bytes]]]:
+        pending: list[bytes] = []  # the start of a line that has not ended yet
+        index = 0
+        for chunk in chunks:
+            lines = chunk.split(b"\n")
+            if len(lines) == 1:
+                pending.append(chunk)
+                continue
+            if pending:
+                pending.append(lines[0])
+                lines[0] = b"".join(pending)
+            pending = [lines.pop()]
+            yield index, lines
+            index += len(lines)
+        unterminated = b"".join(pending)
+        if _blank(unterminated):
+            return
         if is_json(unterminated):
-            batches = itertools.chain(batches, ((data.count(b"\n"), [unterminated]),))
+            yield index, [unterminated]
         else:
-            torn = unterminated
-            problems.append(
-                Problem(
-                    line=data.count(b"\n") + 1,
-                    code="torn_line",
-                    message="the last line is incomplete (no newline and not JSON), "
-                    "probably a write cut short by a crash",
-                )
+            self.torn, self.torn_line = unterminated, index + 1
+
+    def finish(self) -> list[Problem]:
+        """Read the lines nobody asked for, and say whether the end was torn."""
+        for _ in self.batches:
+            pass
+        if not self.torn:
+            return []
+        return [
+            Problem(
+                line=self.torn_line,
+                code="torn_line",
+                message="the last line is incomplete (no newline and not JSON), "
+                "probably a write cut short by a crash",
             )
+        ]
+
+
+def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedSession:
+    batches = lines.batches
     found = _first_line(batches)
     if found is None:
-        result = LoadResult(header=None, problems=problems, torn_tail=torn)
+        result = LoadResult(header=None, problems=lines.finish(), torn_tail=lines.torn)
         return ParsedSession(result=result, stored_version=None)
     first, rest = found
-    decode = line_decoder(len(data))
+    decode = line_decoder(size)
     header = _header(rest[0][1][0], decode)
     if isinstance(header, str):
         problem = Problem(line=first + 1, code="not_session", message=header)
-        result = LoadResult(header=None, problems=[problem, *problems], torn_tail=torn)
+        result = LoadResult(header=None, problems=[problem, *lines.finish()], torn_tail=lines.torn)
         return ParsedSession(result=result, stored_version=None)
     version = header_version(header)
     # v1 entries have no ids yet (migration gives them ids and parents); others are checked
     # for a usable, unique id as they are decoded.
     with_ids = version is None or version >= 2
     rest[0] = (first + 1, rest[0][1][1:])
+    problems: list[Problem] = []
     entries, numbers, line_of = _objects(
         itertools.chain(rest, batches), problems, decode, with_ids=with_ids
     )
     del rest, batches  # the raw bytes of the lines: let them go before the index is built
+    problems.extend(lines.finish())
+    torn = lines.torn
     version_problem = _version_problem(header, version, entries)
     if version_problem is not None:
         problems.append(Problem(line=first + 1, code="bad_header", message=version_problem))
@@ -197,29 +263,6 @@ def _read_session(data: bytes, *, random_hex: RandomHex) -> ParsedSession:
         header=header, entries=entries, problems=problems, migrated=migrated, torn_tail=torn
     )
     return ParsedSession(result=result, stored_version=version, write_refusal=refusal)
-
-
-_BATCH = 1 << 16
-"""Bytes of a file split into lines at a time: it is not copied whole into lines."""
-
-
-def _line_batches(data: bytes, end: int) -> Iterator[tuple[int, list[bytes]]]:
-    """The lines of ``data[:end]`` (which ends with a newline), about 64 KB of them at a time.
-
-    Each batch comes with the 0-based index of its first line. Splitting the whole file at once
-    held a second copy of it, a bytes object per line, for the whole parse: one more page of
-    fresh memory per 4 KB read, each a page fault, which on a virtual machine costs
-    microseconds (issue 9). A batch's lines die with it, and the next batch takes their memory
-    back: besides the file and the objects, the parse holds one batch's copy and its lines.
-    """
-    position = index = 0
-    while position < end:
-        stop = data.find(b"\n", min(position + _BATCH, end) - 1) + 1
-        lines = data[position:stop].split(b"\n")
-        lines.pop()  # the empty piece after the batch's last newline
-        yield index, lines
-        index += len(lines)
-        position = stop
 
 
 def _first_line(

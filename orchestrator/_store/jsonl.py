@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -46,6 +46,7 @@ from orchestrator._core.loading import (
     append_refusal,
     plan_tail_repair,
     read_session,
+    read_session_chunks,
     rewrite_refusal,
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
@@ -53,10 +54,9 @@ from orchestrator._store.dirsync import fsync_dir
 from orchestrator._store.files import describe_os_error, only_regular, open_side_file
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
-from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_bytes, tail_of_file
+from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_file
 
 _CHUNK = 1 << 16
-_MAX_READ = 0x7FFFF000
 
 
 def write_pi_line(entry: Entry) -> bytes:
@@ -103,20 +103,15 @@ def _open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
     return only_regular(fd, f"{path}: not a regular file; a session is a file of JSON lines")
 
 
-def _read_all(fd: int) -> bytes:
-    """Read a freshly opened descriptor to its end.
+def _chunks(fd: int) -> Iterator[bytes]:
+    """The bytes of an open descriptor from where it is to the end, 64 KB at a time.
 
-    One read of the size the file has now (and one more that finds the end): reading in chunks
-    and joining them held the file twice, and each copy's pages cost the kernel a fault apiece,
-    the dearest part of loading a big file on a virtual machine (issue 9). A file that grows
-    meanwhile is read on in chunks; the parser stops at its last newline either way.
+    A load parses these as they come (:func:`read_session_chunks`): a whole-file read held the
+    file in fresh memory, one page fault per 4 KB, the dearest part of loading a big file on a
+    virtual machine (issue 9). A chunk is freed once split, and the next read reuses its memory.
     """
-    # Linux reads at most 0x7FFFF000 bytes at once, so a bigger file takes more than one read.
-    first = os.read(fd, min(os.fstat(fd).st_size + 1, _MAX_READ))
-    chunks = [first]
     while chunk := os.read(fd, _CHUNK):
-        chunks.append(chunk)
-    return first if len(chunks) == 1 else b"".join(chunks)
+        yield chunk
 
 
 def _read_last_line(fd: int, size: int) -> tuple[int, bytes]:
@@ -220,13 +215,16 @@ class JsonlStore:
             raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
         try:
             stat = os.fstat(fd)
-            data = _read_all(fd)
+            parsed = read_session_chunks(
+                _chunks(fd), size=stat.st_size, random_hex=self._random_hex
+            )
+            # The end of the bytes just parsed, read back through the same descriptor: a file
+            # is only appended to in place (rewrites are renames), so they are the same bytes.
+            parsed.result.tail = self._end = tail_of_file(fd, os.lseek(fd, 0, os.SEEK_CUR))
         except OSError as exc:
             raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
         finally:
             os.close(fd)
-        parsed = read_session(data, random_hex=self._random_hex)
-        parsed.result.tail = self._end = tail_of_bytes(data)
         self._loaded = (_signature(stat), parsed)
         return parsed.result
 
@@ -468,7 +466,9 @@ class JsonlStore:
             if loaded is not None and loaded[0] == _signature(stat):
                 state = loaded[1]
             else:
-                state = read_session(_read_all(fd), random_hex=self._random_hex)
+                state = read_session_chunks(
+                    _chunks(fd), size=stat.st_size, random_hex=self._random_hex
+                )
         except BaseException:
             os.close(fd)
             raise
