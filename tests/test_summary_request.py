@@ -271,3 +271,38 @@ def test_a_window_with_no_room_for_the_conversation_is_refused() -> None:
         CONVERSATION, reserve_tokens=16384, budget=PromptBudget(context_window=600)
     )
     assert "elided" not in tiny.prompt
+
+
+def _reference_elided(text: str, length: int, keep: int) -> str:
+    """The elision as it was written before it was found by index (issue 9), on the joined
+    text: the tail of ``keep`` characters, moved to the next line start when one is within
+    _SNAP_CHARS and the cut is mid-line, its leading newlines dropped, under the marker."""
+    from orchestrator._core.summary_request import _SNAP_CHARS, elision_marker
+
+    tail = text[-keep:] if keep > 0 else ""
+    start = len(text) - len(tail)
+    newline = tail.find("\n", 0, _SNAP_CHARS)
+    if newline != -1 and text[start - 1] != "\n":
+        tail = tail[newline + 1 :]
+    tail = tail.lstrip("\n")
+    marker = elision_marker(length - len(tail))
+    return f"{marker}\n\n{tail}" if tail else marker
+
+
+_PARAGRAPH = st.text(alphabet="ab\n", min_size=1, max_size=60) | st.builds(
+    lambda n, k: "x" * n + "\n" * k, st.integers(0, 2500), st.integers(0, 3)
+)
+
+
+@given(st.lists(_PARAGRAPH, min_size=1, max_size=12), st.integers(-2, 6000), st.integers(0, 9))
+def test_elision_found_by_index_is_the_elision_of_the_joined_text(
+    pieces: list[str], keep: int, extra: int
+) -> None:
+    """ASCII paragraphs are elided by index in them, never joined (issue 9): the text that
+    comes out is the one the joined text gives, wherever the cut lands (in a paragraph, in a
+    separator, before a run of newlines, near the end), for every line-start search window."""
+    from orchestrator._core.summary_request import _elided_ascii
+
+    text = "\n\n".join(pieces)
+    length = len(text) + extra
+    assert "".join(_elided_ascii(pieces, length, keep)) == _reference_elided(text, length, keep)

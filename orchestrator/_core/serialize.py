@@ -754,8 +754,14 @@ class MeasuredMessages(Window[Message]):
         """
         if self.sums is None:
             return self.text()
+        return PARAGRAPH_SEPARATOR.join(self.suffix_pieces(units))
+
+    def suffix_pieces(self, units: int) -> list[str]:
+        """The paragraphs :meth:`suffix` joins (the non-empty ones), each as it was made."""
+        if self.sums is None:
+            return list(filter(None, self._pieces_from(0)))
         # The run from message k to the end shrinks as k grows: the newest k whose run holds
         # `units` and the separator before the text that follows is where the suffix starts.
         enough = units + len(PARAGRAPH_SEPARATOR)
         count = bisect.bisect_right(range(len(self)), -enough, key=lambda k: -self._run_units(k))
-        return PARAGRAPH_SEPARATOR.join(filter(None, self._pieces_from(max(0, count - 1))))
+        return list(filter(None, self._pieces_from(max(0, count - 1))))
