@@ -320,3 +320,60 @@ def test_a_file_split_into_batches_reads_as_when_split_whole(
     if whole[0] is not None:
         first = next(k for k, raw in enumerate(lines) if raw.strip())
         assert json.loads(lines[first]) == whole[0]
+
+
+def _reference_link_codes(entries: list[dict[str, object]]) -> list[tuple[str, str]]:
+    """Which entries the link check must name, worked out by brute force: an unknown parent
+    (absent, not a string, or no such entry), and one problem per parent cycle, named by its
+    member earliest in the file."""
+    ids = [str(entry["id"]) for entry in entries]
+    named: list[tuple[str, str]] = []
+    parent_of: dict[str, str] = {}
+    for entry_id, entry in zip(ids, entries, strict=True):
+        parent = entry.get("parentId", "<missing>")
+        if parent is None or parent == entry_id:
+            continue
+        if isinstance(parent, str) and parent in ids:
+            parent_of[entry_id] = parent
+        else:
+            named.append(("unknown_parent", entry_id))
+    cycles = set()
+    for start in ids:
+        seen: list[str] = []
+        node: str | None = start
+        while node is not None and node not in seen:
+            seen.append(node)
+            node = parent_of.get(node)
+        if node is not None:
+            cycles.add(min(seen[seen.index(node) :], key=ids.index))
+    named += [("cycle", member) for member in cycles]
+    return sorted(named, key=lambda item: ids.index(item[1]))
+
+
+@given(st.lists(st.sampled_from(["prev", "earlier", "later", "none", "self", "gone", "num"])))
+def test_the_link_check_names_what_brute_force_finds(kinds: list[str]) -> None:
+    """The link check skips the lookup for a parent that is the entry just before (issue 9):
+    whatever mix of links a file has, it names the same entries as a brute-force walk."""
+    import random
+
+    rng = random.Random(len(kinds))
+    entries: list[dict[str, object]] = []
+    for k, kind in enumerate(kinds):
+        parent: object = {
+            "prev": f"e{k - 1}",
+            "earlier": f"e{rng.randrange(k)}" if k else None,
+            "later": f"e{rng.randrange(k, len(kinds))}",
+            "none": None,
+            "self": f"e{k}",
+            "gone": "nowhere",
+            "num": k,
+        }[kind]
+        entries.append({"type": "x", "id": f"e{k}", "parentId": parent})
+    if kinds and kinds[-1] == "none":
+        del entries[-1]["parentId"]  # and a missing field now and then
+    data = HEADER + b"".join(json.dumps(entry).encode() + b"\n" for entry in entries)
+    by_line = {number + 2: str(entry["id"]) for number, entry in enumerate(entries)}
+    found = [
+        (problem.code, by_line[problem.line]) for problem in parse_session_bytes(data).problems
+    ]
+    assert found == _reference_link_codes(entries)

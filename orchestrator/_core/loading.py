@@ -420,8 +420,15 @@ def _link_problems(
     """
     problems: list[Problem] = []
     forward: list[str] = []
+    previous: object = None  # before the first entry: a null parent is a root either way
     for entry, number in zip(entries, numbers, strict=True):
         entry_id, parent = entry["id"], entry.get("parentId", _MISSING)
+        if parent == previous:
+            # The entry before it in the file: an earlier line, no lookup in a dictionary of
+            # every id (on a big file, a cache miss per entry). Most entries are this one.
+            previous = entry_id
+            continue
+        previous = entry_id
         if parent is None or parent == entry_id:
             continue  # a root, as pi's getTree sees it
         if type(parent) is str:
