@@ -752,8 +752,6 @@ class MeasuredMessages(Window[Message]):
         It starts at the newest message boundary that leaves enough, and needs the running sums;
         without them it is the text.
         """
-        if self.sums is None:
-            return self.text()
         return PARAGRAPH_SEPARATOR.join(self.suffix_pieces(units))
 
     def suffix_pieces(self, units: int) -> list[str]:
