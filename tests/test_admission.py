@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 import pytest
 
@@ -86,18 +88,63 @@ async def test_many_compactions_asked_at_once_start_a_few_per_pass_of_the_loop(
     monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
     kits = [await ready_kit() for _ in range(12)]
     passes = Passes()
-    planned_in_pass: list[int] = []
-    real_start = admission.start_slot
-
-    async def counting_start() -> admission.Slot:
-        slot = await real_start()
-        planned_in_pass.append(passes.count)  # what runs now, until the slot is given back, plans
-        return slot
-
-    monkeypatch.setattr("orchestrator._runtime.operations.start_slot", counting_start)
+    planned_in_pass = count_plans(monkeypatch, passes)
     await passes.compact_all(kits)
     assert len(planned_in_pass) == 12
     assert at_most_per_pass(planned_in_pass) <= 3, planned_in_pass
+
+
+def count_plans(monkeypatch: pytest.MonkeyPatch, passes: Passes) -> list[int]:
+    """The pass in which each compaction is planned, as they are (the list fills meanwhile)."""
+    from orchestrator._runtime import jobs
+
+    planned_in_pass: list[int] = []
+    real_job = jobs.CompactionJob
+
+    def planning(*args: object, **kwargs: object) -> jobs.CompactionJob:
+        planned_in_pass.append(passes.count)
+        return real_job(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("orchestrator._runtime.operations.CompactionJob", planning)
+    return planned_in_pass
+
+
+async def test_a_turn_hands_its_start_slot_to_the_compaction_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9: the compaction a turn starts goes on with the turn's start slot. Given back and
+    asked for again, the slot went to the back of the queue, behind every turn asked for
+    meanwhile: a thousand compactions asked at once all took their turns' first steps (0.3 s)
+    before the first of them planned, and the model's latency started that much later."""
+    from orchestrator._store.journal import Journal
+
+    monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
+    kits = [await ready_kit() for _ in range(12)]
+    passes = Passes()
+    planned_in_pass = count_plans(monkeypatch, passes)
+    first_steps: list[int] = []
+    real_record = Journal.record
+
+    def record(self: Journal, step: object, **kwargs: object) -> object:
+        if getattr(step, "machine", None) == "turn" and getattr(step, "source", None) == "idle":
+            first_steps.append(passes.count)
+        return real_record(self, step, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Journal, "record", record)
+    queued: list[int] = []
+    real_start = admission.start_slot
+
+    async def queueing() -> admission.Slot:
+        queued.append(passes.count)
+        return await real_start()
+
+    monkeypatch.setattr("orchestrator._runtime.operations.start_slot", queueing)
+    await passes.compact_all(kits)
+    assert len(planned_in_pass) == 12
+    # The first three turns' compactions plan before the last turn takes its first steps.
+    assert sorted(planned_in_pass)[2] < max(first_steps), (planned_in_pass, first_steps)
+    # No compaction a turn started asked for a slot of its own.
+    assert queued == []
 
 
 async def test_many_turns_asked_at_once_take_their_first_steps_a_few_per_pass(
@@ -168,6 +215,7 @@ async def test_an_operation_takes_a_slot_again_when_its_model_answers(
         taken.append("slot")
         return await real_start()
 
+    monkeypatch.setattr("orchestrator._runtime.turn.start_slot", counting_start)
     monkeypatch.setattr("orchestrator._runtime.operations.start_slot", counting_start)
     monkeypatch.setattr("orchestrator._runtime.operation.start_slot", counting_start)
     kit = await ready_kit()
@@ -177,5 +225,28 @@ async def test_an_operation_takes_a_slot_again_when_its_model_answers(
     assert outcome.status == "committed"
     calls = len(kit.model.requests) - before
     assert calls >= 1
-    # One to start, one again after each model call, and one after the commit's disk work.
+    # One to start (the turn's, handed to the compaction), one again after each model call,
+    # and one after the commit's disk work.
     assert len(taken) == 1 + calls + 1
+
+
+async def test_a_compaction_whose_planning_fails_gives_its_slot_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plan that raised kept its slot: eight such failures and no operation started again."""
+    kit = await ready_kit()
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("planning failed")
+
+    monkeypatch.setattr("orchestrator._runtime.operations.CompactionJob", failing)
+    asks: list[Callable[[], Awaitable[object]]] = [
+        kit.runtime.compact,
+        lambda: kit.runtime.operations.compaction(reason="manual"),
+    ]
+    for ask in asks:
+        with pytest.raises(RuntimeError, match="planning failed"):
+            await ask()
+        await anyio.sleep(0)  # a slot given back frees from the loop's next pass
+        await anyio.sleep(0)
+        assert admission._SLOTS.get().value == STARTS_AT_ONCE

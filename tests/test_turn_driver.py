@@ -338,9 +338,9 @@ class Recorder:
             self.log.append(("compaction", options["reason"]))
             return await compaction(**options)
 
-        async def logged_prune() -> Any:
+        async def logged_prune(**kwargs: Any) -> Any:
             self.log.append(("prune", None))
-            return await prune()
+            return await prune(**kwargs)
 
         async def logged_sleep(seconds: float) -> None:
             self.log.append(("sleep", seconds))

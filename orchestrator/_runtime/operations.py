@@ -70,7 +70,12 @@ class OperationRunner:
             self.current = None
 
     async def compaction(
-        self, *, reason: str, focus: str | None = None, dry_run: bool = False
+        self,
+        *,
+        reason: str,
+        focus: str | None = None,
+        dry_run: bool = False,
+        slot: Slot | None = None,
     ) -> OperationOutcome:
         """Compact the active branch: plan, hooks, summaries, one appended entry.
 
@@ -78,31 +83,44 @@ class OperationRunner:
             reason: ``threshold``, ``overflow`` or ``manual``.
             focus: The user's instructions.
             dry_run: Everything but the append (and the journal) happens.
+            slot: A start slot the caller holds and hands over (given back here in any case);
+                without it, the operation queues for one (admission.py).
         """
         routes = self.routes_for(reason)
         plan = functools.partial(
             CompactionJob, self.ports, routes, reason=reason, settings=self.settings, focus=focus
         )
         session = self.ports.session
-        slot = await start_slot()  # held until the operation first waits (admission.py)
-        if session is None or isinstance(session.store, MemoryStore) or session.context_is_live:
-            # With the live context, planning reads its index: O(kept), under a millisecond
-            # at 100k entries, less than the hop to a worker thread and back (issue 9).
-            job = plan()
-        else:
-            # The first context build is O(entries): a worker thread does it, one at a time, so
-            # the event loop keeps serving other sessions meanwhile (issue 9). It only reads
-            # the session, which no one changes while its compaction starts. Shielded: a cancel
-            # arriving meanwhile is seen by the operation's first step, as on the loop.
-            with anyio.CancelScope(shield=True):
-                job = await anyio.to_thread.run_sync(plan, limiter=_planner())
+        if slot is None:
+            slot = await start_slot()  # held until the operation first waits (admission.py)
+        try:
+            if session is None or isinstance(session.store, MemoryStore) or session.context_is_live:
+                # With the live context, planning reads its index: O(kept), under a millisecond
+                # at 100k entries, less than the hop to a worker thread and back (issue 9).
+                job = plan()
+            else:
+                # The first context build is O(entries): a worker thread does it, one at a time,
+                # so the event loop keeps serving other sessions meanwhile (issue 9). It only
+                # reads the session, which no one changes while its compaction starts. Shielded:
+                # a cancel arriving meanwhile is seen by the operation's first step, as on the
+                # loop.
+                with anyio.CancelScope(shield=True):
+                    job = await anyio.to_thread.run_sync(plan, limiter=_planner())
+        except BaseException:
+            slot.release()  # a plan that failed (a corrupt context) must not keep the slot
+            raise
         run = OperationRun(self.ports, job, routes=routes, dry_run=dry_run)
         return await self._run(run, slot)
 
-    async def prune(self) -> OperationOutcome:
-        """Prune old tool outputs (D23) as one journaled operation; no model is called."""
+    async def prune(self, *, slot: Slot | None = None) -> OperationOutcome:
+        """Prune old tool outputs (D23) as one journaled operation; no model is called.
+
+        Args:
+            slot: A start slot the caller holds and hands over, as for :meth:`compaction`.
+        """
         assert self.ports.session is not None
-        slot = await start_slot()
+        if slot is None:
+            slot = await start_slot()
         job = PruneJob(self.ports.session)
         return await self._run(OperationRun(self.ports, job, routes=self.ports.routes), slot)
 

@@ -305,6 +305,17 @@ class TurnDriver:
         if slot is not None:
             slot.release()
 
+    def hand_slot(self) -> Slot | None:
+        """Hand the start slot of the turn's first steps, if still held, to whoever goes on.
+
+        An operation the turn starts (a compaction, a prune) continues the same stretch of
+        work: given back and asked for again, the slot would go to the back of the queue, behind
+        every turn asked for meanwhile, and a thousand compactions asked for at once would all
+        take their turn's first steps before the first of them planned (admission.py).
+        """
+        slot, self._slot = self._slot, None
+        return slot
+
     def _record(self, step: Step, data: Mapping[str, Any]) -> None:
         del data
         journal = self.ports.journal

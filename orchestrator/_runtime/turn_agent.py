@@ -131,8 +131,8 @@ class TurnAgent:
         t = self.host.counters
         if not self.host.settings.prune:
             return Report(outcome="ok")
-        self.host.let_slot_go()  # the prune takes a start slot of its own (admission.py)
-        outcome = await self.host.operations.prune()
+        # The prune goes on with the turn's start slot, if still held (turn.py hand_slot).
+        outcome = await self.host.operations.prune(slot=self.host.hand_slot())
         if outcome.tokens_saved and t.last_reply is not None:
             usage = t.last_reply.get("usage") or {}
             tokens = max(0, calculate_context_tokens(usage) - outcome.tokens_saved)

@@ -59,13 +59,27 @@ class TurnCompactions:
     async def _run(self, reason: str, focus: str | None, *, dry_run: bool) -> Report | None:
         host = self.host
         host.counters.outcome = None
+        # A manual compaction's planning goes on with the turn's start slot (turn.py hand_slot).
+        slot = host.hand_slot()
 
         async def work() -> Report:
-            outcome = await host.operations.compaction(reason=reason, focus=focus, dry_run=dry_run)
+            try:
+                outcome = await host.operations.compaction(
+                    reason=reason, focus=focus, dry_run=dry_run, slot=slot
+                )
+            finally:
+                if slot is not None:
+                    slot.release()  # idempotent: the operation gave it back already
             host.counters.outcome = outcome
             return Report(outcome=outcome.status)
 
-        return await host.in_flight(work)
+        try:
+            return await host.in_flight(work)
+        finally:
+            if slot is not None:
+                # The work may never have run (cancelled before its first step); once it ran,
+                # it gave the slot back already (releasing is idempotent).
+                slot.release()
 
     async def _cancel(self) -> None:
         # The operation settles through its own table's cancel row when its task is cancelled.

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import anyio
 
+from orchestrator._runtime.admission import Slot
 from orchestrator._runtime.driver import Interpreter, Report
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.ports import Ports
@@ -52,4 +53,8 @@ class Host(Protocol):
 
     def let_slot_go(self) -> None:
         """Give back the start slot the turn's first steps hold, if any (before any wait)."""
+        ...
+
+    def hand_slot(self) -> Slot | None:
+        """The start slot the turn's first steps hold, if any, for an operation to go on with."""
         ...
