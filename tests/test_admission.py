@@ -109,19 +109,10 @@ def count_plans(monkeypatch: pytest.MonkeyPatch, passes: Passes) -> list[int]:
     return planned_in_pass
 
 
-async def test_a_turn_hands_its_start_slot_to_the_compaction_it_starts(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Issue 9: the compaction a turn starts goes on with the turn's start slot. Given back and
-    asked for again, the slot went to the back of the queue, behind every turn asked for
-    meanwhile: a thousand compactions asked at once all took their turns' first steps (0.3 s)
-    before the first of them planned, and the model's latency started that much later."""
+def count_first_steps(monkeypatch: pytest.MonkeyPatch, passes: Passes) -> list[int]:
+    """The pass in which each turn takes its first step (the list fills meanwhile)."""
     from orchestrator._store.journal import Journal
 
-    monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
-    kits = [await ready_kit() for _ in range(12)]
-    passes = Passes()
-    planned_in_pass = count_plans(monkeypatch, passes)
     first_steps: list[int] = []
     real_record = Journal.record
 
@@ -131,6 +122,21 @@ async def test_a_turn_hands_its_start_slot_to_the_compaction_it_starts(
         return real_record(self, step, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Journal, "record", record)
+    return first_steps
+
+
+async def test_a_turn_hands_its_start_slot_to_the_compaction_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9: the compaction a turn starts goes on with the turn's start slot. Given back and
+    asked for again, the slot went to the back of the queue, behind every turn asked for
+    meanwhile: a thousand compactions asked at once all took their turns' first steps (0.3 s)
+    before the first of them planned, and the model's latency started that much later."""
+    monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
+    kits = [await ready_kit() for _ in range(12)]
+    passes = Passes()
+    planned_in_pass = count_plans(monkeypatch, passes)
+    first_steps = count_first_steps(monkeypatch, passes)
     queued: list[int] = []
     real_start = admission.start_slot
 
@@ -152,20 +158,10 @@ async def test_many_turns_asked_at_once_take_their_first_steps_a_few_per_pass(
 ) -> None:
     """A turn's first steps (its records, up to its first effect in flight) never wait either:
     a thousand compactions asked at once must not all step their turns in one pass."""
-    from orchestrator._store.journal import Journal
-
     monkeypatch.setattr(admission, "STARTS_AT_ONCE", 3)
     kits = [await ready_kit() for _ in range(12)]
     passes = Passes()
-    first_steps: list[int] = []
-    real_record = Journal.record
-
-    def record(self: Journal, step: object, **kwargs: object) -> object:
-        if getattr(step, "machine", None) == "turn" and getattr(step, "source", None) == "idle":
-            first_steps.append(passes.count)
-        return real_record(self, step, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Journal, "record", record)
+    first_steps = count_first_steps(monkeypatch, passes)
     await passes.compact_all(kits)
     assert len(first_steps) == 12
     assert at_most_per_pass(first_steps) <= 3, first_steps

@@ -86,14 +86,19 @@ class OperationRunner:
             slot: A start slot the caller holds and hands over (given back here in any case);
                 without it, the operation queues for one (admission.py).
         """
-        routes = self.routes_for(reason)
-        plan = functools.partial(
-            CompactionJob, self.ports, routes, reason=reason, settings=self.settings, focus=focus
-        )
         session = self.ports.session
         if slot is None:
             slot = await start_slot()  # held until the operation first waits (admission.py)
         try:
+            routes = self.routes_for(reason)
+            plan = functools.partial(
+                CompactionJob,
+                self.ports,
+                routes,
+                reason=reason,
+                settings=self.settings,
+                focus=focus,
+            )
             if session is None or isinstance(session.store, MemoryStore) or session.context_is_live:
                 # With the live context, planning reads its index: O(kept), under a millisecond
                 # at 100k entries, less than the hop to a worker thread and back (issue 9).
@@ -106,10 +111,10 @@ class OperationRunner:
                 # loop.
                 with anyio.CancelScope(shield=True):
                     job = await anyio.to_thread.run_sync(plan, limiter=_planner())
+            run = OperationRun(self.ports, job, routes=routes, dry_run=dry_run)
         except BaseException:
-            slot.release()  # a plan that failed (a corrupt context) must not keep the slot
+            slot.release()  # an operation that never started (a failed plan) keeps no slot
             raise
-        run = OperationRun(self.ports, job, routes=routes, dry_run=dry_run)
         return await self._run(run, slot)
 
     async def prune(self, *, slot: Slot | None = None) -> OperationOutcome:

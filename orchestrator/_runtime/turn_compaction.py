@@ -63,13 +63,9 @@ class TurnCompactions:
         slot = host.hand_slot()
 
         async def work() -> Report:
-            try:
-                outcome = await host.operations.compaction(
-                    reason=reason, focus=focus, dry_run=dry_run, slot=slot
-                )
-            finally:
-                if slot is not None:
-                    slot.release()  # idempotent: the operation gave it back already
+            outcome = await host.operations.compaction(
+                reason=reason, focus=focus, dry_run=dry_run, slot=slot
+            )
             host.counters.outcome = outcome
             return Report(outcome=outcome.status)
 
@@ -78,7 +74,7 @@ class TurnCompactions:
         finally:
             if slot is not None:
                 # The work may never have run (cancelled before its first step); once it ran,
-                # it gave the slot back already (releasing is idempotent).
+                # the operation gave the slot back (releasing again is a no-op).
                 slot.release()
 
     async def _cancel(self) -> None:
