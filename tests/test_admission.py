@@ -229,16 +229,19 @@ async def test_an_operation_takes_a_slot_again_when_its_model_answers(
 async def test_a_compaction_whose_planning_fails_gives_its_slot_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A plan that raised kept its slot: eight such failures and no operation started again."""
+    """A plan that raised kept its slot: eight such failures and no operation started again.
+    The same for a prune whose job could not be made."""
     kit = await ready_kit()
 
     def failing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("planning failed")
 
     monkeypatch.setattr("orchestrator._runtime.operations.CompactionJob", failing)
+    monkeypatch.setattr("orchestrator._runtime.operations.PruneJob", failing)
     asks: list[Callable[[], Awaitable[object]]] = [
         kit.runtime.compact,
         lambda: kit.runtime.operations.compaction(reason="manual"),
+        kit.runtime.operations.prune,
     ]
     for ask in asks:
         with pytest.raises(RuntimeError, match="planning failed"):

@@ -126,8 +126,12 @@ class OperationRunner:
         assert self.ports.session is not None
         if slot is None:
             slot = await start_slot()
-        job = PruneJob(self.ports.session)
-        return await self._run(OperationRun(self.ports, job, routes=self.ports.routes), slot)
+        try:
+            run = OperationRun(self.ports, PruneJob(self.ports.session), routes=self.ports.routes)
+        except BaseException:
+            slot.release()  # as for a compaction: an operation that never started keeps no slot
+            raise
+        return await self._run(run, slot)
 
     async def branch_summary(
         self,

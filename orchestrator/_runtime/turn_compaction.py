@@ -59,7 +59,8 @@ class TurnCompactions:
     async def _run(self, reason: str, focus: str | None, *, dry_run: bool) -> Report | None:
         host = self.host
         host.counters.outcome = None
-        # A manual compaction's planning goes on with the turn's start slot (turn.py hand_slot).
+        # Started by the turn's first steps (a manual compaction), the compaction goes on with
+        # their start slot; after the agent's call the turn holds none (turn.py hand_slot).
         slot = host.hand_slot()
 
         async def work() -> Report:
