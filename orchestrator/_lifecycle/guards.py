@@ -197,3 +197,25 @@ EFFECTS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     }
 )
 """Each machine's effect vocabulary: effect name to what the driver does for it."""
+
+INTERRUPTS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "turn": frozenset({"abort", "manual_compact"}),
+        "operation": frozenset({"cancel", "deadline_passed"}),
+        "navigation": frozenset({"cancel"}),
+    }
+)
+"""The events a machine's host may request while an effect is in flight (``interrupt``)."""
+
+STOPPING: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "turn": frozenset({"stop_agent", "cancel_compaction", "cancel_retry_wait"}),
+        "operation": frozenset({"stop_work"}),
+        "navigation": frozenset({"stop_hooks"}),
+    }
+)
+"""The effects that cancel the work in flight (a row with one always stops it).
+
+``cancel_summary`` is not one: it asks the branch-summary operation to cancel through its own
+table and waits for it to settle, which may still commit.
+"""

@@ -44,6 +44,7 @@ class OperationRunner:
         self.ports = ports
         self.settings = settings
         self.current: OperationRun | None = None
+        self.settled: OperationOutcome | None = None
 
     def routes_for(self, reason: str | None) -> SummaryRoutes:
         """The summary routes an operation may use.
@@ -62,9 +63,15 @@ class OperationRunner:
             self.current.cancel()
 
     async def _run(self, run: OperationRun, slot: Slot) -> OperationOutcome:
-        self.current = run
+        self.current, self.settled = run, None
         try:
             return await run.run(slot)
+        except BaseException:
+            if run.machine.done:
+                # Cancelled from outside, it settled through its table first: how it ended is
+                # kept for whoever stopped it (a turn's cancel_compaction), as a return would be.
+                self.settled = run.outcome()
+            raise
         finally:
             slot.release()
             self.current = None

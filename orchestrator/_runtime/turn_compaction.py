@@ -58,7 +58,7 @@ class TurnCompactions:
 
     async def _run(self, reason: str, focus: str | None, *, dry_run: bool) -> Report | None:
         host = self.host
-        host.counters.outcome = None
+        host.counters.outcome = host.operations.settled = None
         # Started by the turn's first steps (a manual compaction), the compaction goes on with
         # their start slot; after the agent's call the turn holds none (turn.py hand_slot).
         slot = host.hand_slot()
@@ -79,11 +79,13 @@ class TurnCompactions:
                 slot.release()
 
     async def _cancel(self) -> None:
-        # The operation settles through its own table's cancel row when its task is cancelled.
-        run = self.host.operations.current
+        # The operation settles through its own table's cancel row when its task is cancelled:
+        # by the interrupt itself where the compaction ran in the turn's task (driver.py), or
+        # here.
         await self.host.machine.stop_in_flight()
-        if run is not None and run.machine.done:
-            self.host.counters.outcome = run.outcome()
+        settled = self.host.operations.settled
+        if settled is not None:
+            self.host.counters.outcome = settled
 
     async def _emit_end(self) -> None:
         outcome, settings = self.host.counters.outcome, self.host.settings
