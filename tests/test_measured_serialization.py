@@ -387,7 +387,8 @@ def _check_index(index: ContextIndex, context_messages: Sequence[Message]) -> No
     late = [k for k, m in enumerate(context_messages) if m.get("role") in LATE_ROLES]
     assert [k for k in index.late if k < index.count] == late
     on_time = [{} if k in late else m for k, m in enumerate(context_messages)]
-    assert list(index.serial[: index.count + 1]) == from_scratch_sums(on_time)
+    serial = index.serial[: index.count + 1]
+    assert [value - serial[0] for value in serial] == from_scratch_sums(on_time)
     for lo in range(index.count + 1):
         measured = index.measured(context_messages, lo, index.count)
         whole = reference_serialize(context_messages[lo:])

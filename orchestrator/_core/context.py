@@ -124,9 +124,10 @@ class ContextIndex:
         path_length: Entries on the path at this moment.
         position: Path position of each id on the path (append-only; bounded by ``path_length``).
         positions: Path position of each context message.
-        prefix: ``prefix[k]`` is the sum of the first ``k`` estimates.
-        message_prefix: ``message_prefix[k]`` is the sum of the estimates of those of the first
-            ``k`` messages that come from ``message`` entries (what the kept budget counts).
+        prefix: ``prefix[k] - prefix[0]`` is the sum of the first ``k`` estimates.
+        message_prefix: ``message_prefix[k] - message_prefix[0]`` is the sum of the estimates of
+            those of the first ``k`` messages that come from ``message`` entries (what the kept
+            budget counts).
         count: Context messages at this moment.
         base: Index of the first message after the compaction summary (1), or 0 without one.
         last_compaction: Path position of the last compaction, ``-1`` if none.
@@ -136,9 +137,13 @@ class ContextIndex:
         events: File operations at this moment.
         first_seen: Per tool, each path with the first context message (index) that used it, in
             that order (append-only: a path is added once).
-        serial: ``serial[k]`` is the sum of :func:`serial_step` of the serialized lengths of the
-            first ``k`` messages (see :class:`MeasuredMessages`), where those listed in
-            ``late`` count 0.
+        serial: ``serial[k] - serial[0]`` is the sum of :func:`serial_step` of the serialized
+            lengths of the first ``k`` messages (see :class:`MeasuredMessages`), where those
+            listed in ``late`` count 0.
+
+    The three running sums start where the sums they were cut from stood, not at 0: a
+    compaction's restart keeps the kept messages' sums as they were (a slice, copied in C)
+    instead of subtracting the dropped part from each (issue 9). Only differences are read.
         late: Indices of the messages of a role measured late (summaries), ascending.
         shapes: For each context message, its shape (``SHAPE_*`` of ``_core.serialize``), so a
             summary request writes the usual ones without checking them again.
@@ -183,7 +188,7 @@ class ContextIndex:
 
     def estimate_before(self, index: int) -> int:
         """Sum of the estimates of the context messages before ``index``."""
-        return self.prefix[index]
+        return self.prefix[index] - self.prefix[0]
 
     def messages_between(self, start: int, end: int) -> tuple[int, int]:
         """Context message indices ``[lo, hi)`` of the path positions ``[start, end)``."""
@@ -495,17 +500,19 @@ class ContextBuilder:
         positions = array("q", [here])
         positions.extend(self._positions[first:count])
         self._positions = positions
-        self._prefix = array("q", itertools.accumulate(estimates, initial=0))
-        self._estimate_sum = self._prefix[-1]
-        # The summary counts 0 in the kept budget's sums; the kept ones, the old differences.
-        counted_before = self._message_prefix[first]
-        message_prefix = array("q", [0])
-        message_prefix.extend(_less(self._message_prefix[first : count + 1], counted_before))
+        # The running sums go on from where the kept messages' sums stood (ContextIndex): the
+        # summary's step ends at the first kept message's old sum, so the kept steps are the old
+        # sums themselves, sliced, not each recomputed.
+        kept_from = self._prefix[first]
+        prefix = array("q", [kept_from - estimates[0]])
+        prefix.extend(self._prefix[first : count + 1])
+        self._prefix, self._estimate_sum = prefix, prefix[-1]
+        # The summary counts 0 in the kept budget's sums, and it is measured late (counts 0).
+        message_prefix = array("q", [self._message_prefix[first]])
+        message_prefix.extend(self._message_prefix[first : count + 1])
         self._message_prefix, self._message_sum = message_prefix, message_prefix[-1]
-        # The summary is measured late (counts 0); the kept steps are the old sums' differences.
-        dropped = self._serial[first]
-        serial = array("q", [0])
-        serial.extend(_less(self._serial[first : count + 1], dropped))
+        serial = array("q", [self._serial[first]])
+        serial.extend(self._serial[first : count + 1])
         self._serial, self._serial_sum = serial, serial[-1]
         self._late = [0, *(index - first + 1 for index in self._late if index >= first)]
         shapes = array("b", [SHAPE_OTHER])

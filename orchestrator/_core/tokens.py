@@ -186,8 +186,8 @@ def estimate_context_tokens(
         estimates: Precomputed :func:`estimate_tokens` per message, when the caller has them.
         fresh_from: Index of the first message written after the latest compaction (0 when the
             context has none). A usage on an earlier message is stale (D29).
-        prefix: Running sums of ``estimates`` (``prefix[k]`` = the first ``k``), when the
-            caller keeps them: then only the messages after the usage are read.
+        prefix: Running sums of ``estimates`` (``prefix[k] - prefix[0]`` = the first ``k``),
+            when the caller keeps them: then only the messages after the usage are read.
 
     Returns:
         The anchored count. With no usage, everything is estimated and
@@ -196,13 +196,15 @@ def estimate_context_tokens(
     if estimates is None:
         estimates = [estimate_tokens(m) for m in messages]
     count = len(messages)
-    total = prefix[count] if prefix is not None else sum(estimates)
+    total = prefix[count] - prefix[0] if prefix is not None else sum(estimates)
     for index in range(count - 1, -1, -1):
         usage = valid_usage(messages[index])
         if usage is not None:
             usage_tokens = calculate_context_tokens(usage)
             trailing = (
-                total - prefix[index + 1] if prefix is not None else sum(estimates[index + 1 :])
+                prefix[count] - prefix[index + 1]
+                if prefix is not None
+                else sum(estimates[index + 1 :])
             )
             return ContextTokens(
                 tokens=usage_tokens + trailing,
