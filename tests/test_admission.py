@@ -249,3 +249,62 @@ async def test_a_compaction_whose_planning_fails_gives_its_slot_back(
         await anyio.sleep(0)  # a slot given back frees from the loop's next pass
         await anyio.sleep(0)
         assert admission._SLOTS.get().value == STARTS_AT_ONCE
+
+
+async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The prefix's attempt starts alongside the history's and answers first: when the table
+    # reaches it, taking it waits for nothing, so the operation keeps its start slot instead of
+    # giving it back and queueing behind every other operation for it again.
+    from orchestrator._core.model import ModelRequest
+    from orchestrator._core.tokens import CompactionSettings
+    from orchestrator._runtime import operation
+    from orchestrator._runtime.session import AgentSession
+    from orchestrator._runtime.summarize import SummaryRoutes
+    from orchestrator._runtime.types import RuntimeSettings
+    from orchestrator._store.session import Session
+    from orchestrator.testing import FunctionModel
+    from tests.sessions import SessionBuilder, usage
+
+    s = SessionBuilder()
+    s.user("old request " + "a" * 800)
+    s.assistant("old answer " + "b" * 800, usage=usage(1000))
+    s.user("big turn " + "c" * 200)
+    for n in range(3):
+        s.assistant("step " + "d" * 400, calls=[("read", {"path": f"f{n}.py"})], usage=usage(1500))
+        s.tool_result("e" * 400)
+    s.assistant("tail " + "f" * 100, usage=usage(2000))
+    session = Session.in_memory()
+    for entry in s.entries:
+        session.add_entry(dict(entry))
+    prefix_answered = anyio.Event()
+
+    async def answer(request: ModelRequest) -> str:
+        if request.purpose == "history":
+            await prefix_answered.wait()
+            await anyio.wait_all_tasks_blocked()  # the prefix's attempt has ended too
+        else:
+            prefix_answered.set()
+        return f"summary for {request.purpose}"
+
+    taken: list[str] = []
+
+    async def counted() -> admission.Slot:
+        taken.append("slot")
+        return await start_slot()
+
+    monkeypatch.setattr(operation, "start_slot", counted)
+    runtime = AgentSession(
+        session,
+        summarizer=SummaryRoutes(candidates=(FunctionModel(answer),), reserve_tokens=2000),
+        settings=RuntimeSettings(
+            compaction=CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
+        ),
+    )
+    outcome = await runtime.compact()
+    assert outcome.status == "committed"
+    assert outcome.plan is not None
+    assert outcome.plan.is_split_turn
+    # Once after the history's answer, once after the commit's disk work (none for the prefix).
+    assert len(taken) == 2

@@ -276,7 +276,19 @@ class OperationRun:
         # Consulting hooks that nobody registered returns at once: no child task for it.
         if name == "run_hooks":
             return bool(self.job.hooks_wait())
+        if name == "call_model" and self._answered_early() is not None:
+            # Its answer came while the first request was asked (a split turn's prefix): taking
+            # it waits for nothing, so the start slot is kept, not given back and queued for.
+            return False
         return name in _AWAITING
+
+    def _answered_early(self) -> _Early | None:
+        """The finished early attempt the next ``call_model`` takes its answer from, if any."""
+        at = self._at
+        if at.candidate or at.retries or at.halvings:
+            return None  # only a part's first attempt was started early
+        early = self._early.get(at.part)
+        return early if early is not None and early.done.is_set() else None
 
     def _annotate(self, event: str, facts: Facts, data: Mapping[str, Any]) -> dict[str, Any]:
         # Entering committing fixes what the commit writes, so its ids are journaled first.
@@ -360,7 +372,8 @@ class OperationRun:
             self._start_early(model)
         early = self._early.pop(self._at.part, None) if first else None
         if early is not None:
-            await early.done.wait()
+            if not early.done.is_set():  # a finished one is taken without a pass of the loop
+                await early.done.wait()
             report, text = early.report, early.text
         else:
             report, text = await self._attempt(part, model, self._at.halvings)
