@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -308,3 +309,26 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
     assert outcome.plan.is_split_turn
     # Once after the history's answer, once after the commit's disk work (none for the prefix).
     assert len(taken) == 2
+
+
+async def test_a_free_turn_takes_its_first_step_without_waiting_a_pass_of_the_loop() -> None:
+    # A thousand requests at once would otherwise each wait a pass of the loop for a lock that
+    # nobody holds (anyio's Lock yields even when free, unless told not to).
+    kit = await ready_kit()
+    other_ran = False
+    at_first_step: list[bool] = []
+
+    def on_event(event: Any) -> None:
+        if event.type == "transition" and event.payload["machine"] == "turn":
+            at_first_step.append(other_ran)
+
+    kit.runtime.events.subscribe(on_event)
+
+    async def other() -> None:
+        nonlocal other_ran
+        other_ran = True
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(other)  # runs as soon as this task first lets the loop go on
+        assert (await kit.runtime.compact()).status == "committed"
+    assert at_first_step[0] is False

@@ -101,7 +101,9 @@ class TurnDriver:
         self.counters = TurnCounters()
         self._follow_ups: deque[str] = deque()
         self.manual: ManualRequest | None = None
-        self._lock = anyio.Lock()
+        # No pass of the loop to take it when free: a thousand requests at once would each
+        # wait a pass for nothing (issue 9).
+        self._lock = anyio.Lock(fast_acquire=True)
         self._group: TaskGroup | None = None
         self._slot: Slot | None = None
         self._turns = 0
