@@ -183,9 +183,6 @@ class ClusterHub(SessionHub):
 
     # -- notifications ----------------------------------------------------------------------------
 
-    def _listened(self, session_id: str) -> bool:
-        return any(peer is None or session_id in peer.topics for _, peer, _ in self._listeners)
-
     def _deliver(self, session_id: str, run: str, events: list[dict[str, Any]]) -> None:
         """Send the events not sent yet, in their order, as one process sends them."""
         sent_run, last = self._sent.get(session_id, ("", -1))

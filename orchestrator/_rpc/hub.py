@@ -177,6 +177,10 @@ class SessionHub:
         self._listeners.append(entry)
         return lambda: self._listeners.remove(entry)
 
+    def _listened(self, session_id: str) -> bool:
+        """Whether any listener receives the events of this session."""
+        return any(peer is None or session_id in peer.topics for _, peer, _ in self._listeners)
+
     def _publish(self, session_id: str, message: dict[str, Any]) -> None:
         line: str | None = None
         for listener, peer, encoded in list(self._listeners):
@@ -206,13 +210,12 @@ class SessionHub:
             )
 
         def forward(event: Event) -> None:
-            if event.type not in QUIET_EVENTS:
+            if self._listened(session_id):  # the notification is built only for someone
                 payload = {"session_id": session_id, "event": event.as_json()}
                 self._publish(session_id, notification(EVENT_METHOD, payload))
 
-        slot = _Slot(
-            runtime, path or runtime.session.store.location, runtime.events.subscribe(forward)
-        )
+        unsubscribe = runtime.events.subscribe(forward, ignoring=QUIET_EVENTS)
+        slot = _Slot(runtime, path or runtime.session.store.location, unsubscribe)
         self._slots[session_id] = slot
         self._paths.setdefault(slot.path, session_id)
         return session_id

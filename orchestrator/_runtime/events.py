@@ -15,7 +15,7 @@ session (events are small and a session emits few of them).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,19 +43,34 @@ class EventBus:
     """Delivers events to listeners and async streams."""
 
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
+        # Each listener with the event types it ignores.
+        self._listeners: list[tuple[Listener, frozenset[str]]] = []
         self._streams: list[MemoryObjectSendStream[Event]] = []
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener`` for every event; returns a function that unsubscribes it."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+    def subscribe(
+        self, listener: Listener, *, ignoring: Collection[str] = ()
+    ) -> Callable[[], None]:
+        """Call ``listener`` for every event; returns a function that unsubscribes it.
+
+        Args:
+            listener: Called with each event, synchronously.
+            ignoring: Event types it never wants: they are not built for it (a machine step's
+                ``transition`` comes with every step, issue 9).
+        """
+        entry = (listener, frozenset(ignoring))
+        self._listeners.append(entry)
+        return lambda: self._listeners.remove(entry)
+
+    def wants(self, type_: str) -> bool:
+        """Whether anyone would receive an event of this type (an emitter may skip building it)."""
+        return bool(self._streams) or any(type_ not in ignored for _, ignored in self._listeners)
 
     def emit(self, type_: str, **payload: Any) -> Event:
         """Emit an event to every listener and stream."""
         event = Event(type=type_, payload=payload)
-        for listener in list(self._listeners):
-            listener(event)
+        for listener, ignored in list(self._listeners):
+            if type_ not in ignored:
+                listener(event)
         for stream in list(self._streams):
             try:
                 stream.send_nowait(event)

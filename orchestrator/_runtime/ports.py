@@ -104,11 +104,12 @@ class Ports:
     def observe(self, step: Step) -> None:
         """Trace and announce one machine step (journaling is the machine driver's)."""
         self.tracer.on_step(step)
-        self.events.emit(
-            "transition",
-            machine=step.machine,
-            source=step.source,
-            event=step.event,
-            dest=step.dest,
-            effects=list(step.effects),
-        )
+        if self.events.wants("transition"):  # every step: built only when someone listens
+            self.events.emit(
+                "transition",
+                machine=step.machine,
+                source=step.source,
+                event=step.event,
+                dest=step.dest,
+                effects=list(step.effects),
+            )
