@@ -95,6 +95,10 @@ MAX_SHRINK_ATTEMPTS = 3
 MAX_AUTO_COMPACTIONS_PER_TURN = 1
 
 
+NO_FACTS = Facts()
+"""The facts of an event whose rows read none (one shared value: a step records no delta)."""
+
+
 def _may_auto_compact(facts: Facts) -> bool:
     return facts.compaction_enabled and facts.auto_compactions < MAX_AUTO_COMPACTIONS_PER_TURN
 

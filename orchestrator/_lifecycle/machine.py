@@ -91,7 +91,9 @@ class Step:
 Observer = Callable[[Step], None]
 
 
-def step(defn: MachineDef, state: str, event: str, facts: Facts) -> Step:
+def step(
+    defn: MachineDef, state: str, event: str, facts: Facts, *, keep_facts: bool = False
+) -> Step:
     """Take one step without ``transitions``: the pure form of :meth:`Runner.fire`.
 
     Args:
@@ -99,6 +101,7 @@ def step(defn: MachineDef, state: str, event: str, facts: Facts) -> Step:
         state: The current state.
         event: The event to fire.
         facts: What the guards read.
+        keep_facts: Record ``facts`` on the step (for observers that trace or journal them).
 
     Returns:
         The step taken.
@@ -109,7 +112,14 @@ def step(defn: MachineDef, state: str, event: str, facts: Facts) -> Step:
     row = defn.select(state, event, facts)
     if row is None:
         raise TransitionError(defn.name, state, event)
-    return Step(machine=defn.name, source=state, event=event, dest=row.dest, effects=row.effects)
+    return Step(
+        machine=defn.name,
+        source=state,
+        event=event,
+        dest=row.dest,
+        effects=row.effects,
+        facts=facts if keep_facts else None,
+    )
 
 
 @cache

@@ -217,15 +217,7 @@ class Interpreter:
         Raises:
             TransitionError: The table refuses the event in this state; the state is unchanged.
         """
-        taken = step(self.defn, self.state, event, facts)
-        taken = Step(
-            machine=taken.machine,
-            source=taken.source,
-            event=taken.event,
-            dest=taken.dest,
-            effects=taken.effects,
-            facts=facts,
-        )
+        taken = step(self.defn, self.state, event, facts, keep_facts=True)
         self.state = taken.dest
         for observer in self._observers:
             observer(taken, data or {})

@@ -29,7 +29,7 @@ from orchestrator._core.branch_plan import collect_branch_entries, prepare_branc
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, first_error
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
@@ -180,7 +180,7 @@ class Navigator:
                 with anyio.CancelScope(shield=True):
                     if not machine.done and machine.listed("cancel"):
                         async with anyio.create_task_group() as group:
-                            await self._loop(machine, group, "cancel", Facts())
+                            await self._loop(machine, group, "cancel", NO_FACTS)
                 raise
             finally:
                 if not machine.done:  # an error (a refused step) ended it: the navigation is over
@@ -199,7 +199,7 @@ class Navigator:
                     report = await machine.perform(name)
                 interrupt = machine.take_interrupt()
                 if interrupt is not None and machine.listed(interrupt):
-                    next_event, facts = interrupt, Facts()
+                    next_event, facts = interrupt, NO_FACTS
                     break
                 if report is not None:
                     next_event, facts = self._translate(name, report)

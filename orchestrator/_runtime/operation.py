@@ -44,7 +44,7 @@ import anyio
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, ModelError, OrchestratorError
 from orchestrator._core.model import Model
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.disk import off_loop
@@ -317,9 +317,9 @@ class OperationRun:
         elif effect == "call_model":
             event, facts = self._after_call(report)
         elif effect == "sleep_retry":
-            event, facts = "wait_done", Facts()
+            event, facts = "wait_done", NO_FACTS
         else:  # the commit
-            event, facts = COMMIT_EVENTS[report.outcome], Facts()
+            event, facts = COMMIT_EVENTS[report.outcome], NO_FACTS
         return event, facts, data
 
     def _after_call(self, report: Report) -> tuple[str, Facts]:
@@ -336,7 +336,7 @@ class OperationRun:
         return event, facts
 
     def _facts(self) -> Facts:
-        return Facts()
+        return NO_FACTS
 
     async def _deadline(self, scope: anyio.CancelScope, seconds: float) -> None:
         # The whole operation's deadline (waits and retries included) on the event loop's clock.

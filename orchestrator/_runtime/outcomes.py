@@ -19,7 +19,7 @@ import anyio
 
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import Model
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
 from orchestrator._runtime.retry import RetryPolicy, check_summary_response
@@ -89,13 +89,13 @@ def navigation_event(
         has_entries: The abandoned branch has entries to summarize (read after the hooks).
     """
     if effect == "collect_entries":
-        return "collected", Facts()
+        return "collected", NO_FACTS
     if effect == "run_hooks":
         facts = Facts(wants_summary=wants_summary, has_entries=has_entries)
         return HOOK_EVENTS[report.outcome], facts
     if effect == "start_summary":
-        return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), Facts()
-    return "switched", Facts()
+        return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), NO_FACTS
+    return "switched", NO_FACTS
 
 
 @dataclass(slots=True)

@@ -60,7 +60,7 @@ from opentelemetry.util.types import AttributeValue
 
 from orchestrator._core.errors import Cancelled, ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
@@ -193,6 +193,8 @@ _FACT_DEFAULTS = tuple((f.name, getattr(Facts(), f.name)) for f in dataclasses.f
 
 def facts_delta(facts: Facts) -> dict[str, Any]:
     """The fields of ``facts`` that differ from :class:`Facts`' defaults."""
+    if facts is NO_FACTS:
+        return {}  # most steps of an operation: no field to compare
     return {
         name: value
         for name, default in _FACT_DEFAULTS
