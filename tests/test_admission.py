@@ -137,14 +137,14 @@ def count_first_steps(monkeypatch: pytest.MonkeyPatch, passes: Passes) -> list[i
     from orchestrator._store.journal import Journal
 
     first_steps: list[int] = []
-    real_record = Journal.record
+    real_write = Journal.write_step
 
-    def record(self: Journal, step: object, **kwargs: object) -> object:
+    def write_step(self: Journal, step: object, **kwargs: object) -> None:
         if getattr(step, "machine", None) == "turn" and getattr(step, "source", None) == "idle":
             first_steps.append(passes.count)
-        return real_record(self, step, **kwargs)  # type: ignore[arg-type]
+        real_write(self, step, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Journal, "record", record)
+    monkeypatch.setattr(Journal, "write_step", write_step)
     return first_steps
 
 

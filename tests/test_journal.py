@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -107,6 +108,36 @@ def test_each_step_is_one_json_line_with_the_documented_keys(tmp_path: Path) -> 
         "running",
     ]
     assert journal.open_operations() == ()
+
+
+def same_bytes(folder: Path) -> bool:
+    a, b = journal_path(folder / "a.jsonl"), journal_path(folder / "b.jsonl")
+    return a.read_bytes() == b.read_bytes() != b""
+
+
+def test_write_step_writes_the_line_record_writes_and_refuses_the_same(tmp_path: Path) -> None:
+    # The drivers journal with write_step (no record object built); the file must not tell.
+    step = Step(
+        machine="operation",
+        source="summarizing",
+        event="summary_ready",
+        dest="committing",
+        effects=("append_entry", "rebuild_context"),
+    )
+    data = MappingProxyType({"entryId": "e1", "facts": {"more_parts": True}})
+    written = Journal.open(tmp_path / "a.jsonl", clock=lambda: 7)
+    recorded = Journal.open(tmp_path / "b.jsonl", clock=lambda: 7)
+    written.write_step(step, operation_id="op", kind="compaction", data=data)
+    record = recorded.record(step, operation_id="op", kind="compaction", data=data)
+    assert same_bytes(tmp_path)
+    assert written.records() == (record,)
+    turn = Step(machine="turn", source="idle", event="prompt", dest="running", effects=())
+    written.write_step(turn)
+    recorded.record(turn)
+    assert same_bytes(tmp_path)
+    with pytest.raises(ValueError, match="operation id"):
+        written.write_step(step)
+    assert len(written.records()) == 2
 
 
 def test_operation_step_without_an_id_is_refused() -> None:

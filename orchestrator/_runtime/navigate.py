@@ -256,7 +256,7 @@ class Navigator:
         if self.ports.journal is not None:
             # What the guards read, so the journal replays through the table (D31).
             facts = facts_delta(step.facts) if step.facts is not None else {}
-            self.ports.journal.record(step, data={"facts": facts})
+            self.ports.journal.write_step(step, data={"facts": facts})
         self.ports.observe(step)
 
     # -- the effect table -------------------------------------------------------------------------

@@ -531,7 +531,7 @@ class OperationRun:
             # The final state's record is made durable by the journal's next fsync (the next
             # commit's, or the session's close): a power cut before it leaves the operation at
             # `committing` or before, and reopening settles it to the same end (D24, issue 9).
-            journal.record(step, operation_id=self.id, kind=self.kind, data=kept, durable=False)
+            journal.write_step(step, operation_id=self.id, kind=self.kind, data=kept, durable=False)
             self._unsynced = step.dest == "committing"
         self.ports.observe(step)
         if self.machine.done:

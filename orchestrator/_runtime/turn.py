@@ -326,7 +326,7 @@ class TurnDriver:
         if journal is not None and step.event != "close":
             # What the guards read, so the journal replays through the table (D31).
             facts = facts_delta(step.facts) if step.facts is not None else {}
-            journal.record(step, data={"facts": facts})
+            journal.write_step(step, data={"facts": facts})
         self.ports.observe(step)
 
     def session(self) -> Session:
