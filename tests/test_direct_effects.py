@@ -17,17 +17,24 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+import sniffio
 
 from orchestrator._core.errors import Cancelled
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._core.resources import data_dir
+from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import GUARDS
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._runtime.driver import Interpreter, Report, direct_states
 from orchestrator._runtime.scripted_agent import reply
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.session import Session
 from orchestrator.testing import Hang, ScriptedModel
 from tests.runtime_kit import BIG, Kit, settings, summary, until
+from tests.sessions import SessionBuilder, usage
 
 pytestmark = pytest.mark.anyio
 
@@ -208,3 +215,56 @@ def test_an_event_the_machine_does_not_declare_as_an_interrupt_is_refused() -> N
     with pytest.raises(ValueError, match="'summary_ready' is not an interrupt of this machine"):
         machine.interrupt("summary_ready")
     assert machine.take_interrupt() is None
+
+
+async def test_an_operation_opens_a_task_group_only_when_it_may_start_a_child_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    groups: list[str] = []
+    real = anyio.create_task_group
+
+    def counted() -> Any:
+        groups.append("group")
+        return real()
+
+    model = TaskModel([summary()])
+    kit = kit_with(model)
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    monkeypatch.setattr(anyio, "create_task_group", counted)
+    outcome = await kit.runtime.compact()
+    assert outcome.plan is not None
+    assert not outcome.plan.is_split_turn
+    if sniffio.current_async_library() == "asyncio":
+        # The turn's: the operation starts no child task (its deadline is a loop callback).
+        assert groups == ["group"]
+    else:
+        assert groups == ["group", "group"]  # trio has no timed callbacks: a timer task
+    groups.clear()
+    split = split_runtime()
+    outcome = await split.compact()
+    assert outcome.plan is not None
+    assert outcome.plan.is_split_turn
+    assert groups == ["group", "group"]  # the prefix's attempt starts early, in a child task
+
+
+def split_runtime() -> AgentSession:
+    """A runtime over a session whose compaction cuts a turn (two requests, sent together)."""
+    s = SessionBuilder()
+    s.user("old request " + "a" * 800)
+    s.assistant("old answer " + "b" * 800, usage=usage(1000))
+    s.user("big turn " + "c" * 200)
+    for n in range(3):
+        s.assistant("step " + "d" * 400, calls=[("read", {"path": f"f{n}.py"})], usage=usage(1500))
+        s.tool_result("e" * 400)
+    s.assistant("tail " + "f" * 100, usage=usage(2000))
+    session = Session.in_memory()
+    for entry in s.entries:
+        session.add_entry(dict(entry))
+    return AgentSession(
+        session,
+        summarizer=SummaryRoutes(candidates=(ScriptedModel(["h", "p"]),), reserve_tokens=2000),
+        settings=RuntimeSettings(
+            compaction=CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
+        ),
+    )

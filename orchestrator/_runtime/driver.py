@@ -284,7 +284,7 @@ class Interpreter:
         """Forget pending interrupts (the run that they were meant for has ended)."""
         self._pending.clear()
 
-    async def in_flight(self, group: TaskGroup, work: Effect) -> Report | None:
+    async def in_flight(self, group: TaskGroup | None, work: Effect) -> Report | None:
         """Run an awaiting effect until it reports or an interrupt arrives.
 
         Only an interrupt the table lists in the current state ends the wait; one it does not
@@ -299,6 +299,10 @@ class Interpreter:
         """
         if self.state in self._direct:
             return await self._in_this_task(work)
+        if group is None:
+            raise RuntimeError(
+                f"{self.defn.name}: work in flight in {self.state} needs a task group"
+            )
         flight = _InFlight(scope=anyio.CancelScope(), done=anyio.Event())
 
         async def run() -> None:

@@ -54,6 +54,11 @@ class Start:
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
+def starts_early(parts: Sequence[Part]) -> bool:
+    """Whether an operation of these requests starts a later one with the first (_start_early)."""
+    return any(part.independent and part.routes for part in parts[1:])
+
+
 def kept_messages(session: Session, plan: CompactionPlan) -> Sequence[Message]:
     """The messages a compaction keeps (for the short summary and the after-estimate).
 
@@ -135,6 +140,16 @@ class CompactionJob:
         self.inputs = CompactionInputs(focus=focus, kept_messages=kept)
         self.supplied: CompactionResult | None = None
         self.parts: tuple[Part, ...] = ()
+
+    def starts_early(self) -> bool:
+        """Whether a later summary request may start alongside the first (a split turn's).
+
+        Known before the hooks shape the requests: they change the prompts, not which
+        requests there are (the parts are made here the way consulting the hooks makes them).
+        """
+        if self.plan is None:
+            return False
+        return starts_early(compaction_parts(self.plan, self.routes, self.inputs))
 
     @property
     def path(self) -> list[Entry]:
@@ -260,6 +275,10 @@ class BranchJob:
             plan, routes, instructions=instructions, replace_instructions=replace_instructions
         )
 
+    def starts_early(self) -> bool:
+        """Whether a later summary request may start alongside the first (never, for now)."""
+        return starts_early(self.parts)
+
     def start(self) -> Start:
         """``branch_planned``; a branch without messages needs no model."""
         return Start(
@@ -312,6 +331,10 @@ class PruneJob:
         self.path = session.path()
         self.plan: PrunePlan = plan_prune(self.path)
         self.tokens_saved = 0
+
+    def starts_early(self) -> bool:
+        """No summary request: nothing starts early."""
+        return False
 
     def start(self) -> Start:
         """``prune_planned``, with or without candidates."""

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+from anyio.abc import TaskGroup
 
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, ModelError, OrchestratorError
@@ -48,7 +49,7 @@ from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.disk import off_loop
-from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope
+from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, direct_states
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
 from orchestrator._runtime.outcomes import (
     COMMIT_EVENTS,
@@ -60,7 +61,7 @@ from orchestrator._runtime.outcomes import (
 )
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome
-from orchestrator._runtime.soon import call_later
+from orchestrator._runtime.soon import call_later, on_asyncio
 from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.session import Session
@@ -96,6 +97,10 @@ class Job(Protocol):
 
     def start(self) -> Start:
         """The start event, once planned."""
+        ...
+
+    def starts_early(self) -> bool:
+        """Whether a later summary request may start alongside the first."""
         ...
 
 
@@ -198,23 +203,12 @@ class OperationRun:
         self._reason = start.data.get("reason")
         with self.ports.tracer.operation_span(self.kind, self.id, self.job.reason) as span:
             try:
-                async with anyio.create_task_group() as group:
-                    self._group = group
-                    timer = anyio.CancelScope()
-                    stop_timer = None
-                    seconds = self.ports.deadline_s
-                    if seconds is not None:
-                        # A callback on asyncio's loop; a timer task on trio (soon.py).
-                        stop_timer = call_later(seconds, lambda: self._deadline_passed(seconds))
-                        if stop_timer is None:
-                            group.start_soon(self._deadline, timer, seconds)
-                    try:
-                        await self._loop(group, start.event, start.facts, start.data)
-                    finally:
-                        self._drop_early()
-                        cancel_scope(timer)
-                        if stop_timer is not None:
-                            stop_timer()
+                if self._needs_children():
+                    async with anyio.create_task_group() as group:
+                        self._group = group
+                        await self._drive(start, group)
+                else:
+                    await self._drive(start, None)
             except BaseExceptionGroup as group_error:
                 # The loop's own error (a refused step, a bug) comes back grouped: unwrap it.
                 raise _single(group_error) from None
@@ -222,12 +216,42 @@ class OperationRun:
                 # Cancelled from outside (the turn stopped): settle through the table, shielded.
                 with anyio.CancelScope(shield=True):
                     if self.machine.listed("cancel"):
-                        await self._loop(None, "cancel", self._facts(), {})
+                        await self._loop(None, "cancel", self._facts(), {}, settling=True)
                 raise
             outcome = self.outcome()
             span.set(**_span_attributes(outcome), **self._branch_span_attributes())
         self._let_go()
         return outcome
+
+    def _needs_children(self) -> bool:
+        # A task group costs a compaction's loop more than its plan's bookkeeping: only an
+        # operation that may start a child task opens one. That is a later request started
+        # early (a split turn's prefix), trio's deadline timer, or work in flight in a state
+        # the table does not let run in this task (driver.direct_states).
+        if self.job.starts_early():
+            return True
+        if self.ports.deadline_s is not None and not on_asyncio():
+            return True
+        defn = self.machine.defn
+        return not set(defn.states) <= direct_states(defn)
+
+    async def _drive(self, start: Start, group: TaskGroup | None) -> None:
+        timer = anyio.CancelScope()
+        stop_timer = None
+        seconds = self.ports.deadline_s
+        if seconds is not None:
+            # A callback on asyncio's loop; a timer task on trio (soon.py).
+            stop_timer = call_later(seconds, lambda: self._deadline_passed(seconds))
+            if stop_timer is None:
+                assert group is not None  # _needs_children
+                group.start_soon(self._deadline, timer, seconds)
+        try:
+            await self._loop(group, start.event, start.facts, start.data, settling=False)
+        finally:
+            self._drop_early()
+            cancel_scope(timer)
+            if stop_timer is not None:
+                stop_timer()
 
     def _let_go(self) -> None:
         # The effect table's bound methods and the machine's observers point back at this run:
@@ -241,11 +265,14 @@ class OperationRun:
 
     async def _loop(
         self,
-        group: Any,
+        group: TaskGroup | None,
         event: str | None,
         facts: Facts,
         data: Mapping[str, Any],
+        *,
+        settling: bool = True,
     ) -> None:
+        # Settling (after a cancel from outside) performs every effect in place, shielded.
         while event is not None:
             taken = self.machine.step(event, facts, self._annotate(event, facts, data))
             if self._unsynced and not self._commits_in_thread(taken):
@@ -253,7 +280,7 @@ class OperationRun:
             self._report_attempt(taken)
             event = None
             for name in taken.effects:
-                if group is not None and self._awaits(name):
+                if not settling and self._awaits(name):
                     admitted = self._slot is not None
                     if self._slot is not None:
                         self._slot.release()  # waiting now: let the next operation start

@@ -23,6 +23,15 @@ def next_pass(callback: Callable[[], None]) -> None:
         loop.call_soon(callback)
 
 
+def on_asyncio() -> bool:
+    """Whether the running event loop is asyncio's (not trio's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def call_later(seconds: float, callback: Callable[[], None]) -> Callable[[], None] | None:
     """Call ``callback`` after ``seconds`` on asyncio's loop; the canceller, or ``None`` on trio.
 
