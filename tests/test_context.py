@@ -310,3 +310,22 @@ def test_snapshot_is_immutable_while_builder_grows() -> None:
     builder.push(compaction("c1", "u3", "u2", 6))
     assert list(before.entry_ids) == ["u1", "a1", "u2", "a2"]
     assert list(after.entry_ids) == ["u1", "a1", "u2", "a2", "u3"]
+
+
+def test_the_context_is_built_once_per_moment_and_again_after_a_push() -> None:
+    # A commit asks for the live context several times over; each push makes a new moment.
+    from tests.sessions import SessionBuilder, usage
+
+    s = SessionBuilder()
+    s.user("first")
+    s.assistant("answer", usage=usage(100))
+    path = s.path()
+    builder = ContextBuilder(path[:-1])
+    before = builder.context()
+    assert builder.context() is before
+    builder.push(path[-1])
+    after = builder.context()
+    assert after is not before
+    assert builder.context() is after
+    assert len(before.messages) == 1  # the earlier moment's view is unchanged
+    assert len(after.messages) == 2

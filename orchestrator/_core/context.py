@@ -353,11 +353,13 @@ class ContextBuilder:
         self._fresh_from = 0
         self.thinking_level = "off"
         self.model: ModelRef | None = None
+        self._context: SessionContext | None = None  # the last one built, until the next push
         for entry in path:
             self.push(entry)
 
     def push(self, entry: Entry) -> None:
         """Add the next entry of the path."""
+        self._context = None
         here = len(self._path)
         self._position[entry["id"]] = here
         self._path.append(entry)
@@ -536,8 +538,14 @@ class ContextBuilder:
         return self._path.copy()
 
     def context(self) -> SessionContext:
-        """The context as of the last pushed entry."""
-        return SessionContext(
+        """The context as of the last pushed entry (the same object until the next push).
+
+        A commit asks for it several times over (the rebuild effect, the turn's threshold
+        check, the events): an immutable view of the same moment is built once (issue 9).
+        """
+        if self._context is not None:
+            return self._context
+        self._context = SessionContext(
             messages=Snapshot(self._messages),
             entry_ids=Snapshot(self._entry_ids),
             estimates=Snapshot(self._estimates),
@@ -565,6 +573,7 @@ class ContextBuilder:
                 parts=self._parts,
             ),
         )
+        return self._context
 
 
 def _less(values: Iterable[int], by: int) -> Iterator[int]:
