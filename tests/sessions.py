@@ -292,3 +292,17 @@ class SessionBuilder:
     def label(self, target_id: str, label: str | None) -> str:
         """A ``label`` entry (``None`` clears the label)."""
         return self.add("label", targetId=target_id, label=label)
+
+
+def split_turn() -> SessionBuilder:
+    """A history whose compaction (keep_recent_tokens=150, adaptive_keep off) cuts a turn:
+    two summary requests, history and turn prefix."""
+    s = SessionBuilder()
+    s.user("old request " + "a" * 800)
+    s.assistant("old answer " + "b" * 800, usage=usage(1000))
+    s.user("big turn " + "c" * 200)
+    for n in range(3):
+        s.assistant("step " + "d" * 400, calls=[("read", {"path": f"f{n}.py"})], usage=usage(1500))
+        s.tool_result("e" * 400)
+    s.assistant("tail " + "f" * 100, usage=usage(2000))
+    return s

@@ -288,16 +288,9 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
     from orchestrator._runtime.types import RuntimeSettings
     from orchestrator._store.session import Session
     from orchestrator.testing import FunctionModel
-    from tests.sessions import SessionBuilder, usage
+    from tests.sessions import split_turn
 
-    s = SessionBuilder()
-    s.user("old request " + "a" * 800)
-    s.assistant("old answer " + "b" * 800, usage=usage(1000))
-    s.user("big turn " + "c" * 200)
-    for n in range(3):
-        s.assistant("step " + "d" * 400, calls=[("read", {"path": f"f{n}.py"})], usage=usage(1500))
-        s.tool_result("e" * 400)
-    s.assistant("tail " + "f" * 100, usage=usage(2000))
+    s = split_turn()
     session = Session.in_memory()
     for entry in s.entries:
         session.add_entry(dict(entry))

@@ -34,7 +34,7 @@ from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator.testing import Hang, ScriptedModel
 from tests.runtime_kit import BIG, Kit, settings, summary, until
-from tests.sessions import SessionBuilder, usage
+from tests.sessions import split_turn
 
 pytestmark = pytest.mark.anyio
 
@@ -250,14 +250,7 @@ async def test_an_operation_opens_a_task_group_only_when_it_may_start_a_child_ta
 
 def split_runtime() -> AgentSession:
     """A runtime over a session whose compaction cuts a turn (two requests, sent together)."""
-    s = SessionBuilder()
-    s.user("old request " + "a" * 800)
-    s.assistant("old answer " + "b" * 800, usage=usage(1000))
-    s.user("big turn " + "c" * 200)
-    for n in range(3):
-        s.assistant("step " + "d" * 400, calls=[("read", {"path": f"f{n}.py"})], usage=usage(1500))
-        s.tool_result("e" * 400)
-    s.assistant("tail " + "f" * 100, usage=usage(2000))
+    s = split_turn()
     session = Session.in_memory()
     for entry in s.entries:
         session.add_entry(dict(entry))

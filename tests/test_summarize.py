@@ -27,7 +27,7 @@ from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, FunctionModel, Hang, LocalProvider, Reply, ScriptedModel
 from tests.runtime_kit import until
-from tests.sessions import SessionBuilder, usage
+from tests.sessions import SessionBuilder, split_turn, usage
 
 pytestmark = pytest.mark.anyio
 
@@ -108,14 +108,7 @@ async def test_split_turn_summaries_run_concurrently() -> None:
         active -= 1
         return f"summary for {request.purpose}"
 
-    s = SessionBuilder()
-    s.user("old request " + "a" * 800)
-    s.assistant("old answer " + "b" * 800, usage=usage(1000))
-    s.user("big turn " + "c" * 200)
-    for n in range(3):
-        s.assistant("step " + "d" * 400, calls=[("read", {"path": f"f{n}.py"})], usage=usage(1500))
-        s.tool_result("e" * 400)
-    s.assistant("tail " + "f" * 100, usage=usage(2000))
+    s = split_turn()
     plan = the_plan(s, CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
     assert plan.is_split_turn
     assert plan.messages_to_summarize
