@@ -127,14 +127,7 @@ async def test_both_halves_of_a_split_turn_failing_raise_one_model_error() -> No
     async def fail(request: ModelRequest) -> str:
         raise ModelError(f"{request.purpose} down", kind="fatal")
 
-    s = SessionBuilder()
-    s.user("old " + "a" * 800)
-    s.assistant("old answer " + "b" * 800, usage=usage(1000))
-    s.user("big turn " + "c" * 200)
-    for n in range(3):
-        s.assistant("step " + "d" * 400, calls=[("read", {"path": f"f{n}.py"})], usage=usage(1500))
-        s.tool_result("e" * 400)
-    s.assistant("tail " + "f" * 100, usage=usage(2000))
+    s = split_turn()
     plan = the_plan(s, CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
     with pytest.raises(ModelError, match="down"):
         await compact(plan, summarizer(FunctionModel(fail)))
