@@ -146,7 +146,7 @@ def _elided(messages: MeasuredMessages, whole: str | None, length: int, room: in
     if whole is None:
         # A suffix one unit longer than what is kept holds the tail and the character before it.
         pieces = messages.suffix_pieces(keep + 1)
-        if all(piece.isascii() for piece in pieces):
+        if all(map(str.isascii, pieces)):
             return _elided_ascii(pieces, length, keep)
         whole = PARAGRAPH_SEPARATOR.join(pieces)
     tail = utf16_tail(whole, keep)
@@ -183,11 +183,10 @@ class _Joined:
     """``PARAGRAPH_SEPARATOR.join(pieces)``, read by index without being joined."""
 
     def __init__(self, pieces: list[str]) -> None:
-        self.parts: list[str] = []
-        for piece in pieces:
-            if self.parts:
-                self.parts.append(PARAGRAPH_SEPARATOR)
-            self.parts.append(piece)
+        # The separators go in by slice assignment, not a loop: a request at 10k entries joins
+        # about 2,300 paragraphs, and a Python-level loop over them cost a tenth of it.
+        self.parts: list[str] = [PARAGRAPH_SEPARATOR] * max(0, 2 * len(pieces) - 1)
+        self.parts[::2] = pieces
         self.starts = list(itertools.accumulate(map(len, self.parts), initial=0))
         self.size = self.starts.pop()
 
