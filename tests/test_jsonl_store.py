@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._core.errors import SessionError, SessionLockedError
+from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
 from orchestrator._core.load_result import Tail
 from orchestrator._store.jsonl import JsonlStore, write_pi_line
 from orchestrator._store.protocol import SessionStore
@@ -461,6 +461,88 @@ def test_whole_last_line_without_newline_gets_one(tmp_path: Path) -> None:
         store.append([entry("b", "a")])
     assert [e["id"] for e in JsonlStore(path).load().entries] == ["a", "b"]
     assert not (tmp_path / "s.jsonl.corrupt").exists()
+
+
+def _count_reads_back(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record every ``os.pread`` from now on (how a store reads a file's tail back)."""
+    real_pread: Callable[[int, int, int], bytes] = os.pread
+    reads: list[int] = []
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        reads.append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    return reads
+
+
+def test_the_first_write_after_a_load_reads_nothing_back_while_the_file_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session opened and then compacted: the commit, in a worker thread, reads neither the
+    tail nor the last line again (each read a wait for the interpreter's lock, issue 9)."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(write_pi_line(HEADER) + write_pi_line(entry("a")))
+    with JsonlStore(path) as store:
+        loaded = store.load()
+        store.open_writer()
+        reads = _count_reads_back(monkeypatch)
+        end = store.append([entry("b", "a")], expect=loaded.tail)
+        assert reads == []
+        # Later writes check the tail they build on, as always (D27).
+        store.append([entry("c", "b")], expect=end)
+        assert reads != []
+    assert [e["id"] for e in JsonlStore(path).load().entries] == ["a", "b", "c"]
+
+
+def test_a_change_after_the_load_is_still_caught_by_the_first_write(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(write_pi_line(HEADER) + write_pi_line(entry("a")))
+    # Another program appends after the load: the size differs.
+    with JsonlStore(path) as store:
+        loaded = store.load()
+        store.open_writer()
+        with path.open("ab") as other:
+            other.write(write_pi_line(entry("x", "a")))
+        with pytest.raises(ConflictError):
+            store.append([entry("b", "a")], expect=loaded.tail)
+    # Another program rewrites the last entry in place, same size: the modification time
+    # differs, so the tail is read and the new last id refused.
+    path.write_bytes(write_pi_line(HEADER) + write_pi_line(entry("a")))
+    with JsonlStore(path) as store:
+        loaded = store.load()
+        store.open_writer()
+        before = path.stat()
+        with path.open("r+b") as other:
+            other.write(write_pi_line(HEADER) + write_pi_line(entry("z")))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+        with pytest.raises(ConflictError, match="z"):
+            store.append([entry("b", "a")], expect=loaded.tail)
+
+
+TORN = b'{"type":"message","id":"b","pa'
+
+
+@pytest.mark.parametrize(
+    ("data", "moved"),
+    [
+        (write_pi_line(HEADER) + write_pi_line(entry("a"))[:-1], b""),
+        (write_pi_line(HEADER) + write_pi_line(entry("a")) + TORN, TORN),
+    ],
+    ids=["newline missing", "torn line"],
+)
+def test_a_file_loaded_without_a_clean_end_is_repaired_by_the_first_conditional_write(
+    tmp_path: Path, data: bytes, moved: bytes
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+    with JsonlStore(path) as store:
+        loaded = store.load()
+        store.open_writer()
+        store.append([entry("c", "a")], expect=loaded.tail)
+    assert [e["id"] for e in JsonlStore(path).load().entries] == ["a", "c"]
+    corrupt = tmp_path / "s.jsonl.corrupt"
+    assert (corrupt.read_bytes() == moved) if moved else not corrupt.exists()
 
 
 def test_a_write_cut_short_is_repaired_before_the_next_append(
