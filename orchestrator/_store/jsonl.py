@@ -514,7 +514,7 @@ class JsonlStore:
         Then its tail is the loaded one and it needs no repair, so the first write of a session
         opened and then compacted reads nothing back: the worker thread that commits makes
         three system calls fewer, each a wait for the interpreter's lock while the event loop
-        computes (about 6 % of the thousand compactions' wall time, issue 9). The stamp is the
+        computes (about 7 % of the thousand compactions' wall time, issue 9). The stamp is the
         one that already lets the writer reuse the load's parse (device, inode, size,
         modification time): an append changes the size, a rewrite by rename the inode, and any
         write the modification time.
