@@ -1,3 +1,4 @@
+import re
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from orchestrator._core.summary_request import (
     upsert_file_tags,
 )
 from orchestrator._models.offline import NOTE, OfflineSummarizer, summarize
+from orchestrator._models.offline_evidence import _paragraphs
 
 ERROR_LINE = "E   AssertionError: expected 200, got 401"
 
@@ -689,3 +691,49 @@ def test_the_error_line_check_agrees_with_its_expression(line: str) -> None:
     from orchestrator._models.offline_evidence import ERROR, reports_error
 
     assert reports_error(line) == (ERROR.search(line) is not None)
+
+
+_LABEL_NAMES = ("User", "Assistant thinking", "Assistant tool calls", "Assistant", "Tool result")
+_PARAGRAPH_HEAD = re.compile(r"(?:^|\n\n)\[(" + "|".join(map(re.escape, _LABEL_NAMES)) + r")\]: ")
+
+
+def _paragraphs_by_regex(conversation: str) -> list[tuple[str, str]]:
+    """How paragraphs were found before issue 9's scan: the expression at every position."""
+    matches = list(_PARAGRAPH_HEAD.finditer(conversation))
+    ends = [m.start() for m in matches[1:]] + [len(conversation)] if matches else []
+    return [(m.group(1), conversation[m.end() : end]) for m, end in zip(matches, ends, strict=True)]
+
+
+_PIECES = st.sampled_from(
+    [
+        "\n",
+        "\n\n",
+        "[",
+        "]: ",
+        "x",
+        "[User]: ",
+        "[Assistant]: ",
+        "[Assistant tool calls]: ",
+        "[Tool result]: ",
+        "[Assistant thinking]: ",
+        "[Foo]: ",
+        "[User] ",
+        "Assistant",
+        "é🙂",
+    ]
+)
+
+
+@settings(max_examples=400)
+@given(st.lists(_PIECES, max_size=30).map("".join))
+def test_paragraphs_are_found_where_the_expression_found_them(conversation: str) -> None:
+    assert list(_paragraphs(conversation)) == _paragraphs_by_regex(conversation)
+
+
+def test_paragraphs_of_a_serialized_conversation() -> None:
+    text = "[User]: a\n\n[Foo]: b\n\n\n\n[Assistant]: c\n\n[Tool result]: [User]: d"
+    assert list(_paragraphs(text)) == [
+        ("User", "a\n\n[Foo]: b\n\n"),
+        ("Assistant", "c"),
+        ("Tool result", "[User]: d"),
+    ]
