@@ -306,6 +306,8 @@ def _paragraphs(conversation: str) -> Iterator[tuple[str, str]]:
     of a split turn's prefix, which a server without a model writes on its event loop (issue 9).
     """
     heads: list[tuple[str, int, int]] = []  # label, where its marker starts, where text starts
+    # `at` is where a "\n\n[" starts; a marker at the very start has no blank line before it,
+    # so it is taken as one starting at -2 (its bracket at 0, like any other's at `at` + 2).
     at = -2 if conversation.startswith("[") else conversation.find("\n\n[")
     while at != -1:
         bracket = at + 3
