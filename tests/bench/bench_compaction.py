@@ -20,12 +20,20 @@ Each run opens a fresh copy of the session file (the JSONL store, fsync per turn
 owner; loading, the writer lock and the first context build are not timed: a live session has
 them all) and times
 ``AgentSession.compact()``: plan, hooks, summaries, commit (one appended, fsynced line). It
-prints the median total, total minus ``L`` (the orchestration overhead), the CPU time the
+prints the median total, total minus ``L``, the time with no model call in flight (total
+minus the time during which at least one call was under way, measured around the fake's sleep:
+the orchestration overhead), the CPU time the
 process spent meanwhile (all its threads: on a shared machine steadier than the wall time), how
 many model calls were made and how many were in flight at once, and, for reference, the time
 planning alone takes and what one fsync of an appended line costs on the disk the sessions are
 on (the commit makes one: its share of the overhead belongs to the disk, and varies with what
 else writes to it).
+
+Why both. The fake's ``anyio.sleep(L)`` lasts about half a millisecond longer than ``L``: asyncio
+rounds the wait it asks the kernel for up to the next whole millisecond, and the loop's pass
+after the wake-up runs before the sleeper resumes. A real model's answer arrives on a socket,
+which wakes the loop at once. So total minus ``L`` counts that half millisecond of the fake
+against the orchestration, and the time with no model call in flight does not.
 """
 
 from __future__ import annotations
@@ -60,6 +68,16 @@ LATENCY = 0.2
 BIG = "word " * 40_000  # 200 000 characters: about 50 000 estimated tokens, over keep_recent
 
 
+def covered(spans: list[tuple[float, float]]) -> float:
+    """Seconds during which at least one of ``spans`` was in progress (their union's length)."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(spans):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
 class FakeModel:
     """A model route that takes exactly ``latency`` seconds and always answers."""
 
@@ -68,6 +86,7 @@ class FakeModel:
         self.calls: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.spans: list[tuple[float, float]] = []  # (start, end) of each call, perf_counter
 
     @property
     def name(self) -> str:
@@ -81,10 +100,12 @@ class FakeModel:
         self.calls.append(request.purpose)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        start = time.perf_counter()
         try:
             await anyio.sleep(self.latency)
         finally:
             self.in_flight -= 1
+            self.spans.append((start, time.perf_counter()))
         return ModelResponse(
             text=f"## Goal\nBenchmark summary ({request.purpose}).\n\n## Progress\n- done",
             stop_reason="stop",
@@ -233,6 +254,7 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     assert session.leaf_id == outcome.entry["id"]
     return {
         "total": total,
+        "model": covered(fake.spans),
         "cpu": cpu,
         "plan": t_plan,
         "calls": len(fake.calls),
@@ -289,6 +311,7 @@ def main(argv: list[str]) -> None:
                     "n": n,
                     "kind": kind,
                     "total": statistics.median(r["total"] for r in results),
+                    "overhead": statistics.median(r["total"] - r["model"] for r in results),
                     "cpu": statistics.median(r["cpu"] for r in results),
                     "plan": statistics.median(r["plan"] for r in results),
                     "calls": results[0]["calls"],
@@ -298,13 +321,13 @@ def main(argv: list[str]) -> None:
     print()
     print(
         f"{'entries':>9} {'kind':>6} {'calls':>5} {'parallel':>8} {'total ms':>9} "
-        f"{'total-L ms':>10} {'cpu ms':>7} {'plan ms':>8}"
+        f"{'total-L ms':>10} {'no model ms':>11} {'cpu ms':>7} {'plan ms':>8}"
     )
     for r in rows:
         print(
             f"{r['n']:>9} {r['kind']:>6} {r['calls']:>5} {r['max_in_flight']:>8} "
             f"{r['total'] * 1e3:>9.1f} {(r['total'] - latency) * 1e3:>10.1f} "
-            f"{r['cpu'] * 1e3:>7.1f} {r['plan'] * 1e3:>8.1f}"
+            f"{r['overhead'] * 1e3:>11.1f} {r['cpu'] * 1e3:>7.1f} {r['plan'] * 1e3:>8.1f}"
         )
     print()
     for n in sizes if latency > 0 else ():
