@@ -79,7 +79,7 @@ def covered(spans: list[tuple[float, float]]) -> float:
 
 
 class FakeModel:
-    """A model route that takes exactly ``latency`` seconds and always answers."""
+    """A model route that sleeps ``latency`` seconds (a little more: see above) and answers."""
 
     def __init__(self, latency: float) -> None:
         self.latency = latency
