@@ -93,12 +93,14 @@ def require_file(path: str) -> None:
     """Refuse a path that is not an existing file (opening would create a new session).
 
     Raises:
-        SessionError: the path does not exist or is a directory.
+        SessionError: the path does not exist, or is a directory or another non-regular file.
     """
     target = Path(path)
     if target.is_dir():
         raise SessionError(f"{path}: is a directory, not a session file")
     if not target.is_file():
+        if target.exists():  # a named pipe, a device: there, but not a file of JSON lines
+            raise SessionError(f"{path}: not a regular file; a session is a file of JSON lines")
         raise SessionError(f"{path}: no such session file")
 
 

@@ -7,6 +7,7 @@ with no key. A spinner runs on stderr while a model is called (terminals only).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -352,14 +353,14 @@ def _fork(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else fork_path(args.session)
     if not out.parent.is_dir():
         raise SessionError(f"{out}: the folder {out.parent} does not exist; create it first")
-    if out.exists():
+    if os.path.lexists(out):  # a symbolic link too, even one that points nowhere
         raise SessionError(f"{out}: already exists; choose another --out")
     store = JsonlStore(out)
     try:
         # The new file is owned from before it exists (D27): a second fork to the same --out
         # is refused, never interleaved.
         store.own("orchestrator fork")
-        if out.exists():
+        if os.path.lexists(out):
             raise SessionError(f"{out}: already exists; choose another --out")
         forked = branched_session(source, leaf, store)
         forked.flush()

@@ -407,11 +407,11 @@ async def fork_to(
         store = MemoryStore()
     else:
         target = Path(path) if path is not None else fork_path(session.store.location)
-        if target.exists():
+        if os.path.lexists(target):  # a symbolic link too, even one that points nowhere
             raise SessionError(f"{target}: already exists")
         store = JsonlStore(target)
         store.own(owner)
-        if target.exists():  # created by someone else in between
+        if os.path.lexists(target):  # created by someone else in between
             store.close()
             raise SessionError(f"{target}: already exists")
     try:

@@ -19,6 +19,23 @@ from stat import S_ISREG
 from orchestrator._core.errors import SessionError
 
 
+def session_file(path: str | os.PathLike[str]) -> Path:
+    """The file a session path names: a symbolic link is followed to the file it points to.
+
+    A session's side files (lock, journal, ``.corrupt``) and its rewrites are named after the
+    file itself, not after the name it was opened by: a session opened through a link and the
+    same session opened by its own name (``orchestrator serve`` resolves every path) then share
+    one lock and one journal, and a rewrite replaces the file, not the link. Otherwise two
+    writers could hold two locks on one file, a half-done operation journaled under one name
+    would not be settled when the file is opened under the other, and the first rewrite of a
+    migrated file would replace the link with a copy, leaving the file itself as it was. The
+    session file is the one file of a session that may be a link; side files that are links
+    are still refused (:func:`open_side_file`).
+    """
+    given = Path(path)
+    return Path(os.path.realpath(given)) if given.is_symlink() else given
+
+
 def describe_os_error(path: str | os.PathLike[str], doing: str, exc: OSError) -> str:
     """One readable line for an operating-system error on ``path``.
 

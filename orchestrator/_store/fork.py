@@ -127,6 +127,6 @@ def fork_path(location: str | os.PathLike[str]) -> Path:
     source = Path(location)
     for n in range(1, 10_000):
         candidate = source.with_name(f"{source.stem}.fork{n}{source.suffix}")
-        if not candidate.exists():
+        if not os.path.lexists(candidate):  # a dangling symbolic link is taken too
             return candidate
     raise SessionError(f"{source}: too many forks beside it")

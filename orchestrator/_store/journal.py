@@ -57,7 +57,7 @@ from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
 from orchestrator._store.dirsync import DIRECTORIES
-from orchestrator._store.files import open_side_file, read_side_file
+from orchestrator._store.files import open_side_file, read_side_file, session_file
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
@@ -96,8 +96,12 @@ def _wall_clock() -> int:
 
 
 def journal_path(session_path: str | os.PathLike[str]) -> Path:
-    """Return the journal file of a session: the session path plus ``.journal``."""
-    return Path(os.fspath(session_path) + JOURNAL_SUFFIX)
+    """Return the journal file of a session: the session file's path plus ``.journal``.
+
+    A session opened through a symbolic link has the journal of the file it points to
+    (:func:`~orchestrator._store.files.session_file`).
+    """
+    return Path(os.fspath(session_file(session_path)) + JOURNAL_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,8 +254,9 @@ class _FileSink:
         self._closing = threading.Lock()
 
     def exists(self) -> bool:
-        # lstat: a symbolic link counts as present, so reading it is refused, not skipped.
-        return self.path.is_file() or self.path.is_symlink()
+        # lstat: anything in the journal's place counts as present (a symbolic link, a folder,
+        # a pipe), so reading it is refused with its reason, not taken for "nothing journaled".
+        return os.path.lexists(self.path)
 
     def read(self) -> bytes:
         return read_side_file(self.path, "read the journal") or b""

@@ -51,7 +51,12 @@ from orchestrator._core.loading import (
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.dirsync import fsync_dir
-from orchestrator._store.files import describe_os_error, only_regular, open_side_file
+from orchestrator._store.files import (
+    describe_os_error,
+    only_regular,
+    open_side_file,
+    session_file,
+)
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
 from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_file
@@ -160,7 +165,9 @@ class JsonlStore:
         lock: bool = True,
         random_hex: RandomHex = uuid_hex,
     ) -> None:
-        self.path = Path(path)
+        # The file itself, when `path` is a symbolic link: its lock, journal and rewrites are
+        # the file's, whatever name it was opened by (files.session_file).
+        self.path = session_file(path)
         self._owner_lock = OwnerLock(self.path)
         self.lock_path = self._owner_lock.path
         self.corrupt_path = Path(f"{self.path}.corrupt")

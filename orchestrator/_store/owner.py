@@ -29,14 +29,18 @@ import os
 from pathlib import Path
 
 from orchestrator._core.errors import SessionError, SessionLockedError
-from orchestrator._store.files import open_side_file
+from orchestrator._store.files import open_side_file, session_file
 
 LOCK_SUFFIX = ".lock"
 
 
 def lock_path(session_path: str | os.PathLike[str]) -> Path:
-    """The owner lock's side file of a session: the session path plus ``.lock``."""
-    return Path(os.fspath(session_path) + LOCK_SUFFIX)
+    """The owner lock's side file of a session: the session file's path plus ``.lock``.
+
+    A session opened through a symbolic link has the lock of the file it points to
+    (:func:`~orchestrator._store.files.session_file`).
+    """
+    return Path(os.fspath(session_file(session_path)) + LOCK_SUFFIX)
 
 
 def _same_file(fd: int, path: Path) -> bool:
