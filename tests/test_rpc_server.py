@@ -262,8 +262,12 @@ async def test_tcp_a_conflict_and_a_locked_session_have_their_own_codes(tmp_path
     # a session another process owns. Neither is a wrong parameter (-32602).
     path = tmp_path / "example.jsonl"
 
+    calls: list[str] = []
+
     async def pi_appends_meanwhile(request: ModelRequest) -> str:
-        del request
+        calls.append(request.purpose)
+        if len(calls) > 1:
+            return "## Goal\nSummarized again."  # pi typed once; asking again goes through
         foreign = {
             "type": "message",
             "id": "c0ffee01",
@@ -293,6 +297,9 @@ async def test_tcp_a_conflict_and_a_locked_session_have_their_own_codes(tmp_path
                 after_pi = path.read_bytes()
                 await peer.send(request(3, "session.open", path="held.jsonl"))
                 locked = (await peer.answer(3))["error"]
+                # Asking again works from what is there now (D27): pi's line included.
+                await peer.send(request(4, "session.compress", session_id=sid))
+                again = await peer.answer(4)
             group.cancel_scope.cancel()
     finally:
         holder.close()
@@ -301,12 +308,19 @@ async def test_tcp_a_conflict_and_a_locked_session_have_their_own_codes(tmp_path
     assert conflict["data"] == {"kind": "conflict", "applied": False}
     assert "the session changed since it was read" in conflict["message"]
     assert "now at entry c0ffee01" in conflict["message"]
-    assert path.read_bytes() == after_pi  # nothing written after pi's line
-    assert peer.events("compaction_update")[-1]["status"] == "failed"
+    assert after_pi.endswith(b'typed in pi meanwhile","timestamp":1}}\n')  # nothing after it
+    statuses = [event["status"] for event in peer.events("compaction_update")]
+    assert statuses.index("failed") < statuses.index("completed")  # the conflict, then again
     assert locked["code"] == -32004
     assert locked["data"] == {"kind": "locked", "applied": False}
     assert "session is being changed by" in locked["message"]
     assert "another program" in locked["message"]
+    assert again["result"]["compacted"] is True, again
+    written = path.read_bytes()
+    assert written.startswith(after_pi)
+    [compaction] = [json.loads(line) for line in written[len(after_pi) :].splitlines()]
+    assert compaction["type"] == "compaction"
+    assert compaction["parentId"] == "c0ffee01"
 
 
 # -- stdio and the serve command ---------------------------------------------------------------

@@ -270,8 +270,13 @@ async def test_a_branch_summary_that_conflicts_is_a_conflict_not_a_model_failure
     before = list(session.tree.entries)
     with pytest.raises(ConflictError, match="the session changed since it was read"):
         await kit.runtime.navigate(ids["u2"], summarize=True)
-    assert list(session.tree.entries) == before
-    assert session.leaf_id == ids["a2"]
+    # Nothing of ours was applied (no summary, no move); the other program's entry is read in,
+    # and the leaf is where it left the file, so that asking again works from there (D27).
+    [foreign] = [e for e in session.tree.entries if e["type"] == "custom"]
+    assert [e["id"] for e in session.tree.entries] == [e["id"] for e in before] + [foreign["id"]]
+    assert foreign["parentId"] == ids["a2"]
+    assert session.leaf_id == foreign["id"]
+    assert not any(e["type"] == "branch_summary" for e in session.tree.entries)
 
 
 EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"

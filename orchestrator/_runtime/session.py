@@ -13,13 +13,14 @@ ports, and the parts perform their next effects through the new ones.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import ConflictError, SessionError
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
@@ -42,6 +43,8 @@ from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session, wall_clock_ms
 from orchestrator._store.settle import Settlement
 from orchestrator._telemetry.tracing import LifecycleTracer
+
+_log = logging.getLogger("orchestrator")
 
 
 class AgentSession:
@@ -228,9 +231,14 @@ class AgentSession:
             Cancelled: the compaction was cancelled (by ``abort_compaction`` or a hook).
             ModelError: the summary failed; the session is unchanged.
             SessionError: a manual compaction or a tree navigation is already running.
-            ConflictError: another program wrote meanwhile; nothing was applied (D27).
+            ConflictError: another program wrote meanwhile; nothing was applied, and the
+                session is read again as the file is now, so asking again works (D27).
         """
-        return await self.turn.compact(focus, dry_run=dry_run)
+        try:
+            return await self.turn.compact(focus, dry_run=dry_run)
+        except ConflictError:
+            self._reload_after_conflict()
+            raise
 
     async def navigate(
         self,
@@ -249,17 +257,32 @@ class AgentSession:
         Raises:
             SessionError: a turn or another navigation is running, or the id is unknown.
             ModelError: the branch summary failed; history and leaf are unchanged.
-            ConflictError: another program wrote meanwhile; history and leaf are unchanged.
+            ConflictError: another program wrote meanwhile; nothing was applied, and the
+                session is read again as the file is now (the leaf where that program left
+                it), so asking again works (D27).
         """
         if self.navigator.running:
             raise SessionError("Cannot navigate while a tree navigation is in progress")
-        return await self.navigator.navigate(
-            target_id,
-            summarize=summarize,
-            instructions=instructions,
-            replace_instructions=replace_instructions,
-            label=label,
-        )
+        try:
+            return await self.navigator.navigate(
+                target_id,
+                summarize=summarize,
+                instructions=instructions,
+                replace_instructions=replace_instructions,
+                label=label,
+            )
+        except ConflictError:
+            self._reload_after_conflict()
+            raise
+
+    def _reload_after_conflict(self) -> None:
+        # Another program (pi) wrote meanwhile, so nothing was applied; what it wrote is read
+        # now, so that asking again works from what is there (D27). Unreadable as a session,
+        # the file is left alone and the session as it was: the next commit conflicts again.
+        try:
+            self._session.reload()
+        except SessionError as error:
+            _log.warning("%s; the session stays as it was read", error)
 
     async def fork(self, entry_id: str, path: str | os.PathLike[str] | None = None) -> ForkResult:
         """Copy the path before a user message into a new session (pi's fork).

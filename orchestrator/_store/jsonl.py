@@ -222,9 +222,17 @@ class JsonlStore:
     def load(self) -> LoadResult:
         """Read and parse the file; a missing file loads as empty. Never writes (D3).
 
+        A writer left open is closed first (synced per the policy; the lock is kept): reading
+        again means the file may have been replaced, and the next write opens the file that is
+        at the path now.
+
         Raises:
             SessionError: The file cannot be read (permissions, a folder...).
         """
+        if self._fd is not None:
+            self.sync()
+            self._close_fd()
+            self._state = None
         self._clean_stamp = None
         try:
             fd = _open_session_file(self.path, os.O_RDONLY)

@@ -243,6 +243,35 @@ class Session:
             random_hex=random_hex,
         )
 
+    def reload(self) -> None:
+        """Read the store again as it is now, after another program wrote to it (D27).
+
+        The tree, the problems and the tail become the store's; the leaf is its last entry, as
+        for a session just opened; the live context is rebuilt when next asked for. The lock is
+        kept. A conflict (:class:`~orchestrator._core.errors.ConflictError`) leaves the session
+        as it was read; the runtime reloads it then, so that asking again works from what is
+        there now.
+
+        Raises:
+            SessionError: the store no longer holds a session, or cannot be read; nothing
+                changed then.
+        """
+        if not self.store.exists():
+            raise SessionError(f"{self.store.location}: the session is gone (removed or emptied)")
+        with gc_paused():
+            result = self.store.load()
+            if result.header is None:
+                details = "; ".join(str(p) for p in result.problems) or "no session header"
+                raise SessionError(f"{self.store.location}: not a session file ({details})")
+            tree = SessionTree(result.header, result.entries)
+        self.tree = tree
+        self.problems = list(result.problems)
+        self._tail = result.tail
+        self._migration_pending = result.migrated
+        self._persisted = True
+        self._builder = None
+        self._builder_leaf = None
+
     @classmethod
     def open(cls, path: str | os.PathLike[str], **kwargs: Any) -> Session:
         """Open (or create) a pi JSONL session file. Keyword arguments go to :meth:`from_store`.
