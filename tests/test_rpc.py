@@ -638,6 +638,27 @@ async def test_fork_opens_and_registers_the_new_session(tmp_path: Path) -> None:
     assert compressed == {"compacted": False, "reason": "Nothing to compact (session too small)"}
 
 
+async def test_a_fork_at_the_first_user_message_is_written_at_once(tmp_path: Path) -> None:
+    # Its path holds no assistant message (pi would defer writing it): the file named is there
+    # all the same, and a second fork to it is "already exists", not this server's own lock.
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    forked = await client.call(
+        "session.fork", session_id=sid, entry_id="daa66d13", path="first.jsonl"
+    )
+    assert forked["cancelled"] is False
+    written = (tmp_path / "first.jsonl").read_bytes().splitlines()
+    assert json.loads(written[0])["type"] == "session"
+    error = await client.error(
+        "session.fork", session_id=sid, entry_id="daa66d13", path="first.jsonl"
+    )
+    assert error["code"] == INVALID_PARAMS
+    assert "first.jsonl: already exists" in error["message"]
+    beside = await client.call("session.fork", session_id=sid, entry_id="daa66d13")
+    assert beside["path"] == str(tmp_path / "example.fork1.jsonl")
+    assert (tmp_path / "example.fork1.jsonl").is_file()
+
+
 async def test_fork_refusals_and_hook_cancel() -> None:
     kit = nav_kit()
     client, sid = kit_client(kit)

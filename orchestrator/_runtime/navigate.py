@@ -31,6 +31,7 @@ from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, first_error
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
 from orchestrator._runtime.operations import OperationRunner
@@ -416,6 +417,12 @@ async def fork_to(
             raise SessionError(f"{target}: already exists")
     try:
         result = await fork(ports, entry_id, store)
+        if result.session is not None and isinstance(store, JsonlStore):
+            # A fork into a file writes it now, as `orchestrator fork` does, even when the
+            # path holds no assistant message yet (pi defers that write): the caller named a
+            # file and is told it exists, and a second fork to it is "already exists", not a
+            # lock this process holds on a file nobody can see.
+            await off_loop(result.session, result.session.flush)
     except BaseException:
         store.close()
         raise
