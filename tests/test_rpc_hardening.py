@@ -629,6 +629,38 @@ async def test_a_silent_connection_is_refused_after_the_auth_timeout() -> None:
     }
 
 
+async def test_the_auth_line_echoes_a_finite_id_and_refuses_one_it_cannot_echo() -> None:
+    server = RpcServer(SessionHub())
+
+    async def first_line(raw: bytes) -> list[dict[str, Any]]:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(raw + b"\n")
+            await stream.send(b'{"jsonrpc":"2.0","id":2.5,"method":"session.list"}\n')
+            await stream.send_eof()
+            return replies(await read_to_end(stream))
+
+    def auth(request_id: str, token: str = TOKEN) -> bytes:
+        return (
+            f'{{"jsonrpc":"2.0","id":{request_id},"method":"auth","params":{{"token":"{token}"}}}}'
+        ).encode()
+
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        finite = await first_line(auth("1.5"))
+        unusable = [await first_line(auth(text)) for text in ("true", "1e400")]
+        surrogate = await first_line(auth("7", token="\\ud800"))
+        group.cancel_scope.cancel()
+    assert finite[0] == {"jsonrpc": "2.0", "id": 1.5, "result": {"authenticated": True}}
+    assert finite[1]["id"] == 2.5
+    for answers in unusable:
+        [refused] = answers  # and the connection closed: session.list never answered
+        assert refused["id"] is None
+        assert refused["error"]["code"] == UNAUTHORIZED
+    [refused] = surrogate
+    assert refused["id"] == 7
+    assert refused["error"]["code"] == UNAUTHORIZED
+
+
 async def test_stream_transport_close(tmp_path: Path) -> None:
     async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
         port = listener.extra(anyio.abc.SocketAttribute.local_port)

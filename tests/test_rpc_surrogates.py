@@ -76,3 +76,25 @@ def test_a_session_holding_lone_surrogates_is_served_whole(tmp_path: Path) -> No
     assert "a\udc80.jsonl" in answers[4]["error"]["message"]
     assert answers[5]["error"]["code"] == -32602
     assert "sessions" in answers[6]["result"]
+
+
+def test_a_path_with_a_surrogate_no_file_name_can_hold_is_invalid_params(
+    tmp_path: Path,
+) -> None:
+    # \udc80-\udcff stand for undecodable bytes of a file name; \ud800 stands for nothing.
+    shutil.copy(NON_BMP, tmp_path / "s.jsonl")
+    session_id = json.loads(NON_BMP.read_text().splitlines()[0])["id"]
+    requests = [
+        line(1, "session.open", path="\ud800x.jsonl"),
+        line(2, "session.open", path="\ud800x.jsonl", create=True),
+        line(3, "session.open", path="s.jsonl"),
+        line(4, "session.fork", session_id=session_id, entry_id="x", path="\ud800f.jsonl"),
+    ]
+    out, logs = serve(tmp_path, b"".join(requests))
+    assert logs == []
+    answers = {m["id"]: m for m in map(json.loads, out.splitlines())}
+    for request_id in (1, 2, 4):
+        error = answers[request_id]["error"]
+        assert error["code"] == -32602, error
+        assert "not a file name (it holds a lone surrogate)" in error["message"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out", "s.jsonl"]

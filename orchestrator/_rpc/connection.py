@@ -54,6 +54,7 @@ from orchestrator._rpc.protocol import (
     error_for,
     failure,
     success,
+    valid_id,
 )
 from orchestrator._rpc.transport import LineReader, Overlong, Transport
 
@@ -286,7 +287,11 @@ class Connection:
 
     def _authenticate(self, token: str, line: bytes | Overlong | None) -> bool:
         request_id, offered = _auth_request(line)
-        if offered is not None and hmac.compare_digest(offered.encode(), token.encode()):
+        # surrogatepass: a token offered with a lone surrogate is compared (and refused), not
+        # an encoding error that would drop the connection without its -32006 line.
+        if offered is not None and hmac.compare_digest(
+            offered.encode("utf-8", "surrogatepass"), token.encode("utf-8", "surrogatepass")
+        ):
             self.reader.limit = self.limits.max_line_bytes
             if request_id is not _NO_ID:
                 self.post(encode(success(request_id, {"authenticated": True})))
@@ -360,8 +365,10 @@ def _auth_request(line: bytes | Overlong | None) -> tuple[Any, str | None]:
     if not isinstance(message, dict):
         return _NO_ID, None
     request_id = message.get("id", _NO_ID)
-    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        request_id = None if request_id is not _NO_ID else _NO_ID
+    if request_id is not _NO_ID and not valid_id(request_id):
+        # Not a request whose answer could name it (true, 1e400): refused with id null, as
+        # every other request with such an id is (-32600 there; here, not the auth request).
+        return None, None
     params = message.get("params")
     token = params.get("token") if isinstance(params, dict) else None
     if (

@@ -17,6 +17,7 @@ runs, no close while anything runs (``-32001``).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -268,6 +269,14 @@ class SessionHub:
     def _resolve(self, path: str) -> Path:
         if "\0" in path:
             raise RpcError(INVALID_PARAMS, f"{path!r}: a path cannot hold a NUL character")
+        try:
+            os.fsencode(path)
+        except UnicodeEncodeError:
+            # A lone surrogate outside \udc80-\udcff (those stand for undecodable bytes) is
+            # in no file name on this system.
+            raise RpcError(
+                INVALID_PARAMS, f"{path!r}: not a file name (it holds a lone surrogate)"
+            ) from None
         root = self.options.root
         try:
             candidate = Path(path).expanduser()

@@ -292,7 +292,8 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def _valid_id(value: Any) -> bool:
+def valid_id(value: Any) -> bool:
+    """Whether a request id may be echoed: a string, an integer, a finite number or null."""
     # A float id that is not finite has no JSON spelling: echoing it would break the stream.
     return (
         value is None
@@ -382,14 +383,14 @@ class Dispatcher:
             error = error_for(exc)
             if is_notification and error.code != INVALID_REQUEST:
                 return None
-            return failure(request_id if _valid_id(request_id) else None, error)
+            return failure(request_id if valid_id(request_id) else None, error)
         return None if is_notification else success(request_id, result)
 
     def _check(self, message: dict[str, Any], peer: Peer | None) -> tuple[Method, Params]:
         name = message.get("method")
         if message.get("jsonrpc") != "2.0" or not isinstance(name, str):
             raise RpcError(INVALID_REQUEST, 'Invalid request: needs jsonrpc "2.0" and a method')
-        if not _valid_id(message.get("id")):
+        if not valid_id(message.get("id")):
             raise RpcError(INVALID_REQUEST, "Invalid request: id must be a string or a number")
         method = self.methods.get(name)
         if method is None:
