@@ -63,8 +63,6 @@ def test_the_focus_is_honoured(example: Path, capsys: pytest.CaptureFixture[str]
             ["--summarize", "--focus", "a haiku", "--replace-instructions"],
             "the offline summarizer cannot follow replacement instructions",
         ),
-        (["--focus", "the tests"], "--focus and --replace-instructions shape the summary"),
-        (["--summarize", "--replace-instructions"], "--replace-instructions needs --focus"),
     ],
 )
 def test_instructions_that_cannot_be_honoured_are_refused(
@@ -76,4 +74,24 @@ def test_instructions_that_cannot_be_honoured_are_refused(
     assert err.startswith("orchestrator navigate: ")
     assert message in err
     assert err.count("\n") == 1
+    assert example.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--focus", "the tests"], "--focus and --replace-instructions shape the summary"),
+        (["--summarize", "--replace-instructions"], "--replace-instructions needs --focus"),
+    ],
+)
+def test_options_that_do_not_go_together_are_a_usage_error(
+    example: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    before = example.read_bytes()
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "navigate", str(example), "--to", TARGET, *extra)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: orchestrator navigate")
+    assert f"orchestrator navigate: error: {message}" in err
     assert example.read_bytes() == before

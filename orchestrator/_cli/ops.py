@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from orchestrator._cli.chat import route_settings
 from orchestrator._cli.common import (
+    UsageError,
     add_model_arguments,
     add_timeout_argument,
     open_existing,
@@ -266,10 +267,11 @@ def make_trace_provider(spec: str | None) -> TracerProvider | None:
 
 def _navigate(args: argparse.Namespace) -> int:
     # Instructions without a summary would be dropped without a word: refuse them instead.
+    # Options that do not go together are a usage error (exit 2, with the usage), as argparse's.
     if (args.focus or args.replace_instructions) and not args.summarize:
-        raise SessionError("--focus and --replace-instructions shape the summary: add --summarize")
+        raise UsageError("--focus and --replace-instructions shape the summary: add --summarize")
     if args.replace_instructions and not args.focus:
-        raise SessionError("--replace-instructions needs --focus (the prompt to use instead)")
+        raise UsageError("--replace-instructions needs --focus (the prompt to use instead)")
     routes = route_settings(args)
     progress = Progress(
         "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
