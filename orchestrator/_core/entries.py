@@ -164,7 +164,9 @@ def text_of(content: object) -> str:
     if not isinstance(content, list):
         return ""
     return "".join(
-        block.get("text", "")
+        text
         for block in content
-        if isinstance(block, dict) and block.get("type") == "text"
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(text := block.get("text", ""), str)  # anything else: a damaged file (D3)
     )

@@ -31,7 +31,7 @@ def _block_chars(content: object, *, count_images: bool) -> int:
         if not isinstance(block, dict):
             continue
         if block.get("type") == "text":
-            chars += utf16_len(block.get("text") or "")
+            chars += utf16_len(_text(block.get("text")))
         elif block.get("type") == "image" and count_images:
             chars += IMAGE_CHARS
     return chars
@@ -39,6 +39,12 @@ def _block_chars(content: object, *, count_images: bool) -> int:
 
 # json.dumps(value, separators=(",", ":"), ensure_ascii=False), without a new encoder per call.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def _text(value: object) -> str:
+    # A field pi writes as a string, holding something else in a damaged or hand-made file
+    # (a number, null, an object): counted as empty, never a crash (D3).
+    return value if isinstance(value, str) else ""
 
 
 def json_length(value: object) -> int:
@@ -67,11 +73,11 @@ def _assistant_chars(message: Mapping[str, Any]) -> int:
             continue
         kind = block.get("type")
         if kind == "text":
-            chars += utf16_len(block.get("text") or "")
+            chars += utf16_len(_text(block.get("text")))
         elif kind == "thinking":
-            chars += utf16_len(block.get("thinking") or "")
+            chars += utf16_len(_text(block.get("thinking")))
         elif kind == "toolCall":
-            chars += utf16_len(block.get("name") or "") + json_length(block.get("arguments", {}))
+            chars += utf16_len(_text(block.get("name"))) + json_length(block.get("arguments", {}))
     return chars
 
 
@@ -90,33 +96,48 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     elif role in ("toolResult", "custom", "hookMessage"):
         chars = _block_chars(message.get("content"), count_images=True)
     elif role == "bashExecution":
-        chars = utf16_len(message.get("command") or "") + utf16_len(message.get("output") or "")
+        chars = utf16_len(_text(message.get("command"))) + utf16_len(_text(message.get("output")))
     elif role in ("branchSummary", "compactionSummary"):
-        chars = utf16_len(message.get("summary") or "")
+        chars = utf16_len(_text(message.get("summary")))
     else:
         chars = 0
     return math.ceil(chars / 4)
 
 
+def _count(usage: Mapping[str, Any], key: str) -> float:
+    # A token count as pi writes it (a number), or 0 for anything else a damaged or hand-made
+    # file holds there (a string, null, an infinite or overflowing number): never a crash (D3).
+    value = usage.get(key)
+    if type(value) is int:
+        return value
+    if type(value) is float and math.isfinite(value):
+        return value
+    return 0
+
+
+def _whole(total: float) -> int:
+    return int(total) if math.isfinite(total) else 0  # 1e308 + 1e308 is infinite
+
+
 def calculate_context_tokens(usage: Mapping[str, Any]) -> int:
     """``totalTokens`` when non-zero, else input + output + cache read + cache write."""
-    total = usage.get("totalTokens") or 0
+    total = _count(usage, "totalTokens")
     if total:
         return int(total)
-    return int(
-        (usage.get("input") or 0)
-        + (usage.get("output") or 0)
-        + (usage.get("cacheRead") or 0)
-        + (usage.get("cacheWrite") or 0)
+    return _whole(
+        _count(usage, "input")
+        + _count(usage, "output")
+        + _count(usage, "cacheRead")
+        + _count(usage, "cacheWrite")
     )
 
 
 def calculate_prompt_tokens(usage: Mapping[str, Any]) -> int:
     """Input + cache read + cache write, or the context total when that is 0 (OMP)."""
-    prompt = (
-        (usage.get("input") or 0) + (usage.get("cacheRead") or 0) + (usage.get("cacheWrite") or 0)
+    prompt = _whole(
+        _count(usage, "input") + _count(usage, "cacheRead") + _count(usage, "cacheWrite")
     )
-    return int(prompt) if prompt > 0 else calculate_context_tokens(usage)
+    return prompt if prompt > 0 else calculate_context_tokens(usage)
 
 
 def valid_usage(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
