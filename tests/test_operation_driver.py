@@ -231,9 +231,22 @@ async def test_a_commit_that_conflicts_applies_nothing_and_says_so() -> None:
     assert outcome.status == "conflict"
     assert outcome.error is not None
     assert "nothing was applied" in outcome.error
-    assert list(session.tree.entries) == before
+    # Nothing of ours applied; the other program's entry read in at once, so the next
+    # operation (automatic or asked for) works from what is there now (D27).
+    [foreign] = [e for e in session.tree.entries if e["type"] == "custom"]
+    assert [e["id"] for e in session.tree.entries] == [e["id"] for e in before] + [foreign["id"]]
+    assert not any(e["type"] == "compaction" for e in session.tree.entries)
     moves = [(s["source"], s["event"], s["dest"]) for s in kit.of("transition")]
     assert ("committing", "append_conflict", "conflict") in moves
+    kit.model.complete = lambda request: _summary()  # type: ignore[method-assign]
+    again = await kit.runtime.operations.compaction(reason="manual")
+    assert again.status == "committed"
+    assert again.entry is not None
+    assert again.entry["parentId"] == foreign["id"]
+
+
+async def _summary() -> ModelResponse:
+    return ModelResponse(text=SUMMARY)
 
 
 async def test_a_manual_compaction_that_conflicts_says_why_not_cancelled() -> None:

@@ -35,6 +35,7 @@ table; the row's ``stop_work`` ends the model call or wait in flight (D22). A re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -66,6 +67,8 @@ from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
+
+_log = logging.getLogger("orchestrator")
 
 _STATUS = {
     "committed": "completed",
@@ -472,6 +475,7 @@ class OperationRun:
                 await off_loop(session, session.flush)
         except ConflictError as error:
             self._commit_error = f"{error}; nothing was applied"
+            self._read_again()
             return Report(outcome="conflict", error=self._commit_error)
         except (OrchestratorError, OSError) as error:
             self._commit_error = str(error) or type(error).__name__
@@ -486,6 +490,7 @@ class OperationRun:
             self.job.rewrite(self._pruned, self._expect)
         except ConflictError as error:
             self._commit_error = f"{error}; nothing was applied"
+            self._read_again()
             return Report(outcome="conflict", error=self._commit_error)
         except (OrchestratorError, OSError) as error:
             self._commit_error = str(error) or type(error).__name__
@@ -521,6 +526,19 @@ class OperationRun:
                 # once, and their adoptions (each O(kept entries)) must not all run in one pass.
                 self._slot = await start_slot()
             session.adopt(entry)
+
+    def _read_again(self) -> None:
+        # Another program (pi) wrote meanwhile, so nothing was applied; what it wrote is read
+        # now, so that the next operation, automatic or asked for, works from what is there
+        # (D27). On the loop: a conflict is rare, and nothing else may change the session in
+        # between. Unreadable as a session, the file is left alone and the session as it was.
+        session = self.ports.session
+        if session is None:
+            return
+        try:
+            session.reload()
+        except OrchestratorError as error:
+            _log.warning("%s; the session stays as it was read", error)
 
     async def _rebuild_context(self) -> None:
         if self.ports.session is not None and not self.dry_run:

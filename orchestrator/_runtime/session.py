@@ -234,11 +234,7 @@ class AgentSession:
             ConflictError: another program wrote meanwhile; nothing was applied, and the
                 session is read again as the file is now, so asking again works (D27).
         """
-        try:
-            return await self.turn.compact(focus, dry_run=dry_run)
-        except ConflictError:
-            self._reload_after_conflict()
-            raise
+        return await self.turn.compact(focus, dry_run=dry_run)
 
     async def navigate(
         self,
@@ -277,8 +273,10 @@ class AgentSession:
 
     def _reload_after_conflict(self) -> None:
         # Another program (pi) wrote meanwhile, so nothing was applied; what it wrote is read
-        # now, so that asking again works from what is there (D27). Unreadable as a session,
-        # the file is left alone and the session as it was: the next commit conflicts again.
+        # now, so that asking again works from what is there (D27). (An operation's own commit
+        # reads it at once, automatic compactions included; this covers the navigation's move
+        # and label too.) Unreadable as a session, the file is left alone and the session as
+        # it was: the next commit conflicts again.
         try:
             self._session.reload()
         except SessionError as error:
