@@ -204,8 +204,10 @@ class AgentSession:
         """Run a turn to its end (compactions and retries included); queued while one runs.
 
         Raises:
-            SessionError: no agent was given, or a tree navigation is in progress.
+            SessionError: no agent was given, a tree navigation is in progress, or the session
+                is closed.
         """
+        self._require_open()
         return await self.turn.prompt(text)
 
     def abort(self) -> None:
@@ -233,7 +235,9 @@ class AgentSession:
             SessionError: a manual compaction or a tree navigation is already running.
             ConflictError: another program wrote meanwhile; nothing was applied, and the
                 session is read again as the file is now, so asking again works (D27).
+            SessionError: the session is closed.
         """
+        self._require_open()
         return await self.turn.compact(focus, dry_run=dry_run)
 
     async def navigate(
@@ -257,6 +261,7 @@ class AgentSession:
                 session is read again as the file is now (the leaf where that program left
                 it), so asking again works (D27).
         """
+        self._require_open()
         if self.navigator.running:
             raise SessionError("Cannot navigate while a tree navigation is in progress")
         try:
@@ -270,6 +275,19 @@ class AgentSession:
         except ConflictError:
             self._reload_after_conflict()
             raise
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` released the session (every later call is refused)."""
+        return self.turn.machine.done
+
+    def _require_open(self) -> None:
+        # Closed, the session's lock is released: a call now would write to a file another
+        # process may own, and take the lock again with nothing left to release it (D27).
+        if self.closed:
+            raise SessionError(
+                f"{self._session.store.location}: the session is closed; open it again to use it"
+            )
 
     def _reload_after_conflict(self) -> None:
         # Another program (pi) wrote meanwhile, so nothing was applied; what it wrote is read
@@ -288,6 +306,8 @@ class AgentSession:
         ``path`` defaults to a file beside this one (in memory for an in-memory session).
 
         Raises:
-            SessionError: ``Invalid entry ID for forking``, or the target file exists.
+            SessionError: ``Invalid entry ID for forking``, the target file exists, or the
+                session is closed.
         """
+        self._require_open()
         return await fork_to(self.ports, entry_id, path, owner=self.owner)

@@ -1,0 +1,54 @@
+"""A closed runtime refuses every call: its lock is released, so writing would be unowned (D27).
+
+Navigating after ``close()`` used to append a branch summary to the released file and take its
+lock again with nothing left to release it, so the file could not be opened any more.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import AgentSession, SummaryRoutes
+from orchestrator._core.errors import SessionError
+from orchestrator.testing import ScriptedModel
+from tests.cli_kit import EXAMPLE
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+CALLS: dict[str, Callable[[AgentSession], Awaitable[Any]]] = {
+    "prompt": lambda runtime: runtime.prompt("hi"),
+    "compact": lambda runtime: runtime.compact(),
+    "navigate": lambda runtime: runtime.navigate("cc623a9b", summarize=True),
+    "fork": lambda runtime: runtime.fork("daa66d13"),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+async def test_every_call_after_close_is_refused_and_writes_nothing(
+    tmp_path: Path, call: str
+) -> None:
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    routes = SummaryRoutes(candidates=(ScriptedModel(["## Goal\nok"] * 4),))
+    runtime = AgentSession.open(path, summarizer=routes)
+    runtime.close()
+    assert runtime.closed
+    before = path.read_bytes()
+    with pytest.raises(SessionError, match="the session is closed; open it again"):
+        await CALLS[call](runtime)
+    runtime.close()  # again: nothing to do
+    assert path.read_bytes() == before
+    assert not Path(f"{path}.lock").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if "fork" in p.name) == []
+    AgentSession.open(path).close()  # nobody holds it
