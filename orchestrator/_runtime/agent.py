@@ -194,12 +194,14 @@ class ChatAgent:
                 yield tool_message
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
-        if self.timeout_s is None:
-            return await self.model.complete(request)
-        from orchestrator._runtime.outcomes import within  # the summaries' own call timer
+        from orchestrator._runtime.outcomes import answer_of, within  # the summaries' own
 
+        if self.timeout_s is None:
+            return await answer_of(self.model, request)
         sibling = bool(getattr(self.model, "needs_sibling_timer", False))
-        response = await within(self.timeout_s, self.model.complete(request), sibling_timer=sibling)
+        response = await within(
+            self.timeout_s, answer_of(self.model, request), sibling_timer=sibling
+        )
         if response is None:
             raise ModelError(
                 f"{self.model.name}: no answer after {self.timeout_s:g} s", kind="timeout"

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import anyio
 
 from orchestrator._core.errors import ModelError
-from orchestrator._core.model import Model
+from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
@@ -193,7 +193,7 @@ async def attempt_summary(
         # a failure of this attempt like any other, and no model is paid for it.
         request = request_for(part, model, halvings, texts)
         sibling = bool(getattr(model, "needs_sibling_timer", False))
-        response = await within(timeout_s, model.complete(request), sibling_timer=sibling)
+        response = await within(timeout_s, answer_of(model, request), sibling_timer=sibling)
         if response is None:
             failure = f"{model.name}: no answer after {timeout_s:g} s"
             return Report(outcome="timeout", error=failure), ""
@@ -202,6 +202,21 @@ async def attempt_summary(
         report = Report(outcome=error.kind, retry_after=error.retry_after, error=str(error))
         return report, ""
     return Report(outcome="ok", data={"model": model.name}), response.text.strip()
+
+
+async def answer_of(model: Model, request: ModelRequest) -> ModelResponse:
+    """``model.complete(request)``, refused unless it is a :class:`ModelResponse`.
+
+    A route that returns nothing (``None``) or something else is a broken route, not a model
+    that took too long: a fatal failure naming what came back, never read as a timeout.
+    """
+    response: object = await model.complete(request)
+    if not isinstance(response, ModelResponse):
+        raise ModelError(
+            f"{model.name}: returned {type(response).__name__}, not a ModelResponse",
+            kind="fatal",
+        )
+    return response
 
 
 async def within(

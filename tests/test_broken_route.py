@@ -1,0 +1,61 @@
+"""A summary route that returns something other than a response is a broken route (fatal).
+
+It used to be read as "no answer after 30 s" (a timeout, retried), and with no timeout set the
+library's own message failed to format (``TypeError``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestrator._core.model import ModelRequest, ModelResponse
+from orchestrator._runtime.outcomes import answer_of, attempt_summary
+from orchestrator._runtime.summarize import Part
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Returns:
+    """A route whose ``complete`` returns ``value`` at once, whatever it is."""
+
+    name = "broken/route"
+    context_window = 100_000
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    async def complete(self, request: ModelRequest) -> Any:
+        del request
+        return self.value
+
+
+def part() -> Part:
+    def build(budget: Any, texts: Any) -> ModelRequest:
+        del budget, texts
+        return ModelRequest(purpose="history", system="s", messages=(), max_tokens=10)
+
+    return Part(purpose="history", routes=(), build=build)
+
+
+@pytest.mark.parametrize("timeout_s", [30.0, None])
+@pytest.mark.parametrize(("value", "kind"), [(None, "NoneType"), ("text", "str"), ({}, "dict")])
+async def test_a_route_that_returns_no_response_fails_fatally_at_once(
+    timeout_s: float | None, value: Any, kind: str
+) -> None:
+    report, text = await attempt_summary(part(), Returns(value), 0, {}, timeout_s)
+    assert report.outcome == "fatal"
+    assert report.error == f"broken/route: returned {kind}, not a ModelResponse"
+    assert text == ""
+
+
+async def test_a_response_passes() -> None:
+    response = ModelResponse(text="## Goal\nok", stop_reason="stop")
+    request = ModelRequest(purpose="history", system="s", messages=(), max_tokens=10)
+    assert await answer_of(Returns(response), request) is response
