@@ -52,3 +52,18 @@ async def test_every_call_after_close_is_refused_and_writes_nothing(
     assert not Path(f"{path}.lock").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if "fork" in p.name) == []
     AgentSession.open(path).close()  # nobody holds it
+
+
+@pytest.mark.parametrize("text", [None, 5, b"bytes"])
+async def test_a_prompt_that_is_not_text_is_refused_and_writes_nothing(
+    tmp_path: Path, text: Any
+) -> None:
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    runtime = AgentSession.open(path)
+    try:
+        with pytest.raises(TypeError, match="takes the user's text, a str, not"):
+            await runtime.prompt(text)
+    finally:
+        runtime.close()
+    assert path.read_bytes() == EXAMPLE.read_bytes()

@@ -206,8 +206,12 @@ class AgentSession:
         Raises:
             SessionError: no agent was given, a tree navigation is in progress, or the session
                 is closed.
+            TypeError: ``text`` is not a string (nothing is written).
         """
         self._require_open()
+        if not isinstance(text, str):
+            # It would be written to the session as the user's message, where pi reads a string.
+            raise TypeError(f"prompt() takes the user's text, a str, not {type(text).__name__}")
         return await self.turn.prompt(text)
 
     def abort(self) -> None:
