@@ -50,18 +50,13 @@ def test_the_side_files_of_a_link_are_the_files(linked: tuple[Path, Path]) -> No
 
 def test_a_link_to_an_owned_session_is_refused_both_ways(linked: tuple[Path, Path]) -> None:
     real, link = linked
-    owner = Session.open(real, owner="first")
-    try:
-        with pytest.raises(SessionLockedError, match="first"):
-            Session.open(link, owner="second")
-    finally:
-        owner.close()
-    owner = Session.open(link, owner="first")
-    try:
-        with pytest.raises(SessionLockedError, match="first"):
-            Session.open(real, owner="second")
-    finally:
-        owner.close()
+    for first, second in ((real, link), (link, real)):
+        owner = Session.open(first, owner="first")
+        try:
+            with pytest.raises(SessionLockedError, match="first"):
+                Session.open(second, owner="second")
+        finally:
+            owner.close()
 
 
 def test_the_cli_is_refused_on_a_link_to_a_session_another_process_owns(

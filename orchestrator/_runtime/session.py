@@ -13,14 +13,13 @@ ports, and the parts perform their next effects through the new ones.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 
-from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._core.errors import SessionError
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
@@ -43,8 +42,6 @@ from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session, wall_clock_ms
 from orchestrator._store.settle import Settlement
 from orchestrator._telemetry.tracing import LifecycleTracer
-
-_log = logging.getLogger("orchestrator")
 
 
 class AgentSession:
@@ -268,17 +265,13 @@ class AgentSession:
         self._require_open()
         if self.navigator.running:
             raise SessionError("Cannot navigate while a tree navigation is in progress")
-        try:
-            return await self.navigator.navigate(
-                target_id,
-                summarize=summarize,
-                instructions=instructions,
-                replace_instructions=replace_instructions,
-                label=label,
-            )
-        except ConflictError:
-            self._reload_after_conflict()
-            raise
+        return await self.navigator.navigate(
+            target_id,
+            summarize=summarize,
+            instructions=instructions,
+            replace_instructions=replace_instructions,
+            label=label,
+        )
 
     @property
     def closed(self) -> bool:
@@ -292,17 +285,6 @@ class AgentSession:
             raise SessionError(
                 f"{self._session.store.location}: the session is closed; open it again to use it"
             )
-
-    def _reload_after_conflict(self) -> None:
-        # Another program (pi) wrote meanwhile, so nothing was applied; what it wrote is read
-        # now, so that asking again works from what is there (D27). (An operation's own commit
-        # reads it at once, automatic compactions included; this covers the navigation's move
-        # and label too.) Unreadable as a session, the file is left alone and the session as
-        # it was: the next commit conflicts again.
-        try:
-            self._session.reload()
-        except SessionError as error:
-            _log.warning("%s; the session stays as it was read", error)
 
     async def fork(self, entry_id: str, path: str | os.PathLike[str] | None = None) -> ForkResult:
         """Copy the path before a user message into a new session (pi's fork).
