@@ -229,3 +229,54 @@ async def test_abort_ends_a_threshold_compaction_whose_hook_hangs() -> None:
     assert kit.of("auto_compaction_end")[-1]["aborted"] is True
     assert kit.runtime.state == "idle"
     assert kit.model.requests == []
+
+
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-mock-clock"),
+        pytest.param("asyncio", id="asyncio"),
+    ],
+)
+async def test_the_operation_deadline_ends_a_navigation_whose_before_tree_hook_hangs() -> None:
+    # Without it a handler that never answers would hold the navigation (and the session's
+    # writer) until someone aborts by hand; the deadline fails it and cancels the handler.
+    kit = Kit(
+        turns=[[reply("one")], [reply("two")]],
+        summaries=[summary()],
+        runtime_settings=dataclasses.replace(settings(), operation_deadline_s=0.05),
+    )
+    ids = await conversation(kit)
+    hook = HangingHandler()
+    remove = kit.runtime.hooks.on("session_before_tree", hook)
+    before = list(kit.session.tree.entries)
+    with pytest.raises(ModelError, match="did not answer within 0.05 s") as caught:
+        await kit.runtime.navigate(ids["a1"], summarize=True)
+    assert caught.value.kind == "timeout"
+    assert hook.cancelled == 1
+    assert kit.session.tree.entries == before
+    assert kit.session.leaf_id == ids["a2"]
+    assert kit.model.requests == []
+    assert kit.runtime.is_navigating is False
+    moves = [(s["source"], s["event"], s["dest"]) for s in kit.of("transition")]
+    assert ("consulting_hooks", "deadline_passed", "failed") in moves
+    # The session is free: the next navigation (no hook now) moves at once.
+    remove()
+    result = await kit.runtime.navigate(ids["a1"])
+    assert result.new_leaf_id == ids["a1"]
+
+
+async def test_a_navigation_that_answers_in_time_is_not_failed_by_its_deadline() -> None:
+    # The timer is disarmed when the navigation ends: a later firing must not touch anything.
+    kit = Kit(
+        turns=[[reply("one")], [reply("two")]],
+        summaries=[summary()],
+        runtime_settings=dataclasses.replace(settings(), operation_deadline_s=0.05),
+    )
+    ids = await conversation(kit)
+    result = await kit.runtime.navigate(ids["a1"], summarize=True)
+    assert result.summary_entry is not None
+    await anyio.sleep(0.1)
+    assert kit.session.leaf_id == result.summary_entry["id"]
+    assert kit.runtime.navigator.machine is not None
+    assert kit.runtime.navigator.machine.state == "done"

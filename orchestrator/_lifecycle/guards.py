@@ -206,7 +206,7 @@ INTERRUPTS: Mapping[str, frozenset[str]] = MappingProxyType(
     {
         "turn": frozenset({"abort", "manual_compact"}),
         "operation": frozenset({"cancel", "deadline_passed"}),
-        "navigation": frozenset({"cancel"}),
+        "navigation": frozenset({"cancel", "deadline_passed"}),
     }
 )
 """The events a machine's host may request while an effect is in flight (``interrupt``)."""

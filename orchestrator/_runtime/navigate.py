@@ -37,6 +37,7 @@ from orchestrator._runtime.navigation import NavigationTarget, apply_navigation,
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.outcomes import navigation_event
 from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.soon import call_later
 from orchestrator._runtime.types import ForkResult, NavigationResult, OperationOutcome
 from orchestrator._store.fork import branched_session, fork_path, fork_target
 from orchestrator._store.jsonl import JsonlStore
@@ -78,6 +79,7 @@ class _Request:
         self.from_extension = False
         self.outcome: OperationOutcome | None = None
         self.moved = False  # an effect moved the leaf (a switch, or a committed summary)
+        self.hook_timeout: float | None = None  # the deadline that ended the hooks' phase
 
 
 class Navigator:
@@ -171,7 +173,11 @@ class Navigator:
         with self.ports.tracer.navigation_span(session.session_id, target_id):
             try:
                 async with anyio.create_task_group() as group:
-                    await self._loop(machine, group, "navigate", facts)
+                    stop_timer = self._start_deadline(machine, group)
+                    try:
+                        await self._loop(machine, group, "navigate", facts)
+                    finally:
+                        stop_timer()
             except BaseExceptionGroup as errors:
                 raise first_error(errors) from None
             except anyio.get_cancelled_exc_class():
@@ -187,6 +193,35 @@ class Navigator:
                 if not machine.done:  # an error (a refused step) ended it: the navigation is over
                     self.machine = None
         return self._result(machine.state, request)
+
+    def _start_deadline(self, machine: Interpreter, group: Any) -> Callable[[], None]:
+        """Arm the operation deadline over the hooks' phase; returns what disarms it.
+
+        A ``session_before_tree`` handler that never answers must not hold the navigation for
+        good: the table's ``deadline_passed`` row fails it and cancels the handler. Once the
+        summary runs, its operation keeps its own deadline (the table has no row there).
+        """
+        seconds = self.ports.deadline_s
+        if seconds is None:
+            return lambda: None
+
+        def passed() -> None:
+            if not machine.done and machine.listed("deadline_passed"):
+                self._current().hook_timeout = seconds
+                machine.interrupt("deadline_passed")
+
+        stop = call_later(seconds, passed)
+        if stop is not None:
+            return stop
+        timer = anyio.CancelScope()  # trio has no timed callbacks: a task in the group
+
+        async def wait() -> None:
+            with timer:
+                await anyio.sleep(seconds)
+                passed()
+
+        group.start_soon(wait)
+        return lambda: cancel_scope(timer)
 
     async def _loop(self, machine: Interpreter, group: Any, event: str, facts: Facts) -> None:
         next_event: str | None = event
@@ -218,6 +253,12 @@ class Navigator:
         if state == "refused":
             raise SessionError(BUSY)
         if state == "failed":
+            if request.hook_timeout is not None:
+                raise ModelError(
+                    "session_before_tree handlers did not answer within "
+                    f"{request.hook_timeout:g} s",
+                    kind="timeout",
+                )
             outcome = request.outcome
             if outcome is not None and outcome.status == "conflict":
                 # Another program wrote meanwhile (D27): the store's reason, not a model failure.
