@@ -50,6 +50,7 @@ from orchestrator._cluster.views import planned_view
 from orchestrator._core.branch_plan import collect_branch_entries
 from orchestrator._core.entries import BRANCH_SUMMARY, CUSTOM
 from orchestrator._core.errors import ConflictError, SessionError
+from orchestrator._runtime.hook_results import TreeChanges, tree_changes
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.navigation import (
     LEAF_MARKER,
@@ -140,18 +141,19 @@ class TreeActivities:
             session.store.close()
         if hook and hook.get("cancel"):
             return NavReported(outcome="cancelled", nav=nav)
+        checked = tree_changes(hook)
+        ports.hook_result_problems("session_before_tree", checked.problems)
+        changes: TreeChanges = checked.value
         if hook:
+            instructions, replace, label = changes.applied(
+                request.instructions, request.replace_instructions, request.label
+            )
             request = dataclasses.replace(
-                request,
-                instructions=hook.get("customInstructions", request.instructions),
-                replace_instructions=bool(
-                    hook.get("replaceInstructions", request.replace_instructions)
-                ),
-                label=hook.get("label", request.label),
+                request, instructions=instructions, replace_instructions=replace, label=label
             )
             nav = dataclasses.replace(nav, request=request)
-        supplied = hook.get("summary") if hook else None
-        if isinstance(supplied, dict) and isinstance(supplied.get("summary"), str):
+        if changes.supplied is not None:
+            supplied = dict(changes.supplied)
             return NavReported(outcome="supplied", nav=dataclasses.replace(nav, supplied=supplied))
         return NavReported(outcome="done", nav=nav)
 

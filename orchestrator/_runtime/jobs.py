@@ -23,6 +23,7 @@ from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._runtime.driver import Report
+from orchestrator._runtime.hook_results import compacting_shape, supplied_compaction
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import (
     BranchSummaryResult,
@@ -69,22 +70,6 @@ def kept_messages(session: Session, plan: CompactionPlan) -> Sequence[Message]:
     """
     del session  # the plan is enough; the parameter stays for the callers
     return plan.kept_messages
-
-
-def compaction_from_hook(value: Any, plan: CompactionPlan) -> CompactionResult | None:
-    """A compaction a ``session_before_compact`` handler supplied, or ``None``."""
-    if not isinstance(value, dict) or not isinstance(value.get("summary"), str):
-        return None
-    return CompactionResult(
-        summary=value["summary"],
-        first_kept_entry_id=str(value.get("firstKeptEntryId") or plan.first_kept_entry_id),
-        tokens_before=int(value.get("tokensBefore", plan.tokens_before)),
-        details=value.get("details") or {},
-        short_summary=value.get("shortSummary"),
-        preserve_data=value.get("preserveData"),
-        from_extension=True,
-        model="hook",
-    )
 
 
 class CompactionJob:
@@ -203,11 +188,18 @@ class CompactionJob:
         )
         if hook and hook.get("cancel"):
             return Report(outcome="cancelled", data={"reason": "Compaction cancelled"})
-        self.supplied = compaction_from_hook(hook.get("compaction") if hook else None, self.plan)
+        session = self.ports.session
+        offered = hook.get("compaction") if hook else None
+        # The id a supplied compaction keeps from must be on the branch it was planned from.
+        branch = None
+        if offered is not None and session is not None:
+            branch = {entry["id"] for entry in self.path}
+        checked = supplied_compaction(offered, self.plan, branch)
+        self.ports.hook_result_problems("session_before_compact", checked.problems)
+        self.supplied = checked.value
         if self.supplied is not None:
             return Report(outcome="supplied")
         messages = list(self.plan.messages_to_summarize) + list(self.plan.turn_prefix_messages)
-        session = self.ports.session
         shaping = await self.ports.run_hook(
             "session.compacting",
             {
@@ -216,12 +208,13 @@ class CompactionJob:
                 "messages": messages,
             },
         )
-        extra = dict(shaping or {})
+        shape = compacting_shape(shaping)
+        self.ports.hook_result_problems("session.compacting", shape.problems)
         self.inputs = CompactionInputs(
             focus=self.focus,
-            additional_context=tuple(str(line) for line in extra.get("context") or ()),
-            prompt_override=extra.get("prompt"),
-            preserve_data=extra.get("preserveData"),
+            additional_context=shape.value["context"],
+            prompt_override=shape.value["prompt"],
+            preserve_data=shape.value["preserveData"],
             kept_messages=self.inputs.kept_messages,
         )
         self.parts = compaction_parts(self.plan, self.routes, self.inputs)

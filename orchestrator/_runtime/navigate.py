@@ -33,6 +33,7 @@ from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, first_error
+from orchestrator._runtime.hook_results import TreeChanges, tree_changes
 from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.outcomes import navigation_event
@@ -330,15 +331,14 @@ class Navigator:
         )
         if hook and hook.get("cancel"):
             return Report(outcome="cancelled")
-        if hook:
-            request.instructions = hook.get("customInstructions", request.instructions)
-            request.replace_instructions = bool(
-                hook.get("replaceInstructions", request.replace_instructions)
-            )
-            request.label = hook.get("label", request.label)
-        supplied = hook.get("summary") if hook else None
-        if isinstance(supplied, dict) and isinstance(supplied.get("summary"), str):
-            request.supplied = supplied
+        checked = tree_changes(hook)
+        self.ports.hook_result_problems("session_before_tree", checked.problems)
+        changes: TreeChanges = checked.value
+        request.instructions, request.replace_instructions, request.label = changes.applied(
+            request.instructions, request.replace_instructions, request.label
+        )
+        if changes.supplied is not None:
+            request.supplied = changes.supplied
             return Report(outcome="supplied")
         return Report(outcome="done")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,11 @@ class Ports:
 
     def _hook_error(self, name: str, error: BaseException) -> None:
         self.events.emit("hook_error", hook=name, error=f"{type(error).__name__}: {error}")
+
+    def hook_result_problems(self, name: str, problems: Sequence[str]) -> None:
+        """Report what was malformed in a handler's result (its default applies instead, D25)."""
+        for problem in problems:
+            self.events.emit("hook_error", hook=name, error=f"invalid result: {problem}")
 
     def observe(self, step: Step) -> None:
         """Trace and announce one machine step (journaling is the machine driver's)."""
