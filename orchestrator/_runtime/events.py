@@ -10,11 +10,16 @@ Payloads follow pi's AgentSession events: ``auto_compaction_start {reason}``,
 
 Listeners are called synchronously in the order they subscribed; an async consumer uses
 :meth:`EventBus.stream`, which buffers without bound so that a slow reader never blocks the
-session (events are small and a session emits few of them).
+session (events are small and a session emits few of them). A listener is called from inside a
+machine's step: an exception it raises would end the step half-done (a turn stopped before its
+user message was written), so it is logged, with its traceback, on the ``orchestrator.events``
+logger, and the other listeners still get the event (as a hook's exception never breaks the
+flow, D25).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -37,6 +42,8 @@ class Event:
 
 
 Listener = Callable[[Event], None]
+
+_log = logging.getLogger("orchestrator.events")
 
 
 class EventBus:
@@ -70,7 +77,10 @@ class EventBus:
         event = Event(type=type_, payload=payload)
         for listener, ignored in list(self._listeners):
             if type_ not in ignored:
-                listener(event)
+                try:
+                    listener(event)
+                except Exception:  # noqa: BLE001 - a listener's bug must not break the step
+                    _log.exception("event listener %r failed on a %s event", listener, type_)
         for stream in list(self._streams):
             try:
                 stream.send_nowait(event)
