@@ -22,7 +22,9 @@ agent, a retry wait or a compaction is in flight), and the row's own stop effect
 settled (D22). A request the current state does not list is dropped. A prompt sent while a run is
 in progress is queued; when the machine rests, the oldest queued prompt is stepped as
 ``follow_up`` if the state lists it (the table says a follow-up starts the next turn from
-``idle``); a prompt the table never takes is dropped when the run ends. ``close`` is a row too:
+``idle``), and a request that arrives while the run winds down is stepped the same way before the
+run lets go (:meth:`TurnDriver._late_request`); a prompt the table never takes is dropped when the
+run ends. ``close`` is a row too:
 its ``close_session`` effect releases the session.
 
 A run cancelled from outside (the server shutting down) settles through the table's ``abort``
@@ -229,8 +231,14 @@ class TurnDriver:
                 # A session given to the constructor: its journal and file opened, once, in a
                 # worker thread (disk.py); AgentSession.open opened them already.
                 await ready_to_write(session, self.ports.journal)
-                with self.ports.tracer.turn_span(session.session_id, self._turns):
-                    await self._drive(event)
+                late: str | None = event
+                while late is not None:
+                    with self.ports.tracer.turn_span(session.session_id, self._turns):
+                        await self._drive(late)
+                    late = self._late_request()
+                    if late is not None:
+                        self._turns += 1
+                        self._slot = await start_slot()
             finally:
                 self.let_slot_go()
                 self.machine.drop_interrupts()
@@ -238,6 +246,18 @@ class TurnDriver:
                 request, self.manual = self.manual, None
                 if request is not None:
                     request.done.set()
+
+    def _late_request(self) -> str | None:
+        """A request that came while the run wound down, after the machine's last look.
+
+        Between the machine coming to rest and the run letting go of the session (its task
+        group and span closing), a ``prompt()`` or ``compact()`` still finds the run busy and
+        leaves its request for it: the end of the run would drop it (a prompt reported as
+        queued and never run; a compaction raising "closed before it ran"). The table takes it
+        now, as it would have a moment earlier.
+        """
+        # Only a request still waiting: one a state without its row dropped stays dropped.
+        return self._at_rest()
 
     async def _drive(self, event: str) -> None:
         try:
