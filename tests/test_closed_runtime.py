@@ -6,6 +6,7 @@ lock again with nothing left to release it, so the file could not be opened any 
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -67,3 +68,40 @@ async def test_a_prompt_that_is_not_text_is_refused_and_writes_nothing(
     finally:
         runtime.close()
     assert path.read_bytes() == EXAMPLE.read_bytes()
+
+
+OTHER_BRANCH = "36fbeee7"  # an assistant message off the example's active path
+
+
+@pytest.mark.parametrize(
+    ("call", "complaint"),
+    [
+        (lambda r: r.navigate(None), "navigate() takes target_id as a str, not NoneType"),
+        (lambda r: r.navigate(5), "navigate() takes target_id as a str, not int"),
+        (
+            lambda r: r.navigate(OTHER_BRANCH, label=5),
+            "navigate() takes label as a str or None, not int",
+        ),
+        (
+            lambda r: r.navigate(OTHER_BRANCH, summarize=True, instructions=["x"]),
+            "navigate() takes instructions as a str or None, not list",
+        ),
+        (lambda r: r.compact(focus=42), "compact() takes focus as a str or None, not int"),
+        (lambda r: r.fork(None), "fork() takes entry_id as a str, not NoneType"),
+    ],
+)
+async def test_an_id_label_or_focus_that_is_not_text_is_refused_and_writes_nothing(
+    tmp_path: Path, call: Any, complaint: str
+) -> None:
+    # Before, a label of 5 was written as a label entry (pi reads a string there) and a None
+    # id was reported as a missing entry, "Entry None not found".
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    runtime = AgentSession.open(path)
+    try:
+        with pytest.raises(TypeError, match=re.escape(complaint)):
+            await call(runtime)
+    finally:
+        runtime.close()
+    assert path.read_bytes() == EXAMPLE.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]

@@ -239,6 +239,7 @@ class AgentSession:
             SessionError: the session is closed.
         """
         self._require_open()
+        _require_text("compact", "focus", focus, optional=True)
         return await self.turn.compact(focus, dry_run=dry_run)
 
     async def navigate(
@@ -263,6 +264,9 @@ class AgentSession:
                 it), so asking again works (D27).
         """
         self._require_open()
+        _require_text("navigate", "target_id", target_id)
+        _require_text("navigate", "instructions", instructions, optional=True)
+        _require_text("navigate", "label", label, optional=True)
         if self.navigator.running:
             raise SessionError("Cannot navigate while a tree navigation is in progress")
         return await self.navigator.navigate(
@@ -296,4 +300,21 @@ class AgentSession:
                 session is closed.
         """
         self._require_open()
+        _require_text("fork", "entry_id", entry_id)
         return await fork_to(self.ports, entry_id, path, owner=self.owner)
+
+
+def _require_text(call: str, name: str, value: object, *, optional: bool = False) -> None:
+    """Refuse a text argument that is not a ``str`` before anything runs or is written.
+
+    An id or a label of another type would be written into the session, where pi reads a
+    string (a ``label`` entry of 5), or looked up and reported as a missing entry ("Entry None
+    not found"), which hides the caller's mistake.
+
+    Raises:
+        TypeError: ``value`` is not a ``str`` (nor ``None``, when ``optional``).
+    """
+    if isinstance(value, str) or (optional and value is None):
+        return
+    wanted = "a str or None" if optional else "a str"
+    raise TypeError(f"{call}() takes {name} as {wanted}, not {type(value).__name__}")
