@@ -76,6 +76,45 @@ def test_simulate_unknown_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no such scenario file or shipped scenario" in err
 
 
+def test_simulate_never_overwrites_with_its_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --out once replaced whatever was there (a session file too) with the trace's spans.
+    session = tmp_path / "v.jsonl"
+    session.write_bytes(b'{"type":"session","version":3,"id":"x"}\n')
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "nowhere")
+    for target, complaint in [
+        (session, f"{session}: already exists; choose another --out"),
+        (dangling, f"{dangling}: already exists; choose another --out"),
+        (
+            tmp_path / "nodir" / "t.jsonl",
+            f"{tmp_path / 'nodir' / 't.jsonl'}: the folder {tmp_path / 'nodir'} does not exist",
+        ),
+    ]:
+        code, out, err = run(capsys, "simulate", "threshold", "--out", str(target))
+        assert code == 1
+        assert complaint in err
+        assert out == ""
+    assert session.read_bytes() == b'{"type":"session","version":3,"id":"x"}\n'
+    assert not (tmp_path / "nodir").exists()
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_simulate_names_what_is_wrong_with_the_scenario_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "g.toml"
+    binary.write_bytes(b"name = '\xff\xfe'\n")
+    code, _, err = run(capsys, "simulate", str(binary))
+    assert code == 1
+    assert "cannot read scenario: not UTF-8 text" in err
+    assert "Traceback" not in err
+    code, _, err = run(capsys, "simulate", str(tmp_path))
+    assert code == 1
+    assert f"{tmp_path}: not a regular file" in err
+
+
 @pytest.mark.anyio
 async def test_event_stream_delivers_what_is_emitted_while_open() -> None:
     bus = EventBus()

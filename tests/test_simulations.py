@@ -93,7 +93,7 @@ def test_bad_scenarios_fail_at_load(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     for text, message in [
         ("[scenario]\n", "needs a name"),
-        ('[scenario]\nname="x"\n[oops]\n', "unknown tables"),
+        ('[scenario]\nname="x"\n[oops]\n', "unknown top-level keys"),
         ('[scenario]\nname="x"\n[[actions]]\ndo="dance"\n', "'do' must be one of"),
         ('[scenario]\nname="x"\n[settings]\nspeed=1\n', "unknown settings"),
         ('[scenario]\nname="x"\n[hooks]\nsession_before_compact="maybe"\n', "behaviour"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -54,6 +55,8 @@ def shipped_scenarios() -> list[str]:
 
 def _simulate(args: argparse.Namespace) -> int:
     path = Path(args.scenario)
+    if os.path.lexists(path) and not path.is_file():
+        raise SessionError(f"{path}: not a regular file (a scenario is a TOML file)")
     if not path.is_file():
         shipped = data_dir("scenarios") / f"{args.scenario}.toml"
         if not shipped.is_file():
@@ -63,11 +66,20 @@ def _simulate(args: argparse.Namespace) -> int:
             )
         path = shipped
     if args.out:
-        return _run_and_report(args, path, Path(args.out), keep=True)
+        return _run_and_report(args, path, _new_file(Path(args.out)), keep=True)
     # Without --out the trace is not kept: the recorded traces in a checkout are test data, and
     # a command run from any folder must not rewrite them.
     with tempfile.TemporaryDirectory() as tmp:
         return _run_and_report(args, path, Path(tmp) / f"{path.stem}.jsonl", keep=False)
+
+
+def _new_file(out: Path) -> Path:
+    """``--out``: a new file in an existing folder; anything already there is kept (as fork's)."""
+    if not out.parent.is_dir():
+        raise SessionError(f"{out}: the folder {out.parent} does not exist; create it first")
+    if os.path.lexists(out):  # a symbolic link too, even one that points nowhere
+        raise SessionError(f"{out}: already exists; choose another --out")
+    return out
 
 
 def _run_and_report(args: argparse.Namespace, path: Path, trace: Path, *, keep: bool) -> int:

@@ -123,9 +123,13 @@ def load_scenario(path: str | Path) -> Scenario:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise _fail(source, f"cannot read scenario: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise _fail(
+            source, f"cannot read scenario: not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from exc
     unknown = set(raw) - _TOP
     if unknown:
-        raise _fail(source, f"unknown tables {sorted(unknown)}")
+        raise _fail(source, f"unknown top-level keys {sorted(unknown)}; known: {sorted(_TOP)}")
     head = raw.get("scenario") or {}
     if not isinstance(head.get("name"), str):
         raise _fail(source, "[scenario] needs a name")
