@@ -33,6 +33,27 @@ ODD: dict[str, dict[str, Any]] = {
         "type": "message",
         "message": {"role": "user", "content": [{"type": "text", "text": None}], "timestamp": 1},
     },
+    "assistant_text_is_a_number": {
+        "type": "message",
+        "message": {
+            "role": "assistant",
+            "content": [{"type": "text", "text": 12345}],
+            "stopReason": "stop",
+        },
+    },
+    "assistant_text_is_null": {
+        "type": "message",
+        "message": {
+            "role": "assistant",
+            "content": [{"type": "text", "text": None}],
+            "stopReason": "stop",
+        },
+    },
+    "bash_command_is_a_number": {
+        "type": "message",
+        "message": {"role": "bashExecution", "command": 7, "output": "x", "exitCode": 0},
+    },
+    "branch_summary_is_null": {"type": "branch_summary", "fromId": "f519f70a", "summary": None},
     "summary_is_an_object": {
         "type": "compaction",
         "summary": {"a": 1},
@@ -68,7 +89,9 @@ ODD: dict[str, dict[str, Any]] = {
 }
 COMMANDS = [
     ["context"],
+    ["context", "--json"],
     ["tree"],
+    ["tree", "--json"],
     ["plan"],
     ["check"],
     ["compact", "--dry-run"],
@@ -94,6 +117,27 @@ def test_every_command_runs_on_a_field_of_the_wrong_type(
         assert path.read_bytes() == before
     else:
         assert path.read_bytes().startswith(before)  # only appended to
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["assistant_text_is_a_number", "summary_is_an_object", "branch_summary_is_null"],
+)
+def test_a_text_of_the_wrong_type_previews_as_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    # `tree` crashed on the number (a join of non-strings) and showed the object's Python repr.
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    entry = {"id": "0dd0dd01", "parentId": "935170bb", "timestamp": STAMP, **ODD[case]}
+    with path.open("a", encoding="utf-8") as file:
+        file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+    code, out, err = run(capsys, "tree", str(path), "--json")
+    assert code == 0, err
+    row = next(r for r in json.loads(out)["nodes"] if r["id"] == "0dd0dd01")
+    assert row["text"] in ("assistant: ", "compaction: ", "branch summary: ")
+    for shown in ("12345", "{'a': 1}", "None"):
+        assert shown not in row["text"]
 
 
 def test_texts_and_counts_of_the_wrong_type_count_as_empty_and_zero() -> None:

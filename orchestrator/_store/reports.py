@@ -47,23 +47,30 @@ def branch_report(session: Session, old_leaf: str, target: str, budget: int) -> 
 
 def preview_message(message: dict[str, Any], width: int = 70) -> str:
     """One line of a message's text, cut to ``width`` characters."""
+    # A field of the wrong type (a number or null for a text, D3) previews as empty: the
+    # report is of the file as it is, and never a traceback (nor a Python repr of the value).
     role = message.get("role")
     if role in ("compactionSummary", "branchSummary"):
-        text = str(message.get("summary", ""))
+        text = _text(message.get("summary"))
     elif role == "bashExecution":
-        text = f"$ {message.get('command', '')}"
+        text = f"$ {_text(message.get('command'))}"
     elif role == "assistant":
         parts = []
-        for block in message.get("content") or []:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
             if isinstance(block, dict) and block.get("type") == "text":
-                parts.append(block.get("text", ""))
+                parts.append(_text(block.get("text")))
             elif isinstance(block, dict) and block.get("type") == "toolCall":
-                parts.append(f"{block.get('name')}(…)")
+                parts.append(f"{_text(block.get('name'))}(…)")
         text = " ".join(parts)
     else:
         text = text_of(message.get("content"))
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def short_summary_of(entry: Entry) -> str | None:
@@ -89,7 +96,8 @@ def describe_entry(entry: Entry) -> str:
         name = "compaction" if kind == "compaction" else "branch summary"
         return f"{name}: {preview_message(summary)}"
     if kind == "model_change":
-        return f"model → {entry.get('provider', '')}/{entry.get('modelId', entry.get('model', ''))}"
+        model = entry.get("modelId", entry.get("model"))
+        return f"model → {_text(entry.get('provider'))}/{_text(model)}"
     if kind == "thinking_level_change":
         return f"thinking → {entry.get('thinkingLevel')}"
     if kind == "label":
