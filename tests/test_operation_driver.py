@@ -278,3 +278,19 @@ async def test_a_manual_compaction_that_conflicts_says_why_not_cancelled() -> No
     [record] = [r for r in kit.of("transition") if r["dest"] == "conflict"]
     assert record["event"] == "append_conflict"
     assert kit.runtime.turn.state == "idle"
+
+
+async def test_the_deadline_failure_names_the_last_attempts_own_failure() -> None:
+    # "did not finish within 10 s" alone hid the provider's 503 that every attempt met.
+    unavailable = ModelError("503 Service Unavailable", kind="transient")
+    kit = busy_kit([unavailable, Hang()], max_retries=2, base_delay_ms=1000)
+    await two_turns(kit)
+    kit.runtime.settings = dataclasses.replace(
+        settings(adaptive_keep=False), model_timeout_s=None, operation_deadline_s=10.0
+    )
+    with pytest.raises(ModelError) as caught:
+        await kit.runtime.compact()
+    assert str(caught.value) == (
+        "compaction did not finish within 10 s; the last attempt: 503 Service Unavailable"
+    )
+    assert caught.value.kind == "timeout"

@@ -59,6 +59,7 @@ from orchestrator._runtime.outcomes import (
     HOOK_EVENTS,
     Attempts,
     call_event,
+    past_deadline,
     step_data,
 )
 from orchestrator._runtime.retry import RetryPolicy
@@ -206,9 +207,8 @@ class OperationFlow(TableFlow):
     async def _deadline(self, seconds: float) -> None:
         await workflow.sleep(seconds)
         if not self.done and self.defn.rows_for(self.state, "deadline_passed"):
-            self._failure = Report(
-                outcome="timeout", error=f"compaction did not finish within {seconds:g} s"
-            )
+            what = f"compaction did not finish within {seconds:g} s"
+            self._failure = Report(outcome="timeout", error=past_deadline(what, self._failure))
             self.interrupt("deadline_passed")
 
     # -- the effect table -------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from orchestrator._runtime.outcomes import (
     Attempts,
     attempt_summary,
     call_event,
+    past_deadline,
     step_data,
 )
 from orchestrator._runtime.ports import Ports
@@ -377,10 +378,8 @@ class OperationRun:
 
     def _deadline_passed(self, seconds: float) -> None:
         if not self.machine.done and self.machine.listed("deadline_passed"):
-            self._failure = Report(
-                outcome="timeout",
-                error=f"{self.kind.replace('_', ' ')} did not finish within {seconds:g} s",
-            )
+            what = f"{self.kind.replace('_', ' ')} did not finish within {seconds:g} s"
+            self._failure = Report(outcome="timeout", error=past_deadline(what, self._failure))
             self.machine.interrupt("deadline_passed")
 
     # -- the effect table -------------------------------------------------------------------------

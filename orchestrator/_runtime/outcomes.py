@@ -129,6 +129,17 @@ class Attempts:
         self.halvings += 1
 
 
+def past_deadline(what: str, last: Report | None) -> str:
+    """The deadline's failure message, with the last attempt's own failure when there was one.
+
+    "did not finish within 45 s" alone hides why: a provider answering 503 every time, retried
+    until the deadline, is a different problem from one that never answers.
+    """
+    if last is not None and last.error:
+        return f"{what}; the last attempt: {last.error}"
+    return what
+
+
 def step_data(report: Report) -> dict[str, Any]:
     """What a report gives its next step's journal line: its data, and its error if any."""
     data = dict(report.data)
