@@ -95,3 +95,19 @@ def test_options_that_do_not_go_together_are_a_usage_error(
     assert err.startswith("usage: orchestrator navigate")
     assert f"orchestrator navigate: error: {message}" in err
     assert example.read_bytes() == before
+
+
+def test_summarizing_a_branch_of_only_our_leaf_marker_writes_nothing(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first move leaves a leaf marker under the target; going there again with --summarize
+    # abandoned only that marker and wrote "No content to summarize" into the context.
+    code, _, err = run(capsys, "navigate", str(example), "--to", "7c3c1046")
+    assert code == 0, err
+    moved = example.read_bytes()
+    code, out, err = run(
+        capsys, "navigate", str(example), "--to", "7c3c1046", "--summarize", "--json"
+    )
+    assert code == 0, err
+    assert '"summaryEntryId": null' in out
+    assert example.read_bytes() == moved  # no summary entry, no second marker

@@ -34,7 +34,12 @@ from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, first_error
 from orchestrator._runtime.hook_results import TreeChanges, tree_changes
-from orchestrator._runtime.navigation import NavigationTarget, apply_navigation, navigation_target
+from orchestrator._runtime.navigation import (
+    NavigationTarget,
+    apply_navigation,
+    is_leaf_marker,
+    navigation_target,
+)
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.outcomes import navigation_event
 from orchestrator._runtime.ports import Ports
@@ -306,9 +311,13 @@ class Navigator:
 
     async def _collect_entries(self) -> Report:
         request = self._current()
-        request.entries, request.ancestor = collect_branch_entries(
+        entries, request.ancestor = collect_branch_entries(
             self._session().tree, request.old_leaf, request.target.target_id
         )
+        # A leaf marker records where an earlier navigation left the leaf; it is no content of
+        # the branch. A branch of markers only is nothing to summarize: a plain move (row 9),
+        # not a "No content to summarize" entry (pi, which writes no markers, has none there).
+        request.entries = [entry for entry in entries if not is_leaf_marker(entry)]
         return Report(outcome="ok")
 
     async def _run_hooks(self) -> Report:

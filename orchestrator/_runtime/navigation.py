@@ -25,6 +25,11 @@ entry under the new leaf (never part of the context; pi ignores it).
 """
 
 
+def is_leaf_marker(entry: Entry) -> bool:
+    """Whether ``entry`` is a leaf marker (ours: bookkeeping of a position, never content)."""
+    return entry.get("type") == CUSTOM and entry.get("customType") == LEAF_MARKER
+
+
 def position_is_recorded(session: Session) -> bool:
     """True when reopening the session already lands at the active leaf (no marker needed).
 
