@@ -203,7 +203,8 @@ def _tree(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {
-                "sessionId": session.session_id,
+                # An empty file has no header yet: its id would be a new random one each read.
+                "sessionId": session.session_id if session.persisted else None,
                 "name": session.tree.session_name(),
                 "leafId": session.leaf_id,
                 "nodes": rows,

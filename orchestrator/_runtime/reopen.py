@@ -64,7 +64,8 @@ def open_runtime(
         # every other session's commit: 1,000 sessions compacting at once waited up to 1.3 s
         # there before their first record (issue 9).
         journal.open_file()
-        session.open_writer()
+        if not session.ready_to_write:
+            session.open_writer()
     except BaseException:
         if journal is not None:
             journal.close()  # removed if this opening created it

@@ -409,6 +409,11 @@ class Session:
         self.adopt(entry)
 
     @property
+    def persisted(self) -> bool:
+        """Whether the store holds this session's header (else nothing was written yet)."""
+        return self._persisted
+
+    @property
     def ready_to_write(self) -> bool:
         """Whether a write needs no opening first, or must not be prepared for.
 
@@ -417,6 +422,12 @@ class Session:
         (a dry run never writes, and must work while another process owns the file, D27).
         """
         if not getattr(self.store, "owned", False):
+            return True
+        if not self._persisted:
+            # Nothing stored yet: the first write stores the header and every entry at once
+            # (a rewrite, pi's deferred write), so there is nothing to open before it. Opening
+            # the file for appending here would create it empty: a session opened and closed
+            # without a write (a server started on a mistyped name) left a 0-byte file behind.
             return True
         return bool(getattr(self.store, "writer_open", True))
 
