@@ -250,3 +250,23 @@ def test_compaction_while_another_program_appends_ends_in_conflict_and_loses_not
     [operation] = ops
     assert (operation.kind, operation.state) == ("compaction", "conflict")
     assert "the session changed since it was read" in str(operation.data.get("error"))
+
+
+def test_a_session_removed_during_the_model_call_is_one_line_of_error(
+    session: Path, held: LocalProvider
+) -> None:
+    # The runtime reads the session again after a conflict; a removed file cannot be read, and
+    # that was a second, unexplained stderr line ("...; the session stays as it was read").
+    compact = start("compact", str(session), *model_args(held))
+    try:
+        wait_until(lambda: len(held.requests) >= 1, compact)
+        session.unlink()
+        held.release()
+        out, err = compact.communicate()
+    finally:
+        stop(compact)
+    assert compact.returncode == 1, out
+    assert err.count("\n") == 1, err
+    assert err.startswith("orchestrator compact: ")
+    assert "(the file was removed)" in err
+    assert not session.exists()

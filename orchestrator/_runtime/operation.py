@@ -537,7 +537,9 @@ class OperationRun:
         try:
             session.reload()
         except OrchestratorError as error:
-            _log.warning("%s; the session stays as it was read", error)
+            # Not a warning: the conflict itself is the caller's error, and says what happened
+            # (a command line printed both, the second as a stray, unexplained line).
+            _log.info("%s; the session stays as it was read", error)
 
     async def _rebuild_context(self) -> None:
         if self.ports.session is not None and not self.dry_run:
