@@ -240,6 +240,8 @@ class AgentSession:
         """
         self._require_open()
         _require_text("compact", "focus", focus, optional=True)
+        if not dry_run:
+            self._require_writable()
         return await self.turn.compact(focus, dry_run=dry_run)
 
     async def navigate(
@@ -269,6 +271,8 @@ class AgentSession:
         _require_text("navigate", "label", label, optional=True)
         if self.navigator.running:
             raise SessionError("Cannot navigate while a tree navigation is in progress")
+        if summarize:
+            self._require_writable()
         return await self.navigator.navigate(
             target_id,
             summarize=summarize,
@@ -281,6 +285,13 @@ class AgentSession:
     def closed(self) -> bool:
         """Whether :meth:`close` released the session (every later call is refused)."""
         return self.turn.machine.done
+
+    def _require_writable(self) -> None:
+        # A file whose header or side file refuses every append is known as such from its
+        # reading: say so before a summary is paid for, not after (the commit would refuse).
+        refusal = self._session.known_refusal()
+        if refusal is not None:
+            raise SessionError(refusal)
 
     def _require_open(self) -> None:
         # Closed, the session's lock is released: a call now would write to a file another

@@ -190,6 +190,28 @@ class JsonlStore:
         """The file's path as given."""
         return str(self.path)
 
+    def known_refusal(self) -> str | None:
+        """Why an append would be refused, as far as the file as last read tells (D3, D27).
+
+        A header this version cannot write after (version 4, say), or a file that is not a
+        session, refuses every append; so does a torn last line whose ``.corrupt`` side file
+        is not a file to append to. All are known when the file is read, so a compaction asks
+        here before its model call is paid for, not at its commit.
+        """
+        known = self._state or (self._loaded[1] if self._loaded is not None else None)
+        if known is None:
+            return None
+        codes = {problem.code for problem in known.result.problems}
+        if known.write_refusal is not None or "not_session" in codes:
+            return append_refusal(self.location, known, [])
+        if "torn_line" in codes and os.path.lexists(self.corrupt_path):
+            if not self.corrupt_path.is_file() or self.corrupt_path.is_symlink():
+                return (
+                    f"{self.corrupt_path}: cannot keep the torn last line of {self.location} "
+                    "there: it is not a regular file"
+                )
+        return None
+
     @property
     def owned(self) -> bool:
         """Whether this store holds the writer lock."""

@@ -408,6 +408,15 @@ class Session:
         self._persist(entry, expect)
         self.adopt(entry)
 
+    def known_refusal(self) -> str | None:
+        """Why a write to the store would be refused, when reading it already told (or ``None``).
+
+        Asked before a compaction or a branch summary calls its model: a write that cannot
+        happen must not be paid for first.
+        """
+        probe = getattr(self.store, "known_refusal", None)
+        return probe() if probe is not None else None
+
     @property
     def persisted(self) -> bool:
         """Whether the store holds this session's header (else nothing was written yet)."""
