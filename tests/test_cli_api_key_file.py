@@ -168,5 +168,6 @@ def test_the_tui_warns_about_a_key_on_the_command_line(
     from orchestrator._tui.app import TreeApp
 
     monkeypatch.setattr(TreeApp, "run", lambda self: None)  # no terminal in a test
+    monkeypatch.setattr("orchestrator._cli.tui.has_terminal", lambda: True)
     assert main(["tui", str(example), "--api-key", "sk-visible"]) == 0
     assert capsys.readouterr().err == f"orchestrator tui: {API_KEY_VISIBLE}\n"

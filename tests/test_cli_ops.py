@@ -301,3 +301,19 @@ def test_timeout_must_be_a_positive_number(
         run(capsys, "compact", str(example), "--timeout", "-1")
     assert exc.value.code == 2
     assert "positive number of seconds" in capsys.readouterr().err
+
+
+def test_the_tui_without_a_terminal_is_refused_and_holds_nothing(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It drew the interface to nobody and never ended, holding the session's lock.
+    before = example.read_bytes()
+    code, out, err = run(capsys, "tui", str(example))
+    assert code == 1
+    assert out == ""
+    assert err.strip() == (
+        "orchestrator tui: tui needs a terminal on standard input and output; use `tree`, "
+        "`navigate` or `serve` from scripts"
+    )
+    assert example.read_bytes() == before
+    assert sorted(p.name for p in example.parent.iterdir()) == [example.name]

@@ -495,6 +495,7 @@ async def test_the_command_handler_runs_the_app_and_releases_the_file(
         self.runtime.session.branch(ids["a1"])
 
     monkeypatch.setattr(TreeApp, "run", fake_run)
+    monkeypatch.setattr("orchestrator._cli.tui.has_terminal", lambda: True)
     args = parse(str(path), "--model", "openai/gpt-4o-mini", "--chat", "--context-window", "8000")
     assert args.handler(args) == 0
     assert ran

@@ -100,9 +100,21 @@ def keep_position(runtime: AgentSession) -> None:
     session.flush()
 
 
+def has_terminal() -> bool:
+    """Whether standard input and output are a terminal, as the interface needs."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def _tui(args: argparse.Namespace) -> int:
     from orchestrator._tui.app import TreeApp
 
+    if not has_terminal():
+        # Without a terminal the interface is drawn for nobody and never ends, holding the
+        # session's lock (D27) until someone kills it.
+        raise SessionError(
+            "tui needs a terminal on standard input and output; use `tree`, `navigate` or "
+            "`serve` from scripts"
+        )
     runtime = build_runtime(args)
     if args.api_key:
         print(f"orchestrator tui: {API_KEY_VISIBLE}", file=sys.stderr)
