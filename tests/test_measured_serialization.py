@@ -24,6 +24,7 @@ from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
 from orchestrator._core.context import FILE_TOOLS, ContextBuilder, ContextIndex
 from orchestrator._core.entries import Message
 from orchestrator._core.errors import ModelError
+from orchestrator._core.js_json import js_json
 from orchestrator._core.messages import to_llm_messages
 from orchestrator._core.model import ModelRequest
 from orchestrator._core.serialize import (
@@ -33,7 +34,6 @@ from orchestrator._core.serialize import (
     SHAPE_TEXT_AND_CALL,
     SHAPE_USER_TEXT,
     MeasuredMessages,
-    js_json,
     measure,
     measure_shaped,
     serial_step,
@@ -61,9 +61,9 @@ from tests.test_planning_properties import KEEP, sessions
 def _reference_js_json(value: Any) -> str:
     if isinstance(value, str):
         return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
-    if isinstance(value, bool) or value is None or isinstance(value, int):
+    if isinstance(value, bool) or value is None:
         return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, float):
+    if isinstance(value, int | float):
         return js_json(value)  # numbers: tested against JavaScript in test_serialize
     if isinstance(value, dict):
         items = (f"{_reference_js_json(str(k))}:{_reference_js_json(v)}" for k, v in value.items())
@@ -135,8 +135,8 @@ def reference_serialize(messages: Sequence[Message]) -> str:
 
 
 def reference_json_len(value: object) -> int:
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return utf16_len(escape_lone_surrogates(text))
+    # JSON.stringify's length: strings as json.dumps writes them, numbers as JavaScript does.
+    return utf16_len(_reference_js_json(value))
 
 
 def from_scratch_sums(messages: Sequence[Message]) -> list[int]:

@@ -1,16 +1,18 @@
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator._core.js_json import js_json
 from orchestrator._core.serialize import (
     TOOL_RESULT_MAX_CHARS,
     format_tool_call,
-    js_json,
     serialize_conversation,
     truncate_for_summary,
 )
+from orchestrator._core.tokens import estimate_tokens, json_length
 
 
 def user(text: str) -> dict[str, Any]:
@@ -140,13 +142,44 @@ def test_js_json_numbers_match_javascript() -> None:
         assert js_json(value) == expected, value
 
 
+def test_js_json_writes_integers_beyond_2_to_the_53_as_the_double_javascript_reads() -> None:
+    # JSON.parse reads every number as a double; the stored integer stays exact (D2).
+    assert js_json(2**53) == "9007199254740992"
+    assert js_json(12345678901234567890) == "12345678901234567000"
+    assert js_json(123456789012345678901234567890) == "1.2345678901234568e+29"
+    assert js_json(-(10**400)) == "null"  # -Infinity
+    assert (
+        format_tool_call("bash", {"w": 123456789012345678901234567890})
+        == "bash(w=1.2345678901234568e+29)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "units"),
+    # JSON.stringify({t: value}).length in node, for the value as the file holds it.
+    [(1.0, 7), (100.0, 9), (1e20, 27), (-0.0, 7), (1e-7, 10), (123456789012345678901234567890, 28)],
+)
+def test_estimates_measure_tool_arguments_as_javascript_writes_them(
+    value: object, units: int
+) -> None:
+    # Python's layout (1.0, 1e+20, 30 digits) made estimates, cut points and tokensBefore differ
+    # from pi's on the same file (D26).
+    assert json_length({"t": value}) == units
+    message = {
+        "role": "assistant",
+        "content": [{"type": "toolCall", "id": "c", "name": "bash", "arguments": {"t": 1.0}}],
+    }
+    assert estimate_tokens(message) == 3  # pi's: ceil(("bash" + '{"t":1}').length / 4)
+
+
 def test_js_json_keeps_non_ascii_and_escapes_controls() -> None:
     assert js_json('é\n"\x01') == '"é\\n\\"\\u0001"'
 
 
 @given(
     st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text(),
+        # Integers JavaScript holds exactly; beyond 2^53 see the test above.
+        st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(),
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
         max_leaves=10,
     )

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator._core.entries import Message
+from orchestrator._core.js_json import encode_string, js_json
 from orchestrator._core.tokens import IMAGE_CHARS, estimate_tokens, json_length
 from orchestrator._core.utf16 import (
     escape_lone_surrogates,
@@ -50,9 +49,7 @@ ASSISTANT_LABEL = "[Assistant]: "
 CALLS_LABEL = "[Assistant tool calls]: "
 TOOL_RESULT_LABEL = "[Tool result]: "
 
-# json.dumps(text, ensure_ascii=False) for a str is exactly this C function; calling it directly
-# skips building an encoder per call.
-_encode_string = json.encoder.encode_basestring
+_encode_string = encode_string
 
 
 def truncate_for_summary(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
@@ -65,48 +62,6 @@ def truncate_for_summary(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
         return text
     head = utf16_head(text, limit)
     return f"{head}\n\n[... {length - utf16_len(head)} more characters truncated]"
-
-
-def _js_number(value: float) -> str:
-    # JSON.stringify prints non-finite doubles as null, and the shortest round-trip digits
-    # positionally for 1e-6 <= |x| < 1e21, else with an unpadded exponent ("1e-7", "1e+21").
-    # Python's repr switches to exponents earlier (below 1e-4, from 1e16), so I redo the layout.
-    if not math.isfinite(value):
-        return "null"
-    if value == 0:
-        return "0"
-    if 1e-6 <= abs(value) < 1e21:
-        from decimal import Decimal  # here, not at the top: only floats need it
-
-        text = format(Decimal(repr(value)), "f")
-        return text.rstrip("0").rstrip(".") if "." in text else text
-    mantissa, _, exponent = repr(value).partition("e")
-    sign = "-" if exponent.startswith("-") else "+"
-    return f"{mantissa.removesuffix('.0')}e{sign}{exponent.lstrip('+-').lstrip('0')}"
-
-
-def js_json(value: Any) -> str:
-    """``JSON.stringify(value)``: compact separators, non-ASCII kept, JavaScript numbers.
-
-    ``None`` prints as ``null``; values JSON cannot hold print as their ``str`` in quotes, as
-    ``json.dumps(default=str)`` would, which is the least surprising choice for a summary.
-    """
-    if isinstance(value, str):
-        return escape_lone_surrogates(_encode_string(value))
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return int.__repr__(value)  # what json.dumps writes for an int
-    if isinstance(value, float):
-        return _js_number(value)
-    if isinstance(value, dict):
-        items = (f"{js_json(str(k))}:{js_json(v)}" for k, v in value.items())
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(js_json(item) for item in value) + "]"
-    return js_json(str(value))
 
 
 def format_tool_call(name: str, arguments: object) -> str:

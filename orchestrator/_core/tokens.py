@@ -8,14 +8,14 @@ truth, the estimate only fills the gap since.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator._core.entries import Message
-from orchestrator._core.utf16 import escape_lone_surrogates, json_string_len, utf16_len
+from orchestrator._core.js_json import js_json
+from orchestrator._core.utf16 import json_string_len, utf16_len
 
 IMAGE_CHARS = 4800
 """An image block in a tool result or custom message counts as 4800 chars (1200 tokens)."""
@@ -38,7 +38,6 @@ def _block_chars(content: object, *, count_images: bool) -> int:
 
 
 # json.dumps(value, separators=(",", ":"), ensure_ascii=False), without a new encoder per call.
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _text(value: object) -> str:
@@ -60,7 +59,9 @@ def json_length(value: object) -> int:
             units += json_string_len(key) + json_string_len(item) + 2  # ':' and ','
         else:
             return units
-    return utf16_len(escape_lone_surrogates(_COMPACT_JSON.encode(value)))
+    # Anything else as JavaScript writes it: its numbers differ from Python's (``1.0`` is
+    # ``1``, ``1e20`` a 21-digit integer, a 30-digit integer the nearest double).
+    return utf16_len(js_json(value))
 
 
 def _assistant_chars(message: Mapping[str, Any]) -> int:
