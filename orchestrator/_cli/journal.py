@@ -15,6 +15,7 @@ from typing import Any
 from orchestrator._cli.common import print_json, require_file
 from orchestrator._cli.database import add_database_option, stored_journal
 from orchestrator._core.errors import SessionError
+from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._store.journal import (
     JOURNAL_SUFFIX,
     Journal,
@@ -23,6 +24,7 @@ from orchestrator._store.journal import (
     JournalRecord,
     operations,
 )
+from orchestrator._store.settle import settles_from
 
 
 def register(commands: Any) -> None:
@@ -54,7 +56,7 @@ def _journal(args: argparse.Namespace) -> int:
     if args.operation is None:
         _print_session_steps(read.records)
     for op in ops:
-        _print_operation(op, final)
+        _print_operation(op, journal.operation_machine)
     if args.operation is None:
         still_open = sum(op.state not in final for op in ops)
         transitions, count = _count(len(read.records), "transition"), _count(len(ops), "operation")
@@ -132,18 +134,29 @@ def _print_session_steps(records: tuple[JournalRecord, ...]) -> None:
             print("  " + transition_line(record))
 
 
-def _print_operation(op: JournaledOperation, final: frozenset[str]) -> None:
+def _print_operation(op: JournaledOperation, table: MachineDef) -> None:
     print(f"operation {op.operation_id} ({op.kind or 'unknown kind'})")
     for record in op.records:
         print("  " + transition_line(record))
-    if op.state in final:
+    if op.state in table.final:
         settled = " (settled on reopen)" if op.records[-1].data.get("settled") else ""
         print(f"  => {op.state}{settled}")
     else:
         planned = f", entry {op.entry_id} planned" if op.entry_id else ""
-        print(
-            f"  => OPEN in {op.state}{planned}: it will be settled when the session is next opened"
-        )
+        print(f"  => OPEN in {op.state}{planned}: {_settling(op, table)}")
+
+
+def _settling(op: JournaledOperation, table: MachineDef) -> str:
+    """What opening the session will do with an open operation, as settling will do it."""
+    origin = settles_from(table, op.state)
+    if origin == op.state:
+        return "it will be settled when the session is next opened"
+    # It cannot be replayed; settling looks its commit up as it does for this state.
+    return (
+        f"not a state the {table.name} table can settle; it will be settled as one left in "
+        f"{origin} (committed if its change is in the session, else failed) when the session is "
+        "next opened"
+    )
 
 
 def transition_line(record: JournalRecord) -> str:

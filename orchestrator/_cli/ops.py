@@ -222,9 +222,10 @@ def _run_runtime(
         runtime = AgentSession.open(args.session, owner=f"orchestrator {args.command}", **options)
         warn_problems(args.session, runtime.session)
     for settled in runtime.settlements:
+        why = f" ({settled.note})" if settled.note else ""
         print(
             f"note: operation {settled.operation_id} ({settled.kind}) left half-done by an "
-            f"earlier process was settled as {settled.dest}",
+            f"earlier process was settled as {settled.dest}{why}",
             file=sys.stderr,
         )
 

@@ -1,0 +1,99 @@
+"""A journal written by someone else: unknown states, bad ids, hostile text (D3, D24)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator._lifecycle.machine import Step
+from orchestrator._runtime.session import AgentSession
+from orchestrator._store.journal import Journal, journal_path
+from orchestrator._store.settle import settle_unfinished_operations
+from tests.cli_kit import run
+
+
+def record(op_id: object = "op1", to: str = "bogus_state", **data: object) -> str:
+    """One operation record as a line of the journal, as another program might write it."""
+    value = {
+        "time": "2026-12-04T00:00:00.000Z",
+        "machine": "operation",
+        "operationId": op_id,
+        "kind": "compaction",
+        "from": "preparing",
+        "event": "e",
+        "to": to,
+        "effects": [],
+        "data": data,
+    }
+    return json.dumps(value) + "\n"
+
+
+def left_in(state: str, **data: object) -> Journal:
+    journal = Journal.in_memory()
+    step = Step(machine="operation", source="preparing", event="e", dest=state, effects=())
+    journal.record(step, operation_id="op", kind="compaction", data=data)
+    return journal
+
+
+@pytest.mark.parametrize("state", ["mystery", "idle"])
+def test_a_state_the_table_does_not_know_is_settled_as_a_commit_that_did_not_land(
+    state: str,
+) -> None:
+    journal = left_in(state)
+    settled = settle_unfinished_operations(journal, set())
+    assert [(s.operation_id, s.source, s.dest) for s in settled] == [("op", state, "failed")]
+    assert settled[0].note == (
+        f"its last state {state!r} is not one the operation table can settle, "
+        "so it was settled as one left in committing"
+    )
+    last = journal.records()[-1]
+    assert (last.source, last.event, last.dest) == (state, "reopened", "failed")
+    assert last.data == {"settled": True, "applied": False, "note": settled[0].note}
+    assert journal.open_operations() == ()
+
+
+def test_a_state_the_table_does_not_know_is_committed_when_its_entry_is_in_the_file() -> None:
+    """Its commit may have landed: it is looked up as for committing, never called cancelled."""
+    journal = left_in("mystery", entryId="e42")
+    settled = settle_unfinished_operations(journal, {"e42"})
+    assert [(s.source, s.dest) for s in settled] == [("mystery", "committed")]
+
+
+def test_a_known_state_is_settled_by_its_own_row_without_a_note() -> None:
+    settled = settle_unfinished_operations(left_in("summarizing"), set())
+    assert [(s.dest, s.note) for s in settled] == [("cancelled", None)]
+
+
+@pytest.mark.parametrize("state", ["bogus_state", "idle"])
+def test_an_unknown_state_no_longer_locks_the_session_out(
+    example: Path, capsys: pytest.CaptureFixture[str], state: str
+) -> None:
+    journal_path(example).write_text(record(to=state))
+    code, out, _ = run(capsys, "journal", str(example))
+    assert code == 0
+    assert out.splitlines()[2] == (
+        f"  => OPEN in {state}: not a state the operation table can settle; it will be settled "
+        "as one left in committing (committed if its change is in the session, else failed) "
+        "when the session is next opened"
+    )
+    code, _, err = run(capsys, "compact", str(example))
+    assert code == 0, err
+    assert (
+        "note: operation op1 (compaction) left half-done by an earlier process was settled as "
+        f"failed (its last state {state!r} is not one the operation table can settle, so it was "
+        "settled as one left in committing)\n"
+    ) in err
+    code, out, err = run(capsys, "compact", str(example))  # settled once, for good
+    assert (code, "note:" in err) == (0, False)
+    assert "Already compacted" in out
+
+
+def test_an_agent_session_opens_over_an_unknown_state(example: Path) -> None:
+    journal_path(example).write_text(record())
+    runtime = AgentSession.open(example, owner="test")
+    try:
+        assert [(s.source, s.dest) for s in runtime.settlements] == [("bogus_state", "failed")]
+    finally:
+        runtime.close()
