@@ -222,7 +222,7 @@ record_values = st.fixed_dictionaries(
     {
         "time": st.text(max_size=5),
         "machine": st.sampled_from(["turn", "operation", "navigation"]),
-        "operationId": st.none() | st.text(max_size=5),
+        "operationId": st.none() | st.text(min_size=1, max_size=5),  # "" is no id
         "kind": st.none() | st.sampled_from(["compaction", "branch_summary", "prune"]),
         "from": st.text(max_size=5),
         "event": st.text(max_size=5),

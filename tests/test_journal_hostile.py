@@ -97,3 +97,21 @@ def test_an_agent_session_opens_over_an_unknown_state(example: Path) -> None:
         assert [(s.source, s.dest) for s in runtime.settlements] == [("bogus_state", "failed")]
     finally:
         runtime.close()
+
+
+def test_an_empty_operation_id_is_not_a_record(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = journal_path(example)
+    path.write_text(record(op_id="", to="summarizing") + record(op_id="op2", to="summarizing"))
+    read = Journal.open(example).read()
+    assert [r.operation_id for r in read.records] == ["op2"]
+    assert [(p.line, p.code) for p in read.problems] == [(1, "not_record")]
+    code, out, err = run(capsys, "journal", str(example))
+    assert code == 0
+    assert "operation[]" not in out
+    assert f"warning: {path}: line 1: not a journal record; skipped" in err
+    code, _, err = run(capsys, "compact", str(example))
+    assert code == 0, err
+    assert "note: operation op2 (compaction)" in err
+    assert "operation  (" not in err
