@@ -117,7 +117,7 @@ def test_json_form(session: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(session), "--json")
     assert code == 0
     report = json.loads(out)
-    assert set(report) == {"journal", "records", "operations", "problems"}
+    assert set(report) == {"journal", "records", "operations", "problems", "owner"}
     assert report["journal"] == str(journal_path(session))
     assert len(report["records"]) == 11
     assert report["records"][0]["machine"] == "turn"

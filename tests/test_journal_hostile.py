@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.session import AgentSession
+from orchestrator._store import owner
 from orchestrator._store.journal import Journal, journal_path
+from orchestrator._store.owner import Holder, OwnerLock, current_owner, lock_path
 from orchestrator._store.settle import settle_unfinished_operations
 from tests.cli_kit import run
 
@@ -115,3 +118,59 @@ def test_an_empty_operation_id_is_not_a_record(
     assert code == 0, err
     assert "note: operation op2 (compaction)" in err
     assert "operation  (" not in err
+
+
+def open_summary(example: Path) -> None:
+    """The journal of a compaction in progress: left in summarizing, entry e9 planned."""
+    journal_path(example).write_text(record(to="summarizing", entryId="e9"))
+
+
+def test_an_open_operation_of_a_live_owner_is_in_progress(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    open_summary(example)
+    lock = OwnerLock(example)
+    lock.acquire("orchestrator compact")
+    try:
+        code, out, _ = run(capsys, "journal", str(example))
+        assert code == 0
+        assert out.splitlines()[2] == (
+            f"  => OPEN in summarizing, entry e9 planned: in progress, by pid {os.getpid()} "
+            "(orchestrator compact)"
+        )
+        code, out, _ = run(capsys, "journal", str(example), "--json")
+        report = json.loads(out)
+        assert report["owner"] == {"pid": os.getpid(), "name": "orchestrator compact"}
+        assert report["operations"][0]["open"] is True
+        assert lock.held
+    finally:
+        lock.release()
+    code, out, _ = run(capsys, "journal", str(example), "--json")
+    assert json.loads(out)["owner"] is None
+    assert not lock_path(example).exists()  # looking created no lock file
+
+
+def test_a_lock_file_left_by_a_dead_owner_is_no_owner(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A killed owner leaves its lock file, named after a live pid (ours), but not its lock."""
+    open_summary(example)
+    lock_path(example).write_text(f"{os.getpid()} orchestrator compact\n")
+    code, out, _ = run(capsys, "journal", str(example))
+    assert out.splitlines()[2] == (
+        "  => OPEN in summarizing, entry e9 planned: it will be settled when the session is next "
+        "opened"
+    )
+    assert current_owner(example) is None
+
+
+def test_without_the_kernel_lock_table_a_live_pid_stands_in(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(owner, "_KERNEL_LOCKS", example.parent / "no-such-table")
+    lock_path(example).write_text(f"{os.getpid()} orchestrator compact\n")
+    assert current_owner(example) == Holder(os.getpid(), "orchestrator compact")
+    lock_path(example).write_text("0 orchestrator compact\n")
+    assert current_owner(example) is None
+    lock_path(example).write_text("999999999999999999999 orchestrator compact\n")
+    assert current_owner(example) is None

@@ -2,7 +2,8 @@
 
 One line per transition, ``HH:MM:SS.mmm machine[op-id] from --event--> to  (effects)``, grouped:
 first the session's turn and navigation steps, then each operation in the order it started, with
-a closing line giving its outcome. An operation left open (the process died mid-way) is marked,
+a closing line giving its outcome. An operation left open is marked: in progress while a live
+process owns the session (its lock file names it), else left by a process that died mid-way,
 with the note that it is settled the next time the session is opened. Times are UTC, as recorded.
 """
 
@@ -24,6 +25,7 @@ from orchestrator._store.journal import (
     JournalRecord,
     operations,
 )
+from orchestrator._store.owner import Holder, current_owner
 from orchestrator._store.settle import settles_from
 
 
@@ -41,6 +43,7 @@ def register(commands: Any) -> None:
 
 def _journal(args: argparse.Namespace) -> int:
     journal = _open(args)
+    owner = _owner(args)
     read = journal.read()
     for problem in read.problems:
         print(f"warning: {journal.location}: {problem}", file=sys.stderr)
@@ -51,12 +54,13 @@ def _journal(args: argparse.Namespace) -> int:
             raise SessionError(f"operation {args.operation} is not in {journal.location}")
     final = journal.operation_machine.final
     if args.json:
-        print_json(journal_report(journal.location, read, ops, final, whole=args.operation is None))
+        whole = args.operation is None
+        print_json(journal_report(journal.location, read, ops, final, whole=whole, owner=owner))
         return 0
     if args.operation is None:
         _print_session_steps(read.records)
     for op in ops:
-        _print_operation(op, journal.operation_machine)
+        _print_operation(op, journal.operation_machine, owner)
     if args.operation is None:
         still_open = sum(op.state not in final for op in ops)
         transitions, count = _count(len(read.records), "transition"), _count(len(ops), "operation")
@@ -69,9 +73,7 @@ def _open(args: argparse.Namespace) -> Journal:
         # The session must be there; its journal is in the same database (issue 10).
         journal = stored_journal(args)
     else:
-        session = str(args.session)
-        if session.endswith(JOURNAL_SUFFIX):
-            session = session[: -len(JOURNAL_SUFFIX)]
+        session = _session_path(args)
         journal = Journal.open(session)
         if not journal.exists():
             # Name what is really missing: a mistyped session path is the likelier mistake.
@@ -79,6 +81,20 @@ def _open(args: argparse.Namespace) -> Journal:
     if not journal.exists():
         raise SessionError(f"{journal.location}: no such journal (nothing was journaled)")
     return journal
+
+
+def _session_path(args: argparse.Namespace) -> str:
+    session = str(args.session)
+    return session[: -len(JOURNAL_SUFFIX)] if session.endswith(JOURNAL_SUFFIX) else session
+
+
+def _owner(args: argparse.Namespace) -> Holder | None:
+    """Who is changing the session file now, from its lock (read, never taken; D27).
+
+    An open operation is then that owner's, in progress, not one a dead process left. A stored
+    session's lock is in its database: not looked up (``None``).
+    """
+    return None if args.database is not None else current_owner(_session_path(args))
 
 
 def _count(number: int, noun: str) -> str:
@@ -92,6 +108,7 @@ def journal_report(
     final: frozenset[str],
     *,
     whole: bool = True,
+    owner: Holder | None = None,
 ) -> dict[str, Any]:
     """The ``orchestrator journal --json`` object.
 
@@ -101,10 +118,12 @@ def journal_report(
         ops: The operations to show.
         final: The operation machine's final states.
         whole: Show every record; otherwise only those of ``ops``.
+        owner: Who owns the session now (its open operations are in progress), if anyone.
 
     Returns:
-        ``{"journal", "records", "operations", "problems"}``; each operation has
-        ``operationId, kind, state, open, settled, records, data``.
+        ``{"journal", "records", "operations", "problems", "owner"}``; each operation has
+        ``operationId, kind, state, open, settled, records, data``; ``owner`` is
+        ``{"pid", "name"}`` or ``null``.
     """
     records = read.records if whole else tuple(r for op in ops for r in op.records)
     return {
@@ -123,6 +142,7 @@ def journal_report(
             for op in ops
         ],
         "problems": [{"line": p.line, "code": p.code, "message": p.message} for p in read.problems],
+        "owner": None if owner is None else {"pid": owner.pid, "name": owner.name},
     }
 
 
@@ -134,7 +154,7 @@ def _print_session_steps(records: tuple[JournalRecord, ...]) -> None:
             print("  " + transition_line(record))
 
 
-def _print_operation(op: JournaledOperation, table: MachineDef) -> None:
+def _print_operation(op: JournaledOperation, table: MachineDef, owner: Holder | None) -> None:
     print(f"operation {op.operation_id} ({op.kind or 'unknown kind'})")
     for record in op.records:
         print("  " + transition_line(record))
@@ -143,7 +163,8 @@ def _print_operation(op: JournaledOperation, table: MachineDef) -> None:
         print(f"  => {op.state}{settled}")
     else:
         planned = f", entry {op.entry_id} planned" if op.entry_id else ""
-        print(f"  => OPEN in {op.state}{planned}: {_settling(op, table)}")
+        doing = f"in progress, by {owner}" if owner else _settling(op, table)
+        print(f"  => OPEN in {op.state}{planned}: {doing}")
 
 
 def _settling(op: JournaledOperation, table: MachineDef) -> str:
