@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator._core.printable import printable
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store import owner
@@ -174,3 +175,51 @@ def test_without_the_kernel_lock_table_a_live_pid_stands_in(
     assert current_owner(example) is None
     lock_path(example).write_text("999999999999999999999 orchestrator compact\n")
     assert current_owner(example) is None
+
+
+def test_a_hostile_lock_file_is_shown_escaped_in_one_line(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = OwnerLock(example)
+    lock.acquire("orchestrator compact")
+    try:
+        lock_path(example).write_text("123 evil\nsecond line \x1b[31mRED\n")
+        code, _, err = run(capsys, "compact", str(example))
+        assert code == 1
+        assert err == (
+            f"orchestrator compact: {example}: session is being changed by pid 123 "
+            "(evil\\nsecond line \\x1b[31mRED)\n"
+        )
+    finally:
+        lock.release()
+
+
+def test_hostile_journal_text_is_shown_escaped(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal_path(example).write_text(record(op_id="op\n1\x1b[2J", to="summarizing\x07"))
+    code, out, _ = run(capsys, "journal", str(example))
+    assert code == 0
+    assert not {"\x1b", "\x07"} & set(out)
+    assert out.splitlines()[:3] == [
+        "operation op\\n1\\x1b[2J (compaction)",
+        "  00:00:00.000 operation[op\\n1\\x1b[2J] preparing --e--> summarizing\\x07",
+        "  => OPEN in summarizing\\x07: not a state the operation table can settle; it will be "
+        "settled as one left in committing (committed if its change is in the session, else "
+        "failed) when the session is next opened",
+    ]
+    code, _, err = run(capsys, "compact", str(example))
+    assert code == 0, err
+    assert (
+        "note: operation op\\n1\\x1b[2J (compaction) left half-done by an earlier process was "
+        "settled as failed (its last state 'summarizing\\x07' is not one the operation table "
+        "can settle, so it was settled as one left in committing)\n"
+    ) in err
+    assert not {"\x1b", "\x07"} & set(err)
+
+
+def test_printable_escapes_what_would_break_a_line_and_keeps_the_rest() -> None:
+    assert printable("a\nb\x1b[31m\t\x7f\u2028\u200b\ud800") == (
+        "a\\nb\\x1b[31m\\t\\x7f\\u2028\\u200b\\ud800"
+    )
+    assert printable("plain é 日本 \\n") == "plain é 日本 \\n"

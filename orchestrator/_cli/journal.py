@@ -16,6 +16,7 @@ from typing import Any
 from orchestrator._cli.common import print_json, require_file
 from orchestrator._cli.database import add_database_option, stored_journal
 from orchestrator._core.errors import SessionError
+from orchestrator._core.printable import printable
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._store.journal import (
     JOURNAL_SUFFIX,
@@ -155,16 +156,17 @@ def _print_session_steps(records: tuple[JournalRecord, ...]) -> None:
 
 
 def _print_operation(op: JournaledOperation, table: MachineDef, owner: Holder | None) -> None:
-    print(f"operation {op.operation_id} ({op.kind or 'unknown kind'})")
+    print(f"operation {printable(op.operation_id)} ({printable(op.kind or 'unknown kind')})")
     for record in op.records:
         print("  " + transition_line(record))
+    state = printable(op.state)
     if op.state in table.final:
         settled = " (settled on reopen)" if op.records[-1].data.get("settled") else ""
-        print(f"  => {op.state}{settled}")
+        print(f"  => {state}{settled}")
     else:
-        planned = f", entry {op.entry_id} planned" if op.entry_id else ""
+        planned = f", entry {printable(op.entry_id)} planned" if op.entry_id else ""
         doing = f"in progress, by {owner}" if owner else _settling(op, table)
-        print(f"  => OPEN in {op.state}{planned}: {doing}")
+        print(f"  => OPEN in {state}{planned}: {doing}")
 
 
 def _settling(op: JournaledOperation, table: MachineDef) -> str:
@@ -183,10 +185,15 @@ def _settling(op: JournaledOperation, table: MachineDef) -> str:
 def transition_line(record: JournalRecord) -> str:
     """One transition as ``HH:MM:SS.mmm machine[op-id] from --event--> to  (effects)``.
 
+    Every part is the journal's text, which anyone could have written: control characters are
+    shown escaped, so the transition stays one line and cannot drive the terminal.
+
     Returns:
         The line, without the effects part when the step asked for none.
     """
     clock = record.time[11:23] if len(record.time) >= 23 and record.time[10] == "T" else record.time
     machine = f"{record.machine}[{record.operation_id}]" if record.operation_id else record.machine
     effects = f"  ({', '.join(record.effects)})" if record.effects else ""
-    return f"{clock} {machine} {record.source} --{record.event}--> {record.dest}{effects}"
+    return printable(
+        f"{clock} {machine} {record.source} --{record.event}--> {record.dest}{effects}"
+    )

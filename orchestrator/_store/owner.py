@@ -31,6 +31,7 @@ from pathlib import Path
 from stat import S_ISREG
 
 from orchestrator._core.errors import SessionError, SessionLockedError
+from orchestrator._core.printable import printable
 from orchestrator._store.files import open_side_file, session_file
 
 LOCK_SUFFIX = ".lock"
@@ -67,10 +68,13 @@ class Holder:
     name: str
 
     def __str__(self) -> str:
-        """``pid N (name)``, ``pid N`` or ``another process``: for one-line messages."""
+        """``pid N (name)``, ``pid N`` or ``another process``: for one-line messages.
+
+        The name is the lock file's text: its control characters are shown escaped.
+        """
         if self.pid is None:
             return "another process"
-        return f"pid {self.pid} ({self.name})" if self.name else f"pid {self.pid}"
+        return f"pid {self.pid} ({printable(self.name)})" if self.name else f"pid {self.pid}"
 
 
 def _holder(fd: int) -> Holder:
