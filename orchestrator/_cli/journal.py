@@ -5,6 +5,7 @@ first the session's turn and navigation steps, then each operation in the order 
 a closing line giving its outcome. An operation left open is marked: in progress while a live
 process owns the session (its lock file names it), else left by a process that died mid-way,
 with the note that it is settled the next time the session is opened. Times are UTC, as recorded.
+A session with no journal (never changed) shows an empty one: that is no error.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def _journal(args: argparse.Namespace) -> int:
         _print_session_steps(read.records)
     for op in ops:
         _print_operation(op, journal.operation_machine, owner)
-    if args.operation is None:
+    if args.operation is None and not journal.exists():
+        # A session never changed has none (opening and closing it leaves none): not an error.
+        print(f"-- no journal at {journal.location}: nothing was journaled")
+    elif args.operation is None:
         still_open = sum(op.state not in final for op in ops)
         transitions, count = _count(len(read.records), "transition"), _count(len(ops), "operation")
         print(f"-- {transitions}, {count} ({still_open} open)")
@@ -70,17 +74,19 @@ def _journal(args: argparse.Namespace) -> int:
 
 
 def _open(args: argparse.Namespace) -> Journal:
+    """The session's journal, which need not exist; the session must.
+
+    Raises:
+        SessionError: No such session file, or no such session in the database.
+    """
     if args.database is not None:
         # The session must be there; its journal is in the same database (issue 10).
-        journal = stored_journal(args)
-    else:
-        session = _session_path(args)
-        journal = Journal.open(session)
-        if not journal.exists():
-            # Name what is really missing: a mistyped session path is the likelier mistake.
-            require_file(session)
+        return stored_journal(args)
+    session = _session_path(args)
+    journal = Journal.open(session)
     if not journal.exists():
-        raise SessionError(f"{journal.location}: no such journal (nothing was journaled)")
+        # A journal needs its session: a mistyped session path is the likelier mistake.
+        require_file(session)
     return journal
 
 
