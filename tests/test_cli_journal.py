@@ -117,7 +117,7 @@ def test_json_form(session: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, str(session), "--json")
     assert code == 0
     report = json.loads(out)
-    assert set(report) == {"journal", "records", "operations", "problems"}
+    assert set(report) == {"journal", "records", "operations", "problems", "owner"}
     assert report["journal"] == str(journal_path(session))
     assert len(report["records"]) == 11
     assert report["records"][0]["machine"] == "turn"
@@ -160,17 +160,31 @@ def test_torn_tail_is_a_warning_not_a_failure(
     ]
 
 
-def test_missing_journal_is_one_line_error(tmp_path: Path) -> None:
+def test_a_session_without_a_journal_has_an_empty_one(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Opening and closing a session leaves no journal: that is no error, in either form."""
+    code, out, err = run(capsys, str(example), "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {
+        "journal": f"{example}.journal",
+        "records": [],
+        "operations": [],
+        "problems": [],
+        "owner": None,
+    }
+    code, out, err = run(capsys, str(example))
+    assert (code, err) == (0, "")
+    assert out == f"-- no journal at {example}.journal: nothing was journaled\n"
+    assert not journal_path(example).exists()  # looking made none
+
+
+def test_a_missing_session_is_still_an_error(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command", required=True))
-    (tmp_path / "none.jsonl").write_text("")  # the session exists; only its journal is missing
-    args = parser.parse_args(["journal", str(tmp_path / "none.jsonl")])
-    with pytest.raises(SessionError) as caught:
+    args = parser.parse_args(["journal", str(tmp_path / "none.jsonl"), "--json"])
+    with pytest.raises(SessionError, match="none.jsonl: no such session file"):
         args.handler(args)
-    assert (
-        str(caught.value) == f"{tmp_path / 'none.jsonl.journal'}: no such journal "
-        "(nothing was journaled)"
-    )
 
 
 def test_unknown_operation_is_an_error(session: Path) -> None:

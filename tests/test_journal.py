@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator._core.errors import SessionError, TransitionError
+from orchestrator._core.errors import SessionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._runtime.session import AgentSession
@@ -222,7 +222,7 @@ record_values = st.fixed_dictionaries(
     {
         "time": st.text(max_size=5),
         "machine": st.sampled_from(["turn", "operation", "navigation"]),
-        "operationId": st.none() | st.text(max_size=5),
+        "operationId": st.none() | st.text(min_size=1, max_size=5),  # "" is no id
         "kind": st.none() | st.sampled_from(["compaction", "branch_summary", "prune"]),
         "from": st.text(max_size=5),
         "event": st.text(max_size=5),
@@ -336,16 +336,6 @@ def test_settle_asks_the_driver_when_the_change_is_not_one_entry() -> None:
     settled = settle_unfinished_operations(journal, set(), is_applied=pruned)
     assert [(s.operation_id, s.dest) for s in settled] == [("p1", "committed"), ("p2", "failed")]
     assert [op.operation_id for op in seen] == ["p1", "p2"]
-
-
-def test_settle_refuses_a_state_the_table_does_not_know() -> None:
-    journal = Journal.in_memory()
-    journal.record(
-        Step(machine="operation", source="x", event="e", dest="mystery", effects=()),
-        operation_id="op",
-    )
-    with pytest.raises(TransitionError, match="can't reopened when in mystery"):
-        settle_unfinished_operations(journal, set())
 
 
 def test_record_round_trips_through_json() -> None:

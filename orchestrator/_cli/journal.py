@@ -2,8 +2,10 @@
 
 One line per transition, ``HH:MM:SS.mmm machine[op-id] from --event--> to  (effects)``, grouped:
 first the session's turn and navigation steps, then each operation in the order it started, with
-a closing line giving its outcome. An operation left open (the process died mid-way) is marked,
+a closing line giving its outcome. An operation left open is marked: in progress while a live
+process owns the session (its lock file names it), else left by a process that died mid-way,
 with the note that it is settled the next time the session is opened. Times are UTC, as recorded.
+A session with no journal (never changed) shows an empty one: that is no error.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 from orchestrator._cli.common import print_json, require_file
 from orchestrator._cli.database import add_database_option, stored_journal
 from orchestrator._core.errors import SessionError
+from orchestrator._core.printable import printable
+from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._store.journal import (
     JOURNAL_SUFFIX,
     Journal,
@@ -23,6 +27,8 @@ from orchestrator._store.journal import (
     JournalRecord,
     operations,
 )
+from orchestrator._store.owner import Holder, current_owner
+from orchestrator._store.settle import settles_from
 
 
 def register(commands: Any) -> None:
@@ -39,6 +45,7 @@ def register(commands: Any) -> None:
 
 def _journal(args: argparse.Namespace) -> int:
     journal = _open(args)
+    owner = _owner(args)
     read = journal.read()
     for problem in read.problems:
         print(f"warning: {journal.location}: {problem}", file=sys.stderr)
@@ -49,13 +56,17 @@ def _journal(args: argparse.Namespace) -> int:
             raise SessionError(f"operation {args.operation} is not in {journal.location}")
     final = journal.operation_machine.final
     if args.json:
-        print_json(journal_report(journal.location, read, ops, final, whole=args.operation is None))
+        whole = args.operation is None
+        print_json(journal_report(journal.location, read, ops, final, whole=whole, owner=owner))
         return 0
     if args.operation is None:
         _print_session_steps(read.records)
     for op in ops:
-        _print_operation(op, final)
-    if args.operation is None:
+        _print_operation(op, journal.operation_machine, owner)
+    if args.operation is None and not journal.exists():
+        # A session never changed has none (opening and closing it leaves none): not an error.
+        print(f"-- no journal at {journal.location}: nothing was journaled")
+    elif args.operation is None:
         still_open = sum(op.state not in final for op in ops)
         transitions, count = _count(len(read.records), "transition"), _count(len(ops), "operation")
         print(f"-- {transitions}, {count} ({still_open} open)")
@@ -63,20 +74,34 @@ def _journal(args: argparse.Namespace) -> int:
 
 
 def _open(args: argparse.Namespace) -> Journal:
+    """The session's journal, which need not exist; the session must.
+
+    Raises:
+        SessionError: No such session file, or no such session in the database.
+    """
     if args.database is not None:
         # The session must be there; its journal is in the same database (issue 10).
-        journal = stored_journal(args)
-    else:
-        session = str(args.session)
-        if session.endswith(JOURNAL_SUFFIX):
-            session = session[: -len(JOURNAL_SUFFIX)]
-        journal = Journal.open(session)
-        if not journal.exists():
-            # Name what is really missing: a mistyped session path is the likelier mistake.
-            require_file(session)
+        return stored_journal(args)
+    session = _session_path(args)
+    journal = Journal.open(session)
     if not journal.exists():
-        raise SessionError(f"{journal.location}: no such journal (nothing was journaled)")
+        # A journal needs its session: a mistyped session path is the likelier mistake.
+        require_file(session)
     return journal
+
+
+def _session_path(args: argparse.Namespace) -> str:
+    session = str(args.session)
+    return session[: -len(JOURNAL_SUFFIX)] if session.endswith(JOURNAL_SUFFIX) else session
+
+
+def _owner(args: argparse.Namespace) -> Holder | None:
+    """Who is changing the session file now, from its lock (read, never taken; D27).
+
+    An open operation is then that owner's, in progress, not one a dead process left. A stored
+    session's lock is in its database: not looked up (``None``).
+    """
+    return None if args.database is not None else current_owner(_session_path(args))
 
 
 def _count(number: int, noun: str) -> str:
@@ -90,6 +115,7 @@ def journal_report(
     final: frozenset[str],
     *,
     whole: bool = True,
+    owner: Holder | None = None,
 ) -> dict[str, Any]:
     """The ``orchestrator journal --json`` object.
 
@@ -99,10 +125,12 @@ def journal_report(
         ops: The operations to show.
         final: The operation machine's final states.
         whole: Show every record; otherwise only those of ``ops``.
+        owner: Who owns the session now (its open operations are in progress), if anyone.
 
     Returns:
-        ``{"journal", "records", "operations", "problems"}``; each operation has
-        ``operationId, kind, state, open, settled, records, data``.
+        ``{"journal", "records", "operations", "problems", "owner"}``; each operation has
+        ``operationId, kind, state, open, settled, records, data``; ``owner`` is
+        ``{"pid", "name"}`` or ``null``.
     """
     records = read.records if whole else tuple(r for op in ops for r in op.records)
     return {
@@ -121,6 +149,7 @@ def journal_report(
             for op in ops
         ],
         "problems": [{"line": p.line, "code": p.code, "message": p.message} for p in read.problems],
+        "owner": None if owner is None else {"pid": owner.pid, "name": owner.name},
     }
 
 
@@ -132,22 +161,38 @@ def _print_session_steps(records: tuple[JournalRecord, ...]) -> None:
             print("  " + transition_line(record))
 
 
-def _print_operation(op: JournaledOperation, final: frozenset[str]) -> None:
-    print(f"operation {op.operation_id} ({op.kind or 'unknown kind'})")
+def _print_operation(op: JournaledOperation, table: MachineDef, owner: Holder | None) -> None:
+    print(f"operation {printable(op.operation_id)} ({printable(op.kind or 'unknown kind')})")
     for record in op.records:
         print("  " + transition_line(record))
-    if op.state in final:
+    state = printable(op.state)
+    if op.state in table.final:
         settled = " (settled on reopen)" if op.records[-1].data.get("settled") else ""
-        print(f"  => {op.state}{settled}")
+        print(f"  => {state}{settled}")
     else:
-        planned = f", entry {op.entry_id} planned" if op.entry_id else ""
-        print(
-            f"  => OPEN in {op.state}{planned}: it will be settled when the session is next opened"
-        )
+        planned = f", entry {printable(op.entry_id)} planned" if op.entry_id else ""
+        doing = f"in progress, by {owner}" if owner else _settling(op, table)
+        print(f"  => OPEN in {state}{planned}: {doing}")
+
+
+def _settling(op: JournaledOperation, table: MachineDef) -> str:
+    """What opening the session will do with an open operation, as settling will do it."""
+    origin = settles_from(table, op.state)
+    if origin == op.state:
+        return "it will be settled when the session is next opened"
+    # It cannot be replayed; settling looks its commit up as it does for this state.
+    return (
+        f"not a state the {table.name} table can settle; it will be settled as one left in "
+        f"{origin} (committed if its change is in the session, else failed) when the session is "
+        "next opened"
+    )
 
 
 def transition_line(record: JournalRecord) -> str:
     """One transition as ``HH:MM:SS.mmm machine[op-id] from --event--> to  (effects)``.
+
+    Every part is the journal's text, which anyone could have written: control characters are
+    shown escaped, so the transition stays one line and cannot drive the terminal.
 
     Returns:
         The line, without the effects part when the step asked for none.
@@ -155,4 +200,6 @@ def transition_line(record: JournalRecord) -> str:
     clock = record.time[11:23] if len(record.time) >= 23 and record.time[10] == "T" else record.time
     machine = f"{record.machine}[{record.operation_id}]" if record.operation_id else record.machine
     effects = f"  ({', '.join(record.effects)})" if record.effects else ""
-    return f"{clock} {machine} {record.source} --{record.event}--> {record.dest}{effects}"
+    return printable(
+        f"{clock} {machine} {record.source} --{record.event}--> {record.dest}{effects}"
+    )

@@ -31,6 +31,7 @@ from orchestrator._cli.common import (
 from orchestrator._cli.progress import Progress, spinner
 from orchestrator._core.entries import CUSTOM, Entry
 from orchestrator._core.errors import SessionError
+from orchestrator._core.printable import printable
 from orchestrator._core.tokens import CompactionSettings, estimate_tokens
 from orchestrator._runtime.jobs import kept_messages
 from orchestrator._runtime.navigate import NavigationResult
@@ -222,9 +223,11 @@ def _run_runtime(
         runtime = AgentSession.open(args.session, owner=f"orchestrator {args.command}", **options)
         warn_problems(args.session, runtime.session)
     for settled in runtime.settlements:
+        # The id, kind and note come from the journal, which anyone could have written.
+        why = f" ({printable(settled.note)})" if settled.note else ""
         print(
-            f"note: operation {settled.operation_id} ({settled.kind}) left half-done by an "
-            f"earlier process was settled as {settled.dest}",
+            f"note: operation {printable(settled.operation_id)} ({printable(str(settled.kind))}) "
+            f"left half-done by an earlier process was settled as {settled.dest}{why}",
             file=sys.stderr,
         )
 

@@ -147,7 +147,11 @@ class JournalRecord:
 
     @classmethod
     def from_json(cls, value: object) -> JournalRecord | None:
-        """Build a record from a parsed line, or return ``None`` when it is not one."""
+        """Build a record from a parsed line, or return ``None`` when it is not one.
+
+        An empty ``operationId`` is not one: no writer records it (an operation step needs its
+        id), and settling could not record the step that closes such an operation.
+        """
         if not isinstance(value, dict) or not all(key in value for key in _KEYS):
             return None
         strings = (value["time"], value["machine"], value["from"], value["event"], value["to"])
@@ -156,6 +160,7 @@ class JournalRecord:
         if not (
             all(isinstance(s, str) for s in strings)
             and all(o is None or isinstance(o, str) for o in optional)
+            and value["operationId"] != ""
             and isinstance(effects, list)
             and all(isinstance(e, str) for e in effects)
             and isinstance(data, dict)

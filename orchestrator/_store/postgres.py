@@ -66,6 +66,7 @@ from orchestrator._core.loading import (
     rewrite_refusal,
 )
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
+from orchestrator._core.printable import printable
 from orchestrator._store.jsonl import write_pi_line
 from orchestrator._store.postgres_schema import (
     advisory_key,
@@ -404,7 +405,8 @@ class PostgresStore:
         ).fetchone()
         if row is None:
             return "another process"
-        return f"pid {row[0]} on {row[1]} ({row[2]})"
+        # The row is whoever could write the table's: shown escaped, in one line.
+        return f"pid {row[0]} on {printable(str(row[1]))} ({printable(str(row[2]))})"
 
     def _release(self) -> None:
         key, self._locked_key, self._owner_name = self._locked_key, None, None

@@ -3,19 +3,33 @@
 No model is called. The operation table decides where each one goes through its ``reopened``
 rows: before the commit it is ``cancelled`` (nothing was applied); in ``committing`` it is
 ``committed`` when its commit landed and ``failed`` otherwise.
+
+Reading is lenient (D3), and so is settling. A journal can name a state the table has no
+``reopened`` row for: one the table does not know (written by another table, or by hand), or
+a state of another machine. Refusing it would refuse every later opening of the session too: the
+record stays in the journal, so the owner could never settle it, and the session could never be
+changed again. Such an operation cannot be replayed, but it can still be closed safely: it is
+settled as if it had been left in ``committing``, the one phase that looks its commit up, so an
+operation whose entry is in the file is ``committed``, never reported as not applied, and any
+other ``failed``; nothing is applied either way. Its settlement carries a note saying so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.machine import step
+from orchestrator._lifecycle.machine import MachineDef, Step, step
 from orchestrator._store.journal import Journal, JournaledOperation
 
 SETTLE_EVENT = "reopened"
 """The operation table's event for an operation found half-done when the session is reopened."""
+
+STAND_IN_STATE = "committing"
+"""Where an operation left in a state without a ``reopened`` row is settled from.
+
+The one phase whose settling looks the commit up: an entry that landed is ``committed``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,12 +41,24 @@ class Settlement:
         kind: Its kind.
         source: The state it was left in.
         dest: The final state it was settled to.
+        note: Why it was settled unusually (its state has no ``reopened`` row), or ``None``.
     """
 
     operation_id: str
     kind: str | None
     source: str
     dest: str
+    note: str | None = None
+
+
+def settles_from(defn: MachineDef, state: str) -> str:
+    """The state an operation left in ``state`` is settled from by the table's ``reopened`` rows.
+
+    ``state`` itself when the table has a ``reopened`` row for it; otherwise (a state the table
+    does not know, or one of another machine) :data:`STAND_IN_STATE`, so that its commit is
+    looked up.
+    """
+    return state if defn.rows_for(state, SETTLE_EVENT) else STAND_IN_STATE
 
 
 def settle_unfinished_operations(
@@ -45,10 +71,12 @@ def settle_unfinished_operations(
 
     The operation table decides where each one goes, through its ``reopened`` rows: before the
     commit it is ``cancelled`` (nothing was applied); in ``committing`` it is ``committed`` when
-    its commit landed and ``failed`` otherwise. The commit landed when the ``entryId`` recorded on
-    reaching ``committing`` is in the session, or when ``is_applied`` says so (a prune rewrites
-    entries instead of appending one, so the driver checks, e.g., for ``prunedAt``). One record
-    per settled operation is appended, with ``data["settled"] = True``.
+    its commit landed and ``failed`` otherwise; a state it has no ``reopened`` row for is settled
+    as ``committing`` is, with a note (on the settlement and in its record). The commit landed
+    when the ``entryId`` recorded on reaching ``committing`` is in the session, or when
+    ``is_applied`` says so (a prune rewrites entries instead of appending one, so the driver
+    checks, e.g., for ``prunedAt``). One record per settled operation is appended, with
+    ``data["settled"] = True`` (and its ``note``).
 
     Args:
         journal: The session's journal.
@@ -59,8 +87,8 @@ def settle_unfinished_operations(
         What was settled, in journal order.
 
     Raises:
-        TransitionError: The table has no ``reopened`` row for a state an operation was left
-            in (a journal written by a different table).
+        TransitionError: The table cannot settle :data:`STAND_IN_STATE` either (a custom table
+            without a ``committing`` state or its ``reopened`` rows).
     """
     defn = journal.operation_machine
     settled = []
@@ -68,14 +96,36 @@ def settle_unfinished_operations(
         applied = (op.entry_id is not None and op.entry_id in entry_ids_in_session) or (
             is_applied is not None and is_applied(op)
         )
-        taken = step(defn, op.state, SETTLE_EVENT, Facts(entry_present=applied))
-        journal.record(
-            taken,
-            operation_id=op.operation_id,
-            kind=op.kind,
-            data={"settled": True, "applied": applied},
-        )
+        taken, note = _settling_step(defn, op, applied)
+        data: dict[str, object] = {"settled": True, "applied": applied}
+        if note is not None:
+            data["note"] = note
+        journal.record(taken, operation_id=op.operation_id, kind=op.kind, data=data)
         settled.append(
-            Settlement(operation_id=op.operation_id, kind=op.kind, source=op.state, dest=taken.dest)
+            Settlement(
+                operation_id=op.operation_id,
+                kind=op.kind,
+                source=op.state,
+                dest=taken.dest,
+                note=note,
+            )
         )
     return settled
+
+
+def _settling_step(
+    defn: MachineDef, op: JournaledOperation, applied: bool
+) -> tuple[Step, str | None]:
+    """The ``reopened`` step that closes ``op``, and a note when it had to stand in for its state.
+
+    The step keeps ``op``'s own last state as its source, so the journal reads as it happened.
+    """
+    origin = settles_from(defn, op.state)
+    taken = step(defn, origin, SETTLE_EVENT, Facts(entry_present=applied))
+    if origin == op.state:
+        return taken, None
+    note = (
+        f"its last state {op.state!r} is not one the {defn.name} table can settle, "
+        f"so it was settled as one left in {origin}"
+    )
+    return replace(taken, source=op.state), note
