@@ -21,6 +21,12 @@ Theory of operation (decisions D3 and D4):
   before it reads what it acts on; a store that writes without owning takes the same lock at
   its first write. The lock is :class:`~orchestrator._store.owner.OwnerLock` (its module says
   why it is a side file that its holder deletes); it is released at :meth:`close`.
+* **One name per written file** (D27). The lock and the journal are named after the session
+  file, so a file with two names (a hard link) would have two of each: two owners could both
+  append, and an operation left half-done under one name would never be settled under the
+  other. Such a file is read like any other but never written: :meth:`own` refuses it before
+  anything is locked (so before any model is called), and so does opening the writer, from the
+  opened descriptor, for a store that writes without owning.
 * **Conditional writes** (D27). pi appends without our lock, so a commit passes the
   :class:`~orchestrator._store.protocol.Tail` it planned from and I compare it with the file's
   end before writing: same inode, same length, same last entry id, else
@@ -36,6 +42,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from stat import S_ISREG
 from types import TracebackType
 
 from orchestrator._core.entries import Entry
@@ -106,6 +113,20 @@ def _open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
     """
     fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     return only_regular(fd, f"{path}: not a regular file; a session is a file of JSON lines")
+
+
+def _refuse_shared(path: Path, names: int) -> None:
+    """Refuse to write a session file that has other names too (hard links; module docstring).
+
+    Raises:
+        SessionError: ``names`` is more than one.
+    """
+    if names > 1:
+        raise SessionError(
+            f"{path}: has {names} names (hard links); refusing to change it: an append changes "
+            "every name, but the lock and the journal are per name, so a writer under another "
+            "name would not be kept out (copy it to give it one name)"
+        )
 
 
 def _chunks(fd: int) -> Iterator[bytes]:
@@ -330,9 +351,16 @@ class JsonlStore:
 
         Raises:
             SessionLockedError: ``session is being changed by pid N (owner)``.
-            SessionError: The lock's side file cannot be created (read-only or missing folder,
-                a symbolic link in its place).
+            SessionError: The session file has other names (hard links), or the lock's side
+                file cannot be created (read-only or missing folder, a symbolic link in its
+                place).
         """
+        try:
+            named = os.stat(self.path)
+            if S_ISREG(named.st_mode):  # a folder has names too (its entries' ".."): not ours
+                _refuse_shared(self.path, named.st_nlink)
+        except OSError:
+            pass  # a new session (one name, when created), or one the load reports in a line
         self._owner_lock.acquire(owner)
 
     def append(self, entries: Sequence[Entry], *, expect: Tail | None = None) -> Tail:
@@ -494,6 +522,7 @@ class JsonlStore:
             if created and self._policy != "never":
                 fsync_dir(self.path.parent)  # a new file's name is durable only this way
             stat = os.fstat(fd)
+            _refuse_shared(self.path, stat.st_nlink)
             loaded = self._loaded
             # Parsing a big file twice is wasteful: reuse the last load if the file is unchanged.
             # A torn tail does not matter for that: the refusals ignore it.
