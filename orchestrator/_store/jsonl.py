@@ -15,6 +15,10 @@ Theory of operation (decisions D3 and D4):
   never.
 * **Rewrites are atomic**: a temporary file in the same directory, fsynced, renamed over the
   original, then the directory fsynced. A crash leaves the old file or the new one, never a mix.
+  A rewrite that creates the file (a fork, a new session's first write) writes it whole the
+  same way and gives it its name last, by a hard link that fails if the name was taken: a crash
+  leaves no file at all, never an empty one that passes ``check`` and makes a retry "already
+  exists", and nothing that appeared meanwhile is replaced.
   Rewrites and tail repairs fsync whatever the policy says: they replace or cut data, and an
   unsynced rename is exactly how files end up empty after a power cut.
 * **One writer, the owner** (D27). A process that will change the session calls :meth:`own`
@@ -37,6 +41,7 @@ Theory of operation (decisions D3 and D4):
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -127,6 +132,32 @@ def _refuse_shared(path: Path, names: int) -> None:
             "every name, but the lock and the journal are per name, so a writer under another "
             "name would not be kept out (copy it to give it one name)"
         )
+
+
+def _link_new(temporary: Path, path: Path) -> None:
+    """Give the whole file ``temporary`` the new name ``path``, never replacing what is there.
+
+    A hard link fails when the name exists, where a rename would replace it. A file system
+    without hard links (FAT, some network shares) gets a rename instead, after a last look: the
+    owner lock keeps other stores of ours out, so only a program that ignores it could slip in.
+
+    Raises:
+        SessionError: ``path`` already exists, or the folder refuses the name.
+    """
+    try:
+        os.link(temporary, path)
+        return
+    except FileExistsError:
+        raise SessionError(f"{path}: already exists") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise SessionError(describe_os_error(path, "create it", exc)) from exc
+    if os.path.lexists(path):
+        raise SessionError(f"{path}: already exists")
+    try:
+        os.rename(temporary, path)
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, "create it", exc)) from exc
 
 
 def _chunks(fd: int) -> Iterator[bytes]:
@@ -434,6 +465,8 @@ class JsonlStore:
         early = rewrite_refusal(self.location, known) if known is not None else None
         if early:
             raise SessionError(early)
+        if self._fd is None and not os.path.lexists(self.path):
+            return self._create(header, entries, data, expect)
         fd = self._writer()
         if expect is not None:
             self._check(fd, expect)
@@ -443,7 +476,7 @@ class JsonlStore:
             raise SessionError(refusal)
         self._repair_once(fd)
         self._clean_stamp = None
-        temporary = self._write_temporary(data)
+        temporary = self._write_temporary(data, self.path.stat().st_mode & 0o7777)
         try:
             os.replace(temporary, self.path)
         except BaseException:
@@ -452,13 +485,43 @@ class JsonlStore:
         fsync_dir(self.path.parent)
         # The old descriptor still points at the replaced file: reopen on the new one.
         self._close_fd()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        return self._written_whole(header, entries, len(data))
+
+    def _create(
+        self, header: Entry, entries: Sequence[Entry], data: bytes, expect: Tail | None
+    ) -> Tail:
+        """Write a new file whole, then name it: a crash leaves no file (module docstring).
+
+        Raises:
+            SessionLockedError: Another store or process is writing this file.
+            ConflictError: ``expect`` is not the end of an empty store; nothing was written.
+            SessionError: The name was taken meanwhile (nothing replaced), or the folder
+                refuses the file.
+        """
+        if self._use_lock:
+            self._owner_lock.acquire(_default_owner())
+        if expect is not None:
+            check_tail(self.location, expect, EMPTY_TAIL)
+        temporary = self._write_temporary(data, None)
+        try:
+            _link_new(temporary, self.path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        fsync_dir(self.path.parent)
+        try:
+            self._fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND)
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
+        return self._written_whole(header, entries, len(data))
+
+    def _written_whole(self, header: Entry, entries: Sequence[Entry], length: int) -> Tail:
+        """Take a file just written whole as this store's state (its writer already open)."""
         self._repaired = True
         self._dirty = False
         self._loaded = None
         result = LoadResult(header=header, entries=list(entries))
         self._state = ParsedSession(result=result, stored_version=header_version(header))
-        self._end = tail_after(None, entries, len(data))
+        self._end = tail_after(None, entries, length)
         return self._end
 
     def repair_torn_tail(self) -> bytes:
@@ -610,7 +673,11 @@ class JsonlStore:
             self._close_fd()
             raise
 
-    def _write_temporary(self, data: bytes) -> Path:
+    def _write_temporary(self, data: bytes, mode: int | None) -> Path:
+        """A fsynced file holding ``data`` beside the session, with ``mode`` when given.
+
+        ``None`` keeps the mode the umask gives a new file, as pi's ``writeFileSync`` would.
+        """
         directory = self.path.parent
         import secrets  # here, not at the top: reading a session never needs it
 
@@ -621,9 +688,8 @@ class JsonlStore:
             doing = "write a temporary file in its folder to replace it"
             raise SessionError(describe_os_error(self.path, doing, exc)) from exc
         try:
-            # Keep the original's mode. The file exists: the writer created it if it had not
-            # (with the umask's mode, as pi's writeFileSync would).
-            os.fchmod(fd, self.path.stat().st_mode & 0o7777)
+            if mode is not None:
+                os.fchmod(fd, mode)  # the original's
             view = memoryview(data)
             written = 0
             while written < len(view):
