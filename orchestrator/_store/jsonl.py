@@ -25,12 +25,18 @@ Theory of operation (decisions D3 and D4):
   before it reads what it acts on; a store that writes without owning takes the same lock at
   its first write. The lock is :class:`~orchestrator._store.owner.OwnerLock` (its module says
   why it is a side file that its holder deletes); it is released at :meth:`close`.
+* **A killed writer's litter goes.** A rewrite's temporary file is written only while the
+  lock is held, and a writer killed before its rename leaves it (a whole copy of the session)
+  beside the session, with the lock's side file still naming it. The next store to take the
+  lock over from such a killed owner removes the session's leftover temporary files: nobody else
+  can be writing them. A lock let go normally was deleted, so most acquisitions never look.
 * **One name per written file** (D27). The lock and the journal are named after the session
   file, so a file with two names (a hard link) would have two of each: two owners could both
   append, and an operation left half-done under one name would never be settled under the
-  other. Such a file is read like any other but never written: :meth:`own` refuses it before
-  anything is locked (so before any model is called), and so does opening the writer, from the
-  opened descriptor, for a store that writes without owning.
+  other. Such a file is read like any other but never written: :meth:`own` refuses it and lets
+  the lock go again (so before any model is called; it looks only once it holds the lock, when
+  a killed writer's temporary file, maybe a second name of the file, is gone), and so does
+  opening the writer, from the opened descriptor, for a store that writes without owning.
 * **Conditional writes** (D27). pi appends without our lock, so a commit passes the
   :class:`~orchestrator._store.protocol.Tail` it planned from and I compare it with the file's
   end before writing: same inode, same length, same last entry id, else
@@ -132,6 +138,39 @@ def _refuse_shared(path: Path, names: int) -> None:
             "every name, but the lock and the journal are per name, so a writer under another "
             "name would not be kept out (copy it to give it one name)"
         )
+
+
+def _temporary_name(path: Path, token: str) -> str:
+    """The name of a temporary file that will replace (or become) ``path``: hidden, beside it."""
+    return f".{path.name}.{token}.tmp"
+
+
+def _remove_temporaries(path: Path) -> None:
+    """Remove the temporary files of ``path``'s rewrites that a killed owner left behind.
+
+    Only regular files named exactly as :func:`_temporary_name` names them (eight hex digits)
+    go; the caller holds the session's lock, under which alone they are written. A folder that
+    cannot be listed, or a file that cannot be removed, is left as it is: litter, not harm.
+    """
+    prefix, suffix = f".{path.name}.", ".tmp"  # as _temporary_name names them
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        token = name[len(prefix) : -len(suffix)]
+        if not (name.startswith(prefix) and name.endswith(suffix) and _is_token(token)):
+            continue
+        leftover = path.parent / name
+        try:
+            if S_ISREG(os.lstat(leftover).st_mode):
+                leftover.unlink()
+        except OSError:
+            pass
+
+
+def _is_token(text: str) -> bool:
+    return len(text) == 8 and all(c in "0123456789abcdef" for c in text)
 
 
 def _link_new(temporary: Path, path: Path) -> None:
@@ -386,13 +425,18 @@ class JsonlStore:
                 file cannot be created (read-only or missing folder, a symbolic link in its
                 place).
         """
+        held = self.owned
+        self._lock(owner)  # first: a killed writer's temporary file may be a second name
         try:
             named = os.stat(self.path)
             if S_ISREG(named.st_mode):  # a folder has names too (its entries' ".."): not ours
                 _refuse_shared(self.path, named.st_nlink)
         except OSError:
             pass  # a new session (one name, when created), or one the load reports in a line
-        self._owner_lock.acquire(owner)
+        except SessionError:
+            if not held:
+                self._owner_lock.release()  # deletes the side file: nothing is left behind
+            raise
 
     def append(self, entries: Sequence[Entry], *, expect: Tail | None = None) -> Tail:
         """Append entries as whole lines in one write, fsynced per the policy.
@@ -499,7 +543,7 @@ class JsonlStore:
                 refuses the file.
         """
         if self._use_lock:
-            self._owner_lock.acquire(_default_owner())
+            self._lock(_default_owner())
         if expect is not None:
             check_tail(self.location, expect, EMPTY_TAIL)
         temporary = self._write_temporary(data, None)
@@ -566,6 +610,14 @@ class JsonlStore:
 
     # -- writing -----------------------------------------------------------------------------
 
+    def _lock(self, owner: str) -> None:
+        """Take the owner lock; after a killed owner, remove its temporary files (docstring)."""
+        if self._owner_lock.held:
+            return
+        self._owner_lock.acquire(owner)
+        if self._owner_lock.took_over:
+            _remove_temporaries(self.path)
+
     def _writer(self) -> int:
         if self._fd is None:
             self._open_writer()
@@ -575,7 +627,7 @@ class JsonlStore:
     def _open_writer(self) -> None:
         """Lock, open for appending and learn what the file holds (the tail is repaired later)."""
         if self._use_lock:
-            self._owner_lock.acquire(_default_owner())
+            self._lock(_default_owner())
         created = not self.path.exists()
         try:
             fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
@@ -681,7 +733,7 @@ class JsonlStore:
         directory = self.path.parent
         import secrets  # here, not at the top: reading a session never needs it
 
-        temporary = directory / f".{self.path.name}.{secrets.token_hex(4)}.tmp"
+        temporary = directory / _temporary_name(self.path, secrets.token_hex(4))
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         except OSError as exc:
