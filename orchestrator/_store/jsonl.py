@@ -5,7 +5,8 @@ Theory of operation (decisions D3 and D4):
 * **Reading never writes.** :meth:`JsonlStore.load` reads the bytes and parses them with
   :func:`~orchestrator._core.loading.parse_session_bytes`; damage becomes a list of problems.
 * **The first write checks the file.** The first append, rewrite or tail repair takes the writer
-  lock, moves a torn last line aside (into ``<path>.corrupt``, appended, never overwritten) and
+  lock, moves a torn last line aside (into ``<path>.corrupt``, appended, never overwritten, as a
+  line of its own so that two torn lines kept there stay two; see :func:`_as_fragment`) and
   looks at what the file holds. A damaged file may still be appended to, since appending keeps
   every byte, but never rewritten, since a rewrite keeps only what loaded. pi overwrites such a
   file with a fresh header; I refuse and say why.
@@ -171,6 +172,19 @@ def _remove_temporaries(path: Path) -> None:
 
 def _is_token(text: str) -> bool:
     return len(text) == 8 and all(c in "0123456789abcdef" for c in text)
+
+
+def _as_fragment(side: int, moved: bytes) -> bytes:
+    """A torn line as the ``.corrupt`` file keeps it: a line of its own, ending in a newline.
+
+    Kept as moved, the fragments of two crashes ran together (``{"a":"torn1{"b":"torn2``) and
+    nobody could tell where one ended. Each now ends in a newline, and one is put before it when
+    the file ends without one (a fragment kept before fragments ended in newlines). A torn line
+    holds no newline (it is what follows the last one), so the newlines are only separators.
+    """
+    size = os.fstat(side).st_size
+    apart = b"\n" if size and os.pread(side, 1, size - 1) != b"\n" else b""
+    return apart + moved + b"\n"
 
 
 def _link_new(temporary: Path, path: Path) -> None:
@@ -700,10 +714,10 @@ class JsonlStore:
         else:
             created = not self.corrupt_path.exists()
             side = open_side_file(
-                self.corrupt_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "keep the torn line"
+                self.corrupt_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, "keep the torn line"
             )
             try:
-                os.write(side, plan.moved)
+                os.write(side, _as_fragment(side, plan.moved))
                 os.fsync(side)  # the copy must be durable before the original is cut
             finally:
                 os.close(side)
