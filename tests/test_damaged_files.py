@@ -163,7 +163,7 @@ def test_appending_keeps_every_original_byte(case: Case, tmp_path: Path) -> None
     if case.code == "torn_line":
         kept = case.data[: case.data.rindex(b"\n") + 1]
         assert after.startswith(kept)
-        assert (tmp_path / "s.jsonl.corrupt").read_bytes() == case.data[len(kept) :]
+        assert (tmp_path / "s.jsonl.corrupt").read_bytes() == case.data[len(kept) :] + b"\n"
     else:
         assert after.startswith(case.data)
     reloaded = JsonlStore(path).load()

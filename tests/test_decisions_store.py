@@ -128,7 +128,7 @@ def test_d3_torn_last_line_is_moved_aside_before_the_next_append(tmp_path: Path)
     reopened = Session.open(path)
     reopened.append_message({"role": "user", "content": "after the crash", "timestamp": 3})
     reopened.close()
-    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b'{"type":"mess'
+    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b'{"type":"mess\n'
     final = Session.open(path)
     assert final.problems == []
     assert final.context().messages[-1]["content"] == "after the crash"

@@ -131,3 +131,33 @@ def test_fork_into_a_missing_folder_is_one_line(
         f"orchestrator fork: {out}: the folder {out.parent} does not exist; create it first\n"
     )
     assert not out.parent.exists()
+
+
+@pytest.mark.parametrize("step", ["fsync", "rename"])
+def test_a_fork_killed_before_it_is_named_leaves_no_file_and_a_retry_works(
+    step: str,
+    example: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A kill before the new file was whole and named left it empty: ``check`` said "ok, 0
+    entries" and the retry said "already exists". Now the name comes last, in one step."""
+    import os
+
+    out = tmp_path / "f.jsonl"
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise SystemExit(137)
+
+    with monkeypatch.context() as patched:
+        for name in ["fsync"] if step == "fsync" else ["replace", "rename", "link"]:
+            patched.setattr(os, name, killed)
+        with pytest.raises(SystemExit):
+            run(capsys, "fork", str(example), "--from", FORK_POINT, "--out", str(out))
+    assert not out.exists()
+    code, _, err = run(capsys, "fork", str(example), "--from", FORK_POINT, "--out", str(out))
+    assert code == 0, err
+    code, report, err = run(capsys, "check", str(out))
+    assert (code, err) == (0, "")
+    assert len(Session.open(out).tree) > 0

@@ -427,7 +427,7 @@ def test_torn_tail_is_moved_aside_and_appends_land_on_a_clean_line(tmp_path: Pat
         store.append([entry("c", "a")])
     assert path.read_bytes() == clean + write_pi_line(entry("c", "a"))
     corrupt = tmp_path / "s.jsonl.corrupt"
-    assert corrupt.read_bytes() == b'{"type":"message","id":"b","pare'
+    assert corrupt.read_bytes() == b'{"type":"message","id":"b","pare\n'
     result = JsonlStore(path).load()
     assert result.problems == []
     assert [e["id"] for e in result.entries] == ["a", "c"]
@@ -440,7 +440,22 @@ def test_corrupt_side_file_is_appended_not_overwritten(tmp_path: Path) -> None:
     with JsonlStore(path) as store:
         assert store.repair_torn_tail() == b"{torn"
         assert store.repair_torn_tail() == b""
-    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b"earlier{torn"
+    # A fragment kept before fragments ended in newlines is kept apart from the next one.
+    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b"earlier\n{torn\n"
+
+
+def test_torn_lines_of_two_crashes_stay_two_lines_in_the_corrupt_file(tmp_path: Path) -> None:
+    """They were glued together (``{"a":"torn1{"b":"torn2``): nobody could tell them apart."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(write_pi_line(HEADER) + b'{"a":"torn1')
+    with JsonlStore(path) as store:
+        store.append([entry("a")])
+    path.write_bytes(path.read_bytes() + b'{"b":"torn2')
+    with JsonlStore(path) as store:
+        store.append([entry("b", "a")])
+    corrupt = (tmp_path / "s.jsonl.corrupt").read_bytes()
+    assert corrupt == b'{"a":"torn1\n{"b":"torn2\n'
+    assert [e["id"] for e in JsonlStore(path).load().entries] == ["a", "b"]
 
 
 def test_torn_header_leaves_an_empty_file_that_needs_a_header(tmp_path: Path) -> None:
@@ -451,7 +466,7 @@ def test_torn_header_leaves_an_empty_file_that_needs_a_header(tmp_path: Path) ->
             store.append([entry("a")])
         store.append([HEADER])
     assert path.read_bytes() == write_pi_line(HEADER)
-    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b'{"type":"sess'
+    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b'{"type":"sess\n'
 
 
 def test_whole_last_line_without_newline_gets_one(tmp_path: Path) -> None:
@@ -542,7 +557,7 @@ def test_a_file_loaded_without_a_clean_end_is_repaired_by_the_first_conditional_
         store.append([entry("c", "a")], expect=loaded.tail)
     assert [e["id"] for e in JsonlStore(path).load().entries] == ["a", "c"]
     corrupt = tmp_path / "s.jsonl.corrupt"
-    assert (corrupt.read_bytes() == moved) if moved else not corrupt.exists()
+    assert (corrupt.read_bytes() == moved + b"\n") if moved else not corrupt.exists()
 
 
 def test_a_write_cut_short_is_repaired_before_the_next_append(
@@ -564,7 +579,7 @@ def test_a_write_cut_short_is_repaired_before_the_next_append(
         store.append([entry("b")])
     assert path.read_bytes() == write_pi_line(HEADER) + write_pi_line(entry("b"))
     half = write_pi_line(entry("a", text="x" * 50))
-    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == half[: len(half) // 2]
+    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == half[: len(half) // 2] + b"\n"
 
 
 # -- migration and writing -------------------------------------------------------------------
@@ -626,7 +641,7 @@ def test_failure_while_opening_the_writer_closes_the_descriptor(
         store.append([entry("a")])
     store.close()  # releases the lock; the session descriptor was already closed
     assert len(os.listdir("/proc/self/fd")) == before
-    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b"{torn"  # the copy happened first
+    assert (tmp_path / "s.jsonl.corrupt").read_bytes() == b"{torn\n"  # copied first
 
 
 def test_a_file_that_grows_while_it_is_loaded_is_read_to_its_end(

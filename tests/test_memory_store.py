@@ -112,7 +112,7 @@ def test_torn_tail_moves_to_corrupt_and_appends_land_on_a_clean_line() -> None:
     assert store.data == clean + b'{"id":"b","par'  # loading alone changes nothing
     store.append([entry("c", "a")])
     assert store.data == clean + write_pi_line(entry("c", "a"))
-    assert bytes(store.corrupt) == b'{"id":"b","par'
+    assert bytes(store.corrupt) == b'{"id":"b","par\n'
 
 
 def test_whole_last_line_without_newline_gets_one() -> None:

@@ -4,7 +4,11 @@ Side files (``.lock``, ``.journal``, ``.corrupt``) are opened with ``O_NOFOLLOW`
 that someone replaced with a symbolic link would otherwise make us read, or worse append to, a
 file anywhere the link points, outside the session's folder. I refuse such a link with a clear
 error instead of following it, and, opening without waiting, a named pipe or a device in a side
-file's place. Operating-system errors become a
+file's place. A side file opened for writing that has other names too (a hard link, ``st_nlink``
+above 1) is refused as well: writing it would write the other file, wherever it is (a lock
+text over another session, journal records or torn bytes appended to it). The count is read
+from the opened descriptor (``fstat``), so the file checked is the file written, with no window
+in between. Operating-system errors become a
 :class:`~orchestrator._core.errors.SessionError` naming the file and the reason, so the command
 line prints one line instead of a ``PermissionError`` traceback.
 """
@@ -57,21 +61,48 @@ def describe_os_error(path: str | os.PathLike[str], doing: str, exc: OSError) ->
 
 
 def open_side_file(path: Path, flags: int, doing: str, mode: int = 0o666) -> int:
-    """Open a side file without following a symbolic link.
+    """Open a side file without following a symbolic link, and, to write it, one name only.
 
     Raises:
-        SessionError: The side file is a symbolic link, or cannot be opened (permissions, a
-            missing folder...).
+        SessionError: The side file is a symbolic link, not a regular file, opened for writing
+            while it has other names (hard links), or cannot be opened (permissions, a missing
+            folder...).
     """
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
         raise SessionError(describe_os_error(path, doing, exc)) from exc
-    return _regular(fd, path, doing)
+    return _regular(fd, path, doing, writing=bool(flags & (os.O_WRONLY | os.O_RDWR)))
 
 
-def _regular(fd: int, path: Path, doing: str) -> int:
-    return only_regular(fd, f"{path}: cannot {doing}: not a regular file")
+def _regular(fd: int, path: Path, doing: str, *, writing: bool = False) -> int:
+    """``fd`` if it is a regular file, and, for ``writing``, one with no name but ``path``.
+
+    A hard link is not followed, it *is* the other file: ``O_NOFOLLOW`` cannot see it, and
+    writing through it loses that file's data. Both are read from one ``fstat`` of the opened
+    descriptor (a journal is opened at every session opening, issue 9). Opening wrote nothing
+    (no side file is opened with ``O_TRUNC``), so a refusal leaves every file as it was.
+
+    Raises:
+        SessionError: Not a regular file, or, for ``writing``, a file with other names too.
+    """
+    try:
+        stat = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    refusal = None
+    if not S_ISREG(stat.st_mode):
+        refusal = f"{path}: cannot {doing}: not a regular file"
+    elif writing and stat.st_nlink > 1:
+        refusal = (
+            f"{path}: has {stat.st_nlink} names (hard links); "
+            "refusing to write a side file another file shares"
+        )
+    if refusal is not None:
+        os.close(fd)
+        raise SessionError(refusal)
+    return fd
 
 
 def only_regular(fd: int, refusal: str) -> int:

@@ -5,7 +5,8 @@ Theory of operation (decisions D3 and D4):
 * **Reading never writes.** :meth:`JsonlStore.load` reads the bytes and parses them with
   :func:`~orchestrator._core.loading.parse_session_bytes`; damage becomes a list of problems.
 * **The first write checks the file.** The first append, rewrite or tail repair takes the writer
-  lock, moves a torn last line aside (into ``<path>.corrupt``, appended, never overwritten) and
+  lock, moves a torn last line aside (into ``<path>.corrupt``, appended, never overwritten, as a
+  line of its own so that two torn lines kept there stay two; see :func:`_as_fragment`) and
   looks at what the file holds. A damaged file may still be appended to, since appending keeps
   every byte, but never rewritten, since a rewrite keeps only what loaded. pi overwrites such a
   file with a fresh header; I refuse and say why.
@@ -15,12 +16,28 @@ Theory of operation (decisions D3 and D4):
   never.
 * **Rewrites are atomic**: a temporary file in the same directory, fsynced, renamed over the
   original, then the directory fsynced. A crash leaves the old file or the new one, never a mix.
+  A rewrite that creates the file (a fork, a new session's first write) writes it whole the
+  same way and gives it its name last, by a hard link that fails if the name was taken: a crash
+  leaves no file at all, never an empty one that passes ``check`` and makes a retry "already
+  exists", and nothing that appeared meanwhile is replaced.
   Rewrites and tail repairs fsync whatever the policy says: they replace or cut data, and an
   unsynced rename is exactly how files end up empty after a power cut.
 * **One writer, the owner** (D27). A process that will change the session calls :meth:`own`
   before it reads what it acts on; a store that writes without owning takes the same lock at
   its first write. The lock is :class:`~orchestrator._store.owner.OwnerLock` (its module says
   why it is a side file that its holder deletes); it is released at :meth:`close`.
+* **A killed writer's litter goes.** A rewrite's temporary file is written only while the
+  lock is held, and a writer killed before its rename leaves it (a whole copy of the session)
+  beside the session, with the lock's side file still naming it. The next store to take the
+  lock over from such a killed owner removes the session's leftover temporary files: nobody else
+  can be writing them. A lock let go normally was deleted, so most acquisitions never look.
+* **One name per written file** (D27). The lock and the journal are named after the session
+  file, so a file with two names (a hard link) would have two of each: two owners could both
+  append, and an operation left half-done under one name would never be settled under the
+  other. Such a file is read like any other but never written: :meth:`own` refuses it and lets
+  the lock go again (so before any model is called; it looks only once it holds the lock, when
+  a killed writer's temporary file, maybe a second name of the file, is gone), and so does
+  opening the writer, from the opened descriptor, for a store that writes without owning.
 * **Conditional writes** (D27). pi appends without our lock, so a commit passes the
   :class:`~orchestrator._store.protocol.Tail` it planned from and I compare it with the file's
   end before writing: same inode, same length, same last entry id, else
@@ -31,11 +48,13 @@ Theory of operation (decisions D3 and D4):
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from stat import S_ISREG
 from types import TracebackType
 
 from orchestrator._core.entries import Entry
@@ -106,6 +125,92 @@ def _open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
     """
     fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     return only_regular(fd, f"{path}: not a regular file; a session is a file of JSON lines")
+
+
+def _refuse_shared(path: Path, names: int) -> None:
+    """Refuse to write a session file that has other names too (hard links; module docstring).
+
+    Raises:
+        SessionError: ``names`` is more than one.
+    """
+    if names > 1:
+        raise SessionError(
+            f"{path}: has {names} names (hard links); refusing to change it: an append changes "
+            "every name, but the lock and the journal are per name, so a writer under another "
+            "name would not be kept out (copy it to give it one name)"
+        )
+
+
+def _temporary_name(path: Path, token: str) -> str:
+    """The name of a temporary file that will replace (or become) ``path``: hidden, beside it."""
+    return f".{path.name}.{token}.tmp"
+
+
+def _remove_temporaries(path: Path) -> None:
+    """Remove the temporary files of ``path``'s rewrites that a killed owner left behind.
+
+    Only regular files named exactly as :func:`_temporary_name` names them (eight hex digits)
+    go; the caller holds the session's lock, under which alone they are written. A folder that
+    cannot be listed, or a file that cannot be removed, is left as it is: litter, not harm.
+    """
+    prefix, suffix = f".{path.name}.", ".tmp"  # as _temporary_name names them
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        token = name[len(prefix) : -len(suffix)]
+        if not (name.startswith(prefix) and name.endswith(suffix) and _is_token(token)):
+            continue
+        leftover = path.parent / name
+        try:
+            if S_ISREG(os.lstat(leftover).st_mode):
+                leftover.unlink()
+        except OSError:
+            pass
+
+
+def _is_token(text: str) -> bool:
+    return len(text) == 8 and all(c in "0123456789abcdef" for c in text)
+
+
+def _as_fragment(side: int, moved: bytes) -> bytes:
+    """A torn line as the ``.corrupt`` file keeps it: a line of its own, ending in a newline.
+
+    Kept as moved, the fragments of two crashes ran together (``{"a":"torn1{"b":"torn2``) and
+    nobody could tell where one ended. Each now ends in a newline, and one is put before it when
+    the file ends without one (a fragment kept before fragments ended in newlines). A torn line
+    holds no newline (it is what follows the last one), so the newlines are only separators.
+    """
+    size = os.fstat(side).st_size
+    apart = b"\n" if size and os.pread(side, 1, size - 1) != b"\n" else b""
+    return apart + moved + b"\n"
+
+
+def _link_new(temporary: Path, path: Path) -> None:
+    """Give the whole file ``temporary`` the new name ``path``, never replacing what is there.
+
+    A hard link fails when the name exists, where a rename would replace it. A file system
+    without hard links (FAT, some network shares) gets a rename instead, after a last look: the
+    owner lock keeps other stores of ours out, so only a program that ignores it could slip in.
+
+    Raises:
+        SessionError: ``path`` already exists, or the folder refuses the name.
+    """
+    try:
+        os.link(temporary, path)
+        return
+    except FileExistsError:
+        raise SessionError(f"{path}: already exists") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise SessionError(describe_os_error(path, "create it", exc)) from exc
+    if os.path.lexists(path):
+        raise SessionError(f"{path}: already exists")
+    try:
+        os.rename(temporary, path)
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, "create it", exc)) from exc
 
 
 def _chunks(fd: int) -> Iterator[bytes]:
@@ -352,10 +457,22 @@ class JsonlStore:
 
         Raises:
             SessionLockedError: ``session is being changed by pid N (owner)``.
-            SessionError: The lock's side file cannot be created (read-only or missing folder,
-                a symbolic link in its place).
+            SessionError: The session file has other names (hard links), or the lock's side
+                file cannot be created (read-only or missing folder, a symbolic link in its
+                place).
         """
-        self._owner_lock.acquire(owner)
+        held = self.owned
+        self._lock(owner)  # first: a killed writer's temporary file may be a second name
+        try:
+            named = os.stat(self.path)
+            if S_ISREG(named.st_mode):  # a folder has names too (its entries' ".."): not ours
+                _refuse_shared(self.path, named.st_nlink)
+        except OSError:
+            pass  # a new session (one name, when created), or one the load reports in a line
+        except SessionError:
+            if not held:
+                self._owner_lock.release()  # deletes the side file: nothing is left behind
+            raise
 
     def append(self, entries: Sequence[Entry], *, expect: Tail | None = None) -> Tail:
         """Append entries as whole lines in one write, fsynced per the policy.
@@ -428,6 +545,8 @@ class JsonlStore:
         early = rewrite_refusal(self.location, known) if known is not None else None
         if early:
             raise SessionError(early)
+        if self._fd is None and not os.path.lexists(self.path):
+            return self._create(header, entries, data, expect)
         fd = self._writer()
         if expect is not None:
             self._check(fd, expect)
@@ -437,7 +556,7 @@ class JsonlStore:
             raise SessionError(refusal)
         self._repair_once(fd)
         self._clean_stamp = None
-        temporary = self._write_temporary(data)
+        temporary = self._write_temporary(data, self.path.stat().st_mode & 0o7777)
         try:
             os.replace(temporary, self.path)
         except BaseException:
@@ -446,13 +565,43 @@ class JsonlStore:
         fsync_dir(self.path.parent)
         # The old descriptor still points at the replaced file: reopen on the new one.
         self._close_fd()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        return self._written_whole(header, entries, len(data))
+
+    def _create(
+        self, header: Entry, entries: Sequence[Entry], data: bytes, expect: Tail | None
+    ) -> Tail:
+        """Write a new file whole, then name it: a crash leaves no file (module docstring).
+
+        Raises:
+            SessionLockedError: Another store or process is writing this file.
+            ConflictError: ``expect`` is not the end of an empty store; nothing was written.
+            SessionError: The name was taken meanwhile (nothing replaced), or the folder
+                refuses the file.
+        """
+        if self._use_lock:
+            self._lock(_default_owner())
+        if expect is not None:
+            check_tail(self.location, expect, EMPTY_TAIL)
+        temporary = self._write_temporary(data, None)
+        try:
+            _link_new(temporary, self.path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        fsync_dir(self.path.parent)
+        try:
+            self._fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND)
+        except OSError as exc:
+            raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
+        return self._written_whole(header, entries, len(data))
+
+    def _written_whole(self, header: Entry, entries: Sequence[Entry], length: int) -> Tail:
+        """Take a file just written whole as this store's state (its writer already open)."""
         self._repaired = True
         self._dirty = False
         self._loaded = None
         result = LoadResult(header=header, entries=list(entries))
         self._state = ParsedSession(result=result, stored_version=header_version(header))
-        self._end = tail_after(None, entries, len(data))
+        self._end = tail_after(None, entries, length)
         return self._end
 
     def repair_torn_tail(self) -> bytes:
@@ -497,6 +646,14 @@ class JsonlStore:
 
     # -- writing -----------------------------------------------------------------------------
 
+    def _lock(self, owner: str) -> None:
+        """Take the owner lock; after a killed owner, remove its temporary files (docstring)."""
+        if self._owner_lock.held:
+            return
+        self._owner_lock.acquire(owner)
+        if self._owner_lock.took_over:
+            _remove_temporaries(self.path)
+
     def _writer(self) -> int:
         if self._fd is None:
             self._open_writer()
@@ -506,7 +663,7 @@ class JsonlStore:
     def _open_writer(self) -> None:
         """Lock, open for appending and learn what the file holds (the tail is repaired later)."""
         if self._use_lock:
-            self._owner_lock.acquire(_default_owner())
+            self._lock(_default_owner())
         created = not self.path.exists()
         try:
             fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
@@ -516,6 +673,7 @@ class JsonlStore:
             if created and self._policy != "never":
                 fsync_dir(self.path.parent)  # a new file's name is durable only this way
             stat = os.fstat(fd)
+            _refuse_shared(self.path, stat.st_nlink)
             loaded = self._loaded
             # Parsing a big file twice is wasteful: reuse the last load if the file is unchanged.
             # A torn tail does not matter for that: the refusals ignore it.
@@ -578,10 +736,10 @@ class JsonlStore:
         else:
             created = not self.corrupt_path.exists()
             side = open_side_file(
-                self.corrupt_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "keep the torn line"
+                self.corrupt_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, "keep the torn line"
             )
             try:
-                os.write(side, plan.moved)
+                os.write(side, _as_fragment(side, plan.moved))
                 os.fsync(side)  # the copy must be durable before the original is cut
             finally:
                 os.close(side)
@@ -603,20 +761,23 @@ class JsonlStore:
             self._close_fd()
             raise
 
-    def _write_temporary(self, data: bytes) -> Path:
+    def _write_temporary(self, data: bytes, mode: int | None) -> Path:
+        """A fsynced file holding ``data`` beside the session, with ``mode`` when given.
+
+        ``None`` keeps the mode the umask gives a new file, as pi's ``writeFileSync`` would.
+        """
         directory = self.path.parent
         import secrets  # here, not at the top: reading a session never needs it
 
-        temporary = directory / f".{self.path.name}.{secrets.token_hex(4)}.tmp"
+        temporary = directory / _temporary_name(self.path, secrets.token_hex(4))
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         except OSError as exc:
             doing = "write a temporary file in its folder to replace it"
             raise SessionError(describe_os_error(self.path, doing, exc)) from exc
         try:
-            # Keep the original's mode. The file exists: the writer created it if it had not
-            # (with the umask's mode, as pi's writeFileSync would).
-            os.fchmod(fd, self.path.stat().st_mode & 0o7777)
+            if mode is not None:
+                os.fchmod(fd, mode)  # the original's
             view = memoryview(data)
             written = 0
             while written < len(view):

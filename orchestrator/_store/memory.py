@@ -167,7 +167,7 @@ class MemoryStore:
         if plan.add_newline:
             self._data += b"\n"
         else:
-            self.corrupt += plan.moved
+            self.corrupt += plan.moved + b"\n"  # a line of its own, as in the file store's
             del self._data[plan.keep :]
         return plan.moved
 

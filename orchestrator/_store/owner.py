@@ -13,7 +13,9 @@ process can say who holds it. Three facts shaped it:
   over with a fresh file. So deleting never lets two owners in, and a session folder holds
   only the session and its journal once nobody is changing it. A process killed while owning
   leaves the side file behind; the kernel released its lock, and the next owner takes the file
-  over and deletes it in turn.
+  over and deletes it in turn. Taking over a file that still names an owner is how the next
+  owner learns that one was killed (:attr:`OwnerLock.took_over`), and so that anything the
+  killed owner was writing under the lock (a rewrite's temporary file) is litter to remove.
 * **Per open file description.** ``flock`` belongs to one open file description, so two
   stores in one process exclude each other exactly as two processes do; a POSIX ``fcntl``
   lock would not, and would vanish when any descriptor of the file was closed.
@@ -165,6 +167,8 @@ class OwnerLock:
         self.session_path = Path(session_path)
         self.path = lock_path(session_path)
         self._fd: int | None = None
+        self.took_over = False
+        """Whether the last :meth:`acquire` found the side file naming an owner it outlived."""
 
     @property
     def held(self) -> bool:
@@ -201,6 +205,10 @@ class OwnerLock:
             if _same_file(fd, self.path):
                 break
             os.close(fd)  # the previous owner deleted this file as it let go: take a fresh one
+        # Every owner writes its name into the file and deletes the file as it lets go, so a
+        # file that holds a name was left by a process killed while owning (or by one that
+        # could not delete it, a folder turned read-only: then the caution is needless).
+        self.took_over = os.fstat(fd).st_size > 0
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {' '.join(owner.split())}\n".encode(), 0)
