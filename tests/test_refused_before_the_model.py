@@ -45,11 +45,23 @@ def torn_with_a_folder_for_its_side_file(tmp_path: Path) -> Path:
     return path
 
 
+def torn_with_a_hard_linked_side_file(tmp_path: Path) -> Path:
+    path = tmp_path / "torn.jsonl"
+    shutil.copy(EXAMPLE, path)
+    with path.open("ab") as file:
+        file.write(b'{"type":"message","id":"torn')
+    other = tmp_path / "precious.txt"
+    other.write_text("precious\n")
+    Path(f"{path}.corrupt").hardlink_to(other)
+    return path
+
+
 @pytest.mark.parametrize(
     ("make", "complaint"),
     [
         (version_four, "refusing to append to"),
-        (torn_with_a_folder_for_its_side_file, "cannot keep the torn last line"),
+        (torn_with_a_folder_for_its_side_file, "it is not a regular file"),
+        (torn_with_a_hard_linked_side_file, "it has 2 names"),
     ],
 )
 @pytest.mark.parametrize("call", ["compact", "navigate"])
@@ -76,3 +88,5 @@ async def test_no_model_call_for_a_write_the_file_refuses(
     finally:
         runtime.close()
     assert path.read_bytes() == before
+    if (tmp_path / "precious.txt").exists():
+        assert (tmp_path / "precious.txt").read_text() == "precious\n"

@@ -51,6 +51,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -309,12 +310,22 @@ class JsonlStore:
         codes = {problem.code for problem in known.result.problems}
         if known.write_refusal is not None or "not_session" in codes:
             return append_refusal(self.location, known, [])
-        if "torn_line" in codes and os.path.lexists(self.corrupt_path):
-            if not self.corrupt_path.is_file() or self.corrupt_path.is_symlink():
-                return (
-                    f"{self.corrupt_path}: cannot keep the torn last line of {self.location} "
-                    "there: it is not a regular file"
-                )
+        if "torn_line" in codes:
+            return self._corrupt_refusal()
+        return None
+
+    def _corrupt_refusal(self) -> str | None:
+        try:
+            found = os.lstat(self.corrupt_path)
+        except FileNotFoundError:
+            return None  # made when the torn line is moved
+        except OSError as exc:
+            return f"{self.corrupt_path}: cannot keep the torn last line there: {exc.strerror}"
+        where = f"{self.corrupt_path}: cannot keep the torn last line of {self.location} there"
+        if not stat.S_ISREG(found.st_mode):
+            return f"{where}: it is not a regular file"
+        if found.st_nlink > 1:
+            return f"{where}: it has {found.st_nlink} names (hard links)"
         return None
 
     @property
