@@ -75,11 +75,15 @@ def test_text_history_is_grouped_by_operation_with_outcomes(
     assert code == 0
     assert err == ""
     lines = out.splitlines()
-    assert lines[:3] == [
+    assert lines[:5] == [
         "turn and navigation",
         "  22:13:20.000 turn idle --user_prompt--> running  (start_turn, call_agent)",
         "  22:13:22.500 navigation idle --x--> y",
+        # Runs that stop short of rest, with no owner alive: their process ended there.
+        "  -- turn left in running: its process ended there",
+        "  -- navigation left in y: its process ended there",
     ]
+    lines = lines[:3] + lines[5:]
     assert lines[3:9] == [
         "operation op-1 (compaction)",
         "  22:13:20.250 operation[op-1] preparing --prepared--> consulting_hooks  (run_hooks)",
@@ -220,3 +224,32 @@ def test_the_summary_line_counts_in_the_singular_for_one(
     code, out, _ = run(capsys, str(path))
     assert code == 0
     assert out.splitlines()[-1] == "-- 1 transition, 1 operation (1 open)"
+
+
+def test_a_run_a_killed_process_left_mid_way_is_marked_where_the_next_begins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A navigation killed while summarizing, then the next navigation: the records showed the
+    # first stopping in `summarizing` and the second starting from `idle`, unmarked.
+    ticks = iter(range(START, START + 100_000, 250))
+    path = tmp_path / "s.jsonl"
+    journal = Journal.open(path, clock=lambda: next(ticks))
+    for source, event, dest in [
+        ("idle", "navigate", "collecting"),
+        ("collecting", "collected", "consulting_hooks"),
+        ("consulting_hooks", "hooks_done", "summarizing"),
+        ("idle", "navigate", "collecting"),
+        ("collecting", "collected", "consulting_hooks"),
+        ("consulting_hooks", "hooks_done", "switching_leaf"),
+        ("switching_leaf", "switched", "done"),
+    ]:
+        journal.record(
+            Step(machine="navigation", source=source, event=event, dest=dest, effects=())
+        )
+    code, out, _ = run(capsys, str(path))
+    assert code == 0
+    lines = out.splitlines()
+    marker = "  -- navigation left in summarizing: its process ended there"
+    assert lines.index(marker) == 4  # after the third record, before the next run's first
+    assert lines.count(marker) == 1
+    assert not any("left in done" in line for line in lines)

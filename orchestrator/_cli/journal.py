@@ -18,7 +18,7 @@ from orchestrator._cli.common import print_json, require_file
 from orchestrator._cli.database import add_database_option, stored_journal
 from orchestrator._core.errors import SessionError
 from orchestrator._core.printable import printable
-from orchestrator._lifecycle.machine import MachineDef
+from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._store.journal import (
     JOURNAL_SUFFIX,
     Journal,
@@ -60,7 +60,7 @@ def _journal(args: argparse.Namespace) -> int:
         print_json(journal_report(journal.location, read, ops, final, whole=whole, owner=owner))
         return 0
     if args.operation is None:
-        _print_session_steps(read.records)
+        _print_session_steps(read.records, owner)
     for op in ops:
         _print_operation(op, journal.operation_machine, owner)
     if args.operation is None and not journal.exists():
@@ -153,12 +153,40 @@ def journal_report(
     }
 
 
-def _print_session_steps(records: tuple[JournalRecord, ...]) -> None:
+def _print_session_steps(records: tuple[JournalRecord, ...], owner: Holder | None) -> None:
+    """The turn and navigation steps, each run left mid-way marked.
+
+    A turn or a navigation writes nothing of its own that settling must close (its compaction
+    or summary is an operation, settled on reopen), but a run whose process ended mid-way
+    shows as records that stop short of rest: the next run's records start again from rest.
+    Marked here, so that reading the journal does not suggest a run that never ended went on.
+    """
     steps = [r for r in records if r.operation_id is None]
-    if steps:
-        print("turn and navigation")
-        for record in steps:
-            print("  " + transition_line(record))
+    if not steps:
+        return
+    print("turn and navigation")
+    last: dict[str, JournalRecord] = {}
+    for record in steps:
+        before = last.get(record.machine)
+        if before is not None and record.source != before.dest and not _at_rest(before):
+            print(
+                f"  -- {printable(before.machine)} left in {printable(before.dest)}: "
+                "its process ended there"
+            )
+        print("  " + transition_line(record))
+        last[record.machine] = record
+    for record in last.values():
+        if not _at_rest(record):
+            doing = f"in progress, by {owner}" if owner else "its process ended there"
+            print(f"  -- {printable(record.machine)} left in {printable(record.dest)}: {doing}")
+
+
+def _at_rest(record: JournalRecord) -> bool:
+    """Whether the machine stood at rest after ``record`` (its initial or a final state)."""
+    if record.machine not in ("turn", "navigation"):
+        return True  # not a table this program knows: nothing to say about it
+    table = load_machine(record.machine)
+    return record.dest == table.initial or record.dest in table.final
 
 
 def _print_operation(op: JournaledOperation, table: MachineDef, owner: Holder | None) -> None:
