@@ -205,9 +205,10 @@ def test_check_reports_damage_with_line_and_leaves_bytes(
     report = json.loads(out)
     assert [(p["code"], p["line"]) for p in report["problems"]] == [(code_name, line_no)]
     assert path.read_bytes() == data
-    code, _, err = run(capsys, "check", str(path))
+    code, out, err = run(capsys, "check", str(path))
     assert code == 1
-    assert f"line {line_no}:" in err
+    assert f"line {line_no}:" in out  # the report on stdout: check S > report.txt keeps it
+    assert err == ""
     # The other commands still work on what loaded, with a warning.
     code, out, err = run(capsys, "context", str(path), "--json")
     assert code == 0
@@ -218,7 +219,51 @@ def test_check_reports_damage_with_line_and_leaves_bytes(
 def test_check_not_a_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "notes.jsonl"
     path.write_bytes(b'{"hello": "world"}\n')
-    code, _, err = run(capsys, "check", str(path))
+    code, out, err = run(capsys, "check", str(path))
     assert code == 1
     assert "not a session file" in err
+    assert err.count("\n") == 1
+    assert out == f"{path}: line 1: {NOT_A_HEADER}\n"
     assert path.read_bytes() == b'{"hello": "world"}\n'
+
+
+NOT_A_HEADER = (
+    'the first line is not a session header ({"type": "session", "id": ...}), '
+    "so this is not a session file"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "line", "message"),
+    [
+        (b"\xef\xbb\xbf" + EXAMPLE.read_bytes(), 1, "byte order mark (BOM)"),
+        (b"garbage\n", 1, "not a session header"),
+        (b"\n\n\n", 0, "no session header (nothing but blank lines)"),
+    ],
+    ids=["bom", "garbage", "blank"],
+)
+def test_check_json_reports_a_file_that_is_not_a_session(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: bytes,
+    line: int,
+    message: str,
+) -> None:
+    # The report is the contract's object, on stdout; the error line stays on stderr.
+    path = tmp_path / "notes.jsonl"
+    path.write_bytes(data)
+    code, out, err = run(capsys, "check", str(path), "--json")
+    assert code == 1
+    report = json.loads(out)
+    assert report["ok"] is False
+    assert report["entries"] == 0
+    [problem] = report["problems"]
+    assert (problem["line"], problem["code"]) == (line, "not_session")
+    assert message in problem["message"]
+    assert err.count("\n") == 1
+    assert err.startswith("orchestrator check: ")
+    assert "not a session file" in err
+    code, out, _ = run(capsys, "check", str(path))
+    assert code == 1
+    assert message in out
+    assert path.read_bytes() == data

@@ -85,10 +85,12 @@ def test_each_break_is_one_line_and_the_file_is_untouched(
 ) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(data)
-    code, _, err = run(capsys, command, str(path))
-    assert problem in err
+    code, out, err = run(capsys, command, str(path))
+    # check's report is on stdout (``check S > report.txt``); the others warn on stderr.
+    where = out if command == "check" else err
+    assert problem in where
     assert "Traceback" not in err
-    assert len([line for line in err.splitlines() if problem in line]) == 1
+    assert len([line for line in where.splitlines() if problem in line]) == 1
     # check fails on any problem; the others warn and go on with what loaded.
     assert code == (1 if command == "check" else 0)
     assert path.read_bytes() == data
@@ -103,7 +105,13 @@ def test_bom_says_why_it_is_not_a_session(
     for command in ("check", "context", "compact"):
         code, out, err = run(capsys, command, str(path))
         assert code == 1
-        assert out == ""
+        # check also reports the problem on stdout, as for any damaged file.
+        if command == "check":
+            assert out.count("\n") == 1
+            assert out.startswith(f"{path}: line 1: ")
+            assert "byte order mark (BOM)" in out
+        else:
+            assert out == ""
         assert err.count("\n") == 1
         assert "byte order mark (BOM)" in err
         assert "remove the first 3 bytes" in err

@@ -6,7 +6,7 @@ Their ``--json`` output is a stable contract, documented in the README ("Inspect
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator._cli.common import (
@@ -19,6 +19,8 @@ from orchestrator._cli.common import (
 )
 from orchestrator._cli.database import add_database_option, reading
 from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.errors import NotASessionError
+from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
 
@@ -222,13 +224,24 @@ def _tree(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    with reading(args, warn=False) as session:
-        problems = session.problems
+    # The report (ok, or every problem) goes to stdout, so ``check S > report.txt`` keeps it;
+    # stderr has only errors. A file that is not a session at all is both: its problems are
+    # reported like any other, and the one-line error follows on stderr (exit 1).
+    try:
+        with reading(args, warn=False) as session:
+            problems, entries = session.problems, len(session.tree)
+    except NotASessionError as exc:
+        _print_check(args, exc.problems, 0)
+        raise
+    return _print_check(args, problems, entries)
+
+
+def _print_check(args: argparse.Namespace, problems: Sequence[Problem], entries: int) -> int:
     if args.json:
         print_json(
             {
                 "ok": not problems,
-                "entries": len(session.tree),
+                "entries": entries,
                 "problems": [
                     {"line": p.line, "code": p.code, "message": p.message} for p in problems
                 ],
@@ -236,7 +249,7 @@ def _check(args: argparse.Namespace) -> int:
         )
     else:
         for problem in problems:
-            print(f"{args.session}: {problem}", file=sys.stderr)
+            print(f"{args.session}: {problem}")
         if not problems:
-            print(f"{args.session}: ok, {len(session.tree)} entries")
+            print(f"{args.session}: ok, {entries} entries")
     return 1 if problems else 0
