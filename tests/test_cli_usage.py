@@ -117,3 +117,27 @@ def test_every_plan_option_has_help() -> None:
         if action.option_strings and not action.help
     ]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    "url", ["", "notaurl", "ftp://x/y", "http://", "https:///path", "http://[x"]
+)
+@pytest.mark.parametrize("command", [("compact", "S", "--dry-run"), ("navigate", "S", "--to", "x")])
+def test_remote_must_be_an_http_url_with_a_host(
+    url: str, command: tuple[str, ...], example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An empty --remote fell back to the offline summarizer and wrote; the others failed later
+    # with the bare value as the whole message ("orchestrator compact: notaurl").
+    before = example.read_bytes()
+    args = [str(example) if a == "S" else a for a in command]
+    err = _usage_error(capsys, *args, "--remote", url)
+    assert f"usage: orchestrator {command[0]} " in err
+    assert err.rstrip().endswith(
+        f"error: argument --remote: {url!r} is not an http:// or https:// URL with a host"
+    )
+    assert example.read_bytes() == before
+
+
+def test_serve_refuses_a_remote_that_is_not_a_url(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _usage_error(capsys, "serve", "--remote", "notaurl")
+    assert "argument --remote: 'notaurl' is not an http:// or https:// URL" in err

@@ -76,6 +76,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def http_url(text: str) -> str:
+    """An ``argparse`` type for ``--remote``: an ``http://`` or ``https://`` URL with a host.
+
+    An empty value would fall back to the offline summarizer without a word, and anything else
+    failed later with the bare value as its whole message.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not such a URL.
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError:  # an unbalanced [ in the host, a port that is not a number
+        host = None
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
+    return text
+
+
 def check_reserve(context_window: int | None, reserve_tokens: int) -> None:
     """Refuse a reserve that leaves no room in the window (the threshold would be <= 0).
 
@@ -172,7 +194,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="the summarizer's context window in tokens",
     )
-    parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    parser.add_argument(
+        "--remote", type=http_url, metavar="URL", help="remote summary endpoint (http or https)"
+    )
 
 
 API_KEY_VISIBLE = (

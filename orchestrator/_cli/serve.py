@@ -33,6 +33,7 @@ from orchestrator._cli.common import (
     add_cluster_arguments,
     add_timeout_argument,
     check_cluster_database,
+    http_url,
     positive_int,
     require_cluster,
 )
@@ -102,7 +103,9 @@ def register(commands: Any) -> None:
         default=0,
         help="the model's context window in tokens",
     )
-    serve.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    serve.add_argument(
+        "--remote", type=http_url, metavar="URL", help="remote summary endpoint (http or https)"
+    )
     serve.add_argument("--reserve-tokens", type=positive_int, default=16384)
     add_timeout_argument(serve)
     serve.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
