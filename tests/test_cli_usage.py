@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator._cli.common import UsageError
 from orchestrator._cli.main import _build_parser, main
-from tests.cli_kit import run
+from orchestrator._core.errors import SessionError
+from tests.cli_kit import EXAMPLE, run
 
 
 def _usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -141,3 +143,53 @@ def test_remote_must_be_an_http_url_with_a_host(
 def test_serve_refuses_a_remote_that_is_not_a_url(capsys: pytest.CaptureFixture[str]) -> None:
     err = _usage_error(capsys, "serve", "--remote", "notaurl")
     assert "argument --remote: 'notaurl' is not an http:// or https:// URL" in err
+
+
+def test_a_provider_error_of_two_lines_is_printed_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # litellm's "LLM Provider NOT provided" message spans two lines.
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    code, out, err = run(capsys, "compact", str(session), "--model", "bogusprovider/foo")
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("orchestrator compact: ")
+    assert "bogusprovider/foo; " in err
+    assert session.read_bytes() == EXAMPLE.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (SessionError("first line\n  second line\n\n"), 1),
+        (OSError(28, "No space\nleft"), 1),
+    ],
+)
+def test_every_error_is_one_line(
+    error: Exception,
+    code: int,
+    example: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fail(args: object) -> int:
+        raise error
+
+    monkeypatch.setattr("orchestrator._cli.inspect._context", fail)
+    got, _, err = run(capsys, "context", str(example))
+    assert got == code
+    assert err.count("\n") == 1
+    assert err.startswith("orchestrator context: ")
+
+
+def test_a_usage_error_of_two_lines_is_one_line(
+    example: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(args: object) -> int:
+        raise UsageError("first\nsecond")
+
+    monkeypatch.setattr("orchestrator._cli.inspect._context", fail)
+    err = _usage_error(capsys, "context", str(example))
+    assert err.rstrip().endswith("orchestrator context: error: first; second")

@@ -22,6 +22,16 @@ class UsageError(Exception):
     """A command's arguments do not make sense together; reported with its usage, exit 2."""
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: its non-blank lines, stripped, joined with ``"; "``.
+
+    Errors are one line on stderr (README, "Commands"); a provider's message may span several
+    (litellm's "LLM Provider NOT provided" is two), and a grep for the command's name must
+    find all of it.
+    """
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--timeout``: how long a summary may take in all, each model call included."""
     parser.add_argument(

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orchestrator._cli.common import UsageError
+from orchestrator._cli.common import UsageError, one_line
 from orchestrator._core.errors import OrchestratorError
 
 Command = Callable[[argparse.Namespace], int]
@@ -112,9 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except UsageError as exc:
-        command.error(str(exc))
+        command.error(one_line(str(exc)))
     except OrchestratorError as exc:
-        print(f"orchestrator {args.command}: {exc}", file=sys.stderr)
+        print(f"orchestrator {args.command}: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"orchestrator {args.command}: interrupted; nothing was applied", file=sys.stderr)
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         # The stores name the file and the reason themselves; this catches what slips past
         # them (a full disk mid-write, a file removed under us), still as one line (issue 8).
-        print(f"orchestrator {args.command}: {_os_error_line(exc)}", file=sys.stderr)
+        print(f"orchestrator {args.command}: {one_line(_os_error_line(exc))}", file=sys.stderr)
         return 1
 
 

@@ -34,6 +34,7 @@ from orchestrator._cli.common import (
     add_timeout_argument,
     check_cluster_database,
     http_url,
+    one_line,
     positive_int,
     require_cluster,
 )
@@ -289,4 +290,4 @@ async def _listen(where: object, bind: Awaitable[Listener]) -> Listener:
 
 
 def _say(text: str) -> None:
-    print(f"orchestrator serve: {text}", file=sys.stderr, flush=True)
+    print(f"orchestrator serve: {one_line(text)}", file=sys.stderr, flush=True)

@@ -21,6 +21,7 @@ from orchestrator._cli.common import (
     add_timeout_argument,
     check_cluster_database,
     integer,
+    one_line,
     positive_int,
     require_cluster,
 )
@@ -113,5 +114,5 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _refuse(message: str) -> int:
     """A store or server the worker cannot use: one line, exit 2, before any work is taken."""
-    print(f"orchestrator worker: {message}", file=sys.stderr)
+    print(f"orchestrator worker: {one_line(message)}", file=sys.stderr)
     return 2
