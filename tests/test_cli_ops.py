@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator._cli.main import main
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
 from tests.cli_kit import run
@@ -216,12 +217,23 @@ def test_compact_is_journaled_and_traced(
     assert any(name.startswith("summarize ") for name in names)
 
 
-def test_bad_trace_spec_is_a_one_line_error(
-    example: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("spec", ["zipkin", "bogus", "jsonl", "jsonl:", "otlp:x", "console:"])
+@pytest.mark.parametrize("command", [("compact", "--dry-run"), ("navigate", "--to", "x")])
+def test_bad_trace_spec_is_a_usage_error(
+    spec: str, command: tuple[str, ...], example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "compact", str(example), "--trace", "zipkin")
-    assert code == 1
-    assert "--trace zipkin: use otlp, console or jsonl:FOLDER" in err
+    # It was exit 1 without the usage, after the session was opened.
+    before = example.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        main([command[0], str(example), *command[1:], "--trace", spec])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"usage: orchestrator {command[0]} ")
+    assert err.rstrip().endswith(
+        f"error: argument --trace: {spec!r}: use otlp, console or jsonl:FOLDER"
+    )
+    assert example.read_bytes() == before
 
 
 def test_navigate_summarize_through_litellm_and_the_local_provider(

@@ -50,6 +50,7 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reserve-tokens", type=positive_int, default=16384)
     parser.add_argument(
         "--trace",
+        type=trace_spec,
         metavar="SPEC",
         help="export OpenTelemetry spans: otlp (OTEL_* variables), console, or jsonl:FOLDER",
     )
@@ -243,11 +244,26 @@ def _run_runtime(
             provider.shutdown()
 
 
+def trace_spec(text: str) -> str:
+    """An ``argparse`` type for ``--trace``: ``otlp``, ``console`` or ``jsonl:FOLDER``.
+
+    A value that is none of them is a usage error (exit 2, with the usage), found before any
+    work; whether an OTLP collector listens is checked when the provider is made.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not one of the three forms.
+    """
+    kind, colon, folder = text.partition(":")
+    if (kind == "jsonl" and folder) or (kind in ("otlp", "console") and not colon):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: use otlp, console or jsonl:FOLDER")
+
+
 def make_trace_provider(spec: str | None) -> TracerProvider | None:
     """A tracer provider for ``--trace``: ``otlp``, ``console`` or ``jsonl:FOLDER``.
 
     Raises:
-        SessionError: an unknown specification.
+        UsageError: an unknown specification (:func:`trace_spec` refuses it when parsing).
     """
     if not spec:
         return None
@@ -259,7 +275,7 @@ def make_trace_provider(spec: str | None) -> TracerProvider | None:
         return make_tracer_provider("otlp", shutdown_on_exit=False)
     if kind == "console" and not folder:
         return make_tracer_provider("console", shutdown_on_exit=False)
-    raise SessionError(f"--trace {spec}: use otlp, console or jsonl:FOLDER")
+    raise UsageError(f"--trace {spec}: use otlp, console or jsonl:FOLDER")
 
 
 # -- navigate ----------------------------------------------------------------------------------
