@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import version
 from pathlib import Path
 
@@ -193,3 +194,50 @@ def test_a_usage_error_of_two_lines_is_one_line(
     monkeypatch.setattr("orchestrator._cli.inspect._context", fail)
     err = _usage_error(capsys, "context", str(example))
     assert err.rstrip().endswith("orchestrator context: error: first; second")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("plan", "S", "--budget", "100"), "--budget needs --from and --to"),
+        (
+            ("plan", "S", "--from", "a", "--to", "b", "--context-window", "80000"),
+            "--context-window is for a compaction plan, without --from and --to",
+        ),
+        (
+            ("plan", "S", "--from", "a", "--to", "b", "--keep-recent-tokens", "5"),
+            "--keep-recent-tokens is for a compaction plan",
+        ),
+        (
+            ("plan", "S", "--from", "a", "--to", "b", "--no-adaptive-keep", "--leaf", "x"),
+            "--leaf and --no-adaptive-keep are for a compaction plan",
+        ),
+        (
+            ("plan", "S", "--from", "a", "--to", "b", "--reserve-tokens", "5"),
+            "--reserve-tokens is for a compaction plan",
+        ),
+        (
+            ("navigate", "S", "--to", "x", "--short-summary"),
+            "--short-summary needs --summarize",
+        ),
+    ],
+)
+def test_an_option_that_needs_another_is_a_usage_error(
+    argv: tuple[str, ...], message: str, example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each was silently ignored, as --focus without --summarize no longer is.
+    before = example.read_bytes()
+    err = _usage_error(capsys, *[str(example) if a == "S" else a for a in argv])
+    assert err.startswith(f"usage: orchestrator {argv[0]} ")
+    assert message in err.splitlines()[-1]
+    assert example.read_bytes() == before
+
+
+def test_plan_defaults_are_the_compaction_defaults(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "plan", str(example), "--json")
+    assert code == 0
+    assert json.loads(out)["keepRecentTokens"] == 20000
+    err = _usage_error(capsys, "plan", str(example), "--context-window", "16384")
+    assert "--reserve-tokens 16384 must be smaller than --context-window 16384" in err

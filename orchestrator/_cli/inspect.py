@@ -24,6 +24,17 @@ from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
 
+_KEEP_RECENT_TOKENS = CompactionSettings().keep_recent_tokens
+_RESERVE_TOKENS = CompactionSettings().reserve_tokens
+# The options of a compaction plan, which a branch plan (--from/--to) does not use.
+_COMPACTION_OPTIONS = (
+    ("leaf", "--leaf"),
+    ("keep_recent_tokens", "--keep-recent-tokens"),
+    ("reserve_tokens", "--reserve-tokens"),
+    ("context_window", "--context-window"),
+    ("no_adaptive_keep", "--no-adaptive-keep"),
+)
+
 
 def register(commands: Any) -> None:
     """Add the inspection commands to the parser."""
@@ -46,19 +57,18 @@ def register(commands: Any) -> None:
     plan.add_argument(
         "--leaf", metavar="ID", help="plan the compaction at this entry (default: last entry)"
     )
+    # Compaction options default to None so that a branch plan can refuse them when given.
     plan.add_argument(
         "--keep-recent-tokens",
         type=positive_int,
-        default=20000,
         metavar="N",
-        help="recent tokens kept verbatim (default: %(default)s)",
+        help=f"recent tokens kept verbatim (default: {_KEEP_RECENT_TOKENS})",
     )
     plan.add_argument(
         "--reserve-tokens",
         type=positive_int,
-        default=16384,
         metavar="N",
-        help="room kept for the reply; threshold = window - reserve (default: %(default)s)",
+        help=f"room kept for the reply; threshold = window - reserve (default: {_RESERVE_TOKENS})",
     )
     plan.add_argument(
         "--context-window",
@@ -140,9 +150,20 @@ def _model_text(model: dict[str, str] | None) -> str:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    session = open_existing(args.session)
+    # An option the chosen plan does not use would be dropped without a word: refuse it.
     if (args.from_leaf is None) != (args.to_target is None):
         raise UsageError("--from and --to go together (branch plan)")
+    if args.from_leaf is None and args.budget is not None:
+        raise UsageError("--budget needs --from and --to (it limits a branch plan)")
+    if args.from_leaf is not None:
+        given = [option for name, option in _COMPACTION_OPTIONS if getattr(args, name)]
+        if given:
+            one = len(given) == 1
+            raise UsageError(
+                f"{' and '.join(given)} {'is' if one else 'are'} for a compaction plan, "
+                f"without --from and --to (a branch plan does not use {'it' if one else 'them'})"
+            )
+    session = open_existing(args.session)
     if args.from_leaf is not None:
         report = branch_report(session, args.from_leaf, args.to_target, args.budget or 0)
         if args.json:
@@ -154,19 +175,24 @@ def _plan(args: argparse.Namespace) -> int:
             )
             print(f"common ancestor: {report['commonAncestorId']}")
         return 0
-    check_reserve(args.context_window, args.reserve_tokens)
+    settings = plan_settings(args)
+    check_reserve(args.context_window, settings.reserve_tokens)
     leaf = check_leaf(session, args.leaf)
-    settings = CompactionSettings(
-        reserve_tokens=args.reserve_tokens,
-        keep_recent_tokens=args.keep_recent_tokens,
-        adaptive_keep=not args.no_adaptive_keep,
-    )
     report = plan_report(session.path(leaf) if leaf else [], settings, args.context_window)
     if args.json:
         print_json(report)
         return 0
     _print_compaction_plan(report)
     return 0
+
+
+def plan_settings(args: argparse.Namespace) -> CompactionSettings:
+    """The compaction settings ``plan``'s options give, the defaults for those not given."""
+    return CompactionSettings(
+        reserve_tokens=args.reserve_tokens or _RESERVE_TOKENS,
+        keep_recent_tokens=args.keep_recent_tokens or _KEEP_RECENT_TOKENS,
+        adaptive_keep=not args.no_adaptive_keep,
+    )
 
 
 def _print_compaction_plan(report: dict[str, Any]) -> None:

@@ -288,6 +288,8 @@ def _navigate(args: argparse.Namespace) -> int:
         raise UsageError("--focus and --replace-instructions shape the summary: add --summarize")
     if args.replace_instructions and not args.focus:
         raise UsageError("--replace-instructions needs --focus (the prompt to use instead)")
+    if args.short_summary and not args.summarize:
+        raise UsageError("--short-summary needs --summarize (it shortens the branch summary)")
     routes = route_settings(args)
     progress = Progress(
         "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
