@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -267,3 +270,35 @@ def test_check_json_reports_a_file_that_is_not_a_session(
     assert code == 1
     assert message in out
     assert path.read_bytes() == data
+
+
+def _with_an_emoji(tmp_path: Path) -> Path:
+    entries = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    last_user = next(
+        e for e in reversed(entries) if e["type"] == "message" and e["message"]["role"] == "user"
+    )
+    last_user["message"]["content"] = "smile \U0001f600 caf\u00e9"
+    path = tmp_path / "emoji.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii", "utf-8"])
+def test_json_output_is_valid_whatever_stdout_encoding(tmp_path: Path, encoding: str) -> None:
+    # With latin-1 the stream's error handler wrote \U0001f600, which is not JSON.
+    path = _with_an_emoji(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "context", str(path), "--json"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": encoding},
+        cwd=Path(__file__).parent.parent,  # this tree's orchestrator
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "smile \U0001f600 caf\u00e9" in [m.get("content") for m in report["messages"]]
+    if encoding == "utf-8":  # unchanged: the characters as they are, nothing escaped
+        assert "smile \U0001f600 caf\u00e9".encode() in done.stdout
+    else:
+        assert done.stdout.isascii()
+        assert b"smile \\ud83d\\ude00 caf\\u00e9" in done.stdout

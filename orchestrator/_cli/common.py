@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import dataclasses
 import json
 import sys
@@ -171,10 +172,24 @@ def print_json(value: Any) -> None:
     """Print one JSON object on stdout.
 
     Lone surrogates (a session may hold one) are escaped as ``JSON.stringify`` escapes them, so
-    the output is valid UTF-8 and reads back as the same string (D26).
+    the output is valid UTF-8 and reads back as the same string (D26). When stdout's encoding
+    is not UTF-8 (``PYTHONIOENCODING=latin-1``, a C locale) every non-ASCII character is
+    escaped (an emoji as ``\ud83d\ude00``): the output is then ASCII, valid JSON in any such
+    encoding, where the stream's error handler wrote ``\U0001f600``, which is not JSON.
     """
-    text = json.dumps(value, ensure_ascii=False, indent=2)
-    sys.stdout.write(escape_lone_surrogates(text) + "\n")
+    if _utf8(sys.stdout):
+        text = escape_lone_surrogates(json.dumps(value, ensure_ascii=False, indent=2))
+    else:
+        text = json.dumps(value, ensure_ascii=True, indent=2)
+    sys.stdout.write(text + "\n")
+
+
+def _utf8(stream: Any) -> bool:
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
