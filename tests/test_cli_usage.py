@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from importlib.metadata import version
 from pathlib import Path
@@ -112,12 +113,28 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"orchestrator {version('session-orchestrator')}"
 
 
-def test_every_plan_option_has_help() -> None:
-    plan = _build_parser().parse_args(["plan", "S"]).command_parser
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return {
+        name: sub
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+    }
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    # `orchestrator COMMAND --help` describes every option (README); compact had no help for
+    # --keep-recent-tokens, --no-adaptive-keep and --reserve-tokens, tree, check and fork none
+    # for --json. The parser with no argument registers every command.
+    parser = _build_parser()
+    commands = _subparsers(parser)
+    assert set(commands) >= {"context", "plan", "tree", "check", "compact", "navigate", "fork"}
     missing = [
-        action.option_strings
-        for action in plan._actions
-        if action.option_strings and not action.help
+        (name, action.option_strings or action.dest)
+        for name, command in [("orchestrator", parser), *commands.items()]
+        for action in command._actions
+        if not isinstance(action, argparse._SubParsersAction)
+        and (not action.help or action.help == argparse.SUPPRESS)
     ]
     assert missing == []
 

@@ -39,7 +39,7 @@ _COMPACTION_OPTIONS = (
 def register(commands: Any) -> None:
     """Add the inspection commands to the parser."""
     context = commands.add_parser("context", help="show what the model would see")
-    context.add_argument("session")
+    context.add_argument("session", help="the session file, or its id with --database")
     context.add_argument(
         "--leaf", metavar="ID", help="entry id to build the context at (default: last entry)"
     )
@@ -53,7 +53,7 @@ def register(commands: Any) -> None:
         description="Show what a compaction (default) or, with --from and --to, a branch "
         "summary would cover, without calling any model.",
     )
-    plan.add_argument("session")
+    plan.add_argument("session", help="the session file")
     plan.add_argument(
         "--leaf", metavar="ID", help="plan the compaction at this entry (default: last entry)"
     )
@@ -97,14 +97,14 @@ def register(commands: Any) -> None:
     plan.set_defaults(handler=_plan)
 
     tree = commands.add_parser("tree", help="draw the session tree")
-    tree.add_argument("session")
-    tree.add_argument("--json", action="store_true")
+    tree.add_argument("session", help="the session file, or its id with --database")
+    tree.add_argument("--json", action="store_true", help="print the stable JSON form")
     add_database_option(tree)
     tree.set_defaults(handler=_tree)
 
     check = commands.add_parser("check", help="validate a session file (exit 1 on problems)")
-    check.add_argument("session")
-    check.add_argument("--json", action="store_true")
+    check.add_argument("session", help="the session file, or its id with --database")
+    check.add_argument("--json", action="store_true", help="print ok, entries and problems as JSON")
     add_database_option(check)
     check.set_defaults(handler=_check)
 

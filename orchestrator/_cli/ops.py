@@ -47,7 +47,13 @@ from orchestrator._telemetry.tracing import LifecycleTracer
 
 def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--reserve-tokens", type=positive_int, default=16384)
+    parser.add_argument(
+        "--reserve-tokens",
+        type=positive_int,
+        default=16384,
+        metavar="N",
+        help="tokens reserved for the reply; sizes the summary request (default: %(default)s)",
+    )
     parser.add_argument(
         "--trace",
         type=trace_spec,
@@ -66,16 +72,26 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
 def register(commands: Any) -> None:
     """Add the commands that change sessions."""
     compact = commands.add_parser("compact", help="summarize old history into a compaction entry")
-    compact.add_argument("session")
+    compact.add_argument("session", help="the session file")
     compact.add_argument("--focus", help="what the summary should preserve above all")
-    compact.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
-    compact.add_argument("--no-adaptive-keep", action="store_true")
+    compact.add_argument(
+        "--keep-recent-tokens",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="recent tokens kept verbatim (default: %(default)s)",
+    )
+    compact.add_argument(
+        "--no-adaptive-keep",
+        action="store_true",
+        help="keep --keep-recent-tokens as given, without the measured-ratio adaptation (D7)",
+    )
     compact.add_argument("--dry-run", action="store_true", help="show the summary, write nothing")
     _add_route_arguments(compact)
     compact.set_defaults(handler=_compact)
 
     navigate = commands.add_parser("navigate", help="move the active leaf, optionally summarizing")
-    navigate.add_argument("session")
+    navigate.add_argument("session", help="the session file")
     navigate.add_argument("--to", required=True, metavar="ID", help="entry to navigate to")
     navigate.add_argument(
         "--summarize",
@@ -92,7 +108,7 @@ def register(commands: Any) -> None:
     navigate.set_defaults(handler=_navigate)
 
     fork = commands.add_parser("fork", help="copy the path before a user message into a new file")
-    fork.add_argument("session")
+    fork.add_argument("session", help="the session file to copy from")
     fork.add_argument(
         "--from",
         dest="entry",
@@ -101,7 +117,7 @@ def register(commands: Any) -> None:
         help="a user message: the new session holds the path before it",
     )
     fork.add_argument("--out", help="new session file (default: beside the source)")
-    fork.add_argument("--json", action="store_true")
+    fork.add_argument("--json", action="store_true", help="print the outcome as JSON")
     fork.set_defaults(handler=_fork)
 
 

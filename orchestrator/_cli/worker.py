@@ -36,8 +36,21 @@ def register(commands: Any) -> None:
     )
     add_cluster_arguments(worker)
     add_model_arguments(worker)
-    worker.add_argument("--reserve-tokens", type=positive_int, default=16384)
-    worker.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
+    worker.add_argument(
+        "--reserve-tokens",
+        type=positive_int,
+        default=16384,
+        metavar="N",
+        help="tokens reserved for the reply: compaction threshold = window - reserve "
+        "(default: %(default)s)",
+    )
+    worker.add_argument(
+        "--keep-recent-tokens",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="recent tokens kept verbatim by a compaction (default: %(default)s)",
+    )
     worker.add_argument(
         "--short-summary",
         action="store_true",
