@@ -63,7 +63,28 @@ def test_unknown_leaf_is_one_line_error_exit_1(
     code, out, err = run(capsys, "context", str(example), "--leaf", "nope1234", "--json")
     assert code == 1
     assert out == ""
-    assert err.strip() == "orchestrator context: Entry nope1234 not found"
+    assert err.strip() == f"orchestrator context: {example}: entry 'nope1234' not found"
+
+
+@pytest.mark.parametrize(
+    ("argv", "entry"),
+    [
+        (("context", "S", "--leaf", ""), ""),  # it said "Entry  not found"
+        (("plan", "S", "--leaf", "x y"), "x y"),
+        (("plan", "S", "--from", "gone", "--to", "gone"), "gone"),
+        (("navigate", "S", "--to", "nope"), "nope"),
+        (("fork", "S", "--from", "nope"), "nope"),
+    ],
+)
+def test_an_unknown_entry_names_the_session_and_quotes_the_id(
+    argv: tuple[str, ...], entry: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    code, out, err = run(capsys, *[str(session) if a == "S" else a for a in argv])
+    assert (code, out) == (1, "")
+    assert err == f"orchestrator {argv[0]}: {session}: entry {entry!r} not found\n"
+    assert session.read_bytes() == EXAMPLE.read_bytes()
 
 
 def test_missing_file_is_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

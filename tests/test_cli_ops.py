@@ -169,7 +169,7 @@ def test_navigating_twice_to_the_same_entry_writes_one_marker(
 def test_navigate_to_an_unknown_entry(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = example.read_bytes()
     code, _, err = run(capsys, "navigate", str(example), "--to", "nope")
-    assert (code, err.strip()) == (1, "orchestrator navigate: Entry nope not found")
+    assert (code, err.strip()) == (1, f"orchestrator navigate: {example}: entry 'nope' not found")
     assert example.read_bytes() == before
 
 

@@ -258,3 +258,25 @@ def test_plan_defaults_are_the_compaction_defaults(
     assert json.loads(out)["keepRecentTokens"] == 20000
     err = _usage_error(capsys, "plan", str(example), "--context-window", "16384")
     assert "--reserve-tokens 16384 must be smaller than --context-window 16384" in err
+
+
+def test_a_symbolic_link_loop_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "no such session file".
+    (tmp_path / "a.jsonl").symlink_to(tmp_path / "b.jsonl")
+    (tmp_path / "b.jsonl").symlink_to(tmp_path / "a.jsonl")
+    (tmp_path / "dangling.jsonl").symlink_to("nowhere.jsonl")
+    for command in ("context", "compact"):
+        code, _, err = run(capsys, command, str(tmp_path / "a.jsonl"))
+        assert code == 1
+        assert err == (
+            f"orchestrator {command}: {tmp_path / 'a.jsonl'}: symbolic link loop "
+            "(following its links never reaches a file)\n"
+        )
+        code, _, err = run(capsys, command, str(tmp_path / "dangling.jsonl"))
+        assert code == 1
+        assert err == (
+            f"orchestrator {command}: {tmp_path / 'dangling.jsonl'}: symbolic link to "
+            "nowhere.jsonl, which does not exist\n"
+        )

@@ -45,8 +45,16 @@ def _header_version(version: int) -> bytes:
     return HEADER.replace(b'"version":3', b'"version":%d' % version)
 
 
+_NOT_UTF8 = _reply(extra=b'"x":"caf\xe9",')
+_NOT_UTF8_AT = _NOT_UTF8.index(0xE9) + 1
+
 # (name, file bytes, the problem line as `check` prints it)
 LINE_CASES = [
+    (
+        "invalid UTF-8",  # it said only "not valid JSON"
+        HEADER + ROOT + _NOT_UTF8,
+        f"line 3: not valid JSON: invalid UTF-8 at byte {_NOT_UTF8_AT} of the line (0xe9)",
+    ),
     ("deep", HEADER + ROOT + _deep_reply(1000), "line 3: nested more than 200 levels deep"),
     (
         "infinite usage",

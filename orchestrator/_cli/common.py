@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import codecs
 import dataclasses
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,6 +136,17 @@ def require_file(path: str) -> None:
     if not target.is_file():
         if target.exists():  # a named pipe, a device: there, but not a file of JSON lines
             raise SessionError(f"{path}: not a regular file; a session is a file of JSON lines")
+        try:
+            os.stat(target)
+        except OSError as exc:  # exists() says False for a loop too
+            if exc.errno == errno.ELOOP:
+                raise SessionError(
+                    f"{path}: symbolic link loop (following its links never reaches a file)"
+                ) from None
+        if target.is_symlink():
+            raise SessionError(
+                f"{path}: symbolic link to {os.readlink(target)}, which does not exist"
+            )
         raise SessionError(f"{path}: no such session file")
 
 

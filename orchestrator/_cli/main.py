@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator._cli.common import UsageError, one_line
-from orchestrator._core.errors import OrchestratorError
+from orchestrator._core.errors import EntryNotFoundError, OrchestratorError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -113,6 +113,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except UsageError as exc:
         command.error(one_line(str(exc)))
+    except EntryNotFoundError as exc:
+        # pi's "Entry X not found" names neither the session nor, for an empty or odd id,
+        # visibly the id: "Entry  not found" for --leaf "".
+        where = getattr(args, "session", None)
+        message = f"entry {exc.entry_id!r} not found"
+        print(
+            f"orchestrator {args.command}: {f'{where}: ' if where else ''}{message}",
+            file=sys.stderr,
+        )
+        return 1
     except OrchestratorError as exc:
         print(f"orchestrator {args.command}: {one_line(str(exc))}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ Each child names who is at fault::
     ├── DefinitionError    a machine table or prompt file is wrong (ours or yours), found at load
     ├── SessionError       a session file, entry id or argument is wrong: the caller's input
     │   ├── NotASessionError     the store holds no session header: nothing loads
+    │   ├── EntryNotFoundError   an entry id the session does not hold
     │   ├── SessionLockedError   another process owns the session (D27)
     │   └── ConflictError        the session changed since it was read; nothing written (D27)
     ├── TransitionError    an event the table does not list for the current state: a caller bug
@@ -52,6 +53,18 @@ class NotASessionError(SessionError):
     def __init__(self, message: str, problems: Sequence[Problem]) -> None:
         super().__init__(message)
         self.problems = list(problems)
+
+
+class EntryNotFoundError(SessionError):
+    """An entry id the session does not hold: ``Entry <id> not found``, as pi says it.
+
+    Attributes:
+        entry_id: The id asked for; the command line quotes it after the session's name.
+    """
+
+    def __init__(self, entry_id: str) -> None:
+        super().__init__(f"Entry {entry_id} not found")
+        self.entry_id = entry_id
 
 
 class SessionLockedError(SessionError):
