@@ -4,6 +4,8 @@ path against the local provider."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from orchestrator._cli.main import main
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
-from tests.cli_kit import run
+from tests.cli_kit import EXAMPLE, run
 
 
 def test_compact_offline_appends_an_entry_pi_can_read(
@@ -313,3 +315,59 @@ def test_timeout_must_be_a_positive_number(
         run(capsys, "compact", str(example), "--timeout", "-1")
     assert exc.value.code == 2
     assert "positive number of seconds" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    ("argv", "done"),
+    [
+        (("compact",), "the compaction was appended (entry "),
+        (("compact", "--json"), "the compaction was appended (entry "),
+        (("navigate", "--to", "7c3c1046"), "the leaf was moved to 7c3c1046"),
+        (("fork", "--from", "ec48c90d", "--out", "F"), "the fork was written to F"),
+    ],
+)
+def test_a_report_that_cannot_be_written_says_the_change_was_made(
+    argv: tuple[str, ...], done: str, tmp_path: Path
+) -> None:
+    # compact S > /dev/full appended the compaction, then said only "No space left on device".
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    fork = str(tmp_path / "f.jsonl")
+    args = [fork if a == "F" else a for a in argv]
+    with open("/dev/full", "w") as full:
+        finished = subprocess.run(
+            [sys.executable, "-m", "orchestrator", args[0], str(session), *args[1:]],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,  # this tree's orchestrator
+            check=False,
+        )
+    assert finished.returncode == 1
+    assert finished.stderr.count("\n") == 1
+    assert finished.stderr.startswith(f"orchestrator {args[0]}: {done.replace('F', fork)}")
+    assert finished.stderr.rstrip().endswith(
+        ", but writing the report to standard output failed: No space left on device"
+    )
+    changed = session.read_bytes() != EXAMPLE.read_bytes() or Path(fork).exists()
+    assert changed
+
+
+def test_an_unchanged_session_reports_a_failed_write_as_it_is(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    with open("/dev/full", "w") as full:
+        finished = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "compact", str(session), "--dry-run"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+            check=False,
+        )
+    assert (finished.returncode, finished.stderr) == (
+        1,
+        "orchestrator compact: No space left on device\n",
+    )
+    assert session.read_bytes() == EXAMPLE.read_bytes()

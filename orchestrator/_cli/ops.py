@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -148,11 +149,37 @@ def _compact(args: argparse.Namespace) -> int:
         adaptive_keep=not args.no_adaptive_keep,
     )
     outcome = _run_runtime(args, summarizer, settings, progress, _compact_through)
-    if args.json:
-        print_json({k: v for k, v in outcome.items() if k not in ("splitTurn", "summarized")})
-        return 0
-    _print_compaction(args, outcome)
+    done = outcome["entryId"] and f"the compaction was appended (entry {outcome['entryId']})"
+    with reporting(done):
+        if args.json:
+            print_json({k: v for k, v in outcome.items() if k not in ("splitTurn", "summarized")})
+        else:
+            _print_compaction(args, outcome)
     return 0
+
+
+@contextmanager
+def reporting(done: str | None) -> Iterator[None]:
+    """Print the report of a change already made, flushed; a failed write says it stands.
+
+    ``compact S > /dev/full`` appended the compaction and then said only "No space left on
+    device", which reads as if the compaction had failed. ``done`` says what was written
+    (``None``: nothing was, and the error is reported as it is).
+
+    Raises:
+        SessionError: stdout could not be written after the change; one line naming both.
+    """
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:  # a reader that stopped early (| head): not a failure
+        raise
+    except OSError as exc:
+        if not done:
+            raise
+        raise SessionError(
+            f"{done}, but writing the report to standard output failed: {exc.strerror or exc}"
+        ) from None
 
 
 async def _compact_through(runtime: AgentSession, args: argparse.Namespace) -> dict[str, Any]:
@@ -318,11 +345,20 @@ def _navigate(args: argparse.Namespace) -> int:
         "summary": result.summary_entry["summary"] if result.summary_entry else None,
         "shortSummary": result.summary_entry.get("shortSummary") if result.summary_entry else None,
     }
-    if args.json:
-        print_json(report)
-        return 0
-    _print_navigation(result)
+    with reporting(_navigation_done(result)):
+        if args.json:
+            print_json(report)
+        else:
+            _print_navigation(result)
     return 0
+
+
+def _navigation_done(result: NavigationResult) -> str | None:
+    if result.summary_entry is not None:
+        return f"the branch summary was attached (entry {result.summary_entry['id']})"
+    if result.cancelled or result.new_leaf_id == result.old_leaf_id:
+        return None
+    return f"the leaf was moved to {result.new_leaf_id or '(root)'}"
 
 
 async def _navigate_through(runtime: AgentSession, args: argparse.Namespace) -> NavigationResult:
@@ -408,10 +444,11 @@ def _fork(args: argparse.Namespace) -> int:
         "entries": len(forked.tree),
         "editorText": editor_text,
     }
-    if args.json:
-        print_json(report)
-    else:
-        print(f"forked into {out} ({len(forked.tree)} entries)")
-        print("-- editor text:")
-        print(editor_text)
+    with reporting(f"the fork was written to {out}"):
+        if args.json:
+            print_json(report)
+        else:
+            print(f"forked into {out} ({len(forked.tree)} entries)")
+            print("-- editor text:")
+            print(editor_text)
     return 0
