@@ -371,3 +371,37 @@ def test_an_unchanged_session_reports_a_failed_write_as_it_is(tmp_path: Path) ->
         "orchestrator compact: No space left on device\n",
     )
     assert session.read_bytes() == EXAMPLE.read_bytes()
+
+
+@pytest.mark.parametrize("under", ["", "/traces"])
+@pytest.mark.parametrize("command", [("compact", "--dry-run"), ("navigate", "--to", "x")])
+def test_a_trace_folder_that_is_a_file_is_refused_at_start(
+    under: str,
+    command: tuple[str, ...],
+    example: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Every span was dropped without a word, exit 0.
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("not a folder")
+    spec = f"jsonl:{blocker}{under}"
+    with pytest.raises(SystemExit) as exc:
+        main([command[0], str(example), *command[1:], "--trace", spec])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"usage: orchestrator {command[0]} ")
+    assert err.rstrip().endswith(
+        f"error: argument --trace: {spec!r}: {blocker} is not a folder; the spans need a folder"
+    )
+    assert blocker.read_text() == "not a folder"
+
+
+def test_a_missing_trace_folder_is_created(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "new" / "traces"
+    code, _, _ = run(capsys, "compact", str(example), "--dry-run", "--trace", f"jsonl:{traces}")
+    assert code == 0
+    assert list(traces.glob("*.jsonl"))

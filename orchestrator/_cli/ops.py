@@ -291,15 +291,37 @@ def trace_spec(text: str) -> str:
     """An ``argparse`` type for ``--trace``: ``otlp``, ``console`` or ``jsonl:FOLDER``.
 
     A value that is none of them is a usage error (exit 2, with the usage), found before any
-    work; whether an OTLP collector listens is checked when the provider is made.
+    work; so is a ``jsonl`` folder that cannot hold the spans (a file, or under one), which
+    dropped every span without a word. Whether an OTLP collector listens is checked when the
+    provider is made.
 
     Raises:
-        argparse.ArgumentTypeError: ``text`` is not one of the three forms.
+        argparse.ArgumentTypeError: ``text`` is not one of the three forms, or names a folder
+            that cannot be used.
     """
     kind, colon, folder = text.partition(":")
-    if (kind == "jsonl" and folder) or (kind in ("otlp", "console") and not colon):
+    if kind == "jsonl" and folder:
+        problem = _trace_folder_problem(Path(folder))
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{text!r}: {problem}; the spans need a folder")
+        return text
+    if kind in ("otlp", "console") and not colon:
         return text
     raise argparse.ArgumentTypeError(f"{text!r}: use otlp, console or jsonl:FOLDER")
+
+
+def _trace_folder_problem(folder: Path) -> str | None:
+    """Why the spans cannot be written in ``folder`` (created when missing), or ``None``."""
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is not a folder"
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the folder is created with its parents: where it starts
+    if existing.exists() and not existing.is_dir():
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot create files in {existing} (permission denied)"
+    return None
 
 
 def make_trace_provider(spec: str | None) -> TracerProvider | None:
