@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,7 +63,28 @@ def test_unknown_leaf_is_one_line_error_exit_1(
     code, out, err = run(capsys, "context", str(example), "--leaf", "nope1234", "--json")
     assert code == 1
     assert out == ""
-    assert err.strip() == "orchestrator context: Entry nope1234 not found"
+    assert err.strip() == f"orchestrator context: {example}: entry 'nope1234' not found"
+
+
+@pytest.mark.parametrize(
+    ("argv", "entry"),
+    [
+        (("context", "S", "--leaf", ""), ""),  # it said "Entry  not found"
+        (("plan", "S", "--leaf", "x y"), "x y"),
+        (("plan", "S", "--from", "gone", "--to", "gone"), "gone"),
+        (("navigate", "S", "--to", "nope"), "nope"),
+        (("fork", "S", "--from", "nope"), "nope"),
+    ],
+)
+def test_an_unknown_entry_names_the_session_and_quotes_the_id(
+    argv: tuple[str, ...], entry: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    code, out, err = run(capsys, *[str(session) if a == "S" else a for a in argv])
+    assert (code, out) == (1, "")
+    assert err == f"orchestrator {argv[0]}: {session}: entry {entry!r} not found\n"
+    assert session.read_bytes() == EXAMPLE.read_bytes()
 
 
 def test_missing_file_is_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,9 +229,10 @@ def test_check_reports_damage_with_line_and_leaves_bytes(
     report = json.loads(out)
     assert [(p["code"], p["line"]) for p in report["problems"]] == [(code_name, line_no)]
     assert path.read_bytes() == data
-    code, _, err = run(capsys, "check", str(path))
+    code, out, err = run(capsys, "check", str(path))
     assert code == 1
-    assert f"line {line_no}:" in err
+    assert f"line {line_no}:" in out  # the report on stdout: check S > report.txt keeps it
+    assert err == ""
     # The other commands still work on what loaded, with a warning.
     code, out, err = run(capsys, "context", str(path), "--json")
     assert code == 0
@@ -218,7 +243,83 @@ def test_check_reports_damage_with_line_and_leaves_bytes(
 def test_check_not_a_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "notes.jsonl"
     path.write_bytes(b'{"hello": "world"}\n')
-    code, _, err = run(capsys, "check", str(path))
+    code, out, err = run(capsys, "check", str(path))
     assert code == 1
     assert "not a session file" in err
+    assert err.count("\n") == 1
+    assert out == f"{path}: line 1: {NOT_A_HEADER}\n"
     assert path.read_bytes() == b'{"hello": "world"}\n'
+
+
+NOT_A_HEADER = (
+    'the first line is not a session header ({"type": "session", "id": ...}), '
+    "so this is not a session file"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "line", "message"),
+    [
+        (b"\xef\xbb\xbf" + EXAMPLE.read_bytes(), 1, "byte order mark (BOM)"),
+        (b"garbage\n", 1, "not a session header"),
+        (b"\n\n\n", 0, "no session header (nothing but blank lines)"),
+    ],
+    ids=["bom", "garbage", "blank"],
+)
+def test_check_json_reports_a_file_that_is_not_a_session(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: bytes,
+    line: int,
+    message: str,
+) -> None:
+    # The report is the contract's object, on stdout; the error line stays on stderr.
+    path = tmp_path / "notes.jsonl"
+    path.write_bytes(data)
+    code, out, err = run(capsys, "check", str(path), "--json")
+    assert code == 1
+    report = json.loads(out)
+    assert report["ok"] is False
+    assert report["entries"] == 0
+    [problem] = report["problems"]
+    assert (problem["line"], problem["code"]) == (line, "not_session")
+    assert message in problem["message"]
+    assert err.count("\n") == 1
+    assert err.startswith("orchestrator check: ")
+    assert "not a session file" in err
+    code, out, _ = run(capsys, "check", str(path))
+    assert code == 1
+    assert message in out
+    assert path.read_bytes() == data
+
+
+def _with_an_emoji(tmp_path: Path) -> Path:
+    entries = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    last_user = next(
+        e for e in reversed(entries) if e["type"] == "message" and e["message"]["role"] == "user"
+    )
+    last_user["message"]["content"] = "smile \U0001f600 caf\u00e9"
+    path = tmp_path / "emoji.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii", "utf-8"])
+def test_json_output_is_valid_whatever_stdout_encoding(tmp_path: Path, encoding: str) -> None:
+    # With latin-1 the stream's error handler wrote \U0001f600, which is not JSON.
+    path = _with_an_emoji(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "context", str(path), "--json"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": encoding},
+        cwd=Path(__file__).parent.parent,  # this tree's orchestrator
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "smile \U0001f600 caf\u00e9" in [m.get("content") for m in report["messages"]]
+    if encoding == "utf-8":  # unchanged: the characters as they are, nothing escaped
+        assert "smile \U0001f600 caf\u00e9".encode() in done.stdout
+    else:
+        assert done.stdout.isascii()
+        assert b"smile \\ud83d\\ude00 caf\\u00e9" in done.stdout

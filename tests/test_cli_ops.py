@@ -4,13 +4,16 @@ path against the local provider."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from orchestrator._cli.main import main
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
-from tests.cli_kit import run
+from tests.cli_kit import EXAMPLE, run
 
 
 def test_compact_offline_appends_an_entry_pi_can_read(
@@ -168,7 +171,7 @@ def test_navigating_twice_to_the_same_entry_writes_one_marker(
 def test_navigate_to_an_unknown_entry(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = example.read_bytes()
     code, _, err = run(capsys, "navigate", str(example), "--to", "nope")
-    assert (code, err.strip()) == (1, "orchestrator navigate: Entry nope not found")
+    assert (code, err.strip()) == (1, f"orchestrator navigate: {example}: entry 'nope' not found")
     assert example.read_bytes() == before
 
 
@@ -216,12 +219,23 @@ def test_compact_is_journaled_and_traced(
     assert any(name.startswith("summarize ") for name in names)
 
 
-def test_bad_trace_spec_is_a_one_line_error(
-    example: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("spec", ["zipkin", "bogus", "jsonl", "jsonl:", "otlp:x", "console:"])
+@pytest.mark.parametrize("command", [("compact", "--dry-run"), ("navigate", "--to", "x")])
+def test_bad_trace_spec_is_a_usage_error(
+    spec: str, command: tuple[str, ...], example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "compact", str(example), "--trace", "zipkin")
-    assert code == 1
-    assert "--trace zipkin: use otlp, console or jsonl:FOLDER" in err
+    # It was exit 1 without the usage, after the session was opened.
+    before = example.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        main([command[0], str(example), *command[1:], "--trace", spec])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"usage: orchestrator {command[0]} ")
+    assert err.rstrip().endswith(
+        f"error: argument --trace: {spec!r}: use otlp, console or jsonl:FOLDER"
+    )
+    assert example.read_bytes() == before
 
 
 def test_navigate_summarize_through_litellm_and_the_local_provider(
@@ -317,3 +331,93 @@ def test_the_tui_without_a_terminal_is_refused_and_holds_nothing(
     )
     assert example.read_bytes() == before
     assert sorted(p.name for p in example.parent.iterdir()) == [example.name]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    ("argv", "done"),
+    [
+        (("compact",), "the compaction was appended (entry "),
+        (("compact", "--json"), "the compaction was appended (entry "),
+        (("navigate", "--to", "7c3c1046"), "the leaf was moved to 7c3c1046"),
+        (("fork", "--from", "ec48c90d", "--out", "F"), "the fork was written to F"),
+    ],
+)
+def test_a_report_that_cannot_be_written_says_the_change_was_made(
+    argv: tuple[str, ...], done: str, tmp_path: Path
+) -> None:
+    # compact S > /dev/full appended the compaction, then said only "No space left on device".
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    fork = str(tmp_path / "f.jsonl")
+    args = [fork if a == "F" else a for a in argv]
+    with open("/dev/full", "w") as full:
+        finished = subprocess.run(
+            [sys.executable, "-m", "orchestrator", args[0], str(session), *args[1:]],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,  # this tree's orchestrator
+            check=False,
+        )
+    assert finished.returncode == 1
+    assert finished.stderr.count("\n") == 1
+    assert finished.stderr.startswith(f"orchestrator {args[0]}: {done.replace('F', fork)}")
+    assert finished.stderr.rstrip().endswith(
+        ", but writing the report to standard output failed: No space left on device"
+    )
+    changed = session.read_bytes() != EXAMPLE.read_bytes() or Path(fork).exists()
+    assert changed
+
+
+def test_an_unchanged_session_reports_a_failed_write_as_it_is(tmp_path: Path) -> None:
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    with open("/dev/full", "w") as full:
+        finished = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "compact", str(session), "--dry-run"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+            check=False,
+        )
+    assert (finished.returncode, finished.stderr) == (
+        1,
+        "orchestrator compact: No space left on device\n",
+    )
+    assert session.read_bytes() == EXAMPLE.read_bytes()
+
+
+@pytest.mark.parametrize("under", ["", "/traces"])
+@pytest.mark.parametrize("command", [("compact", "--dry-run"), ("navigate", "--to", "x")])
+def test_a_trace_folder_that_is_a_file_is_refused_at_start(
+    under: str,
+    command: tuple[str, ...],
+    example: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Every span was dropped without a word, exit 0.
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("not a folder")
+    spec = f"jsonl:{blocker}{under}"
+    with pytest.raises(SystemExit) as exc:
+        main([command[0], str(example), *command[1:], "--trace", spec])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"usage: orchestrator {command[0]} ")
+    assert err.rstrip().endswith(
+        f"error: argument --trace: {spec!r}: {blocker} is not a folder; the spans need a folder"
+    )
+    assert blocker.read_text() == "not a folder"
+
+
+def test_a_missing_trace_folder_is_created(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "new" / "traces"
+    code, _, _ = run(capsys, "compact", str(example), "--dry-run", "--trace", f"jsonl:{traces}")
+    assert code == 0
+    assert list(traces.glob("*.jsonl"))

@@ -106,7 +106,10 @@ def test_fork_from_an_unknown_id_and_from_a_non_user_entry_say_different_things(
 ) -> None:
     out = str(tmp_path / "f.jsonl")
     code, _, unknown = run(capsys, "fork", str(example), "--from", "nope1234", "--out", out)
-    assert (code, unknown.strip()) == (1, "orchestrator fork: Entry nope1234 not found")
+    assert (code, unknown.strip()) == (
+        1,
+        f"orchestrator fork: {example}: entry 'nope1234' not found",
+    )
     source = Session.open(example)
     compaction = next(e for e in source.tree.entries if e["type"] == "compaction")
     code, _, wrong = run(capsys, "fork", str(example), "--from", compaction["id"], "--out", out)

@@ -190,3 +190,12 @@ def test_the_shortest_line_too_deep_is_refused_and_one_level_less_is_not(decoder
     # Padding a line that fits does not make it too deep, however long it gets.
     padded = b"[" * MAX_DEPTH + b'"' + b"x" * 500 + b'"' + b"]" * MAX_DEPTH
     assert decode(padded) is not None
+
+
+@pytest.mark.parametrize("size", [0, FAST_FROM_BYTES])
+def test_invalid_utf8_names_the_byte(size: int) -> None:
+    # Both decoders (small and big files) said only "not valid JSON".
+    with pytest.raises(BadLine) as caught:
+        line_decoder(size)(b'{"a":"caf\xe9"}')
+    assert caught.value.code == "not_json"
+    assert caught.value.message == ("not valid JSON: invalid UTF-8 at byte 10 of the line (0xe9)")

@@ -45,8 +45,16 @@ def _header_version(version: int) -> bytes:
     return HEADER.replace(b'"version":3', b'"version":%d' % version)
 
 
+_NOT_UTF8 = _reply(extra=b'"x":"caf\xe9",')
+_NOT_UTF8_AT = _NOT_UTF8.index(0xE9) + 1
+
 # (name, file bytes, the problem line as `check` prints it)
 LINE_CASES = [
+    (
+        "invalid UTF-8",  # it said only "not valid JSON"
+        HEADER + ROOT + _NOT_UTF8,
+        f"line 3: not valid JSON: invalid UTF-8 at byte {_NOT_UTF8_AT} of the line (0xe9)",
+    ),
     ("deep", HEADER + ROOT + _deep_reply(1000), "line 3: nested more than 200 levels deep"),
     (
         "infinite usage",
@@ -85,8 +93,10 @@ def test_each_break_is_one_line_and_the_file_is_untouched(
 ) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(data)
-    code, _, err = run(capsys, command, str(path))
-    assert problem in err
+    code, out, err = run(capsys, command, str(path))
+    # check's report is on stdout (``check S > report.txt``); the others warn on stderr.
+    where = out if command == "check" else err
+    assert problem in where
     assert "Traceback" not in err
     refused = command == "compact" and name in ("version 1 over v3 entries", "future version")
     if refused:
@@ -97,7 +107,7 @@ def test_each_break_is_one_line_and_the_file_is_untouched(
         assert error.startswith("orchestrator compact: refusing to append to ")
         assert code == 1
     else:
-        assert len([line for line in err.splitlines() if problem in line]) == 1
+        assert len([line for line in where.splitlines() if problem in line]) == 1
         # check fails on any problem; the others warn and go on with what loaded.
         assert code == (1 if command == "check" else 0)
     assert path.read_bytes() == data
@@ -112,7 +122,13 @@ def test_bom_says_why_it_is_not_a_session(
     for command in ("check", "context", "compact"):
         code, out, err = run(capsys, command, str(path))
         assert code == 1
-        assert out == ""
+        # check also reports the problem on stdout, as for any damaged file.
+        if command == "check":
+            assert out.count("\n") == 1
+            assert out.startswith(f"{path}: line 1: ")
+            assert "byte order mark (BOM)" in out
+        else:
+            assert out == ""
         assert err.count("\n") == 1
         assert "byte order mark (BOM)" in err
         assert "remove the first 3 bytes" in err

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import dataclasses
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +23,16 @@ if TYPE_CHECKING:
 
 class UsageError(Exception):
     """A command's arguments do not make sense together; reported with its usage, exit 2."""
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: its non-blank lines, stripped, joined with ``"; "``.
+
+    Errors are one line on stderr (README, "Commands"); a provider's message may span several
+    (litellm's "LLM Provider NOT provided" is two), and a grep for the command's name must
+    find all of it.
+    """
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +89,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def http_url(text: str) -> str:
+    """An ``argparse`` type for ``--remote``: an ``http://`` or ``https://`` URL with a host.
+
+    An empty value would fall back to the offline summarizer without a word, and anything else
+    failed later with the bare value as its whole message.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not such a URL.
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError:  # an unbalanced [ in the host, a port that is not a number
+        host = None
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
+    return text
+
+
 def check_reserve(context_window: int | None, reserve_tokens: int) -> None:
     """Refuse a reserve that leaves no room in the window (the threshold would be <= 0).
 
@@ -101,6 +136,17 @@ def require_file(path: str) -> None:
     if not target.is_file():
         if target.exists():  # a named pipe, a device: there, but not a file of JSON lines
             raise SessionError(f"{path}: not a regular file; a session is a file of JSON lines")
+        try:
+            os.stat(target)
+        except OSError as exc:  # exists() says False for a loop too
+            if exc.errno == errno.ELOOP:
+                raise SessionError(
+                    f"{path}: symbolic link loop (following its links never reaches a file)"
+                ) from None
+        if target.is_symlink():
+            raise SessionError(
+                f"{path}: symbolic link to {os.readlink(target)}, which does not exist"
+            )
         raise SessionError(f"{path}: no such session file")
 
 
@@ -139,10 +185,24 @@ def print_json(value: Any) -> None:
     """Print one JSON object on stdout.
 
     Lone surrogates (a session may hold one) are escaped as ``JSON.stringify`` escapes them, so
-    the output is valid UTF-8 and reads back as the same string (D26).
+    the output is valid UTF-8 and reads back as the same string (D26). When stdout's encoding
+    is not UTF-8 (``PYTHONIOENCODING=latin-1``, a C locale) every non-ASCII character is
+    escaped (an emoji as ``\ud83d\ude00``): the output is then ASCII, valid JSON in any such
+    encoding, where the stream's error handler wrote ``\U0001f600``, which is not JSON.
     """
-    text = json.dumps(value, ensure_ascii=False, indent=2)
-    sys.stdout.write(escape_lone_surrogates(text) + "\n")
+    if _utf8(sys.stdout):
+        text = escape_lone_surrogates(json.dumps(value, ensure_ascii=False, indent=2))
+    else:
+        text = json.dumps(value, ensure_ascii=True, indent=2)
+    sys.stdout.write(text + "\n")
+
+
+def _utf8(stream: Any) -> bool:
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +232,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="the summarizer's context window in tokens",
     )
-    parser.add_argument("--remote", metavar="URL", help="remote summary endpoint")
+    parser.add_argument(
+        "--remote", type=http_url, metavar="URL", help="remote summary endpoint (http or https)"
+    )
 
 
 API_KEY_VISIBLE = (

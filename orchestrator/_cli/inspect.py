@@ -6,7 +6,7 @@ Their ``--json`` output is a stable contract, documented in the README ("Inspect
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator._cli.common import (
@@ -19,14 +19,27 @@ from orchestrator._cli.common import (
 )
 from orchestrator._cli.database import add_database_option, reading
 from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.errors import NotASessionError
+from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
+
+_KEEP_RECENT_TOKENS = CompactionSettings().keep_recent_tokens
+_RESERVE_TOKENS = CompactionSettings().reserve_tokens
+# The options of a compaction plan, which a branch plan (--from/--to) does not use.
+_COMPACTION_OPTIONS = (
+    ("leaf", "--leaf"),
+    ("keep_recent_tokens", "--keep-recent-tokens"),
+    ("reserve_tokens", "--reserve-tokens"),
+    ("context_window", "--context-window"),
+    ("no_adaptive_keep", "--no-adaptive-keep"),
+)
 
 
 def register(commands: Any) -> None:
     """Add the inspection commands to the parser."""
     context = commands.add_parser("context", help="show what the model would see")
-    context.add_argument("session")
+    context.add_argument("session", help="the session file, or its id with --database")
     context.add_argument(
         "--leaf", metavar="ID", help="entry id to build the context at (default: last entry)"
     )
@@ -40,23 +53,22 @@ def register(commands: Any) -> None:
         description="Show what a compaction (default) or, with --from and --to, a branch "
         "summary would cover, without calling any model.",
     )
-    plan.add_argument("session")
+    plan.add_argument("session", help="the session file")
     plan.add_argument(
         "--leaf", metavar="ID", help="plan the compaction at this entry (default: last entry)"
     )
+    # Compaction options default to None so that a branch plan can refuse them when given.
     plan.add_argument(
         "--keep-recent-tokens",
         type=positive_int,
-        default=20000,
         metavar="N",
-        help="recent tokens kept verbatim (default: %(default)s)",
+        help=f"recent tokens kept verbatim (default: {_KEEP_RECENT_TOKENS})",
     )
     plan.add_argument(
         "--reserve-tokens",
         type=positive_int,
-        default=16384,
         metavar="N",
-        help="room kept for the reply; threshold = window - reserve (default: %(default)s)",
+        help=f"room kept for the reply; threshold = window - reserve (default: {_RESERVE_TOKENS})",
     )
     plan.add_argument(
         "--context-window",
@@ -85,14 +97,14 @@ def register(commands: Any) -> None:
     plan.set_defaults(handler=_plan)
 
     tree = commands.add_parser("tree", help="draw the session tree")
-    tree.add_argument("session")
-    tree.add_argument("--json", action="store_true")
+    tree.add_argument("session", help="the session file, or its id with --database")
+    tree.add_argument("--json", action="store_true", help="print the stable JSON form")
     add_database_option(tree)
     tree.set_defaults(handler=_tree)
 
     check = commands.add_parser("check", help="validate a session file (exit 1 on problems)")
-    check.add_argument("session")
-    check.add_argument("--json", action="store_true")
+    check.add_argument("session", help="the session file, or its id with --database")
+    check.add_argument("--json", action="store_true", help="print ok, entries and problems as JSON")
     add_database_option(check)
     check.set_defaults(handler=_check)
 
@@ -138,9 +150,20 @@ def _model_text(model: dict[str, str] | None) -> str:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    session = open_existing(args.session)
+    # An option the chosen plan does not use would be dropped without a word: refuse it.
     if (args.from_leaf is None) != (args.to_target is None):
         raise UsageError("--from and --to go together (branch plan)")
+    if args.from_leaf is None and args.budget is not None:
+        raise UsageError("--budget needs --from and --to (it limits a branch plan)")
+    if args.from_leaf is not None:
+        given = [option for name, option in _COMPACTION_OPTIONS if getattr(args, name)]
+        if given:
+            one = len(given) == 1
+            raise UsageError(
+                f"{' and '.join(given)} {'is' if one else 'are'} for a compaction plan, "
+                f"without --from and --to (a branch plan does not use {'it' if one else 'them'})"
+            )
+    session = open_existing(args.session)
     if args.from_leaf is not None:
         report = branch_report(session, args.from_leaf, args.to_target, args.budget or 0)
         if args.json:
@@ -152,19 +175,24 @@ def _plan(args: argparse.Namespace) -> int:
             )
             print(f"common ancestor: {report['commonAncestorId']}")
         return 0
-    check_reserve(args.context_window, args.reserve_tokens)
+    settings = plan_settings(args)
+    check_reserve(args.context_window, settings.reserve_tokens)
     leaf = check_leaf(session, args.leaf)
-    settings = CompactionSettings(
-        reserve_tokens=args.reserve_tokens,
-        keep_recent_tokens=args.keep_recent_tokens,
-        adaptive_keep=not args.no_adaptive_keep,
-    )
     report = plan_report(session.path(leaf) if leaf else [], settings, args.context_window)
     if args.json:
         print_json(report)
         return 0
     _print_compaction_plan(report)
     return 0
+
+
+def plan_settings(args: argparse.Namespace) -> CompactionSettings:
+    """The compaction settings ``plan``'s options give, the defaults for those not given."""
+    return CompactionSettings(
+        reserve_tokens=args.reserve_tokens or _RESERVE_TOKENS,
+        keep_recent_tokens=args.keep_recent_tokens or _KEEP_RECENT_TOKENS,
+        adaptive_keep=not args.no_adaptive_keep,
+    )
 
 
 def _print_compaction_plan(report: dict[str, Any]) -> None:
@@ -223,13 +251,24 @@ def _tree(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    with reading(args, warn=False) as session:
-        problems = session.problems
+    # The report (ok, or every problem) goes to stdout, so ``check S > report.txt`` keeps it;
+    # stderr has only errors. A file that is not a session at all is both: its problems are
+    # reported like any other, and the one-line error follows on stderr (exit 1).
+    try:
+        with reading(args, warn=False) as session:
+            problems, entries = session.problems, len(session.tree)
+    except NotASessionError as exc:
+        _print_check(args, exc.problems, 0)
+        raise
+    return _print_check(args, problems, entries)
+
+
+def _print_check(args: argparse.Namespace, problems: Sequence[Problem], entries: int) -> int:
     if args.json:
         print_json(
             {
                 "ok": not problems,
-                "entries": len(session.tree),
+                "entries": entries,
                 "problems": [
                     {"line": p.line, "code": p.code, "message": p.message} for p in problems
                 ],
@@ -237,7 +276,7 @@ def _check(args: argparse.Namespace) -> int:
         )
     else:
         for problem in problems:
-            print(f"{args.session}: {problem}", file=sys.stderr)
+            print(f"{args.session}: {problem}")
         if not problems:
-            print(f"{args.session}: ok, {len(session.tree)} entries")
+            print(f"{args.session}: ok, {entries} entries")
     return 1 if problems else 0

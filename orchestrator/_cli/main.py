@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orchestrator._cli.common import UsageError
-from orchestrator._core.errors import OrchestratorError
+from orchestrator._cli.common import UsageError, one_line
+from orchestrator._core.errors import EntryNotFoundError, OrchestratorError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -112,9 +112,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except UsageError as exc:
-        command.error(str(exc))
+        command.error(one_line(str(exc)))
+    except EntryNotFoundError as exc:
+        # pi's "Entry X not found" names neither the session nor, for an empty or odd id,
+        # visibly the id: "Entry  not found" for --leaf "".
+        where = getattr(args, "session", None)
+        message = f"entry {exc.entry_id!r} not found"
+        print(
+            f"orchestrator {args.command}: {f'{where}: ' if where else ''}{message}",
+            file=sys.stderr,
+        )
+        return 1
     except OrchestratorError as exc:
-        print(f"orchestrator {args.command}: {exc}", file=sys.stderr)
+        print(f"orchestrator {args.command}: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"orchestrator {args.command}: interrupted; nothing was applied", file=sys.stderr)
@@ -124,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         # The stores name the file and the reason themselves; this catches what slips past
         # them (a full disk mid-write, a file removed under us), still as one line (issue 8).
-        print(f"orchestrator {args.command}: {_os_error_line(exc)}", file=sys.stderr)
+        print(f"orchestrator {args.command}: {one_line(_os_error_line(exc))}", file=sys.stderr)
         return 1
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,9 +49,16 @@ from orchestrator._telemetry.tracing import LifecycleTracer
 
 def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--reserve-tokens", type=positive_int, default=16384)
+    parser.add_argument(
+        "--reserve-tokens",
+        type=positive_int,
+        default=16384,
+        metavar="N",
+        help="tokens reserved for the reply; sizes the summary request (default: %(default)s)",
+    )
     parser.add_argument(
         "--trace",
+        type=trace_spec,
         metavar="SPEC",
         help="export OpenTelemetry spans: otlp (OTEL_* variables), console, or jsonl:FOLDER",
     )
@@ -66,16 +74,26 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
 def register(commands: Any) -> None:
     """Add the commands that change sessions."""
     compact = commands.add_parser("compact", help="summarize old history into a compaction entry")
-    compact.add_argument("session")
+    compact.add_argument("session", help="the session file")
     compact.add_argument("--focus", help="what the summary should preserve above all")
-    compact.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
-    compact.add_argument("--no-adaptive-keep", action="store_true")
+    compact.add_argument(
+        "--keep-recent-tokens",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="recent tokens kept verbatim (default: %(default)s)",
+    )
+    compact.add_argument(
+        "--no-adaptive-keep",
+        action="store_true",
+        help="keep --keep-recent-tokens as given, without the measured-ratio adaptation (D7)",
+    )
     compact.add_argument("--dry-run", action="store_true", help="show the summary, write nothing")
     _add_route_arguments(compact)
     compact.set_defaults(handler=_compact)
 
     navigate = commands.add_parser("navigate", help="move the active leaf, optionally summarizing")
-    navigate.add_argument("session")
+    navigate.add_argument("session", help="the session file")
     navigate.add_argument("--to", required=True, metavar="ID", help="entry to navigate to")
     navigate.add_argument(
         "--summarize",
@@ -92,7 +110,7 @@ def register(commands: Any) -> None:
     navigate.set_defaults(handler=_navigate)
 
     fork = commands.add_parser("fork", help="copy the path before a user message into a new file")
-    fork.add_argument("session")
+    fork.add_argument("session", help="the session file to copy from")
     fork.add_argument(
         "--from",
         dest="entry",
@@ -101,7 +119,7 @@ def register(commands: Any) -> None:
         help="a user message: the new session holds the path before it",
     )
     fork.add_argument("--out", help="new session file (default: beside the source)")
-    fork.add_argument("--json", action="store_true")
+    fork.add_argument("--json", action="store_true", help="print the outcome as JSON")
     fork.set_defaults(handler=_fork)
 
 
@@ -132,11 +150,37 @@ def _compact(args: argparse.Namespace) -> int:
         adaptive_keep=not args.no_adaptive_keep,
     )
     outcome = _run_runtime(args, summarizer, settings, progress, _compact_through)
-    if args.json:
-        print_json({k: v for k, v in outcome.items() if k not in ("splitTurn", "summarized")})
-        return 0
-    _print_compaction(args, outcome)
+    done = outcome["entryId"] and f"the compaction was appended (entry {outcome['entryId']})"
+    with reporting(done):
+        if args.json:
+            print_json({k: v for k, v in outcome.items() if k not in ("splitTurn", "summarized")})
+        else:
+            _print_compaction(args, outcome)
     return 0
+
+
+@contextmanager
+def reporting(done: str | None) -> Iterator[None]:
+    """Print the report of a change already made, flushed; a failed write says it stands.
+
+    ``compact S > /dev/full`` appended the compaction and then said only "No space left on
+    device", which reads as if the compaction had failed. ``done`` says what was written
+    (``None``: nothing was, and the error is reported as it is).
+
+    Raises:
+        SessionError: stdout could not be written after the change; one line naming both.
+    """
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:  # a reader that stopped early (| head): not a failure
+        raise
+    except OSError as exc:
+        if not done:
+            raise
+        raise SessionError(
+            f"{done}, but writing the report to standard output failed: {exc.strerror or exc}"
+        ) from None
 
 
 async def _compact_through(runtime: AgentSession, args: argparse.Namespace) -> dict[str, Any]:
@@ -246,11 +290,48 @@ def _run_runtime(
             provider.shutdown()
 
 
+def trace_spec(text: str) -> str:
+    """An ``argparse`` type for ``--trace``: ``otlp``, ``console`` or ``jsonl:FOLDER``.
+
+    A value that is none of them is a usage error (exit 2, with the usage), found before any
+    work; so is a ``jsonl`` folder that cannot hold the spans (a file, or under one), which
+    dropped every span without a word. Whether an OTLP collector listens is checked when the
+    provider is made.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not one of the three forms, or names a folder
+            that cannot be used.
+    """
+    kind, colon, folder = text.partition(":")
+    if kind == "jsonl" and folder:
+        problem = _trace_folder_problem(Path(folder))
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{text!r}: {problem}; the spans need a folder")
+        return text
+    if kind in ("otlp", "console") and not colon:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: use otlp, console or jsonl:FOLDER")
+
+
+def _trace_folder_problem(folder: Path) -> str | None:
+    """Why the spans cannot be written in ``folder`` (created when missing), or ``None``."""
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is not a folder"
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the folder is created with its parents: where it starts
+    if existing.exists() and not existing.is_dir():
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot create files in {existing} (permission denied)"
+    return None
+
+
 def make_trace_provider(spec: str | None) -> TracerProvider | None:
     """A tracer provider for ``--trace``: ``otlp``, ``console`` or ``jsonl:FOLDER``.
 
     Raises:
-        SessionError: an unknown specification.
+        UsageError: an unknown specification (:func:`trace_spec` refuses it when parsing).
     """
     if not spec:
         return None
@@ -262,7 +343,7 @@ def make_trace_provider(spec: str | None) -> TracerProvider | None:
         return make_tracer_provider("otlp", shutdown_on_exit=False)
     if kind == "console" and not folder:
         return make_tracer_provider("console", shutdown_on_exit=False)
-    raise SessionError(f"--trace {spec}: use otlp, console or jsonl:FOLDER")
+    raise UsageError(f"--trace {spec}: use otlp, console or jsonl:FOLDER")
 
 
 # -- navigate ----------------------------------------------------------------------------------
@@ -275,6 +356,8 @@ def _navigate(args: argparse.Namespace) -> int:
         raise UsageError("--focus and --replace-instructions shape the summary: add --summarize")
     if args.replace_instructions and not args.focus:
         raise UsageError("--replace-instructions needs --focus (the prompt to use instead)")
+    if args.short_summary and not args.summarize:
+        raise UsageError("--short-summary needs --summarize (it shortens the branch summary)")
     routes = route_settings(args)
     progress = Progress(
         "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
@@ -287,11 +370,20 @@ def _navigate(args: argparse.Namespace) -> int:
         "summary": result.summary_entry["summary"] if result.summary_entry else None,
         "shortSummary": result.summary_entry.get("shortSummary") if result.summary_entry else None,
     }
-    if args.json:
-        print_json(report)
-        return 0
-    _print_navigation(result)
+    with reporting(_navigation_done(result)):
+        if args.json:
+            print_json(report)
+        else:
+            _print_navigation(result)
     return 0
+
+
+def _navigation_done(result: NavigationResult) -> str | None:
+    if result.summary_entry is not None:
+        return f"the branch summary was attached (entry {result.summary_entry['id']})"
+    if result.cancelled or result.new_leaf_id == result.old_leaf_id:
+        return None
+    return f"the leaf was moved to {result.new_leaf_id or '(root)'}"
 
 
 async def _navigate_through(runtime: AgentSession, args: argparse.Namespace) -> NavigationResult:
@@ -377,10 +469,11 @@ def _fork(args: argparse.Namespace) -> int:
         "entries": len(forked.tree),
         "editorText": editor_text,
     }
-    if args.json:
-        print_json(report)
-    else:
-        print(f"forked into {out} ({len(forked.tree)} entries)")
-        print("-- editor text:")
-        print(editor_text)
+    with reporting(f"the fork was written to {out}"):
+        if args.json:
+            print_json(report)
+        else:
+            print(f"forked into {out} ({len(forked.tree)} entries)")
+            print("-- editor text:")
+            print(editor_text)
     return 0

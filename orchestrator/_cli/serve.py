@@ -33,6 +33,8 @@ from orchestrator._cli.common import (
     add_cluster_arguments,
     add_timeout_argument,
     check_cluster_database,
+    http_url,
+    one_line,
     positive_int,
     require_cluster,
 )
@@ -102,10 +104,25 @@ def register(commands: Any) -> None:
         default=0,
         help="the model's context window in tokens",
     )
-    serve.add_argument("--remote", metavar="URL", help="remote summary endpoint")
-    serve.add_argument("--reserve-tokens", type=positive_int, default=16384)
+    serve.add_argument(
+        "--remote", type=http_url, metavar="URL", help="remote summary endpoint (http or https)"
+    )
+    serve.add_argument(
+        "--reserve-tokens",
+        type=positive_int,
+        default=16384,
+        metavar="N",
+        help="tokens reserved for the reply: compaction threshold = window - reserve "
+        "(default: %(default)s)",
+    )
     add_timeout_argument(serve)
-    serve.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
+    serve.add_argument(
+        "--keep-recent-tokens",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="recent tokens kept verbatim by a compaction (default: %(default)s)",
+    )
     serve.add_argument(
         "--short-summary",
         action="store_true",
@@ -286,4 +303,4 @@ async def _listen(where: object, bind: Awaitable[Listener]) -> Listener:
 
 
 def _say(text: str) -> None:
-    print(f"orchestrator serve: {text}", file=sys.stderr, flush=True)
+    print(f"orchestrator serve: {one_line(text)}", file=sys.stderr, flush=True)

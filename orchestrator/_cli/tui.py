@@ -32,7 +32,7 @@ from orchestrator._runtime.types import RuntimeSettings
 def register(commands: Any) -> None:
     """Add the ``tui`` command."""
     tui = commands.add_parser("tui", help="browse the session tree and navigate it (terminal UI)")
-    tui.add_argument("session")
+    tui.add_argument("session", help="the session file")
     add_model_arguments(tui)
     tui.add_argument(
         "--reserve-tokens",

@@ -21,6 +21,7 @@ from orchestrator._cli.common import (
     add_timeout_argument,
     check_cluster_database,
     integer,
+    one_line,
     positive_int,
     require_cluster,
 )
@@ -35,8 +36,21 @@ def register(commands: Any) -> None:
     )
     add_cluster_arguments(worker)
     add_model_arguments(worker)
-    worker.add_argument("--reserve-tokens", type=positive_int, default=16384)
-    worker.add_argument("--keep-recent-tokens", type=positive_int, default=20000)
+    worker.add_argument(
+        "--reserve-tokens",
+        type=positive_int,
+        default=16384,
+        metavar="N",
+        help="tokens reserved for the reply: compaction threshold = window - reserve "
+        "(default: %(default)s)",
+    )
+    worker.add_argument(
+        "--keep-recent-tokens",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="recent tokens kept verbatim by a compaction (default: %(default)s)",
+    )
     worker.add_argument(
         "--short-summary",
         action="store_true",
@@ -113,5 +127,5 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _refuse(message: str) -> int:
     """A store or server the worker cannot use: one line, exit 2, before any work is taken."""
-    print(f"orchestrator worker: {message}", file=sys.stderr)
+    print(f"orchestrator worker: {one_line(message)}", file=sys.stderr)
     return 2

@@ -6,6 +6,8 @@ Each child names who is at fault::
     OrchestratorError
     ├── DefinitionError    a machine table or prompt file is wrong (ours or yours), found at load
     ├── SessionError       a session file, entry id or argument is wrong: the caller's input
+    │   ├── NotASessionError     the store holds no session header: nothing loads
+    │   ├── EntryNotFoundError   an entry id the session does not hold
     │   ├── SessionLockedError   another process owns the session (D27)
     │   └── ConflictError        the session changed since it was read; nothing written (D27)
     ├── TransitionError    an event the table does not list for the current state: a caller bug
@@ -22,6 +24,12 @@ Errors are raised, never returned, and never used for control flow inside the co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator._core.load_result import Problem
+
 
 class OrchestratorError(Exception):
     """Base of every error this library raises."""
@@ -33,6 +41,30 @@ class DefinitionError(OrchestratorError):
 
 class SessionError(OrchestratorError):
     """A session file, entry id or argument given by the caller cannot be used."""
+
+
+class NotASessionError(SessionError):
+    """The store holds something that is not a session: no header, so nothing loads (D3).
+
+    Attributes:
+        problems: What loading found, with line numbers (never empty): ``check`` reports them.
+    """
+
+    def __init__(self, message: str, problems: Sequence[Problem]) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+class EntryNotFoundError(SessionError):
+    """An entry id the session does not hold: ``Entry <id> not found``, as pi says it.
+
+    Attributes:
+        entry_id: The id asked for; the command line quotes it after the session's name.
+    """
+
+    def __init__(self, entry_id: str) -> None:
+        super().__init__(f"Entry {entry_id} not found")
+        self.entry_id = entry_id
 
 
 class SessionLockedError(SessionError):

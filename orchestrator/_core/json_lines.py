@@ -21,7 +21,8 @@ What ``JSON.parse`` would read but I refuse, each with its own problem code:
   Also an integer with more digits than Python converts (4300 by default), a limit both parsers
   share. Integers below that stay exact, however large (JavaScript would round them).
 
-And what it refuses too: ``NaN``, ``Infinity``, invalid UTF-8 (``not_json``).
+And what it refuses too: ``NaN``, ``Infinity``, invalid UTF-8 (``not_json``; the message
+names the first invalid byte).
 """
 
 from __future__ import annotations
@@ -181,7 +182,13 @@ def _decode_exactly(raw: bytes) -> Any:
         raise
     except RecursionError:
         raise _too_deep() from None
-    except ValueError:  # UnicodeDecodeError is a ValueError too
+    except UnicodeDecodeError as exc:  # only here, after msgspec refused: no cost when valid
+        raise BadLine(
+            "not_json",
+            f"not valid JSON: invalid UTF-8 at byte {exc.start + 1} of the line "
+            f"(0x{raw[exc.start]:02x})",
+        ) from None
+    except ValueError:
         raise _not_json() from None
 
 

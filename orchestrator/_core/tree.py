@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._core.entries import LABEL, SESSION_INFO, Entry, iso_now, new_entry_id
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import EntryNotFoundError, SessionError
 
 LEAF: object = object()
 """Default ``parent_id`` of :meth:`SessionTree.new_entry`: the current leaf."""
@@ -126,7 +126,7 @@ class SessionTree:
         try:
             return self.by_id[entry_id]
         except KeyError:
-            raise SessionError(f"Entry {entry_id} not found") from None
+            raise EntryNotFoundError(entry_id) from None
 
     def parent_of(self, entry: Entry) -> Entry | None:
         """The parent entry, or ``None`` for a root (including an orphan)."""

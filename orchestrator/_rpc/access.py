@@ -89,6 +89,11 @@ def read_secret_file(path: Path, what: str) -> str:
         # O_NONBLOCK: opening a named pipe would otherwise wait for a writer, for ever.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            # O_NOFOLLOW's refusal reads "Too many levels of symbolic links": say what it is.
+            raise ValueError(
+                f"{what} file {path}: is a symbolic link; refused (name the file itself)"
+            ) from None
         raise ValueError(f"{what} file {path}: {exc.strerror or exc}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator._core.entries import LABEL, MESSAGE, Entry, role_of, text_of
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import EntryNotFoundError, SessionError
 from orchestrator._core.tree import SessionTree
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.protocol import SessionStore
@@ -46,7 +46,7 @@ def branched_session(
     now = clock or source._clock
     path = source.tree.path(leaf_id) if leaf_id is not None else []
     if leaf_id is not None and not path:
-        raise SessionError(f"Entry {leaf_id} not found")
+        raise EntryNotFoundError(leaf_id)
     header = new_header(
         str(source.header.get("cwd", "/")),
         now(),
@@ -100,7 +100,7 @@ def fork_target(source: Session, entry_id: str) -> tuple[str | None, str]:
     """
     entry = source.tree.by_id.get(entry_id)
     if entry is None:
-        raise SessionError(f"Entry {entry_id} not found")
+        raise EntryNotFoundError(entry_id)
     if role_of(entry) != "user":
         raise SessionError(
             f"Invalid entry ID for forking: {entry_id} is {_kind_of(entry)}; "

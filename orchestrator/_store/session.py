@@ -42,7 +42,7 @@ from orchestrator._core.entries import (
     iso_now,
     role_of,
 )
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import NotASessionError, SessionError
 from orchestrator._core.load_result import LoadResult, Problem, Tail
 from orchestrator._core.loading import gc_paused
 from orchestrator._core.tree import LEAF, SessionTree
@@ -229,8 +229,7 @@ class Session:
         with gc_paused():
             result: LoadResult = store.load()
             if result.header is None:
-                details = "; ".join(str(p) for p in result.problems) or "no session header"
-                raise SessionError(f"{store.location}: not a session file ({details})")
+                raise _not_a_session(store.location, result.problems)
             tree = SessionTree(result.header, result.entries)
         return cls(
             store,
@@ -261,8 +260,7 @@ class Session:
         with gc_paused():
             result = self.store.load()
             if result.header is None:
-                details = "; ".join(str(p) for p in result.problems) or "no session header"
-                raise SessionError(f"{self.store.location}: not a session file ({details})")
+                raise _not_a_session(self.store.location, result.problems)
             tree = SessionTree(result.header, result.entries)
         self.tree = tree
         self.problems = list(result.problems)
@@ -682,3 +680,12 @@ class Session:
     def close(self) -> None:
         """Release the store (its lock, if any)."""
         self.store.close()
+
+
+def _not_a_session(location: str, problems: Sequence[Problem]) -> NotASessionError:
+    """The error for a store with no session header, naming what loading found."""
+    details = "; ".join(str(p) for p in problems) or "no session header"
+    found = list(problems) or [
+        Problem(line=0, code="not_session", message="no session header (nothing but blank lines)")
+    ]
+    return NotASessionError(f"{location}: not a session file ({details})", found)

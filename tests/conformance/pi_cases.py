@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator._cli.inspect import plan_settings
 from orchestrator._cli.main import _build_parser, main
 from orchestrator._core.compaction_plan import plan_report
 from orchestrator._core.context import ContextBuilder
 from orchestrator._core.serialize import serialize_conversation
-from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report
 from orchestrator._store.session import Session
 
@@ -145,11 +145,7 @@ def _with_session(session: Session, argv: Sequence[str]) -> dict[str, Any]:
         report = branch_report(session, args.from_leaf, args.to_target, args.budget or 0)
     else:
         leaf = args.leaf or session.leaf_id
-        settings = CompactionSettings(
-            reserve_tokens=args.reserve_tokens,
-            keep_recent_tokens=args.keep_recent_tokens,
-            adaptive_keep=not args.no_adaptive_keep,
-        )
+        settings = plan_settings(args)
         report = plan_report(session.path(leaf) if leaf else [], settings, args.context_window)
     result: dict[str, Any] = json.loads(json.dumps(report))
     indexed: dict[str, Any] = index_ids(result, order)
