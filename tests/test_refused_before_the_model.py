@@ -61,7 +61,7 @@ def torn_with_a_hard_linked_side_file(tmp_path: Path) -> Path:
     [
         (version_four, "refusing to append to"),
         (torn_with_a_folder_for_its_side_file, "it is not a regular file"),
-        (torn_with_a_hard_linked_side_file, "it has 2 names"),
+        (torn_with_a_hard_linked_side_file, "has 2 names"),
     ],
 )
 @pytest.mark.parametrize("call", ["compact", "navigate"])

@@ -324,8 +324,11 @@ class JsonlStore:
         where = f"{self.corrupt_path}: cannot keep the torn last line of {self.location} there"
         if not stat.S_ISREG(found.st_mode):
             return f"{where}: it is not a regular file"
-        if found.st_nlink > 1:
-            return f"{where}: it has {found.st_nlink} names (hard links)"
+        if found.st_nlink > 1:  # as the store says it when it opens the file (files.py)
+            return (
+                f"{self.corrupt_path}: has {found.st_nlink} names (hard links); "
+                "refusing to write a side file another file shares"
+            )
         return None
 
     @property
