@@ -24,11 +24,14 @@ def test_machines_renders_one_or_all(capsys: pytest.CaptureFixture[str]) -> None
     assert "### `operation`" in out
 
 
-def test_unknown_machine_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, "machines", "teleport")
-    assert code == 1
-    assert err.strip() == (
-        "orchestrator machines: unknown machine 'teleport'; known: navigation, operation, turn"
+def test_unknown_machine_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run(capsys, "machines", "teleport")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ")
+    assert err.strip().endswith(
+        "error: unknown machine 'teleport'; known: navigation, operation, turn"
     )
 
 

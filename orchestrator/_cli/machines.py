@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from orchestrator._cli.common import print_json
+from orchestrator._cli.common import UsageError, print_json
 from orchestrator._core.errors import SessionError
 from orchestrator._core.resources import data_dir
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
@@ -42,7 +42,7 @@ def _machines(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else list(shipped_machines())
     for name in names:
         if name not in shipped_machines():
-            raise SessionError(f"unknown machine {name!r}; known: {', '.join(shipped_machines())}")
+            raise UsageError(f"unknown machine {name!r}; known: {', '.join(shipped_machines())}")
     render = render_mermaid if args.mermaid else render_table if args.table else render_markdown
     sys.stdout.write("\n".join(render(load_machine(name)) for name in names))
     return 0
