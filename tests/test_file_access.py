@@ -153,6 +153,24 @@ def test_the_journal_never_writes_through_a_symlink(session: Path, planted: Path
     assert planted.read_text() == "not yours\n"
 
 
+def test_a_stale_lock_file_that_cannot_be_written_is_not_called_uncreatable(
+    session: Path, denied: Denied, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "cannot create the lock file": the file is there (left by pid 1234), and what
+    # failed is opening it for writing.
+    lock = Path(f"{session}.lock")
+    lock.write_text("1234 orchestrator compact\n")
+    denied.file(lock)
+    before = session.read_bytes()
+    code, _, err = run(capsys, "compact", str(session))
+    assert code == 1
+    assert one_line(err) == (
+        f"orchestrator compact: {lock}: permission denied (it exists and cannot be opened for "
+        "writing)"
+    )
+    assert session.read_bytes() == before
+
+
 @pytest.mark.parametrize(
     ("code", "expected"),
     [

@@ -51,6 +51,10 @@ def describe_os_error(path: str | os.PathLike[str], doing: str, exc: OSError) ->
     if exc.errno == errno.ELOOP:
         return f"{path}: is a symbolic link; refusing to follow it ({doing})"
     if exc.errno in (errno.EACCES, errno.EPERM):
+        if doing.startswith("create ") and os.path.lexists(path):
+            # It is there already (a stale one, say, made by another user): what failed is
+            # opening it for writing, not creating it.
+            return f"{path}: permission denied (it exists and cannot be opened for writing)"
         return f"{path}: permission denied (cannot {doing})"
     if exc.errno == errno.ENOENT:
         return f"{path}: its folder {Path(path).parent} does not exist (cannot {doing})"
