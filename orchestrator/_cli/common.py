@@ -35,6 +35,25 @@ def one_line(text: str) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+def add_compaction_size_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--reserve-tokens`` and ``--keep-recent-tokens`` for the runtime's compactions."""
+    parser.add_argument(
+        "--reserve-tokens",
+        type=positive_int,
+        default=16384,
+        metavar="N",
+        help="tokens reserved for the reply: compaction threshold = window - reserve "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--keep-recent-tokens",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="recent tokens kept verbatim by a compaction (default: %(default)s)",
+    )
+
+
 def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--timeout``: how long a summary may take in all, each model call included."""
     parser.add_argument(

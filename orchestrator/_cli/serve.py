@@ -31,6 +31,7 @@ from orchestrator._cli.common import (
     API_KEY_VISIBLE,
     UsageError,
     add_cluster_arguments,
+    add_compaction_size_arguments,
     add_timeout_argument,
     check_cluster_database,
     http_url,
@@ -107,22 +108,8 @@ def register(commands: Any) -> None:
     serve.add_argument(
         "--remote", type=http_url, metavar="URL", help="remote summary endpoint (http or https)"
     )
-    serve.add_argument(
-        "--reserve-tokens",
-        type=positive_int,
-        default=16384,
-        metavar="N",
-        help="tokens reserved for the reply: compaction threshold = window - reserve "
-        "(default: %(default)s)",
-    )
+    add_compaction_size_arguments(serve)
     add_timeout_argument(serve)
-    serve.add_argument(
-        "--keep-recent-tokens",
-        type=positive_int,
-        default=20000,
-        metavar="N",
-        help="recent tokens kept verbatim by a compaction (default: %(default)s)",
-    )
     serve.add_argument(
         "--short-summary",
         action="store_true",

@@ -17,12 +17,12 @@ from typing import Any
 from orchestrator._cli.common import (
     API_KEY_VISIBLE,
     add_cluster_arguments,
+    add_compaction_size_arguments,
     add_model_arguments,
     add_timeout_argument,
     check_cluster_database,
     integer,
     one_line,
-    positive_int,
     require_cluster,
 )
 from orchestrator._cluster.cache import MAX_MIB, MAX_SESSIONS
@@ -36,21 +36,7 @@ def register(commands: Any) -> None:
     )
     add_cluster_arguments(worker)
     add_model_arguments(worker)
-    worker.add_argument(
-        "--reserve-tokens",
-        type=positive_int,
-        default=16384,
-        metavar="N",
-        help="tokens reserved for the reply: compaction threshold = window - reserve "
-        "(default: %(default)s)",
-    )
-    worker.add_argument(
-        "--keep-recent-tokens",
-        type=positive_int,
-        default=20000,
-        metavar="N",
-        help="recent tokens kept verbatim by a compaction (default: %(default)s)",
-    )
+    add_compaction_size_arguments(worker)
     worker.add_argument(
         "--short-summary",
         action="store_true",
