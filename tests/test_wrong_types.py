@@ -100,16 +100,22 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("case", sorted(ODD))
-@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_every_command_runs_on_a_field_of_the_wrong_type(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, command: list[str]
-) -> None:
+def with_odd_entry(tmp_path: Path, case: str) -> Path:
+    """A copy of the example with the odd entry ``case`` appended under its leaf."""
     path = tmp_path / "s.jsonl"
     shutil.copy(EXAMPLE, path)
     entry = {"id": "0dd0dd01", "parentId": "935170bb", "timestamp": STAMP, **ODD[case]}
     with path.open("a", encoding="utf-8") as file:
         file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(ODD))
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_runs_on_a_field_of_the_wrong_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, command: list[str]
+) -> None:
+    path = with_odd_entry(tmp_path, case)
     before = path.read_bytes()
     code, _, err = run(capsys, command[0], str(path), *command[1:])  # raises on a traceback
     assert code == 0, err
@@ -127,11 +133,7 @@ def test_a_text_of_the_wrong_type_previews_as_empty(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
     # `tree` crashed on the number (a join of non-strings) and showed the object's Python repr.
-    path = tmp_path / "s.jsonl"
-    shutil.copy(EXAMPLE, path)
-    entry = {"id": "0dd0dd01", "parentId": "935170bb", "timestamp": STAMP, **ODD[case]}
-    with path.open("a", encoding="utf-8") as file:
-        file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+    path = with_odd_entry(tmp_path, case)
     code, out, err = run(capsys, "tree", str(path), "--json")
     assert code == 0, err
     row = next(r for r in json.loads(out)["nodes"] if r["id"] == "0dd0dd01")
