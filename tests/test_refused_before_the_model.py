@@ -36,20 +36,23 @@ def version_four(tmp_path: Path) -> Path:
     return path
 
 
-def torn_with_a_folder_for_its_side_file(tmp_path: Path) -> Path:
+def torn(tmp_path: Path) -> Path:
+    """The example with a torn last line (a commit moves it into the .corrupt side file)."""
     path = tmp_path / "torn.jsonl"
     shutil.copy(EXAMPLE, path)
     with path.open("ab") as file:
         file.write(b'{"type":"message","id":"torn')
+    return path
+
+
+def torn_with_a_folder_for_its_side_file(tmp_path: Path) -> Path:
+    path = torn(tmp_path)
     Path(f"{path}.corrupt").mkdir()
     return path
 
 
 def torn_with_a_hard_linked_side_file(tmp_path: Path) -> Path:
-    path = tmp_path / "torn.jsonl"
-    shutil.copy(EXAMPLE, path)
-    with path.open("ab") as file:
-        file.write(b'{"type":"message","id":"torn')
+    path = torn(tmp_path)
     other = tmp_path / "precious.txt"
     other.write_text("precious\n")
     Path(f"{path}.corrupt").hardlink_to(other)
