@@ -288,3 +288,15 @@ def test_window_and_reasoning_come_from_litellms_bundled_map_when_not_given() ->
     )
     assert unknown.context_window == 0
     assert "reasoning_effort" not in unknown.arguments(request)
+
+
+def test_an_answer_without_a_choice_is_an_empty_failure_not_an_index_error() -> None:
+    # A provider answering {"choices": []} made the route raise IndexError out of prompt().
+    for raw in (
+        SimpleNamespace(choices=[], model="m"),
+        SimpleNamespace(choices=None, model="m"),
+        SimpleNamespace(choices=[SimpleNamespace(message=None, finish_reason="stop")], model=""),
+    ):
+        with pytest.raises(ModelError, match="answered with no message") as caught:
+            response_from_litellm(raw, fallback_model="fallback")
+        assert caught.value.kind == "empty"

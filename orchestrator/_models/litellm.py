@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from orchestrator._core.classify import classify_exception
+from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, ToolCall, Usage
 
 # Builtin exceptions that mean a bug in the call, not a provider failure (see the module doc).
@@ -192,9 +193,19 @@ def response_from_litellm(raw: Any, *, fallback_model: str = "") -> ModelRespons
 
     Returns:
         A :class:`ModelResponse`; ``input`` excludes cached prompt tokens, as pi counts them.
+
+    Raises:
+        ModelError: ``empty``: the provider answered without a choice (``"choices": []``) or a
+            message, which is the provider's failure, not a bug here to surface as IndexError.
     """
-    choice = raw.choices[0]
-    message = choice.message
+    choices = getattr(raw, "choices", None) or ()
+    choice = choices[0] if choices else None
+    message = getattr(choice, "message", None)
+    if choice is None or message is None:
+        model = getattr(raw, "model", None) or fallback_model
+        raise ModelError(
+            f"{model}: the provider answered with no message (no choices)", kind="empty"
+        )
     hidden = getattr(raw, "_hidden_params", None) or {}
     return ModelResponse(
         text=_text_of(getattr(message, "content", None)),
