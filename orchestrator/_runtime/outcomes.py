@@ -11,6 +11,7 @@ the one model attempt both hosts make (the workflow makes it inside an activity)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,6 +27,8 @@ from orchestrator._runtime.retry import RetryPolicy, check_summary_response
 from orchestrator._runtime.summarize import Part, request_for
 
 T = TypeVar("T")
+
+_log = logging.getLogger("orchestrator.models")
 
 RETRYABLE = frozenset({"transient", "timeout"})
 """Failure kinds a wait and another attempt may cure (D21)."""
@@ -212,6 +215,15 @@ async def attempt_summary(
     except ModelError as error:
         report = Report(outcome=error.kind, retry_after=error.retry_after, error=str(error))
         return report, ""
+    except Exception as error:  # noqa: BLE001 - cancellation (a BaseException) passes untouched
+        # A route that raises anything else is broken (an IndexError on an odd answer, a bug):
+        # a fatal failure of this attempt, so the table ends the operation (failed, nothing
+        # applied, its journal closed, its events final) instead of the exception leaving it
+        # open in `summarizing` until the session is reopened. Logged with its traceback: a
+        # bug must not hide behind the failure's one line.
+        _log.exception("summary route %s raised", model.name)
+        failure = f"{model.name}: {type(error).__name__}: {error}"
+        return Report(outcome="fatal", error=failure), ""
     return Report(outcome="ok", data={"model": model.name}), response.text.strip()
 
 
