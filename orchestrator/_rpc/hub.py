@@ -43,6 +43,7 @@ from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.files import side_file_name
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.reports import context_report, tree_rows
@@ -249,6 +250,12 @@ class SessionHub:
         try:
             if not create and not resolved.is_file():
                 raise RpcError(INVALID_PARAMS, f"{path}: no such session file")
+            if create and not os.path.lexists(resolved) and side_file_name(resolved):
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"{path}: a new session cannot take a side file's name (.lock, .journal, "
+                    ".corrupt, or a rewrite's .NAME.tmp)",
+                )
             # The server owns every session it opens until it closes it (D27).
             runtime = AgentSession.open(resolved, owner=SERVER_OWNER, **self.options.arguments())
         except OSError as exc:

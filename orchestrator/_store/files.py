@@ -40,6 +40,21 @@ def session_file(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(given)) if given.is_symlink() else given
 
 
+SIDE_SUFFIXES = (".lock", ".journal", ".corrupt")
+"""The endings of a session's side files (``<session>.lock`` and so on)."""
+
+
+def side_file_name(path: Path) -> bool:
+    """Whether ``path`` is named as a side file of some session, or a rewrite's temporary.
+
+    A new session under such a name (a fork to ``s.jsonl.lock``) would be taken for the side
+    file of ``s.jsonl``: its lock text written over it, journal records appended to it, and
+    the file deleted as a stale lock.
+    """
+    name = path.name
+    return name.endswith(SIDE_SUFFIXES) or (name.startswith(".") and name.endswith(".tmp"))
+
+
 def describe_os_error(path: str | os.PathLike[str], doing: str, exc: OSError) -> str:
     """One readable line for an operating-system error on ``path``.
 

@@ -76,6 +76,7 @@ from orchestrator._store.files import (
     only_regular,
     open_side_file,
     session_file,
+    side_file_name,
 )
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
@@ -592,6 +593,11 @@ class JsonlStore:
             SessionError: The name was taken meanwhile (nothing replaced), or the folder
                 refuses the file.
         """
+        if side_file_name(self.path):
+            raise SessionError(
+                f"{self.path}: a new session cannot take a side file's name (.lock, .journal, "
+                ".corrupt, or a rewrite's .NAME.tmp): another session's would be written over it"
+            )
         if self._use_lock:
             self._lock(_default_owner())
         if expect is not None:
