@@ -14,6 +14,8 @@ must first present the server's token; stdio belongs to the process that started
 
 from __future__ import annotations
 
+import errno
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -100,9 +102,31 @@ class RpcServer:
     async def serve_listener(
         self, listener: anyio.abc.Listener[anyio.abc.SocketStream], *, token: str | None = None
     ) -> None:
-        """Serve every connection ``listener`` accepts, until cancelled."""
-        async with listener:
-            await listener.serve(lambda stream: self._accept(stream, token))
+        """Serve every connection ``listener`` accepts, until cancelled.
+
+        Out of file descriptors (each open session holds two, each connection one), ``accept``
+        fails with ``EMFILE``: that used to end the whole server with a traceback, every
+        client disconnected. The connection waits in the kernel's backlog instead, and the
+        server tries again a moment later, saying so on stderr once per shortage.
+        """
+        async with listener, anyio.create_task_group() as connections:
+            said = -math.inf  # when the last shortage was said
+            while True:
+                try:
+                    # The connections live in this task group, not the listener's: a failed
+                    # accept ends `serve`, never the connections it started.
+                    await listener.serve(
+                        lambda stream: self._accept(stream, token), task_group=connections
+                    )
+                    return
+                except (OSError, anyio.BrokenResourceError, BaseExceptionGroup) as exc:
+                    reason = _shortage(exc)
+                    if reason is None:
+                        raise
+                    if anyio.current_time() - said > 1.0:  # a new shortage, not the same one
+                        _stderr(f"cannot accept a connection now: {reason}; trying again")
+                    said = anyio.current_time()
+                await anyio.sleep(0.1)
 
     async def serve_tcp(
         self,
@@ -162,3 +186,20 @@ def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return one_line(f"{type(exc).__name__}: {exc}")
+
+
+_SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _shortage(exc: BaseException) -> str | None:
+    """Why ``exc`` says the process ran short of descriptors (or memory), else ``None``.
+
+    An exception group counts when every exception in it is such a shortage.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        reasons = [_shortage(inner) for inner in exc.exceptions]
+        return reasons[0] if reasons and all(reasons) else None
+    for error in (exc, exc.__cause__):
+        if isinstance(error, OSError) and error.errno in _SHORTAGES:
+            return error.strerror or str(error)
+    return None
