@@ -273,6 +273,24 @@ class SessionHub:
         POLICY.settle()
         return slot
 
+    def _fork_target(self, path: str) -> Path:
+        """Where ``session.fork`` writes: a new name inside the served directory.
+
+        The name itself must be free: a symbolic link there, even one that points nowhere, is
+        "already exists" (resolving it first created the file it points to, through it).
+        """
+        if not path:
+            raise RpcError(
+                INVALID_PARAMS, "session.fork: 'path' is empty; leave it out for a default name"
+            )
+        target = self._resolve(path)
+        given = Path(path).expanduser()
+        if not given.is_absolute():
+            given = (self.options.root or Path.cwd()) / given
+        if os.path.lexists(given):
+            raise RpcError(INVALID_PARAMS, f"{path}: already exists")
+        return target
+
     def _resolve(self, path: str) -> Path:
         if "\0" in path:
             raise RpcError(INVALID_PARAMS, f"{path!r}: a path cannot hold a NUL character")
@@ -433,7 +451,7 @@ class SessionHub:
         runtime = self._slot(p.text("session_id")).runtime
         entry_id = p.text("entry_id")
         path = p.optional_text("path")
-        target = self._resolve(path) if path else None
+        target = self._fork_target(path) if path is not None else None
         try:
             result = await runtime.fork(entry_id, target)
         except OSError as exc:

@@ -1,0 +1,38 @@
+"""``session.fork`` writes only to a free name (a dangling link was followed and written)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+from orchestrator._rpc.protocol import INVALID_PARAMS
+from tests.cli_kit import EXAMPLE
+from tests.test_rpc import Client
+
+pytestmark = pytest.mark.anyio
+
+USER_MESSAGE = "daa66d13"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_a_fork_onto_a_link_or_an_empty_path_is_refused(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "a.jsonl")
+    (tmp_path / "dangling.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    client = Client(SessionHub(RuntimeOptions(root=tmp_path)))
+    opened = await client.call("session.open", path="a.jsonl")
+    fork = {"session_id": opened["session_id"], "entry_id": USER_MESSAGE}
+    error = await client.error("session.fork", **fork, path="dangling.jsonl")
+    assert (error["code"], error["message"]) == (INVALID_PARAMS, "dangling.jsonl: already exists")
+    assert not (tmp_path / "nowhere.jsonl").exists()  # nothing created through the link
+    error = await client.error("session.fork", **fork, path="")
+    assert error["code"] == INVALID_PARAMS
+    assert "'path' is empty" in error["message"]
+    await client.call("session.close", session_id=opened["session_id"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "dangling.jsonl"]
