@@ -36,3 +36,20 @@ async def test_a_fork_onto_a_link_or_an_empty_path_is_refused(tmp_path: Path) ->
     assert "'path' is empty" in error["message"]
     await client.call("session.close", session_id=opened["session_id"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "dangling.jsonl"]
+
+
+async def test_two_forks_at_once_take_two_default_names(tmp_path: Path) -> None:
+    # Both chose s.fork1.jsonl; the second was refused as "being changed by" the server itself.
+    shutil.copy(EXAMPLE, tmp_path / "a.jsonl")
+    client = Client(SessionHub(RuntimeOptions(root=tmp_path)))
+    opened = await client.call("session.open", path="a.jsonl")
+    fork = {"session_id": opened["session_id"], "entry_id": USER_MESSAGE}
+    answers = await client.dispatcher.handle(
+        [
+            {"jsonrpc": "2.0", "id": 1, "method": "session.fork", "params": fork},
+            {"jsonrpc": "2.0", "id": 2, "method": "session.fork", "params": fork},
+        ]
+    )
+    assert isinstance(answers, list)
+    paths = sorted(Path(answer["result"]["path"]).name for answer in answers)
+    assert paths == ["a.fork1.jsonl", "a.fork2.jsonl"]

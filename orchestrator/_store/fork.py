@@ -127,6 +127,9 @@ def fork_path(location: str | os.PathLike[str]) -> Path:
     source = Path(location)
     for n in range(1, 10_000):
         candidate = source.with_name(f"{source.stem}.fork{n}{source.suffix}")
-        if not os.path.lexists(candidate):  # a dangling symbolic link is taken too
+        # A dangling symbolic link is taken too; so is a name another fork is writing: its
+        # owner holds the lock file from before the file exists (two forks at once both chose
+        # fork1, and the second was refused as "being changed by" its own process).
+        if not os.path.lexists(candidate) and not os.path.lexists(f"{candidate}.lock"):
             return candidate
     raise SessionError(f"{source}: too many forks beside it")
