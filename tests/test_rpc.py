@@ -812,7 +812,7 @@ async def test_bad_paths_are_invalid_params_not_internal_errors(tmp_path: Path) 
     cases: list[tuple[str, dict[str, Any], str]] = [
         ("session.open", {"path": "a\x00b"}, "a path cannot hold a NUL character"),
         ("session.open", {"path": "folder", "create": True}, "folder: not a regular file"),
-        ("session.open", {"path": "folder"}, "folder: no such session file"),
+        ("session.open", {"path": "folder"}, "folder: is a directory, not a session file"),
         (
             "session.fork",
             {"session_id": sid, "entry_id": "ec48c90d", "path": "missing/f.jsonl"},

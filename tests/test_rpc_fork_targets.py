@@ -53,3 +53,26 @@ async def test_two_forks_at_once_take_two_default_names(tmp_path: Path) -> None:
     assert isinstance(answers, list)
     paths = sorted(Path(answer["result"]["path"]).name for answer in answers)
     assert paths == ["a.fork1.jsonl", "a.fork2.jsonl"]
+
+
+async def test_session_open_says_what_a_name_is_as_the_command_line_does(tmp_path: Path) -> None:
+    # A folder, a pipe, a dangling link and a link loop were all "no such session file" (the
+    # loop: "Symlink loop from '...'").
+    import os
+
+    (tmp_path / "dir.jsonl").mkdir()
+    os.mkfifo(tmp_path / "p.jsonl")
+    (tmp_path / "dangling.jsonl").symlink_to("nowhere.jsonl")
+    (tmp_path / "loop.jsonl").symlink_to("loop2.jsonl")
+    (tmp_path / "loop2.jsonl").symlink_to("loop.jsonl")
+    client = Client(SessionHub(RuntimeOptions(root=tmp_path)))
+    expected = {
+        "dir.jsonl": "dir.jsonl: is a directory, not a session file",
+        "p.jsonl": "p.jsonl: not a regular file; a session is a file of JSON lines",
+        "dangling.jsonl": "dangling.jsonl: symbolic link to nowhere.jsonl, which does not exist",
+        "loop.jsonl": "loop.jsonl: symbolic link loop (following its links never reaches a file)",
+        "missing.jsonl": "missing.jsonl: no such session file",
+    }
+    for path, message in expected.items():
+        error = await client.error("session.open", path=path)
+        assert (error["code"], error["message"]) == (INVALID_PARAMS, message)

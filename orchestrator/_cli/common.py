@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import codecs
 import dataclasses
-import errno
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator._core.errors import SessionError
 from orchestrator._core.utf16 import escape_lone_surrogates
+from orchestrator._store.files import require_session_file
 from orchestrator._store.session import Session
 
 if TYPE_CHECKING:
@@ -149,24 +148,7 @@ def require_file(path: str) -> None:
     Raises:
         SessionError: the path does not exist, or is a directory or another non-regular file.
     """
-    target = Path(path)
-    if target.is_dir():
-        raise SessionError(f"{path}: is a directory, not a session file")
-    if not target.is_file():
-        if target.exists():  # a named pipe, a device: there, but not a file of JSON lines
-            raise SessionError(f"{path}: not a regular file; a session is a file of JSON lines")
-        try:
-            os.stat(target)
-        except OSError as exc:  # exists() says False for a loop too
-            if exc.errno == errno.ELOOP:
-                raise SessionError(
-                    f"{path}: symbolic link loop (following its links never reaches a file)"
-                ) from None
-        if target.is_symlink():
-            raise SessionError(
-                f"{path}: symbolic link to {os.readlink(target)}, which does not exist"
-            )
-        raise SessionError(f"{path}: no such session file")
+    require_session_file(Path(path), path)
 
 
 def warn_problems(path: str, session: Session) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator._core.errors import SessionError
 from orchestrator._rpc.protocol import (
     BUSY,
     INVALID_PARAMS,
@@ -43,7 +44,7 @@ from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
-from orchestrator._store.files import side_file_name
+from orchestrator._store.files import require_session_file, side_file_name
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.reports import context_report, tree_rows
@@ -244,6 +245,12 @@ class SessionHub:
             SessionError: the file is not a session.
         """
         resolved = self._resolve(path)
+        if not create:
+            # What the name is, as the command line says it (not all "no such session file").
+            try:
+                require_session_file(self._joined(path), path)
+            except SessionError as exc:
+                raise RpcError(INVALID_PARAMS, str(exc)) from None
         open_id = self._paths.get(str(resolved))
         if open_id is not None:
             return self._slots[open_id]
@@ -273,6 +280,20 @@ class SessionHub:
         POLICY.settle()
         return slot
 
+    def _joined(self, path: str) -> Path:
+        """``path`` inside the served directory (or the working one), its links not followed.
+
+        Raises:
+            RpcError: a path no file can have (a NUL, a lone surrogate, an unknown ``~user``).
+        """
+        if "\0" in path:
+            raise RpcError(INVALID_PARAMS, f"{path!r}: a path cannot hold a NUL character")
+        try:
+            given = Path(path).expanduser()
+        except RuntimeError as exc:
+            raise RpcError(INVALID_PARAMS, f"{path}: {one_line(str(exc))}") from None
+        return given if given.is_absolute() else (self.options.root or Path.cwd()) / given
+
     def _fork_target(self, path: str) -> Path:
         """Where ``session.fork`` writes: a new name inside the served directory.
 
@@ -284,10 +305,7 @@ class SessionHub:
                 INVALID_PARAMS, "session.fork: 'path' is empty; leave it out for a default name"
             )
         target = self._resolve(path)
-        given = Path(path).expanduser()
-        if not given.is_absolute():
-            given = (self.options.root or Path.cwd()) / given
-        if os.path.lexists(given):
+        if os.path.lexists(self._joined(path)):
             raise RpcError(INVALID_PARAMS, f"{path}: already exists")
         return target
 
@@ -310,6 +328,11 @@ class SessionHub:
             candidate = candidate.resolve()
         except (OSError, RuntimeError) as exc:
             # expanduser of an unknown ~user, a symlink loop: the caller's path, not a bug.
+            if "loop" in str(exc).lower():
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"{path}: symbolic link loop (following its links never reaches a file)",
+                ) from None
             raise RpcError(INVALID_PARAMS, f"{path}: {one_line(str(exc))}") from None
         if root is not None and not candidate.is_relative_to(root.resolve()):
             raise RpcError(INVALID_PARAMS, f"{path}: outside the served directory")

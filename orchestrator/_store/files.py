@@ -55,6 +55,37 @@ def side_file_name(path: Path) -> bool:
     return name.endswith(SIDE_SUFFIXES) or (name.startswith(".") and name.endswith(".tmp"))
 
 
+def require_session_file(target: Path, shown: str) -> None:
+    """Refuse a path that is not an existing regular file, saying what it is instead.
+
+    The command line and ``session.open`` say the same: a folder, a pipe, a symbolic link loop
+    or one that points nowhere are each named, not all "no such session file".
+
+    Args:
+        target: The path to look at (not resolved: its links are what is described).
+        shown: The path as the caller gave it, for the message.
+
+    Raises:
+        SessionError: ``target`` is not an existing regular file.
+    """
+    if target.is_dir():
+        raise SessionError(f"{shown}: is a directory, not a session file")
+    if target.is_file():
+        return
+    if target.exists():  # a named pipe, a device: there, but not a file of JSON lines
+        raise SessionError(f"{shown}: not a regular file; a session is a file of JSON lines")
+    try:
+        os.stat(target)
+    except OSError as exc:  # exists() says False for a loop too
+        if exc.errno == errno.ELOOP:
+            raise SessionError(
+                f"{shown}: symbolic link loop (following its links never reaches a file)"
+            ) from None
+    if target.is_symlink():
+        raise SessionError(f"{shown}: symbolic link to {os.readlink(target)}, which does not exist")
+    raise SessionError(f"{shown}: no such session file")
+
+
 def describe_os_error(path: str | os.PathLike[str], doing: str, exc: OSError) -> str:
     """One readable line for an operating-system error on ``path``.
 
