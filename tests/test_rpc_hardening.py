@@ -497,6 +497,36 @@ async def test_too_many_connections_get_one_clear_line(tmp_path: Path) -> None:
     assert answer["error"] == {"code": LIMIT, "message": "Too many connections (at most 2)"}
 
 
+async def test_connections_waiting_for_the_token_give_way_to_a_new_one(tmp_path: Path) -> None:
+    # Any local user could hold every connection unauthenticated (reopening each as it timed
+    # out), and the owner's own connection was refused for good with "Too many connections".
+    hub = fresh_hub(tmp_path)
+    server = RpcServer(hub, limits=Limits(max_connections=2))
+    auth = request(1, "auth", token=TOKEN).decode()
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        squatters = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(2)]
+        await until(lambda: server.connections == 2, steps=100_000)
+        owner = await anyio.connect_tcp("127.0.0.1", port)
+        await owner.send(auth.encode() + request(2, "session.list"))
+        reader = BufferedByteReceiveStream(owner)
+        first = await reader.receive_until(b"\n", READ_CAP)
+        second = await reader.receive_until(b"\n", READ_CAP)
+        # The oldest squatter was closed to make room; the other one still waits.
+        assert await read_to_end(squatters[0]) == b""
+        # A full server of authenticated connections still refuses one more.
+        await squatters[1].send(auth.encode())
+        await until(lambda: all(c.proven for c in server._running), steps=100_000)
+        out = await exchange(await anyio.connect_tcp("127.0.0.1", port), auth.encode())
+        for stream in (owner, *squatters):
+            await stream.aclose()
+        group.cancel_scope.cancel()
+    assert json.loads(first) == {"jsonrpc": "2.0", "id": 1, "result": {"authenticated": True}}
+    assert b'"sessions"' in second
+    [refused] = replies(out)
+    assert refused["error"] == {"code": LIMIT, "message": "Too many connections (at most 2)"}
+
+
 async def test_a_failing_connection_is_logged_and_ends_alone(tmp_path: Path) -> None:
     class Broken:
         async def read(self) -> bytes:

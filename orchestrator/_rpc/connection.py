@@ -134,6 +134,7 @@ class Connection:
         self.limits = limits
         self.transport = transport
         self.token = token
+        self.proven = token is None  # it presented the token (or none is asked for)
         self.peer = Peer()
         limit = self.limits.auth_line_bytes if token is not None else self.limits.max_line_bytes
         self.reader = LineReader(transport, limit)
@@ -293,6 +294,7 @@ class Connection:
             offered.encode("utf-8", "surrogatepass"), token.encode("utf-8", "surrogatepass")
         ):
             self.reader.limit = self.limits.max_line_bytes
+            self.proven = True
             if request_id is not _NO_ID:
                 self.post(encode(success(request_id, {"authenticated": True})))
             return True

@@ -64,6 +64,8 @@ class RpcServer:
         self.log = log
         self.connections = 0
         self.peak_queued_bytes = 0
+        # Every running connection with the scope that ends it, oldest first.
+        self._running: dict[Connection, anyio.CancelScope] = {}
 
     async def serve_connection(
         self, transport: Transport, *, token: str | None = None, topics: set[str] | None = None
@@ -81,17 +83,40 @@ class RpcServer:
         connection = Connection(self.hub, self.dispatcher, self.limits, transport, token)
         connection.peer.topics.update(topics or ())
         self.connections += 1
+        scope = self._running[connection] = anyio.CancelScope()
         try:
-            await connection.run()
+            with scope:
+                await connection.run()
         except Exception as exc:  # noqa: BLE001 - one connection's failure must not spread
             self.log(f"connection closed after an internal error: {_describe(exc)}")
         finally:
+            del self._running[connection]
             self.connections -= 1
             self.peak_queued_bytes = max(self.peak_queued_bytes, connection.peak_queued_bytes)
 
+    def _leaving(self) -> int:
+        """Connections ended to make room that have not finished closing yet."""
+        return sum(scope.cancel_called for scope in self._running.values())
+
+    def _make_room(self) -> bool:
+        """End the oldest connection that has not presented the token yet; ``False``: none.
+
+        Connections waiting to authenticate count towards the bound like any other: any local
+        user could hold all of them, reopening each as it timed out, and the owner's own
+        connection was then refused for good. A new connection takes the place of the oldest
+        one still waiting instead; an owner's authenticates in a moment and is not waiting
+        long enough to be the oldest.
+        """
+        for connection, scope in self._running.items():
+            if not connection.proven and not scope.cancel_called:
+                scope.cancel()
+                return True
+        return False
+
     async def _accept(self, stream: anyio.abc.SocketStream, token: str | None) -> None:
         async with stream:
-            if self.connections >= self.limits.max_connections:
+            full = self.connections - self._leaving() >= self.limits.max_connections
+            if full and not self._make_room():
                 message = f"Too many connections (at most {self.limits.max_connections})"
                 line = encode(failure(None, RpcError(LIMIT, message))) + "\n"
                 with anyio.move_on_after(self.limits.drop_timeout):
