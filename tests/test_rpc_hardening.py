@@ -703,3 +703,22 @@ async def test_stream_transport_close(tmp_path: Path) -> None:
             async with await anyio.connect_tcp("127.0.0.1", port) as client:
                 assert await read_to_end(client) == b""
             group.cancel_scope.cancel()
+
+
+async def test_auth_is_held_to_the_rules_of_every_method(tmp_path: Path) -> None:
+    # An auth with another parameter was accepted, and one without an id authenticated in
+    # silence (the client waited for ever for {"authenticated": true}).
+    server = RpcServer(fresh_hub(tmp_path))
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        extra = await exchange(
+            await anyio.connect_tcp("127.0.0.1", port), request(1, "auth", token=TOKEN, x=1)
+        )
+        silent = await exchange(
+            await anyio.connect_tcp("127.0.0.1", port), request(None, "auth", token=TOKEN)
+        )
+        group.cancel_scope.cancel()
+    [refused] = replies(extra)
+    assert (refused["id"], refused["error"]["code"]) == (1, UNAUTHORIZED)
+    [refused] = replies(silent)
+    assert (refused["id"], refused["error"]["code"]) == (None, UNAUTHORIZED)

@@ -372,11 +372,18 @@ def _auth_request(line: bytes | Overlong | None) -> tuple[Any, str | None]:
         # every other request with such an id is (-32600 there; here, not the auth request).
         return None, None
     params = message.get("params")
-    token = params.get("token") if isinstance(params, dict) else None
+    if not isinstance(params, dict):
+        return request_id, None
+    token = params.get("token")
     if (
         message.get("jsonrpc") != "2.0"
         or message.get("method") != AUTH_METHOD
         or not isinstance(token, str)
+        # Held to the rules of every other method: no parameter but the token, and an id, so
+        # the client hears {"authenticated": true} (a notification authenticated in silence,
+        # and a client waiting for that answer waited for ever).
+        or set(params) != {"token"}
+        or request_id is _NO_ID
     ):
         return request_id, None
     return request_id, token
