@@ -355,6 +355,22 @@ class Navigator:
         request = self._current()
         candidates = self.ports.routes.candidates
         window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
+        if window <= self.branch_reserve_tokens:
+            # Nothing of the branch could fit: pi would commit "No content to summarize" for
+            # a branch full of content, without asking any model. Refused instead, nothing
+            # written, as a compaction's request that leaves no room is (summary_request.py).
+            request.outcome = OperationOutcome(
+                operation_id="",
+                status="failed",
+                error=(
+                    f"Summarization refused: the summarizer's context window ({window} tokens) "
+                    f"leaves no room for the branch after the {self.branch_reserve_tokens} "
+                    "tokens kept free (branch_reserve_tokens); use a summarizer with a larger "
+                    "window or keep fewer tokens free"
+                ),
+                error_kind="fatal",
+            )
+            return Report(outcome="failed")
         plan = prepare_branch_entries(
             request.entries,
             max(1, window - self.branch_reserve_tokens),
