@@ -234,3 +234,33 @@ def test_every_warning_filter_litellm_installs_is_in_force_in_every_test(
         ]
         assert covered, f"add 'ignore:{message.pattern}' to filterwarnings in pyproject.toml"
         assert (covered[0][2], covered[0][3], covered[0][4]) == (category, module, lineno)
+
+
+@pytest.mark.parametrize(
+    ("returned", "text"),
+    [(None, ""), ({"lines": 3, "é": [1]}, '{"lines": 3, "é": [1]}'), (42, "42"), ("ok", "ok")],
+)
+async def test_a_tool_that_returns_no_text_is_given_as_text_to_the_file_and_the_model(
+    returned: object, text: str
+) -> None:
+    # A tool returning None wrote "text": null into the session while the model read "None".
+    async def odd(args: Mapping[str, Any]) -> Any:
+        return returned
+
+    model = ScriptedModel(
+        [
+            ModelResponse(
+                text="",
+                stop_reason="toolUse",
+                tool_calls=(ToolCall(id="c1", name="odd", arguments={}),),
+            ),
+            ModelResponse(text="done"),
+        ]
+    )
+    tool = ToolSpec(name="odd", description="odd", run=odd, parameters={"type": "object"})
+    out = await collect(
+        ChatAgent(model=model, tools=[tool]), [{"role": "user", "content": "go", "timestamp": 1}]
+    )
+    assert out[1]["content"] == [{"type": "text", "text": text}]
+    assert out[1]["isError"] is False
+    assert model.requests[1].messages[2]["content"] == text

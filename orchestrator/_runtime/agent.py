@@ -213,6 +213,24 @@ class ChatAgent:
         if tool is None:
             return f"Tool {name} not found", True
         try:
-            return await tool.run(arguments), False
+            return tool_text(await tool.run(arguments)), False
         except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read
             return f"{type(exc).__name__}: {exc}", True
+
+
+def tool_text(result: object) -> str:
+    """A tool's result as the text the file and the model both get.
+
+    A tool should return text; one that returns something else wrote ``"text": null`` (or a
+    number) into the session while the model was sent ``"None"``: now both get the same text.
+    ``None`` is no output, a dict or list its JSON, anything else its ``str``.
+    """
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return ""
+    if isinstance(result, dict | list):
+        import json  # here, not at the top: only an odd tool needs it
+
+        return json.dumps(result, ensure_ascii=False, default=str)
+    return str(result)
