@@ -376,3 +376,22 @@ async def test_a_second_manual_compaction_is_refused_while_one_runs() -> None:
         group.start_soon(first)
         group.start_soon(second)
     assert errors == ["A manual compaction is already running"]
+
+
+async def test_the_providers_retry_after_header_sets_the_turns_wait() -> None:
+    # The route read "retry-after: 7" from the header, but the error reply kept only the words,
+    # so the turn waited its 2 s backoff and asked again too soon.
+    from orchestrator._core.errors import ModelError
+    from orchestrator._core.model import ModelResponse
+    from orchestrator._runtime.agent import ChatAgent
+    from orchestrator.testing import ScriptedModel
+
+    kit = Kit()
+    limited = ModelError("429 Too Many Requests", kind="transient", retry_after=7.0)
+    kit.runtime.agent = ChatAgent(model=ScriptedModel([limited, ModelResponse(text="ok")]))
+    await kit.runtime.prompt("hi")
+    [start] = kit.of("auto_retry_start")
+    assert start["delayMs"] == 7000
+    assert kit.clock.sleeps == [7.0]
+    failed = [e for e in kit.session.tree.entries if e["message"].get("stopReason") == "error"]
+    assert failed[0]["message"]["retryAfterMs"] == 7000

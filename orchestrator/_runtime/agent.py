@@ -81,7 +81,8 @@ def error_message(
 ) -> Message:
     """A pi assistant message recording a failed call (``stopReason: "error"``).
 
-    A :class:`ModelError`'s ``kind`` is kept as ``errorKind`` for the turn's classification.
+    A :class:`ModelError`'s ``kind`` is kept as ``errorKind`` for the turn's classification,
+    and its retry-after hint as ``retryAfterMs`` (pi ignores both fields, D2).
     """
     message: Message = {
         "role": "assistant",
@@ -95,6 +96,10 @@ def error_message(
     }
     if isinstance(error, ModelError):
         message["errorKind"] = error.kind
+        if error.retry_after is not None and error.retry_after > 0:
+            # The provider's Retry-After (a header pi would not see in the text): the turn's
+            # retry waits at least this long, as a summary's retry does.
+            message["retryAfterMs"] = round(error.retry_after * 1000)
     return message
 
 

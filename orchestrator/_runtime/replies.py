@@ -113,12 +113,20 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
     return Verdict(outcome="ok", over_threshold=over, retries_ended=True)
 
 
-def retry_delay_ms(policy: RetryPolicy, retries_done: int, error: str) -> int:
-    """The wait before retrying the agent: ``baseDelayMs * 2^n``, raised to a retry-after hint."""
+def retry_delay_ms(
+    policy: RetryPolicy, retries_done: int, error: str, hint_ms: int | None = None
+) -> int:
+    """The wait before retrying the agent: ``baseDelayMs * 2^n``, raised to a retry-after hint.
+
+    The hint is the one in the error's words (as pi reads it) or the provider's header the
+    route kept on the failed reply (``hint_ms``, its ``retryAfterMs``), whichever is longer.
+    """
     delay = int(policy.base_delay_ms * 2**retries_done)
     hint = retry_after_from_text(error)
     if hint is not None:
         delay = max(delay, int(hint * 1000))
+    if hint_ms is not None:
+        delay = max(delay, hint_ms)
     return delay
 
 

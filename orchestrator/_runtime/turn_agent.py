@@ -104,6 +104,8 @@ class TurnAgent:
         t.over_threshold, t.context_full = verdict.over_threshold, verdict.context_full
         if verdict.error:
             t.last_error = verdict.error
+            hint = reply.get("retryAfterMs") if reply is not None else None
+            t.last_retry_after_ms = hint if isinstance(hint, int) and hint > 0 else None
         if verdict.retries_ended is not None and t.retry_attempt > 0:
             payload: dict[str, Any] = {"success": verdict.retries_ended, "attempt": t.retry_attempt}
             if not verdict.retries_ended:
@@ -143,7 +145,9 @@ class TurnAgent:
 
     async def _emit_retry_start(self) -> None:
         t = self.host.counters
-        delay = retry_delay_ms(self.host.settings.retry, t.retry_attempt, t.last_error)
+        delay = retry_delay_ms(
+            self.host.settings.retry, t.retry_attempt, t.last_error, t.last_retry_after_ms
+        )
         t.retry_attempt += 1
         self._retry_wait_ms = delay
         self.host.ports.events.emit(

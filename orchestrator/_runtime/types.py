@@ -106,6 +106,7 @@ class TurnCounters:
     over_threshold: bool = False
     context_full: bool = False
     last_error: str = ""
+    last_retry_after_ms: int | None = None  # the failed reply's retryAfterMs, if it had one
     last_reply: Message | None = None
     last_reply_id: str | None = None
     outcome: OperationOutcome | None = None
