@@ -10,10 +10,12 @@ Which row follows is the table's choice. They perform through the driver's narro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from orchestrator._core.entries import Message
+from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.prompts import render
 from orchestrator._core.tokens import calculate_context_tokens, should_compact
 from orchestrator._runtime.agent import AgentInput
@@ -21,6 +23,9 @@ from orchestrator._runtime.driver import Effect, Report
 from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, classify, retry_delay_ms
 from orchestrator._runtime.turn_host import Host
 from orchestrator._runtime.types import TurnCounters
+from orchestrator._store.session import Session
+
+_log = logging.getLogger("orchestrator.runtime")
 
 
 class TurnAgent:
@@ -57,14 +62,30 @@ class TurnAgent:
         self.host.counters = TurnCounters()
         self._dropped.clear()
         text, self.prompt = self.prompt, ""
-        entry = self.host.session().append_message(
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": text}],
-                "timestamp": self.host.ports.clock_ms(),
-            }
-        )
+        session = self.host.session()
+        message: Message = {
+            "role": "user",
+            "content": [{"type": "text", "text": text}],
+            "timestamp": self.host.ports.clock_ms(),
+        }
+        try:
+            # Conditional on where this session last saw the file end (D27): pi appending
+            # between turns, or the file replaced by a rename, made the turn go on from the old
+            # leaf (pi's message an abandoned branch the model never saw) or write into the
+            # replaced file's old inode (lost). Refused instead, nothing written, and the file
+            # read again, so the next prompt starts from what is there.
+            entry = session.append_message(message, expect=session.tail())
+        except ConflictError:
+            self._read_again(session)
+            raise
         self.host.ports.events.emit("message", entryId=entry["id"], role="user")
+
+    @staticmethod
+    def _read_again(session: Session) -> None:
+        try:
+            session.reload()
+        except OrchestratorError as error:
+            _log.info("%s; the session stays as it was read", error)
 
     async def _call_agent(self) -> Report | None:
         return await self.host.in_flight(self._run_agent)
