@@ -395,3 +395,56 @@ async def test_the_providers_retry_after_header_sets_the_turns_wait() -> None:
     assert kit.clock.sleeps == [7.0]
     failed = [e for e in kit.session.tree.entries if e["message"].get("stopReason") == "error"]
     assert failed[0]["message"]["retryAfterMs"] == 7000
+
+
+async def test_every_retry_streak_ends_with_its_auto_retry_end() -> None:
+    # A streak that ended by an overflow, a manual compaction during the wait, or an abort of
+    # the retried call sent auto_retry_start and never its auto_retry_end.
+    overflow = Kit(
+        turns=[
+            [reply("x", tokens=2000)],
+            [error_reply("503 service unavailable")],
+            [error_reply("prompt is too long: context length exceeded")],
+            [error_reply("prompt is too long: context length exceeded")],
+        ],
+        summaries=[summary(), summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await overflow.runtime.prompt(BIG)
+    await overflow.runtime.prompt(BIG)
+    assert overflow.of("auto_retry_end") == [
+        {
+            "success": False,
+            "attempt": 1,
+            "finalError": "prompt is too long: context length exceeded",
+        }
+    ]
+
+    waiting = Kit(
+        turns=[[reply("x", tokens=2000)], [error_reply("502 bad gateway")], [reply("never")]],
+        summaries=[summary()],
+        sleep=HangingSleep(),
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await waiting.runtime.prompt(BIG)
+    async with anyio.create_task_group() as group:
+        group.start_soon(waiting.runtime.prompt, BIG)
+        await until(lambda: waiting.runtime.state == "retrying")
+        await waiting.runtime.compact()
+    assert [e["success"] for e in waiting.of("auto_retry_end")] == [False]
+
+    stopped = Kit(turns=[[error_reply("503 service unavailable")], [AgentHang()]])
+    async with anyio.create_task_group() as group:
+        group.start_soon(stopped.runtime.prompt, "hi")
+        await until(lambda: stopped.runtime.state == "running" and stopped.agent.remaining == 0)
+        stopped.runtime.abort()
+    assert len(stopped.of("auto_retry_start")) == 1
+    assert [e["success"] for e in stopped.of("auto_retry_end")] == [False]
+
+    # No streak, no end: a plain abort of a first call reports none.
+    plain = Kit(turns=[[AgentHang()]])
+    async with anyio.create_task_group() as group:
+        group.start_soon(plain.runtime.prompt, "hi")
+        await until(lambda: plain.runtime.state == "running")
+        plain.runtime.abort()
+    assert plain.of("auto_retry_end") == []

@@ -132,6 +132,7 @@ class TurnFlow:
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
             "emit_retry_end": self._emit_retry_end,
+            "end_retry_streak": self._end_retry_streak,
             "sleep_retry": self._sleep_retry,
             "cancel_retry_wait": self._stop_in_flight,
             "append_continue_message": self._append_continue_message,
@@ -492,6 +493,12 @@ class TurnFlow:
             delayMs=self._retry_wait_ms,
             errorMessage=t.last_error,
         )
+
+    async def _end_retry_streak(self) -> None:
+        # Stopped work (an abort, a manual compaction) ends the streak it was in: its
+        # auto_retry_start gets its auto_retry_end. Without a streak there is nothing to end.
+        if self.counters.retry_attempt > 0:
+            await self._emit_retry_end()
 
     async def _emit_retry_end(self) -> None:
         t = self.counters
