@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli_kit import EXAMPLE
+
 LIMITED = (
     "import os, resource, sys; "
     "resource.setrlimit(resource.RLIMIT_NOFILE, (20, 20)); "
@@ -73,3 +75,55 @@ def test_a_server_out_of_descriptors_waits_and_serves_the_waiting_connections(
         _, err = server.communicate(timeout=120)
     assert server.returncode == 0
     assert b"Traceback" not in err
+
+
+def call(
+    client: socket.socket, request_id: int, method: str, **params: object
+) -> dict[str, object]:
+    request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    client.sendall(json.dumps(request).encode() + b"\n")
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = client.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    answer: dict[str, object] = json.loads(data)
+    return answer
+
+
+def test_opening_sessions_past_the_descriptor_limit_is_the_servers_limit(tmp_path: Path) -> None:
+    # It was -32602 (invalid params) "…: cannot read it: Too many open files".
+    path = tmp_path / "serve.sock"
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    server = subprocess.Popen(
+        [sys.executable, "-c", LIMITED, "--socket", str(path), "--dir", str(sessions)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        while b"listening on" not in next_line(server):
+            assert server.poll() is None
+        client.settimeout(120)  # a safety net against a hang, not a measure of speed
+        client.connect(str(path))
+        errors = []
+        for n in range(20):
+            header, rest = EXAMPLE.read_text(encoding="utf-8").split("\n", 1)
+            fresh = json.loads(header) | {"id": f"session-{n}"}  # each its own session
+            (sessions / f"n{n}.jsonl").write_text(json.dumps(fresh) + "\n" + rest)
+            answer = call(client, n, "session.open", path=f"n{n}.jsonl")
+            if "error" in answer:
+                errors.append(answer["error"])
+        assert errors, "the limit was never reached"
+        first = errors[0]
+        assert isinstance(first, dict)
+        assert first["code"] == -32005, first
+        assert "the server has too many files open" in str(first["message"])
+        assert "result" in call(client, 99, "session.list")  # and it goes on answering
+    finally:
+        client.close()
+        server.terminate()
+        server.communicate(timeout=120)

@@ -17,6 +17,7 @@ runs, no close while anything runs (``-32001``).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from orchestrator._core.errors import SessionError
 from orchestrator._rpc.protocol import (
     BUSY,
     INVALID_PARAMS,
+    LIMIT,
     METHOD_NOT_FOUND,
     Method,
     Params,
@@ -265,7 +267,17 @@ class SessionHub:
                 )
             # The server owns every session it opens until it closes it (D27).
             runtime = AgentSession.open(resolved, owner=SERVER_OWNER, **self.options.arguments())
-        except OSError as exc:
+        except (OSError, SessionError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
+                # The server's limit, not the caller's path: each open session holds files.
+                raise RpcError(
+                    LIMIT,
+                    f"{path}: the server has too many files open ({cause.strerror}); "
+                    "close sessions, or raise its limit (ulimit -n)",
+                ) from None
+            if isinstance(exc, SessionError):
+                raise
             # A folder, a file we may not read, a name too long: the caller's path, not a bug.
             raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
         try:
