@@ -122,8 +122,7 @@ def test_aborting_the_retry_wait_cancels_only_the_wait() -> None:
 
 
 def test_abort_stops_whatever_is_active() -> None:
-    # A retry streak the agent was in ends with its auto_retry_end (a no-op without one).
-    assert runner("turn", "running").fire("abort").effects == ("stop_agent", "end_retry_streak")
+    assert runner("turn", "running").fire("abort").effects == ("stop_agent",)
     compacting = runner("turn", "compacting").fire("abort")
     assert compacting.effects == ("cancel_compaction", "emit_compaction_aborted")
     for state in ("pruning", "continuing", "manual_compacting"):
@@ -134,8 +133,8 @@ def test_abort_stops_whatever_is_active() -> None:
     ("state", "stop"),
     [
         ("idle", ()),
-        ("running", ("stop_agent", "end_retry_streak")),
-        ("retrying", ("cancel_retry_wait", "end_retry_streak")),
+        ("running", ("stop_agent",)),
+        ("retrying", ("cancel_retry_wait",)),
         ("compacting", ("cancel_compaction", "emit_compaction_aborted")),
         ("pruning", ()),
         ("continuing", ()),

@@ -54,7 +54,7 @@ from orchestrator._core.entries import Entry, Message
 from orchestrator._core.errors import ConflictError
 from orchestrator._core.prompts import render
 from orchestrator._runtime.agent import Agent, AgentInput
-from orchestrator._runtime.replies import classify, streak_ended
+from orchestrator._runtime.replies import classify
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session, wall_clock_ms
 
@@ -134,7 +134,7 @@ class TurnActivities:
             messages=_as_json(yielded),
             over_threshold=verdict.over_threshold,
             context_full=verdict.context_full,
-            retries_ended=streak_ended(verdict),
+            retries_ended=verdict.retries_ended,
         )
 
     @activity.defn(name="append")

@@ -132,7 +132,6 @@ class TurnFlow:
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
             "emit_retry_end": self._emit_retry_end,
-            "end_retry_streak": self._end_retry_streak,
             "sleep_retry": self._sleep_retry,
             "cancel_retry_wait": self._stop_in_flight,
             "append_continue_message": self._append_continue_message,
@@ -215,6 +214,7 @@ class TurnFlow:
                 # meanwhile is stepped as it would have been a moment earlier.
                 await self._flush()
                 await self._loop(self._at_rest())
+            self._close_retry_streak()
         except AgentRaisedError as failure:
             # As one process: the run settles through the abort row, then the caller hears
             # the agent's exception (-32603 on the wire), not a turn that merely ended.
@@ -344,7 +344,21 @@ class TurnFlow:
 
     # -- the agent's side -------------------------------------------------------------------------
 
+    def _close_retry_streak(self) -> None:
+        # As one process (turn_agent.py): a streak the turn stopped in without a verdict ends
+        # here, so every auto_retry_start has its auto_retry_end.
+        t = self.counters
+        if t.retry_attempt > 0:
+            self._emit(
+                "auto_retry_end",
+                success=False,
+                attempt=t.retry_attempt,
+                finalError=t.last_error or "aborted",
+            )
+            t.retry_attempt = 0
+
     async def _start_turn(self) -> None:
+        self._close_retry_streak()
         self.counters = TurnCounters()
         self._dropped.clear()
         text, self._prompt = self._prompt, ""
@@ -493,12 +507,6 @@ class TurnFlow:
             delayMs=self._retry_wait_ms,
             errorMessage=t.last_error,
         )
-
-    async def _end_retry_streak(self) -> None:
-        # Stopped work (an abort, a manual compaction) ends the streak it was in: its
-        # auto_retry_start gets its auto_retry_end. Without a streak there is nothing to end.
-        if self.counters.retry_attempt > 0:
-            await self._emit_retry_end()
 
     async def _emit_retry_end(self) -> None:
         t = self.counters

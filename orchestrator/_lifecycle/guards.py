@@ -158,7 +158,6 @@ _TURN_EFFECTS = {
     "emit_overflow_failed": "emit auto_compaction_end: recovery failed after one attempt (D18)",
     "emit_retry_start": "emit auto_retry_start with attempt, delay and error",
     "emit_retry_end": "emit auto_retry_end with the final error",
-    "end_retry_streak": "emit auto_retry_end when the stopped work was in a retry streak",
     "sleep_retry": "wait before retrying the agent (cancellable, D22)",
     "cancel_retry_wait": "cancel the retry wait only (D22)",
     "append_continue_message": "append the 'auto-continue' custom_message entry (D20)",

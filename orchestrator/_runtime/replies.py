@@ -113,18 +113,6 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
     return Verdict(outcome="ok", over_threshold=over, retries_ended=True)
 
 
-def streak_ended(verdict: Verdict) -> bool | None:
-    """Whether a retry streak ends with this reply: in success, in failure, or not (``None``).
-
-    Only a transient failure goes on retrying; any other failure (an overflow met on a retry,
-    a fatal or truncated reply) ends the streak in failure, so every ``auto_retry_start`` has
-    its ``auto_retry_end``.
-    """
-    if verdict.retries_ended is not None or verdict.outcome == "transient":
-        return verdict.retries_ended
-    return verdict.outcome == "ok"
-
-
 def retry_delay_ms(
     policy: RetryPolicy, retries_done: int, error: str, hint_ms: int | None = None
 ) -> int:

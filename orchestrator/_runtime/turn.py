@@ -240,6 +240,7 @@ class TurnDriver:
                         self._turns += 1
                         self._slot = await start_slot()
             finally:
+                self.agent_side.close_retry_streak()  # the run is over: so is any streak in it
                 self.let_slot_go()
                 self.machine.drop_interrupts()
                 self._follow_ups.clear()

@@ -20,12 +20,7 @@ from orchestrator._core.prompts import render
 from orchestrator._core.tokens import calculate_context_tokens, should_compact
 from orchestrator._runtime.agent import AgentInput
 from orchestrator._runtime.driver import Effect, Report
-from orchestrator._runtime.replies import (
-    AUTO_CONTINUE_TYPE,
-    classify,
-    retry_delay_ms,
-    streak_ended,
-)
+from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, classify, retry_delay_ms
 from orchestrator._runtime.turn_host import Host
 from orchestrator._runtime.types import TurnCounters
 from orchestrator._store.session import Session
@@ -56,7 +51,6 @@ class TurnAgent:
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
             "emit_retry_end": self._emit_retry_end,
-            "end_retry_streak": self._end_retry_streak,
             "sleep_retry": self._sleep_retry,
             "cancel_retry_wait": self._stop_in_flight,
             "append_continue_message": self._append_continue_message,
@@ -64,7 +58,25 @@ class TurnAgent:
             "close_session": self._close_session,
         }
 
+    def close_retry_streak(self) -> None:
+        """End a retry streak the turn stopped in without a verdict (``success: false``).
+
+        An abort, a manual compaction or an overflow recovery that failed stopped it: its
+        ``auto_retry_start`` still gets its ``auto_retry_end``. A streak that ended on a reply
+        has none left.
+        """
+        if self.host.counters.retry_attempt > 0:
+            t = self.host.counters
+            self.host.ports.events.emit(
+                "auto_retry_end",
+                success=False,
+                attempt=t.retry_attempt,
+                finalError=t.last_error or "aborted",
+            )
+            t.retry_attempt = 0
+
     async def _start_turn(self) -> None:
+        self.close_retry_streak()  # the previous turn's, before its counters go
         self.host.counters = TurnCounters()
         self._dropped.clear()
         text, self.prompt = self.prompt, ""
@@ -133,10 +145,9 @@ class TurnAgent:
             t.last_error = verdict.error
             hint = reply.get("retryAfterMs") if reply is not None else None
             t.last_retry_after_ms = hint if isinstance(hint, int) and hint > 0 else None
-        ended = streak_ended(verdict)
-        if ended is not None and t.retry_attempt > 0:
-            payload: dict[str, Any] = {"success": ended, "attempt": t.retry_attempt}
-            if not ended:
+        if verdict.retries_ended is not None and t.retry_attempt > 0:
+            payload: dict[str, Any] = {"success": verdict.retries_ended, "attempt": t.retry_attempt}
+            if not verdict.retries_ended:
                 payload["finalError"] = t.last_error
             self.host.ports.events.emit("auto_retry_end", **payload)
             t.retry_attempt = 0
@@ -185,12 +196,6 @@ class TurnAgent:
             delayMs=delay,
             errorMessage=t.last_error,
         )
-
-    async def _end_retry_streak(self) -> None:
-        # Stopped work (an abort, a manual compaction) ends the streak it was in: its
-        # auto_retry_start gets its auto_retry_end. Without a streak there is nothing to end.
-        if self.host.counters.retry_attempt > 0:
-            await self._emit_retry_end()
 
     async def _emit_retry_end(self) -> None:
         t = self.host.counters
