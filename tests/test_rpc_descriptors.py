@@ -21,15 +21,7 @@ SHORT = b"orchestrator serve: cannot accept a connection now: Too many open file
 
 
 def ask(client: socket.socket, request_id: int) -> dict[str, object]:
-    request = {"jsonrpc": "2.0", "id": request_id, "method": "session.list"}
-    client.sendall(json.dumps(request).encode() + b"\n")
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = client.recv(65536)
-        assert chunk, "the server closed the connection"
-        data += chunk
-    answer: dict[str, object] = json.loads(data)
-    return answer
+    return call(client, request_id, "session.list")
 
 
 def next_line(server: subprocess.Popen[bytes]) -> bytes:

@@ -347,15 +347,8 @@ class TurnFlow:
     def _close_retry_streak(self) -> None:
         # As one process (turn_agent.py): a streak the turn stopped in without a verdict ends
         # here, so every auto_retry_start has its auto_retry_end.
-        t = self.counters
-        if t.retry_attempt > 0:
-            self._emit(
-                "auto_retry_end",
-                success=False,
-                attempt=t.retry_attempt,
-                finalError=t.last_error or "aborted",
-            )
-            t.retry_attempt = 0
+        if self.counters.retry_attempt > 0:
+            self._retry_failed()
 
     async def _start_turn(self) -> None:
         self._close_retry_streak()
@@ -509,6 +502,9 @@ class TurnFlow:
         )
 
     async def _emit_retry_end(self) -> None:
+        self._retry_failed()
+
+    def _retry_failed(self) -> None:
         t = self.counters
         self._emit(
             "auto_retry_end",

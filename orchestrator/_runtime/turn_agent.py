@@ -66,14 +66,7 @@ class TurnAgent:
         has none left.
         """
         if self.host.counters.retry_attempt > 0:
-            t = self.host.counters
-            self.host.ports.events.emit(
-                "auto_retry_end",
-                success=False,
-                attempt=t.retry_attempt,
-                finalError=t.last_error or "aborted",
-            )
-            t.retry_attempt = 0
+            self._retry_failed()
 
     async def _start_turn(self) -> None:
         self.close_retry_streak()  # the previous turn's, before its counters go
@@ -198,6 +191,9 @@ class TurnAgent:
         )
 
     async def _emit_retry_end(self) -> None:
+        self._retry_failed()
+
+    def _retry_failed(self) -> None:
         t = self.host.counters
         self.host.ports.events.emit(
             "auto_retry_end",
