@@ -226,16 +226,25 @@ def test_bad_trace_spec_is_a_usage_error(
 ) -> None:
     # It was exit 1 without the usage, after the session was opened.
     before = example.read_bytes()
+    trace_refused(command, example, spec, "use otlp, console or jsonl:FOLDER", capsys)
+    assert example.read_bytes() == before
+
+
+def trace_refused(
+    command: tuple[str, ...],
+    example: Path,
+    spec: str,
+    reason: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--trace spec`` is a usage error: exit 2, the command's usage, ``reason`` last."""
     with pytest.raises(SystemExit) as exc:
         main([command[0], str(example), *command[1:], "--trace", spec])
     assert exc.value.code == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith(f"usage: orchestrator {command[0]} ")
-    assert err.rstrip().endswith(
-        f"error: argument --trace: {spec!r}: use otlp, console or jsonl:FOLDER"
-    )
-    assert example.read_bytes() == before
+    assert err.rstrip().endswith(f"error: argument --trace: {spec!r}: {reason}")
 
 
 def test_navigate_summarize_through_litellm_and_the_local_provider(
@@ -402,15 +411,8 @@ def test_a_trace_folder_that_is_a_file_is_refused_at_start(
     blocker = tmp_path / "notes.txt"
     blocker.write_text("not a folder")
     spec = f"jsonl:{blocker}{under}"
-    with pytest.raises(SystemExit) as exc:
-        main([command[0], str(example), *command[1:], "--trace", spec])
-    assert exc.value.code == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.startswith(f"usage: orchestrator {command[0]} ")
-    assert err.rstrip().endswith(
-        f"error: argument --trace: {spec!r}: {blocker} is not a folder; the spans need a folder"
-    )
+    reason = f"{blocker} is not a folder; the spans need a folder"
+    trace_refused(command, example, spec, reason, capsys)
     assert blocker.read_text() == "not a folder"
 
 
