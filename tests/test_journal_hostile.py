@@ -103,17 +103,19 @@ def test_an_agent_session_opens_over_an_unknown_state(example: Path) -> None:
         runtime.close()
 
 
-def test_an_empty_operation_id_is_not_a_record(
-    example: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("op_id", ["", None])
+def test_an_operation_step_without_an_id_is_not_a_record(
+    example: Path, capsys: pytest.CaptureFixture[str], op_id: str | None
 ) -> None:
     path = journal_path(example)
-    path.write_text(record(op_id="", to="summarizing") + record(op_id="op2", to="summarizing"))
+    path.write_text(record(op_id=op_id, to="summarizing") + record(op_id="op2", to="summarizing"))
     read = Journal.open(example).read()
     assert [r.operation_id for r in read.records] == ["op2"]
     assert [(p.line, p.code) for p in read.problems] == [(1, "not_record")]
     code, out, err = run(capsys, "journal", str(example))
     assert code == 0
     assert "operation[]" not in out
+    assert "turn and navigation" not in out  # a null id was listed with the turn's steps
     assert f"warning: {path}: line 1: not a journal record; skipped" in err
     code, _, err = run(capsys, "compact", str(example))
     assert code == 0, err

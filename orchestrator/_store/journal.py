@@ -149,8 +149,9 @@ class JournalRecord:
     def from_json(cls, value: object) -> JournalRecord | None:
         """Build a record from a parsed line, or return ``None`` when it is not one.
 
-        An empty ``operationId`` is not one: no writer records it (an operation step needs its
-        id), and settling could not record the step that closes such an operation.
+        An operation step without an ``operationId`` (empty or null) is not one: no writer
+        records it (an operation step needs its id), settling could not record the step that
+        closes such an operation, and read as a record it would be listed with the turn's steps.
         """
         if not isinstance(value, dict) or not all(key in value for key in _KEYS):
             return None
@@ -161,6 +162,7 @@ class JournalRecord:
             all(isinstance(s, str) for s in strings)
             and all(o is None or isinstance(o, str) for o in optional)
             and value["operationId"] != ""
+            and (value["operationId"] is not None or value["machine"] != OPERATION_MACHINE)
             and isinstance(effects, list)
             and all(isinstance(e, str) for e in effects)
             and isinstance(data, dict)
