@@ -6,10 +6,14 @@ import json
 import os
 from pathlib import Path
 
+import anyio
 import pytest
 
 from orchestrator._core.printable import printable
 from orchestrator._lifecycle.machine import Step
+from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+from orchestrator._rpc.protocol import Dispatcher
+from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store import owner
 from orchestrator._store.journal import Journal, journal_path
@@ -101,6 +105,74 @@ def test_an_agent_session_opens_over_an_unknown_state(example: Path) -> None:
         assert [(s.source, s.dest) for s in runtime.settlements] == [("bogus_state", "failed")]
     finally:
         runtime.close()
+
+
+UNKNOWN_STATE_NOTE = (
+    "its last state 'bogus_state' is not one the operation table can settle, so it was settled "
+    "as one left in committing"
+)
+
+
+def test_a_listener_given_to_open_hears_each_settlement_with_its_note(example: Path) -> None:
+    """``operation_settled`` is emitted while opening: a bus passed to ``open`` hears it (a
+    listener subscribed afterwards never could)."""
+    journal_path(example).write_text(record(op_id="op1") + record(op_id="op2", to="summarizing"))
+    bus = EventBus()
+    heard: list[dict[str, object]] = []
+    bus.subscribe(lambda event: heard.append(event.as_json()))
+    runtime = AgentSession.open(example, owner="test", events=bus)
+    try:
+        assert runtime.events is bus
+        assert [e for e in heard if e["type"] == "operation_settled"] == [
+            {
+                "type": "operation_settled",
+                "id": "op1",
+                "kind": "compaction",
+                "source": "bogus_state",
+                "dest": "failed",
+                "note": UNKNOWN_STATE_NOTE,
+            },
+            {
+                "type": "operation_settled",
+                "id": "op2",
+                "kind": "compaction",
+                "source": "summarizing",
+                "dest": "cancelled",
+                "note": None,
+            },
+        ]
+    finally:
+        runtime.close()
+
+
+def test_an_rpc_client_opening_the_session_learns_each_settlement_and_why(
+    example: Path,
+) -> None:
+    journal_path(example).write_text(record(op_id="op1") + record(op_id="op2", to="summarizing"))
+    hub = SessionHub(RuntimeOptions(root=example.parent))
+    params = {"path": example.name}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": params}
+    reply = anyio.run(Dispatcher(hub.methods()).handle, request)
+    assert isinstance(reply, dict)
+    try:
+        assert reply["result"]["settled"] == [
+            {
+                "id": "op1",
+                "kind": "compaction",
+                "source": "bogus_state",
+                "dest": "failed",
+                "note": UNKNOWN_STATE_NOTE,
+            },
+            {
+                "id": "op2",
+                "kind": "compaction",
+                "source": "summarizing",
+                "dest": "cancelled",
+                "note": None,
+            },
+        ]
+    finally:
+        hub.close_all()
 
 
 @pytest.mark.parametrize("op_id", ["", None])

@@ -414,7 +414,14 @@ class SessionHub:
                 for x in runtime.session.problems
             ],
             "settled": [
-                {"id": s.operation_id, "kind": s.kind, "dest": s.dest} for s in runtime.settlements
+                {
+                    "id": s.operation_id,
+                    "kind": s.kind,
+                    "source": s.source,
+                    "dest": s.dest,
+                    "note": s.note,
+                }
+                for s in runtime.settlements
             ],
         }
 

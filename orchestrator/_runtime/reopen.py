@@ -103,6 +103,7 @@ def settle_on_open(ports: Ports, journal: Journal) -> list[Settlement]:
             kind=settled.kind,
             source=settled.source,
             dest=settled.dest,
+            note=settled.note,
         )
     return settlements
 

@@ -59,6 +59,8 @@ class AgentSession:
         sleep: Awaited for retry waits (inject a fake clock's ``sleep`` in tests).
         clock_ms: Epoch-ms clock for prunes and message times.
         operation_ids: Source of operation ids (default: random; simulations pass a counter).
+        events: The event bus (default: a new one). Passed to :meth:`open` with listeners
+            already subscribed, it lets them hear what opening emits (``operation_settled``).
     """
 
     ports: Ports
@@ -79,12 +81,13 @@ class AgentSession:
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         clock_ms: Callable[[], int] = wall_clock_ms,
         operation_ids: Callable[[], str] | None = None,
+        events: EventBus | None = None,
     ) -> None:
         self._session, self._agent = session, agent
         self._settings = settings = settings or RuntimeSettings()
         self.tracer = tracer or LifecycleTracer(None)
         self.hooks = hooks or Hooks()
-        self.events = EventBus()
+        self.events = events if events is not None else EventBus()
         self.journal = journal
         self.settlements: list[Settlement] = []
         self.owner = "AgentSession"  # named in the lock of the files this runtime writes (D27)
