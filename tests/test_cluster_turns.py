@@ -389,6 +389,24 @@ async def test_a_transient_error_is_retried_after_a_timer_as_the_table_says(
     ]
 
 
+async def test_the_providers_retry_after_header_sets_the_wait_in_the_cluster(
+    tmp_path: Path,
+) -> None:
+    # The route kept the Retry-After header on the failed reply (retryAfterMs); one process
+    # waited for it, the workflow read only the error's words and waited its backoff.
+    database = Database(str(tmp_path / "db"))
+    quick = dataclasses.replace(SETTINGS, retry=RetryPolicy(base_delay_ms=1))
+    limited = {**error_reply("429 Too Many Requests"), "retryAfterMs": 1500}
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, [[limited], [reply("second try", tokens=1000)]], settings=quick
+        )
+    assert result.reply is not None
+    assert result.reply["content"][0]["text"] == "second try"
+    [start] = [e["event"] for e in result.events if e["event"]["type"] == "auto_retry_start"]
+    assert start["delayMs"] == 1500
+
+
 async def test_abort_during_the_retry_wait_cancels_only_the_wait(tmp_path: Path) -> None:
     database = Database(str(tmp_path / "db"))
     patient = RuntimeSettings(

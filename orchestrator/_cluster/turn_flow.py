@@ -86,6 +86,7 @@ from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.replies import (
     AUTO_CONTINUE_TYPE,
     OVERFLOW_FAILED,
+    retry_after_hint_ms,
     retry_delay_ms,
     still_over,
 )
@@ -441,6 +442,8 @@ class TurnFlow:
         t.over_threshold, t.context_full = reported.over_threshold, reported.context_full
         if reported.error:
             t.last_error = reported.error
+            # The Retry-After header the route read, kept on the failed reply, as one process.
+            t.last_retry_after_ms = retry_after_hint_ms(last[-1][1] if last else None)
         if reported.retries_ended is not None and t.retry_attempt > 0:
             payload: dict[str, Any] = {
                 "success": reported.retries_ended,
@@ -491,7 +494,9 @@ class TurnFlow:
     async def _emit_retry_start(self) -> None:
         t, policy = self.counters, self.policy
         retry = RetryPolicy(max_retries=policy.max_retries, base_delay_ms=policy.base_delay_ms)
-        self._retry_wait_ms = retry_delay_ms(retry, t.retry_attempt, t.last_error)
+        self._retry_wait_ms = retry_delay_ms(
+            retry, t.retry_attempt, t.last_error, t.last_retry_after_ms
+        )
         t.retry_attempt += 1
         self._emit(
             "auto_retry_start",

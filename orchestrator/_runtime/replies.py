@@ -113,6 +113,12 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
     return Verdict(outcome="ok", over_threshold=over, retries_ended=True)
 
 
+def retry_after_hint_ms(reply: Mapping[str, Any] | None) -> int | None:
+    """The provider's retry-after hint a failed reply kept (``retryAfterMs``), if it is one."""
+    hint = reply.get("retryAfterMs") if reply is not None else None
+    return hint if type(hint) is int and hint > 0 else None
+
+
 def retry_delay_ms(
     policy: RetryPolicy, retries_done: int, error: str, hint_ms: int | None = None
 ) -> int:

@@ -20,7 +20,12 @@ from orchestrator._core.prompts import render
 from orchestrator._core.tokens import calculate_context_tokens, should_compact
 from orchestrator._runtime.agent import AgentInput
 from orchestrator._runtime.driver import Effect, Report
-from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, classify, retry_delay_ms
+from orchestrator._runtime.replies import (
+    AUTO_CONTINUE_TYPE,
+    classify,
+    retry_after_hint_ms,
+    retry_delay_ms,
+)
 from orchestrator._runtime.turn_host import Host
 from orchestrator._runtime.types import TurnCounters
 from orchestrator._store.session import Session
@@ -136,8 +141,7 @@ class TurnAgent:
         t.over_threshold, t.context_full = verdict.over_threshold, verdict.context_full
         if verdict.error:
             t.last_error = verdict.error
-            hint = reply.get("retryAfterMs") if reply is not None else None
-            t.last_retry_after_ms = hint if isinstance(hint, int) and hint > 0 else None
+            t.last_retry_after_ms = retry_after_hint_ms(reply)
         if verdict.retries_ended is not None and t.retry_attempt > 0:
             payload: dict[str, Any] = {"success": verdict.retries_ended, "attempt": t.retry_attempt}
             if not verdict.retries_ended:
