@@ -8,7 +8,9 @@ file's place. A side file opened for writing that has other names too (a hard li
 above 1) is refused as well: writing it would write the other file, wherever it is (a lock
 text over another session, journal records or torn bytes appended to it). The count is read
 from the opened descriptor (``fstat``), so the file checked is the file written, with no window
-in between. Operating-system errors become a
+in between. A side file is created no more open than its session (:func:`mode_like`): the
+journal, the lock and the torn bytes of a private session stay private. Operating-system errors
+become a
 :class:`~orchestrator._core.errors.SessionError` naming the file and the reason, so the command
 line prints one line instead of a ``PermissionError`` traceback.
 """
@@ -42,6 +44,22 @@ def session_file(path: str | os.PathLike[str]) -> Path:
 
 SIDE_SUFFIXES = (".lock", ".journal", ".corrupt")
 """The endings of a session's side files (``<session>.lock`` and so on)."""
+
+
+def mode_like(session_path: Path) -> int:
+    """The mode to create a session's side file (or a fork of it) with: no more open than it.
+
+    The owner may read and write it (we create it to write it); the group and others get what
+    they have on the session, within what a new file gets anyway (the umask still applies). A
+    session ``0600`` gives ``0600``: a journal holding its error messages, or a ``.corrupt``
+    file holding its torn bytes, readable by every user where the session is not, would leak
+    it. A session that is not there (yet) gives ``0o666``, what any new file gets.
+    """
+    try:
+        mode = os.stat(session_path).st_mode
+    except OSError:
+        return 0o666
+    return 0o666 & (mode | 0o600)
 
 
 def side_file_name(path: Path) -> bool:

@@ -53,6 +53,9 @@ def branched_session(
         parent_session=parent_session(source),
         session_id=session_id,
     )
+    if isinstance(store, JsonlStore) and isinstance(source.store, JsonlStore):
+        # A fork of a private session is private too: it holds the same conversation.
+        store.private_like = source.store.path
     tree = SessionTree(header, copy_path(path))
     session = Session(store, tree, persisted=False, clock=now, random_hex=source._random_hex)
     on_path = {e["id"] for e in tree.entries}

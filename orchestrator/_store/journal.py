@@ -57,7 +57,7 @@ from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
 from orchestrator._store.dirsync import DIRECTORIES
-from orchestrator._store.files import open_side_file, read_side_file, session_file
+from orchestrator._store.files import mode_like, open_side_file, read_side_file, session_file
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
@@ -278,7 +278,9 @@ class _FileSink:
         if fd is None:
             # Never through a symbolic link: the journal stays beside its session (issue 8).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
-            fd = self._fd = open_side_file(self.path, flags, "write the journal")
+            session = self.path.with_name(self.path.name.removesuffix(JOURNAL_SUFFIX))
+            mode = mode_like(session)
+            fd = self._fd = open_side_file(self.path, flags, "write the journal", mode)
             # At every opening: the file may be new again (an empty one is removed at close).
             self._ticket = DIRECTORIES.ticket()
             # Closed with the sink if nobody closes it (a journal is not always closed).

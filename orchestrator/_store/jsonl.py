@@ -73,6 +73,7 @@ from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.dirsync import fsync_dir
 from orchestrator._store.files import (
     describe_os_error,
+    mode_like,
     only_regular,
     open_side_file,
     session_file,
@@ -291,6 +292,9 @@ class JsonlStore:
         # newline, its end then being `_end`: while the open file still has that stamp, the
         # first write needs to read neither its tail nor its last line (see _known_clean).
         self._clean_stamp: tuple[int, int, int, int] | None = None
+        self.private_like: Path | None = None
+        """A session file whose privacy a new file here keeps (a fork's source): created, this
+        file is no more open to the group and others than that one (``files.mode_like``)."""
 
     @property
     def location(self) -> str:
@@ -602,7 +606,8 @@ class JsonlStore:
             self._lock(_default_owner())
         if expect is not None:
             check_tail(self.location, expect, EMPTY_TAIL)
-        temporary = self._write_temporary(data, None)
+        like = self.private_like
+        temporary = self._write_temporary(data, None, 0o666 if like is None else mode_like(like))
         try:
             _link_new(temporary, self.path)
         finally:
@@ -755,9 +760,8 @@ class JsonlStore:
             os.write(fd, b"\n")
         else:
             created = not self.corrupt_path.exists()
-            side = open_side_file(
-                self.corrupt_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, "keep the torn line"
-            )
+            flags, doing = os.O_RDWR | os.O_APPEND | os.O_CREAT, "keep the torn line"
+            side = open_side_file(self.corrupt_path, flags, doing, mode_like(self.path))
             try:
                 os.write(side, _as_fragment(side, plan.moved))
                 os.fsync(side)  # the copy must be durable before the original is cut
@@ -781,17 +785,18 @@ class JsonlStore:
             self._close_fd()
             raise
 
-    def _write_temporary(self, data: bytes, mode: int | None) -> Path:
+    def _write_temporary(self, data: bytes, mode: int | None, create: int = 0o666) -> Path:
         """A fsynced file holding ``data`` beside the session, with ``mode`` when given.
 
-        ``None`` keeps the mode the umask gives a new file, as pi's ``writeFileSync`` would.
+        ``None`` keeps the mode the umask gives a new file made with ``create``, as pi's
+        ``writeFileSync`` would with the default ``0o666``.
         """
         directory = self.path.parent
         import secrets  # here, not at the top: reading a session never needs it
 
         temporary = directory / _temporary_name(self.path, secrets.token_hex(4))
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, create)
         except OSError as exc:
             doing = "write a temporary file in its folder to replace it"
             raise SessionError(describe_os_error(self.path, doing, exc)) from exc

@@ -34,7 +34,7 @@ from stat import S_ISREG
 
 from orchestrator._core.errors import SessionError, SessionLockedError
 from orchestrator._core.printable import printable
-from orchestrator._store.files import open_side_file, session_file
+from orchestrator._store.files import mode_like, open_side_file, session_file
 
 LOCK_SUFFIX = ".lock"
 
@@ -190,7 +190,9 @@ class OwnerLock:
             return
         while True:
             doing = f"create the lock file needed to change {self.session_path.name}"
-            fd = open_side_file(self.path, os.O_RDWR | os.O_CREAT, doing)
+            fd = open_side_file(
+                self.path, os.O_RDWR | os.O_CREAT, doing, mode_like(self.session_path)
+            )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
