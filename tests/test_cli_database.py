@@ -151,3 +151,34 @@ def test_an_unreachable_server_is_one_line(capsys: pytest.CaptureFixture[str]) -
     assert "cannot connect" in err
     assert "hunter2" not in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # libpq takes a password from a parameter too; it was printed as given.
+        ("postgresql://me@127.0.0.1:1/db?password=hunter2", "postgresql://me@127.0.0.1:1/db: "),
+        (
+            "postgresql://me@127.0.0.1:1/db?sslmode=disable&pass%77ord=hunter2",
+            "127.0.0.1:1/db?sslmode=disable: ",
+        ),
+        # libpq quotes what it cannot parse: the token, or the whole URL, password and all.
+        ("postgresql://me:hun%zzter2@h/db", 'invalid percent-encoded token: "***"'),
+        ("postgresql://me@h/db?password=hun%zzter2", 'invalid percent-encoded token: "***"'),
+        ("postgresql://me:hunter2@[::1/db", 'in URI: "postgresql://[::1/db"'),
+    ],
+)
+def test_a_password_is_never_printed_wherever_the_url_holds_it(
+    capsys: pytest.CaptureFixture[str], url: str, shown: str
+) -> None:
+    from orchestrator._cli.main import main
+
+    try:
+        code = main(["export", "s", "--database", url])
+    except SystemExit as exc:  # a URL libpq cannot parse is a usage error
+        code = int(str(exc.code))
+    out, err = capsys.readouterr()
+    assert (code, out) == (1 if "127.0.0.1" in url else 2, "")
+    assert shown in err
+    assert "hunter2" not in err
+    assert "hun%zzter2" not in err

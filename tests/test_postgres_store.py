@@ -380,6 +380,8 @@ def test_an_owner_that_lost_its_connection_owns_again_or_is_refused(pg_url: str)
         ("postgres://:pw@h/db", "postgres://h/db"),
         ("postgresql://u@h/db", "postgresql://u@h/db"),
         ("postgresql://u:pw@h:port/db", "postgresql://h:port/db"),
+        ("postgresql://u@h/db?password=pw&x=1", "postgresql://u@h/db?x=1"),
+        ("postgresql://u:pw@h:port/db?password=pw", "postgresql://h:port/db"),
     ],
 )
 def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
