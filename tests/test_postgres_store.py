@@ -231,6 +231,30 @@ def test_migrations_apply_once_and_a_newer_schema_is_refused(pg_url: str) -> Non
             migrate(conn)
 
 
+def test_a_read_only_connection_reads_a_current_schema(pg_url: str) -> None:
+    # Connecting made sure of the schema with CREATE TABLE IF NOT EXISTS, which a read-only
+    # connection (a standby, or a role that may only read) is refused even when the table is
+    # there: no reader could read. Now only a schema lacking migrations is written to.
+    from orchestrator._store.postgres import PostgresStore
+
+    data = write_pi_line(_header()) + write_pi_line(_entry("a", None))
+    with PostgresStore(pg_url) as store:
+        store.import_bytes(data)
+    open_journal(pg_url, "s-1").record(
+        Step(machine="turn", source="idle", event="prompt", dest="streaming", effects=())
+    )
+    reading = pg_url.replace("options=", "options=-cdefault_transaction_read_only%3Don%20")
+    with PostgresStore(reading, "s-1") as reader:
+        assert reader.export_bytes() == data
+        assert [e["id"] for e in reader.load().entries] == ["a"]
+    assert [r.dest for r in open_journal(reading, "s-1").records()] == ["streaming"]
+    other = write_pi_line(_header("s-2"))
+    with PostgresStore(reading) as writer, pytest.raises(SessionError, match="read-only"):
+        writer.import_bytes(other)
+    with PostgresStore(pg_url, "s-2") as store:
+        assert not store.exists()
+
+
 def test_the_journal_lives_in_the_same_database(pg_url: str) -> None:
     journal = open_journal(pg_url, "s-1")
     assert not journal.exists()

@@ -219,6 +219,12 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
     """
     schema = current_schema(conn)
     shipped = migrations()
+    stored = _stored_version(conn, schema)
+    if stored is not None and stored >= shipped[-1].version:
+        # Current (or newer, refused): nothing to create, so a role that may only read the
+        # tables, or a read-only connection (a standby), can use them.
+        _refuse_newer(schema, stored, shipped)
+        return []
     applied: list[int] = []
     for migration in shipped:
         with conn.transaction():
@@ -230,12 +236,7 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
             done = {int(str(row[0])) for row in conn.execute("SELECT version FROM schema_version")}
-            newest = max(done, default=0)
-            if newest > shipped[-1].version:
-                raise SessionError(
-                    f"schema {schema!r} is at version {newest}, newer than this program's "
-                    f"{shipped[-1].version}; upgrade session-orchestrator"
-                )
+            _refuse_newer(schema, max(done, default=0), shipped)
             if migration.version in done:
                 continue
             conn.execute(sql.SQL(migration.text))
@@ -245,6 +246,26 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
             )
             applied.append(migration.version)
     return applied
+
+
+def _stored_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int | None:
+    """The newest migration recorded in ``schema``, read only; ``None`` before the first."""
+    table = sql.Identifier(schema, "schema_version")
+    found = conn.execute(
+        sql.SQL("SELECT to_regclass({})").format(sql.Literal(table.as_string(conn)))
+    ).fetchone()
+    if found is None or found[0] is None:
+        return None
+    row = conn.execute(sql.SQL("SELECT max(version) FROM {}").format(table)).fetchone()
+    return None if row is None or row[0] is None else int(str(row[0]))
+
+
+def _refuse_newer(schema: str, newest: int, shipped: list[Migration]) -> None:
+    if newest > shipped[-1].version:
+        raise SessionError(
+            f"schema {schema!r} is at version {newest}, newer than this program's "
+            f"{shipped[-1].version}; upgrade session-orchestrator"
+        )
 
 
 def host_name() -> str:
