@@ -54,6 +54,27 @@ def test_importing_an_existing_session_is_refused(
     assert err.count("\n") == 1
 
 
+def test_a_session_id_is_printed_escaped(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    # The id comes from the file: a newline and an escape sequence in it were printed as they
+    # were, splitting the report and driving the terminal.
+    source = tmp_path / "odd.jsonl"
+    header = {"type": "session", "version": 3, "id": "odd\n\x1b[31mred", "cwd": "/w"}
+    source.write_text(json.dumps(header) + "\n")
+    code, out, err = run(capsys, "import", str(source), "--database", pg_url)
+    assert (code, err) == (0, "")
+    assert out.startswith("imported session odd\\n\\x1b[31mred from ")
+    assert out.count("\n") == 1
+    code, out, err = run(capsys, "import", str(source), "--database", pg_url)
+    assert (code, out) == (1, "")
+    assert "#odd\\n\\x1b[31mred: the session already exists" in err
+    assert "\x1b" not in err
+    code, out, err = run(capsys, "export", "odd\n\x1b[31mred", "--database", pg_url)
+    assert (code, err) == (0, "")
+    assert out == source.read_text()
+
+
 def test_exporting_an_unknown_session_is_refused(
     capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
 ) -> None:

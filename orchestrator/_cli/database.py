@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator._cli.common import UsageError, open_existing, require_file, warn_problems
 from orchestrator._core.errors import SessionError
+from orchestrator._core.printable import printable
 from orchestrator._store.factory import is_database_url
 from orchestrator._store.files import describe_os_error
 from orchestrator._store.protocol import SessionStore
@@ -94,7 +95,7 @@ def _import(args: argparse.Namespace) -> int:
         end = store.import_bytes(data, source=path)
         lines = data.count(b"\n")
         print(
-            f"imported session {store.session_id} from {path} "
+            f"imported session {printable(store.session_id or '')} from {path} "
             f"({lines} lines, {end.length} bytes) into {store.location.partition('#')[0]}"
         )
     return 0

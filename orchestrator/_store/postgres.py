@@ -205,7 +205,8 @@ class PostgresStore:
     @property
     def location(self) -> str:
         """The database URL without its password, then ``#`` and the session id."""
-        return f"{redact(self.url)}#{self._id or '(new session)'}"
+        # The id comes from a header, whoever wrote the file: escaped, so a message stays one line.
+        return f"{redact(self.url)}#{printable(self._id) if self._id else '(new session)'}"
 
     @property
     def owned(self) -> bool:
