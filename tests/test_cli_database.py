@@ -106,6 +106,38 @@ def test_export_never_overwrites_a_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.jsonl"]
 
 
+@pytest.mark.parametrize("name", ["s.jsonl.lock", "s.jsonl.journal", "s.jsonl.corrupt"])
+def test_export_refuses_a_side_file_name_as_a_fork_does(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path, name: str
+) -> None:
+    # Exported to s.jsonl.lock, the session was taken for s.jsonl's lock by its next owner:
+    # written over, then deleted.
+    assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
+    target = tmp_path / name
+    code, out, err = run(
+        capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", str(target)
+    )
+    assert (code, out) == (1, "")
+    assert f"{target}: a new session cannot take a side file's name" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_to_a_folder_or_an_empty_path_says_so(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
+    code, out, err = run(
+        capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", str(tmp_path)
+    )
+    assert (code, out) == (1, "")
+    assert f"{tmp_path}: is a folder; -o names the file to write" in err  # not "already exists"
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", "")
+    assert exited.value.code == 2
+    assert "-o: an empty path names no file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_import_refuses_damage_it_cannot_keep_naming_the_line(
     capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
 ) -> None:
