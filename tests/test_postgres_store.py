@@ -368,6 +368,44 @@ def _terminate(pg_url: str, store: Any) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
+def test_a_connection_lost_during_an_import_is_one_error_and_stores_nothing(
+    pg_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # psycopg also logged "error ignored terminating <psycopg.Copy [BAD]>: the connection is
+    # lost" as a warning: a second line on the command line's stderr after the error itself.
+    import psycopg
+
+    from orchestrator._store import postgres
+    from orchestrator._store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    row_of = postgres._line_row
+
+    def row_then_terminate(session_id: str, seq: int, line: bytes) -> Any:
+        if seq == 1:  # the COPY has started: end its connection, and wait until it is gone
+            pid = store._conn.info.backend_pid  # type: ignore[union-attr]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                while admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone():
+                    pass
+        return row_of(session_id, seq, line)
+
+    monkeypatch.setattr(postgres, "_line_row", row_then_terminate)
+    big = "y" * 65536  # rows past psycopg's copy buffer: a send meets the closed connection
+    entries = [_entry(f"{n:08x}", None if n == 0 else f"{n - 1:08x}") for n in range(16)]
+    data = write_pi_line(_header()) + b"".join(
+        write_pi_line({**entry, "data": big}) for entry in entries
+    )
+    with caplog.at_level("WARNING"), pytest.raises(SessionError, match="cannot write it"):
+        store.import_bytes(data)
+    store.close()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    with PostgresStore(pg_url, "s-1") as reader:
+        assert not reader.exists()
+
+
 def test_an_owner_that_lost_its_connection_owns_again_or_is_refused(pg_url: str) -> None:
     from orchestrator._store.postgres import PostgresStore
 
