@@ -54,6 +54,27 @@ def test_importing_an_existing_session_is_refused(
     assert err.count("\n") == 1
 
 
+def test_a_session_id_is_printed_escaped(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    # The id comes from the file: a newline and an escape sequence in it were printed as they
+    # were, splitting the report and driving the terminal.
+    source = tmp_path / "odd.jsonl"
+    header = {"type": "session", "version": 3, "id": "odd\n\x1b[31mred", "cwd": "/w"}
+    source.write_text(json.dumps(header) + "\n")
+    code, out, err = run(capsys, "import", str(source), "--database", pg_url)
+    assert (code, err) == (0, "")
+    assert out.startswith("imported session odd\\n\\x1b[31mred from ")
+    assert out.count("\n") == 1
+    code, out, err = run(capsys, "import", str(source), "--database", pg_url)
+    assert (code, out) == (1, "")
+    assert "#odd\\n\\x1b[31mred: the session already exists" in err
+    assert "\x1b" not in err
+    code, out, err = run(capsys, "export", "odd\n\x1b[31mred", "--database", pg_url)
+    assert (code, err) == (0, "")
+    assert out == source.read_text()
+
+
 def test_exporting_an_unknown_session_is_refused(
     capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
 ) -> None:
@@ -83,6 +104,38 @@ def test_export_never_overwrites_a_file(
     assert code == 1
     assert "does not exist" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.jsonl"]
+
+
+@pytest.mark.parametrize("name", ["s.jsonl.lock", "s.jsonl.journal", "s.jsonl.corrupt"])
+def test_export_refuses_a_side_file_name_as_a_fork_does(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path, name: str
+) -> None:
+    # Exported to s.jsonl.lock, the session was taken for s.jsonl's lock by its next owner:
+    # written over, then deleted.
+    assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
+    target = tmp_path / name
+    code, out, err = run(
+        capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", str(target)
+    )
+    assert (code, out) == (1, "")
+    assert f"{target}: a new session cannot take a side file's name" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_to_a_folder_or_an_empty_path_says_so(
+    capsys: pytest.CaptureFixture[str], pg_url: str, tmp_path: Path
+) -> None:
+    assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
+    code, out, err = run(
+        capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", str(tmp_path)
+    )
+    assert (code, out) == (1, "")
+    assert f"{tmp_path}: is a folder; -o names the file to write" in err  # not "already exists"
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "export", _session_id(EXAMPLE), "--database", pg_url, "-o", "")
+    assert exited.value.code == 2
+    assert "-o: an empty path names no file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_import_refuses_damage_it_cannot_keep_naming_the_line(
@@ -151,3 +204,34 @@ def test_an_unreachable_server_is_one_line(capsys: pytest.CaptureFixture[str]) -
     assert "cannot connect" in err
     assert "hunter2" not in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # libpq takes a password from a parameter too; it was printed as given.
+        ("postgresql://me@127.0.0.1:1/db?password=hunter2", "postgresql://me@127.0.0.1:1/db: "),
+        (
+            "postgresql://me@127.0.0.1:1/db?sslmode=disable&pass%77ord=hunter2",
+            "127.0.0.1:1/db?sslmode=disable: ",
+        ),
+        # libpq quotes what it cannot parse: the token, or the whole URL, password and all.
+        ("postgresql://me:hun%zzter2@h/db", 'invalid percent-encoded token: "***"'),
+        ("postgresql://me@h/db?password=hun%zzter2", 'invalid percent-encoded token: "***"'),
+        ("postgresql://me:hunter2@[::1/db", 'in URI: "postgresql://[::1/db"'),
+    ],
+)
+def test_a_password_is_never_printed_wherever_the_url_holds_it(
+    capsys: pytest.CaptureFixture[str], url: str, shown: str
+) -> None:
+    from orchestrator._cli.main import main
+
+    try:
+        code = main(["export", "s", "--database", url])
+    except SystemExit as exc:  # a URL libpq cannot parse is a usage error
+        code = int(str(exc.code))
+    out, err = capsys.readouterr()
+    assert (code, out) == (1 if "127.0.0.1" in url else 2, "")
+    assert shown in err
+    assert "hunter2" not in err
+    assert "hun%zzter2" not in err

@@ -231,6 +231,30 @@ def test_migrations_apply_once_and_a_newer_schema_is_refused(pg_url: str) -> Non
             migrate(conn)
 
 
+def test_a_read_only_connection_reads_a_current_schema(pg_url: str) -> None:
+    # Connecting made sure of the schema with CREATE TABLE IF NOT EXISTS, which a read-only
+    # connection (a standby, or a role that may only read) is refused even when the table is
+    # there: no reader could read. Now only a schema lacking migrations is written to.
+    from orchestrator._store.postgres import PostgresStore
+
+    data = write_pi_line(_header()) + write_pi_line(_entry("a", None))
+    with PostgresStore(pg_url) as store:
+        store.import_bytes(data)
+    open_journal(pg_url, "s-1").record(
+        Step(machine="turn", source="idle", event="prompt", dest="streaming", effects=())
+    )
+    reading = pg_url.replace("options=", "options=-cdefault_transaction_read_only%3Don%20")
+    with PostgresStore(reading, "s-1") as reader:
+        assert reader.export_bytes() == data
+        assert [e["id"] for e in reader.load().entries] == ["a"]
+    assert [r.dest for r in open_journal(reading, "s-1").records()] == ["streaming"]
+    other = write_pi_line(_header("s-2"))
+    with PostgresStore(reading) as writer, pytest.raises(SessionError, match="read-only"):
+        writer.import_bytes(other)
+    with PostgresStore(pg_url, "s-2") as store:
+        assert not store.exists()
+
+
 def test_the_journal_lives_in_the_same_database(pg_url: str) -> None:
     journal = open_journal(pg_url, "s-1")
     assert not journal.exists()
@@ -344,6 +368,44 @@ def _terminate(pg_url: str, store: Any) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
+def test_a_connection_lost_during_an_import_is_one_error_and_stores_nothing(
+    pg_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # psycopg also logged "error ignored terminating <psycopg.Copy [BAD]>: the connection is
+    # lost" as a warning: a second line on the command line's stderr after the error itself.
+    import psycopg
+
+    from orchestrator._store import postgres
+    from orchestrator._store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    row_of = postgres._line_row
+
+    def row_then_terminate(session_id: str, seq: int, line: bytes) -> Any:
+        if seq == 1:  # the COPY has started: end its connection, and wait until it is gone
+            pid = store._conn.info.backend_pid  # type: ignore[union-attr]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                while admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone():
+                    pass
+        return row_of(session_id, seq, line)
+
+    monkeypatch.setattr(postgres, "_line_row", row_then_terminate)
+    big = "y" * 65536  # rows past psycopg's copy buffer: a send meets the closed connection
+    entries = [_entry(f"{n:08x}", None if n == 0 else f"{n - 1:08x}") for n in range(16)]
+    data = write_pi_line(_header()) + b"".join(
+        write_pi_line({**entry, "data": big}) for entry in entries
+    )
+    with caplog.at_level("WARNING"), pytest.raises(SessionError, match="cannot write it"):
+        store.import_bytes(data)
+    store.close()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    with PostgresStore(pg_url, "s-1") as reader:
+        assert not reader.exists()
+
+
 def test_an_owner_that_lost_its_connection_owns_again_or_is_refused(pg_url: str) -> None:
     from orchestrator._store.postgres import PostgresStore
 
@@ -380,6 +442,8 @@ def test_an_owner_that_lost_its_connection_owns_again_or_is_refused(pg_url: str)
         ("postgres://:pw@h/db", "postgres://h/db"),
         ("postgresql://u@h/db", "postgresql://u@h/db"),
         ("postgresql://u:pw@h:port/db", "postgresql://h:port/db"),
+        ("postgresql://u@h/db?password=pw&x=1", "postgresql://u@h/db?x=1"),
+        ("postgresql://u:pw@h:port/db?password=pw", "postgresql://h:port/db"),
     ],
 )
 def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator._cli.common import UsageError, open_existing, require_file, warn_problems
 from orchestrator._core.errors import SessionError
+from orchestrator._core.printable import printable
 from orchestrator._store.factory import is_database_url
-from orchestrator._store.files import describe_os_error
+from orchestrator._store.files import describe_os_error, side_file_name
 from orchestrator._store.protocol import SessionStore
 from orchestrator._store.session import Session
 
@@ -94,7 +95,7 @@ def _import(args: argparse.Namespace) -> int:
         end = store.import_bytes(data, source=path)
         lines = data.count(b"\n")
         print(
-            f"imported session {store.session_id} from {path} "
+            f"imported session {printable(store.session_id or '')} from {path} "
             f"({lines} lines, {end.length} bytes) into {store.location.partition('#')[0]}"
         )
     return 0
@@ -111,6 +112,8 @@ def _export(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return 0
+    if not args.out:
+        raise UsageError("-o: an empty path names no file")
     _write_new_file(Path(args.out), data)
     print(f"exported session {args.session_id} to {args.out} ({len(data)} bytes)")
     return 0
@@ -120,10 +123,19 @@ def _write_new_file(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target``, which must not exist: whole or not at all.
 
     Raises:
-        SessionError: ``target`` exists, or its folder cannot be written.
+        SessionError: ``target`` exists, is named as a session's side file, or its folder
+            cannot be written.
     """
+    if target.is_dir():
+        raise SessionError(f"{target}: is a folder; -o names the file to write")
     if target.exists() or target.is_symlink():
         raise SessionError(f"{target}: already exists; not overwritten")
+    if side_file_name(target):
+        # As for a fork: s.jsonl.lock would be taken for s.jsonl's lock, written over, deleted.
+        raise SessionError(
+            f"{target}: a new session cannot take a side file's name (.lock, .journal, "
+            ".corrupt, or a rewrite's .NAME.tmp): another session's would be written over it"
+        )
     temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import weakref
 from collections.abc import Iterator, Sequence
@@ -84,6 +85,24 @@ Stamp = tuple[Any, ...]
 _DEFAULT_OWNER = "python"
 _STAMPED = "version, rewrites, last_id, length, created_at"
 """The ``sessions`` columns a stamp is made of, in order (a re-created session has a new time)."""
+
+
+def _not_a_second_report(record: logging.LogRecord) -> bool:
+    """Drop psycopg's warning that ending a failed COPY failed too (the connection was lost).
+
+    The failure that ended the copy is raised, and reported in its one line; the warning was a
+    second line on stderr saying the same (``error ignored terminating <psycopg.Copy [BAD]>:
+    the connection is lost``). Every other psycopg record passes.
+    """
+    return not (
+        record.msg == "error ignored terminating %r: %s"
+        and isinstance(record.args, tuple)
+        and bool(record.args)
+        and isinstance(record.args[0], psycopg.Copy)
+    )
+
+
+logging.getLogger("psycopg").addFilter(_not_a_second_report)
 
 
 class ConnectionLender(Protocol):
@@ -205,7 +224,8 @@ class PostgresStore:
     @property
     def location(self) -> str:
         """The database URL without its password, then ``#`` and the session id."""
-        return f"{redact(self.url)}#{self._id or '(new session)'}"
+        # The id comes from a header, whoever wrote the file: escaped, so a message stays one line.
+        return f"{redact(self.url)}#{printable(self._id) if self._id else '(new session)'}"
 
     @property
     def owned(self) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from orchestrator._core.errors import SessionError
+from orchestrator._core.printable import printable
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._store.journal import Clock, Journal, _wall_clock
 from orchestrator._store.postgres import ConnectionLender
@@ -65,7 +66,7 @@ class PostgresJournalSink:
     def __init__(self, url: str, session_id: str, *, pool: ConnectionLender | None = None) -> None:
         self.url = url
         self.session_id = session_id
-        self.location = f"{redact(url)}#{session_id} (journal)"
+        self.location = f"{redact(url)}#{printable(session_id)} (journal)"
         self._pool = pool
 
     @contextmanager

@@ -29,6 +29,7 @@ from orchestrator._store.postgres_schema import (
     ensure_schema,
     first_line,
     redact,
+    scrub,
 )
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -74,5 +75,5 @@ def open_pool(url: str, *, max_size: int = POOL_SIZE, timeout_s: float = 30.0) -
         pool.open(wait=True, timeout=timeout_s)
     except psycopg.Error as exc:
         pool.close()
-        raise SessionError(f"{redact(url)}: cannot connect: {first_line(exc)}") from exc
+        raise SessionError(f"{redact(url)}: cannot connect: {scrub(url, first_line(exc))}") from exc
     return pool

@@ -20,7 +20,7 @@ import re
 import threading
 from dataclasses import dataclass
 from importlib import resources
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -37,21 +37,67 @@ _migrated_lock = threading.Lock()
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and ``location``."""
+    """The URL without its password, for messages and ``location``.
+
+    libpq takes a password from the user part (``USER:PASSWORD@``) and from a ``password``
+    parameter (``?password=...``); both are left out.
+    """
     try:
         parts = urlsplit(url)
-        if parts.password is None:
+        query = _without_passwords(parts.query)
+        if parts.password is None and query == parts.query:
             return url
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = f"{parts.username}@{host}" if parts.username else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        netloc = parts.netloc
+        if parts.password is not None:
+            host = parts.hostname or ""
+            if ":" in host:
+                host = f"[{host}]"
+            netloc = f"{parts.username}@{host}" if parts.username else host
+            if parts.port is not None:
+                netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:  # a port that is not a number: keep only what follows the credentials
         scheme, _, rest = url.partition("://")
-        return f"{scheme}://{rest.rpartition('@')[2]}"
+        rest, _, query = rest.rpartition("@")[2].partition("?")
+        query = _without_passwords(query)
+        return f"{scheme}://{rest}{'?' if query else ''}{query}"
+
+
+def _without_passwords(query: str) -> str:
+    """A URL's query without its ``password`` parameters (libpq decodes keys: so do we)."""
+    kept = [item for item in query.split("&") if unquote(item.partition("=")[0]) != "password"]
+    return "&".join(kept)
+
+
+def _passwords(url: str) -> set[str]:
+    """Every form a password may take in ``url``, as written and decoded, for :func:`scrub`."""
+    _, _, rest = url.partition("://")
+    authority, _, query = rest.partition("?")
+    authority = authority.partition("/")[0]
+    found = set()
+    # libpq ends the user part at the first "@", Python's urlsplit at the last: take both.
+    for userinfo in (authority.partition("@")[0], authority.rpartition("@")[0]):
+        user, colon, password = userinfo.partition(":")
+        if colon:
+            found.add(password)
+    for item in query.split("&"):
+        key, _, value = item.partition("=")
+        if unquote(key) == "password":
+            found.add(value)
+    return {form for raw in found for form in (raw, unquote(raw)) if form}
+
+
+def scrub(url: str, text: str) -> str:
+    """``text`` (a libpq message about ``url``) without the URL's password.
+
+    libpq quotes what it could not parse: the whole URL (``in URI: "postgresql://u:pw@[..."``)
+    or the token (``invalid percent-encoded token: "pw%zz"``). The URL is shown redacted and a
+    quoted password as ``"***"``.
+    """
+    text = text.replace(url, redact(url))
+    for password in sorted(_passwords(url), key=len, reverse=True):
+        text = text.replace(f'"{password}"', '"***"')
+    return text
 
 
 def check_url(url: str) -> None:
@@ -65,7 +111,9 @@ def check_url(url: str) -> None:
     try:
         conninfo_to_dict(url)
     except psycopg.Error as exc:
-        raise SessionError(f"{redact(url)}: not a valid PostgreSQL URL: {first_line(exc)}") from exc
+        raise SessionError(
+            f"{redact(url)}: not a valid PostgreSQL URL: {scrub(url, first_line(exc))}"
+        ) from exc
 
 
 def first_line(exc: BaseException) -> str:
@@ -99,7 +147,7 @@ def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
     try:
         conn = psycopg.connect(connection_info(url), autocommit=True)
     except psycopg.Error as exc:
-        raise SessionError(f"{redact(url)}: cannot connect: {first_line(exc)}") from exc
+        raise SessionError(f"{redact(url)}: cannot connect: {scrub(url, first_line(exc))}") from exc
     try:
         ensure_schema(conn, url)
     except BaseException:
@@ -171,6 +219,12 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
     """
     schema = current_schema(conn)
     shipped = migrations()
+    stored = _stored_version(conn, schema)
+    if stored is not None and stored >= shipped[-1].version:
+        # Current (or newer, refused): nothing to create, so a role that may only read the
+        # tables, or a read-only connection (a standby), can use them.
+        _refuse_newer(schema, stored, shipped)
+        return []
     applied: list[int] = []
     for migration in shipped:
         with conn.transaction():
@@ -182,12 +236,7 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
             done = {int(str(row[0])) for row in conn.execute("SELECT version FROM schema_version")}
-            newest = max(done, default=0)
-            if newest > shipped[-1].version:
-                raise SessionError(
-                    f"schema {schema!r} is at version {newest}, newer than this program's "
-                    f"{shipped[-1].version}; upgrade session-orchestrator"
-                )
+            _refuse_newer(schema, max(done, default=0), shipped)
             if migration.version in done:
                 continue
             conn.execute(sql.SQL(migration.text))
@@ -197,6 +246,26 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
             )
             applied.append(migration.version)
     return applied
+
+
+def _stored_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int | None:
+    """The newest migration recorded in ``schema``, read only; ``None`` before the first."""
+    table = sql.Identifier(schema, "schema_version")
+    found = conn.execute(
+        sql.SQL("SELECT to_regclass({})").format(sql.Literal(table.as_string(conn)))
+    ).fetchone()
+    if found is None or found[0] is None:
+        return None
+    row = conn.execute(sql.SQL("SELECT max(version) FROM {}").format(table)).fetchone()
+    return None if row is None or row[0] is None else int(str(row[0]))
+
+
+def _refuse_newer(schema: str, newest: int, shipped: list[Migration]) -> None:
+    if newest > shipped[-1].version:
+        raise SessionError(
+            f"schema {schema!r} is at version {newest}, newer than this program's "
+            f"{shipped[-1].version}; upgrade session-orchestrator"
+        )
 
 
 def host_name() -> str:
