@@ -279,3 +279,12 @@ def test_a_symbolic_link_loop_is_named_as_such(
             f"orchestrator {command}: {tmp_path / 'dangling.jsonl'}: symbolic link to "
             "nowhere.jsonl, which does not exist\n"
         )
+
+
+def test_fork_with_an_empty_out_is_a_usage_error_not_the_default_name(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = sorted(example.parent.iterdir())
+    err = _usage_error(capsys, "fork", str(example), "--from", "ec48c90d", "--out", "")
+    assert "--out: an empty path names no file; leave it out for a default name" in err
+    assert sorted(example.parent.iterdir()) == before  # no fork written beside the source

@@ -445,9 +445,11 @@ def _fork(args: argparse.Namespace) -> int:
     from orchestrator._store.fork import branched_session, fork_path, fork_target
     from orchestrator._store.jsonl import JsonlStore
 
+    if args.out == "":  # not "no --out": the default name beside the source was written
+        raise UsageError("--out: an empty path names no file; leave it out for a default name")
     source = open_existing(args.session)
     leaf, editor_text = fork_target(source, args.entry)
-    out = Path(args.out) if args.out else fork_path(args.session)
+    out = Path(args.out) if args.out is not None else fork_path(args.session)
     if not out.parent.is_dir():
         raise SessionError(f"{out}: the folder {out.parent} does not exist; create it first")
     if os.path.lexists(out):  # a symbolic link too, even one that points nowhere
