@@ -7,8 +7,9 @@ for a :class:`~orchestrator._rpc.protocol.Dispatcher`. Every session's events ar
 hub's listeners as ``session.event`` notifications. A listener registered with a
 :class:`~orchestrator._rpc.protocol.Peer` (a connection) receives only the events of the sessions
 that peer opened or forked (its ``topics``); a listener without one (an embedding application in
-the same process) receives every event. A listener that raises is skipped, never allowed to break
-the session that emitted the event.
+the same process) receives every event. Several connections may follow one session; when it
+closes, each gets a last ``session_closed`` event and no more. A listener that raises is
+skipped, never allowed to break the session that emitted the event.
 
 The session-level rules that the runtime does not enforce itself live here: one compaction at
 a time per session, no navigation, compaction or prompt while a navigation's branch summary
@@ -54,6 +55,8 @@ from orchestrator._store.reports import context_report, tree_rows
 EVENT_METHOD = "session.event"
 QUIET_EVENTS = frozenset({"transition"})
 """Event types not forwarded: every machine step is one, and the journal already has them."""
+SESSION_CLOSED = "session_closed"
+"""The last event of a session, sent to every connection receiving its events when it closes."""
 NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
 SERVER_OWNER = "orchestrator serve"
 """How the server names itself in the lock of the sessions it owns (D27)."""
@@ -378,6 +381,18 @@ class SessionHub:
         slot.unsubscribe()
         slot.runtime.close()
         POLICY.released()  # its cycles, if frozen, are collected at the next full collection
+        self._ended(session_id)
+
+    def _ended(self, session_id: str) -> None:
+        """Tell everyone receiving a closed session's events that it closed; send no more.
+
+        Every connection that opened the session follows it, not only the one that closes
+        it: without a word, the others would wait for events that never come, and learn only
+        at their next request that the session is gone.
+        """
+        if self._listened(session_id):
+            payload = {"session_id": session_id, "event": {"type": SESSION_CLOSED}}
+            self._publish(session_id, notification(EVENT_METHOD, payload))
         for _, peer, _ in self._listeners:
             if peer is not None:
                 peer.topics.discard(session_id)
