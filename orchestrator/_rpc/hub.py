@@ -47,7 +47,11 @@ from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
-from orchestrator._store.files import require_session_file, side_file_name
+from orchestrator._store.files import (
+    refuse_folder_name,
+    require_session_file,
+    side_file_name,
+)
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.reports import context_report, tree_rows
@@ -250,12 +254,15 @@ class SessionHub:
             SessionError: the file is not a session.
         """
         resolved = self._resolve(path)
-        if not create:
-            # What the name is, as the command line says it (not all "no such session file").
-            try:
+        # What the name is, as the command line says it (not all "no such session file"); a
+        # name ending in '/' is a folder's even to create (pathlib drops the slash).
+        try:
+            if create:
+                refuse_folder_name(path)
+            else:
                 require_session_file(self._joined(path), path)
-            except SessionError as exc:
-                raise RpcError(INVALID_PARAMS, str(exc)) from None
+        except SessionError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from None
         open_id = self._paths.get(str(resolved))
         if open_id is not None:
             return self._slots[open_id]
@@ -320,6 +327,10 @@ class SessionHub:
                 INVALID_PARAMS, "session.fork: 'path' is empty; leave it out for a default name"
             )
         target = self._resolve(path)
+        try:
+            refuse_folder_name(path)
+        except SessionError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from None
         if os.path.lexists(self._joined(path)):
             raise RpcError(INVALID_PARAMS, f"{path}: already exists")
         return target
