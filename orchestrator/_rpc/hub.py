@@ -147,6 +147,25 @@ def navigation_options(p: Params) -> tuple[str, bool, str | None, bool, str | No
     return target, summarize, focus, replace, label
 
 
+def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
+    """The ``-32005`` for opening a session when the process is out of descriptors, else ``None``.
+
+    Running out of file descriptors is the server's limit, not the caller's path: each open
+    session holds files (its lock and journal). The operating system's error may be wrapped
+    in the store's :class:`SessionError` (``cannot create the lock file ...``), more than once.
+    """
+    error: BaseException | None = exc
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__
+    if error is None or error.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    return RpcError(
+        LIMIT,
+        f"{shown}: the server has too many files open ({error.strerror}); "
+        "close sessions, or raise its limit (ulimit -n)",
+    )
+
+
 class SessionHub:
     """The open sessions and the RPC methods over them.
 
@@ -278,14 +297,9 @@ class SessionHub:
             # The server owns every session it opens until it closes it (D27).
             runtime = AgentSession.open(resolved, owner=SERVER_OWNER, **self.options.arguments())
         except (OSError, SessionError) as exc:
-            cause = exc if isinstance(exc, OSError) else exc.__cause__
-            if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
-                # The server's limit, not the caller's path: each open session holds files.
-                raise RpcError(
-                    LIMIT,
-                    f"{path}: the server has too many files open ({cause.strerror}); "
-                    "close sessions, or raise its limit (ulimit -n)",
-                ) from None
+            shortage = out_of_files(path, exc)
+            if shortage is not None:
+                raise shortage from None
             if isinstance(exc, SessionError):
                 raise
             # A folder, a file we may not read, a name too long: the caller's path, not a bug.
@@ -522,7 +536,12 @@ class SessionHub:
         target = self._fork_target(path) if path is not None else None
         try:
             result = await runtime.fork(entry_id, target)
-        except OSError as exc:
+        except (OSError, SessionError) as exc:
+            shortage = out_of_files(path or "session.fork", exc)
+            if shortage is not None:
+                raise shortage from None
+            if isinstance(exc, SessionError):
+                raise
             # A missing folder or one we may not write: the caller's path, not a bug.
             raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
         if result.cancelled or result.session is None:
