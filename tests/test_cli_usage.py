@@ -288,3 +288,22 @@ def test_fork_with_an_empty_out_is_a_usage_error_not_the_default_name(
     err = _usage_error(capsys, "fork", str(example), "--from", "ec48c90d", "--out", "")
     assert "--out: an empty path names no file; leave it out for a default name" in err
     assert sorted(example.parent.iterdir()) == before  # no fork written beside the source
+
+
+def test_a_session_name_ending_in_a_slash_names_a_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Path("s.jsonl/") is Path("s.jsonl"): the tree of s.jsonl was printed, and a fork written
+    # to f.jsonl.
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(EXAMPLE.read_bytes())
+    folder = "a name ending in '/' names a folder, not a session file"
+    code, out, err = run(capsys, "tree", f"{session}/")
+    assert (code, out) == (1, "")
+    assert err.strip() == f"orchestrator tree: {session}/: {folder}"
+    code, out, err = run(
+        capsys, "fork", str(session), "--from", "daa66d13", "--out", f"{session}.f/"
+    )
+    assert (code, out) == (1, "")
+    assert err.strip() == f"orchestrator fork: {session}.f/: {folder}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]

@@ -173,3 +173,39 @@ async def test_a_prompt_through_the_cluster_answers_as_through_one_process(
     local_unknown = await call(local, "session.prompt", session_id="nobody", text="hi")
     assert unknown["error"] == local_unknown["error"]
     await call(local, "session.close", session_id=opened["session_id"])
+
+
+class IdleWorkflows:
+    """The one query ``session.close`` makes of the cluster: every session is idle."""
+
+    async def state(self, session_id: str) -> dict[str, Any]:
+        return {"busy": False}
+
+
+async def test_closing_a_cluster_session_tells_every_connection_that_followed_it(
+    tmp_path: Path,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    workflows: Any = IdleWorkflows()
+    hub = ClusterHub("127.0.0.1:1", database.location, client=workflows)
+    rpc = Dispatcher(hub.methods())
+    owner, follower = Peer(), Peer()
+    received: dict[Peer, list[dict[str, Any]]] = {owner: [], follower: []}
+    for peer in (owner, follower):
+        hub.listen(received[peer].append, peer)
+
+    async def call(peer: Peer, method: str, **params: Any) -> dict[str, Any]:
+        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        answer: dict[str, Any] = await rpc.handle(request, peer)
+        return answer
+
+    for peer in (owner, follower):
+        assert (await call(peer, "session.open", path=session_id))["result"]["busy"] is False
+    assert (await call(owner, "session.close", session_id=session_id))["result"] == {"closed": True}
+    ended = {"session_id": session_id, "event": {"type": "session_closed"}}
+    assert [n["params"] for n in received[follower]] == [ended]
+    assert [n["params"] for n in received[owner]] == [ended]
+    assert session_id not in follower.topics
+    unknown = (await call(follower, "session.tree", session_id=session_id))["error"]
+    assert unknown == {"code": -32602, "message": f"Unknown session: {session_id}"}

@@ -76,3 +76,28 @@ async def test_session_open_says_what_a_name_is_as_the_command_line_does(tmp_pat
     for path, message in expected.items():
         error = await client.error("session.open", path=path)
         assert (error["code"], error["message"]) == (INVALID_PARAMS, message)
+
+
+async def test_a_name_ending_in_a_slash_names_a_folder_and_is_refused(tmp_path: Path) -> None:
+    # Path("s.jsonl/") is Path("s.jsonl"): session.open opened s.jsonl, with create made
+    # new.jsonl, and session.fork wrote f.jsonl.
+    shutil.copy(EXAMPLE, tmp_path / "s.jsonl")
+    (tmp_path / "dir.jsonl").mkdir()
+    client = Client(SessionHub(RuntimeOptions(root=tmp_path)))
+    folder = "a name ending in '/' names a folder, not a session file"
+    refused = {
+        ("s.jsonl/", False): f"s.jsonl/: {folder}",
+        ("s.jsonl/", True): f"s.jsonl/: {folder}",
+        ("new.jsonl/", True): f"new.jsonl/: {folder}",
+        ("dir.jsonl/", False): "dir.jsonl/: is a directory, not a session file",
+    }
+    for (path, create), message in refused.items():
+        error = await client.error("session.open", path=path, create=create)
+        assert (error["code"], error["message"]) == (INVALID_PARAMS, message)
+    assert (await client.call("session.list"))["sessions"] == []
+    opened = await client.call("session.open", path="s.jsonl")
+    fork = {"session_id": opened["session_id"], "entry_id": USER_MESSAGE}
+    error = await client.error("session.fork", **fork, path="f.jsonl/")
+    assert (error["code"], error["message"]) == (INVALID_PARAMS, f"f.jsonl/: {folder}")
+    await client.call("session.close", session_id=opened["session_id"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.jsonl", "s.jsonl"]

@@ -42,6 +42,7 @@ from orchestrator._runtime.routes import build_summarizer, close_routes
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
+from orchestrator._store.files import refuse_folder_name
 from orchestrator._store.session import Session
 from orchestrator._telemetry.export import check_otlp_collector, make_tracer_provider
 from orchestrator._telemetry.tracing import LifecycleTracer
@@ -449,6 +450,8 @@ def _fork(args: argparse.Namespace) -> int:
         raise UsageError("--out: an empty path names no file; leave it out for a default name")
     source = open_existing(args.session)
     leaf, editor_text = fork_target(source, args.entry)
+    if args.out is not None:
+        refuse_folder_name(args.out)  # Path() would drop the slash and write the file
     out = Path(args.out) if args.out is not None else fork_path(args.session)
     if not out.parent.is_dir():
         raise SessionError(f"{out}: the folder {out.parent} does not exist; create it first")

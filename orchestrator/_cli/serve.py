@@ -259,9 +259,9 @@ async def _run(
             port = tcp.extra(anyio.abc.SocketAttribute.local_port)
             _say(f"listening on {host}:{port} (token in {token_file})")
         async with anyio.create_task_group() as group:
-            # SIGTERM and SIGHUP stop the server as Ctrl+C does: sessions closed, socket and
-            # token file removed.
-            group.start_soon(_stop_on_signal, group.cancel_scope)
+            # Ctrl+C, SIGTERM and SIGHUP: every running request answered, then sessions
+            # closed, socket and token file removed.
+            group.start_soon(_stop_on_signal, server, group.cancel_scope)
             if listener is not None:
                 await server.serve_listener(listener, token=token)
             else:
@@ -274,10 +274,14 @@ async def _run(
         hub.close_all()
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+async def _stop_on_signal(server: RpcServer, scope: anyio.CancelScope) -> None:
+    # SIGINT too: as KeyboardInterrupt it would cancel every request with no answer sent. A
+    # second signal meanwhile waits here; stopping takes at most the drop timeout.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for _ in signals:
             _say("stopped")
+            with anyio.move_on_after(server.limits.drop_timeout):
+                await server.stop()
             scope.cancel()
             return
 

@@ -279,6 +279,7 @@ class ClusterHub(SessionHub):
         if described["busy"]:
             raise RpcError(BUSY, "Session is busy; abort it or wait before closing")
         self._open.pop(described["session_id"], None)
+        self._ended(described["session_id"])
         return {"closed": True}
 
     async def _c_compress(self, p: Params) -> dict[str, Any]:

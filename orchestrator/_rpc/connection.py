@@ -6,7 +6,9 @@ order they were posted (a client sees ``compaction_update`` before the compress 
 request runs in its own task, so a ``session.compress`` can arrive while the same client's
 ``session.prompt`` is still waiting: the runtime stops the turn, compacts, and both requests get
 their answers. When the client stops sending, the requests already running still finish; the
-connection ends after the last.
+connection ends after the last. When the server stops (:meth:`Connection.stop`), I stop reading,
+the dispatcher ends the running requests with an error answer each, and the connection closes
+once those are sent.
 
 Every resource a client can make me hold is bounded (:class:`Limits`):
 
@@ -175,6 +177,18 @@ class Connection:
                 stop()
                 self.reading_done = True
                 self._notify()
+
+    def stop(self) -> None:
+        """Read no more; close once the running requests are answered (server shutdown).
+
+        The dispatcher ends the running requests (:meth:`Dispatcher.stop`); their answers are
+        sent within the drop timeout, so a client that does not read cannot hold the server
+        open. Lines the client sent that I have not read yet get no answer.
+        """
+        self.read_scope.cancel()
+        self.deadline = min(self.deadline, anyio.current_time() + self.limits.drop_timeout)
+        if self.write_scope is not None:
+            self.write_scope.deadline = self.deadline
 
     # -- output ------------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ for a :class:`~orchestrator._rpc.protocol.Dispatcher`. Every session's events ar
 hub's listeners as ``session.event`` notifications. A listener registered with a
 :class:`~orchestrator._rpc.protocol.Peer` (a connection) receives only the events of the sessions
 that peer opened or forked (its ``topics``); a listener without one (an embedding application in
-the same process) receives every event. A listener that raises is skipped, never allowed to break
-the session that emitted the event.
+the same process) receives every event. Several connections may follow one session; when it
+closes, each gets a last ``session_closed`` event and no more. A listener that raises is
+skipped, never allowed to break the session that emitted the event.
 
 The session-level rules that the runtime does not enforce itself live here: one compaction at
 a time per session, no navigation, compaction or prompt while a navigation's branch summary
@@ -46,7 +47,11 @@ from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
-from orchestrator._store.files import require_session_file, side_file_name
+from orchestrator._store.files import (
+    refuse_folder_name,
+    require_session_file,
+    side_file_name,
+)
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.reports import context_report, tree_rows
@@ -54,6 +59,8 @@ from orchestrator._store.reports import context_report, tree_rows
 EVENT_METHOD = "session.event"
 QUIET_EVENTS = frozenset({"transition"})
 """Event types not forwarded: every machine step is one, and the journal already has them."""
+SESSION_CLOSED = "session_closed"
+"""The last event of a session, sent to every connection receiving its events when it closes."""
 NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
 SERVER_OWNER = "orchestrator serve"
 """How the server names itself in the lock of the sessions it owns (D27)."""
@@ -138,6 +145,25 @@ def navigation_options(p: Params) -> tuple[str, bool, str | None, bool, str | No
             "instead)",
         )
     return target, summarize, focus, replace, label
+
+
+def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
+    """The ``-32005`` for opening a session when the process is out of descriptors, else ``None``.
+
+    Running out of file descriptors is the server's limit, not the caller's path: each open
+    session holds files (its lock and journal). The operating system's error may be wrapped
+    in the store's :class:`SessionError` (``cannot create the lock file ...``), more than once.
+    """
+    error: BaseException | None = exc
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__
+    if error is None or error.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    return RpcError(
+        LIMIT,
+        f"{shown}: the server has too many files open ({error.strerror}); "
+        "close sessions, or raise its limit (ulimit -n)",
+    )
 
 
 class SessionHub:
@@ -247,12 +273,15 @@ class SessionHub:
             SessionError: the file is not a session.
         """
         resolved = self._resolve(path)
-        if not create:
-            # What the name is, as the command line says it (not all "no such session file").
-            try:
+        # What the name is, as the command line says it (not all "no such session file"); a
+        # name ending in '/' is a folder's even to create (pathlib drops the slash).
+        try:
+            if create:
+                refuse_folder_name(path)
+            else:
                 require_session_file(self._joined(path), path)
-            except SessionError as exc:
-                raise RpcError(INVALID_PARAMS, str(exc)) from None
+        except SessionError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from None
         open_id = self._paths.get(str(resolved))
         if open_id is not None:
             return self._slots[open_id]
@@ -268,14 +297,9 @@ class SessionHub:
             # The server owns every session it opens until it closes it (D27).
             runtime = AgentSession.open(resolved, owner=SERVER_OWNER, **self.options.arguments())
         except (OSError, SessionError) as exc:
-            cause = exc if isinstance(exc, OSError) else exc.__cause__
-            if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
-                # The server's limit, not the caller's path: each open session holds files.
-                raise RpcError(
-                    LIMIT,
-                    f"{path}: the server has too many files open ({cause.strerror}); "
-                    "close sessions, or raise its limit (ulimit -n)",
-                ) from None
+            shortage = out_of_files(path, exc)
+            if shortage is not None:
+                raise shortage from None
             if isinstance(exc, SessionError):
                 raise
             # A folder, a file we may not read, a name too long: the caller's path, not a bug.
@@ -317,6 +341,10 @@ class SessionHub:
                 INVALID_PARAMS, "session.fork: 'path' is empty; leave it out for a default name"
             )
         target = self._resolve(path)
+        try:
+            refuse_folder_name(path)
+        except SessionError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from None
         if os.path.lexists(self._joined(path)):
             raise RpcError(INVALID_PARAMS, f"{path}: already exists")
         return target
@@ -378,6 +406,18 @@ class SessionHub:
         slot.unsubscribe()
         slot.runtime.close()
         POLICY.released()  # its cycles, if frozen, are collected at the next full collection
+        self._ended(session_id)
+
+    def _ended(self, session_id: str) -> None:
+        """Tell everyone receiving a closed session's events that it closed; send no more.
+
+        Every connection that opened the session follows it, not only the one that closes
+        it: without a word, the others would wait for events that never come, and learn only
+        at their next request that the session is gone.
+        """
+        if self._listened(session_id):
+            payload = {"session_id": session_id, "event": {"type": SESSION_CLOSED}}
+            self._publish(session_id, notification(EVENT_METHOD, payload))
         for _, peer, _ in self._listeners:
             if peer is not None:
                 peer.topics.discard(session_id)
@@ -496,7 +536,12 @@ class SessionHub:
         target = self._fork_target(path) if path is not None else None
         try:
             result = await runtime.fork(entry_id, target)
-        except OSError as exc:
+        except (OSError, SessionError) as exc:
+            shortage = out_of_files(path or "session.fork", exc)
+            if shortage is not None:
+                raise shortage from None
+            if isinstance(exc, SessionError):
+                raise
             # A missing folder or one we may not write: the caller's path, not a bug.
             raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
         if result.cancelled or result.session is None:

@@ -21,7 +21,8 @@ code    name                when
 -32603  internal error      a bug: the exception's type and message
 -32001  busy                the session is working (navigation, close, a second compaction)
 -32002  model failed        the summarizer or model call failed; nothing was applied
--32003  cancelled           the operation was cancelled; nothing was applied
+-32003  cancelled           the operation was cancelled; nothing was applied (also every
+                            request still running when the server stops)
 -32004  session locked      another process holds the session file's write lock
 -32005  limit               a server bound was hit (connections, output waiting for the client)
 -32006  unauthorized        the connection did not start with the server's token
@@ -38,6 +39,10 @@ Nothing a client sends can make the dispatcher raise: parsing refuses what the s
 would accept but JSON does not allow (``NaN``, ``Infinity``, numbers that overflow to infinity as
 an id), nesting deeper than :data:`MAX_DEPTH` is refused before any handler sees it, and a result
 that cannot be encoded becomes an internal error for that one request.
+
+Stopping (:meth:`Dispatcher.stop`) cancels every handler still running and answers its request
+with the error given, so a client is told what became of each request before the server closes
+its connection; a request that comes after is answered with the same error at once.
 """
 
 from __future__ import annotations
@@ -314,6 +319,18 @@ class Dispatcher:
     def __init__(self, methods: Mapping[str, Method], *, max_batch: int = MAX_BATCH) -> None:
         self.methods = dict(methods)
         self.max_batch = max_batch
+        self._running: set[anyio.CancelScope] = set()  # one per handler running now
+        self._stopped: RpcError | None = None
+
+    def stop(self, error: RpcError) -> None:
+        """Cancel every running handler; their requests, and all later ones, get ``error``.
+
+        A cancelled handler settles as a cancel from outside does (nothing partial is
+        applied), then its request is answered with ``error``.
+        """
+        self._stopped = error
+        for scope in self._running:
+            scope.cancel()
 
     async def handle_text(self, text: str | bytes, peer: Peer | None = None) -> str | None:
         """Answer one line; returns the response line, or ``None`` when none is due.
@@ -378,13 +395,27 @@ class Dispatcher:
         request_id = message.get("id")
         try:
             method, params = self._check(message, peer)
-            result = await method.handler(params)
+            result = await self._call(method, params)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error response
             error = error_for(exc)
             if is_notification and error.code != INVALID_REQUEST:
                 return None
             return failure(request_id if valid_id(request_id) else None, error)
         return None if is_notification else success(request_id, result)
+
+    async def _call(self, method: Method, params: Params) -> Any:
+        if self._stopped is None:
+            with anyio.CancelScope() as scope:
+                self._running.add(scope)
+                try:
+                    return await method.handler(params)
+                finally:
+                    self._running.discard(scope)
+        # Stopped before it began, or cancelled by stop(): a fresh error each time (one
+        # instance raised in many tasks would collect all their tracebacks).
+        stopped = self._stopped
+        assert stopped is not None
+        raise RpcError(stopped.code, str(stopped), stopped.data)
 
     def _check(self, message: dict[str, Any], peer: Peer | None) -> tuple[Method, Params]:
         name = message.get("method")

@@ -7,6 +7,12 @@ handler that turns any exception into an error answer, and every connection insi
 logs an unexpected exception and closes only that connection. At most ``max_connections`` run at
 once; one more gets a ``-32005`` line and is closed.
 
+Stopping (:meth:`RpcServer.stop`) answers before it closes: every request still running is
+cancelled (the runtime settles it, nothing partial applied) and answered ``-32003`` with
+``data.kind`` ``shutdown``, the answers are sent (within the drop timeout, for clients that do
+not read), and only then are the connections closed. Cancelling the server's task group instead
+would end the requests with no answer at all.
+
 Who may connect (D30, see :mod:`orchestrator._rpc.access`): a Unix socket is created with mode
 0600, so only its owner can connect; a TCP listener binds to loopback only and every connection
 must first present the server's token; stdio belongs to the process that started the server.
@@ -26,11 +32,23 @@ import anyio.abc
 from orchestrator._rpc import access
 from orchestrator._rpc.connection import Connection, Limits, send_quietly
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import LIMIT, Dispatcher, RpcError, encode, failure, one_line
+from orchestrator._rpc.protocol import (
+    CANCELLED,
+    LIMIT,
+    Dispatcher,
+    RpcError,
+    encode,
+    failure,
+    one_line,
+)
 from orchestrator._rpc.transport import FdTransport, StreamTransport, Transport
 
 __all__ = ("Limits", "RpcServer", "RuntimeOptions", "SessionHub")
 """The server's names; the hub's are re-exported because callers build both together."""
+
+
+SHUTTING_DOWN = "Server shutting down: the operation was cancelled; the session file is unchanged"
+"""The message of the answer to each request still running when the server stops."""
 
 
 def _stderr(text: str) -> None:
@@ -66,6 +84,26 @@ class RpcServer:
         self.peak_queued_bytes = 0
         # Every running connection with the scope that ends it, oldest first.
         self._running: dict[Connection, anyio.CancelScope] = {}
+        self._stopping = False
+        self._all_closed: anyio.Event | None = None  # made by stop() while connections run
+
+    async def stop(self) -> None:
+        """Answer every running request with the shutdown error, then close every connection.
+
+        A request still running is cancelled (nothing partial is applied) and answered
+        ``-32003`` (``data``: ``{"kind": "shutdown", "applied": false}``); a connection closes
+        once its answers are sent, or after ``limits.drop_timeout`` when its client does not
+        read them. New connections are closed at once. Returns when every connection is
+        closed; the listeners keep running until their task is cancelled.
+        """
+        self._stopping = True
+        data = {"kind": "shutdown", "applied": False}
+        self.dispatcher.stop(RpcError(CANCELLED, SHUTTING_DOWN, data))
+        for connection in self._running:
+            connection.stop()
+        if self._running:
+            self._all_closed = anyio.Event()
+            await self._all_closed.wait()
 
     async def serve_connection(
         self, transport: Transport, *, token: str | None = None, topics: set[str] | None = None
@@ -82,6 +120,8 @@ class RpcServer:
         """
         connection = Connection(self.hub, self.dispatcher, self.limits, transport, token)
         connection.peer.topics.update(topics or ())
+        if self._stopping:
+            connection.stop()  # nothing is read; it closes at once
         self.connections += 1
         scope = self._running[connection] = anyio.CancelScope()
         try:
@@ -93,6 +133,8 @@ class RpcServer:
             del self._running[connection]
             self.connections -= 1
             self.peak_queued_bytes = max(self.peak_queued_bytes, connection.peak_queued_bytes)
+            if not self._running and self._all_closed is not None:
+                self._all_closed.set()
 
     def _leaving(self) -> int:
         """Connections ended to make room that have not finished closing yet."""

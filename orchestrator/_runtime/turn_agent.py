@@ -227,9 +227,14 @@ class TurnAgent:
         return Report(outcome="ok")
 
     async def _close_session(self) -> None:
-        self.host.session().close()
+        session = self.host.session()
         journal = self.host.ports.journal
-        if journal is not None:
-            # The journal's last records (an operation's final state, the turns since) become
-            # durable here, once, not with an fsync per operation (issue 9).
-            journal.close(durable=True)
+        try:
+            if journal is not None:
+                # The journal's last records (an operation's final state, the turns since)
+                # become durable here, once, not with an fsync per operation (issue 9). A
+                # session never written (a new one) takes the journal it made with it. Both
+                # before the session's lock goes: nobody else may open the journal meanwhile.
+                journal.close(durable=session.persisted, unwritten=not session.persisted)
+        finally:
+            session.close()

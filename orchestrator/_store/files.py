@@ -73,21 +73,43 @@ def side_file_name(path: Path) -> bool:
     return name.endswith(SIDE_SUFFIXES) or (name.startswith(".") and name.endswith(".tmp"))
 
 
+_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
+
+
+def refuse_folder_name(shown: str) -> None:
+    """Refuse a session path that ends in a slash: it names a folder, whatever is there.
+
+    ``Path("s.jsonl/")`` is ``Path("s.jsonl")``: pathlib drops the slash the system would not
+    (``stat("s.jsonl/")`` is ``ENOTDIR``), so the name would open, create or fork onto the file
+    ``s.jsonl``.
+
+    Args:
+        shown: The path as the caller gave it (a string, which keeps its slash).
+
+    Raises:
+        SessionError: ``shown`` ends in a slash.
+    """
+    if shown.endswith(_SEPARATORS):
+        raise SessionError(f"{shown}: a name ending in '/' names a folder, not a session file")
+
+
 def require_session_file(target: Path, shown: str) -> None:
     """Refuse a path that is not an existing regular file, saying what it is instead.
 
     The command line and ``session.open`` say the same: a folder, a pipe, a symbolic link loop
-    or one that points nowhere are each named, not all "no such session file".
+    or one that points nowhere are each named, not all "no such session file"; so is a name
+    ending in a slash (:func:`refuse_folder_name`).
 
     Args:
         target: The path to look at (not resolved: its links are what is described).
-        shown: The path as the caller gave it, for the message.
+        shown: The path as the caller gave it, for the message and its trailing slash.
 
     Raises:
-        SessionError: ``target`` is not an existing regular file.
+        SessionError: ``target`` is not an existing regular file, or ``shown`` names a folder.
     """
     if target.is_dir():
         raise SessionError(f"{shown}: is a directory, not a session file")
+    refuse_folder_name(shown)
     if target.is_file():
         return
     if target.exists():  # a named pipe, a device: there, but not a file of JSON lines

@@ -255,6 +255,7 @@ class _FileSink:
         self._ticket = 0  # for the folder fsync that makes the file's name durable (dirsync.py)
         self._clean_size = -1  # the size after this sink's last complete write
         self._appended = False  # by this sink, since it was made
+        self._made = False  # the file did not exist when this sink opened it (it is ours)
         self.unsynced = False  # written by this sink since its last fsync
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], _FileSink] | None = None
@@ -280,7 +281,9 @@ class _FileSink:
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
             session = self.path.with_name(self.path.name.removesuffix(JOURNAL_SUFFIX))
             mode = mode_like(session)
+            made = not os.path.lexists(self.path)
             fd = self._fd = open_side_file(self.path, flags, "write the journal", mode)
+            self._made = self._made or made
             # At every opening: the file may be new again (an empty one is removed at close).
             self._ticket = DIRECTORIES.ticket()
             # Closed with the sink if nobody closes it (a journal is not always closed).
@@ -307,15 +310,33 @@ class _FileSink:
             self.unsynced = False
             self._sync_dir_once()
 
-    def close(self) -> None:
+    @property
+    def ours(self) -> bool:
+        """Whether every record in the file is this sink's: it made the file, owning the session."""
+        return self._exclusive and self._made
+
+    def close(self, *, remove: bool = False) -> None:
         with self._closing:  # not under a sync in a worker thread
             fd, closer, self._closer, self._fd = self._fd, self._closer, None, None
             self._clean_size = -1  # others may write it once closed: look again at reopening
             if closer is None:
                 return
-            if fd is not None and self._exclusive and not self._appended:
+            if remove and self.ours:
+                self._remove_own()
+            elif fd is not None and self._exclusive and not self._appended:
                 self._remove_if_empty(fd)
             closer()
+
+    def _remove_own(self) -> None:
+        # The session was never written and this sink made the file: every record in it is
+        # this owner's, about attempts that could not have applied anything (there is no
+        # file to apply them to), so nothing is left to settle. Left behind, it would sit
+        # beside no session, and a new session made at the same path would take its records
+        # for its own history. A journal that was there before is never removed.
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        self._made = False
+        self._dir_synced = False  # a journal made again later is a new name
 
     def _remove_if_empty(self, fd: int) -> None:
         # An owned session's journal is opened with the session, before anything is recorded:
@@ -568,15 +589,22 @@ class Journal:
         self._sink.append(_encode_line(value), durable=wanted)
         return value
 
-    def close(self, *, durable: bool = False) -> None:
+    def close(self, *, durable: bool = False, unwritten: bool = False) -> None:
         """Close the journal file until the next record (which opens it again). Idempotent.
 
         Args:
             durable: First make every record written so far durable (a session's close: the
                 last records of its operations wait for this fsync, not for one each). A
                 failure is logged on the ``orchestrator`` logger, and the file closed anyway.
+            unwritten: The session was never written (a new one, closed before its first
+                write): an owned journal file that this journal made is removed, records and
+                all; one that existed before it was opened is kept.
         """
-        if durable and getattr(self._sink, "unsynced", True):
+        sink = self._sink
+        if unwritten and isinstance(sink, _FileSink) and sink.ours:
+            sink.close(remove=True)  # nothing to make durable: the file goes
+            return
+        if durable and getattr(sink, "unsynced", True):
             try:
                 self._sink.sync()
             except (OSError, SessionError) as error:

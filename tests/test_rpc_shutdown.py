@@ -1,0 +1,155 @@
+"""Stopping the server: every request still running is answered before its connection closes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from orchestrator._models.provider_server import LocalProvider, Reply
+from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+from orchestrator._rpc.server import RpcServer
+from orchestrator.testing import AgentHang, ScriptedAgent
+from tests.cli_kit import EXAMPLE
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parent.parent
+LIMIT = 4 * 1024 * 1024  # a bound on every read, far above any line here
+TOKEN = "test-token"
+SHUTDOWN_ERROR = {
+    "code": -32003,
+    "message": "Server shutting down: the operation was cancelled; the session file is unchanged",
+    "data": {"kind": "shutdown", "applied": False},
+}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def request(request_id: int, method: str, **params: Any) -> bytes:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return (json.dumps(message) + "\n").encode()
+
+
+async def read_all(stream: BufferedByteReceiveStream) -> bytes:
+    data = bytearray()
+    while True:
+        try:
+            data += await stream.receive(LIMIT)
+        except anyio.EndOfStream:
+            return bytes(data)
+        assert len(data) < LIMIT
+
+
+async def lines_until_closed(stream: BufferedByteReceiveStream) -> list[Any]:
+    """Every message the server sends until it closes the connection."""
+    messages: list[Any] = []
+    while True:
+        try:
+            line = await stream.receive_until(b"\n", LIMIT)
+        except (anyio.EndOfStream, anyio.IncompleteRead):
+            return messages
+        messages.append(json.loads(line))
+
+
+async def test_a_request_running_at_shutdown_is_answered_before_the_connection_closes(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    before = session.read_bytes()
+    socket_path = tmp_path / "serve.sock"
+    with LocalProvider((Reply.hang(Reply.remote("too late")),)) as provider:
+        command = [sys.executable, "-m", "orchestrator", "serve", "--socket", str(socket_path)]
+        command += ["--remote", provider.url + "/summary", str(session)]
+        async with await anyio.open_process(
+            command, cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
+        ) as process:
+            assert process.stderr is not None
+            err = BufferedByteReceiveStream(process.stderr)
+            messages: list[Any] = []
+            stopped = False
+            try:
+                while b"listening on" not in await err.receive_until(b"\n", 4096):
+                    pass
+                async with await anyio.connect_unix(socket_path) as stream:
+                    client = BufferedByteReceiveStream(stream)
+                    await stream.send(request(1, "session.open", path=str(session)))
+                    opened = json.loads(await client.receive_until(b"\n", LIMIT))
+                    sid = opened["result"]["session_id"]
+                    await stream.send(request(2, "session.compress", session_id=sid))
+                    started = json.loads(await client.receive_until(b"\n", LIMIT))
+                    # The compaction is running (its summary will be held by the provider).
+                    assert started["params"]["event"]["status"] == "in_progress", started
+                    process.terminate()
+                    stopped = True
+                    messages = await lines_until_closed(client)
+            finally:
+                if not stopped:  # stopped once, however the block ends
+                    process.terminate()
+                rest = await read_all(err)
+            assert await process.wait() == 0
+    *events, answer = messages  # the answer is the last line before the connection closed
+    assert answer == {"jsonrpc": "2.0", "id": 2, "error": SHUTDOWN_ERROR}
+    statuses = [e["params"]["event"]["status"] for e in events]
+    assert statuses == ["cancelled"]
+    assert b"Traceback" not in rest
+    assert session.read_bytes() == before
+    journal = session.with_name("s.jsonl.journal").read_text(encoding="utf-8").splitlines()
+    operation = [r for r in map(json.loads, journal) if r["machine"] == "operation"]
+    assert operation[-1]["to"] == "cancelled", operation[-1]
+
+
+async def test_stopping_answers_each_running_request_of_a_batch_and_closes_new_connections(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "s.jsonl")
+    agent = ScriptedAgent([[AgentHang()]])
+    hub = SessionHub(RuntimeOptions(root=tmp_path, agent_factory=lambda: agent))
+    server = RpcServer(hub)
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            client = BufferedByteReceiveStream(stream)
+
+            async def call(line: bytes) -> Any:
+                """The answer to ``line`` (events on the way are passed over)."""
+                await stream.send(line)
+                while True:
+                    message = json.loads(await client.receive_until(b"\n", LIMIT))
+                    if "id" in message:
+                        return message
+
+            await call(request(0, "auth", token=TOKEN))
+            sid = (await call(request(1, "session.open", path="s.jsonl")))["result"]["session_id"]
+            tree, prompt = (
+                request(2, "session.tree", session_id=sid),
+                request(3, "session.prompt", session_id=sid, text="hang"),
+            )
+            await stream.send(b"[" + tree.strip() + b"," + prompt.strip() + b"]\n")
+            state = ""
+            while state != "running":  # the turn has started: the agent is being called
+                state = (await call(request(9, "session.list")))["result"]["sessions"][0]["state"]
+            await server.stop()
+            messages = await lines_until_closed(client)
+        async with await anyio.connect_tcp("127.0.0.1", port) as late:
+            closed = await read_all(BufferedByteReceiveStream(late))
+        group.cancel_scope.cancel()
+    hub.close_all()
+    [batch] = [m for m in messages if isinstance(m, list)]
+    assert batch[0]["id"] == 2
+    assert batch[0]["result"]["sessionId"] == sid  # it had finished: its answer is kept
+    assert batch[1] == {"jsonrpc": "2.0", "id": 3, "error": SHUTDOWN_ERROR}
+    assert closed == b""  # a connection made while stopping is closed without a word
+    assert agent.remaining == 0
