@@ -17,6 +17,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from orchestrator._models.provider_server import LocalProvider, Reply
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
+from orchestrator._runtime.hooks import Hooks
 from orchestrator.testing import AgentHang, ScriptedAgent
 from tests.cli_kit import EXAMPLE
 
@@ -153,3 +154,47 @@ async def test_stopping_answers_each_running_request_of_a_batch_and_closes_new_c
     assert batch[1] == {"jsonrpc": "2.0", "id": 3, "error": SHUTDOWN_ERROR}
     assert closed == b""  # a connection made while stopping is closed without a word
     assert agent.remaining == 0
+
+
+async def test_a_compaction_cancelled_after_its_commit_is_not_called_unchanged(
+    tmp_path: Path,
+) -> None:
+    # The commit takes no cancel, what follows it does (here a session_compact hook that never
+    # returns): stopping then answered "the session file is unchanged" for an entry in it.
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    hooks = Hooks()
+    committed = anyio.Event()
+
+    async def never_returns(event: dict[str, Any]) -> None:
+        committed.set()
+        await anyio.sleep_forever()
+
+    hooks.on("session_compact", never_returns)
+    hub = SessionHub(RuntimeOptions(root=tmp_path, runtime_kwargs={"hooks": hooks}))
+    server = RpcServer(hub)
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            client = BufferedByteReceiveStream(stream)
+            await stream.send(
+                request(0, "auth", token=TOKEN) + request(1, "session.open", path="s.jsonl")
+            )
+            answers = [json.loads(await client.receive_until(b"\n", LIMIT)) for _ in range(2)]
+            sid = answers[1]["result"]["session_id"]
+            await stream.send(request(2, "session.compress", session_id=sid))
+            await committed.wait()
+            await server.stop()
+            messages = await lines_until_closed(client)
+        group.cancel_scope.cancel()
+    hub.close_all()
+    [answer] = [m for m in messages if m.get("id") == 2]
+    last = json.loads(session.read_bytes().splitlines()[-1])
+    assert last["type"] == "compaction"
+    assert answer["error"] == {
+        "code": -32003,
+        "message": (
+            f"Cancelled after its commit: the compaction entry {last['id']} is in the session"
+        ),
+        "data": {"kind": "cancelled_after_commit", "applied": True, "entryId": last["id"]},
+    }

@@ -26,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from orchestrator._core.errors import SessionError
 from orchestrator._rpc.protocol import (
     BUSY,
+    CANCELLED,
     INVALID_PARAMS,
     LIMIT,
     METHOD_NOT_FOUND,
@@ -145,6 +148,28 @@ def navigation_options(p: Params) -> tuple[str, bool, str | None, bool, str | No
             "instead)",
         )
     return target, summarize, focus, replace, label
+
+
+def _raise_if_committed(runtime: AgentSession, before: str | None) -> None:
+    """Say so when a request cancelled mid-way had already committed its entry.
+
+    The commit itself takes no cancel, but what follows it (the context taking the entry, the
+    ``session_compact`` hook) does: a server stopping then answered "the session file is
+    unchanged" for a compaction or branch summary that was in the file. The leaf tells: it
+    moved from ``before`` to the entry the operation appended.
+
+    Raises:
+        RpcError: ``-32003`` naming the committed entry (``data.applied`` true).
+    """
+    leaf = runtime.session.leaf_id
+    entry = runtime.session.tree.by_id.get(leaf) if leaf is not None else None
+    if leaf == before or entry is None or entry.get("type") not in ("compaction", "branch_summary"):
+        return
+    raise RpcError(
+        CANCELLED,
+        f"Cancelled after its commit: the {entry['type']} entry {leaf} is in the session",
+        {"kind": "cancelled_after_commit", "applied": True, "entryId": leaf},
+    )
 
 
 def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
@@ -483,8 +508,12 @@ class SessionHub:
         if slot.navigating:
             raise RpcError(BUSY, "Cannot compact while a navigation is running")
         slot.compacting = True
+        before = slot.runtime.session.leaf_id
         try:
             outcome = await slot.runtime.compact(focus)
+        except anyio.get_cancelled_exc_class():
+            _raise_if_committed(slot.runtime, before)
+            raise
         finally:
             slot.compacting = False
         if outcome.status != "committed" or outcome.entry is None or outcome.result is None:
@@ -516,6 +545,7 @@ class SessionHub:
         if slot.navigating:
             raise RpcError(BUSY, "A navigation is already running in this session")
         slot.navigating = True
+        before = slot.runtime.session.leaf_id
         try:
             result = await slot.runtime.navigate(
                 target,
@@ -524,6 +554,9 @@ class SessionHub:
                 replace_instructions=replace,
                 label=label,
             )
+        except anyio.get_cancelled_exc_class():
+            _raise_if_committed(slot.runtime, before)
+            raise
         finally:
             slot.navigating = False
         entry = result.summary_entry
