@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator._cli.common import UsageError, one_line
+from orchestrator._cli.terminal import TerminalSafe
 from orchestrator._core.errors import EntryNotFoundError, OrchestratorError
 
 Command = Callable[[argparse.Namespace], int]
@@ -109,6 +110,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         owner = parser if any(word in before for word in extra) else command
         owner.error(f"unrecognized arguments: {' '.join(extra)}")  # exits with 2
     handler: Command = args.handler
+    if args.command in _OWN_THE_TERMINAL:
+        return _run(handler, args, command)
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalSafe(sys.stdout), TerminalSafe(sys.stderr)
+    try:
+        return _run(handler, args, command)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+_OWN_THE_TERMINAL = frozenset({"tui", "chat", "serve", "worker"})
+"""Commands that drive the terminal or speak a protocol on stdout: not wrapped (terminal.py)."""
+
+
+def _run(handler: Command, args: argparse.Namespace, command: argparse.ArgumentParser) -> int:
     try:
         return handler(args)
     except UsageError as exc:

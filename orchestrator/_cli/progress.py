@@ -9,6 +9,8 @@ from typing import TextIO
 
 import anyio
 
+from orchestrator._cli.terminal import unwrapped
+
 _FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -22,7 +24,8 @@ class Progress:
 @asynccontextmanager
 async def spinner(progress: Progress, stream: TextIO | None = None) -> AsyncIterator[Progress]:
     """Draw ``progress.text`` with a spinner until the block ends (terminals only)."""
-    out = stream or sys.stderr
+    # Our own control sequences: written under the command line's escaping (terminal.py).
+    out = stream or unwrapped(sys.stderr)
     if not out.isatty():
         yield progress
         return

@@ -10,6 +10,11 @@ everything else, a space and any letter of any script included, is shown as it i
 
 from __future__ import annotations
 
+import re
+
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""What drives a terminal: C0 controls but tab and newline, DEL, and the C1 controls."""
+
 
 def printable(text: str) -> str:
     """``text`` in one line that prints as it reads: non-printable characters escaped.
@@ -23,3 +28,18 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def terminal_safe(text: str) -> str:
+    r"""``text`` with every character that would drive a terminal shown as its ``\u`` escape.
+
+    For what a command prints (a tree's previews, a context, a summary): a session's text is
+    written by whoever wrote its tool results, and tool output holds colour codes and worse (a
+    ``\x1b]0;...`` retitles the terminal, ``\x1b[2J`` clears it). Tab and newline stay, so
+    lines and columns are as they were; the escape is JSON's own form (``\u001b``), so a line
+    of JSON that held such a character raw (JSON leaves DEL and C1 controls raw) still parses
+    to the same value.
+    """
+    if _TERMINAL_CONTROLS.search(text) is None:
+        return text
+    return _TERMINAL_CONTROLS.sub(lambda found: f"\\u{ord(found.group()):04x}", text)

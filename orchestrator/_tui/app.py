@@ -31,6 +31,7 @@ from textual.worker import Worker, WorkerState
 
 from orchestrator._core.entries import role_of
 from orchestrator._core.errors import OrchestratorError
+from orchestrator._core.printable import terminal_safe
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import TurnResult
@@ -86,7 +87,7 @@ class TreeApp(App[None]):
     def set_status(self, text: str) -> None:
         """Replace the status line (kept in :attr:`status_text` as plain text)."""
         self.status_text = text
-        self.query_one("#status", Static).update(text)
+        self.query_one("#status", Static).update(terminal_safe(text))
 
     def _show_path(self) -> None:
         path = self.runtime.session.path()
@@ -96,7 +97,7 @@ class TreeApp(App[None]):
             if role_of(e) is not None or e.get("type") in ("compaction", "branch_summary")
         ]
         text = "\n\n".join(lines) or "(empty context: the next message starts a new root)"
-        self.query_one("#transcript", Static).update(text)
+        self.query_one("#transcript", Static).update(terminal_safe(text))
         # The active position is the path's end (a new branch summary, the latest reply): follow
         # it, or after a navigation the user would be looking at the top of an old transcript.
         # scroll_end waits for the refresh, so it sees the new text's height.

@@ -21,6 +21,7 @@ from textual.worker import Worker, WorkerState
 
 from orchestrator._core.entries import Entry, text_of
 from orchestrator._core.errors import ModelError, SessionError
+from orchestrator._core.printable import terminal_safe
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.navigation import navigation_target
@@ -87,8 +88,9 @@ def row_content(row: dict[str, Any]) -> Content:
         marker, style = "│ ", "bold"
     else:
         marker, style = "  ", "dim"
-    label = (f"[{row['label']}] ", "bold $warning") if row["label"] else ("", "")
-    return Content.assemble((marker, "$success"), "  " * row["depth"], label, (row["text"], style))
+    label = (f"[{terminal_safe(row['label'])}] ", "bold $warning") if row["label"] else ("", "")
+    text = (terminal_safe(row["text"]), style)  # a session's text, tool output and all
+    return Content.assemble((marker, "$success"), "  " * row["depth"], label, text)
 
 
 class TreePicker(ModalScreen[NavigationResult | None]):
@@ -174,7 +176,7 @@ class TreePicker(ModalScreen[NavigationResult | None]):
             if self.message:
                 text = f"{self.message}\n{text}"
         self.status_text = text
-        self.query_one("#picker-status", Static).update(text)
+        self.query_one("#picker-status", Static).update(terminal_safe(text))
 
     @on(OptionList.OptionHighlighted, "#rows")
     def _preview(self, event: OptionList.OptionHighlighted) -> None:
@@ -198,7 +200,7 @@ class TreePicker(ModalScreen[NavigationResult | None]):
         if row["label"]:
             lines.append(f"label: {row['label']}")
         lines += [effect, "", entry_text(entry)]
-        self.query_one("#preview", Static).update("\n".join(lines))
+        self.query_one("#preview", Static).update(terminal_safe("\n".join(lines)))
 
     def _on_event(self, event: Event) -> None:
         if event.type == "transition" and event.payload.get("machine") == "operation":
