@@ -312,3 +312,70 @@ async def test_the_body_is_compact_utf8_json_as_the_standard_library_writes_it(
         with pytest.raises(UnicodeEncodeError):  # as json.dumps(...).encode() refused it
             await model.complete(lone)
     assert len(provider.requests) == 1
+
+
+class _Flood:
+    """A raw HTTP server (a thread) answering every request with ``mode``'s oversized body.
+
+    ``endless``: a chunked body that never ends; ``bomb``: 16 KiB of gzip that unpacks to
+    64 MiB; ``declared``: a Content-Length of 1 GiB (the body never comes).
+    """
+
+    def __init__(self, mode: str) -> None:
+        import socket
+        import threading
+
+        self.mode = mode
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/summary"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import gzip
+
+        bomb = gzip.compress(b" " * (64 << 20), compresslevel=9)
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                try:
+                    if self.mode == "endless":
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                        piece = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
+                        while True:
+                            conn.sendall(piece)
+                    elif self.mode == "bomb":
+                        head = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n"
+                        head += f"Content-Length: {len(bomb)}\r\n\r\n"
+                        conn.sendall(head.encode() + bomb)
+                    else:
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n{")
+                        conn.recv(1)  # until the client goes
+                except OSError:
+                    continue
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("mode", ["endless", "bomb", "declared"])
+# On trio, httpx's generators left mid-way are finalized by the collector, which trio reports.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_an_answer_too_large_to_be_a_summary_is_refused_not_read_whole(mode: str) -> None:
+    # An endpoint streaming without end kept every read timeout happy and filled the memory.
+    flood = _Flood(mode)
+    try:
+        async with RemoteSummaryModel(flood.url, timeout=30) as model:
+            with pytest.raises(ModelError) as refused:
+                await model.complete(REQUEST)
+    finally:
+        flood.close()
+    assert refused.value.kind == "fatal", str(refused.value)
+    assert str(refused.value).startswith("Remote compaction response too large (")
+    assert str(refused.value).endswith("; at most 16777216 bytes are read)")

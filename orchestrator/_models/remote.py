@@ -44,6 +44,19 @@ if TYPE_CHECKING:
 
 MISSING_SUMMARY = "Remote compaction response missing summary"
 
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The most of an answer's body a route reads. A summary is tens of kilobytes; an endpoint that
+sends more (a bug, or a hostile one streaming without end, which no read timeout catches while
+bytes keep coming) is refused at this size, before it takes the server's memory."""
+
+
+def _too_large(size: int | None) -> ModelError:
+    sent = f"{size} bytes" if size is not None else "more"
+    return ModelError(
+        f"Remote compaction response too large ({sent}; at most {MAX_ANSWER_BYTES} bytes are read)",
+        kind="fatal",
+    )
+
 
 class RemoteSummaryModel:
     """A :class:`~orchestrator.Model` that asks a remote summary endpoint.
@@ -230,7 +243,18 @@ class _AiohttpClient:
     async def post(self, url: str, body: bytes) -> _Answer:
         try:
             async with self.session.post(url, data=body, headers=_HEADERS) as response:
-                return _Answer(response.status, response.headers, await response.read())
+                length = response.content_length
+                if length is not None and length > MAX_ANSWER_BYTES:
+                    raise _too_large(length)
+                # Piece by piece up to the bound, whatever the length said: a body without one
+                # (chunked) has no end announced, and a compressed one is bounded as it unpacks.
+                pieces, size = [], 0
+                async for piece in response.content.iter_chunked(1 << 16):
+                    size += len(piece)
+                    if size > MAX_ANSWER_BYTES:
+                        raise _too_large(None)
+                    pieces.append(piece)
+                return _Answer(response.status, response.headers, b"".join(pieces))
         except self._errors as exc:
             error = classify_exception(exc)
             if error.kind == "fatal" and isinstance(exc, self._transport_errors):
@@ -275,10 +299,25 @@ class _HttpxClient:
         import httpx
 
         try:
-            response = await self.client.post(url, content=body, headers=_HEADERS)
+            request = self.client.build_request("POST", url, content=body, headers=_HEADERS)
+            response = await self.client.send(request, stream=True)
+            try:
+                length = response.headers.get("content-length", "")
+                if length.isdigit() and int(length) > MAX_ANSWER_BYTES:
+                    raise _too_large(int(length))
+                pieces, size = [], 0
+                async for piece in response.aiter_bytes():  # unpacked, bounded as it comes
+                    size += len(piece)
+                    if size > MAX_ANSWER_BYTES:
+                        raise _too_large(None)
+                    pieces.append(piece)
+            finally:
+                # Closes the connection; on trio, httpx's own generators left mid-way when the
+                # bound is passed are finalized later (trio warns of each: nothing stays open).
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise classify_exception(exc) from exc
-        return _Answer(response.status_code, response.headers, response.content)
+        return _Answer(response.status_code, response.headers, b"".join(pieces))
 
     async def aclose(self) -> None:
         await self.client.aclose()
