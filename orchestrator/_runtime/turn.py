@@ -342,9 +342,10 @@ class TurnDriver:
     def _record(self, step: Step, data: Mapping[str, Any]) -> None:
         del data
         journal = self.ports.journal
-        # Closing is traced and announced but not journaled: a session opened and closed again
-        # leaves no journal beside it.
-        if journal is not None and step.event != "close":
+        # Closing is journaled only after records, with none left open (may_mark_close): the
+        # next opening reads the journal from there on (issue 9), and a session opened and
+        # closed again leaves no journal beside it.
+        if journal is not None and (step.event != "close" or journal.may_mark_close()):
             # What the guards read, so the journal replays through the table (D31).
             facts = facts_delta(step.facts) if step.facts is not None else {}
             journal.write_step(step, data={"facts": facts})
