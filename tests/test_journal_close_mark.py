@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import anyio
+import pytest
 
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.session import AgentSession
@@ -105,3 +106,24 @@ def test_an_owner_that_ends_with_an_operation_open_writes_no_mark(tmp_path: Path
         assert [(s.operation_id, s.dest) for s in reopened.settlements] == [("x", "cancelled")]
     finally:
         reopened.close()
+
+
+def test_a_close_that_cannot_be_journaled_still_closes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    runtime = AgentSession.open(path, owner="test")
+    anyio.run(runtime.compact)
+    journal = runtime.journal
+    assert journal is not None
+
+    def full_disk(step: Step, **_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal, "write_step", full_disk)
+    runtime.close()  # the mark only spares the next opening a read: closing goes on
+    assert runtime.closed
+    assert "the close was not journaled" in caplog.text
+    again = AgentSession.open(path, owner="test")  # the lock was released
+    again.close()

@@ -39,6 +39,7 @@ concept in :mod:`~orchestrator._runtime.turn_agent` and
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -66,6 +67,8 @@ from orchestrator._runtime.types import (
 )
 from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
+
+_log = logging.getLogger("orchestrator")
 
 __all__ = ["ManualRequest", "TurnDriver"]
 
@@ -348,7 +351,13 @@ class TurnDriver:
         if journal is not None and (step.event != "close" or journal.may_mark_close()):
             # What the guards read, so the journal replays through the table (D31).
             facts = facts_delta(step.facts) if step.facts is not None else {}
-            journal.write_step(step, data={"facts": facts})
+            try:
+                journal.write_step(step, data={"facts": facts})
+            except (OSError, SessionError) as error:
+                if step.event != "close":
+                    raise
+                # The mark only spares the next opening a read: closing goes on without it.
+                _log.warning("%s: the close was not journaled (%s)", journal.location, error)
         self.ports.observe(step)
 
     def session(self) -> Session:
