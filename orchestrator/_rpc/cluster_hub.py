@@ -82,6 +82,8 @@ BUSY_ANSWERS = frozenset(
     {BUSY_COMPACTING, BUSY_NAVIGATING, COMPACT_WHILE_NAVIGATING, PROMPT_WHILE_NAVIGATING}
 )
 """Refusals a workflow gives while it works: ``-32001``, as one server gives them."""
+NO_WORKER_AGENT = "session.prompt: no agent configured (start the workers with --model)"
+"""``session.prompt`` refused by a worker without an agent, as ``-32601``."""
 SHUTTING_DOWN_CLUSTER = (
     "Server shutting down: it stopped waiting for the answer; the work it forwarded goes on in"
     " the cluster and may still be applied (the session and its journal show the outcome)"
@@ -394,7 +396,8 @@ class ClusterHub(SessionHub):
             raise RpcError(INTERNAL_ERROR, f"Internal error: {error.kind}: {message}") from None
         except SessionError as error:
             if str(error) == NO_AGENT:
-                raise RpcError(METHOD_NOT_FOUND, NO_AGENT) from None
+                # The workers run the turns: --model is theirs (this server takes none).
+                raise RpcError(METHOD_NOT_FOUND, NO_WORKER_AGENT) from None
             raise _busy_or(error) from None
         return {"state": result.state, "reply": result.reply, "queued": result.queued}
 
