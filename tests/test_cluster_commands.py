@@ -31,6 +31,31 @@ def test_a_cluster_server_opens_no_session_files(
     )
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (("--model", "openai/m"), "--model"),
+        (("--remote", "http://127.0.0.1:1/summary", "--timeout", "5"), "--remote, --timeout"),
+        (
+            ("--keep-recent-tokens", "200", "--short-summary"),
+            "--keep-recent-tokens, --short-summary",
+        ),
+        (("--dir", "."), "--dir"),
+    ],
+)
+def test_a_cluster_server_refuses_the_options_only_one_process_uses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, options: tuple[str, ...], named: str
+) -> None:
+    # The workers run the turns and compactions: a --model given to serve --temporal did
+    # nothing, and session.prompt was then refused with "start the server with --model".
+    line = usage_error(capsys, "serve", "--temporal", "h:1", "--database", str(tmp_path), *options)
+    assert line.endswith(
+        f"with --temporal, {named} would do nothing here: the workers call the models and "
+        "compact (give the model options to orchestrator worker), and the sessions live in "
+        "--database"
+    )
+
+
 def test_without_the_cluster_extra_the_worker_says_how_to_get_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -18,11 +18,11 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 
 from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import NO_AGENT, CompressResult  # noqa: E402
+from orchestrator._cluster.contract import CompressResult  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
-from orchestrator._rpc.cluster_hub import ClusterHub, compress_answer  # noqa: E402
+from orchestrator._rpc.cluster_hub import NO_WORKER_AGENT, ClusterHub, compress_answer  # noqa: E402
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent  # noqa: E402
@@ -101,9 +101,10 @@ async def test_the_cluster_server_answers_as_a_one_process_server(tmp_path: Path
         ):
             refused = (await call(rpc, method, session_id=session_id, **extra))["error"]
             assert refused == {"code": -32602, "message": "Entry x not found"}
-        # A worker without an agent refuses a prompt as a server without --model does.
+        # A worker without an agent refuses a prompt as a server without --model does, naming
+        # the workers' --model (this server's would do nothing).
         refused = (await call(rpc, "session.prompt", session_id=session_id, text="hi"))["error"]
-        assert refused == {"code": -32601, "message": NO_AGENT}
+        assert refused == {"code": -32601, "message": NO_WORKER_AGENT}
         assert (await call(rpc, "session.close", session_id=session_id))["result"] == {
             "closed": True
         }

@@ -9,6 +9,8 @@
 * A prompt through ``serve --temporal`` to a worker started with ``--model`` (the chat agent
   over litellm, as ``serve --model``): the provider says the context is too long, the turn
   compacts once and the retry answers.
+* ``serve --temporal`` stopped (SIGTERM) while a compaction it forwarded runs: its client is
+  told that the work goes on in the cluster, and the workflow commits it once.
 
 Model calls go to the local provider server (the remote-summary protocol), which holds a
 request until the test releases it, so "in the middle of a model call" needs no clock.
@@ -33,6 +35,7 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import BUSY_COMPACTING, entry_id_for  # noqa: E402
 from orchestrator._models.provider_server import LocalProvider, Reply  # noqa: E402
+from orchestrator._rpc.cluster_hub import SHUTTING_DOWN_CLUSTER  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
@@ -295,3 +298,32 @@ def test_a_prompt_through_worker_processes_recovers_from_an_overflow(
     paths = [request.path for request in provider.requests]
     # The agent, the compaction's two summaries (the history, the split turn's prefix), the retry.
     assert paths == ["/v1/chat/completions", "/summary", *["/v1/chat/completions"] * 2]
+
+
+def test_sigterm_to_the_front_end_says_the_forwarded_work_goes_on(
+    cluster_database: Database, provider: LocalProvider, processes: Processes
+) -> None:
+    # The server owns no work: stopping it must not tell its client "cancelled, nothing
+    # applied" (as one process does) while the workflow goes on and commits the compaction.
+    database = cluster_database.location
+    session_id = cluster_database.add_example()
+    queue = queue_name()
+    provider.push(Reply.hang(Reply.remote("the history")))
+    processes.worker("worker", database, queue, provider)
+    server = processes.server(database, queue)
+    rpc(server, 1, "session.open", path=session_id)
+    assert answer(server, 1)["result"]["session_id"] == session_id
+    rpc(server, 2, "session.compress", session_id=session_id)
+    wait_until(lambda: summary_calls(provider) == 1, server)
+    server.send_signal(signal.SIGTERM)
+    assert answer(server, 2)["error"] == {
+        "code": -32003,
+        "message": SHUTTING_DOWN_CLUSTER,
+        "data": {"kind": "shutdown", "applied": None},
+    }
+    assert server.wait() == 0
+    provider.release()
+    # The workflow goes on without the server: polling its journal for the last step.
+    while cluster_database.operation_records(session_id)[-1]["to"] != "committed":
+        time.sleep(0.05)
+    assert len(cluster_database.new_compactions(session_id)) == 1

@@ -10,6 +10,7 @@ client's retries give up), and the session is unchanged.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -288,3 +289,39 @@ def test_only_a_server_that_does_not_answer_is_unavailable() -> None:
     assert str(gone) == (
         "the Temporal server at h:1 cannot be reached (tcp connect error); tried for 10 s"
     )
+
+
+@pytest.mark.anyio
+async def test_a_server_whose_database_went_away_answers_unavailable(pg_url: str) -> None:
+    # PostgreSQL stopped after the session was opened: no parameter is wrong, so not -32602
+    # (the client would take it for its own mistake), but -32008 as for Temporal.
+    database = Database(pg_url)
+    session_id = database.add_example()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        parts = urlsplit(pg_url)
+        proxy = Proxy(f"{parts.hostname}:{parts.port or 5432}")
+        relay = asyncio.run_coroutine_threadsafe(proxy.start(), loop).result()
+        through = urlunsplit(parts._replace(netloc=f"{parts.username}:{parts.password}@{relay}"))
+        rpc = Dispatcher(ClusterHub(NOBODY, through).methods())
+        opened = (await call(rpc, "session.open", path=session_id))["result"]
+        assert opened["session_id"] == session_id
+        loop.call_soon_threadsafe(proxy.cut)
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result()  # cut is done
+        for method, params in (
+            ("session.tree", {"session_id": session_id}),
+            ("session.context", {"session_id": session_id}),
+            ("session.compress", {"session_id": session_id}),
+            ("session.open", {"path": session_id}),
+        ):
+            error = (await call(rpc, method, **params))["error"]
+            assert error["code"] == UNAVAILABLE, (method, error)
+            assert error["data"] == {"kind": "unavailable"}
+            assert f"{parts.username}@{relay}" in error["message"]
+            assert "cannot connect" in error["message"]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()

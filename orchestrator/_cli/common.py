@@ -34,12 +34,18 @@ def one_line(text: str) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+RESERVE_TOKENS = 16384
+"""``--reserve-tokens``'s default."""
+KEEP_RECENT_TOKENS = 20000
+"""``--keep-recent-tokens``'s default."""
+
+
 def add_compaction_size_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--reserve-tokens`` and ``--keep-recent-tokens`` for the runtime's compactions."""
     parser.add_argument(
         "--reserve-tokens",
         type=positive_int,
-        default=16384,
+        default=RESERVE_TOKENS,
         metavar="N",
         help="tokens reserved for the reply: compaction threshold = window - reserve "
         "(default: %(default)s)",
@@ -47,7 +53,7 @@ def add_compaction_size_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-recent-tokens",
         type=positive_int,
-        default=20000,
+        default=KEEP_RECENT_TOKENS,
         metavar="N",
         help="recent tokens kept verbatim by a compaction (default: %(default)s)",
     )

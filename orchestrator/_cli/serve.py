@@ -29,6 +29,8 @@ import anyio.abc
 from orchestrator._cli.chat import chat_agent_factory, runtime_settings
 from orchestrator._cli.common import (
     API_KEY_VISIBLE,
+    KEEP_RECENT_TOKENS,
+    RESERVE_TOKENS,
     UsageError,
     add_cluster_arguments,
     add_compaction_size_arguments,
@@ -216,10 +218,38 @@ def _cluster_hub(args: argparse.Namespace) -> SessionHub:
         raise UsageError(
             "with --temporal, sessions live in --database: open them with session.open"
         )
+    if ignored := _workers_options(args):
+        raise UsageError(
+            f"with --temporal, {', '.join(ignored)} would do nothing here: the workers call the "
+            "models and compact (give the model options to orchestrator worker), and the "
+            "sessions live in --database"
+        )
     require_cluster()
     from orchestrator._rpc.cluster_hub import ClusterHub
 
     return ClusterHub(args.temporal, args.database, task_queue=args.task_queue)
+
+
+def _workers_options(args: argparse.Namespace) -> list[str]:
+    """The options given that only a one-process server uses.
+
+    With ``--temporal`` the workers call the models and compact, and the sessions live in
+    ``--database``, not ``--dir``: given here, they did nothing.
+    """
+    given = {
+        "--dir": args.dir is not None,
+        "--model": bool(args.model),
+        "--api-base": args.api_base is not None,
+        "--api-key": args.api_key is not None,
+        "--api-key-file": args.api_key_file is not None,
+        "--remote": args.remote is not None,
+        "--context-window": bool(args.context_window),
+        "--reserve-tokens": args.reserve_tokens != RESERVE_TOKENS,
+        "--keep-recent-tokens": args.keep_recent_tokens != KEEP_RECENT_TOKENS,
+        "--timeout": args.timeout is not None,
+        "--short-summary": bool(args.short_summary),
+    }
+    return [option for option, present in given.items() if present]
 
 
 def _token(args: argparse.Namespace) -> tuple[str, Path, bool]:

@@ -13,6 +13,7 @@ Each child names who is at fault::
     ├── TransitionError    an event the table does not list for the current state: a caller bug
     ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
     ├── UnavailableError   a service the cluster needs (the Temporal server) cannot be reached
+    │   └── StoreUnavailableError   the PostgreSQL store cannot be reached (also a SessionError)
     └── Cancelled          the operation was cancelled on request; nothing was applied
 
 The first design had four children. I added ``SessionError`` because bad input (a corrupt file,
@@ -125,6 +126,16 @@ class UnavailableError(OrchestratorError):
 
     ``serve --temporal`` reports it as ``-32008`` (README, "Scale out"); ``orchestrator worker``
     refuses to start with it.
+    """
+
+
+class StoreUnavailableError(SessionError, UnavailableError):
+    """A PostgreSQL store cannot be reached: a connection attempt failed, nothing was written.
+
+    It is both. To a command given ``--database`` it is that argument's fault (a
+    :class:`SessionError`: one line, exit 2, as a bad URL is). To ``serve --temporal``, whose
+    client named a session correctly while the database was down, it is a service that went
+    away (an :class:`UnavailableError`, ``-32008``), not a wrong parameter.
     """
 
 

@@ -63,6 +63,7 @@ from orchestrator._core.errors import (
 from orchestrator._rpc.hub import EVENT_METHOD, SessionHub, navigation_options
 from orchestrator._rpc.protocol import (
     BUSY,
+    CANCELLED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -81,6 +82,13 @@ BUSY_ANSWERS = frozenset(
     {BUSY_COMPACTING, BUSY_NAVIGATING, COMPACT_WHILE_NAVIGATING, PROMPT_WHILE_NAVIGATING}
 )
 """Refusals a workflow gives while it works: ``-32001``, as one server gives them."""
+NO_WORKER_AGENT = "session.prompt: no agent configured (start the workers with --model)"
+"""``session.prompt`` refused by a worker without an agent, as ``-32601``."""
+SHUTTING_DOWN_CLUSTER = (
+    "Server shutting down: it stopped waiting for the answer; the work it forwarded goes on in"
+    " the cluster and may still be applied (the session and its journal show the outcome)"
+)
+"""The message of the answer to each request still running when ``serve --temporal`` stops."""
 EVENT_POLL_S = 0.25
 """How often a request in progress asks its workflow for new events."""
 
@@ -145,6 +153,16 @@ class ClusterHub(SessionHub):
             raise RpcError(INVALID_PARAMS, f"{path}: no such session in the store")
         self._open[session_id] = path
         return session_id
+
+    def shutdown_error(self) -> RpcError:
+        """The answer to each request still running when this server stops (``-32003``).
+
+        Nothing runs here: the work a request forwarded runs in its session's workflow, which
+        keeps it when a server stops (another server may be waiting on it too), so it may still
+        be applied. The answer says so, and ``applied`` is ``null`` (not known here), not the
+        one-process server's ``false``.
+        """
+        return RpcError(CANCELLED, SHUTTING_DOWN_CLUSTER, {"kind": "shutdown", "applied": None})
 
     def abort_all(self) -> None:
         """Nothing runs here: the workflows keep their work when a server stops."""
@@ -378,7 +396,8 @@ class ClusterHub(SessionHub):
             raise RpcError(INTERNAL_ERROR, f"Internal error: {error.kind}: {message}") from None
         except SessionError as error:
             if str(error) == NO_AGENT:
-                raise RpcError(METHOD_NOT_FOUND, NO_AGENT) from None
+                # The workers run the turns: --model is theirs (this server takes none).
+                raise RpcError(METHOD_NOT_FOUND, NO_WORKER_AGENT) from None
             raise _busy_or(error) from None
         return {"state": result.state, "reply": result.reply, "queued": result.queued}
 

@@ -67,6 +67,8 @@ SESSION_CLOSED = "session_closed"
 NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
 SERVER_OWNER = "orchestrator serve"
 """How the server names itself in the lock of the sessions it owns (D27)."""
+SHUTTING_DOWN = "Server shutting down: the operation was cancelled; the session file is unchanged"
+"""The message of the answer to each request still running when the server stops."""
 
 Listener = Callable[[dict[str, Any]], None]
 LineListener = Callable[[str], None]
@@ -407,6 +409,14 @@ class SessionHub:
     def _subscribe(peer: Peer | None, session_id: str) -> None:
         if peer is not None:
             peer.topics.add(session_id)
+
+    def shutdown_error(self) -> RpcError:
+        """The answer to each request still running when the server stops (``-32003``).
+
+        The server cancels those requests and :meth:`abort_all` stops their work: nothing
+        partial is applied.
+        """
+        return RpcError(CANCELLED, SHUTTING_DOWN, {"kind": "shutdown", "applied": False})
 
     def abort_all(self) -> None:
         """Stop the work running in every session (shutdown)."""

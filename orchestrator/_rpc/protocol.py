@@ -129,12 +129,13 @@ def error_for(exc: BaseException) -> RpcError:
         return RpcError(SESSION_LOCKED, message, {"kind": "locked", "applied": False})
     if isinstance(exc, ConflictError):
         return RpcError(CONFLICT, message, {"kind": "conflict", "applied": False})
+    # Before SessionError: a store that cannot be reached is one too, but no parameter was wrong.
+    if isinstance(exc, UnavailableError):
+        return RpcError(UNAVAILABLE, message, {"kind": "unavailable"})
     if isinstance(exc, SessionError):
         return RpcError(INVALID_PARAMS, message)
     if isinstance(exc, TransitionError):
         return RpcError(BUSY, message)
-    if isinstance(exc, UnavailableError):
-        return RpcError(UNAVAILABLE, message, {"kind": "unavailable"})
     return RpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {message}")
 
 

@@ -10,8 +10,10 @@ once; one more gets a ``-32005`` line and is closed.
 Stopping (:meth:`RpcServer.stop`) answers before it closes: every request still running is
 cancelled (the runtime settles it, nothing partial applied) and answered ``-32003`` with
 ``data.kind`` ``shutdown``, the answers are sent (within the drop timeout, for clients that do
-not read), and only then are the connections closed. Cancelling the server's task group instead
-would end the requests with no answer at all.
+not read), and only then are the connections closed. Cancelling the server's task group
+instead would end the requests with no answer at all. The answer is the hub's
+(``shutdown_error``): a cluster front end owns no work, so its answer says that the work it
+forwarded goes on in the cluster.
 
 Who may connect (D30, see :mod:`orchestrator._rpc.access`): a Unix socket is created with mode
 0600, so only its owner can connect; a TCP listener binds to loopback only and every connection
@@ -33,7 +35,6 @@ from orchestrator._rpc import access
 from orchestrator._rpc.connection import Connection, Limits, send_quietly
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import (
-    CANCELLED,
     LIMIT,
     Dispatcher,
     RpcError,
@@ -45,10 +46,6 @@ from orchestrator._rpc.transport import FdTransport, StreamTransport, Transport
 
 __all__ = ("Limits", "RpcServer", "RuntimeOptions", "SessionHub")
 """The server's names; the hub's are re-exported because callers build both together."""
-
-
-SHUTTING_DOWN = "Server shutting down: the operation was cancelled; the session file is unchanged"
-"""The message of the answer to each request still running when the server stops."""
 
 
 def _stderr(text: str) -> None:
@@ -90,15 +87,15 @@ class RpcServer:
     async def stop(self) -> None:
         """Answer every running request with the shutdown error, then close every connection.
 
-        A request still running is cancelled (nothing partial is applied) and answered
-        ``-32003`` (``data``: ``{"kind": "shutdown", "applied": false}``); a connection closes
+        A request still running is cancelled and answered with the hub's
+        :meth:`~SessionHub.shutdown_error` (``-32003``; one process: nothing partial is
+        applied, ``data`` ``{"kind": "shutdown", "applied": false}``); a connection closes
         once its answers are sent, or after ``limits.drop_timeout`` when its client does not
         read them. New connections are closed at once. Returns when every connection is
         closed; the listeners keep running until their task is cancelled.
         """
         self._stopping = True
-        data = {"kind": "shutdown", "applied": False}
-        self.dispatcher.stop(RpcError(CANCELLED, SHUTTING_DOWN, data))
+        self.dispatcher.stop(self.hub.shutdown_error())
         for connection in self._running:
             connection.stop()
         if self._running:

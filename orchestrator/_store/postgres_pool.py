@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import StoreUnavailableError
 from orchestrator._store.postgres_schema import (
     connect,
     connection_info,
@@ -49,7 +49,8 @@ def open_pool(url: str, *, max_size: int = POOL_SIZE, timeout_s: float = 30.0) -
         timeout_s: How long a borrower waits for a free connection before failing.
 
     Raises:
-        SessionError: The URL is bad or the server cannot be reached.
+        SessionError: The URL is bad.
+        StoreUnavailableError: The server cannot be reached, or the login is refused.
     """
     # One plain connection first: a bad URL or a refused login fails now with its own message
     # (the pool would retry in the background until the timeout), and the schema is migrated.
@@ -75,5 +76,7 @@ def open_pool(url: str, *, max_size: int = POOL_SIZE, timeout_s: float = 30.0) -
         pool.open(wait=True, timeout=timeout_s)
     except psycopg.Error as exc:
         pool.close()
-        raise SessionError(f"{redact(url)}: cannot connect: {scrub(url, first_line(exc))}") from exc
+        raise StoreUnavailableError(
+            f"{redact(url)}: cannot connect: {scrub(url, first_line(exc))}"
+        ) from exc
     return pool

@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import SessionError, StoreUnavailableError
 from orchestrator._store.locations import is_database_url
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -142,12 +142,15 @@ def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
     """Open an autocommit connection and make sure the schema is current.
 
     Raises:
-        SessionError: The URL is bad, the server cannot be reached, or the login is refused.
+        SessionError: The URL is bad.
+        StoreUnavailableError: The server cannot be reached, or the login is refused.
     """
     try:
         conn = psycopg.connect(connection_info(url), autocommit=True)
     except psycopg.Error as exc:
-        raise SessionError(f"{redact(url)}: cannot connect: {scrub(url, first_line(exc))}") from exc
+        raise StoreUnavailableError(
+            f"{redact(url)}: cannot connect: {scrub(url, first_line(exc))}"
+        ) from exc
     try:
         ensure_schema(conn, url)
     except BaseException:
