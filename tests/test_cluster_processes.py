@@ -233,19 +233,26 @@ def answer(server: subprocess.Popen[str], request_id: int) -> dict[str, Any]:
             return message
 
 
+def held_summary(
+    database: Database, provider: LocalProvider, processes: Processes, workers: int, servers: int
+) -> tuple[str, list[subprocess.Popen[str]]]:
+    """A stored session opened on ``servers`` front ends over ``workers``; its summary hangs."""
+    session_id = database.add_example()
+    queue = queue_name()
+    provider.push(Reply.hang(Reply.remote("the history")))
+    for number in range(workers):
+        processes.worker(f"worker{number}", database.location, queue, provider)
+    fronts = [processes.server(database.location, queue) for _ in range(servers)]
+    for server in fronts:
+        rpc(server, 1, "session.open", path=session_id)
+        assert answer(server, 1)["result"]["session_id"] == session_id
+    return session_id, fronts
+
+
 def test_two_clients_compress_one_session_through_two_servers_one_compaction(
     cluster_database: Database, provider: LocalProvider, processes: Processes
 ) -> None:
-    database = cluster_database.location
-    session_id = cluster_database.add_example()
-    queue = queue_name()
-    provider.push(Reply.hang(Reply.remote("the history")))
-    processes.worker("first", database, queue, provider)
-    processes.worker("second", database, queue, provider)
-    one, two = processes.server(database, queue), processes.server(database, queue)
-    for server in (one, two):
-        rpc(server, 1, "session.open", path=session_id)
-        assert answer(server, 1)["result"]["session_id"] == session_id
+    session_id, (one, two) = held_summary(cluster_database, provider, processes, 2, 2)
     rpc(one, 2, "session.compress", session_id=session_id)
     wait_until(lambda: summary_calls(provider) == 1, one)
     rpc(two, 2, "session.compress", session_id=session_id)
@@ -305,14 +312,7 @@ def test_sigterm_to_the_front_end_says_the_forwarded_work_goes_on(
 ) -> None:
     # The server owns no work: stopping it must not tell its client "cancelled, nothing
     # applied" (as one process does) while the workflow goes on and commits the compaction.
-    database = cluster_database.location
-    session_id = cluster_database.add_example()
-    queue = queue_name()
-    provider.push(Reply.hang(Reply.remote("the history")))
-    processes.worker("worker", database, queue, provider)
-    server = processes.server(database, queue)
-    rpc(server, 1, "session.open", path=session_id)
-    assert answer(server, 1)["result"]["session_id"] == session_id
+    session_id, (server,) = held_summary(cluster_database, provider, processes, 1, 1)
     rpc(server, 2, "session.compress", session_id=session_id)
     wait_until(lambda: summary_calls(provider) == 1, server)
     server.send_signal(signal.SIGTERM)

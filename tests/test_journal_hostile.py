@@ -111,6 +111,17 @@ UNKNOWN_STATE_NOTE = (
     "its last state 'bogus_state' is not one the operation table can settle, so it was settled "
     "as one left in committing"
 )
+SETTLED: list[dict[str, object]] = [
+    {
+        "id": "op1",
+        "kind": "compaction",
+        "source": "bogus_state",
+        "dest": "failed",
+        "note": UNKNOWN_STATE_NOTE,
+    },
+    {"id": "op2", "kind": "compaction", "source": "summarizing", "dest": "cancelled", "note": None},
+]
+"""How a journal left with op1 in a state no table knows and op2 summarizing is settled."""
 
 
 def test_a_listener_given_to_open_hears_each_settlement_with_its_note(example: Path) -> None:
@@ -123,24 +134,8 @@ def test_a_listener_given_to_open_hears_each_settlement_with_its_note(example: P
     runtime = AgentSession.open(example, owner="test", events=bus)
     try:
         assert runtime.events is bus
-        assert [e for e in heard if e["type"] == "operation_settled"] == [
-            {
-                "type": "operation_settled",
-                "id": "op1",
-                "kind": "compaction",
-                "source": "bogus_state",
-                "dest": "failed",
-                "note": UNKNOWN_STATE_NOTE,
-            },
-            {
-                "type": "operation_settled",
-                "id": "op2",
-                "kind": "compaction",
-                "source": "summarizing",
-                "dest": "cancelled",
-                "note": None,
-            },
-        ]
+        settled = [e for e in heard if e["type"] == "operation_settled"]
+        assert settled == [{"type": "operation_settled", **each} for each in SETTLED]
     finally:
         runtime.close()
 
@@ -155,22 +150,7 @@ def test_an_rpc_client_opening_the_session_learns_each_settlement_and_why(
     reply = anyio.run(Dispatcher(hub.methods()).handle, request)
     assert isinstance(reply, dict)
     try:
-        assert reply["result"]["settled"] == [
-            {
-                "id": "op1",
-                "kind": "compaction",
-                "source": "bogus_state",
-                "dest": "failed",
-                "note": UNKNOWN_STATE_NOTE,
-            },
-            {
-                "id": "op2",
-                "kind": "compaction",
-                "source": "summarizing",
-                "dest": "cancelled",
-                "note": None,
-            },
-        ]
+        assert reply["result"]["settled"] == SETTLED
     finally:
         hub.close_all()
 
