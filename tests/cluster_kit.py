@@ -136,10 +136,19 @@ def _row(record: dict[str, Any]) -> Row:
 
 
 def journal_rows(path: Path, machine: str = "operation") -> list[Row]:
-    """The ``machine`` steps in a session file's journal: (from, event, to, effects, facts)."""
+    """The ``machine`` steps in a session file's journal: (from, event, to, effects, facts).
+
+    Without the clean close one process journals when it closes the session (where its next
+    opening starts reading): a cluster's session is never closed by a turn, so the hosts'
+    lifecycles compare without it.
+    """
     journal = Path(str(path) + ".journal")
     records = map(json.loads, journal.read_text(encoding="utf-8").splitlines())
-    return [_row(r) for r in records if r["machine"] == machine]
+    return [
+        _row(r)
+        for r in records
+        if r["machine"] == machine and (r["event"], r["to"]) != ("close", "closed")
+    ]
 
 
 def shape(entry: dict[str, Any]) -> tuple[Any, ...]:
