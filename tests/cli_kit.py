@@ -1,4 +1,4 @@
-"""Shared pieces for command-line tests: the example session and an in-process runner."""
+"""Shared pieces for tests: the example session, an in-process runner, a line pi appends."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator._cli.main import main
+from orchestrator._store.jsonl import write_pi_line
 
 EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
 
@@ -16,3 +17,18 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def pi_user_line(
+    parent: str | None, entry_id: str = "c0ffee01", text: str = "typed in pi"
+) -> bytes:
+    """A user message as pi appends it to a session file (its own line format, no lock)."""
+    return write_pi_line(
+        {
+            "type": "message",
+            "id": entry_id,
+            "parentId": parent,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": text, "timestamp": 1},
+        }
+    )

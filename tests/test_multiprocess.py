@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator._store.journal import Journal, operations
-from orchestrator._store.jsonl import write_pi_line
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
-from tests.cli_kit import EXAMPLE
+from tests.cli_kit import EXAMPLE, pi_user_line
 
 pytestmark = pytest.mark.slow
 
@@ -193,24 +192,18 @@ def test_a_conditional_commit_after_a_foreign_append_is_refused_and_writes_nothi
         assert owner.stdin is not None
         assert owner.stdout.readline() == "planned\n"
         leaf = Session.open(session).leaf_id
-        foreign = {
-            "type": "message",
-            "id": "p1a2b3c4",
-            "parentId": leaf,
-            "timestamp": "2026-01-01T00:00:00.000Z",
-            "message": {"role": "user", "content": "typed in pi", "timestamp": 1},
-        }
+        pi_id = "p1a2b3c4"
         with session.open("ab") as file:  # what pi does: a plain append, no lock
-            file.write(write_pi_line(foreign))
+            file.write(pi_user_line(leaf, pi_id))
         after_pi = session.read_bytes()
         rest, err = owner.communicate(input="commit\n")
     finally:
         stop(owner)
     assert owner.returncode == 3, err
     assert "the session changed since it was read" in rest
-    assert f"now at entry {foreign['id']}" in rest
+    assert f"now at entry {pi_id}" in rest
     assert session.read_bytes() == after_pi
-    assert Session.open(session).leaf_id == foreign["id"]
+    assert Session.open(session).leaf_id == pi_id
 
 
 def test_compaction_while_another_program_appends_ends_in_conflict_and_loses_nothing(
@@ -222,15 +215,9 @@ def test_compaction_while_another_program_appends_ends_in_conflict_and_loses_not
     try:
         wait_until(lambda: len(held.requests) >= 1, compact)
         leaf = Session.open(session).leaf_id
-        foreign = {
-            "type": "message",
-            "id": "c0ffee01",
-            "parentId": leaf,
-            "timestamp": "2026-01-01T00:00:00.000Z",
-            "message": {"role": "user", "content": "typed in pi meanwhile", "timestamp": 1},
-        }
+        pi_id = "c0ffee01"
         with session.open("ab") as file:
-            file.write(write_pi_line(foreign))
+            file.write(pi_user_line(leaf, pi_id, "typed in pi meanwhile"))
         after_pi = session.read_bytes()
         held.release()
         out, err = compact.communicate()
@@ -241,11 +228,11 @@ def test_compaction_while_another_program_appends_ends_in_conflict_and_loses_not
     assert err.count("\n") == 1
     # The store's reason, in one line, not "Compaction cancelled".
     assert "the session changed since it was read" in err
-    assert f"now at entry {foreign['id']}" in err
+    assert f"now at entry {pi_id}" in err
     assert "cancelled" not in err.lower()
     assert session.read_bytes() == after_pi  # nothing written over or after pi's line
     reopened = Session.open(session)
-    assert reopened.leaf_id == foreign["id"]
+    assert reopened.leaf_id == pi_id
     ops = operations(Journal.open(session).records())
     [operation] = ops
     assert (operation.kind, operation.state) == ("compaction", "conflict")

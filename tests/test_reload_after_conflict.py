@@ -15,21 +15,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator._core.errors import ConflictError, SessionError
-from orchestrator._store.jsonl import write_pi_line
 from orchestrator._store.session import Session
-from tests.cli_kit import EXAMPLE
+from tests.cli_kit import EXAMPLE, pi_user_line
 
-
-def foreign(parent: str, entry_id: str = "c0ffee01") -> bytes:
-    return write_pi_line(
-        {
-            "type": "message",
-            "id": entry_id,
-            "parentId": parent,
-            "timestamp": "2026-01-01T00:00:00.000Z",
-            "message": {"role": "user", "content": "typed in pi", "timestamp": 1},
-        }
-    )
+foreign = pi_user_line
 
 
 @pytest.fixture

@@ -31,9 +31,9 @@ from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import FdTransport, LineReader, Overlong, StreamTransport
 from orchestrator._runtime.agent import ChatAgent
 from orchestrator._runtime.summarize import SummaryRoutes
-from orchestrator._store.jsonl import write_pi_line
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, FunctionModel, ScriptedAgent
+from tests.cli_kit import pi_user_line
 
 pytestmark = pytest.mark.anyio
 
@@ -268,15 +268,8 @@ async def test_tcp_a_conflict_and_a_locked_session_have_their_own_codes(tmp_path
         calls.append(request.purpose)
         if len(calls) > 1:
             return "## Goal\nSummarized again."  # pi typed once; asking again goes through
-        foreign = {
-            "type": "message",
-            "id": "c0ffee01",
-            "parentId": "935170bb",
-            "timestamp": "2026-01-01T00:00:00.000Z",
-            "message": {"role": "user", "content": "typed in pi meanwhile", "timestamp": 1},
-        }
         with path.open("ab") as file:
-            file.write(write_pi_line(foreign))
+            file.write(pi_user_line("935170bb", text="typed in pi meanwhile"))
         return "## Goal\nSummarized."
 
     summarizer = SummaryRoutes(candidates=(FunctionModel(pi_appends_meanwhile),))

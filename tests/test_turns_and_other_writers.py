@@ -17,7 +17,7 @@ import pytest
 from orchestrator._core.errors import ConflictError
 from orchestrator._runtime.session import AgentSession
 from orchestrator.testing import ScriptedAgent, reply
-from tests.cli_kit import EXAMPLE
+from tests.cli_kit import EXAMPLE, pi_user_line
 
 pytestmark = pytest.mark.anyio
 
@@ -45,15 +45,8 @@ async def test_pi_appending_between_turns_is_a_conflict_then_the_next_turn_follo
     try:
         await runtime.prompt("first")
         leaf = runtime.session.leaf_id
-        foreign = {
-            "type": "message",
-            "id": "c0ffee01",
-            "parentId": leaf,
-            "timestamp": "2026-01-01T00:00:00.000Z",
-            "message": {"role": "user", "content": "typed in pi", "timestamp": 1},
-        }
-        with path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(foreign) + "\n")
+        with path.open("ab") as file:
+            file.write(pi_user_line(leaf))
         after_pi = path.read_bytes()
         with pytest.raises(ConflictError, match="the session changed since it was read"):
             await runtime.prompt("second")
