@@ -336,6 +336,88 @@ def test_a_suffix_ends_the_text_and_is_long_enough(
     assert measured.suffix(units) == suffix  # the cached pieces give the same text
 
 
+# Texts with runs of blank lines and the characters a cut must not misplace, in messages of the
+# usual shapes (written as fragments) and others (written as paragraphs).
+LINES = st.lists(st.sampled_from(["a", "b", "\n", "\n\n\n", "é", "😀", "x" * 700]), max_size=8).map(
+    "".join
+)
+
+
+@st.composite
+def usual_messages(draw: st.DrawFn) -> Message:
+    kind = draw(st.sampled_from(["user", "result", "call", "other"]))
+    text = draw(LINES | TEXT)
+    if kind == "user":
+        return {"role": "user", "content": [_block("text", text)], "timestamp": 1}
+    if kind == "result":
+        return {"role": "toolResult", "content": [_block("text", text)], "timestamp": 1}
+    if kind == "call":
+        call = _call({"path": draw(LINES | TEXT)})
+        return {"role": "assistant", "content": [_block("text", text), call], "timestamp": 1}
+    return draw(messages())
+
+
+def shaped_window(batch: list[Message], before: int = 0) -> MeasuredMessages:
+    """``batch[before:]`` as a live context hands it out: running sums, shapes and parts."""
+    measured = [measure_shaped(message) for message in batch]
+    parts = [part for one in measured for part in one[3:]]
+    return MeasuredMessages.window(
+        batch,
+        before,
+        len(batch),
+        from_scratch_sums(batch),
+        (),
+        shapes=[one[2] for one in measured],
+        parts=parts,
+    )
+
+
+@PROPERTIES
+@given(
+    st.lists(usual_messages(), max_size=10),
+    st.integers(min_value=0, max_value=3),
+    st.integers(min_value=-50, max_value=6000),
+)
+def test_a_conversation_written_as_fragments_is_cut_where_the_whole_text_is(
+    batch: list[Message], before: int, room: int
+) -> None:
+    """Issue 9: the fragments' text and its cut are the reference's, to the character."""
+    if not isinstance(outcome(reference_serialize, batch), str):
+        return  # malformed: fails alike (above)
+    before = min(before, len(batch))
+    window = shaped_window(batch, before)
+    whole = reference_serialize(batch[before:])
+    for first in range(len(window)):
+        made = window.fragments_from(first)
+        assert made is not None
+        fragments, ascii_only = made
+        assert "".join(fragments) == reference_serialize(batch[before + first :])
+        assert ascii_only == "".join(fragments).isascii()
+        assert window.units_from(first) == utf16_len("".join(fragments))
+    assert window.fragments_from(len(window)) is None
+    assert "".join(_elide(window, None, window.units(), room)) == elide_oldest(whole, room)
+
+
+@pytest.mark.parametrize("blank", [1, 2, 2500])
+def test_a_cut_in_a_run_of_blank_lines_that_reaches_past_the_fragments_read_is_the_references(
+    blank: int,
+) -> None:
+    """The fragments read around a cut end in blank lines: the cut goes on past them."""
+    batch: list[Message] = [
+        {"role": "user", "content": [_block("text", "x" * 3000 + "\n" * blank)]},
+        {"role": "user", "content": [_block("text", "y" * 3000)]},
+    ]
+    window = shaped_window(batch)
+    whole = reference_serialize(batch)
+    for room in range(100, 9000, 23):
+        assert "".join(_elide(window, None, window.units(), room)) == elide_oldest(whole, room)
+
+
+def test_messages_without_shapes_are_not_written_as_fragments() -> None:
+    batch: list[Message] = [{"role": "user", "content": [_block("text", "hi")]}]
+    assert MeasuredMessages(batch, from_scratch_sums(batch)).fragments_from(0) is None
+
+
 def test_messages_without_sums_are_serialized_whole() -> None:
     batch: list[Message] = [{"role": "user", "content": "hi"}, {"role": "user", "content": "yo"}]
     plain = MeasuredMessages(batch)

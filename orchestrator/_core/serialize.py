@@ -282,13 +282,19 @@ def shaped_parts(message: Message, shape: int) -> tuple[Any, Any]:
 
 def _text_and_call(text: str, call: dict[str, Any]) -> str:
     """:func:`serialize_message` of an assistant message of shape :data:`SHAPE_TEXT_AND_CALL`."""
+    return f"{ASSISTANT_LABEL}{text}{_CALLS_AFTER_TEXT}{_shaped_call_text(call)}"
+
+
+_CALLS_AFTER_TEXT = PARAGRAPH_SEPARATOR + CALLS_LABEL
+
+
+def _shaped_call_text(call: dict[str, Any]) -> str:
+    """The one call of a :data:`SHAPE_TEXT_AND_CALL` message as written: ``name(key=value)``."""
     ((key, value),) = call["arguments"].items()
     quoted = _encode_string(value)
     if not quoted.isascii():
         quoted = escape_lone_surrogates(quoted)
-    return (
-        f"{ASSISTANT_LABEL}{text}{PARAGRAPH_SEPARATOR}{CALLS_LABEL}{call['name']}({key}={quoted})"
-    )
+    return f"{call['name']}({key}={quoted})"
 
 
 def serialize_shaped(
@@ -680,6 +686,58 @@ class MeasuredMessages(Window[Message]):
             self._pieces, self._from = made, first
         return self._pieces[first - self._from :]
 
+    def fragments_from(self, first: int) -> tuple[list[str], bool] | None:
+        """The text of messages ``[first, len)`` as strings to join, and whether all are ASCII.
+
+        ``"".join(fragments)`` is ``PARAGRAPH_SEPARATOR.join`` of their non-empty paragraphs,
+        but no paragraph is made: a message's label, its text and its call go in as they are, so
+        a prompt joining them copies each text once (a paragraph per message was a second copy
+        of the newest 750,000 characters at 10k entries, fresh memory the kernel faults in page
+        by page, issue 9). ``None`` when the context did not keep the messages' shapes.
+        """
+        if self.shapes is None or self.parts is None or first >= len(self):
+            return None
+        at, end = self._start + first, self._start + len(self)
+        items = self._items[at:end]
+        shapes = self.shapes[at:end]
+        pairs = iter(self.parts[2 * at : 2 * end])
+        out: list[str] = []
+        ascii_only = True
+        for message, shape, text, call in zip(items, shapes, pairs, pairs, strict=True):
+            if shape == SHAPE_USER_TEXT:
+                out += (USER_LABEL, text, PARAGRAPH_SEPARATOR)
+                ascii_only = ascii_only and text.isascii()
+            elif shape == SHAPE_SHORT_RESULT:
+                out += (TOOL_RESULT_LABEL, text, PARAGRAPH_SEPARATOR)  # ASCII by its shape
+            elif shape == SHAPE_TEXT_AND_CALL:
+                written = _shaped_call_text(call)
+                out += (ASSISTANT_LABEL, text, _CALLS_AFTER_TEXT, written, PARAGRAPH_SEPARATOR)
+                ascii_only = ascii_only and text.isascii() and written.isascii()
+            else:
+                paragraph = serialize_message(message)
+                if paragraph:
+                    out += (paragraph, PARAGRAPH_SEPARATOR)
+                    ascii_only = ascii_only and paragraph.isascii()
+        if out:
+            out.pop()  # no separator after the last paragraph
+        return out, ascii_only
+
+    def first_needed(self, units: int) -> int:
+        """The newest message from which the text holds ``units`` units and a separator.
+
+        :meth:`suffix_pieces` starts there (it needs the running sums).
+        """
+        assert self.sums is not None
+        # The run from message k to the end shrinks as k grows: the newest k whose run holds
+        # `units` and the separator before the text that follows is where the suffix starts.
+        enough = units + len(PARAGRAPH_SEPARATOR)
+        count = bisect.bisect_right(range(len(self)), -enough, key=lambda k: -self._run_units(k))
+        return max(0, count - 1)
+
+    def units_from(self, first: int) -> int:
+        """``utf16_len`` of the text of messages ``[first, len)`` (it needs the running sums)."""
+        return max(0, self._run_units(first) - len(PARAGRAPH_SEPARATOR))
+
     def units(self) -> int:
         """``utf16_len(serialize_conversation(self))``."""
         if self.sums is None:
@@ -713,8 +771,4 @@ class MeasuredMessages(Window[Message]):
         """The paragraphs :meth:`suffix` joins (the non-empty ones), each as it was made."""
         if self.sums is None:
             return list(filter(None, self._pieces_from(0)))
-        # The run from message k to the end shrinks as k grows: the newest k whose run holds
-        # `units` and the separator before the text that follows is where the suffix starts.
-        enough = units + len(PARAGRAPH_SEPARATOR)
-        count = bisect.bisect_right(range(len(self)), -enough, key=lambda k: -self._run_units(k))
-        return list(filter(None, self._pieces_from(max(0, count - 1))))
+        return list(filter(None, self._pieces_from(self.first_needed(units))))

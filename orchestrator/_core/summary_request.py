@@ -141,9 +141,18 @@ def _elided(messages: MeasuredMessages, whole: str | None, length: int, room: in
     if not length:
         return []
     if length <= room:
-        return [whole if whole is not None else messages.text()]
+        if whole is not None:
+            return [whole]
+        made = messages.fragments_from(0)
+        return made[0] if made is not None else [messages.text()]
     keep = max(0, room - utf16_len(elision_marker(length)) - 2)
     if whole is None:
+        first = messages.first_needed(keep + 1)
+        made = messages.fragments_from(first)
+        if made is not None and made[1]:
+            cut = _elided_fragments(made[0], messages.units_from(first), length, keep)
+            if cut is not None:
+                return cut
         # A suffix one unit longer than what is kept holds the tail and the character before it.
         pieces = messages.suffix_pieces(keep + 1)
         if all(map(str.isascii, pieces)):
@@ -157,6 +166,34 @@ def _elided(messages: MeasuredMessages, whole: str | None, length: int, room: in
     tail = tail.lstrip("\n")  # the marker already ends with a blank line
     marker = elision_marker(length - utf16_len(tail))
     return [marker, "\n\n", tail] if tail else [marker]
+
+
+def _elided_fragments(fragments: list[str], total: int, length: int, keep: int) -> list[str] | None:
+    """:func:`_elided` of the ASCII text ``"".join(fragments)``, ``total`` characters long.
+
+    The newest part of a conversation as :meth:`MeasuredMessages.fragments_from` wrote it, cut
+    where :func:`_elided_ascii` cuts the paragraphs: only the fragments around the cut are
+    joined here, and the prompt copies the rest once. ``None`` in the one case read no further
+    than that (a run of blank lines reaching past them): :func:`_elided_ascii` then cuts.
+    """
+    start = total - min(keep, total) if keep > 0 else total
+    if start >= total:
+        return [elision_marker(length)]
+    covered, count, need = 0, 0, start + _SNAP_CHARS + 1
+    while count < len(fragments) and covered < need:
+        covered += len(fragments[count])
+        count += 1
+    head = "".join(fragments[:count])
+    newline = head.find("\n", start, start + _SNAP_CHARS)
+    before = head[start - 1] if start else fragments[-1][-1]
+    if newline != -1 and before != "\n":
+        start = newline + 1
+    while start < len(head) and head[start] == "\n":  # the marker already ends with a blank line
+        start += 1
+    if start == len(head) and count < len(fragments):
+        return None
+    marker = elision_marker(length - (total - start))
+    return [marker, "\n\n", head[start:], *fragments[count:]] if start < total else [marker]
 
 
 def _elided_ascii(pieces: list[str], length: int, keep: int) -> list[str]:
