@@ -104,3 +104,30 @@ def test_a_worker_with_a_model_runs_turns_with_it_as_serve_does(
     assert agent.model.name == "openai/chat"
     assert with_model.settings.context_window == 50000
     assert without.agent_factory is None
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_worker_waits_for_one_stop_signal_and_leaves_the_next_to_the_default(stop: str) -> None:
+    """The first signal shuts the worker down cleanly; a second ends it as the default would."""
+    import asyncio
+    import os
+    import signal
+
+    pytest.importorskip("temporalio", reason="the worker needs the 'cluster' extra")
+    from orchestrator._cluster.worker import STOP_SIGNALS, _stop_signal
+
+    number = getattr(signal, stop)
+
+    defaults = {signal.SIGINT: signal.default_int_handler}
+
+    async def stopped() -> None:
+        waiting = asyncio.ensure_future(_stop_signal())
+        await asyncio.sleep(0)  # the handlers are in place
+        assert signal.getsignal(number) not in (signal.SIG_DFL, signal.default_int_handler)
+        os.kill(os.getpid(), number)
+        await asyncio.wait_for(waiting, timeout=60)  # a guard against a hang, not a measure
+        # Still in the loop, which would put every default back as it closes.
+        for each in STOP_SIGNALS:
+            assert signal.getsignal(each) == defaults.get(each, signal.SIG_DFL)
+
+    asyncio.run(stopped())

@@ -216,6 +216,44 @@ async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_o
     assert [r["data"]["step"] for r in records] == list(range(len(steps)))
 
 
+async def test_a_worker_stopped_mid_call_gives_the_call_back_and_the_compaction_commits_once(
+    cluster_database: Database, provider: LocalProvider, processes: Processes
+) -> None:
+    """SIGTERM, as a service manager stops a worker: the call it held fails over at once."""
+    database = cluster_database.location
+    session_id = cluster_database.add_example()
+    queue = queue_name()
+    provider.push(Reply.hang(Reply.remote("lost")), Reply.remote("the history"))
+    first = processes.worker("first", database, queue, provider)
+    async with connected() as client:
+        cluster = ClusterClient(client, task_queue=queue, idle_s=0.5)
+        import anyio
+
+        async with anyio.create_task_group() as group:
+            results: list[Any] = []
+
+            async def compress() -> None:
+                results.append(await cluster.compress(session_id))
+
+            group.start_soon(compress)
+            while summary_calls(provider) < 1:
+                await anyio.sleep(0.05)
+            processes.worker("second", database, queue, provider)
+            first.send_signal(signal.SIGTERM)
+            assert first.wait() == 0
+        await client.get_workflow_handle(session_id).result()
+    provider.release()
+    assert "orchestrator worker: stopped" in (processes.tmp_path / "first.log").read_text()
+    (result,) = results
+    assert result.status == "committed"
+    new = cluster_database.new_compactions(session_id)
+    assert [e["id"] for e in new] == [entry_id_for(result.operation_id)]
+    assert summary_calls(provider) == 2  # the call given back and one more
+    records = cluster_database.operation_records(session_id)
+    lost = next(r for r in records if r["event"] == "attempt_failed")
+    assert lost["data"]["error"] == "model call: the worker running it was stopped"
+
+
 def rpc(server: subprocess.Popen[str], request_id: int, method: str, **params: Any) -> None:
     assert server.stdin is not None
     message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}

@@ -106,8 +106,9 @@ def _worker(args: argparse.Namespace) -> int:
         asyncio.run(run_worker(args.temporal, activities, task_queue=args.task_queue, ready=ready))
     except UnavailableError as exc:
         return _refuse(f"--temporal: {exc}")
-    except KeyboardInterrupt:
-        print("orchestrator worker: stopped", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl+C before the worker was ready
+        pass
+    print("orchestrator worker: stopped", file=sys.stderr)
     return 0
 
 

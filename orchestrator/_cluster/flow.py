@@ -38,7 +38,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetry
-from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
@@ -380,10 +380,17 @@ def _report(reported: Reported) -> Report:
     )
 
 
+WORKER_SHUTDOWN = "WorkerShutdown"
+"""The failure type Temporal gives an activity its worker cancelled on shutting down."""
+
+
 def lost_reason(error: ActivityError, what: str) -> str:
     cause = error.cause
     if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT:
         return f"{what}: the worker running it stopped answering (no heartbeat)"
+    if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
+        # Stopped by a signal (orchestrator worker): the activity was given back at once.
+        return f"{what}: the worker running it was stopped"
     if isinstance(cause, TimeoutError):
         return f"{what}: no answer in time"
     return f"{what}: {cause or error}"

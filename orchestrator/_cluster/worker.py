@@ -14,6 +14,7 @@ here, before the first workflow, so the workflow never reads a file.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -99,4 +100,25 @@ async def run_worker(
             ready(
                 f"worker on {address}, task queue {task_queue}, store {shown(activities.database)}"
             )
-        await asyncio.Event().wait()
+        await _stop_signal()
+    # Leaving the block shut the worker down: it stopped polling, cancelled the activities it
+    # ran and reported each as failed, so the workflows retry them on another worker now, not
+    # after their heartbeat timeout (a killed worker's calls wait for that).
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops a worker cleanly: Ctrl+C, a service manager's SIGTERM, a closed terminal."""
+
+
+async def _stop_signal() -> None:
+    """Wait for the first of :data:`STOP_SIGNALS`; a second one stops the process at once."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for number in STOP_SIGNALS:
+        loop.add_signal_handler(number, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        # Back to the default actions: if shutting down hangs, a second signal ends the process.
+        for number in STOP_SIGNALS:
+            loop.remove_signal_handler(number)
