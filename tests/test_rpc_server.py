@@ -406,6 +406,48 @@ async def test_serve_tcp_subprocess_stops_cleanly_on_interrupt(tmp_path: Path) -
     assert not token_file.parent.exists()
 
 
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])
+async def test_a_stop_signal_while_the_sessions_open_stops_the_start_cleanly(
+    tmp_path: Path, stop: str
+) -> None:
+    """Ctrl+C during a slow start was lost (the server went on); SIGTERM killed it, leaving its
+    token file. Now the start ends soon after the signal, and all is cleaned up."""
+    from tests.bench.bench_core import write_session
+
+    write_session(tmp_path / "big.jsonl", 60_000)  # long enough to open that the signal lands
+    shutil.copy(EXAMPLE, tmp_path / "first.jsonl")
+    names = ["first.jsonl", "big.jsonl", *(f"s{n}.jsonl" for n in range(12))]
+    runtime_dir = tmp_path / "run"  # where the token file goes
+    runtime_dir.mkdir(mode=0o700)
+    async with await anyio.open_process(
+        [*SERVE, "--port", "0", "--dir", str(tmp_path), *names],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir)},
+    ) as process:
+        assert process.stderr is not None
+        err = BufferedByteReceiveStream(process.stderr)
+        try:
+            first = await err.receive_until(b"\n", 4096)
+        finally:
+            process.send_signal(getattr(signal, stop))
+        rest = await read_all(err)
+        with anyio.move_on_after(120):  # a guard: before, Ctrl+C was lost and it served on
+            code = await process.wait()
+        if process.returncode is None:
+            process.kill()
+            pytest.fail(f"the server did not stop: {rest!r}")
+    assert code == 0, rest
+    assert first.endswith(f"{tmp_path / 'first.jsonl'}".encode())
+    assert rest.endswith(b"orchestrator serve: stopped\n")
+    assert b"listening" not in rest and b"Traceback" not in rest
+    assert b"s11.jsonl" not in rest  # the start ended a few sessions after the signal
+    assert not any(tmp_path.glob("*.lock"))  # the sessions it opened are closed
+    assert not any(runtime_dir.iterdir())  # the token file is gone with its folder
+
+
 def test_serve_refuses_a_session_outside_its_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,14 +17,16 @@ is one line on stderr: exit 2 for a usage error, 1 for a listener that cannot be
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from orchestrator._cli.chat import chat_agent_factory, runtime_settings
 from orchestrator._cli.common import (
@@ -45,6 +47,7 @@ from orchestrator._core.errors import SessionError
 from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
+from orchestrator._runtime.driver import first_error
 from orchestrator._runtime.gc_policy import POLICY, freeze_after_full_collections
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
 
@@ -273,26 +276,23 @@ async def _run(
 ) -> None:
     identity = None
     try:
-        for path in args.sessions:
-            slot = hub.open(path, create=True)
-            _say(f"session {slot.runtime.session.session_id}: {slot.path}")
-        POLICY.settle()  # freeze what the sessions opened at start hold, before serving
-        listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
-        if args.socket is not None:
-            listener = await _listen(args.socket, access.unix_listener(args.socket))
-            identity = access.file_identity(args.socket)
-            _say(f"listening on unix:{args.socket}")
-        elif host is not None:
-            bind = anyio.create_tcp_listener(local_host=host, local_port=args.port)
-            tcp = await _listen(f"{host}:{args.port}", bind)
-            listener = tcp
-            port = tcp.extra(anyio.abc.SocketAttribute.local_port)
-            _say(f"listening on {host}:{port} (token in {token_file})")
-        async with anyio.create_task_group() as group:
+        async with _unwrapped(), anyio.create_task_group() as group:
             # Ctrl+C, SIGTERM and SIGHUP: every running request answered, then sessions
-            # closed, socket and token file removed.
-            group.start_soon(_stop_on_signal, server, group.cancel_scope)
-            if listener is not None:
+            # closed, socket and token file removed. Watched from the start: a signal while the
+            # sessions open ends the start within a few sessions of it (a session's opening is
+            # not interrupted; Ctrl+C was lost, the server went on; SIGTERM killed it, leaving
+            # its token file behind).
+            starting = anyio.CancelScope()
+            await group.start(_stop_on_signal, server, group.cancel_scope, starting)
+            listener = None
+            with starting:
+                listener = await _start(args, hub, host, token_file)
+            if args.socket is not None and listener is not None:
+                identity = access.file_identity(args.socket)
+            if starting.cancel_called:  # stopped while starting: nothing to answer yet
+                if listener is not None:
+                    await listener.aclose()
+            elif listener is not None:
                 await server.serve_listener(listener, token=token)
             else:
                 await server.serve_stdio()
@@ -304,12 +304,57 @@ async def _run(
         hub.close_all()
 
 
-async def _stop_on_signal(server: RpcServer, scope: anyio.CancelScope) -> None:
+@contextlib.asynccontextmanager
+async def _unwrapped() -> AsyncIterator[None]:
+    """The error of the start or of serving as it was raised, not grouped by the task group.
+
+    A session the start cannot open is one line and exit 1, as before the stop signals were
+    watched from the start (the watcher never raises).
+    """
+    try:
+        yield
+    except BaseExceptionGroup as errors:
+        raise first_error(errors) from None
+
+
+async def _start(
+    args: argparse.Namespace, hub: SessionHub, host: str | None, token_file: Path | None
+) -> anyio.abc.Listener[anyio.abc.SocketStream] | None:
+    """Open the sessions named at start, then listen (``None``: the server reads stdin)."""
+    for path in args.sessions:
+        slot = hub.open(path, create=True)
+        _say(f"session {slot.runtime.session.session_id}: {slot.path}")
+        await anyio.lowlevel.checkpoint()  # where a stop signal meanwhile ends the start
+    POLICY.settle()  # freeze what the sessions opened at start hold, before serving
+    if args.socket is not None:
+        # Nothing awaits between the socket's creation and the caller reading its identity
+        # (so that it is removed at the end): a stop lands in serving, not in between.
+        listener = await _listen(args.socket, access.unix_listener(args.socket))
+        _say(f"listening on unix:{args.socket}")
+        return listener
+    if host is not None:
+        bind = anyio.create_tcp_listener(local_host=host, local_port=args.port)
+        tcp = await _listen(f"{host}:{args.port}", bind)
+        port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+        _say(f"listening on {host}:{port} (token in {token_file})")
+        return tcp
+    return None
+
+
+async def _stop_on_signal(
+    server: RpcServer,
+    scope: anyio.CancelScope,
+    starting: anyio.CancelScope,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     # SIGINT too: as KeyboardInterrupt it would cancel every request with no answer sent. A
     # second signal meanwhile waits here; stopping takes at most the drop timeout.
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        task_status.started()
         async for _ in signals:
             _say("stopped")
+            starting.cancel()  # a start in progress opens no more sessions
             with anyio.move_on_after(server.limits.drop_timeout):
                 await server.stop()
             scope.cancel()
@@ -318,9 +363,12 @@ async def _stop_on_signal(server: RpcServer, scope: anyio.CancelScope) -> None:
 
 async def _listen(where: object, bind: Awaitable[Listener]) -> Listener:
     try:
-        return await bind
+        # Shielded: a stop signal meanwhile must not leave a socket file made and not known.
+        with anyio.CancelScope(shield=True):
+            listener = await bind
     except OSError as exc:
         raise _Refused(f"cannot listen on {where}: {exc.strerror or exc}", 1) from None
+    return listener
 
 
 def _say(text: str) -> None:
