@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from orchestrator._core.errors import SessionError
@@ -164,3 +165,35 @@ def test_a_fork_killed_before_it_is_named_leaves_no_file_and_a_retry_works(
     code, report, err = run(capsys, "check", str(out))
     assert (code, err) == (0, "")
     assert len(Session.open(out).tree) > 0
+
+
+@pytest.mark.anyio
+async def test_a_fork_cancelled_before_it_returns_leaves_no_file_and_a_retry_works(
+    example: Path, tmp_path: Path
+) -> None:
+    """Cancelled after the new file was written (a server stopping during a slow
+    ``session_fork`` hook), the fork left the file: the caller, told it was cancelled, found a
+    session nobody had asked for, and a retry to the same path said "already exists"."""
+    runtime = AgentSession.open(example, owner="test")
+    started = anyio.Event()
+
+    async def held(payload: object) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    remove = runtime.hooks.on("session_fork", held)
+    target = tmp_path / "g.jsonl"
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(runtime.fork, FORK_POINT, target)
+            await started.wait()
+            group.cancel_scope.cancel()
+        assert not target.exists()
+        assert not any(tmp_path.glob("g.*"))  # nor its lock
+        remove()
+        result = await runtime.fork(FORK_POINT, target)
+        assert result.session is not None
+        result.session.close()
+    finally:
+        runtime.close()
+    assert Session.open(target).problems == []

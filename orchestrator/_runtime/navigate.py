@@ -18,6 +18,7 @@ operation and waits for it to settle, so history and leaf stay as they were (D22
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -50,6 +51,8 @@ from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.memory import MemoryStore
 from orchestrator._store.protocol import SessionStore
 from orchestrator._telemetry.tracing import facts_delta
+
+_log = logging.getLogger("orchestrator")
 
 __all__ = ["BUSY", "ForkResult", "NavigationResult", "Navigator", "fork", "fork_to"]
 
@@ -490,11 +493,26 @@ async def fork_to(
             # lock this process holds on a file nobody can see.
             await off_loop(result.session, result.session.flush)
     except BaseException:
+        # Cancelled or failed before the caller heard of it (a slow `session_fork` hook and a
+        # server stopping): the file this fork made, if it wrote one, goes too, so that nothing
+        # was forked, as the caller is told, and the path can be used again.
+        if isinstance(store, JsonlStore):
+            _remove_new_file(store)
         store.close()
         raise
     if result.session is None:
         store.close()  # cancelled by a hook: nothing was written, let go of the new file
     return result
+
+
+def _remove_new_file(store: JsonlStore) -> None:
+    """Remove the file a fork created, while its lock (taken before it existed) is held."""
+    try:
+        os.unlink(store.path)
+    except FileNotFoundError:
+        pass  # not written yet (pi's deferred write)
+    except OSError as error:
+        _log.warning("%s: could not remove the unfinished fork: %s", store.path, error)
 
 
 async def fork(ports: Ports, entry_id: str, store: SessionStore) -> ForkResult:
