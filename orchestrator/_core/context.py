@@ -38,6 +38,7 @@ from orchestrator._core.entries import (
 from orchestrator._core.serialize import (
     LATE_ROLES,
     SHAPE_OTHER,
+    SHAPE_TEXT_AND_CALL,
     MeasuredMessages,
     measure_shaped,
     serial_step,
@@ -417,8 +418,8 @@ class ContextBuilder:
         if role == "assistant":
             if not restoring:
                 self._take_model_from_assistant(message)
-            if call is not None:  # text and one call: the measure found the only call block
-                self._file_event(call, index)
+            if shape == SHAPE_TEXT_AND_CALL:  # text and one call: the call is its second block
+                self._file_event(message["content"][1], index)
             else:
                 self._file_events(message, index)
         self._messages.append(message)

@@ -262,27 +262,24 @@ SHAPE_TEXT_AND_CALL = 3
 def shaped_parts(message: Message, shape: int) -> tuple[Any, Any]:
     """What :func:`serialize_shaped` writes a message of ``shape`` from: ``(text, call)``.
 
-    The text of a user message or a short tool result (and ``None``); the text and the tool
-    call block of an assistant message of text and call; ``(None, None)`` for any other shape.
-    References only, nothing made. :func:`measure_shaped` returns the same from the walk that
-    measures the message, and the context keeps them: a summary request then writes thousands
-    of messages from them instead of walking each message's dictionaries again, cold (about
-    half of the request's cost at 10k entries, issue 9). Nothing new is kept per message (a
-    tuple per message cost the context's build more than the request saved: on this kind of
-    virtual machine, fresh memory is the dearest thing a process touches). This is the same
-    read, for messages no context measured.
+    The text of a user message or a short tool result (and ``None``); the text of an assistant
+    message of text and call, and its call as written (``read(path="a.py")``); ``(None, None)``
+    for any other shape. :func:`measure_shaped` returns the same from the walk that measures
+    the message, and the context keeps them: a summary request then writes thousands of
+    messages from them instead of walking each message's dictionaries again, cold (about half of
+    the request's cost at 10k entries, issue 9). The texts are references; the call is the one
+    string made per message, a few dozen bytes: writing it at measure time costs the context's
+    build about 0.1 to 0.3 µs an entry and saves a 10k request four reads of cold dictionaries
+    and strings per call (one compaction at 10k went from 5.1 to 6.4 ms to 4.2 to 4.7, total −
+    L, alternating runs on 4 December 2026). A tuple per message, tried before, cost the build
+    more than it saved. This is the same read, for messages no context measured.
     """
     if shape == SHAPE_USER_TEXT or shape == SHAPE_SHORT_RESULT:
         return message["content"][0]["text"], None
     if shape == SHAPE_TEXT_AND_CALL:
         content = message["content"]
-        return content[0]["text"], content[1]
+        return content[0]["text"], _shaped_call_text(content[1])
     return None, None
-
-
-def _text_and_call(text: str, call: dict[str, Any]) -> str:
-    """:func:`serialize_message` of an assistant message of shape :data:`SHAPE_TEXT_AND_CALL`."""
-    return f"{ASSISTANT_LABEL}{text}{_CALLS_AFTER_TEXT}{_shaped_call_text(call)}"
 
 
 _CALLS_AFTER_TEXT = PARAGRAPH_SEPARATOR + CALLS_LABEL
@@ -317,7 +314,7 @@ def serialize_shaped(
         if shape == SHAPE_USER_TEXT
         else TOOL_RESULT_LABEL + text
         if shape == SHAPE_SHORT_RESULT
-        else _text_and_call(text, call)
+        else ASSISTANT_LABEL + text + _CALLS_AFTER_TEXT + call
         if shape == SHAPE_TEXT_AND_CALL
         else serialize_message(message)
         for message, shape, text, call in zip(messages, shapes, pairs, pairs, strict=True)
@@ -532,7 +529,7 @@ def _measure_assistant(content: list[Any]) -> tuple[int, int, int, Any, Any] | N
         first = content[0]  # a dict: both blocks were counted
         text = first.get("text")
         if first.get("type") == "text" and type(text) is str:
-            return -(-chars // 4), units, SHAPE_TEXT_AND_CALL, text, usual
+            return -(-chars // 4), units, SHAPE_TEXT_AND_CALL, text, _shaped_call_text(usual)
     return -(-chars // 4), units, SHAPE_OTHER, None, None
 
 
@@ -550,9 +547,9 @@ def measure_shaped(message: Message) -> tuple[int, int, int, Any, Any]:
     """:func:`measure`, the shape for :func:`serialize_shaped` (``SHAPE_*``) and the parts.
 
     The shape comes from the same walk: the checks that tell it are the ones the measure makes.
-    So do the parts, what :func:`shaped_parts` reads (a text and a tool call block): references
-    the walk holds anyway, so keeping them costs the context nothing but two slots per message,
-    while reading them again later costs a summary request a walk over cold dictionaries.
+    So do the parts, what :func:`shaped_parts` returns (a text, and a call as written): the
+    text a reference the walk holds anyway, the call a short string made here, while reading
+    them again later costs a summary request a walk over cold dictionaries.
     """
     role = message.get("role")
     content = message.get("content")
@@ -710,9 +707,8 @@ class MeasuredMessages(Window[Message]):
             elif shape == SHAPE_SHORT_RESULT:
                 out += (TOOL_RESULT_LABEL, text, PARAGRAPH_SEPARATOR)  # ASCII by its shape
             elif shape == SHAPE_TEXT_AND_CALL:
-                written = _shaped_call_text(call)
-                out += (ASSISTANT_LABEL, text, _CALLS_AFTER_TEXT, written, PARAGRAPH_SEPARATOR)
-                ascii_only = ascii_only and text.isascii() and written.isascii()
+                out += (ASSISTANT_LABEL, text, _CALLS_AFTER_TEXT, call, PARAGRAPH_SEPARATOR)
+                ascii_only = ascii_only and text.isascii() and call.isascii()
             else:
                 paragraph = serialize_message(message)
                 if paragraph:
