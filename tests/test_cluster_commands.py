@@ -114,7 +114,8 @@ def test_a_worker_waits_for_one_stop_signal_and_leaves_the_next_to_the_default(s
     import signal
 
     pytest.importorskip("temporalio", reason="the worker needs the 'cluster' extra")
-    from orchestrator._cluster.worker import STOP_SIGNALS, _stop_signal
+    from orchestrator._cluster.worker import _stop_signal
+    from orchestrator._runtime.signals import STOP_SIGNALS
 
     number = getattr(signal, stop)
 
@@ -131,3 +132,30 @@ def test_a_worker_waits_for_one_stop_signal_and_leaves_the_next_to_the_default(s
             assert signal.getsignal(each) == defaults.get(each, signal.SIG_DFL)
 
     asyncio.run(stopped())
+
+
+def test_a_worker_started_ignoring_a_stop_signal_keeps_ignoring_it() -> None:
+    """``nohup`` ignores SIGHUP so that the worker outlives its terminal: it must stay so."""
+    import asyncio
+    import os
+    import signal
+
+    pytest.importorskip("temporalio", reason="the worker needs the 'cluster' extra")
+    from orchestrator._cluster.worker import _stop_signal
+
+    async def stopped() -> None:
+        waiting = asyncio.ensure_future(_stop_signal())
+        await asyncio.sleep(0)
+        os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing happens
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(waiting, timeout=60)  # a guard against a hang, not a measure
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        asyncio.run(stopped())
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)

@@ -449,6 +449,47 @@ async def test_a_stop_signal_while_the_sessions_open_stops_the_start_cleanly(
     assert not any(runtime_dir.iterdir())  # the token file is gone with its folder
 
 
+async def test_a_server_started_under_nohup_outlives_its_terminal(tmp_path: Path) -> None:
+    """SIGHUP, ignored by ``nohup``, stopped the server all the same (its receiver undid it)."""
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    path = tmp_path / "serve.sock"
+    process = subprocess.Popen(
+        [*SERVE, "--socket", str(path), str(session)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
+    )
+    try:
+        assert process.stderr is not None
+        while b"listening on" not in process.stderr.readline():
+            assert process.poll() is None, "the server ended before it listened"
+        # Still ignored once it serves (Linux says so for each process): no receiver undid it.
+        status = Path(f"/proc/{process.pid}/status").read_text()
+        found = re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.M)
+        assert found is not None, status
+        ignored = int(found[1], 16)
+        assert ignored & (1 << (signal.SIGHUP - 1))
+        process.send_signal(signal.SIGHUP)
+        async with await anyio.connect_unix(path) as stream:  # still serving
+            peer = Peer(stream)
+            await peer.send(request(1, "session.list"))
+            listed = await peer.answer(1)
+        process.terminate()
+        rest = process.stderr.read()
+        assert process.wait() == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+    assert listed["result"]["sessions"][0]["path"] == str(session)
+    assert rest.endswith(b"orchestrator serve: stopped\n")
+
+
 def test_serve_refuses_a_session_outside_its_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -50,6 +49,7 @@ from orchestrator._rpc.server import RpcServer
 from orchestrator._runtime.driver import first_error
 from orchestrator._runtime.gc_policy import POLICY, freeze_after_full_collections
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
+from orchestrator._runtime.signals import stop_signals
 
 Listener = TypeVar("Listener")
 
@@ -350,7 +350,7 @@ async def _stop_on_signal(
 ) -> None:
     # SIGINT too: as KeyboardInterrupt it would cancel every request with no answer sent. A
     # second signal meanwhile waits here; stopping takes at most the drop timeout.
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+    with anyio.open_signal_receiver(*stop_signals()) as signals:
         task_status.started()
         async for _ in signals:
             _say("stopped")

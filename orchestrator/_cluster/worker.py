@@ -14,7 +14,6 @@ here, before the first workflow, so the workflow never reads a file.
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from orchestrator._cluster.contract import TASK_QUEUE
 from orchestrator._cluster.stores import shown
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
+from orchestrator._runtime.signals import stop_signals
 
 PASSED_THROUGH = ("orchestrator", "transitions", "anyio", "sniffio", "tenacity")
 """Modules the workflow sandbox shares instead of re-importing."""
@@ -106,19 +106,16 @@ async def run_worker(
     # after their heartbeat timeout (a killed worker's calls wait for that).
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""What stops a worker cleanly: Ctrl+C, a service manager's SIGTERM, a closed terminal."""
-
-
 async def _stop_signal() -> None:
-    """Wait for the first of :data:`STOP_SIGNALS`; a second one stops the process at once."""
+    """Wait for the first of :func:`stop_signals`; a second one stops the process at once."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for number in STOP_SIGNALS:
+    watched = stop_signals()
+    for number in watched:
         loop.add_signal_handler(number, stop.set)
     try:
         await stop.wait()
     finally:
         # Back to the default actions: if shutting down hangs, a second signal ends the process.
-        for number in STOP_SIGNALS:
+        for number in watched:
             loop.remove_signal_handler(number)
