@@ -1,7 +1,5 @@
 """``python -m orchestrator`` runs the command line."""
 
-import sys
+from orchestrator._cli.main import run
 
-from orchestrator._cli.main import main
-
-sys.exit(main())
+run()

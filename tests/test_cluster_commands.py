@@ -159,3 +159,45 @@ def test_a_worker_started_ignoring_a_stop_signal_keeps_ignoring_it() -> None:
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_the_command_line_exits_without_finalizing_once_the_temporal_runtime_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK runtime's log thread deadlocked the interpreter's finalization now and then
+    (``serve --temporal`` hung after "stopped"): a process that started it exits at once,
+    after its exit functions."""
+    import atexit
+    import functools
+    import os
+
+    pytest.importorskip("temporalio", reason="the cluster commands need the 'cluster' extra")
+    from orchestrator._cli import main as cli
+    from orchestrator._cluster import client
+
+    done: list[object] = []
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code: int) -> None:
+        done.append(("os._exit", code))
+        raise Exited
+
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: done.append("exit functions"))
+    monkeypatch.setattr(os, "_exit", fake_exit)
+
+    @functools.cache
+    def runtime() -> object:
+        return object()
+
+    monkeypatch.setattr(client, "_runtime", runtime)
+    with pytest.raises(SystemExit) as exited:  # no runtime started: the usual exit
+        cli.run()
+    assert exited.value.code == 3
+    assert done == []
+    runtime()
+    with pytest.raises(Exited):
+        cli.run()
+    assert done == ["exit functions", ("os._exit", 3)]

@@ -8,11 +8,14 @@ turns our errors into one line on stderr (no traceback for a user mistake). Exit
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
 import io
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from orchestrator._cli.common import UsageError, one_line
 from orchestrator._cli.terminal import TerminalSafe
@@ -118,6 +121,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(handler, args, command)
     finally:
         sys.stdout, sys.stderr = saved
+
+
+def run() -> NoReturn:
+    """The console script and ``python -m orchestrator``: :func:`main`, then exit.
+
+    A process that started the Temporal SDK's runtime (``serve --temporal``, ``worker``) exits
+    without the interpreter's finalization, once everything is flushed and the exit functions
+    have run. The runtime's core forwards its log lines to Python from a thread of its own;
+    while the interpreter finalizes, that thread waits for the interpreter lock for good, and
+    the collector dropping the runtime then waits for the thread: ``serve --temporal`` hung
+    after printing "stopped" in about one exit of six (tests/test_cluster_processes.py), so a
+    service manager's SIGTERM did not end it.
+    """
+    code = main()
+    if _temporal_runtime_started():
+        atexit._run_exitfuncs()  # what a normal exit runs first (database connections, logging)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _temporal_runtime_started() -> bool:
+    client = sys.modules.get("orchestrator._cluster.client")
+    runtime = getattr(client, "_runtime", None)
+    return runtime is not None and runtime.cache_info().currsize > 0
 
 
 _OWN_THE_TERMINAL = frozenset({"tui", "chat", "serve", "worker"})
