@@ -169,21 +169,27 @@ def summary_calls(provider: LocalProvider) -> int:
     return sum(1 for request in provider.requests if request.path == "/summary")
 
 
-async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_once(
-    cluster_database: Database, provider: LocalProvider, processes: Processes
-) -> None:
+async def compress_losing_the_first_worker(
+    cluster_database: Database,
+    provider: LocalProvider,
+    processes: Processes,
+    stop: signal.Signals,
+    history: str | None = None,
+) -> tuple[str, Any, int]:
+    """Compress with one worker; once its model call is held, start a second and ``stop`` the
+    first. The held call is never answered; the retry is. Returns the session's id, the
+    compaction's outcome and the first worker's exit code (``history``: save the workflow's)."""
+    import anyio
+
     database = cluster_database.location
     session_id = cluster_database.add_example()
     queue = queue_name()
-    # The first history request is held until the end; the retry is answered at once.
     provider.push(Reply.hang(Reply.remote("lost")), Reply.remote("the history"))
     first = processes.worker("first", database, queue, provider)
+    results: list[Any] = []
     async with connected() as client:
         cluster = ClusterClient(client, task_queue=queue, idle_s=0.5)
-        import anyio
-
         async with anyio.create_task_group() as group:
-            results: list[Any] = []
 
             async def compress() -> None:
                 results.append(await cluster.compress(session_id))
@@ -192,18 +198,27 @@ async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_o
             while summary_calls(provider) < 1:
                 await anyio.sleep(0.05)
             processes.worker("second", database, queue, provider)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
+            first.send_signal(stop)
+            code = first.wait()
         handle = client.get_workflow_handle(session_id)
         await handle.result()
-        if not is_database_url(database):
-            save_history("crash", (await handle.fetch_history()).to_json())
+        if history is not None and not is_database_url(database):
+            save_history(history, (await handle.fetch_history()).to_json())
     provider.release()
     (result,) = results
     assert result.status == "committed"
     new = cluster_database.new_compactions(session_id)
     assert [e["id"] for e in new] == [entry_id_for(result.operation_id)]
     assert summary_calls(provider) == 2  # the lost call and one more
+    return session_id, result, code
+
+
+async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_once(
+    cluster_database: Database, provider: LocalProvider, processes: Processes
+) -> None:
+    session_id, _, _ = await compress_losing_the_first_worker(
+        cluster_database, provider, processes, signal.SIGKILL, history="crash"
+    )
     records = cluster_database.operation_records(session_id)
     steps = [(r["from"], r["event"], r["to"]) for r in records]
     assert ("summarizing", "attempt_failed", "waiting_retry") in steps
@@ -220,35 +235,11 @@ async def test_a_worker_stopped_mid_call_gives_the_call_back_and_the_compaction_
     cluster_database: Database, provider: LocalProvider, processes: Processes
 ) -> None:
     """SIGTERM, as a service manager stops a worker: the call it held fails over at once."""
-    database = cluster_database.location
-    session_id = cluster_database.add_example()
-    queue = queue_name()
-    provider.push(Reply.hang(Reply.remote("lost")), Reply.remote("the history"))
-    first = processes.worker("first", database, queue, provider)
-    async with connected() as client:
-        cluster = ClusterClient(client, task_queue=queue, idle_s=0.5)
-        import anyio
-
-        async with anyio.create_task_group() as group:
-            results: list[Any] = []
-
-            async def compress() -> None:
-                results.append(await cluster.compress(session_id))
-
-            group.start_soon(compress)
-            while summary_calls(provider) < 1:
-                await anyio.sleep(0.05)
-            processes.worker("second", database, queue, provider)
-            first.send_signal(signal.SIGTERM)
-            assert first.wait() == 0
-        await client.get_workflow_handle(session_id).result()
-    provider.release()
+    session_id, _, code = await compress_losing_the_first_worker(
+        cluster_database, provider, processes, signal.SIGTERM
+    )
+    assert code == 0
     assert "orchestrator worker: stopped" in (processes.tmp_path / "first.log").read_text()
-    (result,) = results
-    assert result.status == "committed"
-    new = cluster_database.new_compactions(session_id)
-    assert [e["id"] for e in new] == [entry_id_for(result.operation_id)]
-    assert summary_calls(provider) == 2  # the call given back and one more
     records = cluster_database.operation_records(session_id)
     lost = next(r for r in records if r["event"] == "attempt_failed")
     assert lost["data"]["error"] == "model call: the worker running it was stopped"
