@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
+import os
 import shutil
 from functools import partial
 from pathlib import Path
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 from orchestrator._core.errors import (
     Cancelled,
     ConflictError,
+    DefinitionError,
     ModelError,
     OrchestratorError,
     SessionError,
@@ -31,6 +34,7 @@ from orchestrator._rpc.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    LIMIT,
     METHOD_NOT_FOUND,
     MODEL_FAILED,
     PARSE_ERROR,
@@ -259,6 +263,64 @@ def test_error_codes(error: Exception, code: int) -> None:
     if isinstance(error, (ConflictError, SessionLockedError)):
         assert mapped.data["applied"] is False
     assert str(error_for(Cancelled())) == "Cancelled"
+
+
+def _raised(make: Any) -> BaseException:
+    try:
+        make()
+    except BaseException as error:  # noqa: BLE001 - the test looks at what was raised
+        return error
+    raise AssertionError("nothing raised")
+
+
+def _wrapped_in_a_table(number: int) -> None:
+    try:
+        raise OSError(number, os.strerror(number), "navigation.toml")
+    except OSError as exc:
+        raise DefinitionError(f"navigation.toml: cannot read: {exc}") from exc
+
+
+def _raised_while_handling(number: int) -> None:
+    try:
+        raise OSError(number, os.strerror(number))
+    except OSError:
+        raise KeyError("while handling it")  # noqa: B904 - the implicit context is the point
+
+
+def _hidden_while_handling(number: int) -> None:
+    try:
+        raise OSError(number, os.strerror(number))
+    except OSError:
+        raise KeyError("while handling it") from None
+
+
+def _model_error_from(number: int) -> None:
+    raise ModelError("[Errno] commit failed", kind="fatal") from OSError(
+        number, os.strerror(number)
+    )
+
+
+@pytest.mark.parametrize("number", [errno.EMFILE, errno.ENFILE])
+@pytest.mark.parametrize("make", [_wrapped_in_a_table, _raised_while_handling, _model_error_from])
+def test_a_descriptor_shortage_anywhere_in_the_chain_is_the_servers_limit(
+    make: Any, number: int
+) -> None:
+    # A lazily read table, an exception raised while handling the OSError, a commit's failure
+    # carried by a ModelError: each was -32603 (or -32002, "model failed") before.
+    mapped = error_for(_raised(partial(make, number)), "session.compress")
+    assert mapped.code == LIMIT
+    assert str(mapped) == (
+        f"session.compress: the server has too many files open ({os.strerror(number)}); "
+        "close sessions, or raise its limit (ulimit -n)"
+    )
+
+
+def test_other_system_errors_keep_their_codes() -> None:
+    assert error_for(_raised(partial(_wrapped_in_a_table, errno.EACCES))).code == INTERNAL_ERROR
+    assert error_for(_raised(partial(_model_error_from, errno.ENOSPC))).code == MODEL_FAILED
+    # A context the code chose to hide (raise ... from None) is not followed.
+    hidden = _raised(partial(_hidden_while_handling, errno.EMFILE))
+    assert error_for(hidden).code == INTERNAL_ERROR
 
 
 json_values = st.recursive(

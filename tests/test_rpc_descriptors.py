@@ -125,3 +125,103 @@ def test_opening_sessions_past_the_descriptor_limit_is_the_servers_limit(tmp_pat
         client.close()
         server.terminate()
         server.communicate(timeout=120)
+
+
+SUMMARY: dict[str, object] = {"summarize": True}
+
+
+class Lines:
+    """A client connection that reads answers line by line, skipping event notifications."""
+
+    def __init__(self, client: socket.socket) -> None:
+        self.client = client
+        self.buffer = b""
+
+    def call(self, request_id: int, method: str, **params: object) -> dict[str, object]:
+        request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        self.client.sendall(json.dumps(request).encode() + b"\n")
+        while True:
+            while b"\n" not in self.buffer:
+                chunk = self.client.recv(65536)
+                assert chunk, "the server closed the connection"
+                self.buffer += chunk
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            answer: dict[str, object] = json.loads(line)
+            if answer.get("id") == request_id:
+                return answer
+
+
+def test_requests_at_the_descriptor_limit_are_the_servers_limit_and_change_nothing(
+    tmp_path: Path,
+) -> None:
+    # At the limit, the first session.compress was -32603 "Internal error: OSError: [Errno 24]
+    # Too many open files: '.../msgspec/__init__.py'" (a lazy import for the journal's first
+    # record) and session.tree.navigate was -32603 "DefinitionError: .../navigation.toml:
+    # cannot read" (a lazily read table). The server reads both at start now; what still needs
+    # a descriptor (the folder fsync that makes a new journal's name durable) is -32005.
+    path = tmp_path / "serve.sock"
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    server = subprocess.Popen(
+        [sys.executable, "-c", LIMITED, "--socket", str(path), "--dir", str(sessions)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        while b"listening on" not in next_line(server):
+            assert server.poll() is None
+        client.settimeout(120)  # a safety net against a hang, not a measure of speed
+        client.connect(str(path))
+        lines = Lines(client)
+        opened: list[str] = []
+        header, rest = EXAMPLE.read_text(encoding="utf-8").split("\n", 1)
+        for n in range(20):
+            fresh = json.loads(header) | {"id": f"session-{n}"}
+            (sessions / f"n{n}.jsonl").write_text(json.dumps(fresh) + "\n" + rest)
+            answer = lines.call(n, "session.open", path=f"n{n}.jsonl")
+            if "error" in answer:
+                break
+            opened.append(f"session-{n}")
+        assert "error" in answer, "the limit was never reached"
+        assert len(opened) >= 3
+        last = sessions / f"n{len(opened) - 1}.jsonl"
+        session_id = opened[-1]
+        asked: list[tuple[str, dict[str, object]]] = [
+            ("session.compress", {"session_id": session_id}),
+            (
+                "session.tree.navigate",
+                {"session_id": session_id, "target_id": "daa66d13"} | SUMMARY,
+            ),
+            ("session.tree", {"session_id": session_id}),
+            ("session.context", {"session_id": session_id}),
+        ]
+        refused: list[tuple[str, dict[str, object]]] = []
+        for n, (method, params) in enumerate(asked):
+            before = last.read_bytes()
+            answer = lines.call(100 + n, method, **params)
+            error = answer.get("error")
+            if error is None:
+                continue
+            # The server's limit, named, never an internal error; and nothing applied.
+            assert isinstance(error, dict)
+            assert error["code"] == -32005, (method, error)
+            assert error["message"].startswith(f"{method}: the server has too many files")
+            assert last.read_bytes() == before
+            assert method in ("session.compress", "session.tree.navigate")  # they need a file
+            refused.append((method, params))
+        assert refused, "no request met the limit"
+        # Descriptors given back: what was refused now works.
+        for n, other in enumerate(opened[:2]):
+            assert "result" in lines.call(200 + n, "session.close", session_id=other)
+        for n, (method, params) in enumerate(refused):
+            answer = lines.call(300 + n, method, **params)
+            assert "result" in answer, answer
+        assert server.poll() is None
+    finally:
+        client.close()
+        server.terminate()
+        _, err = server.communicate(timeout=120)
+    assert b"Traceback" not in err

@@ -18,7 +18,6 @@ runs, no close while anything runs (``-32001``).
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -33,7 +32,6 @@ from orchestrator._rpc.protocol import (
     BUSY,
     CANCELLED,
     INVALID_PARAMS,
-    LIMIT,
     METHOD_NOT_FOUND,
     Method,
     Params,
@@ -42,11 +40,13 @@ from orchestrator._rpc.protocol import (
     encode,
     notification,
     one_line,
+    out_of_files,
 )
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.gc_policy import POLICY
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
+from orchestrator._runtime.preload import load_on_start
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
@@ -174,25 +174,6 @@ def _raise_if_committed(runtime: AgentSession, before: str | None) -> None:
     )
 
 
-def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
-    """The ``-32005`` for opening a session when the process is out of descriptors, else ``None``.
-
-    Running out of file descriptors is the server's limit, not the caller's path: each open
-    session holds files (its lock and journal). The operating system's error may be wrapped
-    in the store's :class:`SessionError` (``cannot create the lock file ...``), more than once.
-    """
-    error: BaseException | None = exc
-    while error is not None and not isinstance(error, OSError):
-        error = error.__cause__
-    if error is None or error.errno not in (errno.EMFILE, errno.ENFILE):
-        return None
-    return RpcError(
-        LIMIT,
-        f"{shown}: the server has too many files open ({error.strerror}); "
-        "close sessions, or raise its limit (ulimit -n)",
-    )
-
-
 class SessionHub:
     """The open sessions and the RPC methods over them.
 
@@ -201,6 +182,7 @@ class SessionHub:
     """
 
     def __init__(self, options: RuntimeOptions | None = None) -> None:
+        load_on_start()  # not in the middle of a request, where a descriptor shortage fails it
         self.options = options or RuntimeOptions()
         self._slots: dict[str, _Slot] = {}
         # The session id open from each path: opening 1,000 sessions compared every new path

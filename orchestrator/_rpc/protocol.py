@@ -24,7 +24,8 @@ code    name                when
 -32003  cancelled           the operation was cancelled; nothing was applied (also every
                             request still running when the server stops)
 -32004  session locked      another process holds the session file's write lock
--32005  limit               a server bound was hit (connections, output waiting for the client)
+-32005  limit               a server bound was hit (connections, output waiting for the client,
+                            file descriptors for the request: then nothing was applied)
 -32006  unauthorized        the connection did not start with the server's token
 -32007  conflict            another program changed the session meanwhile; nothing was applied
 ======  ==================  ================================================================
@@ -47,6 +48,7 @@ its connection; a request that comes after is answered with the same error at on
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -111,32 +113,67 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def error_for(exc: BaseException) -> RpcError:
-    """The :class:`RpcError` a handler's exception is reported as."""
+def error_for(exc: BaseException, method: str = "") -> RpcError:
+    """The :class:`RpcError` a handler's exception is reported as.
+
+    Args:
+        exc: What the handler raised.
+        method: The request's method, named in the message of a descriptor shortage.
+    """
     if isinstance(exc, RpcError):
         return exc
     message = one_line(str(exc)) or type(exc).__name__
     if isinstance(exc, Cancelled):
         return RpcError(CANCELLED, message)
+    shortage = out_of_files(method or "the request", exc)
+    if shortage is not None:
+        return shortage
     if isinstance(exc, ModelError):
         data: dict[str, Any] = {"kind": exc.kind}
         if exc.retry_after is not None:
             data["retryAfter"] = exc.retry_after
         return RpcError(MODEL_FAILED, message, data)
+    # Before SessionError: a store that cannot be reached is one too, but no parameter was wrong.
+    if isinstance(exc, UnavailableError):
+        return RpcError(UNAVAILABLE, message, {"kind": "unavailable"})
+    if isinstance(exc, SessionError):
+        return _session_error(exc, message)
+    if isinstance(exc, TransitionError):
+        return RpcError(BUSY, message)
+    return RpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {message}")
+
+
+def _session_error(exc: SessionError, message: str) -> RpcError:
     # Both are SessionErrors, but no parameter was wrong: the session is someone else's, or
     # changed under the operation (D27). Asking again later can succeed; nothing was applied.
     if isinstance(exc, SessionLockedError):
         return RpcError(SESSION_LOCKED, message, {"kind": "locked", "applied": False})
     if isinstance(exc, ConflictError):
         return RpcError(CONFLICT, message, {"kind": "conflict", "applied": False})
-    # Before SessionError: a store that cannot be reached is one too, but no parameter was wrong.
-    if isinstance(exc, UnavailableError):
-        return RpcError(UNAVAILABLE, message, {"kind": "unavailable"})
-    if isinstance(exc, SessionError):
-        return RpcError(INVALID_PARAMS, message)
-    if isinstance(exc, TransitionError):
-        return RpcError(BUSY, message)
-    return RpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {message}")
+    return RpcError(INVALID_PARAMS, message)
+
+
+def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
+    """The ``-32005`` for a request the process had no file descriptor for, else ``None``.
+
+    Running out of file descriptors is the server's limit, not the caller's fault nor a bug:
+    each open session holds files (its lock and journal). The operating system's error may be
+    wrapped, more than once, in the store's :class:`SessionError` (``cannot create the lock file
+    ...``), a :class:`DefinitionError` (a table that could not be read) or another exception
+    raised while handling it, so its causes and contexts are followed.
+    """
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE):
+            return RpcError(
+                LIMIT,
+                f"{shown}: the server has too many files open ({error.strerror}); "
+                "close sessions, or raise its limit (ulimit -n)",
+            )
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return None
 
 
 # -- parameters --------------------------------------------------------------------------------
@@ -398,7 +435,8 @@ class Dispatcher:
             method, params = self._check(message, peer)
             result = await self._call(method, params)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error response
-            error = error_for(exc)
+            name = message.get("method")
+            error = error_for(exc, name if isinstance(name, str) else "")
             if is_notification and error.code != INVALID_REQUEST:
                 return None
             return failure(request_id if valid_id(request_id) else None, error)

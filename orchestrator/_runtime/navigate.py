@@ -278,7 +278,7 @@ class Navigator:
                 (outcome.error if outcome else None) or "Branch summarization failed",
                 kind=(outcome.error_kind if outcome else None) or "fatal",
                 retry_after=outcome.retry_after if outcome else None,
-            )
+            ) from (outcome.cause if outcome else None)
         if state == "cancelled":
             aborted = request.outcome is not None
             return NavigationResult(

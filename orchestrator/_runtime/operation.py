@@ -478,6 +478,7 @@ class OperationRun:
             return Report(outcome="conflict", error=self._commit_error)
         except (OrchestratorError, OSError) as error:
             self._commit_error = str(error) or type(error).__name__
+            self._commit_cause = error
             return Report(outcome="failed", error=self._commit_error)
         return Report(outcome="ok", data={"entryId": entry["id"]})
 
@@ -493,6 +494,7 @@ class OperationRun:
             return Report(outcome="conflict", error=self._commit_error)
         except (OrchestratorError, OSError) as error:
             self._commit_error = str(error) or type(error).__name__
+            self._commit_cause = error
             return Report(outcome="failed", error=self._commit_error)
         return Report(outcome="ok", data={"entryIds": ids})
 
@@ -642,6 +644,7 @@ class OperationRun:
             error=(failure.error if failure is not None else self._commit_error) or None,
             error_kind=failure.outcome if failure is not None else None,
             retry_after=failure.retry_after if failure is not None else None,
+            cause=self._commit_cause if failure is None and self.state == "failed" else None,
             entry=self._entry if self.state == "committed" else None,
             result=result if self.state == "committed" else None,
             plan=getattr(self.job, "plan", None) if self.kind == "compaction" else None,
@@ -665,6 +668,7 @@ class OperationRun:
         return attrs
 
     _commit_error: str | None = None
+    _commit_cause: BaseException | None = None
     _unsynced = False
     _slot: Slot | None = None
 

@@ -193,7 +193,7 @@ def raise_for(outcome: OperationOutcome, what: str = "Compaction") -> OperationO
             outcome.error or f"{what} failed",
             kind=outcome.error_kind or "fatal",
             retry_after=outcome.retry_after,
-        )
+        ) from outcome.cause
     return outcome
 
 

@@ -57,6 +57,8 @@ class OperationOutcome:
         error_kind: The last model failure's kind (``transient``, ``overflow``, ``fatal``,
             ``empty``, ``truncated``, ``timeout``), when a model failure ended it.
         retry_after: The provider's retry-after hint of that failure, in seconds.
+        cause: What made the commit fail (an ``OSError`` of the disk: full, a descriptor
+            shortage), when that ended it; a surface tells the server's limit from a failure.
         entry: The committed entry (compaction or branch summary); on a dry run, the entry
             that would have been appended.
         result: The compaction result, when there is one.
@@ -72,6 +74,7 @@ class OperationOutcome:
     error: str | None = None
     error_kind: str | None = None
     retry_after: float | None = None
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
     entry: Entry | None = None
     result: CompactionResult | None = None
     plan: CompactionPlan | None = None

@@ -84,11 +84,16 @@ def _encode_line(value: Mapping[str, Any]) -> bytes:
         UnicodeEncodeError: A string holds a lone surrogate.
         TypeError: A value JSON cannot hold.
     """
+    return (_ENCODER[0] if _ENCODER else load_encoder())(value) + b"\n"
+
+
+def load_encoder() -> Callable[[object], bytes]:
+    """The records' encoder, imported now if it was not (a server does it at start)."""
     if not _ENCODER:
         import msgspec.json
 
         _ENCODER.append(msgspec.json.Encoder().encode)
-    return _ENCODER[0](value) + b"\n"
+    return _ENCODER[0]
 
 
 def _wall_clock() -> int:
