@@ -573,7 +573,7 @@ def test_a_write_cut_short_is_repaired_before_the_next_append(
             raise OSError("disk full")
 
         monkeypatch.setattr(os, "write", half_then_fail)
-        with pytest.raises(OSError, match="disk full"):
+        with pytest.raises(SessionError, match=r"s\.jsonl: cannot append to it: disk full$"):
             store.append([entry("a", text="x" * 50)])
         monkeypatch.setattr(os, "write", real_write)
         store.append([entry("b")])

@@ -39,6 +39,7 @@ from orchestrator._rpc.protocol import (
     MODEL_FAILED,
     PARSE_ERROR,
     SESSION_LOCKED,
+    STORAGE,
     Dispatcher,
     Method,
     Params,
@@ -317,7 +318,10 @@ def test_a_descriptor_shortage_anywhere_in_the_chain_is_the_servers_limit(
 
 def test_other_system_errors_keep_their_codes() -> None:
     assert error_for(_raised(partial(_wrapped_in_a_table, errno.EACCES))).code == INTERNAL_ERROR
-    assert error_for(_raised(partial(_model_error_from, errno.ENOSPC))).code == MODEL_FAILED
+    # A disk that refused a write is the server's storage, named as such (it was -32002,
+    # "model failed", for a commit, and -32603 for a journal's record).
+    assert error_for(_raised(partial(_model_error_from, errno.ENOSPC))).code == STORAGE
+    assert error_for(_raised(partial(_wrapped_in_a_table, errno.EIO))).data == {"kind": "storage"}
     # A context the code chose to hide (raise ... from None) is not followed.
     hidden = _raised(partial(_hidden_while_handling, errno.EMFILE))
     assert error_for(hidden).code == INTERNAL_ERROR

@@ -314,7 +314,10 @@ async def _unwrapped() -> AsyncIterator[None]:
     try:
         yield
     except BaseExceptionGroup as errors:
-        raise first_error(errors) from None
+        error = first_error(errors)
+        # Its own cause kept (`from None` would erase it: a surface reads the chain for
+        # the system error behind it), the group's context hidden.
+        raise error from error.__cause__
 
 
 async def _start(

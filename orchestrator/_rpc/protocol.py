@@ -28,6 +28,8 @@ code    name                when
                             file descriptors for the request: then nothing was applied)
 -32006  unauthorized        the connection did not start with the server's token
 -32007  conflict            another program changed the session meanwhile; nothing was applied
+-32009  storage             the server's disk refused a write (full, a quota, read-only, an I/O
+                            error); the message names the file
 ======  ==================  ================================================================
 
 Messages are one line (whitespace collapsed), so a client can show them as they are.
@@ -82,6 +84,7 @@ LIMIT = -32005
 UNAUTHORIZED = -32006
 CONFLICT = -32007
 UNAVAILABLE = -32008
+STORAGE = -32009
 
 MAX_DEPTH = 32
 """Deepest nesting of arrays and objects a request may have (a batch counts as one level)."""
@@ -128,6 +131,8 @@ def error_for(exc: BaseException, method: str = "") -> RpcError:
     shortage = out_of_files(method or "the request", exc)
     if shortage is not None:
         return shortage
+    if _system_error(exc, _DISK_REFUSED) is not None:
+        return RpcError(STORAGE, message, {"kind": "storage"})
     if isinstance(exc, ModelError):
         data: dict[str, Any] = {"kind": exc.kind}
         if exc.retry_after is not None:
@@ -153,6 +158,26 @@ def _session_error(exc: SessionError, message: str) -> RpcError:
     return RpcError(INVALID_PARAMS, message)
 
 
+_DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+_SHORTAGE = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def _system_error(exc: BaseException, numbers: frozenset[int]) -> OSError | None:
+    """The ``OSError`` with one of ``numbers`` in ``exc``'s chain, else ``None``.
+
+    ``exc`` itself, then what it was raised from or while handling (causes and contexts
+    followed, each once; a context hidden with ``from None`` is not).
+    """
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in numbers:
+            return error
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return None
+
+
 def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
     """The ``-32005`` for a request the process had no file descriptor for, else ``None``.
 
@@ -162,18 +187,14 @@ def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
     ...``), a :class:`DefinitionError` (a table that could not be read) or another exception
     raised while handling it, so its causes and contexts are followed.
     """
-    seen: set[int] = set()
-    error: BaseException | None = exc
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE):
-            return RpcError(
-                LIMIT,
-                f"{shown}: the server has too many files open ({error.strerror}); "
-                "close sessions, or raise its limit (ulimit -n)",
-            )
-        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
-    return None
+    error = _system_error(exc, _SHORTAGE)
+    if error is None:
+        return None
+    return RpcError(
+        LIMIT,
+        f"{shown}: the server has too many files open ({error.strerror}); "
+        "close sessions, or raise its limit (ulimit -n)",
+    )
 
 
 # -- parameters --------------------------------------------------------------------------------

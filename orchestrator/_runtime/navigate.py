@@ -188,7 +188,10 @@ class Navigator:
                     finally:
                         stop_timer()
             except BaseExceptionGroup as errors:
-                raise first_error(errors) from None
+                error = first_error(errors)
+                # Its own cause kept (`from None` would erase it: a surface reads the chain for
+                # the system error behind it), the group's context hidden.
+                raise error from error.__cause__
             except anyio.get_cancelled_exc_class():
                 # Cancelled from outside (a server shutting down, a TUI quitting): settle through
                 # the table's cancel row, shielded, so nothing is attached and the session can be

@@ -215,7 +215,10 @@ class OperationRun:
                     await self._drive(start, None)
             except BaseExceptionGroup as group_error:
                 # The loop's own error (a refused step, a bug) comes back grouped: unwrap it.
-                raise _single(group_error) from None
+                error = _single(group_error)
+                # Its own cause kept (`from None` would erase it: a surface reads the chain for
+                # the system error behind it), the group's context hidden.
+                raise error from error.__cause__
             except anyio.get_cancelled_exc_class():
                 # Cancelled from outside (the turn stopped): settle through the table, shielded.
                 with anyio.CancelScope(shield=True):

@@ -57,7 +57,13 @@ from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
 from orchestrator._store.dirsync import DIRECTORIES
-from orchestrator._store.files import mode_like, open_side_file, read_side_file, session_file
+from orchestrator._store.files import (
+    describe_os_error,
+    mode_like,
+    open_side_file,
+    read_side_file,
+    session_file,
+)
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
@@ -306,8 +312,12 @@ class _FileSink:
             if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line  # keep a torn line apart from this record
         self._clean_size = -1  # until the whole line is written
-        self._appended = True
-        if os.write(fd, line) == len(line):
+        try:
+            written = os.write(fd, line)
+        except OSError as exc:  # nothing written (a full disk, a quota): say which file
+            raise SessionError(describe_os_error(self.path, "write the journal", exc)) from exc
+        self._appended = True  # (not before: a journal still empty at close goes)
+        if written == len(line):
             self._clean_size = size + len(line)
         self.unsynced = True
         if durable:

@@ -779,10 +779,12 @@ class JsonlStore:
             written = os.write(fd, view)
             while written < len(view):  # a regular file writes fully unless the disk is full
                 written += os.write(fd, view[written:])
-        except BaseException:
+        except BaseException as exc:
             # Part of a line may now end the file. Reopening repairs the tail before the next
             # append, so nothing is ever glued onto the torn piece.
             self._close_fd()
+            if isinstance(exc, OSError):  # a full disk, a quota: say which file
+                raise SessionError(describe_os_error(self.path, "append to it", exc)) from exc
             raise
 
     def _write_temporary(self, data: bytes, mode: int | None, create: int = 0o666) -> Path:

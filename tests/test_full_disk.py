@@ -1,0 +1,137 @@
+"""A disk that refuses a journal's write (full, a quota): said with the file, nothing applied.
+
+The system error is made by the operating system's own call, for the journal's descriptor only
+(``os.write`` wrapped): a full file system cannot be made here without privileges. By hand, on
+a full tmpfs, the same run gave the same answers (``orchestrator compact`` exit 1 with the
+journal's name; ``serve``: -32009).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator._core.errors import ModelError, SessionError
+from orchestrator._rpc.protocol import STORAGE, error_for
+from orchestrator._runtime.session import AgentSession
+from orchestrator._store.journal import journal_path
+from tests.cli_kit import run
+
+_WRITE = os.write
+
+
+def _refusing(number: int, suffix: str = ".journal") -> Callable[[int, bytes], int]:
+    def write(fd: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(suffix):
+            raise OSError(number, os.strerror(number))
+        return _WRITE(fd, data)
+
+    return write
+
+
+@pytest.fixture
+def disk_full(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(os, "write", _refusing(errno.ENOSPC))
+    yield
+    monkeypatch.setattr(os, "write", _WRITE)
+
+
+def _attempt(example: Path, navigate: bool) -> BaseException:
+    async def go() -> BaseException:
+        runtime = AgentSession.open(example, owner="test")
+        try:
+            if navigate:
+                await runtime.navigate("daa66d13", summarize=True)
+            else:
+                await runtime.compact()
+        except SessionError as error:
+            return error
+        finally:
+            runtime.close()
+        raise AssertionError("nothing was refused")
+
+    return anyio.run(go)
+
+
+@pytest.mark.parametrize("navigate", [False, True])
+def test_a_refused_journal_write_names_the_file_and_changes_nothing(
+    example: Path, disk_full: None, monkeypatch: pytest.MonkeyPatch, navigate: bool
+) -> None:
+    before = example.read_bytes()
+    error = _attempt(example, navigate)
+    # It was the bare OSError, "No space left on device", with no file named.
+    journal = journal_path(example)
+    assert str(error) == f"{journal}: cannot write the journal: No space left on device"
+    # The system error stays its cause (the navigation's unwrapping erased it): a server
+    # answers -32009 for it, not -32602.
+    assert isinstance(error.__cause__, OSError)
+    assert error.__cause__.errno == errno.ENOSPC
+    assert error_for(error, "session.compress").code == STORAGE
+    assert example.read_bytes() == before
+    assert not journal.exists()  # nothing was written in it: it goes at close, as an empty one
+    monkeypatch.setattr(os, "write", _WRITE)  # space again: the same request works
+
+    async def again() -> None:
+        runtime = AgentSession.open(example, owner="test")
+        try:
+            if navigate:
+                result = await runtime.navigate("daa66d13", summarize=True)
+                assert result.summary_entry is not None
+            else:
+                assert (await runtime.compact()).status == "committed"
+        finally:
+            runtime.close()
+
+    anyio.run(again)
+
+
+def test_the_command_line_says_which_file_and_exits_1(
+    example: Path, disk_full: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In process (the refusal is this process's os.write), as the command runs it.
+    code, out, err = run(capsys, "compact", str(example))
+    assert code == 1
+    assert out == ""
+    assert err == (
+        f"orchestrator compact: {journal_path(example)}: cannot write the journal: "
+        "No space left on device\n"
+    )
+
+
+def test_a_refused_append_names_the_session_file_and_leaves_it_as_it_was(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The journal has room, the session's append does not: the commit fails (it said only
+    # "[Errno 28] No space left on device", and a server answered -32002, "model failed").
+    before = example.read_bytes()
+
+    async def go() -> ModelError:
+        runtime = AgentSession.open(example, owner="test")
+        monkeypatch.setattr(os, "write", _refusing(errno.ENOSPC, example.name))
+        try:
+            await runtime.compact()
+        except ModelError as error:
+            return error
+        finally:
+            monkeypatch.setattr(os, "write", _WRITE)
+            runtime.close()
+        raise AssertionError("the commit was not refused")
+
+    error = anyio.run(go)
+    assert str(error) == f"{example}: cannot append to it: No space left on device"
+    assert error_for(error, "session.compress").code == STORAGE
+    assert example.read_bytes() == before
+
+    async def again() -> None:
+        runtime = AgentSession.open(example, owner="test")
+        try:
+            assert (await runtime.compact()).status == "committed"
+        finally:
+            runtime.close()
+
+    anyio.run(again)
