@@ -135,3 +135,28 @@ def test_a_refused_append_names_the_session_file_and_leaves_it_as_it_was(
             runtime.close()
 
     anyio.run(again)
+
+
+def test_a_fork_the_disk_refuses_names_the_new_file_and_leaves_nothing(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said only "No space left on device" (the temporary file's write, unnamed).
+    target = example.parent / "fork.jsonl"
+    before = sorted(p.name for p in example.parent.iterdir())
+
+    async def go() -> SessionError:
+        runtime = AgentSession.open(example, owner="test")
+        monkeypatch.setattr(os, "write", _refusing(errno.ENOSPC, ".tmp"))
+        try:
+            await runtime.fork("daa66d13", target)
+        except SessionError as error:
+            return error
+        finally:
+            monkeypatch.setattr(os, "write", _WRITE)
+            runtime.close()
+        raise AssertionError("the fork was not refused")
+
+    error = anyio.run(go)
+    assert str(error) == f"{target}: cannot write it: No space left on device"
+    assert error_for(error, "session.fork").code == STORAGE
+    assert sorted(p.name for p in example.parent.iterdir()) == before

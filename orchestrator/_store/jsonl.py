@@ -810,9 +810,11 @@ class JsonlStore:
             while written < len(view):
                 written += os.write(fd, view[written:])
             os.fsync(fd)
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
             temporary.unlink(missing_ok=True)
+            if isinstance(exc, OSError):  # a full disk, a quota: say which file
+                raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
             raise
         os.close(fd)
         return temporary
