@@ -8,15 +8,19 @@ journaled, and no operation before it can be open, so opening reads only what fo
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.session import AgentSession
-from orchestrator._store.journal import Journal, journal_path, unsettled_part
+from orchestrator._store.files import read_side_file_tail
+from orchestrator._store.journal import Journal, _after_last_close, journal_path, unsettled_part
 from tests.cli_kit import EXAMPLE
 
 CLOSE = Step(
@@ -127,3 +131,67 @@ def test_a_close_that_cannot_be_journaled_still_closes(
     assert "the close was not journaled" in caplog.text
     again = AgentSession.open(path, owner="test")  # the lock was released
     again.close()
+
+
+_CLOSE_LINE = (
+    b'{"time":"2026-12-04T00:00:00.000Z","machine":"turn","operationId":null,"kind":null,'
+    b'"from":"idle","event":"close","to":"closed","effects":["close_session"],"data":{}}\n'
+)
+_PIECES = [
+    _CLOSE_LINE,
+    b'{"time":"t","machine":"operation","operationId":"op","kind":"compaction","from":"a",'
+    b'"event":"e","to":"b","effects":[],"data":{}}\n',
+    b'{"note":"\\"event\\":\\"close\\",\\"to\\":\\"closed\\""}\n',  # the mark, escaped
+    b'{"event":"close","to":"closed"}\n',  # the mark's bytes, not a record
+    b"not json at all\n",
+    b'{"time":"x","machine":"turn","operationId":null,"kind":null,"from":"idle",'
+    b'"event":"close","to":"closed"',  # a torn close record, no newline
+    b"\n",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(range(len(_PIECES))), max_size=12),
+    first=st.integers(min_value=1, max_value=300),
+)
+def test_reading_from_the_end_finds_what_reading_it_whole_finds(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[int], first: int
+) -> None:
+    raw = b"".join(_PIECES[n] for n in pieces)
+    path = tmp_path_factory.mktemp("tail") / "s.jsonl.journal"
+    path.write_bytes(raw)
+    tail = read_side_file_tail(path, "read the journal", _after_last_close, first=first)
+    assert tail == unsettled_part(raw)
+
+
+def test_opening_reads_the_journal_from_its_end_not_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It read the whole file at every opening (and held it), then looked for the last close.
+    path = tmp_path / "s.jsonl"
+    history = _PIECES[1] * 40_000 + _CLOSE_LINE  # about 5 MB of finished runs
+    late = b'{"time":"t","machine":"operation","operationId":"late","kind":"compaction",'
+    late += b'"from":"preparing","event":"e","to":"summarizing","effects":[],"data":{}}\n'
+    journal_path(path).write_bytes(history + late)
+    assert len(history) > 4_000_000
+    read: list[int] = []
+    real_pread, real_read = os.pread, os.read
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        data = real_pread(fd, length, offset)
+        read.append(len(data))
+        return data
+
+    def whole(fd: int, length: int) -> bytes:
+        data = real_read(fd, length)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "read", whole)
+    operations = Journal.open(path).open_operations()
+    monkeypatch.setattr(os, "pread", real_pread)
+    monkeypatch.setattr(os, "read", real_read)
+    assert [op.operation_id for op in operations] == ["late"]
+    assert sum(read) <= 1 << 16  # the last 64 KB, where the close record is

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 from stat import S_ISREG
 
@@ -213,6 +214,60 @@ def only_regular(fd: int, refusal: str) -> int:
         os.close(fd)
         raise SessionError(refusal)
     return fd
+
+
+def read_side_file_tail(
+    path: Path, doing: str, start: Callable[[bytes, bool], int | None], *, first: int = 1 << 16
+) -> bytes | None:
+    """The end of a side file, read backwards until ``start`` says where the part wanted begins.
+
+    ``start(data, whole)`` gets the file's last bytes (``whole``: all of them) and returns the
+    offset in ``data`` where the wanted part begins, or ``None`` to be given more (``first``
+    bytes, then each read twice the last). A file read this way is never held whole unless
+    the part wanted is.
+
+    Returns:
+        The wanted part; ``None`` when the file is missing.
+
+    Raises:
+        SessionError: The side file is a symbolic link or cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, doing, exc)) from exc
+    _regular(fd, path, doing)
+    try:
+        position = os.fstat(fd).st_size
+        data, step = b"", max(1, first)
+        while True:
+            step = min(step, position)
+            position -= step
+            data = _read_exactly(fd, step, position) + data
+            found = start(data, position == 0)
+            if found is not None:
+                return data[found:]
+            if position == 0:  # pragma: no cover - start() answers for the whole file
+                return data
+            step *= 2
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, doing, exc)) from exc
+    finally:
+        os.close(fd)
+
+
+def _read_exactly(fd: int, length: int, offset: int) -> bytes:
+    pieces = []
+    while length > 0:
+        piece = os.pread(fd, length, offset)
+        if not piece:  # shorter than it was (another program truncated it): what is there
+            break
+        pieces.append(piece)
+        length -= len(piece)
+        offset += len(piece)
+    return b"".join(pieces)
 
 
 def read_side_file(path: Path, doing: str = "read") -> bytes | None:

@@ -62,6 +62,7 @@ from orchestrator._store.files import (
     mode_like,
     open_side_file,
     read_side_file,
+    read_side_file_tail,
     session_file,
 )
 
@@ -279,6 +280,11 @@ class _FileSink:
 
     def read(self) -> bytes:
         return read_side_file(self.path, "read the journal") or b""
+
+    def read_unsettled(self) -> bytes:
+        # From the end, until the last close mark: a journal of a session run for months is
+        # not read (nor held) whole at each opening, only its last run's records.
+        return read_side_file_tail(self.path, "read the journal", _after_last_close) or b""
 
     @property
     def is_open(self) -> bool:
@@ -717,7 +723,10 @@ class Journal:
         final = self.operation_machine.final
         if not self._sink.exists():
             return ()
-        records = parse_journal(unsettled_part(self._sink.read())).records
+        # A sink that can read from its end (a file) reads only the part after the last close.
+        read_unsettled = getattr(self._sink, "read_unsettled", None)
+        raw = read_unsettled() if read_unsettled is not None else unsettled_part(self._sink.read())
+        records = parse_journal(raw).records
         return tuple(op for op in operations(records) if op.state not in final)
 
 
@@ -734,30 +743,47 @@ def unsettled_part(raw: bytes) -> bytes:
     opens in the time its last run's records take to read, not its whole history's (100,000
     records took 1.3 s). The mark is looked for as bytes from the end (the encoder writes the
     keys in one order, and inside a string value its quotes would be escaped), and the line
-    it is in is parsed to be sure; a journal without one is read whole.
+    it is in is parsed to be sure; a journal without one is read whole. A journal file is
+    read from its end until the mark (:func:`_after_last_close`), not whole.
     """
-    end = len(raw)
+    start = _after_last_close(raw, True)
+    assert start is not None  # the whole journal always has an answer
+    return raw[start:]
+
+
+def _after_last_close(data: bytes, whole: bool) -> int | None:
+    """Where the part after the last close record starts in ``data``, a journal's last bytes.
+
+    Args:
+        data: The end of the journal.
+        whole: ``data`` is the whole journal.
+
+    Returns:
+        The offset (0 when the whole journal has no close record); ``None`` when the bytes
+        before ``data`` are needed to tell (a mark whose line may begin before them).
+    """
+    end = len(data)
     while True:
-        found = raw.rfind(_CLOSE_MARK, 0, end)
+        found = data.rfind(_CLOSE_MARK, 0, end)
         if found == -1:
-            return raw
-        start = raw.rfind(b"\n", 0, found) + 1
-        stop = raw.find(b"\n", found)
-        if stop == -1:  # the last line, without its newline: torn, not a mark
-            end = start
-            continue
-        try:
-            value = json.loads(raw[start:stop])
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            value = None
-        mark = JournalRecord.from_json(value)
-        if mark is not None and (mark.machine, mark.event, mark.dest) == (
-            "turn",
-            "close",
-            "closed",
-        ):
-            return raw[stop + 1 :]
-        end = start
+            return 0 if whole else None
+        newline = data.rfind(b"\n", 0, found)
+        if newline == -1 and not whole:
+            return None  # the mark's line may begin before these bytes
+        start = newline + 1
+        stop = data.find(b"\n", found)
+        if stop != -1 and _is_close_record(data[start:stop]):
+            return stop + 1
+        end = start  # torn (the last line, without its newline) or not a record: look before
+
+
+def _is_close_record(line: bytes) -> bool:
+    try:
+        value = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    mark = JournalRecord.from_json(value)
+    return mark is not None and (mark.machine, mark.event, mark.dest) == ("turn", "close", "closed")
 
 
 def parse_journal(raw: bytes) -> JournalRead:
