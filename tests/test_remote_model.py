@@ -1,6 +1,8 @@
 import gc
 import math
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -10,7 +12,10 @@ import pytest
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest
 from orchestrator._models.remote import MISSING_SUMMARY, RemoteSummaryModel
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import LocalProvider, Reply
+from tests.cli_kit import EXAMPLE
 
 pytestmark = pytest.mark.anyio
 
@@ -379,3 +384,31 @@ async def test_an_answer_too_large_to_be_a_summary_is_refused_not_read_whole(mod
     assert refused.value.kind == "fatal", str(refused.value)
     assert str(refused.value).startswith("Remote compaction response too large (")
     assert str(refused.value).endswith("; at most 16777216 bytes are read)")
+
+
+def test_an_endpoint_answering_a_summary_far_over_budget_applies_nothing(
+    tmp_path: Path,
+) -> None:
+    # It was committed: a 3 MB summary made the compacted context 1.5 million tokens.
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    before = path.read_bytes()
+    huge = Reply(body={"summary": "x" * 3_000_000})
+    with LocalProvider((huge,) * 4) as provider:
+
+        async def go() -> str:
+            route = RemoteSummaryModel(provider.url + "/summary", timeout=30)
+            runtime = AgentSession.open(
+                path, owner="test", summarizer=SummaryRoutes(candidates=(route,))
+            )
+            try:
+                with pytest.raises(ModelError) as caught:
+                    await runtime.compact()
+                return str(caught.value)
+            finally:
+                runtime.close()
+                await route.aclose()
+
+        message = anyio.run(go)
+    assert message.startswith("Summarization failed: the summary is about 750000 tokens")
+    assert path.read_bytes() == before

@@ -284,3 +284,24 @@ async def test_a_candidate_whose_window_is_too_small_is_passed_over_unpaid() -> 
     # The last candidate's refusal ends the call with it, still without a request.
     with pytest.raises(ModelError, match="^Summarization refused: .*larger window"):
         await run(ScriptedModel(["unused"], name="tiny", context_window=600), clock=clock)
+
+
+def test_a_summary_far_over_its_budget_is_refused() -> None:
+    # A remote endpoint is told no budget; one that answered 3 MB was committed, and the
+    # compacted context came out hundreds of thousands of tokens larger than before.
+    budget = 1000
+    at_the_limit = ModelResponse(text="x" * (4 * 2 * budget))  # 2,000 tokens, estimated
+    assert check_summary_response(at_the_limit, budget) is at_the_limit
+    assert check_summary_response(ModelResponse(text="x" * 10_000_000)) is not None  # no budget
+    over = ModelResponse(text="x" * (4 * 2 * budget + 1))
+    with pytest.raises(ModelError) as caught:
+        check_summary_response(over, budget)
+    assert caught.value.kind == "fatal"  # the next candidate, else failed: nothing applied
+    assert str(caught.value) == (
+        "Summarization failed: the summary is about 2001 tokens, more than 2 times its budget "
+        "of 1000"
+    )
+    # Measured as every estimate is (UTF-16 units / 4): an astral character counts 2.
+    astral = ModelResponse(text="\U0001f600" * (4 * budget + 1))
+    with pytest.raises(ModelError):
+        check_summary_response(astral, budget)

@@ -211,7 +211,7 @@ async def attempt_summary(
         if response is None:
             failure = f"{model.name}: no answer after {timeout_s:g} s"
             return Report(outcome="timeout", error=failure), ""
-        response = check_summary_response(response)
+        response = check_summary_response(response, request.max_tokens)
     except ModelError as error:
         report = Report(outcome=error.kind, retry_after=error.retry_after, error=str(error))
         return report, ""

@@ -13,11 +13,13 @@ that turns an unusable reply into a failure.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelResponse
+from orchestrator._core.utf16 import utf16_len
 
 Outcome = Literal["ok", "retry", "next_candidate", "failed"]
 """What followed an attempt: success, a wait then a retry, a switch of candidate, or the end."""
@@ -65,15 +67,31 @@ class AttemptRecord:
     error: ModelError | None = None
 
 
-def check_summary_response(response: ModelResponse) -> ModelResponse:
+OVER_BUDGET = 2
+"""How many times its output budget (``maxTokens``) a summary may be, estimated, before it is
+refused. A model cannot write past its budget, but the estimate (characters / 4) can run above
+the model's own count for some text; a remote endpoint has no budget at all."""
+
+
+def check_summary_response(response: ModelResponse, max_tokens: int = 0) -> ModelResponse:
     """Refuse a summary that must not be applied (decision D15).
+
+    Besides D15's failures, a summary far larger than its output budget: a remote summary
+    endpoint is told no budget, and one that answered 3 MB was committed, so the context the
+    compaction was meant to shrink came out hundreds of thousands of tokens larger (and the next
+    turn overflowed, compacted, overflowed again).
+
+    Args:
+        response: The model's answer.
+        max_tokens: The request's output budget (0: none checked).
 
     Returns:
         ``response`` unchanged when it is usable.
 
     Raises:
-        ModelError: ``kind="fatal"`` for an error or aborted stop, ``"truncated"`` for a
-            ``length`` stop, ``"empty"`` for empty or whitespace-only text.
+        ModelError: ``kind="fatal"`` for an error or aborted stop and for a summary more than
+            :data:`OVER_BUDGET` times its budget, ``"truncated"`` for a ``length`` stop,
+            ``"empty"`` for empty or whitespace-only text.
     """
     if response.stop_reason in ("error", "aborted"):
         raise ModelError(f"Summarization failed: stop reason {response.stop_reason}")
@@ -81,4 +99,11 @@ def check_summary_response(response: ModelResponse) -> ModelResponse:
         raise ModelError("Summarization failed: output truncated", kind="truncated")
     if not response.text.strip():
         raise ModelError("Summarization failed: empty summary", kind="empty")
+    if max_tokens > 0:
+        estimated = math.ceil(utf16_len(response.text) / 4)
+        if estimated > OVER_BUDGET * max_tokens:
+            raise ModelError(
+                f"Summarization failed: the summary is about {estimated} tokens, more than "
+                f"{OVER_BUDGET} times its budget of {max_tokens}"
+            )
     return response
