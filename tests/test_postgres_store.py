@@ -546,3 +546,35 @@ def test_processes_starting_together_apply_each_migration_once(pg_url: str) -> N
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
     assert [row[0] for row in rows] == [m.version for m in migrations()]
+
+
+def test_opening_a_database_journal_fetches_only_what_follows_the_last_close(
+    pg_url: str,
+) -> None:
+    # It fetched every row of the session's history at every opening, then cut it.
+    import psycopg
+
+    from orchestrator._store.journal import unsettled_part
+
+    journal = open_journal(pg_url, "s-close")
+    op = Step(machine="operation", source="preparing", event="e", dest="summarizing", effects=())
+    close = Step(machine="turn", source="idle", event="close", dest="closed", effects=())
+    for n in range(50):
+        journal.record(op, operation_id=f"old-{n}", kind="compaction")
+    journal.record(close)
+    journal.record(op, operation_id="late", kind="compaction")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the mark's text, not a record
+        conn.execute(
+            "INSERT INTO journal_lines (session_id, line) VALUES (%s, %s)",
+            ("s-close", '{"event":"close","to":"closed"}'),
+        )
+    journal.record(op, operation_id="later", kind="compaction")
+    sink = journal._sink  # noqa: SLF001 - the sink's own reading is what is tested
+    tail = sink.read_unsettled()  # type: ignore[attr-defined]
+    assert tail == unsettled_part(sink.read())
+    assert tail.count(b"\n") == 3
+    assert [o.operation_id for o in open_journal(pg_url, "s-close").open_operations()] == [
+        "late",
+        "later",
+    ]
+    assert open_journal(pg_url, "s-none").open_operations() == ()

@@ -730,7 +730,9 @@ class Journal:
         return tuple(op for op in operations(records) if op.state not in final)
 
 
-_CLOSE_MARK = b'"event":"close","to":"closed"'
+CLOSE_MARK = b'"event":"close","to":"closed"'
+"""The bytes a close record holds (the encoder writes its keys in one order; inside a string
+value the quotes would be escaped), looked for before the line is parsed."""
 
 
 def unsettled_part(raw: bytes) -> bytes:
@@ -764,7 +766,7 @@ def _after_last_close(data: bytes, whole: bool) -> int | None:
     """
     end = len(data)
     while True:
-        found = data.rfind(_CLOSE_MARK, 0, end)
+        found = data.rfind(CLOSE_MARK, 0, end)
         if found == -1:
             return 0 if whole else None
         newline = data.rfind(b"\n", 0, found)
@@ -772,12 +774,13 @@ def _after_last_close(data: bytes, whole: bool) -> int | None:
             return None  # the mark's line may begin before these bytes
         start = newline + 1
         stop = data.find(b"\n", found)
-        if stop != -1 and _is_close_record(data[start:stop]):
+        if stop != -1 and is_close_record(data[start:stop]):
             return stop + 1
         end = start  # torn (the last line, without its newline) or not a record: look before
 
 
-def _is_close_record(line: bytes) -> bool:
+def is_close_record(line: bytes) -> bool:
+    """Whether ``line`` (one line of a journal, no newline) is the turn table's close record."""
     try:
         value = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):

@@ -28,7 +28,13 @@ import psycopg
 from orchestrator._core.errors import SessionError
 from orchestrator._core.printable import printable
 from orchestrator._lifecycle.machine import MachineDef
-from orchestrator._store.journal import Clock, Journal, _wall_clock
+from orchestrator._store.journal import (
+    CLOSE_MARK,
+    Clock,
+    Journal,
+    _wall_clock,
+    is_close_record,
+)
 from orchestrator._store.postgres import ConnectionLender
 from orchestrator._store.postgres_schema import connect, first_line, redact
 
@@ -118,6 +124,37 @@ class PostgresJournalSink:
             except psycopg.Error as exc:
                 raise self._fail("read the journal", exc) from exc
         return b"".join(f"{row[0]}\n".encode() for row in rows)
+
+    def read_unsettled(self) -> bytes:
+        """The records after the last close record, as :meth:`read` gives them (all, if none).
+
+        The last row holding the close mark is found by the database, newest first along the
+        primary key, and checked here as the file's is; only the rows after it are fetched: a
+        session with months of history opens without sending that history over the wire.
+        """
+        mark, before = CLOSE_MARK.decode(), None
+        with self._connection() as conn:
+            try:
+                while True:
+                    row = conn.execute(
+                        "SELECT seq, line FROM journal_lines WHERE session_id = %s"
+                        " AND strpos(line, %s) > 0"
+                        " AND seq < COALESCE(%s::bigint, 9223372036854775807)"
+                        " ORDER BY seq DESC LIMIT 1",
+                        (self.session_id, mark, before),
+                    ).fetchone()
+                    if row is None or is_close_record(row[1].encode()):
+                        break
+                    before = row[0]  # the mark's text, but not a close record: look before it
+                after = -1 if row is None else row[0]
+                rows = conn.execute(
+                    "SELECT line FROM journal_lines WHERE session_id = %s AND seq > %s"
+                    " ORDER BY seq",
+                    (self.session_id, after),
+                ).fetchall()
+            except psycopg.Error as exc:
+                raise self._fail("read the journal", exc) from exc
+        return b"".join(f"{line}\n".encode() for (line,) in rows)
 
     def append(self, line: bytes, *, durable: bool) -> None:
         """Insert one record; committed durably when ``durable``, else without waiting for it."""
