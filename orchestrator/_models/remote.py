@@ -27,6 +27,7 @@ timeouts); cancelling the caller closes the connection.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from http import HTTPStatus
 from types import TracebackType
@@ -39,7 +40,6 @@ from orchestrator._core.model import ModelRequest, ModelResponse
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    import aiohttp
     import httpx
 
 MISSING_SUMMARY = "Remote compaction response missing summary"
@@ -132,7 +132,7 @@ class RemoteSummaryModel:
             # route took minutes, issue 9). How many calls run at once is the callers' business
             # (one per compacting session).
             if isinstance(loop, asyncio.AbstractEventLoop):
-                self._client = _AiohttpClient(self._timeout)
+                self._client = _Http1Route(self._timeout)
             else:
                 self._client = _HttpxClient(self._timeout)
             self._client_loop = loop
@@ -195,7 +195,7 @@ def _import_http_library() -> None:
     except (ImportError, RuntimeError):  # outside an event loop, or no sniffio: asyncio's
         library = "asyncio"
     if library == "asyncio":
-        import aiohttp  # noqa: F401
+        import orchestrator._models.http1  # noqa: F401
     else:
         import httpx  # noqa: F401
 
@@ -211,75 +211,42 @@ def _json_encoder() -> Callable[[dict[str, str]], bytes]:
     return msgspec.json.Encoder().encode
 
 
-class _AiohttpClient:
-    """The route on asyncio: one aiohttp session, its connector without a cap."""
+class _Http1Route:
+    """The route on asyncio: :class:`~orchestrator._models.http1.Http1Client`, no cap on calls."""
 
     def __init__(self, timeout: float) -> None:
-        import aiohttp
+        from orchestrator._models.http1 import Http1Client
 
         self.encode = _json_encoder()
-        self._errors = (aiohttp.ClientError, TimeoutError)
-        # Failures of the connection itself: httpx's NetworkError and TimeoutException, which
-        # the classifier already knows as transient.
-        self._transport_errors = (
-            aiohttp.ClientConnectionError,
-            aiohttp.ClientPayloadError,
-            TimeoutError,
-        )
-        self.session: aiohttp.ClientSession = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            # httpx's ``timeout`` is per phase (connect, each read, each write), not a total.
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
-            # Not trust_env: with it aiohttp reads the proxy variables and ~/.netrc again at
-            # every request, in two hops to a worker thread (a third of the route's CPU with
-            # 2,000 calls in flight). The httpx client over _pools() reads neither.
-        )
-        _OPEN_SESSIONS.add(self.session)
+        self.client = Http1Client(timeout, MAX_ANSWER_BYTES)
 
     @property
     def is_closed(self) -> bool:
-        return self.session.closed
+        return self.client.closed
 
     async def post(self, url: str, body: bytes) -> _Answer:
+        from orchestrator._models.http1 import BadAnswerError, TooLargeError, TransportError
+
         try:
-            async with self.session.post(url, data=body, headers=_HEADERS) as response:
-                length = response.content_length
-                if length is not None and length > MAX_ANSWER_BYTES:
-                    raise _too_large(length)
-                # Piece by piece up to the bound, whatever the length said: a body without one
-                # (chunked) has no end announced, and a compressed one is bounded as it unpacks.
-                pieces, size = [], 0
-                async for piece in response.content.iter_chunked(1 << 16):
-                    size += len(piece)
-                    if size > MAX_ANSWER_BYTES:
-                        raise _too_large(None)
-                    pieces.append(piece)
-                return _Answer(response.status, response.headers, b"".join(pieces))
-        except self._errors as exc:
-            error = classify_exception(exc)
-            if error.kind == "fatal" and isinstance(exc, self._transport_errors):
-                error = ModelError(str(error), kind="transient", status=error.status)
-            raise error from exc
+            status, headers, content = await self.client.post(url, body)
+        except TooLargeError as exc:
+            raise _too_large(exc.size) from exc
+        except (TransportError, TimeoutError) as exc:  # httpx's NetworkError, TimeoutException
+            raise ModelError(str(exc), kind="transient") from exc
+        except BadAnswerError as exc:
+            raise ModelError(f"Remote compaction failed: {exc}", kind="fatal") from exc
+        return _Answer(status, headers, content)
 
     async def aclose(self) -> None:
-        await self.session.close()
-        _OPEN_SESSIONS.discard(self.session)
+        self.client.close()
 
     def __del__(self) -> None:
-        # A route dropped without aclose() (httpx allowed it silently): close the idle
-        # connections now rather than let aiohttp warn about an unclosed session. The
-        # connector's close() returns an awaitable nobody could await here; its synchronous
-        # part, _close(), is what closes the transports (and the session counts as closed).
-        session = getattr(self, "session", None)
-        if session is not None and session.connector is not None:
-            session.connector._close()
-        _OPEN_SESSIONS.discard(session)
-
-
-_OPEN_SESSIONS: set[Any] = set()
-"""Every session not closed yet. Holding them here keeps a session out of the garbage of a cycle
-its route may be part of: there, finalizers run in no set order, and the session's own (which
-warns) could run before the route's closes it."""
+        # A route dropped without aclose() (httpx allowed it silently): its connections are
+        # closed now, not left for the collector to find (asyncio warns of each).
+        client = getattr(self, "client", None)
+        if client is not None:
+            with contextlib.suppress(RuntimeError):  # its event loop is closed already
+                client.close()
 
 
 class _HttpxClient:
