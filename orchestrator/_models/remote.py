@@ -15,14 +15,15 @@ with``) closes it. The HTTP library is imported when the route is made, so a pro
 makes a remote route never loads it, and a server that makes its routes at start does not import
 it (0.2 to 0.5 s) on its event loop in the middle of its first requests (issue 9).
 
-Two HTTP libraries, one per kind of event loop. On asyncio the route uses aiohttp: with a
-thousand sessions compacting at once (two thousand summaries in flight) httpx and httpcore cost
-about 2.5 ms of CPU per request (their anyio timeouts, pool bookkeeping and h11 state machine),
-aiohttp under 1 ms (issue 9), and that CPU is time the event loop cannot give the sessions.
-aiohttp runs on asyncio only, so on trio the route keeps httpx. Both send the same bytes (httpx's
-compact JSON), give up after ``timeout`` seconds of connecting or of silence while reading, and
-map a transport failure to a :class:`ModelError` (transient for connection failures and
-timeouts); cancelling the caller closes the connection.
+Two HTTP clients, one per kind of event loop. On asyncio the route uses its own small HTTP/1.1
+client (:mod:`orchestrator._models.http1`): with a thousand sessions compacting at once (two
+thousand summaries in flight) httpx and httpcore cost about 2.5 ms of CPU per request (their
+anyio timeouts, pool bookkeeping and h11 state machine), aiohttp about 0.35 ms, this client
+about 0.13 ms (issue 9), and that CPU is time the event loop cannot give the sessions. It runs
+on asyncio only, so on trio the route keeps httpx. Both send the same bytes (httpx's compact
+JSON), give up after ``timeout`` seconds of connecting or of silence while reading, and map a
+transport failure to a :class:`ModelError` (transient for connection failures and timeouts);
+cancelling the caller closes the connection.
 """
 
 from __future__ import annotations
