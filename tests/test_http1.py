@@ -22,7 +22,7 @@ import pytest
 
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest
-from orchestrator._models.http1 import BadAnswerError, Http1Client, TransportError
+from orchestrator._models.http1 import MAX_IDLE, BadAnswerError, Http1Client, TransportError
 from orchestrator._models.remote import RemoteSummaryModel
 from orchestrator.testing import LocalProvider, Reply
 
@@ -284,3 +284,37 @@ async def test_https_checks_the_servers_certificate_and_then_speaks_tls(
     assert server.connections == 2  # the refused one and this one
     client.close()
     await anyio.sleep(0)
+
+
+async def test_idle_connections_are_kept_a_while_and_never_more_than_the_cap(
+    serve: Callable[..., RawServer],
+) -> None:
+    # A burst left every connection open for good: two thousand sockets after two thousand
+    # calls at once (aiohttp closed idle ones after 15 s; httpx keeps at most 100).
+    hold = threading.Event()
+
+    def slow(conn: socket.socket, _: bytes) -> None:
+        hold.wait(10)
+        conn.sendall(answer(b"ok", "Content-Length: 2"))
+
+    server = serve(slow)
+    client = Http1Client(5, LIMIT, keep_idle=0.2)
+    url = f"http://127.0.0.1:{server.port}/"
+    count = MAX_IDLE + 20
+    async with anyio.create_task_group() as group:
+        for _ in range(count):
+            group.start_soon(client.post, url, b"{}")
+        while len(server.requests) < count:
+            await anyio.sleep(0.01)
+        hold.set()
+    assert server.connections == count
+    await anyio.sleep(0.05)
+    assert len(client._open) == MAX_IDLE  # the others closed as their calls ended
+    assert (await client.post(url, b"{}")).body == b"ok"
+    assert server.connections == count  # a kept one served it
+    await anyio.sleep(0.3)  # longer than keep_idle: the next call closes the stale ones
+    assert (await client.post(url, b"{}")).body == b"ok"
+    assert server.connections == count + 1
+    await anyio.sleep(0.05)
+    assert len(client._open) == 1
+    client.close()

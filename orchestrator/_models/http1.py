@@ -14,10 +14,13 @@ What it does, and what it does not:
   host name checked); the URL's user and password as Basic authorization; no proxy (the route
   never read the proxy variables), no redirect followed (httpx's default, which the trio route
   keeps), no cookies;
-* idle connections are kept per host and reused, most recent first; one the server closed while
-  idle is dropped, and a call whose reused connection closes before any byte of the answer
-  comes is made once more on a new one (a server may close an idle connection just as a request
-  goes out on it);
+* idle connections are kept per host and reused, most recent first, at most :data:`MAX_IDLE`
+  of them and each for :data:`KEEP_IDLE` seconds (a burst of two thousand calls does not leave
+  two thousand sockets open); one the server closed while idle is dropped, and a call whose
+  reused connection closes before any byte of the answer comes is made once more on a new one
+  (a server may close an idle connection just as a request goes out on it);
+* a host name with several addresses is tried as asyncio's happy eyeballs do (the next address
+  a quarter of a second after the last, not after its timeout);
 * ``timeout`` bounds the connection (with TLS) and each silence while waiting for or reading the
   answer, as the other routes do: one timer per call, moved on lazily (checked when it fires)
   rather than rescheduled at every read;
@@ -39,6 +42,12 @@ from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import httptools
+
+MAX_IDLE = 100
+"""Idle connections kept, all hosts together (httpx's route keeps as many)."""
+
+KEEP_IDLE = 15.0
+"""Seconds an idle connection is kept for reuse (aiohttp's keep-alive time)."""
 
 
 class Answer(NamedTuple):
@@ -94,9 +103,11 @@ class Http1Client:
         limit: The most bytes of an answer's body read (unpacked).
     """
 
-    def __init__(self, timeout: float, limit: int) -> None:
+    def __init__(self, timeout: float, limit: int, *, keep_idle: float = KEEP_IDLE) -> None:
         self._timeout = timeout
         self._limit = limit
+        self._keep_idle = keep_idle
+        self._idle_count = 0
         self._targets: dict[str, _Target] = {}
         self._idle: dict[tuple[bool, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
@@ -121,8 +132,10 @@ class Http1Client:
             target = self._targets[url] = _target(url)
         request = target.head + b"%d\r\n\r\n" % len(body) + body
         idle = self._idle.setdefault(target.key, [])
+        self._expire(idle)
         while idle:
             connection = idle.pop()
+            self._idle_count -= 1
             if connection.usable:
                 try:
                     return await self._exchange(connection, idle, request)
@@ -141,11 +154,21 @@ class Http1Client:
         except BaseException:
             connection.close()
             raise
-        if connection.usable and not self.closed:
+        if connection.usable and not self.closed and self._idle_count < MAX_IDLE:
+            connection.idle_since = connection.loop_time()
             idle.append(connection)
+            self._idle_count += 1
         else:
             connection.close()
         return answer
+
+    def _expire(self, idle: list[_Connection]) -> None:
+        # The oldest first (calls take the newest): those idle too long are closed.
+        if idle:
+            too_old = idle[-1].loop_time() - self._keep_idle
+            while idle and idle[0].idle_since <= too_old:
+                idle.pop(0).close()
+                self._idle_count -= 1
 
     async def _connect(self, key: tuple[bool, str, int]) -> _Connection:
         secure, host, port = key
@@ -159,6 +182,7 @@ class Http1Client:
                     host,
                     port,
                     ssl=self._tls if secure else None,
+                    happy_eyeballs_delay=0.25,
                 )
         except TimeoutError:
             raise TimeoutError(
@@ -173,6 +197,7 @@ class Http1Client:
         """Close every connection, idle or busy (a busy call fails). Idempotent."""
         self.closed = True
         self._idle.clear()
+        self._idle_count = 0
         for connection in list(self._open):
             connection.close()
 
@@ -197,6 +222,7 @@ class _Connection(asyncio.Protocol):
         self._last = 0.0
         self._lost = False
         self.heard = False  # a byte of the current answer came
+        self.idle_since = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -209,6 +235,9 @@ class _Connection(asyncio.Protocol):
         self._complete = False
         self._keep_alive = False
         self._refusal: BaseException | None = None
+
+    def loop_time(self) -> float:
+        return self._loop.time()
 
     @property
     def usable(self) -> bool:
