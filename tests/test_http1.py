@@ -155,8 +155,13 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced_unseen(
             answer(zlib.compress(b"deflated"), "Content-Encoding: deflate", "Content-Length: 16"),
             b"deflated",
         ),
+        (
+            answer(b"", "Link: </style.css>", status="103 Early Hints")
+            + answer(b"after the hints", "Content-Length: 15"),
+            b"after the hints",
+        ),
     ],
-    ids=["closed", "chunked", "gzip", "deflate"],
+    ids=["closed", "chunked", "gzip", "deflate", "early-hints"],
 )
 async def test_every_framing_and_encoding_a_server_may_use_is_read_whole(
     serve: Callable[..., RawServer], reply: bytes, body: bytes

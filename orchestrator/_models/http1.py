@@ -370,6 +370,9 @@ class _Connection(asyncio.Protocol):
         self._take(body)
 
     def on_message_complete(self) -> None:
+        if 100 <= self._status < 200:  # an interim answer (103 Early Hints): the real one follows
+            self._headers, self._pieces, self._size, self._status = {}, [], 0, 0
+            return
         self._flush()
         # Asked here: llhttp answers False once feed_data has returned.
         self._keep_alive = self._parser.should_keep_alive()
