@@ -22,7 +22,7 @@ import pytest
 
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest
-from orchestrator._models.http1 import MAX_IDLE, BadAnswerError, Http1Client, TransportError
+from orchestrator._models.http1 import BadAnswerError, Http1Client, TransportError
 from orchestrator._models.remote import RemoteSummaryModel
 from orchestrator.testing import LocalProvider, Reply
 
@@ -291,11 +291,11 @@ async def test_https_checks_the_servers_certificate_and_then_speaks_tls(
     await anyio.sleep(0)
 
 
-async def test_idle_connections_are_kept_a_while_and_never_more_than_the_cap(
+async def test_idle_connections_are_kept_a_while_then_closed(
     serve: Callable[..., RawServer],
 ) -> None:
     # A burst left every connection open for good: two thousand sockets after two thousand
-    # calls at once (aiohttp closed idle ones after 15 s; httpx keeps at most 100).
+    # calls at once (aiohttp closed idle ones after 15 s).
     hold = threading.Event()
 
     def slow(conn: socket.socket, _: bytes) -> None:
@@ -303,9 +303,9 @@ async def test_idle_connections_are_kept_a_while_and_never_more_than_the_cap(
         conn.sendall(answer(b"ok", "Content-Length: 2"))
 
     server = serve(slow)
-    client = Http1Client(5, LIMIT, keep_idle=0.2)
+    client = Http1Client(5, LIMIT, keep_idle=60)
     url = f"http://127.0.0.1:{server.port}/"
-    count = MAX_IDLE + 20
+    count = 120
     async with anyio.create_task_group() as group:
         for _ in range(count):
             group.start_soon(client.post, url, b"{}")
@@ -313,13 +313,39 @@ async def test_idle_connections_are_kept_a_while_and_never_more_than_the_cap(
             await anyio.sleep(0.01)
         hold.set()
     assert server.connections == count
-    await anyio.sleep(0.05)
-    assert len(client._open) == MAX_IDLE  # the others closed as their calls ended
+    assert len(client._open) == count  # kept for the next calls, a sweep timer set
+    assert client._sweeper is not None
     assert (await client.post(url, b"{}")).body == b"ok"
     assert server.connections == count  # a kept one served it
-    await anyio.sleep(0.3)  # longer than keep_idle: the next call closes the stale ones
+    # Every connection but the one just used made idle longer ago than keep_idle: the sweep
+    # closes those, keeps that one, and comes back for it later.
+    (idle,) = client._idle.values()
+    for connection in idle[:-1]:
+        connection.idle_since -= 61
+    client._sweeper.cancel()
+    client._sweep()
+    with anyio.fail_after(10):  # a safety net against a hang, not a measure of speed
+        while len(client._open) > 1:
+            await anyio.sleep(0.01)
+    assert client._sweeper is not None
+    idle[-1].idle_since -= 61
+    client._sweeper.cancel()
+    client._sweep()
+    with anyio.fail_after(10):
+        while client._open:
+            await anyio.sleep(0.01)
+    assert client._sweeper is None  # nothing left to come back for
     assert (await client.post(url, b"{}")).body == b"ok"
     assert server.connections == count + 1
-    await anyio.sleep(0.05)
-    assert len(client._open) == 1
+    client.close()
+    assert client._sweeper is None
+
+
+async def test_the_sweep_runs_by_itself(serve: Callable[..., RawServer]) -> None:
+    server = serve(lambda conn, _: conn.sendall(answer(b"ok", "Content-Length: 2")))
+    client = Http1Client(5, LIMIT, keep_idle=0.05)
+    assert (await client.post(f"http://127.0.0.1:{server.port}/", b"{}")).body == b"ok"
+    with anyio.fail_after(10):  # a safety net against a hang, not a measure of speed
+        while client._open:
+            await anyio.sleep(0.01)
     client.close()

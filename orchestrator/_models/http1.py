@@ -14,13 +14,16 @@ What it does, and what it does not:
   host name checked); the URL's user and password as Basic authorization; no proxy (the route
   never read the proxy variables), no redirect followed (httpx's default, which the trio route
   keeps), no cookies;
-* idle connections are kept per host and reused, most recent first, at most :data:`MAX_IDLE`
-  of them and each for :data:`KEEP_IDLE` seconds (a burst of two thousand calls does not leave
-  two thousand sockets open); one the server closed while idle is dropped, and a call whose
-  reused connection closes before any byte of the answer comes is made once more on a new one
-  (a server may close an idle connection just as a request goes out on it);
+* idle connections are kept per host and reused, most recent first, each for
+  :data:`KEEP_IDLE` seconds, then closed by one timer (as aiohttp did: a burst of two thousand
+  calls leaves two thousand sockets open for that long, not for good; closing those over a cap
+  as each call ended cost the burst 0.2 s of CPU, its own and the server's); one the server
+  closed while idle is dropped, and a call whose reused connection closes before any byte of
+  the answer comes is made once more on a new one (a server may close an idle connection just
+  as a request goes out on it);
 * a host name with several addresses is tried as asyncio's happy eyeballs do (the next address
-  a quarter of a second after the last, not after its timeout);
+  a quarter of a second after the last, not after its timeout); an address is connected to
+  directly;
 * ``timeout`` bounds the connection (with TLS) and each silence while waiting for or reading the
   answer, as the other routes do: one timer per call, moved on lazily (checked when it fires)
   rather than rescheduled at every read;
@@ -35,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import ssl
 import zlib
 from collections.abc import Callable
@@ -42,9 +46,6 @@ from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import httptools
-
-MAX_IDLE = 100
-"""Idle connections kept, all hosts together (httpx's route keeps as many)."""
 
 KEEP_IDLE = 15.0
 """Seconds an idle connection is kept for reuse (aiohttp's keep-alive time)."""
@@ -95,6 +96,19 @@ def _target(url: str) -> _Target:
     return _Target((secure, parts.hostname, port), head)
 
 
+def _eyeballs(host: str) -> float | None:
+    """Happy eyeballs' delay for a host name; none for an address.
+
+    asyncio's race of a single address still makes its tasks: with 2,000 connections at once,
+    about 0.2 s more of the event loop's CPU.
+    """
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return 0.25
+    return None
+
+
 class Http1Client:
     """POST to HTTP/1.1 servers from one asyncio event loop, keeping connections for reuse.
 
@@ -107,7 +121,7 @@ class Http1Client:
         self._timeout = timeout
         self._limit = limit
         self._keep_idle = keep_idle
-        self._idle_count = 0
+        self._sweeper: asyncio.TimerHandle | None = None
         self._targets: dict[str, _Target] = {}
         self._idle: dict[tuple[bool, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
@@ -132,10 +146,8 @@ class Http1Client:
             target = self._targets[url] = _target(url)
         request = target.head + b"%d\r\n\r\n" % len(body) + body
         idle = self._idle.setdefault(target.key, [])
-        self._expire(idle)
         while idle:
             connection = idle.pop()
-            self._idle_count -= 1
             if connection.usable:
                 try:
                     return await self._exchange(connection, idle, request)
@@ -154,21 +166,30 @@ class Http1Client:
         except BaseException:
             connection.close()
             raise
-        if connection.usable and not self.closed and self._idle_count < MAX_IDLE:
+        if connection.usable and not self.closed:
             connection.idle_since = connection.loop_time()
             idle.append(connection)
-            self._idle_count += 1
+            if self._sweeper is None:
+                self._sweeper = connection.later(self._keep_idle, self._sweep)
         else:
             connection.close()
         return answer
 
-    def _expire(self, idle: list[_Connection]) -> None:
-        # The oldest first (calls take the newest): those idle too long are closed.
-        if idle:
-            too_old = idle[-1].loop_time() - self._keep_idle
-            while idle and idle[0].idle_since <= too_old:
+    def _sweep(self) -> None:
+        """Close the connections idle for ``keep_idle`` seconds; come back for the others."""
+        self._sweeper = None
+        oldest, now, later = None, 0.0, None
+        for idle in self._idle.values():
+            if not idle:
+                continue
+            now = idle[-1].loop_time()
+            # Oldest first (calls take the newest): the expired ones are at the front.
+            while idle and (idle[0].idle_since <= now - self._keep_idle or not idle[0].usable):
                 idle.pop(0).close()
-                self._idle_count -= 1
+            if idle and (oldest is None or idle[0].idle_since < oldest):
+                oldest, later = idle[0].idle_since, idle[0]
+        if later is not None and oldest is not None:
+            self._sweeper = later.later(oldest + self._keep_idle - now, self._sweep)
 
     async def _connect(self, key: tuple[bool, str, int]) -> _Connection:
         secure, host, port = key
@@ -182,7 +203,7 @@ class Http1Client:
                     host,
                     port,
                     ssl=self._tls if secure else None,
-                    happy_eyeballs_delay=0.25,
+                    happy_eyeballs_delay=_eyeballs(host),
                 )
         except TimeoutError:
             raise TimeoutError(
@@ -197,7 +218,9 @@ class Http1Client:
         """Close every connection, idle or busy (a busy call fails). Idempotent."""
         self.closed = True
         self._idle.clear()
-        self._idle_count = 0
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for connection in list(self._open):
             connection.close()
 
@@ -238,6 +261,9 @@ class _Connection(asyncio.Protocol):
 
     def loop_time(self) -> float:
         return self._loop.time()
+
+    def later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        return self._loop.call_later(delay, callback)
 
     @property
     def usable(self) -> bool:
