@@ -16,8 +16,8 @@ What it does, and what it does not:
   keeps), no cookies;
 * idle connections are kept per host and reused, most recent first, each for
   :data:`KEEP_IDLE` seconds, then closed by one timer (as aiohttp did: a burst of two thousand
-  calls leaves two thousand sockets open for that long, not for good; closing those over a cap
-  as each call ended cost the burst 0.2 s of CPU, its own and the server's); one the server
+  calls leaves two thousand sockets open for that long, not for good, and none is closed while
+  the burst's answers come); one the server
   closed while idle is dropped, and a call whose reused connection closes before any byte of
   the answer comes is made once more on a new one (a server may close an idle connection just
   as a request goes out on it);
