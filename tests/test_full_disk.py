@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -103,6 +103,29 @@ def test_the_command_line_says_which_file_and_exits_1(
     )
 
 
+def _refused_while(
+    example: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    suffix: str,
+    act: Callable[[AgentSession], Awaitable[object]],
+) -> BaseException:
+    """What ``act`` raises on an opened session while writes to files ending ``suffix`` fail."""
+
+    async def go() -> BaseException:
+        runtime = AgentSession.open(example, owner="test")
+        monkeypatch.setattr(os, "write", _refusing(errno.ENOSPC, suffix))
+        try:
+            await act(runtime)
+        except (ModelError, SessionError) as error:
+            return error
+        finally:
+            monkeypatch.setattr(os, "write", _WRITE)
+            runtime.close()
+        raise AssertionError("nothing was refused")
+
+    return anyio.run(go)
+
+
 def test_a_refused_append_names_the_session_file_and_leaves_it_as_it_was(
     example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,19 +133,8 @@ def test_a_refused_append_names_the_session_file_and_leaves_it_as_it_was(
     # "[Errno 28] No space left on device", and a server answered -32002, "model failed").
     before = example.read_bytes()
 
-    async def go() -> ModelError:
-        runtime = AgentSession.open(example, owner="test")
-        monkeypatch.setattr(os, "write", _refusing(errno.ENOSPC, example.name))
-        try:
-            await runtime.compact()
-        except ModelError as error:
-            return error
-        finally:
-            monkeypatch.setattr(os, "write", _WRITE)
-            runtime.close()
-        raise AssertionError("the commit was not refused")
-
-    error = anyio.run(go)
+    error = _refused_while(example, monkeypatch, example.name, lambda runtime: runtime.compact())
+    assert isinstance(error, ModelError)
     assert str(error) == f"{example}: cannot append to it: No space left on device"
     assert error_for(error, "session.compress").code == STORAGE
     assert example.read_bytes() == before
@@ -144,19 +156,10 @@ def test_a_fork_the_disk_refuses_names_the_new_file_and_leaves_nothing(
     target = example.parent / "fork.jsonl"
     before = sorted(p.name for p in example.parent.iterdir())
 
-    async def go() -> SessionError:
-        runtime = AgentSession.open(example, owner="test")
-        monkeypatch.setattr(os, "write", _refusing(errno.ENOSPC, ".tmp"))
-        try:
-            await runtime.fork("daa66d13", target)
-        except SessionError as error:
-            return error
-        finally:
-            monkeypatch.setattr(os, "write", _WRITE)
-            runtime.close()
-        raise AssertionError("the fork was not refused")
-
-    error = anyio.run(go)
+    error = _refused_while(
+        example, monkeypatch, ".tmp", lambda runtime: runtime.fork("daa66d13", target)
+    )
+    assert isinstance(error, SessionError)
     assert str(error) == f"{target}: cannot write it: No space left on device"
     assert error_for(error, "session.fork").code == STORAGE
     assert sorted(p.name for p in example.parent.iterdir()) == before

@@ -8,10 +8,8 @@ provider does not: close idle connections, end a body by closing, chunk, compres
 from __future__ import annotations
 
 import gzip
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -241,48 +239,24 @@ async def test_a_closed_client_refuses_calls() -> None:
         await Http1Client(5, LIMIT).post("ftp://example.com/", b"{}")
 
 
-@pytest.fixture
-def certificate(tmp_path: Path) -> Path:
-    if shutil.which("openssl") is None:  # pragma: no cover - every machine here has it
-        pytest.skip("needs the openssl command to make a certificate")
-    pem = tmp_path / "localhost.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-            str(pem),
-            "-out",
-            str(pem),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return pem
+CERTIFICATE = Path(__file__).parent / "data" / "tls" / "localhost.pem"
+"""A self-signed certificate and its key for localhost and 127.0.0.1, valid until 2126 (made once
+with ``openssl req -x509 -newkey rsa:2048 -nodes -days 36500 -subj /CN=localhost -addext
+subjectAltName=DNS:localhost,IP:127.0.0.1``); for these tests only."""
 
 
 async def test_https_checks_the_servers_certificate_and_then_speaks_tls(
-    serve: Callable[..., RawServer], certificate: Path, monkeypatch: pytest.MonkeyPatch
+    serve: Callable[..., RawServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificate)
+    context.load_cert_chain(CERTIFICATE)
     server = serve(lambda conn, _: conn.sendall(answer(b"secret", "Content-Length: 6")), context)
     url = f"https://127.0.0.1:{server.port}/"
     # Not trusted: refused at the handshake, a transient failure like any failed connection.
     with pytest.raises(TransportError, match="certificate verify failed"):
         await Http1Client(5, LIMIT).post(url, b"{}")
     # Trusted (the standard variable the default context reads): the answer comes over TLS.
-    monkeypatch.setenv("SSL_CERT_FILE", str(certificate))
+    monkeypatch.setenv("SSL_CERT_FILE", str(CERTIFICATE))
     client = Http1Client(5, LIMIT)
     assert (await client.post(url, b"{}")).body == b"secret"
     assert (await client.post(url, b"{}")).body == b"secret"  # the same TLS connection

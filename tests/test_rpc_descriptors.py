@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.cli_kit import EXAMPLE
@@ -83,8 +85,13 @@ def call(
     return answer
 
 
-def test_opening_sessions_past_the_descriptor_limit_is_the_servers_limit(tmp_path: Path) -> None:
-    # It was -32602 (invalid params) "…: cannot read it: Too many open files".
+@contextlib.contextmanager
+def limited_server(tmp_path: Path) -> Iterator[tuple[Path, socket.socket, list[bytes]]]:
+    """``orchestrator serve`` at 20 descriptors over ``tmp_path/sessions``, and a client.
+
+    Yields the sessions folder, the connected client and a list that holds the server's stderr
+    once it has stopped (it must still be running when the block ends).
+    """
     path = tmp_path / "serve.sock"
     sessions = tmp_path / "sessions"
     sessions.mkdir()
@@ -96,11 +103,23 @@ def test_opening_sessions_past_the_descriptor_limit_is_the_servers_limit(tmp_pat
         stderr=subprocess.PIPE,
     )
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    err: list[bytes] = []
     try:
         while b"listening on" not in next_line(server):
             assert server.poll() is None
         client.settimeout(120)  # a safety net against a hang, not a measure of speed
         client.connect(str(path))
+        yield sessions, client, err
+        assert server.poll() is None
+    finally:
+        client.close()
+        server.terminate()
+        err.append(server.communicate(timeout=120)[1])
+
+
+def test_opening_sessions_past_the_descriptor_limit_is_the_servers_limit(tmp_path: Path) -> None:
+    # It was -32602 (invalid params) "…: cannot read it: Too many open files".
+    with limited_server(tmp_path) as (sessions, client, err):
         errors = []
         for n in range(20):
             header, rest = EXAMPLE.read_text(encoding="utf-8").split("\n", 1)
@@ -121,10 +140,6 @@ def test_opening_sessions_past_the_descriptor_limit_is_the_servers_limit(tmp_pat
             assert "the server has too many files open" in str(error["message"])
         assert "result" in call(client, 99, "session.list")  # and it goes on answering
         assert not [p.name for p in sessions.iterdir() if "f" in p.name]  # no fork written
-    finally:
-        client.close()
-        server.terminate()
-        server.communicate(timeout=120)
 
 
 SUMMARY: dict[str, object] = {"summarize": True}
@@ -159,22 +174,7 @@ def test_requests_at_the_descriptor_limit_are_the_servers_limit_and_change_nothi
     # record) and session.tree.navigate was -32603 "DefinitionError: .../navigation.toml:
     # cannot read" (a lazily read table). The server reads both at start now; what still needs
     # a descriptor (the folder fsync that makes a new journal's name durable) is -32005.
-    path = tmp_path / "serve.sock"
-    sessions = tmp_path / "sessions"
-    sessions.mkdir()
-    server = subprocess.Popen(
-        [sys.executable, "-c", LIMITED, "--socket", str(path), "--dir", str(sessions)],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        while b"listening on" not in next_line(server):
-            assert server.poll() is None
-        client.settimeout(120)  # a safety net against a hang, not a measure of speed
-        client.connect(str(path))
+    with limited_server(tmp_path) as (sessions, client, err):
         lines = Lines(client)
         opened: list[str] = []
         header, rest = EXAMPLE.read_text(encoding="utf-8").split("\n", 1)
@@ -219,9 +219,4 @@ def test_requests_at_the_descriptor_limit_are_the_servers_limit_and_change_nothi
         for n, (method, params) in enumerate(refused):
             answer = lines.call(300 + n, method, **params)
             assert "result" in answer, answer
-        assert server.poll() is None
-    finally:
-        client.close()
-        server.terminate()
-        _, err = server.communicate(timeout=120)
-    assert b"Traceback" not in err
+    assert b"Traceback" not in err[0]  # the server was still running (limited_server checks)

@@ -216,6 +216,21 @@ def only_regular(fd: int, refusal: str) -> int:
     return fd
 
 
+def _open_to_read(path: Path, doing: str) -> int | None:
+    """A side file opened for reading, never through a symbolic link; ``None`` when missing.
+
+    Raises:
+        SessionError: The side file is a symbolic link, not a regular file, or cannot be opened.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SessionError(describe_os_error(path, doing, exc)) from exc
+    return _regular(fd, path, doing)
+
+
 def read_side_file_tail(
     path: Path, doing: str, start: Callable[[bytes, bool], int | None], *, first: int = 1 << 16
 ) -> bytes | None:
@@ -232,13 +247,9 @@ def read_side_file_tail(
     Raises:
         SessionError: The side file is a symbolic link or cannot be read.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_to_read(path, doing)
+    if fd is None:
         return None
-    except OSError as exc:
-        raise SessionError(describe_os_error(path, doing, exc)) from exc
-    _regular(fd, path, doing)
     try:
         position = os.fstat(fd).st_size
         data, step = b"", max(1, first)
@@ -276,13 +287,9 @@ def read_side_file(path: Path, doing: str = "read") -> bytes | None:
     Raises:
         SessionError: The side file is a symbolic link or cannot be read.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_to_read(path, doing)
+    if fd is None:
         return None
-    except OSError as exc:
-        raise SessionError(describe_os_error(path, doing, exc)) from exc
-    _regular(fd, path, doing)
     try:
         chunks: list[bytes] = []
         while chunk := os.read(fd, 1 << 20):
