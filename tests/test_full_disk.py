@@ -163,3 +163,47 @@ def test_a_fork_the_disk_refuses_names_the_new_file_and_leaves_nothing(
     assert str(error) == f"{target}: cannot write it: No space left on device"
     assert error_for(error, "session.fork").code == STORAGE
     assert sorted(p.name for p in example.parent.iterdir()) == before
+
+
+def test_a_record_refused_after_the_commit_leaves_the_entry_and_reopening_settles_it(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The disk fills between the entry's append and the record of its commit.
+    appended: list[bool] = []
+
+    def write(fd: int, data: bytes) -> int:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.endswith(".journal") and appended:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if name.endswith(example.name):
+            appended.append(True)
+        return _WRITE(fd, data)
+
+    before = example.read_bytes()
+
+    async def go() -> str:
+        runtime = AgentSession.open(example, owner="test")
+        monkeypatch.setattr(os, "write", write)
+        try:
+            with pytest.raises(SessionError) as refused:
+                await runtime.compact()
+        finally:
+            monkeypatch.setattr(os, "write", _WRITE)
+            runtime.close()
+        return str(refused.value)
+
+    message = anyio.run(go)
+    assert message == f"{journal_path(example)}: cannot write the journal: No space left on device"
+    assert len(example.read_bytes()) > len(before)  # the entry is in the session
+
+    async def reopen() -> list[tuple[str, str]]:
+        runtime = AgentSession.open(example, owner="test")
+        try:
+            assert runtime.session.leaf_id is not None
+            leaf = runtime.session.tree.by_id[runtime.session.leaf_id]
+            assert leaf["type"] == "compaction"
+            return [(s.source, s.dest) for s in runtime.settlements]
+        finally:
+            runtime.close()
+
+    assert anyio.run(reopen) == [("committing", "committed")]
