@@ -103,19 +103,27 @@ def gc_paused() -> Iterator[None]:
     loaded objects are examined by full collections only, whose cost CPython already amortizes
     over the growth of the heap: loading stays linear, collection included. If the caller keeps
     objects frozen itself (``gc.freeze()`` before forking workers, say), I leave the generations
-    alone, because ``unfreeze`` would thaw the caller's objects too. A long-running process that
-    holds a large session for good can do better still: ``gc.collect()`` then ``gc.freeze()``
-    right after opening it keeps the session out of every later collection (and, since it
-    collected first, freezes no garbage).
+    alone, because ``unfreeze`` would thaw the caller's objects too. Before a load that will
+    promote, the young generations are collected, so that no cyclic garbage of the caller's is
+    promoted with the parsed objects (it would wait for a full collection). A long-running
+    process that holds a large session for good can do better still: ``gc.collect()`` then
+    ``gc.freeze()`` right after opening it keeps the session out of every later collection
+    (and, since it collected first, freezes no garbage).
     """
     was_enabled = gc.isenabled()
+    # get_freeze_count() walks the frozen objects: ask it only when nobody said.
+    promote = was_enabled and not FREEZING[0] and gc.get_freeze_count() == 0
+    if promote:
+        # The promotion moves what is young now too, garbage included: a cycle dropped just
+        # before would then wait for a full collection, which the uncounted promotion can put
+        # off indefinitely. The young generations are small by construction: collect them.
+        gc.collect(1)
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
-            # get_freeze_count() walks the frozen objects: ask it only when nobody said.
-            if not FREEZING[0] and gc.get_freeze_count() == 0:
+            if promote and gc.get_freeze_count() == 0:
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()

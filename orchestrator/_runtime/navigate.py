@@ -33,7 +33,14 @@ from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.disk import off_loop
-from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, first_error
+from orchestrator._runtime.driver import (
+    Effect,
+    Interpreter,
+    Report,
+    cancel_scope,
+    first_error,
+    weakly,
+)
 from orchestrator._runtime.hook_results import TreeChanges, tree_changes
 from orchestrator._runtime.navigation import (
     NavigationTarget,
@@ -113,7 +120,9 @@ class Navigator:
         self.operations = operations
         self.branch_reserve_tokens = branch_reserve_tokens
         self.turn_running = turn_running
-        self.effects: Mapping[str, Effect] = {
+        # Weakly bound: this table and the last navigation's machine are kept, and would make a
+        # reference cycle holding the session until a full collection (see driver.weakly).
+        effects: dict[str, Effect] = {
             "collect_entries": self._collect_entries,
             "run_hooks": self._run_hooks,
             "start_summary": self._start_summary,
@@ -123,6 +132,9 @@ class Navigator:
             "switch_leaf_with_summary": self._switch_leaf_with_summary,
             "rebuild_context": self._rebuild_context,
             "emit_session_tree": self._emit_session_tree,
+        }
+        self.effects: Mapping[str, Effect] = {
+            name: weakly(effect) for name, effect in effects.items()
         }
         self.machine: Interpreter | None = None
         self._request: _Request | None = None
@@ -173,7 +185,7 @@ class Navigator:
         )
         self._request = request
         machine = Interpreter(
-            self.ports.tables("navigation"), self.effects, observers=(self._record,)
+            self.ports.tables("navigation"), self.effects, observers=(weakly(self._record),)
         )
         self.machine = machine
         # Whether a running turn refuses it, or the same position makes it a no-op, is the

@@ -52,7 +52,7 @@ from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.disk import ready_to_write
-from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
+from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error, weakly
 from orchestrator._runtime.operations import OperationRunner, raise_for
 from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.ports import Ports
@@ -99,10 +99,12 @@ class TurnDriver:
         self.navigating = navigating
         self.agent_side = TurnAgent(self)
         self.effects: Mapping[str, Effect] = {
-            **self.agent_side.effects,
-            **TurnCompactions(self).effects,
+            **self.agent_side.effects(),
+            **TurnCompactions(self).effects(),
         }
-        self.machine = Interpreter(ports.tables("turn"), self.effects, observers=(self._record,))
+        self.machine = Interpreter(
+            ports.tables("turn"), self.effects, observers=(weakly(self._record),)
+        )
         self.counters = TurnCounters()
         self._follow_ups: deque[str] = deque()
         self.manual: ManualRequest | None = None

@@ -11,6 +11,7 @@ Which row follows is the table's choice. They perform through the driver's narro
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,11 +45,17 @@ class TurnAgent:
     """
 
     def __init__(self, host: Host) -> None:
-        self.host = host
+        # The driver holds these effects; holding the driver back strongly would make a cycle
+        # that keeps it and its whole session alive until a full collection (see
+        # orchestrator._runtime.driver.weakly).
+        self.host: Host = weakref.proxy(host)
         self.prompt = ""
         self._dropped: set[str] = set()  # failed replies the live context leaves out (D18)
         self._retry_wait_ms = 0
-        self.effects: Mapping[str, Effect] = {
+
+    def effects(self) -> Mapping[str, Effect]:
+        """The effect table's entries these perform (a new mapping: this object keeps none)."""
+        return {
             "start_turn": self._start_turn,
             "call_agent": self._call_agent,
             "stop_agent": self._stop_in_flight,

@@ -10,6 +10,7 @@ choice. They perform through the driver's narrow
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 
 from orchestrator._core.tokens import should_compact
@@ -29,8 +30,11 @@ class TurnCompactions:
     """
 
     def __init__(self, host: Host) -> None:
-        self.host = host
-        self.effects: Mapping[str, Effect] = {
+        self.host: Host = weakref.proxy(host)  # the driver holds these effects (see TurnAgent)
+
+    def effects(self) -> Mapping[str, Effect]:
+        """The effect table's entries these perform (a new mapping: this object keeps none)."""
+        return {
             "start_threshold_compaction": lambda: self._automatic("threshold"),
             "start_overflow_compaction": lambda: self._automatic("overflow"),
             "start_manual_compaction": self._manual,

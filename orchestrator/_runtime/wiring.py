@@ -8,6 +8,7 @@ driver at them, so the turn machine keeps its state.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
 from orchestrator._runtime.navigate import Navigator
@@ -31,13 +32,23 @@ def wire(ports: Ports, settings: RuntimeSettings, turn: TurnDriver | None = None
     """Build the parts over ``ports`` (keeping ``turn``, rewired, when there is one)."""
     operations = OperationRunner(ports, settings.compaction)
     driver = turn or TurnDriver(ports, operations, settings)
+    # Each asks after the other, through a weak reference: held strongly, the two would make a
+    # reference cycle holding the session until a full collection (see driver.weakly). One that
+    # was freed is not running.
+    turn_ref = weakref.ref(driver)
     navigator = Navigator(
         ports,
         operations,
         branch_reserve_tokens=settings.branch_reserve_tokens,
-        turn_running=lambda: driver.busy,
+        turn_running=lambda: (turn := turn_ref()) is not None and turn.busy,
     )
-    driver.rewire(ports, operations, settings, navigating=lambda: navigator.running)
+    navigator_ref = weakref.ref(navigator)
+    driver.rewire(
+        ports,
+        operations,
+        settings,
+        navigating=lambda: (navigation := navigator_ref()) is not None and navigation.running,
+    )
     return Parts(ports=ports, operations=operations, turn=driver, navigator=navigator)
 
 
