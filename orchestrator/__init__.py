@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         OrchestratorError,
         SessionError,
         SessionLockedError,
+        StorageError,
         TransitionError,
     )
     from orchestrator._core.load_result import LoadResult, Problem, Tail
@@ -137,6 +138,7 @@ __all__ = (
     "SessionStore",
     "SessionTree",
     "Step",
+    "StorageError",
     "SummaryRoutes",
     "Tail",
     "ToolCall",
@@ -216,6 +218,7 @@ _EXPORTS: dict[str, str] = {
     "SessionContext": "orchestrator._core.context",
     "SessionError": "orchestrator._core.errors",
     "SessionLockedError": "orchestrator._core.errors",
+    "StorageError": "orchestrator._core.errors",
     "Tail": "orchestrator._core.load_result",
     "ConflictError": "orchestrator._core.errors",
     "SessionStore": "orchestrator._store.protocol",

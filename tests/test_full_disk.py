@@ -16,9 +16,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator._core.errors import ModelError, SessionError
+from orchestrator._core.errors import ModelError, SessionError, StorageError
 from orchestrator._rpc.protocol import STORAGE, error_for
+from orchestrator._runtime.operations import storage_failure
 from orchestrator._runtime.session import AgentSession
+from orchestrator._store.files import os_failure
 from orchestrator._store.journal import journal_path
 from tests.cli_kit import run
 
@@ -67,6 +69,8 @@ def test_a_refused_journal_write_names_the_file_and_changes_nothing(
     # It was the bare OSError, "No space left on device", with no file named.
     journal = journal_path(example)
     assert str(error) == f"{journal}: cannot write the journal: No space left on device"
+    assert isinstance(error, StorageError)  # the disk's fault, not the caller's input
+    assert error.errno == errno.ENOSPC
     # The system error stays its cause (the navigation's unwrapping erased it): a server
     # answers -32009 for it, not -32602.
     assert isinstance(error.__cause__, OSError)
@@ -134,7 +138,11 @@ def test_a_refused_append_names_the_session_file_and_leaves_it_as_it_was(
     before = example.read_bytes()
 
     error = _refused_while(example, monkeypatch, example.name, lambda runtime: runtime.compact())
-    assert isinstance(error, ModelError)
+    # It was a ModelError of kind "fatal": a caller falling back to another model on those
+    # would have retried a full disk. The store's own error now, naming the file.
+    assert isinstance(error, StorageError)
+    assert not isinstance(error, ModelError)
+    assert error.errno == errno.ENOSPC
     assert str(error) == f"{example}: cannot append to it: No space left on device"
     assert error_for(error, "session.compress").code == STORAGE
     assert example.read_bytes() == before
@@ -159,7 +167,7 @@ def test_a_fork_the_disk_refuses_names_the_new_file_and_leaves_nothing(
     error = _refused_while(
         example, monkeypatch, ".tmp", lambda runtime: runtime.fork("daa66d13", target)
     )
-    assert isinstance(error, SessionError)
+    assert isinstance(error, StorageError)
     assert str(error) == f"{target}: cannot write it: No space left on device"
     assert error_for(error, "session.fork").code == STORAGE
     assert sorted(p.name for p in example.parent.iterdir()) == before
@@ -185,7 +193,7 @@ def test_a_record_refused_after_the_commit_leaves_the_entry_and_reopening_settle
         runtime = AgentSession.open(example, owner="test")
         monkeypatch.setattr(os, "write", write)
         try:
-            with pytest.raises(SessionError) as refused:
+            with pytest.raises(StorageError) as refused:
                 await runtime.compact()
         finally:
             monkeypatch.setattr(os, "write", _WRITE)
@@ -207,3 +215,64 @@ def test_a_record_refused_after_the_commit_leaves_the_entry_and_reopening_settle
             runtime.close()
 
     assert anyio.run(reopen) == [("committing", "committed")]
+
+
+def test_an_io_error_making_the_commit_durable_names_the_file(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The append's fsync failed with a bare "[Errno 5] Input/output error", no file named, and
+    # the Python API raised it as a model failure.
+    fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(example):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        fsync(fd)
+
+    async def go() -> BaseException:
+        runtime = AgentSession.open(example, owner="test")
+        monkeypatch.setattr(os, "fsync", failing)
+        try:
+            with pytest.raises(StorageError) as refused:
+                await runtime.compact()
+        finally:
+            monkeypatch.setattr(os, "fsync", fsync)
+            runtime.close()
+        return refused.value
+
+    error = anyio.run(go)
+    assert str(error) == f"{example}: cannot make what was appended durable: Input/output error"
+    assert isinstance(error, StorageError)
+    assert error.errno == errno.EIO
+    assert error_for(error, "session.compress").code == STORAGE
+
+
+@pytest.mark.parametrize(
+    ("number", "storage"),
+    [
+        (errno.ENOSPC, True),
+        (errno.EDQUOT, True),
+        (errno.EROFS, True),
+        (errno.EIO, True),
+        (errno.EFBIG, True),
+        (errno.EACCES, False),  # the path's permissions: the caller's to fix
+        (errno.ENOENT, False),
+    ],
+)
+def test_only_the_disks_refusals_are_storage_errors(
+    tmp_path: Path, number: int, storage: bool
+) -> None:
+    error = os_failure(tmp_path / "s.jsonl", "write it", OSError(number, os.strerror(number)))
+    assert isinstance(error, SessionError)
+    assert isinstance(error, StorageError) is storage
+    assert str(error).startswith(f"{tmp_path / 's.jsonl'}: ")
+
+
+def test_a_bare_disk_error_behind_a_commit_becomes_a_storage_error() -> None:
+    cause = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    refused = storage_failure(cause, "s.jsonl: the commit failed")
+    assert isinstance(refused, StorageError)
+    assert str(refused) == "s.jsonl: the commit failed"
+    assert refused.__cause__ is cause
+    assert storage_failure(OSError(errno.ECONNREFUSED, "refused"), None) is None
+    assert storage_failure(ValueError("no"), None) is None

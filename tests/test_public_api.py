@@ -62,6 +62,7 @@ PUBLIC_API = (
     "SessionStore",
     "SessionTree",
     "Step",
+    "StorageError",
     "SummaryRoutes",
     "Tail",
     "ToolCall",

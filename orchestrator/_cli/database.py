@@ -28,7 +28,7 @@ from orchestrator._cli.common import UsageError, open_existing, require_file, wa
 from orchestrator._core.errors import SessionError
 from orchestrator._core.printable import printable
 from orchestrator._store.factory import is_database_url
-from orchestrator._store.files import describe_os_error, side_file_name
+from orchestrator._store.files import os_failure, side_file_name
 from orchestrator._store.protocol import SessionStore
 from orchestrator._store.session import Session
 
@@ -88,7 +88,7 @@ def _import(args: argparse.Namespace) -> int:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise SessionError(describe_os_error(path, "read it", exc)) from exc
+        raise os_failure(path, "read it", exc) from exc
     from orchestrator._store.postgres import PostgresStore
 
     with PostgresStore(args.database) as store:
@@ -140,7 +140,7 @@ def _write_new_file(target: Path, data: bytes) -> None:
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     except OSError as exc:
-        raise SessionError(describe_os_error(target, "write it", exc)) from exc
+        raise os_failure(target, "write it", exc) from exc
     try:
         try:
             view = memoryview(data)
@@ -155,7 +155,7 @@ def _write_new_file(target: Path, data: bytes) -> None:
     except FileExistsError:
         raise SessionError(f"{target}: already exists; not overwritten") from None
     except OSError as exc:
-        raise SessionError(describe_os_error(target, "write it", exc)) from exc
+        raise os_failure(target, "write it", exc) from exc
     finally:
         temporary.unlink(missing_ok=True)
 

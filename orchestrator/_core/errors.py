@@ -9,7 +9,8 @@ Each child names who is at fault::
     │   ├── NotASessionError     the store holds no session header: nothing loads
     │   ├── EntryNotFoundError   an entry id the session does not hold
     │   ├── SessionLockedError   another process owns the session (D27)
-    │   └── ConflictError        the session changed since it was read; nothing written (D27)
+    │   ├── ConflictError        the session changed since it was read; nothing written (D27)
+    │   └── StorageError         the disk refused a read or write (full, a quota, read-only, EIO)
     ├── TransitionError    an event the table does not list for the current state: a caller bug
     ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
     ├── UnavailableError   a service the cluster needs (the Temporal server) cannot be reached
@@ -78,6 +79,25 @@ class ConflictError(SessionError):
     Another program (pi appends without asking) changed the session after the caller planned
     from it. Nothing was written.
     """
+
+
+class StorageError(SessionError):
+    """The disk refused to read or write a session's file; the message names the file.
+
+    Full, a quota, a read-only file system, an I/O error, a file too large: nobody's input was
+    wrong, and once there is room (or the disk is back) the same call works. Refused before an
+    operation's commit, nothing was applied; refused after it (the disk filling during the
+    commit), the entry is in the session and reopening settles the operation as committed. It is
+    a :class:`SessionError` too, as every failure to use a session's files was before it had its
+    own class, so code that catches that keeps working.
+
+    Attributes:
+        errno: The operating system's error number (``errno.ENOSPC`` ...).
+    """
+
+    def __init__(self, message: str, errno: int | None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class TransitionError(OrchestratorError):

@@ -66,10 +66,12 @@ from orchestrator._core.errors import (
     OrchestratorError,
     SessionError,
     SessionLockedError,
+    StorageError,
     TransitionError,
     UnavailableError,
 )
 from orchestrator._core.utf16 import escape_lone_surrogates
+from orchestrator._store.files import DISK_REFUSED
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -131,7 +133,7 @@ def error_for(exc: BaseException, method: str = "") -> RpcError:
     shortage = out_of_files(method or "the request", exc)
     if shortage is not None:
         return shortage
-    if _system_error(exc, _DISK_REFUSED) is not None:
+    if isinstance(exc, StorageError) or _system_error(exc, DISK_REFUSED) is not None:
         return RpcError(STORAGE, message, {"kind": "storage"})
     if isinstance(exc, ModelError):
         data: dict[str, Any] = {"kind": exc.kind}
@@ -158,7 +160,6 @@ def _session_error(exc: SessionError, message: str) -> RpcError:
     return RpcError(INVALID_PARAMS, message)
 
 
-_DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 _SHORTAGE = frozenset({errno.EMFILE, errno.ENFILE})
 
 

@@ -21,7 +21,7 @@ from anyio.lowlevel import RunVar
 
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._core.errors import Cancelled, ConflictError, ModelError
+from orchestrator._core.errors import Cancelled, ConflictError, ModelError, StorageError
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
@@ -29,6 +29,7 @@ from orchestrator._runtime.operation import OperationRun
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import BranchSummaryResult, CompactionResult, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
+from orchestrator._store.files import DISK_REFUSED
 from orchestrator._store.memory import MemoryStore
 
 
@@ -183,18 +184,38 @@ def raise_for(outcome: OperationOutcome, what: str = "Compaction") -> OperationO
         Cancelled: The operation was cancelled (a hook, or on request).
         ModelError: It failed; ``kind`` and ``retry_after`` keep the model failure's.
         ConflictError: Its commit met another writer's change (D27); the store's reason.
+        StorageError: The disk refused its commit's write (full, a quota, an I/O error).
     """
     if outcome.status == "cancelled":
         raise Cancelled(outcome.reason or f"{what} cancelled")
     if outcome.status == "conflict":
         raise ConflictError(outcome.error or f"{what} conflicted with another writer")
     if outcome.status == "failed":
+        if outcome.cause is not None:
+            refused = storage_failure(outcome.cause, outcome.error)
+            if refused is not None:
+                raise refused
         raise ModelError(
             outcome.error or f"{what} failed",
             kind=outcome.error_kind or "fatal",
             retry_after=outcome.retry_after,
         ) from outcome.cause
     return outcome
+
+
+def storage_failure(cause: BaseException, message: str | None) -> StorageError | None:
+    """The :class:`StorageError` a commit that failed with ``cause`` raises, if the disk refused.
+
+    The store raises one naming the file; a bare system error of the disk (from a call the
+    store does not wrap) becomes one with the commit's message.
+    """
+    if isinstance(cause, StorageError):
+        return cause
+    if isinstance(cause, OSError) and cause.errno in DISK_REFUSED:
+        refused = StorageError(message or str(cause), cause.errno)
+        refused.__cause__ = cause
+        return refused
+    return None
 
 
 def _bare_ports(routes: SummaryRoutes) -> Ports:

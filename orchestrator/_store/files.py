@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from stat import S_ISREG
 
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import SessionError, StorageError
 
 
 def session_file(path: str | os.PathLike[str]) -> Path:
@@ -127,6 +127,23 @@ def require_session_file(target: Path, shown: str) -> None:
     raise SessionError(f"{shown}: no such session file")
 
 
+DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+"""Errors of the disk, not of the caller's input (a :class:`StorageError`, :func:`os_failure`)."""
+
+
+def os_failure(path: str | os.PathLike[str], doing: str, exc: OSError) -> SessionError:
+    """The error to raise (``from exc``) for an operating-system error on a session's file.
+
+    A :class:`StorageError` when the disk refused (:data:`DISK_REFUSED`), else the plain
+    :class:`SessionError` of a path that cannot be used (permissions, a missing folder...);
+    either names the file (:func:`describe_os_error`).
+    """
+    message = describe_os_error(path, doing, exc)
+    if exc.errno in DISK_REFUSED:
+        return StorageError(message, exc.errno)
+    return SessionError(message)
+
+
 def describe_os_error(path: str | os.PathLike[str], doing: str, exc: OSError) -> str:
     """One readable line for an operating-system error on ``path``.
 
@@ -162,7 +179,7 @@ def open_side_file(path: Path, flags: int, doing: str, mode: int = 0o666) -> int
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
-        raise SessionError(describe_os_error(path, doing, exc)) from exc
+        raise os_failure(path, doing, exc) from exc
     return _regular(fd, path, doing, writing=bool(flags & (os.O_WRONLY | os.O_RDWR)))
 
 
@@ -227,7 +244,7 @@ def _open_to_read(path: Path, doing: str) -> int | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise SessionError(describe_os_error(path, doing, exc)) from exc
+        raise os_failure(path, doing, exc) from exc
     return _regular(fd, path, doing)
 
 
@@ -264,7 +281,7 @@ def read_side_file_tail(
                 return data
             step *= 2
     except OSError as exc:
-        raise SessionError(describe_os_error(path, doing, exc)) from exc
+        raise os_failure(path, doing, exc) from exc
     finally:
         os.close(fd)
 
@@ -296,6 +313,6 @@ def read_side_file(path: Path, doing: str = "read") -> bytes | None:
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as exc:
-        raise SessionError(describe_os_error(path, doing, exc)) from exc
+        raise os_failure(path, doing, exc) from exc
     finally:
         os.close(fd)

@@ -58,9 +58,9 @@ from orchestrator._core.load_result import Problem
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
 from orchestrator._store.dirsync import DIRECTORIES
 from orchestrator._store.files import (
-    describe_os_error,
     mode_like,
     open_side_file,
+    os_failure,
     read_side_file,
     read_side_file_tail,
     session_file,
@@ -321,7 +321,7 @@ class _FileSink:
         try:
             written = os.write(fd, line)
         except OSError as exc:  # nothing written (a full disk, a quota): say which file
-            raise SessionError(describe_os_error(self.path, "write the journal", exc)) from exc
+            raise os_failure(self.path, "write the journal", exc) from exc
         self._appended = True  # (not before: a journal still empty at close goes)
         if written == len(line):
             self._clean_size = size + len(line)

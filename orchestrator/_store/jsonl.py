@@ -72,10 +72,10 @@ from orchestrator._core.loading import (
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.dirsync import fsync_dir
 from orchestrator._store.files import (
-    describe_os_error,
     mode_like,
     only_regular,
     open_side_file,
+    os_failure,
     session_file,
     side_file_name,
 )
@@ -207,13 +207,13 @@ def _link_new(temporary: Path, path: Path) -> None:
         raise SessionError(f"{path}: already exists") from None
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise SessionError(describe_os_error(path, "create it", exc)) from exc
+            raise os_failure(path, "create it", exc) from exc
     if os.path.lexists(path):
         raise SessionError(f"{path}: already exists")
     try:
         os.rename(temporary, path)
     except OSError as exc:
-        raise SessionError(describe_os_error(path, "create it", exc)) from exc
+        raise os_failure(path, "create it", exc) from exc
 
 
 def _chunks(fd: int) -> Iterator[bytes]:
@@ -386,7 +386,7 @@ class JsonlStore:
             self._loaded, self._end = None, EMPTY_TAIL
             return LoadResult(header=None)
         except OSError as exc:
-            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
+            raise os_failure(self.path, "read it", exc) from exc
         last = bytearray()  # the last byte parsed
         try:
             stat = os.fstat(fd)
@@ -397,7 +397,7 @@ class JsonlStore:
             # is only appended to in place (rewrites are renames), so they are the same bytes.
             parsed.result.tail = self._end = tail_of_file(fd, os.lseek(fd, 0, os.SEEK_CUR))
         except OSError as exc:
-            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
+            raise os_failure(self.path, "read it", exc) from exc
         finally:
             os.close(fd)
         self._loaded = (_signature(stat), parsed)
@@ -420,7 +420,7 @@ class JsonlStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
+            raise os_failure(self.path, "read it", exc) from exc
 
     @property
     def loaded(self) -> tuple[tuple[int, int, int, int], ParsedSession] | None:
@@ -459,7 +459,7 @@ class JsonlStore:
         except FileNotFoundError:
             return EMPTY_TAIL
         except OSError as exc:
-            raise SessionError(describe_os_error(self.path, "read it", exc)) from exc
+            raise os_failure(self.path, "read it", exc) from exc
         try:
             return tail_of_file(fd, os.fstat(fd).st_size)
         finally:
@@ -526,7 +526,7 @@ class JsonlStore:
         self._clean_stamp = None
         self._write(fd, data)
         if self._policy == "always":
-            os.fsync(fd)
+            self._fsync(fd)
         else:
             self._dirty = True
         if self._state.result.header is None:
@@ -616,7 +616,7 @@ class JsonlStore:
         try:
             self._fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND)
         except OSError as exc:
-            raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
+            raise os_failure(self.path, "write it", exc) from exc
         return self._written_whole(header, entries, len(data))
 
     def _written_whole(self, header: Entry, entries: Sequence[Entry], length: int) -> Tail:
@@ -646,8 +646,14 @@ class JsonlStore:
     def sync(self) -> None:
         """Fsync what was appended since the last sync (the ``per_turn`` boundary)."""
         if self._fd is not None and self._dirty and self._policy != "never":
-            os.fsync(self._fd)
+            self._fsync(self._fd)
         self._dirty = False
+
+    def _fsync(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # an I/O error: say which file
+            raise os_failure(self.path, "make what was appended durable", exc) from exc
 
     def close(self) -> None:
         """Sync per the policy, close the file and release the writer lock. Idempotent."""
@@ -693,7 +699,7 @@ class JsonlStore:
         try:
             fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
-            raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
+            raise os_failure(self.path, "write it", exc) from exc
         try:
             if created and self._policy != "never":
                 fsync_dir(self.path.parent)  # a new file's name is durable only this way
@@ -784,7 +790,7 @@ class JsonlStore:
             # append, so nothing is ever glued onto the torn piece.
             self._close_fd()
             if isinstance(exc, OSError):  # a full disk, a quota: say which file
-                raise SessionError(describe_os_error(self.path, "append to it", exc)) from exc
+                raise os_failure(self.path, "append to it", exc) from exc
             raise
 
     def _write_temporary(self, data: bytes, mode: int | None, create: int = 0o666) -> Path:
@@ -801,7 +807,7 @@ class JsonlStore:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, create)
         except OSError as exc:
             doing = "write a temporary file in its folder to replace it"
-            raise SessionError(describe_os_error(self.path, doing, exc)) from exc
+            raise os_failure(self.path, doing, exc) from exc
         try:
             if mode is not None:
                 os.fchmod(fd, mode)  # the original's
@@ -814,7 +820,7 @@ class JsonlStore:
             os.close(fd)
             temporary.unlink(missing_ok=True)
             if isinstance(exc, OSError):  # a full disk, a quota: say which file
-                raise SessionError(describe_os_error(self.path, "write it", exc)) from exc
+                raise os_failure(self.path, "write it", exc) from exc
             raise
         os.close(fd)
         return temporary
