@@ -16,10 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
+from orchestrator._core.errors import (
+    ConflictError,
+    NotASessionError,
+    SessionError,
+    SessionLockedError,
+)
 from orchestrator._core.load_result import Tail
 from orchestrator._store.jsonl import JsonlStore, write_pi_line
 from orchestrator._store.protocol import SessionStore
+from orchestrator._store.session import Session
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "store"
@@ -146,6 +152,19 @@ def test_exists_and_missing_file_loads_empty(tmp_path: Path) -> None:
     store.append([HEADER])
     assert store.exists() is True
     store.close()
+
+
+def test_a_file_that_says_it_is_empty_but_has_content_is_read(tmp_path: Path) -> None:
+    # The kernel's files report a size of 0: /proc/self/status was taken for an empty file,
+    # so a new, empty session ("0 entries", exit 0) instead of "not a session file".
+    store = JsonlStore(Path("/proc/self/status"))
+    assert os.stat("/proc/self/status").st_size == 0
+    assert store.exists() is True
+    with pytest.raises(NotASessionError, match="not a session file"):
+        Session.open(Path("/proc/self/status"))
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    assert JsonlStore(fifo).exists() is False  # not read (it would wait for a writer)
 
 
 def test_append_nothing_writes_nothing_and_takes_no_lock(tmp_path: Path) -> None:

@@ -359,11 +359,25 @@ class JsonlStore:
         self._writer()
 
     def exists(self) -> bool:
-        """True when the file exists and is not empty."""
+        """True when the file exists and is not empty.
+
+        A size of 0 is checked by reading: a file of the kernel's (``/proc/self/status``) says
+        0 and has content, and taking it for an empty file made it a new, empty session.
+        """
         try:
-            return self.path.stat().st_size > 0
+            if self.path.stat().st_size > 0:
+                return True
+            fd = _open_session_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return False
+        except (OSError, SessionError):
+            return False  # nothing readable, or not a file: loading or writing says why
+        try:
+            return bool(os.read(fd, 1))
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def load(self) -> LoadResult:
         """Read and parse the file; a missing file loads as empty. Never writes (D3).
