@@ -86,14 +86,15 @@ def weakly(method: Callable[P, R]) -> Callable[P, R]:
     Raises:
         ReferenceError: The object was freed (its interpreter outlived it).
     """
-    ref = weakref.WeakMethod(method)
-    name = getattr(method, "__qualname__", repr(method))
+    bound: Any = method
+    owner, function = weakref.ref(bound.__self__), bound.__func__  # one weakref per object
+    name = function.__qualname__
 
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        bound = ref()
-        if bound is None:
+        target = owner()
+        if target is None:
             raise ReferenceError(f"{name}: its object was freed")
-        result: R = bound(*args, **kwargs)
+        result: R = function(target, *args, **kwargs)
         return result
 
     return call

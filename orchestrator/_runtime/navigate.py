@@ -120,22 +120,7 @@ class Navigator:
         self.operations = operations
         self.branch_reserve_tokens = branch_reserve_tokens
         self.turn_running = turn_running
-        # Weakly bound: this table and the last navigation's machine are kept, and would make a
-        # reference cycle holding the session until a full collection (see driver.weakly).
-        effects: dict[str, Effect] = {
-            "collect_entries": self._collect_entries,
-            "run_hooks": self._run_hooks,
-            "start_summary": self._start_summary,
-            "cancel_summary": self._cancel_summary,
-            "stop_hooks": self._stop_hooks,
-            "switch_leaf": self._switch_leaf,
-            "switch_leaf_with_summary": self._switch_leaf_with_summary,
-            "rebuild_context": self._rebuild_context,
-            "emit_session_tree": self._emit_session_tree,
-        }
-        self.effects: Mapping[str, Effect] = {
-            name: weakly(effect) for name, effect in effects.items()
-        }
+        self.effects: Mapping[str, Effect] = {}  # made by the first navigation (_effect_table)
         self.machine: Interpreter | None = None
         self._request: _Request | None = None
         self._after_hooks: anyio.CancelScope | None = None
@@ -184,6 +169,7 @@ class Navigator:
             label=label,
         )
         self._request = request
+        self.effects = self.effects or self._effect_table()
         machine = Interpreter(
             self.ports.tables("navigation"), self.effects, observers=(weakly(self._record),)
         )
@@ -217,6 +203,23 @@ class Navigator:
                 if not machine.done:  # an error (a refused step) ended it: the navigation is over
                     self.machine = None
         return self._result(machine.state, request)
+
+    def _effect_table(self) -> Mapping[str, Effect]:
+        # Weakly bound: this table and the last navigation's machine are kept, and would make a
+        # reference cycle holding the session until a full collection (see driver.weakly). Made
+        # when first needed: most sessions never navigate.
+        effects: dict[str, Effect] = {
+            "collect_entries": self._collect_entries,
+            "run_hooks": self._run_hooks,
+            "start_summary": self._start_summary,
+            "cancel_summary": self._cancel_summary,
+            "stop_hooks": self._stop_hooks,
+            "switch_leaf": self._switch_leaf,
+            "switch_leaf_with_summary": self._switch_leaf_with_summary,
+            "rebuild_context": self._rebuild_context,
+            "emit_session_tree": self._emit_session_tree,
+        }
+        return {name: weakly(effect) for name, effect in effects.items()}
 
     def _start_deadline(self, machine: Interpreter, group: Any) -> Callable[[], None]:
         """Arm the operation deadline over the hooks' phase; returns what disarms it.
