@@ -43,6 +43,23 @@ def disk_full(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(os, "write", _WRITE)
 
 
+def _works_again(example: Path, navigate: bool) -> None:
+    """With room again, the same request on the same file succeeds."""
+
+    async def again() -> None:
+        runtime = AgentSession.open(example, owner="test")
+        try:
+            if navigate:
+                result = await runtime.navigate("daa66d13", summarize=True)
+                assert result.summary_entry is not None
+            else:
+                assert (await runtime.compact()).status == "committed"
+        finally:
+            runtime.close()
+
+    anyio.run(again)
+
+
 def _attempt(example: Path, navigate: bool) -> BaseException:
     async def go() -> BaseException:
         runtime = AgentSession.open(example, owner="test")
@@ -79,19 +96,7 @@ def test_a_refused_journal_write_names_the_file_and_changes_nothing(
     assert example.read_bytes() == before
     assert not journal.exists()  # nothing was written in it: it goes at close, as an empty one
     monkeypatch.setattr(os, "write", _WRITE)  # space again: the same request works
-
-    async def again() -> None:
-        runtime = AgentSession.open(example, owner="test")
-        try:
-            if navigate:
-                result = await runtime.navigate("daa66d13", summarize=True)
-                assert result.summary_entry is not None
-            else:
-                assert (await runtime.compact()).status == "committed"
-        finally:
-            runtime.close()
-
-    anyio.run(again)
+    _works_again(example, navigate)
 
 
 def test_the_command_line_says_which_file_and_exits_1(
@@ -146,15 +151,7 @@ def test_a_refused_append_names_the_session_file_and_leaves_it_as_it_was(
     assert str(error) == f"{example}: cannot append to it: No space left on device"
     assert error_for(error, "session.compress").code == STORAGE
     assert example.read_bytes() == before
-
-    async def again() -> None:
-        runtime = AgentSession.open(example, owner="test")
-        try:
-            assert (await runtime.compact()).status == "committed"
-        finally:
-            runtime.close()
-
-    anyio.run(again)
+    _works_again(example, navigate=False)
 
 
 def test_a_fork_the_disk_refuses_names_the_new_file_and_leaves_nothing(
