@@ -12,6 +12,7 @@ import errno
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -170,6 +171,26 @@ def test_a_fork_the_disk_refuses_names_the_new_file_and_leaves_nothing(
     assert sorted(p.name for p in example.parent.iterdir()) == before
 
 
+def _compaction_refused(
+    example: Path, monkeypatch: pytest.MonkeyPatch, call: str, replacement: Callable[..., Any]
+) -> StorageError:
+    """The StorageError a compaction raises while ``os.<call>`` is ``replacement``."""
+    original = getattr(os, call)
+
+    async def go() -> StorageError:
+        runtime = AgentSession.open(example, owner="test")
+        monkeypatch.setattr(os, call, replacement)
+        try:
+            with pytest.raises(StorageError) as refused:
+                await runtime.compact()
+        finally:
+            monkeypatch.setattr(os, call, original)
+            runtime.close()
+        return refused.value
+
+    return anyio.run(go)
+
+
 def test_a_record_refused_after_the_commit_leaves_the_entry_and_reopening_settles_it(
     example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,18 +207,7 @@ def test_a_record_refused_after_the_commit_leaves_the_entry_and_reopening_settle
 
     before = example.read_bytes()
 
-    async def go() -> str:
-        runtime = AgentSession.open(example, owner="test")
-        monkeypatch.setattr(os, "write", write)
-        try:
-            with pytest.raises(StorageError) as refused:
-                await runtime.compact()
-        finally:
-            monkeypatch.setattr(os, "write", _WRITE)
-            runtime.close()
-        return str(refused.value)
-
-    message = anyio.run(go)
+    message = str(_compaction_refused(example, monkeypatch, "write", write))
     assert message == f"{journal_path(example)}: cannot write the journal: No space left on device"
     assert len(example.read_bytes()) > len(before)  # the entry is in the session
 
@@ -226,18 +236,7 @@ def test_an_io_error_making_the_commit_durable_names_the_file(
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         fsync(fd)
 
-    async def go() -> BaseException:
-        runtime = AgentSession.open(example, owner="test")
-        monkeypatch.setattr(os, "fsync", failing)
-        try:
-            with pytest.raises(StorageError) as refused:
-                await runtime.compact()
-        finally:
-            monkeypatch.setattr(os, "fsync", fsync)
-            runtime.close()
-        return refused.value
-
-    error = anyio.run(go)
+    error = _compaction_refused(example, monkeypatch, "fsync", failing)
     assert str(error) == f"{example}: cannot make what was appended durable: Input/output error"
     assert isinstance(error, StorageError)
     assert error.errno == errno.EIO
