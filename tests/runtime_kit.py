@@ -17,6 +17,9 @@ from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, ScriptedAgent, ScriptedModel
 
+# anyio's backend for an asyncio run on uvloop's event loop, beside the plain "asyncio" and "trio".
+UVLOOP = ("asyncio", {"use_uvloop": True})
+
 SUMMARY = "## Goal\nShip it.\n\n## Next Steps\n1. Carry on"
 
 

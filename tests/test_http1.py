@@ -23,6 +23,7 @@ from orchestrator._core.model import ModelRequest
 from orchestrator._models.http1 import BadAnswerError, Http1Client, TransportError
 from orchestrator._models.remote import RemoteSummaryModel
 from orchestrator.testing import LocalProvider, Reply
+from tests.runtime_kit import UVLOOP
 
 pytestmark = pytest.mark.anyio
 
@@ -35,9 +36,11 @@ REQUEST = ModelRequest(
 LIMIT = 1 << 20
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the client runs on asyncio only (trio's route is httpx)
+@pytest.fixture(params=["asyncio", UVLOOP], ids=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    # The client runs on asyncio's loops only (trio's route is httpx): the standard one, and
+    # uvloop's, which an embedder may run the runtime on.
+    return request.param
 
 
 Handler = Callable[[socket.socket, bytes], None]
@@ -115,6 +118,16 @@ async def test_a_kept_connection_serves_the_next_call(serve: Callable[..., RawSe
     url = f"http://127.0.0.1:{server.port}/summary"
     for _ in range(3):
         assert (await client.post(url, b"{}")).body == b"{}"
+    assert server.connections == 1
+    client.close()
+
+
+async def test_a_host_name_is_looked_up_then_connected_to(serve: Callable[..., RawServer]) -> None:
+    # A name takes the loop's lookup and its race of addresses (happy eyeballs) where the loop
+    # has one: uvloop's connect takes no delay for it, and refused one, failing every call.
+    server = serve(lambda conn, _: conn.sendall(answer(b"{}", "Content-Length: 2")))
+    client = Http1Client(5, LIMIT)
+    assert (await client.post(f"http://localhost:{server.port}/s", b"{}")).body == b"{}"
     assert server.connections == 1
     client.close()
 

@@ -16,13 +16,16 @@ from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import LocalProvider, Reply
 from tests.cli_kit import EXAMPLE
+from tests.runtime_kit import UVLOOP
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+# uvloop too: an embedder may run the runtime on it, and the route's asyncio client uses the
+# loop's own connections and transports (uvloop's take fewer keywords and are other classes).
+@pytest.fixture(params=["asyncio", UVLOOP, "trio"], ids=["asyncio", "uvloop", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    return request.param
 
 
 @pytest.fixture
@@ -236,7 +239,7 @@ async def test_calls_in_flight_spread_over_the_pools_and_one_at_a_time_use_the_f
 
 
 async def test_on_asyncio_the_http1_client_serves_the_route_on_trio_httpx(
-    provider: LocalProvider, anyio_backend: str
+    provider: LocalProvider, anyio_backend: object
 ) -> None:
     """Issue 9: the route's own client costs a third of aiohttp's CPU per request (aiohttp a
     third of httpx's); it runs on asyncio only."""
@@ -244,7 +247,7 @@ async def test_on_asyncio_the_http1_client_serves_the_route_on_trio_httpx(
     async with remote(provider) as model:
         assert (await model.complete(REQUEST)).text == "ok"
         library = type(model._client).__name__
-    assert library == {"asyncio": "_Http1Route", "trio": "_HttpxClient"}[anyio_backend]
+    assert library == ("_HttpxClient" if anyio_backend == "trio" else "_Http1Route")
     (sent,) = provider.requests
     # The same bytes either way: httpx's compact JSON, non-ASCII as UTF-8.
     assert (
@@ -252,7 +255,8 @@ async def test_on_asyncio_the_http1_client_serves_the_route_on_trio_httpx(
     )
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio warns about open transports
+# asyncio warns about open transports (uvloop too)
+@pytest.mark.parametrize("anyio_backend", ["asyncio", UVLOOP], ids=["asyncio", "uvloop"])
 async def test_a_route_dropped_without_closing_closes_its_connections_quietly(
     provider: LocalProvider,
 ) -> None:

@@ -42,7 +42,7 @@ import ipaddress
 import ssl
 import zlib
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import unquote, urlsplit
 
 import httptools
@@ -107,6 +107,15 @@ def _eyeballs(host: str) -> float | None:
     except ValueError:
         return 0.25
     return None
+
+
+def _races(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the loop's ``create_connection`` takes ``happy_eyeballs_delay``.
+
+    asyncio's own loops do; uvloop's does not (it raises TypeError on the keyword), and an
+    embedder may run the runtime on it.
+    """
+    return isinstance(loop, asyncio.BaseEventLoop)
 
 
 class Http1Client:
@@ -196,14 +205,17 @@ class Http1Client:
         loop = asyncio.get_running_loop()
         if secure and self._tls is None:
             self._tls = ssl.create_default_context()
+        options: dict[str, Any] = {"ssl": self._tls if secure else None}
+        delay = _eyeballs(host)
+        if delay is not None and _races(loop):
+            options["happy_eyeballs_delay"] = delay
         try:
             async with asyncio.timeout(self._timeout):
                 _, connection = await loop.create_connection(
                     lambda: _Connection(loop, self._timeout, self._limit, self._open.discard),
                     host,
                     port,
-                    ssl=self._tls if secure else None,
-                    happy_eyeballs_delay=_eyeballs(host),
+                    **options,
                 )
         except TimeoutError:
             raise TimeoutError(
@@ -323,8 +335,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio's side -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport, though not always an asyncio.Transport subclass (uvloop's is not).
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._done is None:  # nothing asked: a server talking out of turn
