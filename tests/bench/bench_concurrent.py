@@ -6,6 +6,7 @@ Run on demand (not part of the test run)::
     python tests/bench/bench_concurrent.py --sessions 200 --entries 300 --latency 0.5
     python tests/bench/bench_concurrent.py --only runtime     # or --only server
     python tests/bench/bench_concurrent.py --model fake       # in-process model, no HTTP
+    python tests/bench/bench_concurrent.py --only runtime --uvloop  # the runtime on uvloop
 
 The model. By default every summary goes over HTTP to the local provider server
 (``orchestrator/_models/provider_server.py``) running in a child process, where each answer
@@ -508,6 +509,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--model", choices=("http", "fake"), default="http")
     parser.add_argument("--only", choices=("runtime", "server"))
     parser.add_argument("--profile", metavar="FILE", help="pyinstrument HTML of the runtime path")
+    parser.add_argument(
+        "--uvloop", action="store_true", help="run the runtime path on uvloop's event loop"
+    )
     args = parser.parse_args(argv)
     load = os.getloadavg()
     print(
@@ -521,16 +525,17 @@ def main(argv: list[str]) -> None:
         with Provider(args.model, args.latency, 4 * args.sessions) as provider:
             if args.only in (None, "runtime"):
                 paths = write_sessions(folder / "runtime", args.sessions, args.entries)
+                loop = {"use_uvloop": args.uvloop}
                 if args.profile:
                     from pyinstrument import Profiler
 
                     profiler = Profiler(async_mode="disabled")
                     profiler.start()
-                    anyio.run(through_runtime, paths, provider)
+                    anyio.run(through_runtime, paths, provider, backend_options=loop)
                     profiler.stop()
                     Path(args.profile).write_text(profiler.output_html())
                 else:
-                    anyio.run(through_runtime, paths, provider)
+                    anyio.run(through_runtime, paths, provider, backend_options=loop)
                 gc.collect()
             if args.only in (None, "server"):
                 server_folder = folder / "server"
