@@ -123,8 +123,8 @@ async def test_a_kept_connection_serves_the_next_call(serve: Callable[..., RawSe
 
 
 async def test_a_host_name_is_looked_up_then_connected_to(serve: Callable[..., RawServer]) -> None:
-    # A name takes the loop's lookup and its race of addresses (happy eyeballs) where the loop
-    # has one: uvloop's connect takes no delay for it, and refused one, failing every call.
+    # A name takes the loop's look-up, and asyncio's race of its addresses (happy eyeballs).
+    # uvloop has no race: its connect refuses the race's delay, which failed every call there.
     server = serve(lambda conn, _: conn.sendall(answer(b"{}", "Content-Length: 2")))
     client = Http1Client(5, LIMIT)
     assert (await client.post(f"http://localhost:{server.port}/s", b"{}")).body == b"{}"
