@@ -83,7 +83,10 @@ def settle_on_open(ports: Ports, journal: Journal) -> list[Settlement]:
     session = ports.session
     assert session is not None, "settling needs the session"
     settlements = settle_unfinished_operations(
-        journal, session.tree.by_id, is_applied=lambda op: _prune_applied(session, op)
+        journal,
+        session.tree.by_id,
+        is_applied=lambda op: _prune_applied(session, op),
+        session_id=session.session_id,
     )
     for settled in settlements:
         kind = settled.kind or "operation"

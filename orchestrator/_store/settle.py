@@ -12,6 +12,15 @@ changed again. Such an operation cannot be replayed, but it can still be closed 
 settled as if it had been left in ``committing``, the one phase that looks its commit up, so an
 operation whose entry is in the file is ``committed``, never reported as not applied, and any
 other ``failed``; nothing is applied either way. Its settlement carries a note saying so.
+
+A journal is a side file beside its session file, found by name. If the session file was
+replaced since (another session copied over it, a backup of another session restored), the
+journal's half-done operations belong to a session that is no longer there. Each operation's
+first record names its session (``sessionId``, the header's id): one recorded for another
+session is settled by the same rows (its commit counts as landed only if its entry is in this
+file, as a copy of the old file's entries would hold it), with a note naming both sessions, so
+that it is not taken for this session's own. Records written before the id was recorded name
+none and settle as before.
 """
 
 from __future__ import annotations
@@ -41,7 +50,8 @@ class Settlement:
         kind: Its kind.
         source: The state it was left in.
         dest: The final state it was settled to.
-        note: Why it was settled unusually (its state has no ``reopened`` row), or ``None``.
+        note: Why it was settled unusually (its state has no ``reopened`` row), or that it was
+            recorded for another session than the file's; ``None`` when neither.
     """
 
     operation_id: str
@@ -66,6 +76,7 @@ def settle_unfinished_operations(
     entry_ids_in_session: Container[str],
     *,
     is_applied: Callable[[JournaledOperation], bool] | None = None,
+    session_id: str | None = None,
 ) -> list[Settlement]:
     """Close every operation the journal shows half-done, without calling any model (D24).
 
@@ -82,6 +93,8 @@ def settle_unfinished_operations(
         journal: The session's journal.
         entry_ids_in_session: The ids of the entries now in the session.
         is_applied: Optional check of whether an operation's change is in the session.
+        session_id: The session's id (its header's), checked against the one each operation
+            recorded (a mismatch adds a note); ``None`` or empty checks nothing.
 
     Returns:
         What was settled, in journal order.
@@ -97,6 +110,9 @@ def settle_unfinished_operations(
             is_applied is not None and is_applied(op)
         )
         taken, note = _settling_step(defn, op, applied)
+        elsewhere = _recorded_for_another(op, session_id)
+        if elsewhere is not None:
+            note = f"{elsewhere}; {note}" if note is not None else elsewhere
         data: dict[str, object] = {"settled": True, "applied": applied}
         if note is not None:
             data["note"] = note
@@ -111,6 +127,14 @@ def settle_unfinished_operations(
             )
         )
     return settled
+
+
+def _recorded_for_another(op: JournaledOperation, session_id: str | None) -> str | None:
+    """A note when ``op`` was recorded for another session than ``session_id``, else ``None``."""
+    recorded = op.data.get("sessionId")
+    if not session_id or not isinstance(recorded, str) or recorded == session_id:
+        return None
+    return f"it was recorded for session {recorded}; the file is now session {session_id}"
 
 
 def _settling_step(
