@@ -19,6 +19,7 @@ from orchestrator import AgentSession, SummaryRoutes
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._store.journal import Journal
+from orchestrator._store.settle import Settlement
 from orchestrator.testing import ScriptedModel
 from tests.cli_kit import EXAMPLE
 
@@ -56,6 +57,13 @@ def left_open(path: Path, session_id: str | None, events: list[str], **data: obj
     journal.close()
 
 
+def settled_on_opening(path: Path) -> list[Settlement]:
+    """Open the session as its owner (settling its journal) and close it: what was settled."""
+    runtime = AgentSession.open(path)
+    runtime.close()
+    return runtime.settlements
+
+
 def another_session(path: Path) -> str:
     """Put another session's file at ``path`` (EXAMPLE under a new id); return that id."""
     lines = EXAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -88,9 +96,7 @@ async def test_a_half_done_operation_of_a_replaced_file_is_settled_with_a_note(
     left_open(path, old, ["prepared", "hooks_done"])  # killed while the model answered
     new = another_session(path)
     before = path.read_bytes()
-    runtime = AgentSession.open(path)
-    runtime.close()
-    (settled,) = runtime.settlements
+    (settled,) = settled_on_opening(path)
     assert (settled.operation_id, settled.source, settled.dest) == (
         "op-old",
         "summarizing",
@@ -100,9 +106,7 @@ async def test_a_half_done_operation_of_a_replaced_file_is_settled_with_a_note(
     assert path.read_bytes() == before  # nothing applied to the file now there
     (record,) = [r for r in Journal.open(path).records() if r.data.get("settled")]
     assert record.data["note"] == settled.note
-    again = AgentSession.open(path)
-    again.close()
-    assert again.settlements == []  # settled once
+    assert settled_on_opening(path) == []  # settled once
 
 
 async def test_its_commit_counts_only_if_its_entry_is_in_the_file_now_there(
@@ -117,23 +121,17 @@ async def test_its_commit_counts_only_if_its_entry_is_in_the_file_now_there(
     present = json.loads(EXAMPLE.read_text(encoding="utf-8").splitlines()[-1])["id"]
     left_open(path, old, ["prepared", "hooks_done", "summary_ready"], entryId=present)
     another_session(path)
-    runtime = AgentSession.open(path)
-    runtime.close()
-    assert [(s.dest, s.note is not None) for s in runtime.settlements] == [("committed", True)]
+    assert [(s.dest, s.note is not None) for s in settled_on_opening(path)] == [("committed", True)]
 
     left_open(path, old, ["prepared", "hooks_done", "summary_ready"], entryId="not-there")
-    runtime = AgentSession.open(path)
-    runtime.close()
-    assert [(s.dest, s.note is not None) for s in runtime.settlements] == [("failed", True)]
+    assert [(s.dest, s.note is not None) for s in settled_on_opening(path)] == [("failed", True)]
 
 
 async def test_the_same_session_reopened_settles_without_a_note(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     shutil.copy(EXAMPLE, path)
     left_open(path, header_id(path), ["prepared", "hooks_done"])
-    runtime = AgentSession.open(path)
-    runtime.close()
-    assert [(s.dest, s.note) for s in runtime.settlements] == [("cancelled", None)]
+    assert [(s.dest, s.note) for s in settled_on_opening(path)] == [("cancelled", None)]
 
 
 async def test_a_journal_written_before_sessions_were_named_settles_as_before(
@@ -143,6 +141,4 @@ async def test_a_journal_written_before_sessions_were_named_settles_as_before(
     shutil.copy(EXAMPLE, path)
     left_open(path, None, ["prepared"])
     another_session(path)
-    runtime = AgentSession.open(path)
-    runtime.close()
-    assert [(s.dest, s.note) for s in runtime.settlements] == [("cancelled", None)]
+    assert [(s.dest, s.note) for s in settled_on_opening(path)] == [("cancelled", None)]
