@@ -15,8 +15,10 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from orchestrator._models.provider_server import LocalProvider, Reply
+from orchestrator._rpc.connection import Limits
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
+from orchestrator._rpc.transport import LineReader, Overlong
 from orchestrator._runtime.hooks import Hooks
 from orchestrator.testing import AgentHang, ScriptedAgent
 from tests.cli_kit import EXAMPLE
@@ -198,3 +200,78 @@ async def test_a_compaction_cancelled_after_its_commit_is_not_called_unchanged(
         ),
         "data": {"kind": "cancelled_after_commit", "applied": True, "entryId": last["id"]},
     }
+
+
+async def test_requests_read_but_not_started_at_shutdown_are_answered_too(tmp_path: Path) -> None:
+    # One request may run at a time here: the lines sent after the hanging prompt are read (they
+    # came in the same write) but wait behind it. Stopping answered the prompt and left them
+    # with no answer at all; each is now answered with the shutdown error (nothing was started).
+    shutil.copy(EXAMPLE, tmp_path / "s.jsonl")
+    agent = ScriptedAgent([[AgentHang()]])
+    hub = SessionHub(RuntimeOptions(root=tmp_path, agent_factory=lambda: agent))
+    server = RpcServer(hub, limits=Limits(max_in_flight=1))
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            client = BufferedByteReceiveStream(stream)
+
+            async def answer_to(line: bytes) -> Any:
+                await stream.send(line)
+                while "id" not in (message := json.loads(await client.receive_until(b"\n", LIMIT))):
+                    pass
+                return message
+
+            await answer_to(request(0, "auth", token=TOKEN))
+            sid = (await answer_to(request(1, "session.open", path="s.jsonl")))["result"][
+                "session_id"
+            ]
+            waiting = [request(i, "session.tree", session_id=sid) for i in (3, 4)]
+            batch = b"[" + request(5, "session.list").strip() + b"]\n"
+            notification = b'{"jsonrpc":"2.0","method":"session.list"}\n'
+            prompt = request(2, "session.prompt", session_id=sid, text="hang")
+            await stream.send(prompt + b"".join(waiting) + batch + notification)
+            while agent.remaining:  # until the prompt's turn has called the agent
+                await anyio.sleep(0.01)
+            await server.stop()
+            messages = await lines_until_closed(client)
+        group.cancel_scope.cancel()
+    hub.close_all()
+    answers = [m for m in messages if isinstance(m, list) or "id" in m]
+    assert answers == [
+        {"jsonrpc": "2.0", "id": 2, "error": SHUTDOWN_ERROR},
+        {"jsonrpc": "2.0", "id": 3, "error": SHUTDOWN_ERROR},
+        {"jsonrpc": "2.0", "id": 4, "error": SHUTDOWN_ERROR},
+        [{"jsonrpc": "2.0", "id": 5, "error": SHUTDOWN_ERROR}],
+    ]  # in the order sent; the notification gets none
+    assert agent.remaining == 0
+
+
+class Chunks:
+    """A transport reading the given chunks, then waiting for ever (a client that went quiet)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    async def read(self) -> bytes:
+        if self.chunks:
+            return self.chunks.pop(0)
+        await anyio.sleep_forever()
+        return b""
+
+    async def write(self, data: bytes) -> None:
+        raise AssertionError("nothing is written")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_the_lines_a_reader_holds_come_out_as_next_would_give_them() -> None:
+    # What a stopping connection answers: the whole lines already read, an overlong one as
+    # Overlong (answered -32700, never parsed), and not the unfinished last one.
+    sent = b'{"a":1}\n' + b"y" * 100 + b'\n{"b":2}\n{"c"'
+    reader = LineReader(Chunks(sent), limit=16)
+    assert await reader.next() == b'{"a":1}'
+    assert reader.held() == Overlong(16)
+    assert reader.held() == b'{"b":2}'
+    assert reader.held() is None
+    assert reader.held() is None  # asking again reads nothing

@@ -7,15 +7,16 @@ request runs in its own task, so a ``session.compress`` can arrive while the sam
 ``session.prompt`` is still waiting: the runtime stops the turn, compacts, and both requests get
 their answers. When the client stops sending, the requests already running still finish; the
 connection ends after the last. When the server stops (:meth:`Connection.stop`), I stop reading,
-the dispatcher ends the running requests with an error answer each, and the connection closes
-once those are sent.
+the dispatcher ends the running requests with an error answer each, the requests read but not
+started get the same answer, and the connection closes once those are sent.
 
 Every resource a client can make me hold is bounded (:class:`Limits`):
 
 - a line holds at most ``max_line_bytes`` (a longer one is answered ``-32700`` and skipped
   without being kept);
 - a batch holds at most ``max_batch`` requests, and at most ``max_in_flight`` requests run at
-  once (a batch counts as the requests it holds): further lines wait unread;
+  once (a batch counts as the requests it holds): further lines wait (those already read are
+  answered with the shutdown error if the server stops);
 - while more than half of ``max_queued_bytes`` of output waits for the client, I stop reading
   its requests (a client that does not read stops being served); if events or running requests
   still push the waiting output over ``max_queued_bytes``, the queue is discarded, the client
@@ -145,6 +146,7 @@ class Connection:
         self.writing_bytes = 0
         self.in_flight = 0
         self.reading_done = False
+        self.stopping = False  # the server is shutting down (stop)
         self.final = False  # the queue holds the last thing this client will be sent
         self.gone = False  # nothing more can be written to the client
         self.deadline = math.inf  # for the writes of a client being closed
@@ -173,6 +175,8 @@ class Connection:
                 async with anyio.create_task_group() as requests:
                     with self.read_scope:
                         await self._read(requests)
+                    if self.stopping and self.proven:
+                        self._refuse_held(requests)
             finally:
                 stop()
                 self.reading_done = True
@@ -183,8 +187,11 @@ class Connection:
 
         The dispatcher ends the running requests (:meth:`Dispatcher.stop`); their answers are
         sent within the drop timeout, so a client that does not read cannot hold the server
-        open. Lines the client sent that I have not read yet get no answer.
+        open. The requests read but not started (waiting behind ``max_in_flight``) are
+        answered with the same error; lines the client sent that I have not read yet get no
+        answer.
         """
+        self.stopping = True
         self.read_scope.cancel()
         self.deadline = min(self.deadline, anyio.current_time() + self.limits.drop_timeout)
         if self.write_scope is not None:
@@ -340,6 +347,16 @@ class Connection:
         weight = weight if weight <= self.limits.max_batch else 1
         self.in_flight += weight
         requests.start_soon(self._answer, message, weight)
+
+    def _refuse_held(self, requests: anyio.abc.TaskGroup) -> None:
+        """Answer the whole lines read but not taken, the server stopping.
+
+        The dispatcher is stopped: each request among them is answered with its error at once,
+        without running (a notification gets nothing, a line that is not JSON its parse error).
+        What the reader holds is bounded (a line and a read), so no bound on requests is kept.
+        """
+        while (line := self.reader.held()) is not None:
+            self._take(line, requests)
 
     async def _room(self) -> None:
         """Wait until another line may be read: few enough requests running, output drained."""

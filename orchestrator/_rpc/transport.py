@@ -125,36 +125,49 @@ class LineReader:
         self.limit = limit
         self._buffer = bytearray()
         self._searched = 0  # the buffer before this offset holds no newline
+        self._skipping = False  # dropping an overlong line's bytes up to its newline
         self._ended = False
 
     async def next(self) -> bytes | Overlong | None:
         """The next line, :class:`Overlong` for a line over the limit, ``None`` at the end."""
-        skipping = False
         while True:
-            end = self._buffer.find(b"\n", self._searched)
-            if end >= 0:
-                line = bytes(self._buffer[:end])
-                del self._buffer[: end + 1]
-                self._searched = 0
-                if skipping or len(line) > self.limit:
-                    return Overlong(self.limit)
+            line = self.held()
+            if line is not None:
                 return line
             if len(self._buffer) > self.limit:
                 # Over the limit and no newline yet: drop what I hold and keep dropping up to
                 # the newline, so that a client cannot make me hold more than the limit.
-                skipping = True
+                self._skipping = True
                 self._buffer.clear()
-            self._searched = len(self._buffer)
+                self._searched = 0
             if self._ended:
                 break
             chunk = await self.transport.read()
             if not chunk:
                 self._ended = True
             self._buffer += chunk
-        if skipping:
+        if self._skipping:
+            self._skipping = False
             return Overlong(self.limit)
         if self._buffer:
             line = bytes(self._buffer)
             self._buffer.clear()
             return line
         return None
+
+    def held(self) -> bytes | Overlong | None:
+        """The next whole line already read, as :meth:`next` gives it, without reading more.
+
+        ``None`` when no whole line is held (the bytes after the last newline wait for more).
+        """
+        end = self._buffer.find(b"\n", self._searched)
+        if end < 0:
+            self._searched = len(self._buffer)
+            return None
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        self._searched = 0
+        if self._skipping or len(line) > self.limit:
+            self._skipping = False
+            return Overlong(self.limit)
+        return line
