@@ -73,6 +73,17 @@ def another_session(path: Path) -> str:
     return "replacement-session"
 
 
+def replaced_while_open(tmp_path: Path, events: list[str], **data: object) -> tuple[Path, str]:
+    """A session file whose operation was left open (``events`` taken), then another session's
+    file put in its place; returns the path and the old session's id."""
+    path = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, path)
+    old = header_id(path)
+    left_open(path, old, events, **data)
+    another_session(path)
+    return path, old
+
+
 async def test_an_operation_records_the_session_it_belongs_to(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     shutil.copy(EXAMPLE, path)
@@ -90,11 +101,9 @@ async def test_an_operation_records_the_session_it_belongs_to(tmp_path: Path) ->
 async def test_a_half_done_operation_of_a_replaced_file_is_settled_with_a_note(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "s.jsonl"
-    shutil.copy(EXAMPLE, path)
-    old = header_id(path)
-    left_open(path, old, ["prepared", "hooks_done"])  # killed while the model answered
-    new = another_session(path)
+    # Killed while the model answered.
+    path, old = replaced_while_open(tmp_path, ["prepared", "hooks_done"])
+    new = header_id(path)
     before = path.read_bytes()
     (settled,) = settled_on_opening(path)
     assert (settled.operation_id, settled.source, settled.dest) == (
@@ -112,18 +121,15 @@ async def test_a_half_done_operation_of_a_replaced_file_is_settled_with_a_note(
 async def test_its_commit_counts_only_if_its_entry_is_in_the_file_now_there(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "s.jsonl"
-    shutil.copy(EXAMPLE, path)
-    old = header_id(path)
     # Killed in committing, its entry planned as one the replacement happens to hold (a copy of
     # the old file's entries under a new id would): committed, with the note; one it does not
     # hold: failed, with the note.
     present = json.loads(EXAMPLE.read_text(encoding="utf-8").splitlines()[-1])["id"]
-    left_open(path, old, ["prepared", "hooks_done", "summary_ready"], entryId=present)
-    another_session(path)
+    committing = ["prepared", "hooks_done", "summary_ready"]
+    path, old = replaced_while_open(tmp_path, committing, entryId=present)
     assert [(s.dest, s.note is not None) for s in settled_on_opening(path)] == [("committed", True)]
 
-    left_open(path, old, ["prepared", "hooks_done", "summary_ready"], entryId="not-there")
+    left_open(path, old, committing, entryId="not-there")
     assert [(s.dest, s.note is not None) for s in settled_on_opening(path)] == [("failed", True)]
 
 

@@ -6,6 +6,8 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -114,48 +116,66 @@ async def test_a_request_running_at_shutdown_is_answered_before_the_connection_c
     assert operation[-1]["to"] == "cancelled", operation[-1]
 
 
-async def test_stopping_answers_each_running_request_of_a_batch_and_closes_new_connections(
-    tmp_path: Path,
-) -> None:
+class Served:
+    """A server on loopback TCP holding one session whose agent hangs, and a client of it."""
+
+    def __init__(self, server: RpcServer, port: int, stream: Any, agent: ScriptedAgent) -> None:
+        self.server, self.port, self.stream, self.agent = server, port, stream, agent
+        self.client = BufferedByteReceiveStream(stream)
+        self.sid = ""
+
+    async def call(self, line: bytes) -> Any:
+        """The answer to ``line`` (events on the way are passed over)."""
+        await self.stream.send(line)
+        while True:
+            message = json.loads(await self.client.receive_until(b"\n", LIMIT))
+            if "id" in message:
+                return message
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, limits: Limits | None = None) -> AsyncIterator[Served]:
+    """Serve ``s.jsonl`` (a copy of the example) and connect, authenticated, with it open."""
     shutil.copy(EXAMPLE, tmp_path / "s.jsonl")
     agent = ScriptedAgent([[AgentHang()]])
     hub = SessionHub(RuntimeOptions(root=tmp_path, agent_factory=lambda: agent))
-    server = RpcServer(hub)
+    server = RpcServer(hub, limits=limits)
     async with anyio.create_task_group() as group:
         port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
         async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-            client = BufferedByteReceiveStream(stream)
-
-            async def call(line: bytes) -> Any:
-                """The answer to ``line`` (events on the way are passed over)."""
-                await stream.send(line)
-                while True:
-                    message = json.loads(await client.receive_until(b"\n", LIMIT))
-                    if "id" in message:
-                        return message
-
-            await call(request(0, "auth", token=TOKEN))
-            sid = (await call(request(1, "session.open", path="s.jsonl")))["result"]["session_id"]
-            tree, prompt = (
-                request(2, "session.tree", session_id=sid),
-                request(3, "session.prompt", session_id=sid, text="hang"),
-            )
-            await stream.send(b"[" + tree.strip() + b"," + prompt.strip() + b"]\n")
-            state = ""
-            while state != "running":  # the turn has started: the agent is being called
-                state = (await call(request(9, "session.list")))["result"]["sessions"][0]["state"]
-            await server.stop()
-            messages = await lines_until_closed(client)
-        async with await anyio.connect_tcp("127.0.0.1", port) as late:
-            closed = await read_all(BufferedByteReceiveStream(late))
+            served = Served(server, port, stream, agent)
+            await served.call(request(0, "auth", token=TOKEN))
+            opened = await served.call(request(1, "session.open", path="s.jsonl"))
+            served.sid = opened["result"]["session_id"]
+            yield served
         group.cancel_scope.cancel()
     hub.close_all()
+
+
+async def test_stopping_answers_each_running_request_of_a_batch_and_closes_new_connections(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as served:
+        tree, prompt = (
+            request(2, "session.tree", session_id=served.sid),
+            request(3, "session.prompt", session_id=served.sid, text="hang"),
+        )
+        await served.stream.send(b"[" + tree.strip() + b"," + prompt.strip() + b"]\n")
+        state = ""
+        while state != "running":  # the turn has started: the agent is being called
+            state = (await served.call(request(9, "session.list")))["result"]["sessions"][0][
+                "state"
+            ]
+        await served.server.stop()
+        messages = await lines_until_closed(served.client)
+        async with await anyio.connect_tcp("127.0.0.1", served.port) as late:
+            closed = await read_all(BufferedByteReceiveStream(late))
     [batch] = [m for m in messages if isinstance(m, list)]
     assert batch[0]["id"] == 2
-    assert batch[0]["result"]["sessionId"] == sid  # it had finished: its answer is kept
+    assert batch[0]["result"]["sessionId"] == served.sid  # it had finished: its answer is kept
     assert batch[1] == {"jsonrpc": "2.0", "id": 3, "error": SHUTDOWN_ERROR}
     assert closed == b""  # a connection made while stopping is closed without a word
-    assert agent.remaining == 0
+    assert served.agent.remaining == 0
 
 
 async def test_a_compaction_cancelled_after_its_commit_is_not_called_unchanged(
@@ -206,36 +226,16 @@ async def test_requests_read_but_not_started_at_shutdown_are_answered_too(tmp_pa
     # One request may run at a time here: the lines sent after the hanging prompt are read (they
     # came in the same write) but wait behind it. Stopping answered the prompt and left them
     # with no answer at all; each is now answered with the shutdown error (nothing was started).
-    shutil.copy(EXAMPLE, tmp_path / "s.jsonl")
-    agent = ScriptedAgent([[AgentHang()]])
-    hub = SessionHub(RuntimeOptions(root=tmp_path, agent_factory=lambda: agent))
-    server = RpcServer(hub, limits=Limits(max_in_flight=1))
-    async with anyio.create_task_group() as group:
-        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
-        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-            client = BufferedByteReceiveStream(stream)
-
-            async def answer_to(line: bytes) -> Any:
-                await stream.send(line)
-                while "id" not in (message := json.loads(await client.receive_until(b"\n", LIMIT))):
-                    pass
-                return message
-
-            await answer_to(request(0, "auth", token=TOKEN))
-            sid = (await answer_to(request(1, "session.open", path="s.jsonl")))["result"][
-                "session_id"
-            ]
-            waiting = [request(i, "session.tree", session_id=sid) for i in (3, 4)]
-            batch = b"[" + request(5, "session.list").strip() + b"]\n"
-            notification = b'{"jsonrpc":"2.0","method":"session.list"}\n'
-            prompt = request(2, "session.prompt", session_id=sid, text="hang")
-            await stream.send(prompt + b"".join(waiting) + batch + notification)
-            while agent.remaining:  # until the prompt's turn has called the agent
-                await anyio.sleep(0.01)
-            await server.stop()
-            messages = await lines_until_closed(client)
-        group.cancel_scope.cancel()
-    hub.close_all()
+    async with serving(tmp_path, Limits(max_in_flight=1)) as served:
+        waiting = [request(i, "session.tree", session_id=served.sid) for i in (3, 4)]
+        batch = b"[" + request(5, "session.list").strip() + b"]\n"
+        notification = b'{"jsonrpc":"2.0","method":"session.list"}\n'
+        prompt = request(2, "session.prompt", session_id=served.sid, text="hang")
+        await served.stream.send(prompt + b"".join(waiting) + batch + notification)
+        while served.agent.remaining:  # until the prompt's turn has called the agent
+            await anyio.sleep(0.01)
+        await served.server.stop()
+        messages = await lines_until_closed(served.client)
     answers = [m for m in messages if isinstance(m, list) or "id" in m]
     assert answers == [
         {"jsonrpc": "2.0", "id": 2, "error": SHUTDOWN_ERROR},
@@ -243,7 +243,6 @@ async def test_requests_read_but_not_started_at_shutdown_are_answered_too(tmp_pa
         {"jsonrpc": "2.0", "id": 4, "error": SHUTDOWN_ERROR},
         [{"jsonrpc": "2.0", "id": 5, "error": SHUTDOWN_ERROR}],
     ]  # in the order sent; the notification gets none
-    assert agent.remaining == 0
 
 
 class Chunks:
