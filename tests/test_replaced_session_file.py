@@ -19,7 +19,7 @@ from orchestrator import AgentSession, SummaryRoutes
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._store.journal import Journal
-from orchestrator._store.settle import Settlement
+from orchestrator._store.settle import Settlement, settle_unfinished_operations
 from orchestrator.testing import ScriptedModel
 from tests.cli_kit import EXAMPLE
 
@@ -148,3 +148,16 @@ async def test_a_journal_written_before_sessions_were_named_settles_as_before(
     left_open(path, None, ["prepared"])
     another_session(path)
     assert [(s.dest, s.note) for s in settled_on_opening(path)] == [("cancelled", None)]
+
+
+def test_an_empty_session_id_names_nobody() -> None:
+    # A record naming "" (a hand-edited journal, a session written without a header) is no other
+    # session: it settles without a note; a real other id gets one.
+    for recorded, noted in (("", False), ("someone-else", True)):
+        journal = Journal.in_memory()
+        step = Step(
+            machine="operation", source="preparing", event="e", dest="summarizing", effects=()
+        )
+        journal.record(step, operation_id="op", kind="compaction", data={"sessionId": recorded})
+        (settled,) = settle_unfinished_operations(journal, set(), session_id="this-session")
+        assert (settled.dest, settled.note is not None) == ("cancelled", noted)

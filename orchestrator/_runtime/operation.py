@@ -577,9 +577,10 @@ class OperationRun:
                 kept["facts"] = facts_delta(step.facts)
             if step.source == "preparing":
                 kept.setdefault("reason", self.job.reason)
-                if self.ports.session is not None:
+                named = self.ports.session.session_id if self.ports.session is not None else ""
+                if named:  # (a session with no header yet has no id to name)
                     # Whose operation this is, should the file be replaced before it settles.
-                    kept.setdefault("sessionId", self.ports.session.session_id)
+                    kept.setdefault("sessionId", named)
             # Every step is in the file before anyone hears of it; only the phases settling
             # needs are made durable, by _sync_journal before the step's effects (D24, issue 9).
             # The final state's record is made durable by the journal's next fsync (the next

@@ -132,7 +132,7 @@ def settle_unfinished_operations(
 def _recorded_for_another(op: JournaledOperation, session_id: str | None) -> str | None:
     """A note when ``op`` was recorded for another session than ``session_id``, else ``None``."""
     recorded = op.data.get("sessionId")
-    if not session_id or not isinstance(recorded, str) or recorded == session_id:
+    if not session_id or not isinstance(recorded, str) or recorded in ("", session_id):
         return None
     return f"it was recorded for session {recorded}; the file is now session {session_id}"
 
