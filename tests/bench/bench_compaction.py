@@ -26,8 +26,9 @@ the orchestration overhead), the CPU time the
 process spent meanwhile (all its threads: on a shared machine steadier than the wall time), how
 many model calls were made and how many were in flight at once, and, for reference, the time
 planning alone takes and what one fsync of an appended line costs on the disk the sessions are
-on (the commit makes one: its share of the overhead belongs to the disk, and varies with what
-else writes to it).
+on, back to back and after an idle wait of ``L`` (the commit makes one, just after its model's
+answer: its share of the overhead belongs to the disk and to how fast the machine wakes from
+idle, and varies with what else writes to it).
 
 Why both. The fake's ``anyio.sleep(L)`` lasts about half a millisecond longer than ``L``: asyncio
 rounds the wait it asks the kernel for up to the next whole millisecond, and the loop's pass
@@ -263,8 +264,13 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     }
 
 
-def fsync_cost(runs: int = 21) -> float:
-    """Median seconds of appending one line to a file and fsyncing it, in the temp folder."""
+def fsync_cost(runs: int = 21, idle: float = 0.0) -> float:
+    """Median seconds of appending one line to a file and fsyncing it, in the temp folder.
+
+    ``idle``: seconds to sleep before each append. A commit fsyncs just after its model's
+    answer, so after an idle wait: on a virtual machine that halts idle processors through its
+    hypervisor, that fsync costs several times one that follows another at once.
+    """
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "probe.jsonl"
@@ -272,6 +278,8 @@ def fsync_cost(runs: int = 21) -> float:
         with path.open("ab") as out:
             os.fsync(out.fileno())
             for _ in range(runs):
+                if idle:
+                    time.sleep(idle)
                 out.write(b'{"type":"probe"}\n')
                 out.flush()
                 t0 = time.perf_counter()
@@ -293,8 +301,9 @@ def main(argv: list[str]) -> None:
     sizes = [int(a) for a in argv] or SIZES
     print(
         f"Python {sys.version.split()[0]}, fake model latency L = {latency * 1e3:.0f} ms, "
-        f"median of {runs} runs, load {os.getloadavg()[0]:.1f}, "
-        f"one fsync of an appended line {fsync_cost() * 1e3:.1f} ms"
+        f"median of {runs} runs, load {os.getloadavg()[0]:.1f}; one fsync of an appended line "
+        f"{fsync_cost() * 1e3:.2f} ms back to back, "
+        f"{fsync_cost(runs=9, idle=latency) * 1e3:.2f} ms after an idle wait of L"
     )
     rows = []
     for n in sizes:
