@@ -5,6 +5,7 @@ Run on demand (not part of the test run)::
     python tests/bench/bench_compaction.py                 # 1k, 10k, 100k entries, 5 runs, L=0.2 s
     python tests/bench/bench_compaction.py --runs 3 1000     # chosen sizes and runs
     python tests/bench/bench_compaction.py --latency 0.5     # another model latency
+    python tests/bench/bench_compaction.py --timeline 10000  # where the time goes, piece by piece
 
 The model is a fake whose ``complete()`` sleeps ``L`` seconds and answers with a short summary.
 For each size two sessions are built from the same linear history as ``bench_core.py``, with a
@@ -62,6 +63,7 @@ from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
 from tests.bench.bench_core import write_session  # noqa: E402
+from tests.bench.timeline import Timeline, instrumented, report  # noqa: E402
 
 SIZES = [1_000, 10_000, 100_000]
 RUNS = 5
@@ -82,8 +84,9 @@ def covered(spans: list[tuple[float, float]]) -> float:
 class FakeModel:
     """A model route that sleeps ``latency`` seconds (a little more: see above) and answers."""
 
-    def __init__(self, latency: float) -> None:
+    def __init__(self, latency: float, timeline: Timeline | None = None) -> None:
         self.latency = latency
+        self.timeline = timeline
         self.calls: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -101,12 +104,16 @@ class FakeModel:
         self.calls.append(request.purpose)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if self.timeline is not None:
+            self.timeline.mark("model called")
         start = time.perf_counter()
         try:
             await anyio.sleep(self.latency)
         finally:
             self.in_flight -= 1
             self.spans.append((start, time.perf_counter()))
+            if self.timeline is not None:
+                self.timeline.mark("model answers")
         return ModelResponse(
             text=f"## Goal\nBenchmark summary ({request.purpose}).\n\n## Progress\n- done",
             stop_reason="stop",
@@ -210,7 +217,9 @@ def _check_plan(plan: object, kind: str) -> CompactionPlan:
     return plan
 
 
-async def one_run(data: bytes, kind: str, latency: float) -> dict[str, Any]:
+async def one_run(
+    data: bytes, kind: str, latency: float, timeline: Timeline | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "session.jsonl"
         path.write_bytes(data)
@@ -224,12 +233,14 @@ async def one_run(data: bytes, kind: str, latency: float) -> dict[str, Any]:
         # session is (AgentSession.open): the writer lock is taken here, not by the commit.
         session = Session.open(path, owner="bench_compaction")
         try:
-            return await _timed(session, kind, latency)
+            return await _timed(session, kind, latency, timeline)
         finally:
             session.close()
 
 
-async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
+async def _timed(
+    session: Session, kind: str, latency: float, timeline: Timeline | None
+) -> dict[str, Any]:
     settings = CompactionSettings()
     # A live session has its context built already (the agent loop asked for it every turn),
     # its file open for appending and the event loop's disk thread started (its last turn's
@@ -241,14 +252,18 @@ async def _timed(session: Session, kind: str, latency: float) -> dict[str, Any]:
     # The same planning the compaction does: over the path, reusing the live context.
     _check_plan(plan_compaction(session.path(), settings, context=session.context()), kind)
     t_plan = time.perf_counter() - t0
-    fake = FakeModel(latency)
+    fake = FakeModel(latency, timeline)
     summarizer = SummaryRoutes(candidates=(fake,))
     runtime = AgentSession(
         session, summarizer=summarizer, settings=RuntimeSettings(compaction=settings)
     )
+    if timeline is not None:
+        timeline.start()
     t0, c0 = time.perf_counter(), time.process_time()
     outcome = await runtime.compact()
     total = time.perf_counter() - t0
+    if timeline is not None:
+        timeline.stop()
     cpu = time.process_time() - c0  # every thread of the process: steadier than wall under load
     assert outcome.entry is not None, outcome.reason
     _check_plan(outcome.plan, kind)
@@ -288,9 +303,27 @@ def fsync_cost(runs: int = 21, idle: float = 0.0) -> float:
     return statistics.median(times)
 
 
-def main(argv: list[str]) -> None:
-    runs, latency = RUNS, LATENCY
+def timelines(sizes: list[int], runs: int, latency: float) -> None:
+    """``--timeline``: where each compaction's time goes, piece by piece (see timeline.py)."""
+    for n in sizes:
+        for kind in ("plain", "split"):
+            data = session_bytes(n, kind)
+            taken = []
+            for _ in range(runs):
+                timeline = Timeline()
+                with instrumented(timeline):
+                    anyio.run(one_run, data, kind, latency, timeline)
+                taken.append(timeline)
+            report(taken, latency, f"n={n} {kind}")
+
+
+def options(argv: list[str]) -> tuple[int, float, bool, list[int]]:
+    """``--runs N``, ``--latency S``, ``--timeline`` and the sizes."""
+    runs, latency, timeline = RUNS, LATENCY, False
     while argv[:1] and argv[0].startswith("--"):
+        if argv[0] == "--timeline":
+            timeline, argv = True, argv[1:]
+            continue
         if argv[0] == "--runs":
             runs = int(argv[1])
         elif argv[0] == "--latency":
@@ -298,7 +331,14 @@ def main(argv: list[str]) -> None:
         else:
             raise SystemExit(f"unknown option {argv[0]}")
         argv = argv[2:]
-    sizes = [int(a) for a in argv] or SIZES
+    return runs, latency, timeline, [int(a) for a in argv] or SIZES
+
+
+def main(argv: list[str]) -> None:
+    runs, latency, timeline, sizes = options(argv)
+    if timeline:
+        timelines(sizes, runs, latency)
+        return
     print(
         f"Python {sys.version.split()[0]}, fake model latency L = {latency * 1e3:.0f} ms, "
         f"median of {runs} runs, load {os.getloadavg()[0]:.1f}; one fsync of an appended line "
