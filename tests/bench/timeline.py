@@ -123,10 +123,11 @@ def instrumented(timeline: Timeline) -> Iterator[None]:
 def report(runs: list[Timeline], latency: float, title: str) -> None:
     """Print the median time of each mark over ``runs``, and less ``L`` once the answer came."""
     print(f"\n{title}: median of {len(runs)} runs, ms from the start of compact()")
-    names = [name for name, _ in runs[0].marks]
+    # By name, not by position: a split turn's two answers may come in either order.
+    taken = [dict(run.marks) for run in runs]
     answered = False
-    for index, name in enumerate(names):
-        at = statistics.median(run.marks[index][1] for run in runs if len(run.marks) > index)
+    for name in sorted(taken[0], key=lambda n: statistics.median(t[n] for t in taken if n in t)):
+        at = statistics.median(t[name] for t in taken if name in t)
         answered = answered or name.startswith("model answers")
         shown = f"{at * 1e3:9.3f}"
         if answered:
