@@ -71,13 +71,20 @@ def _faults() -> int:
     return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
 
-def _timed(timeline: Timeline, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+def _timed(
+    timeline: Timeline, name: str, call: Callable[..., Any], *, count_faults: bool = False
+) -> Callable[..., Any]:
+    """``call``, marking ``name starts`` and ``name ends`` (and counting its page faults)."""
+
     def timed(*args: Any, **kwargs: Any) -> Any:
+        before = _faults() if count_faults else 0
         timeline.mark(f"{name} starts")
         try:
             return call(*args, **kwargs)
         finally:
             timeline.mark(f"{name} ends")
+            if count_faults and timeline.running:
+                timeline.faults.append(_faults() - before)
 
     return timed
 
@@ -91,16 +98,6 @@ def instrumented(timeline: Timeline) -> Iterator[None]:
         patches.append((owner, attribute, getattr(owner, attribute)))
         setattr(owner, attribute, replacement)
 
-    def counted_request(*args: Any, **kwargs: Any) -> Any:
-        before = _faults()
-        timeline.mark("summary request starts")
-        try:
-            return request_for(*args, **kwargs)
-        finally:
-            timeline.mark("summary request ends")
-            if timeline.running:
-                timeline.faults.append(_faults() - before)
-
     async def marked_off_loop(session: Session, work: Callable[[], Any]) -> Any:
         timeline.mark("commit handed to the disk thread")
         result = await off_loop(session, _timed(timeline, "disk thread work", work))
@@ -108,7 +105,9 @@ def instrumented(timeline: Timeline) -> Iterator[None]:
         return result
 
     patch(jobs, "plan_compaction", _timed(timeline, "planning", plan_compaction))
-    patch(outcomes, "request_for", counted_request)
+    patch(
+        outcomes, "request_for", _timed(timeline, "summary request", request_for, count_faults=True)
+    )
     patch(operation, "off_loop", marked_off_loop)
     patch(JsonlStore, "append", _timed(timeline, "append", JsonlStore.append))
     patch(JsonlStore, "sync", _timed(timeline, "fsync", JsonlStore.sync))
