@@ -224,6 +224,7 @@ def test_plan_report_with_and_without_window() -> None:
         "reason": None,
         "staleUsage": False,
         "estimatedTokens": 400,
+        "staleUsageTokens": 0,
     }
     windowed = plan_report(s.path(), CompactionSettings(reserve_tokens=100), 450)
     assert windowed["threshold"] == 350

@@ -25,10 +25,8 @@ class MeasuringBuilder(ContextBuilder):
     """The reference: every restart measures the kept messages again."""
 
     def _restart_at(self, compaction: Entry) -> None:
-        here = len(self._path) - 1
-        kept = compaction.get("firstKeptEntryId")
-        start = self._position.get(kept, here) if isinstance(kept, str) else here
-        self._restart_measuring(compaction, here, min(start, here))
+        self._irregular = True  # what makes a restart measure again (a context edit does)
+        super()._restart_at(compaction)
 
 
 def from_zero(sums: Sequence[int]) -> list[int]:
@@ -49,10 +47,12 @@ def fields(context: SessionContext) -> dict[str, Any]:
         # Running sums are compared as sums from the start: a restart keeps the kept part's
         # sums where they stood (ContextIndex), a build from scratch starts them at 0.
         "prefix": from_zero(index.prefix[: index.count + 1]),
-        "message_prefix": from_zero(index.message_prefix[: index.count + 1]),
         "count": index.count,
         "base": index.base,
         "last_compaction": index.last_compaction,
+        "context_start": index.context_start,
+        "last_invalidating": index.last_invalidating,
+        "system": list(index.system),
         "events": [
             (index.event_message[i], index.event_kind[i], index.event_path[i])
             for i in range(index.events)

@@ -103,15 +103,15 @@ def test_no_cut_points_keeps_window_start() -> None:
     )
 
 
-def test_only_message_entries_count_toward_the_budget() -> None:
+def test_custom_messages_count_toward_the_budget() -> None:
     s = SessionBuilder()
     s.user("a" * 400)
     s.assistant("b" * 400)
-    s.custom_message("c" * 4000)  # a custom_message is a cut point but not counted (pi)
+    s.custom_message("c" * 4000)  # pi 1.x (0.80.4) counts it; pi 0.73 did not
     s.user("d" * 40)
     path = s.path()
     cut = find_cut_point(path, 0, len(path), 100)
-    assert cut.first_kept_index == 1  # budget spent at the assistant, not at the custom message
+    assert cut.first_kept_index == 2  # budget spent at the custom message
 
 
 def test_metadata_is_pulled_into_the_kept_region() -> None:

@@ -91,7 +91,7 @@ def _reference_texts(content: object) -> list[str]:
 
 
 def _reference_assistant(message: Message) -> list[str]:
-    thinking: list[str] = []
+    # pi 1.2 and later leave thinking out of the summary request.
     texts: list[str] = []
     calls: list[str] = []
     content = message.get("content")
@@ -101,15 +101,11 @@ def _reference_assistant(message: Message) -> list[str]:
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
-        if kind == "thinking":
-            thinking.append(str(block.get("thinking") or ""))
-        elif kind == "text":
+        if kind == "text":
             texts.append(str(block.get("text") or ""))
         elif kind == "toolCall":
             calls.append(_reference_call(str(block.get("name", "")), block.get("arguments")))
     parts = []
-    if thinking:
-        parts.append("[Assistant thinking]: " + "\n".join(thinking))
     if texts:
         parts.append("[Assistant]: " + "\n".join(texts))
     if calls:
@@ -472,7 +468,7 @@ def _check_index(index: ContextIndex, context_messages: Sequence[Message]) -> No
     serial = index.serial[: index.count + 1]
     assert [value - serial[0] for value in serial] == from_scratch_sums(on_time)
     for lo in range(index.count + 1):
-        measured = index.measured(context_messages, lo, index.count)
+        measured = index.measured(context_messages, range(lo, index.count))
         whole = reference_serialize(context_messages[lo:])
         assert measured.units() == utf16_len(whole)
         half = measured.suffix(utf16_len(whole) // 2)

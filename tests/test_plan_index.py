@@ -24,13 +24,12 @@ from orchestrator._core.compaction_plan import (
 )
 from orchestrator._core.context import ContextBuilder, build_context
 from orchestrator._core.cut_point import (
+    TURN_START_ROLES,
     CutPoint,
-    _opens_with_user,
-    _pull_metadata,
     find_turn_start_index,
     valid_cut_points,
 )
-from orchestrator._core.entries import COMPACTION, MESSAGE, Entry, Message, entry_message
+from orchestrator._core.entries import COMPACTION, Entry, Message, entry_message
 from orchestrator._core.file_ops import (
     compute_file_lists,
     file_ops_from_details,
@@ -47,23 +46,36 @@ from tests.test_planning_properties import KEEP, sessions
 Path = list[Entry]
 
 
+def _gives(entry: Entry) -> Message | None:
+    # These sessions hold no context edit: an entry's message is its own (a compaction's none).
+    return None if entry.get("type") == COMPACTION else entry_message(entry)
+
+
 def reference_cut_point(path: Path, start: int, end: int, keep: int) -> CutPoint:
     cut_points = valid_cut_points(path, start, end)
     if not cut_points:
         return CutPoint(first_kept_index=start, turn_start_index=-1, is_split_turn=False)
     cut = cut_points[0]
     accumulated, spent_at = 0, None
-    for i in range(end - 1, start - 1, -1):
-        if path[i].get("type") == MESSAGE and isinstance(path[i].get("message"), dict):
-            accumulated += estimate_tokens(path[i]["message"])
+    for i in range(end - 1, start - 1, -1):  # every message counts (pi 1.x), those of 0 aside
+        message = _gives(path[i])
+        tokens = estimate_tokens(message) if message is not None else 0
+        if tokens:
+            accumulated += tokens
             if accumulated >= keep:
                 spent_at = i
                 break
     if spent_at is not None:
         later = bisect.bisect_left(cut_points, spent_at)
         cut = cut_points[later] if later < len(cut_points) else cut_points[-1]
-    cut = _pull_metadata(path, cut, start)
-    if _opens_with_user(path, cut, end):
+    latest = last_compaction_index(path)
+    while True:  # entries that give no message stay with what follows
+        at = cut - 1 if cut - 1 != latest else cut - 2  # the latest compaction is not there
+        if at < start or path[at].get("type") == COMPACTION or _gives(path[at]) is not None:
+            break
+        cut = at
+    shown = next((m for e in path[cut:end] if (m := _gives(e)) is not None), None)
+    if shown is not None and shown.get("role") in TURN_START_ROLES:  # D10
         return CutPoint(first_kept_index=cut, turn_start_index=-1, is_split_turn=False)
     turn_start = find_turn_start_index(path, cut, start)
     if turn_start in (-1, cut):
@@ -201,18 +213,19 @@ def test_a_context_of_another_path_is_not_trusted() -> None:
 def test_the_kept_budget_is_reached_where_the_newest_first_walk_reaches_it(
     session: Any, keep: int
 ) -> None:
-    # The index answers from running sums (a binary search); pi walks the message entries
-    # newest first until their estimates reach the budget. A budget of 0 or less: the newest.
+    # The index answers from running sums (a binary search); pi 1.x walks every message after
+    # the compaction's own newest first, passing those that count 0, until their estimates
+    # reach the budget. A budget of 0 or less: the newest that counts.
     path = session.path()
     context = build_context(path)
     index = context.index
     assert index is not None
     walked, accumulated = None, 0
     for k in range(index.count - 1, index.base - 1, -1):
-        at = index.positions[k]
-        if path[at].get("type") == MESSAGE:
-            accumulated += context.estimates[k]
-            if accumulated >= keep:
-                walked = at
-                break
-    assert index.budget_position(context.estimates, keep) == walked
+        if context.estimates[k] == 0:
+            continue
+        accumulated += context.estimates[k]
+        if accumulated >= keep:
+            walked = index.positions[k]
+            break
+    assert index.budget_position(keep) == walked

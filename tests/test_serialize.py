@@ -70,8 +70,8 @@ def test_assistant_parts_in_pi_order_and_format() -> None:
             },
         ],
     }
+    # pi 1.2 and later leave thinking out.
     assert serialize_conversation([assistant]) == (
-        "[Assistant thinking]: hmm\nok\n\n"
         "[Assistant]: first\nsecond\n\n"
         '[Assistant tool calls]: read(path="src/é.py"); '
         'edit(z=1, a=[1,null,true], o={"k":"v"})'

@@ -1,8 +1,9 @@
-"""D29: a provider usage measured before the latest compaction is stale.
+"""D29: a provider usage measured before the latest compaction (or context edit) is stale.
 
 After a compaction that keeps recent messages, the kept assistant reply still carries the usage
-of the whole pre-compaction context. pi's count (``tokens``) anchors on it; we keep that number
-in the JSON, say it is stale, show the estimate to people, and never trigger on it.
+of the whole pre-compaction context. pi 0.x anchored its count on it; pi 1.x sets it aside and
+counts the estimate, as we had decided: ``tokens`` is the estimate, the JSON says a usage was
+set aside and what it counted (``staleUsageTokens``), and nothing triggers on it.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ def test_usage_on_a_kept_reply_is_stale_and_the_estimate_is_given() -> None:
     s = _compacted_with_kept_usage()
     context = build_context(s.path())
     tokens = context.tokens()
-    assert tokens.tokens == 90_000  # pi's number is kept as pi computes it
+    assert tokens.tokens == tokens.estimated_tokens == sum(context.estimates) < 100  # pi 1.x
     assert tokens.stale_usage is True
-    assert tokens.estimated_tokens == sum(context.estimates) < 100
+    assert tokens.stale_usage_tokens == 90_000
+    assert tokens.last_usage_index is None
     assert tokens.trusted_tokens == tokens.estimated_tokens
 
 
@@ -61,8 +63,8 @@ def test_without_a_compaction_nothing_is_stale() -> None:
 def test_the_plan_trigger_ignores_stale_usage() -> None:
     s = _compacted_with_kept_usage()
     report = plan_report(s.path(), CompactionSettings(), 50_000)
-    assert report["contextTokens"] == 90_000
-    assert report["staleUsage"] is True
+    assert report["contextTokens"] == report["estimatedTokens"] < 100
+    assert (report["staleUsage"], report["staleUsageTokens"]) == (True, 90_000)
     assert report["shouldCompact"] is False  # 90,000 would be over 33,616; the estimate is not
 
 
@@ -76,12 +78,13 @@ def test_cli_after_compact_shows_the_estimate_and_says_stale(
     assert set(report["tokens"]) == {"tokens", "usageTokens", "trailingTokens", "lastUsageIndex"}
     assert report["staleUsage"] is True
     assert report["estimatedTokens"] == sum(report["messageTokens"])
-    assert report["tokens"]["tokens"] > report["estimatedTokens"]
+    assert report["tokens"]["tokens"] == report["estimatedTokens"]
+    assert report["staleUsageTokens"] > report["estimatedTokens"]
 
     code, out, _ = run(capsys, "context", str(example))
     last = out.splitlines()[-1]
     assert f"~{report['estimatedTokens']} tokens estimated" in last
-    assert f"provider usage ~{report['tokens']['tokens']} is stale" in last
+    assert f"provider usage ~{report['staleUsageTokens']} is stale" in last
 
     code, out, _ = run(capsys, "plan", str(example), "--json")
     plan = json.loads(out)

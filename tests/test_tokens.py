@@ -29,12 +29,27 @@ def test_calculate_context_tokens_sums_parts_when_total_missing() -> None:
     assert calculate_context_tokens({"totalTokens": 42, "input": 3}) == 42
 
 
-def test_estimate_user_counts_text_not_images() -> None:
+def test_estimate_user_counts_images_as_4800_chars() -> None:
+    # pi 1.x (0.76.0): an image in a user message counts too; pi 0.73 counted none.
     message = {
         "role": "user",
         "content": [{"type": "text", "text": "x" * 9}, {"type": "image", "data": "..."}],
     }
-    assert estimate_tokens(message) == 3
+    assert estimate_tokens(message) == 1203
+
+
+def test_estimate_system_message_counts_content_sections_and_tools() -> None:
+    # pi 1.x: content, every section still present, and JSON.stringify(toolsAdded).
+    tools = [{"name": "read", "description": "Read a file", "parameters": {}}]
+    message = {
+        "role": "system",
+        "content": "x" * 10,
+        "sections": {"preamble": "y" * 7, "gone": None},
+        "toolsAdded": tools,
+    }
+    tool_chars = len('[{"name":"read","description":"Read a file","parameters":{}}]')
+    assert estimate_tokens(message) == -(-(10 + 7 + tool_chars) // 4)
+    assert estimate_tokens({"role": "system", "content": ""}) == 0
 
 
 def test_estimate_tool_result_counts_images_as_4800_chars() -> None:

@@ -132,12 +132,13 @@ def _context(args: argparse.Namespace) -> int:
 
 
 def _tokens_text(tokens: int, report: dict[str, Any]) -> str:
-    # D29: a provider usage measured before the latest compaction describes a context that is
-    # gone; I show the estimate and say why the bigger number is not believed.
+    # D29: a provider usage measured before the latest compaction or context edit describes a
+    # context that is gone; the count is the estimate, and I say why the usage is not believed.
     if report["staleUsage"]:
         return (
-            f"~{report['estimatedTokens']} tokens estimated "
-            f"(provider usage ~{tokens} is stale: measured before the latest compaction)"
+            f"~{report['estimatedTokens']} tokens estimated (provider usage "
+            f"~{report['staleUsageTokens']} is stale: measured before the latest compaction "
+            "or context edit)"
         )
     return f"~{tokens} tokens"
 

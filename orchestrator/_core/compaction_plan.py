@@ -27,8 +27,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from orchestrator._core.context import ContextIndex, SessionContext, build_context, window
-from orchestrator._core.cut_point import find_cut_point
+from orchestrator._core.context import (
+    ContextIndex,
+    SessionContext,
+    build_context,
+    chosen,
+    window,
+)
+from orchestrator._core.cut_point import Projection, find_cut_point
 from orchestrator._core.entries import COMPACTION, Entry, Message
 from orchestrator._core.file_ops import (
     FileOperations,
@@ -224,15 +230,19 @@ def plan_compaction(
     previous_index = view.last_compaction
     start, end = _window_start(path, view), len(path)
     keep = effective_keep_recent_tokens(path, settings, context)
-    spent_at = view.budget_position(context.estimates, keep)
-    cut = find_cut_point(path, start, end, keep, spent_at=spent_at)
+    spent_at = view.budget_position(keep)
+    projection = Projection(path, view, context.messages)
+    cut = find_cut_point(path, start, end, keep, spent_at=spent_at, projection=projection)
     first_kept = path[cut.first_kept_index] if cut.first_kept_index < end else None
     if first_kept is None or not first_kept.get("id"):
         return NothingToCompact(reason=NOTHING_TO_COMPACT)
     history_end = cut.turn_start_index if cut.is_split_turn else cut.first_kept_index
     lo, history_hi = view.messages_between(start, history_end)
     prefix_lo, hi = view.messages_between(history_end, cut.first_kept_index)
-    if lo == hi:
+    # System messages are prompt state, not conversation: never summarized (pi 1.x).
+    history = view.conversation(lo, history_hi)
+    prefix = view.conversation(prefix_lo, hi)
+    if not history and not prefix:
         return NothingToCompact(reason=NOTHING_TO_COMPACT)
     previous = path[previous_index] if previous_index >= 0 else None
     seed = file_ops_from_details(previous) if previous is not None else FileOperations()
@@ -252,10 +262,10 @@ def plan_compaction(
         first_kept_entry_id=first_kept["id"],
         is_split_turn=cut.is_split_turn,
         turn_start_entry_id=path[cut.turn_start_index]["id"] if cut.is_split_turn else None,
-        summarize_entry_ids=window(context.entry_ids, lo, history_hi),
-        turn_prefix_entry_ids=window(context.entry_ids, prefix_lo, hi),
-        messages_to_summarize=view.measured(context.messages, lo, history_hi),
-        turn_prefix_messages=view.measured(context.messages, prefix_lo, hi),
+        summarize_entry_ids=chosen(context.entry_ids, history),
+        turn_prefix_entry_ids=chosen(context.entry_ids, prefix),
+        messages_to_summarize=view.measured(context.messages, history),
+        turn_prefix_messages=view.measured(context.messages, prefix),
         kept_entry_ids=_KeptIds(Window(path, cut.first_kept_index, end - cut.first_kept_index)),
         # Every kept entry is in the context (the cut is inside the window), in path order from
         # `hi`; the previous compaction, if kept, gives no message there either.
@@ -300,12 +310,8 @@ class _KeptIds(ComparesAsTuple[str]):
 
 
 def _window_start(path: Sequence[Entry], view: ContextIndex) -> int:
-    """:func:`window_start` through the index's id positions instead of a walk."""
-    previous = view.last_compaction
-    if previous < 0:
-        return 0
-    at = view.position_of(path[previous].get("firstKeptEntryId"))
-    return at if at is not None and at < previous else previous + 1
+    """:func:`window_start`, read from the index: where the context's entries begin (D8)."""
+    return view.context_start if view.last_compaction >= 0 else 0
 
 
 def plan_report(
@@ -342,4 +348,5 @@ def plan_report(
         "reason": plan.reason if isinstance(plan, NothingToCompact) else None,
         "staleUsage": counted.stale_usage,
         "estimatedTokens": counted.estimated_tokens,
+        "staleUsageTokens": counted.stale_usage_tokens,
     }

@@ -27,13 +27,16 @@ from typing import Any, Generic, TypeVar, overload
 
 from orchestrator._core.entries import (
     COMPACTION,
+    CONTEXT_EDIT,
     MESSAGE,
     MODEL_CHANGE,
     THINKING_LEVEL_CHANGE,
     Entry,
     Message,
-    compaction_message,
+    compaction_messages,
     entry_message,
+    is_system_entry,
+    project,
 )
 from orchestrator._core.serialize import (
     LATE_ROLES,
@@ -43,7 +46,12 @@ from orchestrator._core.serialize import (
     measure_shaped,
     serial_step,
 )
-from orchestrator._core.tokens import ContextTokens, estimate_context_tokens, estimate_tokens
+from orchestrator._core.system_prompt import current_system_message
+from orchestrator._core.tokens import (
+    ContextTokens,
+    estimate_context_tokens,
+    estimate_tokens,
+)
 from orchestrator._core.window import Window
 
 T = TypeVar("T")
@@ -125,13 +133,18 @@ class ContextIndex:
         path_length: Entries on the path at this moment.
         position: Path position of each id on the path (append-only; bounded by ``path_length``).
         positions: Path position of each context message.
-        prefix: ``prefix[k] - prefix[0]`` is the sum of the first ``k`` estimates.
-        message_prefix: ``message_prefix[k] - message_prefix[0]`` is the sum of the estimates of
-            those of the first ``k`` messages that come from ``message`` entries (what the kept
-            budget counts).
+        prefix: ``prefix[k] - prefix[0]`` is the sum of the first ``k`` estimates. The kept
+            budget counts every message after the compaction's own (pi 1.x counts custom
+            messages and branch summaries too), so it reads these sums from ``base``.
         count: Context messages at this moment.
-        base: Index of the first message after the compaction summary (1), or 0 without one.
+        base: Messages the latest compaction gives (its system checkpoint, if any, and its
+            summary): 0 without a compaction.
         last_compaction: Path position of the last compaction, ``-1`` if none.
+        context_start: Path position of the first entry the context takes (the compaction's
+            first kept entry, or 0).
+        last_invalidating: Path position of the last compaction or context edit, ``-1`` if none:
+            a provider usage recorded at or before it no longer describes the context (pi 1.x).
+        system: Indices of the context's system messages, ascending.
         event_message: For each file operation, the context message (index) that made it.
         event_kind: For each file operation, the tool (``read``, ``write``, ``edit``).
         event_path: For each file operation, the path argument.
@@ -158,10 +171,12 @@ class ContextIndex:
     position: dict[str, int] = field(repr=False)
     positions: Sequence[int] = field(repr=False)
     prefix: Sequence[int] = field(repr=False)
-    message_prefix: Sequence[int] = field(repr=False)
     count: int
     base: int
     last_compaction: int
+    context_start: int
+    last_invalidating: int
+    system: Sequence[int] = field(repr=False)
     event_message: Sequence[int] = field(repr=False)
     event_kind: list[str] = field(repr=False)
     event_path: list[str] = field(repr=False)
@@ -197,30 +212,24 @@ class ContextIndex:
         hi = bisect.bisect_left(self.positions, end, lo, self.count)
         return lo, hi
 
-    def budget_position(self, estimates: Sequence[int], keep_recent_tokens: int) -> int | None:
-        """Path position where the newest ``message`` entries reach ``keep_recent_tokens``.
+    def budget_position(self, keep_recent_tokens: int) -> int | None:
+        """Path position where the newest messages reach ``keep_recent_tokens`` (pi's budget).
 
-        pi counts ``message`` entries only, newest first; their estimates are the context's.
-        From the running sums, the answer is the newest such message whose sum to the end
+        pi counts every message after the compaction's own, newest first, passing those that
+        count 0. From the running sums, the answer is the newest message whose sum to the end
         reaches the budget: a binary search, not a walk of the kept part (issue 9).
         """
+        totals = self.prefix
         if keep_recent_tokens > 0:
-            totals = self.message_prefix
-            # The newest k with totals[k] <= total - keep: the entries after a message add
-            # nothing to the sum until the next message, so that k is always a message entry.
+            # The newest k with totals[k] <= total - keep: message k - 1 then counts more than 0
+            # and the sum from it to the end reaches the budget.
             k = bisect.bisect_right(
                 totals, totals[self.count] - keep_recent_tokens, self.base, self.count
             )
             return self.positions[k - 1] if k > self.base else None
-        accumulated = 0
-        # The snapshot's own array: indexing it is a C call, not a method in Python.
-        path, positions, estimated = self.path, self.positions, _underlying(estimates)
-        for k in range(self.count - 1, self.base - 1, -1):
-            at = positions[k]
-            if path[at].get("type") == MESSAGE:
-                accumulated += estimated[k]
-                if accumulated >= keep_recent_tokens:
-                    return at
+        for k in range(self.count, self.base, -1):  # a budget of 0: the newest that counts
+            if totals[k] > totals[k - 1]:
+                return self.positions[k - 1]
         return None
 
     def file_operations(self, lo: int, hi: int) -> dict[str, set[str]]:
@@ -248,23 +257,65 @@ class ContextIndex:
             found[kinds[i]].add(paths[i])
         return found
 
-    def measured(self, messages: Sequence[Message], lo: int, hi: int) -> MeasuredMessages:
-        """Context messages ``[lo, hi)`` with their serialized lengths, not copied (O(1)).
+    def conversation(self, lo: int, hi: int) -> range | list[int]:
+        """Indices of context messages ``[lo, hi)`` that a summary reads: all but system ones.
 
-        ``messages`` are the context's messages (this view's ``count`` of them).
+        System messages are prompt state, not conversation (pi 1.x leaves them out of what it
+        summarizes). Usually there are none in the range, or only the session's first at its
+        start: then it is a range, and windows on it are not copied.
+        """
+        system = self.system
+        first = bisect.bisect_left(system, lo)
+        last = bisect.bisect_left(system, hi, first)
+        while first < last and system[first] == lo:
+            first, lo = first + 1, lo + 1
+        if first == last:
+            return range(lo, hi)
+        skipped = set(system[first:last])
+        return [k for k in range(lo, hi) if k not in skipped]
+
+    def measured(self, messages: Sequence[Message], chosen: range | list[int]) -> MeasuredMessages:
+        """The context messages at ``chosen`` (:meth:`conversation`), their lengths known.
+
+        For a range it is a window, not copied (O(1)). ``messages`` are the context's
+        messages (this view's ``count`` of them).
         """
         late = self.late
-        first = bisect.bisect_left(late, lo)
-        last = bisect.bisect_left(late, hi, first)
+        if isinstance(chosen, range):
+            lo, hi = chosen.start, chosen.stop
+            first = bisect.bisect_left(late, lo)
+            last = bisect.bisect_left(late, hi, first)
+            return MeasuredMessages.window(
+                _underlying(messages),
+                lo,
+                hi,
+                self.serial,
+                (late[i] - lo for i in range(first, last)),
+                self.shapes,
+                self.parts,
+            )
+        # Some system messages in the middle: the run is made of the others, its sums too.
+        serial, shapes, parts = self.serial, self.shapes, self.parts
+        late_set = set(late)
+        sums = array("q", [0])
+        for k in chosen:
+            sums.append(sums[-1] + serial[k + 1] - serial[k])
         return MeasuredMessages.window(
-            _underlying(messages),
-            lo,
-            hi,
-            self.serial,
-            (late[i] - lo for i in range(first, last)),
-            self.shapes,
-            self.parts,
+            [messages[k] for k in chosen],
+            0,
+            len(chosen),
+            sums,
+            [j for j, k in enumerate(chosen) if k in late_set],
+            array("b", (shapes[k] for k in chosen)),
+            [part for k in chosen for part in (parts[2 * k], parts[2 * k + 1])],
         )
+
+
+def chosen(items: Sequence[T], at: range | list[int]) -> Sequence[T]:
+    """The items of a context's sequence at :meth:`ContextIndex.conversation`'s indices."""
+    if isinstance(at, range):
+        return window(items, at.start, at.stop)
+    return tuple(items[k] for k in at)
 
 
 def window(items: Sequence[T], lo: int, hi: int) -> Window[T]:
@@ -301,16 +352,54 @@ class SessionContext:
     index: ContextIndex | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> ContextTokens:
-        """The context's token count, anchored on the last valid usage (as in pi).
+        """The context's token count, as pi 1.x projects it (D6, D29).
 
-        ``stale_usage`` says whether that usage predates the latest compaction (D29).
+        The last valid provider usage anchors the count, and only what came after it is
+        estimated, unless that usage was recorded at or before the latest compaction or context
+        edit: it then measured a context that no longer exists, and the count is the estimate
+        of every message (the current system prompt once, as the model receives it).
+        ``stale_usage`` says a usage was set aside that way.
         """
-        return estimate_context_tokens(
+        view = self.index
+        counted = estimate_context_tokens(
             self.messages,
             self.estimates,
             fresh_from=self.fresh_from,
-            prefix=self.index.prefix if self.index is not None else None,
+            prefix=view.prefix if view is not None else None,
         )
+        if view is None:
+            return counted
+        estimate = _projected_estimate(self.messages, self.estimates, view)
+        at = counted.last_usage_index
+        if at is not None and view.positions[at] > view.last_invalidating:
+            return ContextTokens(
+                tokens=counted.tokens,
+                usage_tokens=counted.usage_tokens,
+                trailing_tokens=counted.trailing_tokens,
+                last_usage_index=at,
+                estimated_tokens=estimate,
+            )
+        return ContextTokens(
+            tokens=estimate,
+            usage_tokens=0,
+            trailing_tokens=estimate,
+            last_usage_index=None,
+            stale_usage=at is not None,
+            estimated_tokens=estimate,
+            stale_usage_tokens=counted.tokens if at is not None else 0,
+        )
+
+
+def _projected_estimate(
+    messages: Sequence[Message], estimates: Sequence[int], view: ContextIndex
+) -> int:
+    # Every message's estimate, but the system messages counted as their replay: one prompt.
+    total = view.prefix[view.count] - view.prefix[0]
+    if not view.system:
+        return total
+    total -= sum(estimates[k] for k in view.system)
+    current = current_system_message(messages[k] for k in view.system)
+    return total + (estimate_tokens(current) if current is not None else 0)
 
 
 def _model_from_change(entry: Entry) -> ModelRef | None:
@@ -328,7 +417,15 @@ def _model_from_change(entry: Entry) -> ModelRef | None:
 
 
 class ContextBuilder:
-    """Builds a :class:`SessionContext` one path entry at a time."""
+    """Builds a :class:`SessionContext` one path entry at a time.
+
+    It is pi 1.x's ``buildSessionProjection`` kept up to date: the latest compaction gives its
+    system checkpoint and summary, then the entries it kept (system messages among them left
+    out: the checkpoint replaces them), then everything after it; each entry projected through
+    the latest context edit that targets it. An edit of something already in the context, rare
+    (overflow recovery, an extension), measures the context again from the compaction; every
+    other entry is O(1).
+    """
 
     def __init__(self, path: Iterable[Entry] = ()) -> None:
         self._path: list[Entry] = []
@@ -340,7 +437,6 @@ class ContextBuilder:
         self._estimates: array[int] = array("q")
         self._positions: array[int] = array("q")
         self._prefix: array[int] = array("q", [0])
-        self._message_prefix: array[int] = array("q", [0])
         self._event_message: array[int] = array("q")
         self._event_kind: list[str] = []
         self._event_path: list[str] = []
@@ -349,8 +445,16 @@ class ContextBuilder:
         self._late: list[int] = []
         self._shapes: array[int] = array("b")
         self._parts: list[Any] = []  # per message its text and call, for summary requests
-        self._estimate_sum = self._serial_sum = self._message_sum = 0
+        self._system: list[int] = []
+        self._edits: dict[str, Entry] = {}
+        # Since the last restart, a context edit or a system message came in: the next
+        # compaction measures what it keeps again rather than reusing the numbers.
+        self._irregular = False
+        self._estimate_sum = self._serial_sum = 0
         self._last_compaction = -1
+        self._last_invalidating = -1
+        self._start = 0
+        self._head = 0
         self._fresh_from = 0
         self.thinking_level = "off"
         self.model: ModelRef | None = None
@@ -368,7 +472,10 @@ class ContextBuilder:
         if kind == MESSAGE:  # the usual entry, taken directly
             message = entry.get("message")
             if isinstance(message, dict):
-                self._add(message, entry["id"], here, counted=True)
+                if message.get("content") is None or self._edits:
+                    self._emit(entry, here, restoring=False)
+                else:
+                    self._add(message, entry["id"], here)
             return
         if kind == THINKING_LEVEL_CHANGE:
             level = entry.get("thinkingLevel")
@@ -376,9 +483,28 @@ class ContextBuilder:
         elif kind == MODEL_CHANGE:
             self.model = _model_from_change(entry) or self.model
         if kind == COMPACTION:
+            self._last_invalidating = here
             self._restart_at(entry)
+        elif kind == CONTEXT_EDIT:
+            self._edit(entry, here)
         else:
             self._emit(entry, here)
+
+    def _edit(self, entry: Entry, here: int) -> None:
+        """Take a context edit: it changes the target's part of the context, wherever it is."""
+        self._last_invalidating = here
+        self._irregular = True
+        target = entry.get("targetId")
+        if not isinstance(target, str):
+            return
+        self._edits[target] = entry
+        at = self._position.get(target)
+        if at is None or at >= here:
+            return  # not on the path before it: it applies if the target comes later
+        if at >= self._start and not (
+            at < self._last_compaction and is_system_entry(self._path[at])
+        ):
+            self._remeasure(here + 1)
 
     def _take_model_from_assistant(self, message: Message) -> None:
         provider, model_id = message.get("provider"), message.get("model")
@@ -387,26 +513,22 @@ class ContextBuilder:
             if model is None or model.provider != provider or model.model_id != model_id:
                 self.model = ModelRef(provider=provider, model_id=model_id)
 
-    def _emit(self, entry: Entry, position: int) -> None:
+    def _emit(self, entry: Entry, position: int, *, restoring: bool = True) -> None:
         message = entry_message(entry)
-        if message is not None:
-            counted = entry.get("type") == MESSAGE
-            self._add(message, entry["id"], position, counted=counted, restoring=True)
+        if message is None:
+            return
+        if self._edits:
+            edit = self._edits.get(entry["id"])
+            if edit is not None:
+                message = project(message, edit)
+                if message is None:
+                    return
+        self._add(message, entry["id"], position, restoring=restoring)
 
     def _add(
-        self,
-        message: Message,
-        entry_id: str,
-        position: int,
-        *,
-        counted: bool = False,
-        restoring: bool = False,
+        self, message: Message, entry_id: str, position: int, *, restoring: bool = False
     ) -> None:
-        """Append a context message.
-
-        ``counted``: it comes from a ``message`` entry (the kept budget counts it);
-        ``restoring``: a kept one, re-read after a compaction.
-        """
+        """Append a context message; ``restoring``: a kept one, re-read after a compaction."""
         role = message.get("role")
         index = len(self._messages)
         if role in LATE_ROLES:  # measured when planned: loading never reads the templates
@@ -422,15 +544,17 @@ class ContextBuilder:
                 self._file_event(message["content"][1], index)
             else:
                 self._file_events(message, index)
+        elif role == "system":
+            self._system.append(index)
+            self._irregular = True
+        elif role == "toolResult" and "nestedCalls" in message:
+            self._nested_file_events(message, index)
         self._messages.append(message)
         self._entry_ids.append(entry_id)
         self._estimates.append(estimate)
         self._positions.append(position)
         self._estimate_sum += estimate
         self._prefix.append(self._estimate_sum)
-        if counted:
-            self._message_sum += estimate
-        self._message_prefix.append(self._message_sum)
         self._serial_sum += serial_step(units)
         self._serial.append(self._serial_sum)
         self._shapes.append(shape)
@@ -442,6 +566,14 @@ class ContextBuilder:
         for block in content if isinstance(content, list) else ():
             if isinstance(block, dict) and block.get("type") == "toolCall":
                 self._file_event(block, index)
+
+    def _nested_file_events(self, message: Message, index: int) -> None:
+        # pi 1.x: calls a codemode script made are recorded on the script's result.
+        nested = message.get("nestedCalls")
+        calls = nested.get("calls") if isinstance(nested, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            if isinstance(call, dict):
+                self._file_event(call, index)
 
     def _file_event(self, block: dict[str, Any], index: int) -> None:
         """Record the file operation of a tool call block, if it is one."""
@@ -455,83 +587,130 @@ class ContextBuilder:
 
     def _restart_at(self, compaction: Entry) -> None:
         # Summary first, then the kept entries from firstKeptEntryId up to the compaction. If the
-        # kept id is not on the path before the compaction, nothing before it is kept (pi).
+        # kept id is not on the path before the compaction, nothing before it is kept (pi; a
+        # retain-none compaction names itself).
         here = len(self._path) - 1
         kept = compaction.get("firstKeptEntryId")
         start = self._position.get(kept, here) if isinstance(kept, str) else here
         start = min(start, here)
-        if start > self._last_compaction:
+        if start > self._last_compaction and not self._irregular:
             # Everything kept was written after the last compaction, so it is in this context
             # already, measured: the restart reuses those numbers instead of measuring each
             # kept message again (the commit of a compaction costs O(kept) list copies).
             self._restart_reusing(compaction, here, start)
-        else:
-            self._restart_measuring(compaction, here, start)
+            return
+        self._last_compaction, self._start = here, start
+        # The edits in effect are those the context takes: in the kept range from now on.
+        self._edits = {}
+        for position in range(start, here):
+            entry = self._path[position]
+            target = entry.get("targetId")
+            if entry.get("type") == CONTEXT_EDIT and isinstance(target, str):
+                self._edits[target] = entry
+        self._remeasure(here)
 
-    def _restart_measuring(self, compaction: Entry, here: int, start: int) -> None:
-        """The restart that measures every kept message again (kept from before a compaction)."""
-        summary = compaction_message(compaction)
-        estimate = estimate_tokens(summary)
-        self._messages = [summary]
-        self._entry_ids = [compaction["id"]]
-        self._estimates = array("q", [estimate])
-        self._positions = array("q", [here])
-        self._prefix = array("q", [0, estimate])
-        self._estimate_sum = estimate
-        self._message_prefix, self._message_sum = array("q", [0, 0]), 0  # a summary: not counted
-        self._serial, self._late, self._serial_sum = array("q", [0, 0]), [0], 0  # measured late
-        self._shapes = array("b", [SHAPE_OTHER])
-        self._parts = [None, None]
+    def _head_messages(self, compaction: Entry) -> list[Message]:
+        edit = self._edits.get(compaction["id"]) if self._edits else None
+        if edit is not None and edit.get("replacement") is None:
+            return []  # an edit may omit even the compaction (nothing else of it changes)
+        return compaction_messages(compaction)
+
+    def _reset(self, head: list[Message], entry_id: str, position: int) -> None:
+        """Start the lists again with the compaction's own messages (none without one)."""
+        self._messages, self._entry_ids = [], []
+        self._estimates, self._positions = array("q"), array("q")
+        self._prefix, self._estimate_sum = array("q", [0]), 0
+        self._serial, self._late, self._serial_sum = array("q", [0]), [], 0
+        self._shapes, self._parts, self._system = array("b"), [], []
         self._event_message, self._event_kind, self._event_path = array("q"), [], []
         self._first_seen = {kind: {} for kind in FILE_TOOLS}
-        self._last_compaction = here
-        for position in range(start, here):
-            self._emit(self._path[position], position)
-        self._fresh_from = len(self._messages)
+        self._irregular = bool(self._edits)
+        for message in head:
+            # Never in a range that is summarized or budgeted: no serialized length.
+            estimate = estimate_tokens(message)
+            if message.get("role") == "system":
+                self._system.append(len(self._messages))
+            else:
+                self._late.append(len(self._messages))
+            self._messages.append(message)
+            self._entry_ids.append(entry_id)
+            self._estimates.append(estimate)
+            self._positions.append(position)
+            self._estimate_sum += estimate
+            self._prefix.append(self._estimate_sum)
+            self._serial.append(0)
+            self._shapes.append(SHAPE_OTHER)
+            self._parts += (None, None)
+        self._head = len(head)
+
+    def _remeasure(self, end: int) -> None:
+        """Measure the context again, from the latest compaction through path position ``end``.
+
+        The kept entries before the compaction leave their system messages out (the checkpoint
+        stands for them); the entries after it are all taken.
+        """
+        compaction = self._last_compaction
+        if compaction >= 0:
+            entry = self._path[compaction]
+            self._reset(self._head_messages(entry), entry["id"], compaction)
+        else:
+            self._reset([], "", -1)
+        self._fresh_from = 0
+        path = self._path
+        for position in range(self._start, end):
+            if position == compaction:
+                self._fresh_from = len(self._messages)
+                continue
+            entry = path[position]
+            if position < compaction and is_system_entry(entry):
+                continue
+            if entry.get("type") != COMPACTION:  # an older one in the kept range gives nothing
+                self._emit(entry, position)
+        if compaction >= end:
+            self._fresh_from = len(self._messages)
 
     def _restart_reusing(self, compaction: Entry, here: int, start: int) -> None:
         """The restart that keeps the measured messages at path positions ``[start, here)``."""
         count = len(self._messages)
-        base = 1 if self._last_compaction >= 0 else 0
-        first = bisect.bisect_left(self._positions, start, base, count)
-        summary = compaction_message(compaction)
-        estimates = array("q", [estimate_tokens(summary)])
-        estimates.extend(self._estimates[first:count])
-        self._messages = [summary, *self._messages[first:count]]
-        self._entry_ids = [compaction["id"], *self._entry_ids[first:count]]
-        self._estimates = estimates
-        positions = array("q", [here])
-        positions.extend(self._positions[first:count])
-        self._positions = positions
+        first = bisect.bisect_left(self._positions, start, self._head, count)
+        self._edits = {}
+        head = compaction_messages(compaction)
+        messages, entry_ids = self._messages, self._entry_ids
+        estimates, positions = self._estimates, self._positions
+        old_prefix, serial, shapes = self._prefix, self._serial, self._shapes
+        late, parts = self._late, self._parts
+        event_message, event_kind, event_path = (
+            self._event_message,
+            self._event_kind,
+            self._event_path,
+        )
+        self._reset(head, compaction["id"], here)
+        h = self._head
         # The running sums go on from where the kept messages' sums stood (ContextIndex): the
-        # summary's step ends at the first kept message's old sum, so the kept steps are the old
+        # head's steps end at the first kept message's old sum, so the kept steps are the old
         # sums themselves, sliced, not each recomputed.
-        kept_from = self._prefix[first]
-        prefix = array("q", [kept_from - estimates[0]])
-        prefix.extend(self._prefix[first : count + 1])
+        kept_from = old_prefix[first]
+        prefix = array("q", (value - self._estimate_sum + kept_from for value in self._prefix))
+        prefix.extend(old_prefix[first + 1 : count + 1])
         self._prefix, self._estimate_sum = prefix, prefix[-1]
-        # The summary counts 0 in the kept budget's sums, and it is measured late (counts 0).
-        message_prefix = array("q", [self._message_prefix[first]])
-        message_prefix.extend(self._message_prefix[first : count + 1])
-        self._message_prefix, self._message_sum = message_prefix, message_prefix[-1]
-        serial = array("q", [self._serial[first]])
-        serial.extend(self._serial[first : count + 1])
-        self._serial, self._serial_sum = serial, serial[-1]
-        self._late = [0, *(index - first + 1 for index in self._late if index >= first)]
-        shapes = array("b", [SHAPE_OTHER])
-        shapes.extend(self._shapes[first:count])
-        self._shapes = shapes
-        self._parts = [None, None, *self._parts[2 * first : 2 * count]]
-        lo = bisect.bisect_left(self._event_message, first)
-        event_message = array("q", _less(self._event_message[lo:], first - 1))
-        self._event_message = event_message
-        self._event_kind, self._event_path = self._event_kind[lo:], self._event_path[lo:]
-        self._first_seen = {kind: {} for kind in FILE_TOOLS}
+        self._messages += messages[first:count]
+        self._entry_ids += entry_ids[first:count]
+        self._estimates.extend(estimates[first:count])
+        self._positions.extend(positions[first:count])
+        kept_serial = array("q", [serial[first]] * (h + 1))
+        kept_serial.extend(serial[first + 1 : count + 1])
+        self._serial, self._serial_sum = kept_serial, kept_serial[-1]
+        self._late += (index - first + h for index in late if index >= first)
+        self._shapes.extend(shapes[first:count])
+        self._parts += parts[2 * first : 2 * count]
+        lo = bisect.bisect_left(event_message, first)
+        self._event_message = array("q", _less(event_message[lo:], first - h))
+        self._event_kind, self._event_path = event_kind[lo:], event_path[lo:]
         for index, kind, path in zip(
-            event_message, self._event_kind, self._event_path, strict=True
+            self._event_message, self._event_kind, self._event_path, strict=True
         ):
             self._first_seen[kind].setdefault(path, index)
-        self._last_compaction = here
+        self._last_compaction, self._start = here, start
         self._fresh_from = len(self._messages)
 
     def path(self) -> list[Entry]:
@@ -559,10 +738,12 @@ class ContextBuilder:
                 position=self._position,
                 positions=self._positions,
                 prefix=self._prefix,
-                message_prefix=self._message_prefix,
                 count=len(self._messages),
-                base=1 if self._last_compaction >= 0 else 0,
+                base=self._head,
                 last_compaction=self._last_compaction,
+                context_start=self._start,
+                last_invalidating=self._last_invalidating,
+                system=Snapshot(self._system),
                 event_message=self._event_message,
                 event_kind=self._event_kind,
                 event_path=self._event_path,

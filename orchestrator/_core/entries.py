@@ -33,6 +33,15 @@ CUSTOM = "custom"
 CUSTOM_MESSAGE = "custom_message"
 LABEL = "label"
 SESSION_INFO = "session_info"
+CONTEXT_EDIT = "context_edit"
+"""pi 1.x: hides (``replacement: null``) or replaces an earlier entry's content in the context."""
+USAGE = "usage"
+"""pi 1.x: provider usage not tied to an assistant message (cache warming...); no context."""
+
+EDITABLE_ROLES = frozenset({"user", "assistant", "toolResult", "custom"})
+"""Roles whose content a context edit replaces (pi's ``projectContextEntry``)."""
+
+_CONTENT_ARRAY_ROLES = frozenset({"user", "assistant", "toolResult"})
 
 
 def role_of(entry: Mapping[str, Any]) -> str | None:
@@ -124,7 +133,15 @@ def entry_message(entry: Mapping[str, Any]) -> Message | None:
     kind = entry.get("type")
     if kind == MESSAGE:
         stored = entry.get("message")
-        return stored if isinstance(stored, dict) else None
+        if not isinstance(stored, dict):
+            return None
+        if stored.get("content") is None:  # pi reads a missing or null content as empty
+            role = stored.get("role")
+            if role == "system":
+                return {**stored, "content": ""}
+            if role in _CONTENT_ARRAY_ROLES:
+                return {**stored, "content": []}
+        return stored
     if kind == CUSTOM_MESSAGE:
         message: Message = {
             "role": "custom",
@@ -155,6 +172,46 @@ def compaction_message(entry: Mapping[str, Any]) -> Message:
         "tokensBefore": entry.get("tokensBefore", 0),
         "timestamp": iso_to_ms(entry.get("timestamp")),
     }
+
+
+def compaction_messages(entry: Mapping[str, Any]) -> list[Message]:
+    """What the newest compaction of a path gives the context (pi 1.x).
+
+    Its system checkpoint first, if it has one (``systemMessage``, the replayed prompt and tools
+    at the boundary), then its summary.
+    """
+    checkpoint = entry.get("systemMessage")
+    summary = compaction_message(entry)
+    if isinstance(checkpoint, dict) and checkpoint:
+        return [checkpoint, summary]
+    return [summary]
+
+
+def is_system_entry(entry: Mapping[str, Any]) -> bool:
+    """True for a ``message`` entry holding a system message (pi 1.x prompt state)."""
+    return role_of(entry) == "system"
+
+
+def project(message: Message, edit: Mapping[str, Any]) -> Message | None:
+    """``message`` as a context edit leaves it (pi's ``projectContextEntry``).
+
+    ``replacement: null`` (or absent) omits it; otherwise the replacement's ``content`` takes
+    the place of the message's content, for the roles that have content. A string replacement
+    of an assistant or tool result becomes one text block: those roles hold arrays.
+    """
+    replacement = edit.get("replacement")
+    if replacement is None:
+        return None
+    role = message.get("role")
+    if role not in EDITABLE_ROLES:
+        return message
+    if not isinstance(replacement, dict) or "content" not in replacement:
+        # JavaScript's `content: undefined`: the key is gone once written as JSON.
+        return {key: value for key, value in message.items() if key != "content"}
+    content = replacement["content"]
+    if role in ("assistant", "toolResult") and isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    return {**message, "content": content}
 
 
 def text_of(content: object) -> str:

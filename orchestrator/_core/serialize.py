@@ -44,7 +44,6 @@ TOOL_RESULT_MAX_CHARS = 2000
 
 PARAGRAPH_SEPARATOR = "\n\n"
 USER_LABEL = "[User]: "
-THINKING_LABEL = "[Assistant thinking]: "
 ASSISTANT_LABEL = "[Assistant]: "
 CALLS_LABEL = "[Assistant tool calls]: "
 TOOL_RESULT_LABEL = "[Tool result]: "
@@ -100,10 +99,14 @@ def _block_text(block: dict[str, Any], field: str) -> str:
 
 
 def _assistant_text(content: list[Any]) -> str:
-    """An assistant message's paragraphs: thinking, text, tool calls (pi's order)."""
+    """An assistant message's paragraphs: text, then tool calls (pi's order).
+
+    Thinking is left out, as pi 1.2 and later leave it out: providers return summaries of the
+    real reasoning, often not part of the model's live context, and replaying them can make the
+    summary request larger than the context it summarizes.
+    """
     # One pass, items joined as they come; None until a part has an item (an empty text block
     # still makes its part, as in pi). This runs for every message a summary request holds.
-    thinking: str | None = None
     texts: str | None = None
     calls: str | None = None
     for block in content:
@@ -118,23 +121,11 @@ def _assistant_text(content: list[Any]) -> str:
         elif kind == "toolCall":
             call = _call_text(block)
             calls = call if calls is None else f"{calls}; {call}"
-        elif kind == "thinking":
-            text = _block_text(block, "thinking")
-            thinking = text if thinking is None else f"{thinking}\n{text}"
-    if thinking is None and texts is not None and calls is not None:  # the usual message
+    if texts is not None and calls is not None:  # the usual message
         return f"{ASSISTANT_LABEL}{texts}{PARAGRAPH_SEPARATOR}{CALLS_LABEL}{calls}"
-    return _paragraphs(thinking, texts, calls)
-
-
-def _paragraphs(thinking: str | None, texts: str | None, calls: str | None) -> str:
-    parts = []
-    if thinking is not None:
-        parts.append(THINKING_LABEL + thinking)
     if texts is not None:
-        parts.append(ASSISTANT_LABEL + texts)
-    if calls is not None:
-        parts.append(CALLS_LABEL + calls)
-    return PARAGRAPH_SEPARATOR.join(parts)
+        return ASSISTANT_LABEL + texts
+    return CALLS_LABEL + calls if calls is not None else ""
 
 
 def _joined_text(content: object) -> str:
@@ -350,9 +341,9 @@ def _text_units(content: object) -> tuple[int, bool] | None:
     return units, ascii_only
 
 
-def _assistant_block_units(content: list[Any]) -> tuple[int, int, int, int, int, int] | None:
-    """Counts and units of thinking, text and tool call blocks; ``None``: a non-string text."""
-    thinking = texts = calls = thinking_units = text_units = call_units = 0
+def _assistant_block_units(content: list[Any]) -> tuple[int, int, int, int] | None:
+    """Counts and units of text and tool call blocks; ``None``: a non-string text."""
+    texts = calls = text_units = call_units = 0
     for block in content:
         if not isinstance(block, dict):
             continue
@@ -366,13 +357,7 @@ def _assistant_block_units(content: list[Any]) -> tuple[int, int, int, int, int,
         elif kind == "toolCall":
             calls += 1
             call_units += _call_units(block)
-        elif kind == "thinking":
-            text = block.get("thinking") or ""
-            if not isinstance(text, str):
-                return None
-            thinking += 1
-            thinking_units += utf16_len(text)
-    return thinking, thinking_units, texts, text_units, calls, call_units
+    return texts, text_units, calls, call_units
 
 
 def _assistant_units(content: object) -> int | None:
@@ -384,14 +369,11 @@ def _assistant_units(content: object) -> int | None:
     return None if counted is None else _assistant_total(counted)
 
 
-def _assistant_total(counted: tuple[int, int, int, int, int, int]) -> int:
+def _assistant_total(counted: tuple[int, int, int, int]) -> int:
     """Units of an assistant message's paragraphs from its block counts and units."""
-    thinking, thinking_units, texts, text_units, calls, call_units = counted
+    texts, text_units, calls, call_units = counted
     # Each part: label, items joined by a newline (calls by "; "); parts joined by a blank line.
     units = parts = 0
-    if thinking:
-        units += len(THINKING_LABEL) + thinking_units + thinking - 1
-        parts += 1
     if texts:
         units += len(ASSISTANT_LABEL) + text_units + texts - 1
         parts += 1
@@ -423,7 +405,7 @@ reading the templates is not something every command should pay for while loadin
 def serialized_length(message: Message) -> int:
     """``utf16_len(serialize_message(message))``, mostly without building the text.
 
-    The usual shapes (user text, assistant text, thinking and tool calls, tool results) are
+    The usual shapes (user text, assistant text and tool calls, tool results) are
     measured from their parts; anything else is serialized and measured.
     """
     role = message.get("role")
@@ -498,7 +480,7 @@ def _measure_unusual_call(block: dict[str, Any]) -> tuple[int, int, bool] | None
 
 
 def _measure_assistant(content: list[Any]) -> tuple[int, int, int, Any, Any] | None:
-    chars = thinking = texts = calls = thinking_units = text_units = call_units = 0
+    chars = thinking = texts = calls = text_units = call_units = 0
     usual = None  # the last tool call's block when it is the usual call (one string argument)
     for block in content:
         if not isinstance(block, dict):
@@ -513,9 +495,8 @@ def _measure_assistant(content: list[Any]) -> tuple[int, int, int, Any, Any] | N
             if kind == "text":
                 texts += 1
                 text_units += size
-            else:
+            else:  # counted in the estimate, left out of the summary request (pi 1.2)
                 thinking += 1
-                thinking_units += size
         elif kind == "toolCall":
             measured = _measure_call(block)
             if measured is None:
@@ -524,7 +505,7 @@ def _measure_assistant(content: list[Any]) -> tuple[int, int, int, Any, Any] | N
             calls += 1
             call_units += measured[1]
             usual = block if measured[2] else None
-    units = _assistant_total((thinking, thinking_units, texts, text_units, calls, call_units))
+    units = _assistant_total((texts, text_units, calls, call_units))
     if usual is not None and calls == 1 and texts == 1 and not thinking and len(content) == 2:
         first = content[0]  # a dict: both blocks were counted
         text = first.get("text")
@@ -563,12 +544,12 @@ def measure_shaped(message: Message) -> tuple[int, int, int, Any, Any]:
             units, images, ascii_only, text = texts
             # One block with text in it is one text block (a string, not empty).
             lone = units and type(content) is list and len(content) == 1
+            estimate = -(-(units + IMAGE_CHARS * images) // 4)
             if role == "user":
                 serialized = len(USER_LABEL) + units if units else 0
                 if lone:
-                    return -(-units // 4), serialized, SHAPE_USER_TEXT, text, None
-                return -(-units // 4), serialized, SHAPE_OTHER, None, None
-            estimate = -(-(units + IMAGE_CHARS * images) // 4)
+                    return estimate, serialized, SHAPE_USER_TEXT, text, None
+                return estimate, serialized, SHAPE_OTHER, None, None
             if message.get("prunedAt") is None:
                 result_units = _tool_result_units(units, ascii_only)
                 if result_units is not None:

@@ -18,10 +18,11 @@ from orchestrator._core.js_json import js_json
 from orchestrator._core.utf16 import json_string_len, utf16_len
 
 IMAGE_CHARS = 4800
-"""An image block in a tool result or custom message counts as 4800 chars (1200 tokens)."""
+"""An image block counts as 4800 chars (1200 tokens), in user, tool-result, custom and system
+content alike (pi 1.x; pi 0.73 counted none in user messages)."""
 
 
-def _block_chars(content: object, *, count_images: bool) -> int:
+def _block_chars(content: object) -> int:
     if isinstance(content, str):
         return utf16_len(content)
     if not isinstance(content, list):
@@ -32,7 +33,7 @@ def _block_chars(content: object, *, count_images: bool) -> int:
             continue
         if block.get("type") == "text":
             chars += utf16_len(_text(block.get("text")))
-        elif block.get("type") == "image" and count_images:
+        elif block.get("type") == "image":
             chars += IMAGE_CHARS
     return chars
 
@@ -90,12 +91,12 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     ``custom`` messages are counted (D6): they are sent to the model, so they take room.
     """
     role = message.get("role")
-    if role == "user":
-        chars = _block_chars(message.get("content"), count_images=False)
+    if role in ("user", "toolResult", "custom", "hookMessage"):
+        chars = _block_chars(message.get("content"))
     elif role == "assistant":
         chars = _assistant_chars(message)
-    elif role in ("toolResult", "custom", "hookMessage"):
-        chars = _block_chars(message.get("content"), count_images=True)
+    elif role == "system":
+        chars = _system_chars(message)
     elif role == "bashExecution":
         chars = utf16_len(_text(message.get("command"))) + utf16_len(_text(message.get("output")))
     elif role in ("branchSummary", "compactionSummary"):
@@ -103,6 +104,19 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     else:
         chars = 0
     return math.ceil(chars / 4)
+
+
+def _system_chars(message: Mapping[str, Any]) -> int:
+    # pi 1.x: the content, every section's text (a removed one is null), and the declared
+    # tools as JSON.stringify writes them.
+    chars = _block_chars(message.get("content"))
+    sections = message.get("sections")
+    if isinstance(sections, dict):
+        chars += sum(utf16_len(text) for text in sections.values() if isinstance(text, str))
+    tools = message.get("toolsAdded")
+    if tools is not None:
+        chars += json_length(tools)
+    return chars
 
 
 def _count(usage: Mapping[str, Any], key: str) -> float:
@@ -145,13 +159,16 @@ def valid_usage(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The usage of an assistant message that counts as an anchor, else ``None``.
 
     Aborted and errored replies do not count: their usage does not describe a full request.
+    Nor does a usage that counts no token at all (pi 1.x): it measured nothing.
     """
     if message.get("role") != "assistant":
         return None
     if message.get("stopReason") in ("aborted", "error"):
         return None
     usage = message.get("usage")
-    return usage if isinstance(usage, dict) else None
+    if not isinstance(usage, dict) or calculate_context_tokens(usage) <= 0:
+        return None
+    return usage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,9 +180,11 @@ class ContextTokens:
         usage_tokens: That usage's context total (0 without one).
         trailing_tokens: The estimates after the usage (everything without one).
         last_usage_index: The message that carried the usage, or ``None``.
-        stale_usage: The usage was measured before the latest compaction, on a context that no
-            longer exists (D29): ``tokens`` then overstates what the model would see.
+        stale_usage: A usage was set aside: measured before the latest compaction or context
+            edit, on a context that no longer exists (D29; pi 1.x does the same).
         estimated_tokens: The chars/4 estimate of every message, ignoring any usage.
+        stale_usage_tokens: With ``stale_usage``, the count anchored on that usage (what pi
+            0.x reported); else 0.
     """
 
     tokens: int
@@ -174,6 +193,7 @@ class ContextTokens:
     last_usage_index: int | None
     stale_usage: bool = False
     estimated_tokens: int = 0
+    stale_usage_tokens: int = 0
 
     @property
     def trusted_tokens(self) -> int:

@@ -26,9 +26,11 @@ def context_report(session: Session, leaf: str | None) -> dict[str, Any]:
         "model": context.model.as_json() if context.model else None,
         "tokens": tokens.as_json(),
         "messageTokens": list(context.estimates),
-        # D29: pi's "tokens" stays as pi computes it; these say whether to believe it.
+        # D29, as pi 1.x counts: a usage from before the latest compaction or context edit is
+        # set aside ("tokens" is then the estimate); these say whether one was, and its count.
         "staleUsage": tokens.stale_usage,
         "estimatedTokens": tokens.estimated_tokens,
+        "staleUsageTokens": tokens.stale_usage_tokens,
         # Ours too: the short summary of each summary message (None elsewhere, or none written).
         "messageShortSummaries": [short_summary_of(entry) for entry in entries],
     }

@@ -152,7 +152,7 @@ def _with_session(session: Session, argv: Sequence[str]) -> dict[str, Any]:
     return indexed
 
 
-OUR_ADDITIONS = ("staleUsage", "estimatedTokens", "messageShortSummaries")
+OUR_ADDITIONS = ("staleUsage", "estimatedTokens", "staleUsageTokens", "messageShortSummaries")
 """Fields we add to pi's objects (D29, short summaries); pi has nothing to compare them with."""
 
 
