@@ -19,10 +19,10 @@ import pytest
 from orchestrator._store.session import Session
 from tests.conformance.pi_cases import (
     DATA,
-    HERE,
     Run,
     expected,
     ours,
+    pinned_pi,
     run,
     runs,
 )
@@ -80,8 +80,7 @@ def _entries(fixture: str) -> list[dict[str, Any]]:
 
 
 def test_recorded_from_the_pinned_pi_version() -> None:
-    pinned = json.loads((HERE / "package.json").read_text(encoding="utf-8"))
-    version = pinned["dependencies"]["@mariozechner/pi-coding-agent"]
+    _, version = pinned_pi()
     for fixture in json.loads((DATA / "cases.json").read_text(encoding="utf-8"))["fixtures"]:
         assert expected(fixture)["piVersion"] == version
 

@@ -9,19 +9,19 @@
 // all text are fixed here. `--only a,b` rewrites only the named fixtures and their entries in
 // cases.json; the others keep their files, ids and recorded answers.
 //
-// Usage: node make_fixtures.mjs [--only a,b]   (from tests/conformance, after npm ci)
+// These are the files pi 0.73.1 wrote: the script runs only with pi 0.73.1 (PI_PACKAGE_DIR, see
+// pi_package.mjs), so that re-running it keeps them pi 0.73.1's. The pi 1.x fixtures are
+// make_fixtures_pi16.mjs's; their cases in cases.json are kept.
+//
+// Usage: PI_PACKAGE_DIR=/path/to/pi-0.73.1/node_modules node make_fixtures.mjs [--only a,b]
 
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { join } from "node:path";
+import { dataDir, piModule, piVersion } from "./pi_package.mjs";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const piDir = process.env.PI_PACKAGE_DIR
-	? resolve(process.env.PI_PACKAGE_DIR)
-	: join(here, "node_modules", "@mariozechner", "pi-coding-agent");
-const { SessionManager } = await import(pathToFileURL(join(piDir, "dist", "core", "session-manager.js")).href);
-const dataDir = resolve(here, "..", "data", "pi");
+if (piVersion !== "0.73.1") throw new Error(`these fixtures are pi 0.73.1's; PI_PACKAGE_DIR names pi ${piVersion}`);
+const { SessionManager } = await piModule("core/session-manager.js");
 mkdirSync(dataDir, { recursive: true });
 const onlyAt = process.argv.indexOf("--only");
 const only = onlyAt > 0 ? process.argv[onlyAt + 1].split(",") : undefined;
@@ -514,10 +514,10 @@ const iso = (ms) => new Date(ms).toISOString();
 	});
 }
 
-// With --only, the other fixtures keep their cases (and so their ids) from the existing file.
-if (only) {
-	const existing = JSON.parse(readFileSync(join(dataDir, "cases.json"), "utf8")).fixtures;
-	for (const name of Object.keys(cases)) if (!selected(name) && existing[name]) cases[name] = existing[name];
-}
+// With --only, the other fixtures keep their cases (and so their ids) from the existing file;
+// fixtures of the other generators (make_fixtures_pi16.mjs, make_cli_fixture.mjs) are kept too.
+const existing = JSON.parse(readFileSync(join(dataDir, "cases.json"), "utf8")).fixtures;
+for (const name of Object.keys(cases)) if (!selected(name) && existing[name]) cases[name] = existing[name];
+for (const [name, spec] of Object.entries(existing)) if (!(name in cases)) cases[name] = spec;
 writeFileSync(join(dataDir, "cases.json"), `${JSON.stringify({ fixtures: cases }, null, 2)}\n`);
 process.stderr.write(`wrote ${only ? only.join(", ") : `${Object.keys(cases).length} fixtures`} to ${dataDir}\n`);

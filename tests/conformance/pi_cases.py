@@ -70,6 +70,14 @@ class Run:
         return f"{self.fixture}:{self.name}"
 
 
+def pinned_pi() -> tuple[str, str]:
+    """The pi package and version pinned in ``package.json`` (its one ``*/pi-coding-agent``)."""
+    manifest = json.loads((HERE / "package.json").read_text(encoding="utf-8"))
+    deps: dict[str, str] = manifest["dependencies"]
+    (name,) = [n for n in deps if n.endswith("/pi-coding-agent")]
+    return name, deps[name]
+
+
 def cases() -> dict[str, Any]:
     """The manifest, ``tests/data/pi/cases.json``."""
     result: dict[str, Any] = json.loads((DATA / "cases.json").read_text(encoding="utf-8"))

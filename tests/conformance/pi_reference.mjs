@@ -11,41 +11,44 @@
 //        reads it, {leafId, text}, without the summaries: their wrappers are our own words)
 //   node pi_reference.mjs record [--suffix S] [--only a,b]   (re-record tests/data/pi/*.expected.json)
 //   node pi_reference.mjs dump [--only a,b]   (the same answers as one JSON object on stdout)
-//   node pi_reference.mjs sweep            (thousands of runs over every leaf, for the opt-in test)
+//   node pi_reference.mjs sweep [--random DIR]   (thousands of runs over every leaf, for the
+//        opt-in test; DIR: random sessions written by random_sessions.mjs)
 //   node pi_reference.mjs version          (the pi version in use)
 // `--json` is accepted and ignored (the output is always JSON). `--index-ids` replaces every
 // entry id in the output by "#<file index>" (0 = first entry after the header): a v1 file gets
 // random ids on migration, in pi and in our code, so only positions can be compared.
 //
 // Only pi's exported functions decide anything here: SessionManager (loading, v1..v3 migration,
-// getBranch), buildSessionContext, estimateTokens, estimateContextTokens, prepareCompaction,
-// findCutPoint, computeFileLists, shouldCompact, collectEntriesForBranchSummary,
-// prepareBranchEntries, convertToLlm and serializeConversation. pi returns messages, not entry ids; the script maps them back to the
-// entries that produced them and checks the mapping against pi's own result (it throws rather
-// than guess), so the ids printed are pi's answer, not a re-implementation.
+// getBranch), buildSessionProjection (pi 1.x) / buildSessionContext, estimateTokens,
+// estimateProjectedContextTokens (pi 1.x) / estimateContextTokens, prepareCompaction,
+// computeFileLists, shouldCompact, collectEntriesForBranchSummary, prepareBranchEntries,
+// convertToLlm and serializeConversation. pi returns messages, not entry ids; the script maps
+// them back to the (projected) entries that produced them and checks the mapping against pi's own
+// result (it throws rather than guess), so the ids printed are pi's answer, not a
+// re-implementation.
 //
-// The pi package comes from ./node_modules (npm ci in this folder), or from the directory named
-// by PI_PACKAGE_DIR (for example another pi version installed elsewhere).
+// The pi package is the one pinned in package.json (npm ci in this folder), or the one named by
+// PI_PACKAGE_DIR (for example pi 0.73.1 installed elsewhere; see pi_package.mjs). pi 1.x is
+// recognised by its buildSessionProjection export; older pi takes the older path below
+// (findCutPoint on the raw path, buildSessionContext, estimateContextTokens).
 
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 import { isDeepStrictEqual } from "node:util";
-
-const here = dirname(fileURLToPath(import.meta.url));
-const piDir = process.env.PI_PACKAGE_DIR
-	? resolve(process.env.PI_PACKAGE_DIR)
-	: join(here, "node_modules", "@mariozechner", "pi-coding-agent");
-const piModule = (rel) => import(pathToFileURL(join(piDir, "dist", rel)).href);
+import { dataDir, piModule, piVersion } from "./pi_package.mjs";
 
 // prepareCompaction and estimateContextTokens are not re-exported from the package index.
-const { SessionManager, buildSessionContext } = await piModule("core/session-manager.js");
+const sessionManager = await piModule("core/session-manager.js");
+const { SessionManager, buildSessionContext } = sessionManager;
 const compaction = await piModule("core/compaction/compaction.js");
 const branch = await piModule("core/compaction/branch-summarization.js");
 const utils = await piModule("core/compaction/utils.js");
 const { convertToLlm } = await piModule("core/messages.js");
-const piVersion = JSON.parse(readFileSync(join(piDir, "package.json"), "utf8")).version;
+// pi 1.x projects the context (context edits, system messages) and compacts on the projection;
+// pi 0.73.1 (PI_PACKAGE_DIR) has neither, and takes the older path through this script.
+const projected = typeof sessionManager.buildSessionProjection === "function";
 
 const DEFAULTS = { keepRecentTokens: 20000, reserveTokens: 16384, budget: 0 };
 
@@ -88,49 +91,43 @@ function leafOf(sm, leaf) {
 	return leaf;
 }
 
+// The context at a leaf: pi 1.x's projection (edits applied, the compaction's system checkpoint
+// first) and its projected estimate, which distrusts usage recorded before a later context edit
+// or compaction (the estimate pi's compaction threshold, tokensBefore and footer use). Our JSON
+// has one `tokens` object; it holds the projected estimate. pi 0.73.1: buildSessionContext and
+// estimateContextTokens.
 function contextReport(sm, options) {
 	const leafId = leafOf(sm, options.leaf);
-	const context = buildSessionContext(sm.getEntries(), leafId, undefined);
+	let messages;
+	let context;
+	let tokens;
+	if (projected) {
+		context = sessionManager.buildSessionProjection(sm.getEntries(), leafId, undefined);
+		messages = context.messages;
+		tokens = compaction.estimateProjectedContextTokens(context, leafId ? sm.getBranch(leafId) : []);
+	} else {
+		context = buildSessionContext(sm.getEntries(), leafId, undefined);
+		messages = context.messages;
+		tokens = compaction.estimateContextTokens(messages);
+	}
 	return {
 		leafId,
-		messages: context.messages,
+		messages,
 		thinkingLevel: context.thinkingLevel,
 		model: context.model,
-		tokens: compaction.estimateContextTokens(context.messages),
-		messageTokens: context.messages.map((m) => compaction.estimateTokens(m)),
+		tokens,
+		messageTokens: messages.map((m) => compaction.estimateTokens(m)),
 	};
 }
 
-// The message an entry gives the compaction summarizer (pi's getMessageFromEntryForCompaction is
-// private; this mirrors it and is checked against prepareCompaction's result below).
-function compactionMessage(entry) {
-	if (entry.type === "compaction") return undefined;
-	return branchMessage(entry, true);
-}
-
-function branchMessage(entry, keepToolResults) {
-	switch (entry.type) {
-		case "message":
-			return !keepToolResults && entry.message.role === "toolResult" ? undefined : entry.message;
-		case "custom_message":
-			return { role: "custom", customType: entry.customType, content: entry.content, display: entry.display, details: entry.details, timestamp: new Date(entry.timestamp).getTime() };
-		case "branch_summary":
-			return { role: "branchSummary", summary: entry.summary, fromId: entry.fromId, timestamp: new Date(entry.timestamp).getTime() };
-		case "compaction":
-			return { role: "compactionSummary", summary: entry.summary, tokensBefore: entry.tokensBefore, timestamp: new Date(entry.timestamp).getTime() };
-		default:
-			return undefined;
-	}
-}
-
-function producing(entries, toMessage) {
+function producing(entries, toMessages) {
 	const ids = [];
 	const messages = [];
 	for (const entry of entries) {
-		const message = toMessage(entry);
-		if (message) {
-			ids.push(entry.id);
-			messages.push(message);
+		const produced = toMessages(entry);
+		if (produced.length > 0) {
+			ids.push(entry.id ?? entry.sourceEntry.id);
+			messages.push(...produced);
 		}
 	}
 	return { ids, messages };
@@ -138,10 +135,63 @@ function producing(entries, toMessage) {
 
 const same = (a, b) => isDeepStrictEqual(JSON.parse(JSON.stringify(a)), JSON.parse(JSON.stringify(b)));
 
-// pi's window start is private too and changed between versions (0.58: after the previous
+// pi 1.x: prepareCompaction cuts the projection of the path (buildSessionProjection), whose
+// entries carry their sourceEntry, so its firstKeptEntryId is a projected entry. What is
+// summarized is the projected entries' messages (system messages and compaction entries left
+// out) from after the previous compaction to the cut, or to the split turn's start; the turn
+// start is the entry producing the first turn-prefix message. Every candidate is checked against
+// prepareCompaction's own messagesToSummarize / turnPrefixMessages: exactly one must match.
+function explainProjectedPreparation(path, prep) {
+	const entries = sessionManager.buildSessionProjection(path).entries;
+	const forSummary = (e) => (e.sourceEntry.type === "compaction" ? [] : e.messages.filter((m) => m.role !== "system"));
+	const previous = entries.findIndex((e) => e.sourceEntry.type === "compaction" && e.messages.length > 0);
+	if ((previous >= 0 ? entries[previous].sourceEntry.summary : undefined) !== prep.previousSummary) {
+		throw new Error("previous compaction is not the projection's first entry");
+	}
+	const start = previous + 1;
+	const cut = entries.findIndex((e) => e.sourceEntry.id === prep.firstKeptEntryId);
+	if (cut < start) throw new Error("firstKeptEntryId is not in the projected window");
+	const starts = prep.isSplitTurn ? [] : [cut];
+	if (prep.isSplitTurn) {
+		for (let t = start; t < cut; t++) if (forSummary(entries[t]).length > 0) starts.push(t);
+	}
+	const found = [];
+	for (const turnStart of starts) {
+		const history = producing(entries.slice(start, turnStart), forSummary);
+		const prefix = producing(entries.slice(turnStart, cut), forSummary);
+		if (!same(history.messages, prep.messagesToSummarize)) continue;
+		if (!same(prefix.messages, prep.turnPrefixMessages)) continue;
+		found.push({
+			turnStartEntryId: prep.isSplitTurn ? entries[turnStart].sourceEntry.id : null,
+			summarizeEntryIds: history.ids,
+			turnPrefixEntryIds: prefix.ids,
+		});
+	}
+	if (found.length !== 1) throw new Error(`cannot map prepareCompaction's messages back to entries (${found.length} matches)`);
+	return found[0];
+}
+
+// pi 0.73.1: the message an entry gives the compaction summarizer (its
+// getMessageFromEntryForCompaction is private; this mirrors it and is checked against
+// prepareCompaction's result below).
+function legacyCompactionMessages(entry) {
+	if (entry.type === "compaction") return [];
+	switch (entry.type) {
+		case "message":
+			return [entry.message];
+		case "custom_message":
+			return [{ role: "custom", customType: entry.customType, content: entry.content, display: entry.display, details: entry.details, timestamp: new Date(entry.timestamp).getTime() }];
+		case "branch_summary":
+			return [{ role: "branchSummary", summary: entry.summary, fromId: entry.fromId, timestamp: new Date(entry.timestamp).getTime() }];
+		default:
+			return [];
+	}
+}
+
+// pi 0.73.1's window start is private too and changed between versions (0.58: after the previous
 // compaction; later: at its first kept entry, the pi#2608 fix). Try each candidate and keep the
 // one that reproduces prepareCompaction's own answer exactly.
-function explainPreparation(path, prep, keep) {
+function explainLegacyPreparation(path, prep, keep) {
 	let prev = -1;
 	for (let i = path.length - 1; i >= 0; i--) {
 		if (path[i].type === "compaction") {
@@ -159,9 +209,9 @@ function explainPreparation(path, prep, keep) {
 		if (path[cut.firstKeptEntryIndex]?.id !== prep.firstKeptEntryId) continue;
 		if (cut.isSplitTurn !== prep.isSplitTurn) continue;
 		const historyEnd = cut.isSplitTurn ? cut.turnStartIndex : cut.firstKeptEntryIndex;
-		const history = producing(path.slice(start, historyEnd), compactionMessage);
+		const history = producing(path.slice(start, historyEnd), legacyCompactionMessages);
 		const prefix = cut.isSplitTurn
-			? producing(path.slice(cut.turnStartIndex, cut.firstKeptEntryIndex), compactionMessage)
+			? producing(path.slice(cut.turnStartIndex, cut.firstKeptEntryIndex), legacyCompactionMessages)
 			: { ids: [], messages: [] };
 		if (!same(history.messages, prep.messagesToSummarize)) continue;
 		if (!same(prefix.messages, prep.turnPrefixMessages)) continue;
@@ -178,36 +228,34 @@ function planReport(sm, options) {
 	const leafId = leafOf(sm, options.leaf);
 	const path = leafId ? sm.getBranch(leafId) : [];
 	const settings = { enabled: true, reserveTokens: options.reserveTokens, keepRecentTokens: options.keepRecentTokens };
-	const contextTokens = compaction.estimateContextTokens(buildSessionContext(path).messages).tokens;
+	// The estimate pi 1.x compares with the threshold (AgentSession._exceedsCompactionThreshold).
+	const contextTokens = projected
+		? compaction.estimateProjectedContextTokens(sessionManager.buildSessionProjection(path), path).tokens
+		: compaction.estimateContextTokens(buildSessionContext(path).messages).tokens;
 	const window = options.contextWindow;
 	const prep = compaction.prepareCompaction(path, settings);
 	let plan = null;
 	let reason = null;
 	if (prep === undefined) {
+		// AgentSession.compact's two messages for prepareCompaction returning nothing.
 		const last = path[path.length - 1];
 		reason = last?.type === "compaction" ? "Already compacted" : "Nothing to compact (session too small)";
 	} else {
 		const lists = utils.computeFileLists(prep.fileOps);
+		const mapped = projected
+			? explainProjectedPreparation(path, prep)
+			: explainLegacyPreparation(path, prep, settings.keepRecentTokens);
+		// Same key order as ours.
 		plan = {
 			firstKeptEntryId: prep.firstKeptEntryId,
 			isSplitTurn: prep.isSplitTurn,
-			...explainPreparation(path, prep, settings.keepRecentTokens),
+			turnStartEntryId: mapped.turnStartEntryId,
+			summarizeEntryIds: mapped.summarizeEntryIds,
+			turnPrefixEntryIds: mapped.turnPrefixEntryIds,
 			tokensBefore: prep.tokensBefore,
 			previousSummary: prep.previousSummary ?? null,
 			readFiles: lists.readFiles,
 			modifiedFiles: lists.modifiedFiles,
-		};
-		// Same key order as ours.
-		plan = {
-			firstKeptEntryId: plan.firstKeptEntryId,
-			isSplitTurn: plan.isSplitTurn,
-			turnStartEntryId: plan.turnStartEntryId,
-			summarizeEntryIds: plan.summarizeEntryIds,
-			turnPrefixEntryIds: plan.turnPrefixEntryIds,
-			tokensBefore: plan.tokensBefore,
-			previousSummary: plan.previousSummary,
-			readFiles: plan.readFiles,
-			modifiedFiles: plan.modifiedFiles,
 		};
 	}
 	return {
@@ -233,8 +281,16 @@ function branchReport(sm, options) {
 	for (const id of [options.from, options.to]) leafOf(sm, id);
 	const { entries, commonAncestorId } = branch.collectEntriesForBranchSummary(sm, options.from, options.to);
 	const prepared = branch.prepareBranchEntries(entries, options.budget);
-	// pi keeps a suffix of the message-producing entries (it walks newest first and stops).
-	const all = producing(entries, (e) => branchMessage(e, false));
+	// pi keeps a suffix of the message-producing entries (it walks newest first and stops). Which
+	// message each entry produces is asked of prepareBranchEntries itself, one entry at a time
+	// (with the context edits that target it, pi 1.x), so no rule of pi's is copied here.
+	const edits = entries.filter((e) => e.type === "context_edit");
+	const alone = (entry) => {
+		const own = edits.filter((e) => e.targetId === entry.id);
+		return branch.prepareBranchEntries([entry, ...own], 0).messages;
+	};
+	const all = producing(entries, alone);
+	if (all.ids.length !== all.messages.length) throw new Error("an entry produced several branch messages");
 	const kept = all.ids.slice(all.ids.length - prepared.messages.length);
 	if (!same(all.messages.slice(all.messages.length - prepared.messages.length), prepared.messages)) {
 		throw new Error("cannot map prepareBranchEntries' messages back to entries");
@@ -300,7 +356,6 @@ export function report(file, argv) {
 function record(args, write = true) {
 	const suffix = args.includes("--suffix") ? `.${args[args.indexOf("--suffix") + 1]}` : "";
 	const only = args.includes("--only") ? args[args.indexOf("--only") + 1].split(",") : undefined;
-	const dataDir = resolve(here, "..", "data", "pi");
 	const cases = JSON.parse(readFileSync(join(dataDir, "cases.json"), "utf8"));
 	const all = {};
 	for (const [name, fixture] of Object.entries(cases.fixtures)) {
@@ -321,26 +376,39 @@ function record(args, write = true) {
 	return all;
 }
 
-// Every leaf of every v3 fixture: context, the serialized context, and plans at a few budgets; branch plans between every
-// pair of entries at a few budgets. Thousands of runs, compared live by test_pi_conformance.py.
-export function sweep() {
-	const dataDir = resolve(here, "..", "data", "pi");
+const KEEPS = ["1", "60", "150", "300", "800", "20000"];
+const BUDGETS = ["0", "60", "200"];
+
+/** Every run of the sweep on one session file; `pairs` limits the branch plans (all when absent). */
+function sweepFile(out, name, file, pairs) {
+	const ids = readFileSync(file, "utf8").trim().split("\n").slice(1).map((l) => JSON.parse(l).id);
+	const add = (argv) => out.push({ fixture: name, file, argv, pi: report(file, argv) });
+	for (const id of ids) {
+		add(["context", "--leaf", id]);
+		add(["serialize", "--leaf", id]);
+		for (const keep of KEEPS) add(["plan", "--leaf", id, "--keep-recent-tokens", keep, "--no-adaptive-keep"]);
+	}
+	const all = ids.flatMap((from) => ids.map((to) => [from, to]));
+	const chosen = pairs === undefined ? all : all.filter((_, i) => i % Math.max(1, Math.floor(all.length / pairs)) === 0);
+	for (const [from, to] of chosen) for (const budget of BUDGETS) add(["plan", "--from", from, "--to", to, "--budget", budget]);
+}
+
+// Every leaf of every v3 fixture: context, the serialized context, and plans at a few budgets;
+// branch plans between every pair of entries at a few budgets. With `--random DIR`, also the
+// random sessions random_sessions.mjs wrote into DIR (branch plans on a sample of the pairs).
+// Thousands of runs, compared live by test_pi_conformance.py; each item names its file.
+export function sweep(args = []) {
 	const cases = JSON.parse(readFileSync(join(dataDir, "cases.json"), "utf8"));
 	const out = [];
 	for (const [name, fixture] of Object.entries(cases.fixtures)) {
 		if (fixture.indexIds) continue;
-		const file = join(dataDir, fixture.file);
-		const ids = readFileSync(file, "utf8").trim().split("\n").slice(1).map((l) => JSON.parse(l).id);
-		const add = (argv) => out.push({ fixture: name, argv, pi: report(file, argv) });
-		for (const id of ids) {
-			add(["context", "--leaf", id]);
-			add(["serialize", "--leaf", id]);
-			for (const keep of ["1", "60", "150", "300", "800", "20000"]) {
-				add(["plan", "--leaf", id, "--keep-recent-tokens", keep, "--no-adaptive-keep"]);
-			}
-		}
-		for (const from of ids) for (const to of ids) for (const budget of ["0", "60", "200"]) {
-			add(["plan", "--from", from, "--to", to, "--budget", budget]);
+		sweepFile(out, name, join(dataDir, fixture.file));
+	}
+	const at = args.indexOf("--random");
+	if (at >= 0) {
+		const dir = resolve(args[at + 1]);
+		for (const f of readdirSync(dir).filter((n) => n.endsWith(".jsonl")).sort()) {
+			sweepFile(out, `random/${f.replace(/\.jsonl$/, "")}`, join(dir, f), 400);
 		}
 	}
 	return out;
@@ -352,6 +420,6 @@ if (!isMain) {
 	// imported (for example by a sweep script): export only
 } else if (command === "record") record(process.argv.slice(3));
 else if (command === "dump") process.stdout.write(`${JSON.stringify(record(process.argv.slice(3), false))}\n`);
-else if (command === "sweep") process.stdout.write(`${JSON.stringify(sweep())}\n`);
+else if (command === "sweep") process.stdout.write(`${JSON.stringify(sweep(process.argv.slice(3)))}\n`);
 else if (command === "version") process.stdout.write(`${piVersion}\n`);
 else process.stdout.write(`${JSON.stringify(report(file, [command, ...rest]), null, 2)}\n`);

