@@ -1,4 +1,4 @@
-"""The inspection commands: context, plan, tree, check (README, "Inspection JSON")."""
+"""The inspection commands: context, plan, tree, check (docs/sessions.md, "Inspection JSON")."""
 
 from __future__ import annotations
 

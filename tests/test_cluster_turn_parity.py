@@ -179,7 +179,7 @@ async def on_both_hosts(
     assert database.journal_rows(served.session_id) == (journal_rows(path) if journaled else [])
     added = database.new_entries(served.session_id)
     if moves:
-        # A leaf move is stored as a marker entry there (README: Scale out, Navigation).
+        # A leaf move is stored as a marker entry there (docs/scale-out.md, Navigation).
         added = [e for e in added if e.get("customType") != LEAF_MARKER]
     assert [shape(e) for e in added] == [shape(e) for e in new_local_entries(path)]
     return answers, served, added

@@ -1,4 +1,4 @@
-"""One test per planning decision (D6-D12, D23; README "Decisions")."""
+"""One test per planning decision (D6-D12, D23; docs/decisions.md)."""
 
 from __future__ import annotations
 

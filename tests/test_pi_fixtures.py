@@ -2,8 +2,8 @@
 
 The expected files were recorded from pi itself (``tests/conformance/pi_reference.mjs record``,
 pi version pinned in ``tests/conformance/package.json``), so this runs without node. Every run is
-either identical to pi's answer, or differs in exactly the way a decision (README,
-"Decisions") says, and the test for that run names the decision. Re-checking the
+either identical to pi's answer, or differs in exactly the way a decision (docs/decisions.md)
+says, and the test for that run names the decision. Re-checking the
 recorded answers against a live pi is the opt-in ``tests/conformance/test_pi_conformance.py``.
 """
 

@@ -9,7 +9,7 @@ import orchestrator
 import orchestrator.testing
 
 # The public names, written out: dropping or renaming one breaks users, so it must fail here and
-# be a deliberate edit of this snapshot (and a line in the README), never a side effect.
+# be a deliberate edit of this snapshot (and a line in docs/python-api.md), never a side effect.
 PUBLIC_API = (
     "Agent",
     "AgentInput",

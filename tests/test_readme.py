@@ -1,4 +1,5 @@
-"""The README's machine diagrams are generated from machines/: regenerate with
+"""The README's commands, and the machine diagrams of docs/machines.md (moved there from the
+README), which are generated from machines/: regenerate them with
 ``python tests/test_readme.py --write``."""
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from pathlib import Path
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
 from orchestrator._lifecycle.render import render_markdown
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MACHINES_PAGE = ROOT / "docs" / "machines.md"
 BEGIN, END = "<!-- machines:begin -->", "<!-- machines:end -->"
 
 
@@ -27,10 +30,10 @@ def with_diagrams(text: str) -> str:
     return f"{head}{BEGIN}\n{generated()}{END}{tail}"
 
 
-def test_readme_diagrams_match_the_tables() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_machine_diagrams_match_the_tables() -> None:
+    text = MACHINES_PAGE.read_text(encoding="utf-8")
     assert text == with_diagrams(text), (
-        "README diagrams are stale: python tests/test_readme.py --write"
+        "docs/machines.md diagrams are stale: python tests/test_readme.py --write"
     )
     assert set(shipped_machines()) == {"turn", "operation", "navigation"}
 
@@ -47,11 +50,13 @@ def test_readme_starts_with_install_and_test_commands() -> None:
 
 
 def test_ci_installs_and_runs_the_readme_test_command() -> None:
-    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert "python3 -m pip install -c constraints.txt -e '.[dev,cluster]'" in ci  # pinned
     assert "python3 -m pytest" in ci
     assert "set -euo pipefail" in ci  # a failing gate, or pytest's 5 (no test ran), fails CI
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    README.write_text(with_diagrams(README.read_text(encoding="utf-8")), encoding="utf-8")
+    MACHINES_PAGE.write_text(
+        with_diagrams(MACHINES_PAGE.read_text(encoding="utf-8")), encoding="utf-8"
+    )

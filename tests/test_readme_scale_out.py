@@ -1,6 +1,7 @@
-"""The README's "Scale out" commands are ones the command line accepts (issue 10).
+"""The "Scale out" commands (docs/scale-out.md, once the README's section) are ones the command
+line accepts (issue 10).
 
-The section was run as written on a fresh machine; this keeps it from drifting: every
+The page was run as written on a fresh machine; this keeps it from drifting: every
 ``orchestrator`` line in its shell block parses with the current parser, and the block starts
 the services and the two workers it promises.
 """
@@ -13,12 +14,13 @@ from pathlib import Path
 
 from orchestrator._cli.main import _build_parser
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "scale-out.md"
 
 
 def scale_out_block() -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("\n## Scale out\n", 1)[1].split("\n## ", 1)[0]
+    text = PAGE.read_text(encoding="utf-8")
+    assert text.startswith("# Scale out\n")
+    section = text.split("\n## ", 1)[0]  # the page's text before any subsection
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block is not None
     return block.group(1).splitlines()

@@ -1,4 +1,4 @@
-"""The tree navigator TUI, driven through Textual's pilot (README "Tree navigator")."""
+"""The tree navigator TUI, driven through Textual's pilot (docs/server.md, "Tree navigator")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Inspection commands: ``context``, ``plan``, ``tree`` and ``check`` (read-only).
 
-Their ``--json`` output is a stable contract, documented in the README ("Inspection JSON").
+Their ``--json`` output is a stable contract, documented in docs/sessions.md ("Inspection JSON").
 """
 
 from __future__ import annotations

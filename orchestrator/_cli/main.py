@@ -2,7 +2,7 @@
 
 Each command lives in its own module here; this one only builds the parser, dispatches, and
 turns our errors into one line on stderr (no traceback for a user mistake). Exit codes (README,
-"Inspection JSON"): 0 ok, 1 a file or input that cannot be used, 2 a usage error.
+"Commands"): 0 ok, 1 a file or input that cannot be used, 2 a usage error.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Start as many as you like, on as many machines as you like, against one Temporal server and one
 shared store: each session is owned by one workflow at a time, and a worker that dies hands its
-work to the others (README, "Scale out"). The worker calls the models, so the route options are
+work to the others (docs/scale-out.md). The worker calls the models, so the route options are
 the ones ``serve`` takes: with ``--model`` the first model is also the chat agent's (prompts run
 their turns here), without one compactions use the offline summarizer and prompts are refused.
 """

@@ -69,7 +69,7 @@ CONNECT_TIMEOUT = timedelta(seconds=5)
 """How long one TCP connection attempt to the Temporal server may take."""
 GIVE_UP_AFTER = timedelta(seconds=10)
 """How long a call retries a Temporal server that does not answer before it fails (the
-Temporal client's own default, named here because the README promises it)."""
+Temporal client's own default, named here because docs/scale-out.md promises it)."""
 
 
 async def connect_temporal(address: str, *, give_up_after: timedelta = GIVE_UP_AFTER) -> Client:

@@ -144,7 +144,7 @@ class ModelError(OrchestratorError):
 class UnavailableError(OrchestratorError):
     """A service the cluster needs cannot be reached: no input was wrong, asking later may work.
 
-    ``serve --temporal`` reports it as ``-32008`` (README, "Scale out"); ``orchestrator worker``
+    ``serve --temporal`` reports it as ``-32008`` (docs/scale-out.md); ``orchestrator worker``
     refuses to start with it.
     """
 

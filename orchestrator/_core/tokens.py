@@ -205,7 +205,7 @@ class ContextTokens:
         return self.estimated_tokens if self.stale_usage else self.tokens
 
     def as_json(self) -> dict[str, int | None]:
-        """The inspection-JSON shape (README, "Inspection JSON")."""
+        """The inspection-JSON shape (docs/sessions.md, "Inspection JSON")."""
         return {
             "tokens": self.tokens,
             "usageTokens": self.usage_tokens,

@@ -1,8 +1,8 @@
 """Render a machine table as a Mermaid state diagram and as Markdown tables.
 
 The pictures are drawn from the same validated table the engine runs, never by hand, so the
-README cannot drift from the behaviour. Output is deterministic (file order throughout), which
-lets a test keep the README's copy current by comparing text.
+documentation (docs/machines.md) cannot drift from the behaviour. Output is deterministic (file
+order throughout), which lets a test keep that page's copy current by comparing text.
 
 The diagram is structural: states, and one arrow per (row, source) labelled with the event and
 its guards. Explanations and effects go in the Markdown table, where long text reads well. Every
@@ -81,7 +81,7 @@ def render_table(defn: MachineDef) -> str:
 
 
 def render_markdown(defn: MachineDef) -> str:
-    """Return a README section: heading, doc, fenced Mermaid diagram, then the tables.
+    """Return a docs/machines.md section: heading, doc, fenced Mermaid diagram, then the tables.
 
     Returns:
         The Markdown text, ending with a newline.

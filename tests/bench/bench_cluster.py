@@ -1,6 +1,6 @@
 """Cluster benchmark (issue 10): many sessions compacting at once through Temporal workers.
 
-Run on demand, with a Temporal server and PostgreSQL (README, "Scale out")::
+Run on demand, with a Temporal server and PostgreSQL (docs/scale-out.md)::
 
     python tests/bench/bench_cluster.py --temporal 127.0.0.1:7233 \\
         --database postgresql://USER:PASSWORD@127.0.0.1/DB --sessions 1000 --workers 1,2,4

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // What pi itself says about a session file, printed in the shape of our inspection JSON
-// (README, "Inspection JSON"), so that tests can compare the two on the same files.
+// (docs/sessions.md, "Inspection JSON"), so that tests can compare the two on the same files.
 //
 // Usage (the same arguments as `orchestrator ... --json`, after the command):
 //   node pi_reference.mjs context SESSION.jsonl [--leaf ID]
