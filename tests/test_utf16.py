@@ -126,8 +126,9 @@ def test_d26_tool_results_are_cut_at_2000_units() -> None:
 def test_d26_a_cut_through_a_pair_moves_one_unit_earlier() -> None:
     text = "a" * 1999 + EMOJI + "b" * 10  # units 1999 and 2000 are the pair
     cut = truncate_for_summary(text)
-    # pi would keep the high half and say "11 more"; the half unit moves to the marker.
-    assert cut == "a" * 1999 + "\n\n[... 12 more characters truncated]"
+    # pi 1.x (sliceHead) and we leave the whole pair out; the marker says length - 2000 ("11
+    # more"), as pi's does, though 12 units were left out.
+    assert cut == "a" * 1999 + "\n\n[... 11 more characters truncated]"
     assert not _has_half_pair(cut)
     serialized = serialize_conversation(
         [{"role": "toolResult", "content": [{"type": "text", "text": text}]}]

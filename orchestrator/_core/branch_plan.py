@@ -24,10 +24,12 @@ from typing import Any
 from orchestrator._core.entries import (
     BRANCH_SUMMARY,
     COMPACTION,
+    CONTEXT_EDIT,
     Entry,
     Message,
     compaction_message,
     entry_message,
+    project,
 )
 from orchestrator._core.file_ops import (
     FileOperations,
@@ -117,14 +119,15 @@ def collect_branch_entries(
     return entries, ancestor
 
 
-def _branch_message(entry: Entry) -> Message | None:
-    # Tool results are left out; a compaction reads as its summary message (as in pi).
+def _branch_message(entry: Entry, edit: Entry | None) -> Message | None:
+    # Tool results are left out; a compaction reads as its summary message (as in pi). The
+    # latest context edit of an entry in the branch applies to it (pi 1.5).
     if entry.get("type") == COMPACTION:
         return compaction_message(entry)
     message = entry_message(entry)
     if message is None or message.get("role") == "toolResult":
         return None
-    return message
+    return project(message, edit) if edit is not None else message
 
 
 def prepare_branch_entries(
@@ -149,13 +152,17 @@ def prepare_branch_entries(
         message, and the message that first overran the budget (pi harvests before checking).
     """
     ops = FileOperations()
+    edits: dict[object, Entry] = {}
     for entry in entries:
-        if entry.get("type") == BRANCH_SUMMARY:
+        kind = entry.get("type")
+        if kind == BRANCH_SUMMARY:
             ops = ops.union(file_ops_from_details(entry))
+        elif kind == CONTEXT_EDIT:
+            edits[entry.get("targetId")] = entry
     taken: list[tuple[str, Message]] = []
     total = 0
     for entry in reversed(entries):
-        message = _branch_message(entry)
+        message = _branch_message(entry, edits.get(entry["id"]) if edits else None)
         if message is None:
             continue
         ops = file_ops_of_messages((message,), ops)

@@ -54,13 +54,13 @@ _encode_string = encode_string
 def truncate_for_summary(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
     """Cut ``text`` to ``limit`` UTF-16 units plus pi's marker, or return it unchanged (D26).
 
-    A cut through a surrogate pair moves one unit earlier; the marker counts what was left out.
+    A cut through a surrogate pair moves one unit earlier, as pi 1.x's ``sliceHead`` does; the
+    marker counts ``length - limit``, as pi's does (the unit moved is not counted).
     """
     length = utf16_len(text)
     if length <= limit:
         return text
-    head = utf16_head(text, limit)
-    return f"{head}\n\n[... {length - utf16_len(head)} more characters truncated]"
+    return f"{utf16_head(text, limit)}\n\n[... {length - limit} more characters truncated]"
 
 
 def format_tool_call(name: str, arguments: object) -> str:
