@@ -45,6 +45,7 @@ from orchestrator._core.entries import (
 from orchestrator._core.errors import NotASessionError, SessionError
 from orchestrator._core.load_result import LoadResult, Problem, Tail
 from orchestrator._core.loading import gc_paused
+from orchestrator._core.system_prompt import current_system_message
 from orchestrator._core.tree import LEAF, SessionTree
 from orchestrator._store.protocol import SessionStore
 from orchestrator._store.tail import check_tail
@@ -349,10 +350,26 @@ class Session:
 
         The runtime journals a commit's entry id before appending it (D24), so building and
         adding are separate steps. The entry's parent is the leaf at build time.
+
+        A compaction at the leaf carries the system checkpoint pi 1.x writes: every system
+        message of the context replayed into one (``systemMessage``, stamped with the entry's
+        time). Without it, pi would resume the compacted session with no system prompt.
         """
+        now_ms = self._clock()
+        if kind == COMPACTION and parent_id is LEAF and "systemMessage" not in fields:
+            checkpoint = self._system_checkpoint()
+            if checkpoint is not None:
+                fields = {**fields, "systemMessage": {**checkpoint, "timestamp": now_ms}}
         return self.tree.new_entry(
-            kind, fields, now_ms=self._clock(), random_hex=self._random_hex, parent_id=parent_id
+            kind, fields, now_ms=now_ms, random_hex=self._random_hex, parent_id=parent_id
         )
+
+    def _system_checkpoint(self) -> Message | None:
+        """The replay of the leaf context's system messages (pi's ``getCurrentSystemMessage``)."""
+        context = self.context()
+        if context.index is None or not context.index.system:
+            return None
+        return current_system_message(context.messages[k] for k in context.index.system)
 
     def tail(self) -> Tail:
         """Where the store ended when this session last read or wrote it (D27).

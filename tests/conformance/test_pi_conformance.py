@@ -179,3 +179,68 @@ def test_sweep_every_leaf_differs_only_by_decision(tmp_path: Path) -> None:
     examples = [found[0] for found in unexplained.values()]
     assert not unexplained, f"unexplained differences by kind: {counts}, e.g. {examples}"
     assert explained["same"] > 20000
+
+
+PI16_FIXTURES = (
+    "system-messages",
+    "context-edits",
+    "edits-around-compaction",
+    "retain-none",
+    "usage-and-roots",
+    "images",
+    "overflow-recovery",
+    "cli-rpc",
+)
+
+
+def _our_context(session: Path) -> dict[str, Any]:
+    import contextlib
+    import io
+
+    from orchestrator._cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["context", str(session), "--json"]) == 0
+    return {k: v for k, v in json.loads(out.getvalue()).items() if k not in OUR_ADDITIONS}
+
+
+@pytest.mark.parametrize("fixture", PI16_FIXTURES)
+def test_pi_resumes_our_compaction_with_the_system_checkpoint(fixture: str, tmp_path: Path) -> None:
+    """After our `compact` (offline summarizer) on a file pi 1.6 wrote, pi opens it and builds
+    the context we build, the replayed system prompt first when the session has one."""
+    from orchestrator._cli.main import main
+
+    copy = tmp_path / f"{fixture}.jsonl"
+    shutil.copyfile(HERE.parent / "data" / "pi" / f"{fixture}.jsonl", copy)
+    before = copy.read_bytes()
+    code = main(["compact", str(copy), "--keep-recent-tokens", "50"])
+    assert code in (0, 1)
+    if code == 1:  # nothing to compact at the leaf: the file is as it was
+        assert copy.read_bytes() == before
+        return
+    entry = json.loads(copy.read_text(encoding="utf-8").splitlines()[-1])
+    assert entry["type"] == "compaction"
+    theirs = json.loads(_node("context", str(copy)))
+    assert _our_context(copy) == theirs
+    had_system = '"role":"system"' in before.decode("utf-8")
+    assert ("systemMessage" in entry) == had_system
+    if had_system:
+        assert theirs["messages"][0]["role"] == "system"
+        assert theirs["messages"][0] == entry["systemMessage"]
+
+
+@pytest.mark.parametrize("fixture", PI16_FIXTURES)
+def test_pi_reads_our_branch_summary(fixture: str, tmp_path: Path) -> None:
+    """After our `navigate --summarize` to the first user message, pi builds our context."""
+    from orchestrator._cli.main import main
+
+    copy = tmp_path / f"{fixture}.jsonl"
+    shutil.copyfile(HERE.parent / "data" / "pi" / f"{fixture}.jsonl", copy)
+    entries = [json.loads(line) for line in copy.read_text(encoding="utf-8").splitlines()[1:]]
+    first_user = next(
+        e for e in entries if e["type"] == "message" and e["message"]["role"] == "user"
+    )
+    assert main(["navigate", str(copy), "--to", first_user["id"], "--summarize"]) == 0
+    theirs = json.loads(_node("context", str(copy)))
+    assert _our_context(copy) == theirs
