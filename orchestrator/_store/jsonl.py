@@ -236,15 +236,22 @@ def _last_byte_into(last: bytearray, chunks: Iterator[bytes]) -> Iterator[bytes]
 
 
 def _read_last_line(fd: int, size: int) -> tuple[int, bytes]:
-    """Return ``(offset, bytes)`` of the file from just before its last newline to the end."""
-    position, buffer = size, b""
+    """Return ``(offset, bytes)`` of the file from just before its last newline to the end.
+
+    The pieces read backwards are joined once at the end: prepending each to the bytes so far
+    copied the whole line again per 64 KB, and repairing a torn line of 200 MB took minutes
+    with the lock held. Now every byte is read once and copied once.
+    """
+    position, pieces = size, []
     while position > 0:
         start = max(0, position - _CHUNK)
         piece = os.pread(fd, position - start, start)
-        buffer, position = piece + buffer, start
+        pieces.append(piece)
+        position = start
         if b"\n" in piece:
             break
-    return position, buffer
+    pieces.reverse()
+    return position, b"".join(pieces)
 
 
 def _default_owner() -> str:
