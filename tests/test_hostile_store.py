@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator._core.errors import SessionError
 from orchestrator._store import jsonl
 from orchestrator._store.jsonl import JsonlStore, write_pi_line
+from tests.cli_kit import run
 
 HEADER: dict[str, Any] = {
     "type": "session",
@@ -61,3 +63,57 @@ def test_repairing_a_long_torn_line_reads_and_copies_each_byte_once(
     assert sum(read) <= 2 * len(torn)  # each byte of the line read once (and the tail checked)
     assert (tmp_path / "s.jsonl.corrupt").read_bytes() == torn + b"\n"
     assert path.read_bytes() == write_pi_line(HEADER)
+
+
+VERSIONS = {
+    "fraction": (3.5, "the header's version 3.5 is not a whole number"),
+    "string_number": ("99", 'the header\'s version "99" is a string, not a version number'),
+    "boolean": (True, "the header's version true is a boolean, not a version number"),
+    "string": ("v4", 'the header\'s version "v4" is a string, not a version number'),
+    "zero": (0, "the header says version 0, but versions are 1 to 3"),
+    "newer": (4, "the header says version 4, newer than this program reads (3)"),
+}
+
+
+def _with_version(tmp_path: Path, version: object) -> Path:
+    path = tmp_path / "s.jsonl"
+    root = {"type": "message", "id": "a", "parentId": None, "timestamp": "t", "message": {}}
+    path.write_bytes(write_pi_line({**HEADER, "version": version}) + write_pi_line(root))
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(VERSIONS))
+def test_a_header_version_other_than_1_to_3_is_never_written_after(
+    tmp_path: Path, case: str
+) -> None:
+    # 3.5, "99", true and "v4" were "not a number" and written to all the same.
+    version, said = VERSIONS[case]
+    path = _with_version(tmp_path, version)
+    before = path.read_bytes()
+    with JsonlStore(path) as store:
+        loaded = store.load()
+        assert [p.code for p in loaded.problems] == ["bad_header"]  # read for inspection
+        assert [e["id"] for e in loaded.entries] == ["a"]
+        entry = {"type": "label", "id": "b", "parentId": "a", "timestamp": "t"}
+        with pytest.raises(SessionError) as append:
+            store.append([entry])
+        with pytest.raises(SessionError) as rewrite:
+            store.rewrite(loaded.header or {}, [*loaded.entries, entry])
+    for refused in (append.value, rewrite.value):
+        message = str(refused)
+        assert "\n" not in message
+        assert str(path) in message
+        assert said in message
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("case", sorted(VERSIONS))
+def test_check_says_what_is_wrong_with_the_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    version, said = VERSIONS[case]
+    path = _with_version(tmp_path, version)
+    code, out, _ = run(capsys, "check", str(path))
+    assert code == 1
+    assert out.startswith(f"{path}: line 1: {said}")
+    assert "not a number" not in out

@@ -20,7 +20,8 @@ show the user what is wrong, and the stores refuse to overwrite a damaged file (
   (``duplicate_id``: the first wins), or is a second header (``bad_header``) is skipped. So is
   a line :mod:`~orchestrator._core.json_lines` refuses although it is JSON: nested too deep
   (``too_deep``) or holding a number beyond the range of a double (``bad_number``).
-* The header's version decides migration. A version newer than :data:`CURRENT_VERSION`, or a
+* The header's version decides migration. A version that is not a whole number (``3.5``,
+  ``"99"``, ``true``), below 1 or newer than :data:`CURRENT_VERSION`, or a
   header saying version 1 over entries that already have ids and parents, is a ``bad_header``
   problem: the entries are read as written (nothing migrated, no ids replaced) and the stores
   refuse every write (:attr:`ParsedSession.write_refusal`), because guessing would rewrite the
@@ -253,7 +254,9 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
     version_problem = _version_problem(header, version, entries)
     if version_problem is not None:
         problems.append(Problem(line=first + 1, code="bad_header", message=version_problem))
-    refusal = f"its header is wrong: {version_problem}" if version_problem and version else None
+    # Any version this program cannot name exactly refuses every write (3.5, "99", true, 0):
+    # what is written after it would claim a version nobody chose.
+    refusal = f"its header is wrong: {version_problem}" if version_problem else None
     migrated = False
     if version is not None and version < 2 and version_problem is None:
         # v1 entries have no ids yet; migration gives them ids and parents.
@@ -314,8 +317,13 @@ def _version_problem(header: Entry, version: int | None, entries: list[Entry]) -
     """What is wrong with the header's version, or ``None`` when it can be acted on."""
     if version is None:
         return (
-            f"the header's version {header.get('version')!r} is not a number; "
-            "read as the current version, nothing migrated"
+            f"the header's version {_what_version(header.get('version'))}; "
+            f"read as version {CURRENT_VERSION}, nothing written"
+        )
+    if version < 1:
+        return (
+            f"the header says version {version}, but versions are 1 to {CURRENT_VERSION}; "
+            "read as written, nothing written"
         )
     if version > CURRENT_VERSION:
         return (
@@ -330,6 +338,18 @@ def _version_problem(header: Entry, version: int | None, entries: list[Entry]) -
             "(version 2 or later); read as written, nothing migrated"
         )
     return None
+
+
+def _what_version(value: object) -> str:
+    """What an unreadable version is, shown as the file writes it: ``"99" is a string, ...``."""
+    shown = json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return f"{shown} is a boolean, not a version number (1 to {CURRENT_VERSION})"
+    if isinstance(value, str):
+        return f"{shown} is a string, not a version number (1 to {CURRENT_VERSION})"
+    if isinstance(value, float):
+        return f"{shown} is not a whole number"
+    return f"{shown} is not a number"
 
 
 def _objects(
