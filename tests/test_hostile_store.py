@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator._core.errors import SessionError
+from orchestrator._core.errors import ConflictError, SessionError
 from orchestrator._store import jsonl
 from orchestrator._store.jsonl import JsonlStore, write_pi_line
 from tests.cli_kit import run
@@ -117,3 +117,56 @@ def test_check_says_what_is_wrong_with_the_version(
     assert code == 1
     assert out.startswith(f"{path}: line 1: {said}")
     assert "not a number" not in out
+
+
+def _pi_appends(path: Path) -> None:
+    """pi appending a line of its own, without our lock, as it does."""
+    line = {"type": "label", "id": "p1", "parentId": "a", "timestamp": "t", "targetId": "a"}
+    with path.open("ab") as file:
+        file.write(write_pi_line(line))
+
+
+def test_an_append_by_pi_after_the_check_is_caught_before_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tail was checked before the tail repair; pi's line landing between them was written
+    # after, and ours built on an end that no longer was.
+    path = _with_version(tmp_path, 3)
+    with JsonlStore(path) as store:
+        store.load()
+        expect = store.tail()
+        repair = JsonlStore._repair_once
+
+        def repair_while_pi_appends(self: JsonlStore, fd: int) -> int:
+            _pi_appends(path)
+            return repair(self, fd)
+
+        monkeypatch.setattr(JsonlStore, "_repair_once", repair_while_pi_appends)
+        mine = {"type": "label", "id": "b", "parentId": "a", "timestamp": "t"}
+        with pytest.raises(ConflictError) as refused:
+            store.append([mine], expect=expect)
+    assert str(path) in str(refused.value)
+    assert "nothing was written" in str(refused.value)
+    assert b'"id":"b"' not in path.read_bytes()
+    assert path.read_bytes().endswith(b'"id":"p1","parentId":"a","timestamp":"t","targetId":"a"}\n')
+
+
+def test_a_rewrite_does_not_replace_what_pi_appended_while_the_copy_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _with_version(tmp_path, 3)
+    with JsonlStore(path) as store:
+        loaded = store.load()
+        expect = store.tail()
+        write_temporary = JsonlStore._write_temporary
+
+        def slow_copy(self: JsonlStore, *args: Any) -> Path:
+            _pi_appends(path)
+            return write_temporary(self, *args)
+
+        monkeypatch.setattr(JsonlStore, "_write_temporary", slow_copy)
+        assert loaded.header is not None
+        with pytest.raises(ConflictError):
+            store.rewrite(loaded.header, loaded.entries, expect=expect)
+    assert b'"id":"p1"' in path.read_bytes()  # pi's line was kept: the copy was not renamed
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # removed
