@@ -701,6 +701,22 @@ async def test_a_silent_connection_is_refused_after_the_auth_timeout() -> None:
     }
 
 
+async def test_a_wrong_token_is_called_wrong_not_a_missing_auth_request() -> None:
+    # It said "the first request must be {...auth...}" to a client that had sent just that.
+    server = RpcServer(SessionHub())
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            out = await exchange(stream, request(7, "auth", token="guess"))
+        group.cancel_scope.cancel()
+    [answer] = replies(out)
+    assert answer["id"] == 7
+    assert answer["error"] == {
+        "code": UNAUTHORIZED,
+        "message": "Unauthorized: wrong token (the server's is in its token file)",
+    }
+
+
 async def test_the_auth_line_echoes_a_finite_id_and_refuses_one_it_cannot_echo() -> None:
     server = RpcServer(SessionHub())
 

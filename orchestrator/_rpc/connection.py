@@ -341,6 +341,10 @@ class Connection:
         )
         if line is None:
             message = "Unauthorized: no token sent in time"
+        elif offered is not None:
+            # An auth request as asked, with another token: telling its sender to send an auth
+            # request sent them looking for a format mistake that was not there.
+            message = "Unauthorized: wrong token (the server's is in its token file)"
         reply_id = None if request_id is _NO_ID else request_id
         self._close_with(_error_line(UNAUTHORIZED, message, reply_id))
         return False
