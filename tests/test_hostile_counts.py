@@ -20,6 +20,7 @@ from orchestrator._core.tokens import (
     calculate_prompt_tokens,
     is_token_count,
 )
+from orchestrator._core.usage_check import usage_problems
 from tests.cli_kit import EXAMPLE, run
 
 HUGE = 10**400
@@ -144,3 +145,14 @@ def test_a_bad_count_does_not_stand_in_the_way_of_a_rewrite() -> None:
     parsed = read_session(data)
     assert [p.code for p in parsed.result.problems] == ["bad_usage"]
     assert rewrite_refusal("f", parsed) is None
+
+
+def test_only_numbers_that_are_not_counts_are_named() -> None:
+    # A string, a boolean or null was tolerated silently before, and still is.
+    usage = {"input": True, "output": "x", "cacheRead": 1.5, "cacheWrite": None, "totalTokens": -2}
+    entry = {"type": "message", "id": "a", "message": {"role": "assistant", "usage": usage}}
+    (problem,) = usage_problems([entry], [7])
+    assert (problem.line, problem.code) == (7, "bad_usage")
+    assert problem.message == (
+        "usage.totalTokens of entry 'a' is -2, not a token count (negative); counted as 0"
+    )

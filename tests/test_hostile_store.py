@@ -56,7 +56,7 @@ def test_repairing_a_long_torn_line_reads_and_copies_each_byte_once(
     monkeypatch.setattr(jsonl, "_CHUNK", 16)
     _Counted.copied = 0
     with JsonlStore(path) as store:
-        monkeypatch.setattr(jsonl.os, "pread", pread)
+        monkeypatch.setattr(os, "pread", pread)
         assert store.repair_torn_tail() == torn
         monkeypatch.undo()
     assert _Counted.copied <= 2 * len(torn)
@@ -77,7 +77,13 @@ VERSIONS = {
 
 def _with_version(tmp_path: Path, version: object) -> Path:
     path = tmp_path / "s.jsonl"
-    root = {"type": "message", "id": "a", "parentId": None, "timestamp": "t", "message": {}}
+    root: dict[str, Any] = {
+        "type": "message",
+        "id": "a",
+        "parentId": None,
+        "timestamp": "t",
+        "message": {},
+    }
     path.write_bytes(write_pi_line({**HEADER, "version": version}) + write_pi_line(root))
     return path
 

@@ -124,7 +124,7 @@ def is_token_count(value: object) -> bool:
 
 def _count(usage: Mapping[str, Any], key: str) -> float:
     value = usage.get(key)
-    return value if is_token_count(value) else 0
+    return value if isinstance(value, int | float) and is_token_count(value) else 0
 
 
 def _whole(total: float) -> int:

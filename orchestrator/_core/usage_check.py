@@ -44,7 +44,9 @@ def usage_problems(entries: Sequence[Entry], numbers: Sequence[int]) -> list[Pro
             value = usage.get(key)
             if type(value) is int and 0 <= value <= _LARGEST_INT:
                 continue  # pi's counts: the one test most of them take, on every load
-            if type(value) in (int, float) and not is_token_count(value):
+            if type(value) is bool or not isinstance(value, int | float):
+                continue  # not a number: tolerated silently, as the module docstring says
+            if not is_token_count(value):
                 problems.append(_problem(entry, number, key, value))
     return problems
 
