@@ -134,7 +134,7 @@ def test_header_with_unreadable_version_is_bad_header_and_read_as_current() -> N
         header + b'{"type":"message","id":"a","parentId":null,"message":{"role":"hookMessage"}}\n'
     )
     assert [(p.line, p.code) for p in result.problems] == [(1, "bad_header")]
-    assert "'two'" in result.problems[0].message
+    assert '"two" is a string' in result.problems[0].message
     assert result.migrated is False
     assert result.entries[0]["message"]["role"] == "hookMessage"
 

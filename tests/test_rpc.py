@@ -896,6 +896,26 @@ async def test_bad_paths_are_invalid_params_not_internal_errors(tmp_path: Path) 
         assert message in error["message"], error
 
 
+async def test_a_name_over_255_bytes_is_invalid_params_not_an_internal_error(
+    tmp_path: Path,
+) -> None:
+    # session.open of such a name was -32603 (OSError: File name too long), a server bug.
+    client = file_client(tmp_path)
+    sid = (await client.call("session.open", path="example.jsonl"))["session_id"]
+    long = "a" * 256
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("session.open", {"path": f"{long}.jsonl"}),
+        ("session.open", {"path": f"{long}/s.jsonl"}),
+        ("session.open", {"path": f"{long}.jsonl", "create": True}),
+        ("session.fork", {"session_id": sid, "entry_id": "ec48c90d", "path": f"{long}.jsonl"}),
+    ]
+    for method, params in cases:
+        error = await client.error(method, **params)
+        assert error["code"] == INVALID_PARAMS, (method, params, error)
+        assert error["message"].endswith("File name too long"), error
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("a")]  # nothing written
+
+
 async def test_a_skipped_compress_reports_skipped_not_completed(tmp_path: Path) -> None:
     client = file_client(tmp_path)
     sid = (await client.call("session.open", path="example.jsonl"))["session_id"]

@@ -477,6 +477,48 @@ async def test_a_client_that_does_not_read_its_events_is_dropped(tmp_path: Path)
     assert client.closed.is_set()
 
 
+class TakesLittle(Stalled):
+    """A client whose socket takes short writes but never a large one: it does not read."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        super().__init__(lines)
+        self.stuck = anyio.Event()
+
+    async def write(self, data: bytes) -> None:
+        if len(data) > 32 * 1024:
+            self.stuck.set()
+            await anyio.sleep_forever()  # cancelled by the server's drop deadline
+        self.out += data
+
+
+async def test_a_client_that_never_reads_a_large_answer_gets_the_limit_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The deadline cancelled the large answer's write before it returned, and the writer then
+    # read its unset result: UnboundLocalError, the connection never closed, no -32005 line.
+    hub = fresh_hub(tmp_path)
+    limits = Limits(max_queued_bytes=64 * 1024, drop_timeout=0.0)
+    server = RpcServer(hub, limits=limits)
+    opened = request(1, "session.open", path="example.jsonl")
+    client = TakesLittle([opened, request(2, "session.context", session_id=SID)])
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve_connection, client)
+        await client.stuck.wait()  # the context answer (100 KB) is being written
+        events = hub.runtime(SID).events
+        for n in range(100):  # 100 KB of events behind it, over the bound
+            events.emit("message", n=n, text="x" * 1000)
+        await client.closed.wait()
+    hub.close_all()
+    assert "internal error" not in capsys.readouterr().err
+    opened_line, blank, limit_line, end = bytes(client.out).split(b"\n")
+    assert json.loads(opened_line)["result"]["session_id"] == SID
+    assert (blank, end) == (b"", b"")  # the newline that ends whatever of the cut line went out
+    assert json.loads(limit_line)["error"] == {
+        "code": LIMIT,
+        "message": "Client not reading: over 65536 bytes of output waiting; closing the connection",
+    }
+
+
 async def test_too_many_connections_get_one_clear_line(tmp_path: Path) -> None:
     hub = fresh_hub(tmp_path)
     server = RpcServer(hub, limits=Limits(max_connections=2))
@@ -656,6 +698,22 @@ async def test_a_silent_connection_is_refused_after_the_auth_timeout() -> None:
     assert answer["error"] == {
         "code": UNAUTHORIZED,
         "message": "Unauthorized: no token sent in time",
+    }
+
+
+async def test_a_wrong_token_is_called_wrong_not_a_missing_auth_request() -> None:
+    # It said "the first request must be {...auth...}" to a client that had sent just that.
+    server = RpcServer(SessionHub())
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            out = await exchange(stream, request(7, "auth", token="guess"))
+        group.cancel_scope.cancel()
+    [answer] = replies(out)
+    assert answer["id"] == 7
+    assert answer["error"] == {
+        "code": UNAUTHORIZED,
+        "message": "Unauthorized: wrong token (the server's is in its token file)",
     }
 
 

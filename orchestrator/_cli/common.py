@@ -24,6 +24,14 @@ class UsageError(Exception):
     """A command's arguments do not make sense together; reported with its usage, exit 2."""
 
 
+class MissingExtraError(Exception):
+    """An optional extra a command needs is not installed: one line saying how to get it, exit 2.
+
+    Not a usage error (the arguments were right, so no usage is printed), and not an
+    :class:`~orchestrator._core.errors.OrchestratorError` (nobody's input was wrong).
+    """
+
+
 def one_line(text: str) -> str:
     """``text`` as one line: its non-blank lines, stripped, joined with ``"; "``.
 
@@ -305,6 +313,7 @@ def check_cluster_database(database: str) -> None:
     from orchestrator._store.factory import is_database_url
 
     if is_database_url(database):
+        require_database_driver()
         from orchestrator._store.postgres_schema import connect
 
         connect(database).close()
@@ -314,15 +323,39 @@ def check_cluster_database(database: str) -> None:
         )
 
 
+CLUSTER_INSTALL = "pip install -e '.[cluster]'"
+"""How the README says to install the ``cluster`` extra (section "Scale out")."""
+
+
 def require_cluster() -> None:
     """Refuse, in one line, when the ``cluster`` extra is not installed.
 
     Raises:
-        UsageError: temporalio is missing.
+        MissingExtraError: temporalio is missing.
     """
+    if not _installed("temporalio"):
+        raise MissingExtraError(f"the cluster needs the 'cluster' extra: {CLUSTER_INSTALL}")
+
+
+def require_database_driver() -> None:
+    """Refuse, in one line, when psycopg (of the ``cluster`` extra) is not installed.
+
+    ``import``, ``export`` and every ``--database`` option call this before importing the
+    database store: without it they ended in a ``ModuleNotFoundError`` traceback.
+
+    Raises:
+        MissingExtraError: psycopg is missing.
+    """
+    if not _installed("psycopg"):
+        raise MissingExtraError(
+            f"--database needs psycopg, from the 'cluster' extra: {CLUSTER_INSTALL}"
+        )
+
+
+def _installed(module: str) -> bool:
     import importlib.util
 
-    if importlib.util.find_spec("temporalio") is None:
-        raise UsageError(
-            "the cluster needs the 'cluster' extra: pip install 'session-orchestrator[cluster]'"
-        )
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # None in sys.modules: its import is blocked, as if not installed
+        return False

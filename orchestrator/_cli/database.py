@@ -24,7 +24,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator._cli.common import UsageError, open_existing, require_file, warn_problems
+from orchestrator._cli.common import (
+    UsageError,
+    open_existing,
+    require_database_driver,
+    require_file,
+    warn_problems,
+)
 from orchestrator._core.errors import SessionError
 from orchestrator._core.printable import printable
 from orchestrator._store.factory import is_database_url
@@ -73,6 +79,7 @@ def _check_url(url: str) -> None:
         raise UsageError(
             f"--database {url!r} is not a PostgreSQL URL (postgresql://USER@HOST/DATABASE)"
         )
+    require_database_driver()
     from orchestrator._store.postgres_schema import check_url
 
     try:

@@ -30,7 +30,11 @@ def register(commands: Any) -> None:
         help="run a simulation scenario, optionally writing its trace",
         epilog=f"shipped scenarios: {', '.join(shipped_scenarios()) or '(none found)'}",
     )
-    simulate.add_argument("scenario", help="a scenario file, or the name of a shipped one")
+    simulate.add_argument(
+        "scenario",
+        nargs="?",
+        help="a scenario file, or the name of a shipped one (none: list the shipped ones)",
+    )
     simulate.add_argument(
         "--out", metavar="FILE", help="write the OpenTelemetry trace here (default: not kept)"
     )
@@ -54,6 +58,15 @@ def shipped_scenarios() -> list[str]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    if args.scenario is None:
+        # Without a name: what can be run (it was an argparse error naming nothing to run).
+        if args.out:
+            raise UsageError("--out needs a scenario to run")
+        if args.json:
+            print_json({"scenarios": shipped_scenarios()})
+        else:
+            print("\n".join(shipped_scenarios()))
+        return 0
     path = Path(args.scenario)
     if os.path.lexists(path) and not path.is_file():
         raise SessionError(f"{path}: not a regular file (a scenario is a TOML file)")

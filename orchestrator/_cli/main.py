@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from orchestrator._cli.common import UsageError, one_line
+from orchestrator._cli.common import MissingExtraError, UsageError, one_line
 from orchestrator._cli.terminal import TerminalSafe
 from orchestrator._core.errors import EntryNotFoundError, OrchestratorError
 
@@ -150,7 +150,7 @@ def _temporal_runtime_started() -> bool:
     return runtime is not None and runtime.cache_info().currsize > 0
 
 
-_OWN_THE_TERMINAL = frozenset({"tui", "chat", "serve", "worker"})
+_OWN_THE_TERMINAL = frozenset({"tui", "serve", "worker"})
 """Commands that drive the terminal or speak a protocol on stdout: not wrapped (terminal.py)."""
 
 
@@ -159,6 +159,9 @@ def _run(handler: Command, args: argparse.Namespace, command: argparse.ArgumentP
         return handler(args)
     except UsageError as exc:
         command.error(one_line(str(exc)))
+    except MissingExtraError as exc:
+        print(f"orchestrator {args.command}: {exc}", file=sys.stderr)
+        return 2
     except EntryNotFoundError as exc:
         # pi's "Entry X not found" names neither the session nor, for an empty or odd id,
         # visibly the id: "Entry  not found" for --leaf "".

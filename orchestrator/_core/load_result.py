@@ -18,7 +18,8 @@ class Problem:
     Attributes:
         line: 1-based line number in the file (0 for the file as a whole).
         code: A stable code: ``not_json``, ``no_id``, ``unknown_parent``, ``cycle``,
-            ``duplicate_id``, ``torn_line``, ``not_session``, ``bad_header``, ``not_object``.
+            ``duplicate_id``, ``torn_line``, ``not_session``, ``bad_header``, ``not_object``,
+            ``bad_usage``.
         message: One readable sentence.
     """
 

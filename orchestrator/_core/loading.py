@@ -20,7 +20,8 @@ show the user what is wrong, and the stores refuse to overwrite a damaged file (
   (``duplicate_id``: the first wins), or is a second header (``bad_header``) is skipped. So is
   a line :mod:`~orchestrator._core.json_lines` refuses although it is JSON: nested too deep
   (``too_deep``) or holding a number beyond the range of a double (``bad_number``).
-* The header's version decides migration. A version newer than :data:`CURRENT_VERSION`, or a
+* The header's version decides migration. A version that is not a whole number (``3.5``,
+  ``"99"``, ``true``), below 1 or newer than :data:`CURRENT_VERSION`, or a
   header saying version 1 over entries that already have ids and parents, is a ``bad_header``
   problem: the entries are read as written (nothing migrated, no ids replaced) and the stores
   refuse every write (:attr:`ParsedSession.write_refusal`), because guessing would rewrite the
@@ -30,6 +31,8 @@ show the user what is wrong, and the stores refuse to overwrite a damaged file (
   JSON is an ordinary line.
 * After reading: a ``parentId`` that names no entry is ``unknown_parent`` and a parent chain that
   loops is ``cycle``. Those entries are kept, because pi keeps them (orphans are roots).
+  A usage count that is a number but not a count (negative, or past a double's range) is
+  ``bad_usage`` (:mod:`~orchestrator._core.usage_check`): kept, counted as 0.
 
 Unknown entry types and fields are not problems: they are kept verbatim (D2).
 """
@@ -48,6 +51,7 @@ from orchestrator._core.entries import CURRENT_VERSION, Entry
 from orchestrator._core.json_lines import BadLine, is_json, line_decoder
 from orchestrator._core.load_result import LoadResult, Problem
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
+from orchestrator._core.usage_check import usage_problems
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,7 +254,9 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
     version_problem = _version_problem(header, version, entries)
     if version_problem is not None:
         problems.append(Problem(line=first + 1, code="bad_header", message=version_problem))
-    refusal = f"its header is wrong: {version_problem}" if version_problem and version else None
+    # Any version this program cannot name exactly refuses every write (3.5, "99", true, 0):
+    # what is written after it would claim a version nobody chose.
+    refusal = f"its header is wrong: {version_problem}" if version_problem else None
     migrated = False
     if version is not None and version < 2 and version_problem is None:
         # v1 entries have no ids yet; migration gives them ids and parents.
@@ -266,6 +272,7 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
             migration = migrate(header, entries, random_hex=random_hex)
             header, entries, migrated = migration.header, list(migration.entries), True
     problems.extend(_link_problems(entries, numbers, line_of))
+    problems.extend(usage_problems(entries, numbers))
     problems.sort(key=lambda problem: problem.line)
     result = LoadResult(
         header=header, entries=entries, problems=problems, migrated=migrated, torn_tail=torn
@@ -310,8 +317,13 @@ def _version_problem(header: Entry, version: int | None, entries: list[Entry]) -
     """What is wrong with the header's version, or ``None`` when it can be acted on."""
     if version is None:
         return (
-            f"the header's version {header.get('version')!r} is not a number; "
-            "read as the current version, nothing migrated"
+            f"the header's version {_what_version(header.get('version'))}; "
+            f"read as version {CURRENT_VERSION}, nothing written"
+        )
+    if version < 1:
+        return (
+            f"the header says version {version}, but versions are 1 to {CURRENT_VERSION}; "
+            "read as written, nothing written"
         )
     if version > CURRENT_VERSION:
         return (
@@ -326,6 +338,18 @@ def _version_problem(header: Entry, version: int | None, entries: list[Entry]) -
             "(version 2 or later); read as written, nothing migrated"
         )
     return None
+
+
+def _what_version(value: object) -> str:
+    """What an unreadable version is, shown as the file writes it: ``"99" is a string, ...``."""
+    shown = json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return f"{shown} is a boolean, not a version number (1 to {CURRENT_VERSION})"
+    if isinstance(value, str):
+        return f"{shown} is a string, not a version number (1 to {CURRENT_VERSION})"
+    if isinstance(value, float):
+        return f"{shown} is not a whole number"
+    return f"{shown} is not a number"
 
 
 def _objects(
@@ -493,11 +517,12 @@ def rewrite_refusal(location: str, parsed: ParsedSession) -> str | None:
     """Why a rewrite of this stored data must be refused, or ``None`` when it is safe (D3).
 
     A rewrite writes back only what loaded, so any skipped or suspicious line would be lost.
-    A torn last line does not count: the stores move it aside before writing.
+    A torn last line does not count: the stores move it aside before writing. Nor does a bad
+    usage count: its entry loaded, and is written back as it was.
     """
     if parsed.write_refusal is not None:
         return f"refusing to rewrite {location}: {parsed.write_refusal}"
-    damage = [problem for problem in parsed.result.problems if problem.code != "torn_line"]
+    damage = [p for p in parsed.result.problems if p.code not in ("torn_line", "bad_usage")]
     if not damage:
         return None
     listed = "; ".join(str(problem) for problem in damage[:5])

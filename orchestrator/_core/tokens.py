@@ -9,6 +9,7 @@ truth, the estimate only fills the gap since.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,19 +120,30 @@ def _system_chars(message: Mapping[str, Any]) -> int:
     return chars
 
 
+LARGEST_COUNT = sys.float_info.max
+"""The largest token count read as one: beyond a double's range, JavaScript reads Infinity."""
+
+
+def is_token_count(value: object) -> bool:
+    """True when ``value`` is a usable token count: a finite number of at least 0.
+
+    Anything else a damaged or hand-made file holds there (a string, null, a boolean, a
+    negative, infinite or NaN number, an integer beyond a double's range such as ``10**400``)
+    counts as 0 (D3); ``check`` names it with its line.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return 0 <= value <= LARGEST_COUNT  # NaN compares false: not a count either
+
+
 def _count(usage: Mapping[str, Any], key: str) -> float:
-    # A token count as pi writes it (a number), or 0 for anything else a damaged or hand-made
-    # file holds there (a string, null, an infinite or overflowing number): never a crash (D3).
     value = usage.get(key)
-    if type(value) is int:
-        return value
-    if type(value) is float and math.isfinite(value):
-        return value
-    return 0
+    return value if isinstance(value, int | float) and is_token_count(value) else 0
 
 
 def _whole(total: float) -> int:
-    return int(total) if math.isfinite(total) else 0  # 1e308 + 1e308 is infinite
+    # A sum of counts may still pass the range (1e308 + 1e308): 0 too, as one count past it is.
+    return int(total) if total <= LARGEST_COUNT else 0
 
 
 def calculate_context_tokens(usage: Mapping[str, Any]) -> int:

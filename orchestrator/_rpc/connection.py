@@ -20,7 +20,9 @@ Every resource a client can make me hold is bounded (:class:`Limits`):
 - while more than half of ``max_queued_bytes`` of output waits for the client, I stop reading
   its requests (a client that does not read stops being served); if events or running requests
   still push the waiting output over ``max_queued_bytes``, the queue is discarded, the client
-  gets one ``-32005`` line (within ``drop_timeout``) and the connection is closed.
+  gets one ``-32005`` line (within ``drop_timeout``) and the connection is closed. When the
+  deadline cuts a line the client was not taking (a large answer), the ``-32005`` line gets a
+  drop timeout of its own, after a newline that ends the cut line.
 
 The first line decides whether the connection goes on. One that looks like an HTTP request (a
 browser's ``POST`` with a ``text/plain`` body, which any web page may send to a local port) is
@@ -234,16 +236,16 @@ class Connection:
         while await self._output():
             data = self._next_output()
             self.waiting_bytes -= len(data)
-            self.writing_bytes = len(data)
-            with anyio.CancelScope(deadline=self.deadline) as scope:
-                self.write_scope = scope
-                sent = await send_quietly(self.transport, data)
-            self.write_scope = None
-            self.writing_bytes = 0
-            self._notify()
-            if not sent or scope.cancelled_caught:
-                self.gone = True
-                break
+            if await self._send(data):
+                continue
+            if self.final and self.waiting and not self.gone:
+                # The deadline cut a write (a large answer the client does not read) while
+                # the -32005 line waited behind it: that line gets its own drop timeout, after
+                # a newline that ends whatever part of the cut line went out.
+                self.deadline = anyio.current_time() + self.limits.drop_timeout
+                await self._send(b"\n" + self.waiting.popleft())
+            self.gone = True
+            break
         if self.final or self.gone:
             # After a failed write, the last line of a dropped client, or its deadline: nothing
             # more is sent, and I close at once. The requests still running finish; their
@@ -253,6 +255,20 @@ class Connection:
             self.waiting_bytes = 0
             with anyio.CancelScope(shield=True):
                 await self.transport.close()
+
+    async def _send(self, data: bytes) -> bool:
+        """Write ``data`` before the deadline; ``False`` when it was cut or the client is gone."""
+        self.writing_bytes = len(data)
+        sent = False  # stays so when the deadline cancels the write (send_quietly never returns)
+        with anyio.CancelScope(deadline=self.deadline) as scope:
+            self.write_scope = scope
+            sent = await send_quietly(self.transport, data)
+        self.write_scope = None
+        self.writing_bytes = 0
+        self._notify()
+        if not sent and not scope.cancelled_caught:
+            self.gone = True  # the client went away: nothing more can be written
+        return sent and not scope.cancelled_caught
 
     def _next_output(self) -> bytes:
         """The lines waiting, in order, up to :data:`WRITE_BYTES` (at least one line).
@@ -325,6 +341,10 @@ class Connection:
         )
         if line is None:
             message = "Unauthorized: no token sent in time"
+        elif offered is not None:
+            # An auth request as asked, with another token: telling its sender to send an auth
+            # request sent them looking for a format mistake that was not there.
+            message = "Unauthorized: wrong token (the server's is in its token file)"
         reply_id = None if request_id is _NO_ID else request_id
         self._close_with(_error_line(UNAUTHORIZED, message, reply_id))
         return False

@@ -108,6 +108,16 @@ def require_session_file(target: Path, shown: str) -> None:
     Raises:
         SessionError: ``target`` is not an existing regular file, or ``shown`` names a folder.
     """
+    try:
+        _require_session_file(target, shown)
+    except OSError as exc:
+        # pathlib's is_dir() and is_file() let through what is not "no such file": a name over
+        # 255 bytes (ENAMETOOLONG), a folder on the way we may not search (EACCES). Still the
+        # path the caller gave, not a bug: ``session.open`` answered -32603 for it.
+        raise SessionError(f"{shown}: {exc.strerror or exc}") from None
+
+
+def _require_session_file(target: Path, shown: str) -> None:
     if target.is_dir():
         raise SessionError(f"{shown}: is a directory, not a session file")
     refuse_folder_name(shown)

@@ -41,9 +41,11 @@ Theory of operation (decisions D3 and D4):
 * **Conditional writes** (D27). pi appends without our lock, so a commit passes the
   :class:`~orchestrator._store.protocol.Tail` it planned from and I compare it with the file's
   end before writing: same inode, same length, same last entry id, else
-  :class:`~orchestrator._core.errors.ConflictError` and nothing is written. The check and the
-  write are two system calls; an appender that ignores the lock can still slip between them,
-  which no lock it ignores can prevent, but every append before the check is caught.
+  :class:`~orchestrator._core.errors.ConflictError` and nothing is written. The size and
+  inode are checked once more as the last system calls before the write (after the tail
+  repair, and after a rewrite's copy is fsynced), so the window left to an appender that
+  ignores the lock is the gap between those calls and the write, which no lock it ignores can
+  close; :meth:`JsonlStore._recheck` says what such an append does.
 """
 
 from __future__ import annotations
@@ -236,15 +238,22 @@ def _last_byte_into(last: bytearray, chunks: Iterator[bytes]) -> Iterator[bytes]
 
 
 def _read_last_line(fd: int, size: int) -> tuple[int, bytes]:
-    """Return ``(offset, bytes)`` of the file from just before its last newline to the end."""
-    position, buffer = size, b""
+    """Return ``(offset, bytes)`` of the file from just before its last newline to the end.
+
+    The pieces read backwards are joined once at the end: prepending each to the bytes so far
+    copied the whole line again per 64 KB, and repairing a torn line of 200 MB took minutes
+    with the lock held. Now every byte is read once and copied once.
+    """
+    position, pieces = size, []
     while position > 0:
         start = max(0, position - _CHUNK)
         piece = os.pread(fd, position - start, start)
-        buffer, position = piece + buffer, start
+        pieces.append(piece)
+        position = start
         if b"\n" in piece:
             break
-    return position, buffer
+    pieces.reverse()
+    return position, b"".join(pieces)
 
 
 def _default_owner() -> str:
@@ -538,6 +547,8 @@ class JsonlStore:
             base = tail_of_file(fd, os.fstat(fd).st_size)
         length = base.length + self._repair_once(fd)
         self._clean_stamp = None
+        if expect is not None:
+            self._recheck(fd, length)  # the last system calls before the write: see _recheck
         self._write(fd, data)
         if self._policy == "always":
             self._fsync(fd)
@@ -581,16 +592,19 @@ class JsonlStore:
         if self._fd is None and not os.path.lexists(self.path):
             return self._create(header, entries, data, expect)
         fd = self._writer()
-        if expect is not None:
-            self._check(fd, expect)
+        checked = self._check(fd, expect) if expect is not None else None
         assert self._state is not None
         refusal = rewrite_refusal(self.location, self._state)
         if refusal:
             raise SessionError(refusal)
-        self._repair_once(fd)
+        delta = self._repair_once(fd)
         self._clean_stamp = None
         temporary = self._write_temporary(data, self.path.stat().st_mode & 0o7777)
         try:
+            if checked is not None:
+                # Writing and fsyncing the copy took a while: what pi appended meanwhile would
+                # be replaced by it, lost. Checked again, right before the rename.
+                self._recheck(fd, checked.length + delta)
             os.replace(temporary, self.path)
         except BaseException:
             temporary.unlink(missing_ok=True)
@@ -747,6 +761,37 @@ class JsonlStore:
             self._repaired = True  # it ends on a newline: nothing to repair
             return check_tail(self.location, expect, self._end)
         return check_tail(self.location, expect, tail_of_file(fd, held.st_size))
+
+    def _recheck(self, fd: int, length: int) -> None:
+        """Refuse unless the file at the path is still ``fd``'s and still ``length`` bytes (D27).
+
+        :meth:`_check` compared the whole tail; between it and the write came the tail repair
+        (and, for a rewrite, the copy written and fsynced), and pi appends without our lock.
+        This is the same check made cheap (a ``stat`` and an ``fstat``: an append changes the
+        size, a rename the inode) and made last, so the write follows it at once.
+
+        What remains is the gap between these calls and the write itself. Python cannot make
+        them one system call, and no lock helps against a writer that ignores it. An append
+        that lands in that gap is not lost: ``O_APPEND`` puts our whole line after pi's whole
+        line, so the file stays valid JSONL, and our entry's parent is then pi's entry's
+        sibling (a branch, as if both had been written from the same leaf). A rewrite's rename
+        in that gap would replace pi's line; that gap is one ``rename`` wide. Also left: the
+        tail repair runs before this check, so an append pi has half written at that instant
+        looks like a torn line and is moved to ``.corrupt``.
+
+        Raises:
+            ConflictError: the file was removed, replaced, or changed size; nothing written.
+        """
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            raise changed(self.location, "the file was removed") from None
+        held = os.fstat(fd)
+        if (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
+            raise changed(self.location, "the file was replaced")
+        if held.st_size != length:
+            how = f"it is {held.st_size} bytes long, not the {length} checked just before"
+            raise changed(self.location, how)
 
     def _known_clean(self, held: os.stat_result) -> bool:
         """Whether the open file is still the one loaded, unchanged, ending on a newline.
