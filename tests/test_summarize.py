@@ -12,17 +12,17 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from orchestrator._core.branch_plan import prepare_branch_entries
+from orchestrator._core.branch_plan import plan_branch_summary, prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
 from orchestrator._core.errors import ModelError
-from orchestrator._core.model import Model, ModelRequest, ModelResponse
+from orchestrator._core.model import Model, ModelRequest, ModelResponse, Usage
 from orchestrator._core.summary_request import PromptBudget, history_request
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.remote import RemoteSummaryModel
 from orchestrator._runtime.operations import compact, summarize_branch
 from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import NO_BRANCH_CONTENT, SummaryRoutes
+from orchestrator._runtime.summarize import NO_BRANCH_CONTENT, SummaryRoutes, combined_usage
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, FunctionModel, Hang, LocalProvider, Reply, ScriptedModel
@@ -307,3 +307,29 @@ async def test_branch_summary_with_preamble_and_no_call_when_nothing_to_summariz
     empty = prepare_branch_entries([], 0)
     assert (await summarize_branch(empty, summarizer(model))).summary == NO_BRANCH_CONTENT
     assert len(model.requests) == 1
+
+
+async def test_the_entry_records_what_its_summary_calls_cost() -> None:
+    # pi 1.x writes the summary call's usage on the entry (it counts in session totals); a split
+    # turn's two calls are summed, as pi's combineUsage sums them.
+    spent = Usage(input=1000, output=200, cache_read=50, total=1250)
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        return ModelResponse(text=f"summary for {request.purpose}", usage=spent)
+
+    plan = the_plan(split_turn(), CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
+    assert plan.is_split_turn
+    result = await compact(plan, summarizer(FunctionModel(answer)))
+    assert result.usage is not None
+    assert result.usage["input"] == 2000
+    assert result.usage["output"] == 400
+    assert result.usage["cacheRead"] == 100
+    assert result.usage["totalTokens"] == 2500
+    assert result.entry_fields()["usage"] == result.usage
+    session = split_turn()
+    branch = plan_branch_summary(session.tree(), session.path()[-1]["id"], None)
+    assert branch.messages
+    summary = await summarize_branch(branch, summarizer(FunctionModel(answer)))
+    assert summary.usage is not None
+    assert summary.usage["input"] == 1000
+    assert combined_usage({}) is None

@@ -16,6 +16,7 @@ from orchestrator._core.summary_request import (
     branch_summary_text,
     elide_oldest,
     elision_marker,
+    fit_output_limit,
     history_max_tokens,
     history_request,
     merge_split_turn,
@@ -306,3 +307,26 @@ def test_elision_found_by_index_is_the_elision_of_the_joined_text(
     text = "\n\n".join(pieces)
     length = len(text) + extra
     assert "".join(_elided_ascii(pieces, length, keep)) == _reference_elided(text, length, keep)
+
+
+def test_the_output_limit_is_fitted_after_the_input_as_pi_does() -> None:
+    # pi 1.x (clampMaxTokensToContext): the 15 % margin while it leaves 32768 tokens or more,
+    # else 4096 spare and at most 32768; never below 1.
+    assert fit_output_limit(64_000, 200_000, 10_000) == 64_000
+    assert fit_output_limit(200_000, 200_000, 100_000) == 200_000 - 100_000 - 15_000
+    assert fit_output_limit(64_000, 200_000, 160_000) == 32_768  # near a full window
+    assert fit_output_limit(64_000, 200_000, 170_000) == 200_000 - 170_000 - 4096
+    assert fit_output_limit(64_000, 32_000, 10_000) == 32_000 - 10_000 - 4096
+    assert fit_output_limit(64_000, 8_000, 7_000) == 1
+
+
+def test_a_known_output_limit_replaces_the_reserve_share_when_it_is_larger() -> None:
+    # pi 1.4 (#9512): a summary may use the summarizer's output limit; the reserve decides only
+    # when to compact. Ours keeps the reserve's share as the least a summary is given.
+    budget = PromptBudget(context_window=200_000, output_limit=64_000)
+    request = history_request(CONVERSATION, reserve_tokens=16384, budget=budget)
+    assert request.max_tokens == 64_000
+    small = PromptBudget(context_window=200_000, output_limit=2_000)
+    assert history_request(CONVERSATION, reserve_tokens=16384, budget=small).max_tokens == 13107
+    unknown = PromptBudget(context_window=200_000)
+    assert history_request(CONVERSATION, reserve_tokens=16384, budget=unknown).max_tokens == 13107

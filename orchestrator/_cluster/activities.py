@@ -282,7 +282,7 @@ class SessionActivities:
                 return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(found))
             session = _as_planned(stored, op, entry_id)
             job = self._job(session, op, cached)
-            result = job.result(call.texts, call.models)
+            result = job.result(call.texts, call.models, call.usages)
             entry = job.entry(session, result)
             try:
                 job.append(session, entry, Tail(op.expect_last_id, op.expect_length))

@@ -199,6 +199,7 @@ class Call:
         halvings: Times the request was halved (``call_model``, D14).
         texts: The summary texts so far, by purpose.
         models: The models that wrote them, by purpose (``commit``).
+        usages: What those calls cost, pi's usage objects by purpose (``commit``).
         entry_id: The entry the commit appends (``commit``).
         status: The final state (``finish``).
     """
@@ -211,6 +212,7 @@ class Call:
     halvings: int = 0
     texts: dict[str, str] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
+    usages: dict[str, dict[str, Any]] = field(default_factory=dict)
     entry_id: str | None = None
     status: str | None = None
 

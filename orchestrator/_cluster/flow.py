@@ -109,6 +109,7 @@ class OperationFlow(TableFlow):
         self._delay_ms = 0
         self._texts: dict[str, str] = {}
         self._models: dict[str, str] = {}
+        self._usages: dict[str, dict[str, Any]] = {}
         self._failure: Report | None = None
         self._reason: str | None = None
         self._result: dict[str, Any] | None = None
@@ -269,6 +270,8 @@ class OperationFlow(TableFlow):
         if report.outcome == "ok":
             self._texts[reported.purpose] = reported.text
             self._models[reported.purpose] = str(reported.data.get("model", ""))
+            usage = reported.data.get("usage")
+            self._usages[reported.purpose] = dict(usage) if isinstance(usage, dict) else {}
         return report
 
     async def _sleep_retry(self) -> Report:
@@ -287,6 +290,7 @@ class OperationFlow(TableFlow):
                     resend=resend,
                     texts=dict(self._texts),
                     models=dict(self._models),
+                    usages=dict(self._usages),
                     entry_id=self._entry_id,
                 ),
                 result_type=Reported,

@@ -63,6 +63,29 @@ OUTPUT_SHARE = 4
 MIN_CONVERSATION_TOKENS = 256
 """Below this much room for the conversation (when it does not fit whole) a request is refused."""
 
+CONTEXT_SAFETY_TOKENS = 4096
+"""pi 1.x: tokens always left between the estimated input plus output and the window."""
+CONTEXT_SAFETY_RATIO = 0.15
+"""pi 1.x: share of the estimated input also left spare (providers count input higher)."""
+MIN_OUTPUT_WITH_RATIO_MARGIN = 32768
+"""pi 1.x: below this much output, only the fixed margin is kept and output is capped here."""
+
+
+def fit_output_limit(output_limit: int, window: int, input_tokens: int) -> int:
+    """The model's output limit fitted into the window after the input (pi 1.x's rule).
+
+    pi 1.4 asks for the summarizer's own output limit rather than a share of the compaction
+    reserve (a long reasoning no longer hits a fixed cap); it leaves room for the input being
+    counted higher than estimated: ``max(4096, 15 %)`` of it, or near a full window 4096 and at
+    most 32768 output tokens.
+    """
+    margin = max(CONTEXT_SAFETY_TOKENS, math.ceil(input_tokens * CONTEXT_SAFETY_RATIO))
+    room = window - input_tokens - margin
+    if room < MIN_OUTPUT_WITH_RATIO_MARGIN:
+        room = min(MIN_OUTPUT_WITH_RATIO_MARGIN, window - input_tokens - CONTEXT_SAFETY_TOKENS)
+    return min(output_limit, max(1, room))
+
+
 _SNAP_CHARS = 2000  # how far past the cut I look for a line start, so no line is half kept
 
 
@@ -88,10 +111,14 @@ class PromptBudget:
     Attributes:
         context_window: The summarizer's window in tokens (0 or less: unknown, 128000 assumed).
         halvings: How many times the prompt allowance was halved after an overflow.
+        output_limit: The summarizer's own output limit in tokens (0: unknown). When known,
+            a summary may use it, fitted after the input (:func:`fit_output_limit`), as pi
+            1.x's do; the reserve's share stays the least it is given.
     """
 
     context_window: int
     halvings: int = 0
+    output_limit: int = 0
 
     @property
     def window(self) -> int:
@@ -287,6 +314,10 @@ def _request(
             )
         conversation = _elided(run, whole, length, room)
     prompt = "".join(["<conversation>\n", *conversation, "\n</conversation>\n\n", after])
+    if budget is not None and budget.output_limit > 0:
+        estimate = math.ceil((utf16_len(system) + utf16_len(prompt)) / 4)
+        fitted = fit_output_limit(budget.output_limit, budget.window, estimate)
+        max_tokens = max(max_tokens, fitted)
     return ModelRequest(
         purpose=purpose,
         system=system,

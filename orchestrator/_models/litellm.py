@@ -82,6 +82,14 @@ def _known_window(model: str) -> int:
     return int(info.get("max_input_tokens") or info.get("max_tokens") or 0)
 
 
+def _known_output_limit(model: str) -> int:
+    try:
+        info = _load_litellm().get_model_info(model=model)
+    except Exception:  # noqa: BLE001 - an unknown model's limit is simply unknown
+        return 0
+    return int(info.get("max_output_tokens") or 0)
+
+
 def _known_reasoning(model: str) -> bool:
     try:
         return bool(_load_litellm().supports_reasoning(model=model))
@@ -121,6 +129,7 @@ class LiteLLMModel:
         self._api_key = api_key
         self._api_base = api_base
         self._context_window = context_window
+        self._output_limit: int | None = None
         self._reasoning_supported = reasoning_supported
         self._timeout = timeout
         # Importing litellm takes seconds. I do it when a route is made rather than at its first
@@ -139,6 +148,13 @@ class LiteLLMModel:
         if self._context_window is None:
             self._context_window = _known_window(self._model)
         return self._context_window
+
+    @property
+    def output_limit(self) -> int:
+        """The model's output limit from litellm's model map (0 when unknown)."""
+        if self._output_limit is None:
+            self._output_limit = _known_output_limit(self._model)
+        return self._output_limit
 
     def _supports_reasoning(self) -> bool:
         if self._reasoning_supported is None:

@@ -220,12 +220,17 @@ class CompactionJob:
         self.parts = compaction_parts(self.plan, self.routes, self.inputs)
         return Report(outcome="done")
 
-    def result(self, texts: Mapping[str, str], models: Mapping[str, str]) -> CompactionResult:
+    def result(
+        self,
+        texts: Mapping[str, str],
+        models: Mapping[str, str],
+        usages: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CompactionResult:
         """The result to commit: the hook's, or the one the parts' texts make."""
         if self.supplied is not None:
             return self.supplied
         assert self.plan is not None
-        return compaction_result(self.plan, texts, models, self.inputs)
+        return compaction_result(self.plan, texts, models, self.inputs, usages)
 
     def entry(self, session: Session, result: Any) -> Entry:
         """The compaction entry that commits ``result`` (built, not added)."""
@@ -284,9 +289,14 @@ class BranchJob:
         """Branch summaries have no hooks of their own (the navigation asked them)."""
         raise AssertionError("a branch summary consults no hooks")
 
-    def result(self, texts: Mapping[str, str], models: Mapping[str, str]) -> BranchSummaryResult:
+    def result(
+        self,
+        texts: Mapping[str, str],
+        models: Mapping[str, str],
+        usages: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> BranchSummaryResult:
         """The branch summary from the model's text."""
-        return branch_result(self.plan, texts, models)
+        return branch_result(self.plan, texts, models, usages)
 
     def entry(self, session: Session, result: Any) -> Entry:
         """The branch_summary entry under the new position, ``fromId`` the old leaf (D17)."""
@@ -297,6 +307,7 @@ class BranchJob:
                 from_id=self.old_leaf_id,
                 details=result.details,
                 short_summary=result.short_summary,
+                usage=result.usage,
             ),
             parent_id=self.new_leaf_id,
         )

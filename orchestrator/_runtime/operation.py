@@ -150,6 +150,7 @@ class OperationRun:
         self._delay_ms = 0
         self._texts: dict[str, str] = {}
         self._models: dict[str, str] = {}
+        self._usages: dict[str, dict[str, Any]] = {}
         self._result: Any = None
         self._entry: Entry | None = None
         self._pruned: list[Entry] = []
@@ -177,6 +178,11 @@ class OperationRun:
     def models(self) -> Mapping[str, str]:
         """The models that wrote them, by request purpose."""
         return self._models
+
+    @property
+    def usages(self) -> Mapping[str, Mapping[str, Any]]:
+        """What each of those calls cost (pi's usage object), by request purpose."""
+        return self._usages
 
     def cancel(self) -> None:
         """Ask for cancellation; the table decides what it means now (D22)."""
@@ -334,11 +340,11 @@ class OperationRun:
                 self._pruned = self.job.pruned(self.ports.clock_ms())
                 out["entryIds"] = [e["id"] for e in self._pruned]
             elif session is not None:
-                self._result = self.job.result(self._texts, self._models)
+                self._result = self.job.result(self._texts, self._models, self._usages)
                 self._entry = self.job.entry(session, self._result)
                 out["entryId"] = self._entry["id"]
             else:
-                self._result = self.job.result(self._texts, self._models)
+                self._result = self.job.result(self._texts, self._models, self._usages)
         return out
 
     def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
@@ -412,6 +418,7 @@ class OperationRun:
         if report.outcome == "ok":
             self._texts[part.purpose] = text
             self._models[part.purpose] = model.name
+            self._usages[part.purpose] = report.data.get("usage") or {}
         return report
 
     async def _attempt(self, part: Part, model: Model, halvings: int) -> tuple[Report, str]:

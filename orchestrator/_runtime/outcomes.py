@@ -224,7 +224,8 @@ async def attempt_summary(
         _log.exception("summary route %s raised", model.name)
         failure = f"{model.name}: {type(error).__name__}: {error}"
         return Report(outcome="fatal", error=failure), ""
-    return Report(outcome="ok", data={"model": model.name}), response.text.strip()
+    usage = response.usage.as_pi()  # written on the entry, as pi 1.x writes it
+    return Report(outcome="ok", data={"model": model.name, "usage": usage}), response.text.strip()
 
 
 async def answer_of(model: Model, request: ModelRequest) -> ModelResponse:

@@ -30,6 +30,7 @@ from orchestrator._core.summary_request import (
     turn_prefix_request,
     upsert_file_tags,
 )
+from orchestrator._core.tokens import is_token_count
 from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
 from orchestrator._store.session import compaction_fields
 
@@ -78,6 +79,7 @@ class CompactionResult:
         preserve_data: Hook data carried on the entry (OMP ``preserveData``).
         from_extension: A hook supplied this compaction.
         model: The route that wrote the summary.
+        usage: What the summary calls cost, summed (pi's usage object), when a model was called.
     """
 
     summary: str
@@ -88,6 +90,7 @@ class CompactionResult:
     preserve_data: dict[str, Any] | None = None
     from_extension: bool = False
     model: str = ""
+    usage: dict[str, Any] | None = None
 
     def entry_fields(self) -> dict[str, Any]:
         """The fields of the compaction entry that commits this result."""
@@ -99,6 +102,7 @@ class CompactionResult:
             from_extension=self.from_extension,
             short_summary=self.short_summary,
             preserve_data=self.preserve_data,
+            usage=self.usage,
         )
 
 
@@ -111,12 +115,14 @@ class BranchSummaryResult:
         details: ``{"readFiles": [...], "modifiedFiles": [...]}``.
         model: The route that wrote it ("" when no model was called).
         short_summary: The short summary, when asked for.
+        usage: What the summary calls cost, summed (pi's usage object), when a model was called.
     """
 
     summary: str
     details: dict[str, Any]
     model: str = ""
     short_summary: str | None = None
+    usage: dict[str, Any] | None = None
 
 
 Build = Callable[[PromptBudget, Mapping[str, str]], ModelRequest]
@@ -142,7 +148,9 @@ class Part:
 
 def request_for(part: Part, model: Model, halvings: int, texts: Mapping[str, str]) -> ModelRequest:
     """The request ``part`` sends to ``model`` after ``halvings`` halvings (D14)."""
-    budget = PromptBudget(context_window=model.context_window)
+    budget = PromptBudget(
+        context_window=model.context_window, output_limit=getattr(model, "output_limit", 0)
+    )
     for _ in range(halvings):
         budget = budget.halve()
     return part.build(budget, texts)
@@ -235,11 +243,32 @@ def compaction_text(plan: CompactionPlan, texts: Mapping[str, str]) -> str:
     return history
 
 
+def combined_usage(usages: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
+    """The usage of every summary call an entry took, summed (pi's ``combineUsage``).
+
+    ``None`` when no call reported one (a hook's summary, a dry run's offline text).
+    """
+    if not usages:
+        return None
+    total: dict[str, Any] = {}
+    for usage in usages.values():
+        for key, value in usage.items():
+            if isinstance(value, dict):
+                inner = total.setdefault(key, {})
+                for name, amount in value.items():
+                    if is_token_count(amount):
+                        inner[name] = inner.get(name, 0) + amount
+            elif is_token_count(value):
+                total[key] = total.get(key, 0) + value
+    return total or None
+
+
 def compaction_result(
     plan: CompactionPlan,
     texts: Mapping[str, str],
     models: Mapping[str, str],
     inputs: CompactionInputs,
+    usages: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CompactionResult:
     """Assemble the result to commit from the parts' texts and the models that wrote them."""
     inherited = {
@@ -258,6 +287,7 @@ def compaction_result(
         short_summary=texts.get("short"),
         preserve_data=merged or None,
         model=models.get("history") or models.get("turn_prefix") or "",
+        usage=combined_usage(usages),
     )
 
 
@@ -298,7 +328,10 @@ def branch_parts(
 
 
 def branch_result(
-    plan: BranchPlan, texts: Mapping[str, str], models: Mapping[str, str]
+    plan: BranchPlan,
+    texts: Mapping[str, str],
+    models: Mapping[str, str],
+    usages: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> BranchSummaryResult:
     """Assemble the branch summary (``No content to summarize`` when no model was asked)."""
     details = {"readFiles": list(plan.read_files), "modifiedFiles": list(plan.modified_files)}
@@ -309,4 +342,5 @@ def branch_result(
         details=details,
         model=models.get("branch", ""),
         short_summary=texts.get("short"),
+        usage=combined_usage(usages),
     )

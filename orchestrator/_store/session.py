@@ -95,8 +95,12 @@ def compaction_fields(
     from_extension: bool = False,
     short_summary: str | None = None,
     preserve_data: dict[str, Any] | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The fields of a compaction entry, as pi writes them (OMP extras only when set)."""
+    """The fields of a compaction entry, as pi writes them (OMP extras only when set).
+
+    ``usage`` is what the summary calls cost (pi 1.x writes it; it counts in session totals).
+    """
     fields: dict[str, Any] = {
         "summary": summary,
         "firstKeptEntryId": first_kept_entry_id,
@@ -104,6 +108,8 @@ def compaction_fields(
     }
     if details is not None:
         fields["details"] = details
+    if usage is not None:
+        fields["usage"] = usage
     if from_extension:
         fields["fromExtension"] = True
     if short_summary:
@@ -120,6 +126,7 @@ def branch_summary_fields(
     details: dict[str, Any] | None = None,
     from_extension: bool = False,
     short_summary: str | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The fields of a branch summary; ``fromId`` is the abandoned leaf (D17), else ``root``.
 
@@ -133,6 +140,8 @@ def branch_summary_fields(
         fields["shortSummary"] = short_summary
     if details is not None:
         fields["details"] = details
+    if usage is not None:
+        fields["usage"] = usage
     if from_extension:
         fields["fromExtension"] = True
     return fields
