@@ -264,3 +264,22 @@ async def test_a_tool_that_returns_no_text_is_given_as_text_to_the_file_and_the_
     assert out[1]["content"] == [{"type": "text", "text": text}]
     assert out[1]["isError"] is False
     assert model.requests[1].messages[2]["content"] == text
+
+
+async def test_the_sessions_system_messages_are_the_prompt() -> None:
+    # pi 1.x keeps the prompt in the session: its system messages, replayed (sections patched by
+    # name), are what the model is given; they are never sent as conversation.
+    model = ScriptedModel([ModelResponse(text="ok")])
+    agent = ChatAgent(model=model, system="the agent's own prompt")
+    history = [
+        {"role": "system", "content": "Base.", "sections": {"a": "A1", "b": "B"}, "timestamp": 1},
+        {"role": "user", "content": "go", "timestamp": 2},
+        {"role": "system", "content": "", "sections": {"a": "A2", "b": None}, "timestamp": 3},
+    ]
+    await collect(agent, history)
+    request = model.requests[0]
+    assert request.system == "Base.\n\nA2"
+    assert [m["role"] for m in request.messages] == ["user"]
+    plain = ScriptedModel([ModelResponse(text="ok")])
+    await collect(ChatAgent(model=plain, system="own"), [{"role": "user", "content": "go"}])
+    assert plain.requests[0].system == "own"

@@ -364,3 +364,22 @@ def test_sweep_classifier_explains_nothing_else() -> None:
             changed = {**mine, "compaction": {**mine["compaction"], key: value}}
             assert explain_plan_difference(case.expected, changed, path) is None
         assert explain_plan_difference(case.expected, {**mine, "contextTokens": -1}, path) is None
+
+
+# -- files pi 0.73.1 wrote ---------------------------------------------------------------------
+
+OLD_PI = sorted(p.name.split(".")[0] for p in DATA.glob("*.pi-0.73.1.expected.json"))
+
+
+@pytest.mark.parametrize("fixture", OLD_PI)
+def test_files_pi_0_73_wrote_read_as_before(fixture: str) -> None:
+    """The messages, model and thinking level of every context pi 0.73.1 recorded are still
+    ours: what pi 1.x changed is how tokens are counted, not what a 0.73 file says."""
+    old = json.loads((DATA / f"{fixture}.pi-0.73.1.expected.json").read_text(encoding="utf-8"))
+    assert old["piVersion"] == "0.73.1"
+    contexts = [r for r in ALL_RUNS if r.fixture == fixture and r.argv[0] == "context"]
+    assert contexts
+    for case in contexts:
+        then, now = old["runs"][case.name], ours(case)
+        same = ("leafId", "messages", "thinkingLevel", "model")
+        assert {k: now[k] for k in same} == {k: then[k] for k in same}

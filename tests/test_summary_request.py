@@ -327,6 +327,10 @@ def test_a_known_output_limit_replaces_the_reserve_share_when_it_is_larger() -> 
     request = history_request(CONVERSATION, reserve_tokens=16384, budget=budget)
     assert request.max_tokens == 64_000
     small = PromptBudget(context_window=200_000, output_limit=2_000)
-    assert history_request(CONVERSATION, reserve_tokens=16384, budget=small).max_tokens == 13107
+    assert history_request(CONVERSATION, reserve_tokens=16384, budget=small).max_tokens == 2_000
+    full = PromptBudget(context_window=20_000, output_limit=64_000)
+    request = history_request(_long_conversation(2000), reserve_tokens=16384, budget=full)
+    assert request.max_tokens == 5000  # the reserve's share, clamped to a quarter: still given
+    assert _prompt_tokens(request) + request.max_tokens <= 20_000
     unknown = PromptBudget(context_window=200_000)
     assert history_request(CONVERSATION, reserve_tokens=16384, budget=unknown).max_tokens == 13107

@@ -113,7 +113,7 @@ class PromptBudget:
         halvings: How many times the prompt allowance was halved after an overflow.
         output_limit: The summarizer's own output limit in tokens (0: unknown). When known,
             a summary may use it, fitted after the input (:func:`fit_output_limit`), as pi
-            1.x's do; the reserve's share stays the least it is given.
+            1.x's do; the reserve's share (within the limit) stays the least it is given.
     """
 
     context_window: int
@@ -317,7 +317,7 @@ def _request(
     if budget is not None and budget.output_limit > 0:
         estimate = math.ceil((utf16_len(system) + utf16_len(prompt)) / 4)
         fitted = fit_output_limit(budget.output_limit, budget.window, estimate)
-        max_tokens = max(max_tokens, fitted)
+        max_tokens = max(fitted, min(max_tokens, budget.output_limit))  # never over the limit
     return ModelRequest(
         purpose=purpose,
         system=system,

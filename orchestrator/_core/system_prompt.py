@@ -82,3 +82,15 @@ def current_system_message(messages: Iterable[Message]) -> Message | None:
         replayed["toolsAdded"] = list(tools.values())
     replayed["timestamp"] = timestamp if timestamp is not None else 0
     return replayed
+
+
+def system_text(message: Message) -> str:
+    """A system message as one prompt text (pi-ai's ``getSystemMessageText``).
+
+    Its content, then its sections, blank lines between, empty parts left out.
+    """
+    parts = [_content_text(message.get("content"))]
+    sections = message.get("sections")
+    if isinstance(sections, dict):
+        parts += [text for text in sections.values() if isinstance(text, str)]
+    return "\n\n".join(part for part in parts if part)

@@ -25,6 +25,7 @@ from orchestrator._core.entries import Message
 from orchestrator._core.errors import ModelError
 from orchestrator._core.messages import convert_to_llm
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
+from orchestrator._core.system_prompt import current_system_message, system_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,10 +163,14 @@ class ChatAgent:
         """
         messages = list(turn.messages)
         provider, _, model_id = self.model.name.partition("/")
+        # pi 1.x keeps the prompt in the session: its system messages, replayed, are the prompt
+        # the model gets (the agent's own is for sessions that hold none).
+        current = current_system_message(m for m in messages if m.get("role") == "system")
+        system = system_text(current) if current is not None else self.system
         for _ in range(self.max_steps):
             request = ModelRequest(
                 purpose="chat",
-                system=self.system,
+                system=system,
                 messages=tuple(convert_to_llm(messages)),
                 max_tokens=self.max_tokens,
                 tools=tuple(tool.schema() for tool in self.tools),
