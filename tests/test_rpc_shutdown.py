@@ -274,3 +274,49 @@ async def test_the_lines_a_reader_holds_come_out_as_next_would_give_them() -> No
     assert reader.held() == b'{"b":2}'
     assert reader.held() is None
     assert reader.held() is None  # asking again reads nothing
+
+
+async def test_a_prompt_queued_behind_a_compaction_never_starts_at_shutdown(
+    tmp_path: Path,
+) -> None:
+    # Issue 35: with a prompt queued behind a running compaction, stopping the server left the
+    # compaction's request unanswered, then started the queued prompt: a new model call and two
+    # entries written after the signal.
+    from orchestrator._core.model import ModelRequest, ModelResponse
+    from orchestrator._runtime.scripted_agent import reply
+    from orchestrator._runtime.summarize import SummaryRoutes
+    from orchestrator.testing import FakeClock, FunctionModel
+
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    before = session.read_bytes()
+    summarizing = anyio.Event()
+
+    async def hang(request: ModelRequest) -> ModelResponse:
+        summarizing.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    agent = ScriptedAgent([[reply("too late")]])
+    routes = SummaryRoutes(candidates=(FunctionModel(hang),), sleep=FakeClock().sleep)
+    hub = SessionHub(RuntimeOptions(root=tmp_path, agent_factory=lambda: agent, summarizer=routes))
+    server = RpcServer(hub)
+    async with anyio.create_task_group() as group:
+        port = await group.start(partial(server.serve_tcp, 0, token=TOKEN))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            served = Served(server, port, stream, agent)
+            await served.call(request(0, "auth", token=TOKEN))
+            opened = await served.call(request(1, "session.open", path="s.jsonl"))
+            sid = opened["result"]["session_id"]
+            await stream.send(request(2, "session.compress", session_id=sid))
+            await summarizing.wait()
+            queued = await served.call(request(3, "session.prompt", session_id=sid, text="next"))
+            assert queued["result"]["queued"] is True, queued
+            await server.stop()
+            messages = await lines_until_closed(served.client)
+        group.cancel_scope.cancel()
+    hub.close_all()
+    answers = {m["id"]: m for m in messages if isinstance(m, dict) and "id" in m}
+    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "error": SHUTDOWN_ERROR}
+    assert agent.remaining == 1  # the queued prompt never ran
+    assert session.read_bytes() == before

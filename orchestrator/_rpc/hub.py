@@ -401,10 +401,9 @@ class SessionHub:
         return RpcError(CANCELLED, SHUTTING_DOWN, {"kind": "shutdown", "applied": False})
 
     def abort_all(self) -> None:
-        """Stop the work running in every session (shutdown)."""
+        """Stop the work running in every session for good (shutdown): nothing queued starts."""
         for slot in self._slots.values():
-            slot.runtime.abort()
-            slot.runtime.abort_branch_summary()
+            slot.runtime.stop()
 
     def close_all(self) -> None:
         """Close every session (releases the file locks)."""

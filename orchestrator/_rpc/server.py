@@ -95,6 +95,9 @@ class RpcServer:
         closed; the listeners keep running until their task is cancelled.
         """
         self._stopping = True
+        # First, so that no session starts what was queued behind the work cancelled here (a
+        # prompt asked for during a compaction would start as the compaction ends).
+        self.hub.abort_all()
         self.dispatcher.stop(self.hub.shutdown_error())
         for connection in self._running:
             connection.stop()

@@ -218,6 +218,15 @@ class AgentSession:
         """Stop the active work: the agent, a retry wait (only the wait, D22), or a compaction."""
         self.turn.abort()
 
+    def stop(self) -> None:
+        """Stop for good (a server shutting down).
+
+        The active work is aborted, the prompts queued behind it are dropped, and no turn
+        starts again (``prompt`` then raises).
+        """
+        self.turn.stop()
+        self.navigator.cancel()
+
     def abort_compaction(self) -> None:
         """Cancel a running compaction (automatic or manual); nothing is applied (D22)."""
         if self.state in ("compacting", "manual_compacting"):

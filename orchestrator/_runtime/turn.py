@@ -107,6 +107,7 @@ class TurnDriver:
         )
         self.counters = TurnCounters()
         self._follow_ups: deque[str] = deque()
+        self._stopping = False  # stop(): nothing queued or new starts any more
         self.manual: ManualRequest | None = None
         # No pass of the loop to take it when free: a thousand requests at once would each
         # wait a pass for nothing (issue 9).
@@ -162,6 +163,8 @@ class TurnDriver:
         if self.ports.agent is None:
             raise SessionError("this session has no agent; pass agent= to AgentSession")
         self._refuse_during_navigation("prompt")
+        if self._stopping:
+            raise SessionError("The session is stopping: no new turn starts")
         if self.busy:
             self._follow_ups.append(text)
             return TurnResult(queued=True, state=self.state)
@@ -199,6 +202,17 @@ class TurnDriver:
         """Ask the run in progress to stop; the table decides what that means now (D22)."""
         if self.busy:
             self.machine.interrupt("abort")
+
+    def stop(self) -> None:
+        """Stop for good (a server shutting down): drop the queued prompts, start none again.
+
+        The queue of prompts asked for while a run is in progress is this driver's, not a row
+        of the turn table (issue 34 moves it there): so is dropping it. The run in progress is
+        then aborted through the table like any abort.
+        """
+        self._stopping = True
+        self._follow_ups.clear()
+        self.abort()
 
     def close(self) -> None:
         """Step ``close`` through the table; its effect releases the session.
@@ -311,7 +325,7 @@ class TurnDriver:
         interrupt = self.machine.take_listed_interrupt()
         if interrupt is not None:
             return interrupt
-        if self._follow_ups and self.machine.listed("follow_up"):
+        if self._follow_ups and not self._stopping and self.machine.listed("follow_up"):
             self.agent_side.prompt = self._follow_ups.popleft()
             return "follow_up"
         return None
