@@ -13,7 +13,7 @@ from orchestrator._cli.common import API_KEY_VISIBLE, add_model_arguments, api_k
 from orchestrator._cli.main import main
 from orchestrator._cli.tui import build_runtime
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply
+from orchestrator.testing import LocalProvider, Reply, summary_text
 from tests.cli_kit import run
 
 
@@ -28,7 +28,10 @@ def test_compact_sends_the_key_read_from_the_file(
     example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     key = key_file(tmp_path)
-    replies = (Reply.summary("## Goal\nHistory."), Reply.summary("## Original Request\nPrefix."))
+    replies = (
+        Reply.summary(summary_text("History.")),
+        Reply.summary(summary_text("Prefix.", purpose="turn_prefix")),
+    )
     with LocalProvider(replies) as provider:
         code, out, err = run(
             capsys,

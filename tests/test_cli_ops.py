@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator._cli.main import main
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply
+from orchestrator.testing import LocalProvider, Reply, summary_text
 from tests.cli_kit import EXAMPLE, run
 
 
@@ -70,8 +70,8 @@ def test_compact_through_litellm_and_the_local_provider(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     replies = (
-        Reply.summary("## Goal\nFrom the provider (history)."),
-        Reply.summary("## Original Request\nFrom the provider (prefix)."),
+        Reply.summary(summary_text("From the provider (history).")),
+        Reply.summary(summary_text("From the provider (prefix).", purpose="turn_prefix")),
     )
     with LocalProvider(replies) as provider:
         code, out, err = run(
@@ -252,7 +252,9 @@ def test_navigate_summarize_through_litellm_and_the_local_provider(
 ) -> None:
     lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
     users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
-    with LocalProvider((Reply.summary("## Goal\nExplored the parametrized test."),)) as provider:
+    with LocalProvider(
+        (Reply.summary(summary_text("Explored the parametrized test.")),)
+    ) as provider:
         code, out, err = run(
             capsys,
             "navigate",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply
+from orchestrator.testing import LocalProvider, Reply, summary_text
 from tests.cli_kit import run
 
 
@@ -33,7 +33,10 @@ def compact(
 def test_a_4000_token_window_gets_a_request_that_fits_it(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    replies = (Reply.summary("## Goal\nHistory."), Reply.summary("## Original Request\nPrefix."))
+    replies = (
+        Reply.summary(summary_text("History.")),
+        Reply.summary(summary_text("Prefix.", purpose="turn_prefix")),
+    )
     with LocalProvider(replies) as provider:
         code, _, err = compact(example, capsys, provider, 4000)
         requests = provider.requests

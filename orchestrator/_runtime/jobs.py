@@ -220,12 +220,20 @@ class CompactionJob:
         self.parts = compaction_parts(self.plan, self.routes, self.inputs)
         return Report(outcome="done")
 
-    def result(self, texts: Mapping[str, str], models: Mapping[str, str]) -> CompactionResult:
-        """The result to commit: the hook's, or the one the parts' texts make."""
+    def result(
+        self,
+        texts: Mapping[str, str],
+        models: Mapping[str, str],
+        written: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CompactionResult:
+        """The result to commit: the hook's, or the one the parts' texts make.
+
+        ``written``: what each request's attempt reported (its provenance, D32).
+        """
         if self.supplied is not None:
             return self.supplied
         assert self.plan is not None
-        return compaction_result(self.plan, texts, models, self.inputs)
+        return compaction_result(self.plan, texts, models, self.inputs, written)
 
     def entry(self, session: Session, result: Any) -> Entry:
         """The compaction entry that commits ``result`` (built, not added)."""
@@ -284,9 +292,14 @@ class BranchJob:
         """Branch summaries have no hooks of their own (the navigation asked them)."""
         raise AssertionError("a branch summary consults no hooks")
 
-    def result(self, texts: Mapping[str, str], models: Mapping[str, str]) -> BranchSummaryResult:
-        """The branch summary from the model's text."""
-        return branch_result(self.plan, texts, models)
+    def result(
+        self,
+        texts: Mapping[str, str],
+        models: Mapping[str, str],
+        written: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> BranchSummaryResult:
+        """The branch summary from the model's text (``written``: its provenance, D32)."""
+        return branch_result(self.plan, texts, models, written)
 
     def entry(self, session: Session, result: Any) -> Entry:
         """The branch_summary entry under the new position, ``fromId`` the old leaf (D17)."""
