@@ -17,6 +17,12 @@ from orchestrator.testing import LocalProvider, Reply, summary_text
 from tests.cli_kit import run
 
 
+def both(note: str) -> str:
+    # The split turn's two requests run at once and take the replies in arrival order: each
+    # reply holds both layouts, so the summary gate (D32) passes it for either request.
+    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")
+
+
 def key_file(tmp_path: Path, text: str = "sk-from-file\n", mode: int = 0o600) -> Path:
     path = tmp_path / "key"
     path.write_text(text)
@@ -29,8 +35,8 @@ def test_compact_sends_the_key_read_from_the_file(
 ) -> None:
     key = key_file(tmp_path)
     replies = (
-        Reply.summary(summary_text("History.")),
-        Reply.summary(summary_text("Prefix.", purpose="turn_prefix")),
+        Reply.summary(both("History.")),
+        Reply.summary(both("Prefix.")),
     )
     with LocalProvider(replies) as provider:
         code, out, err = run(

@@ -12,6 +12,12 @@ from orchestrator.testing import LocalProvider, Reply, summary_text
 from tests.cli_kit import run
 
 
+def both(note: str) -> str:
+    # The split turn's two requests run at once and take the replies in arrival order: each
+    # reply holds both layouts, so the summary gate (D32) passes it for either request.
+    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")
+
+
 def compact(
     example: Path, capsys: pytest.CaptureFixture[str], provider: LocalProvider, window: int
 ) -> tuple[int, str, str]:
@@ -34,8 +40,8 @@ def test_a_4000_token_window_gets_a_request_that_fits_it(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     replies = (
-        Reply.summary(summary_text("History.")),
-        Reply.summary(summary_text("Prefix.", purpose="turn_prefix")),
+        Reply.summary(both("History.")),
+        Reply.summary(both("Prefix.")),
     )
     with LocalProvider(replies) as provider:
         code, _, err = compact(example, capsys, provider, 4000)

@@ -210,8 +210,7 @@ def check_summary(text: str, spec: GateSpec) -> Verdict:
         :data:`PASSED`, or the first failed check with its reason.
     """
     body = text.strip()
-    for check in (_error_text, _refusal, _truncated):
-        verdict = check(body)
+    for verdict in (_error_text(body), _refusal(body), _truncated(body, spec.headings)):
         if verdict is not None:
             return verdict
     shape = _short_shape(body) if spec.purpose == "short" else _sections(body, spec.headings)
@@ -242,13 +241,26 @@ def _refusal(body: str) -> Verdict | None:
     return None
 
 
-def _truncated(body: str) -> Verdict | None:
+def _truncated(body: str, headings: Sequence[str]) -> Verdict | None:
     if body.count("```") % 2:
         return Verdict(check="truncated", reason="it ends inside an unclosed code block")
     last = body.splitlines()[-1] if body else ""
-    if _DANGLING.search(last) and not _LINE_HEADING.match(last):
-        return Verdict(check="truncated", reason="it ends mid-sentence")
-    return None
+    if not _DANGLING.search(last) or _LINE_HEADING.match(last):
+        return None
+    # A last item may quote the user word for word ("... and the"): with the layout complete
+    # up to its last section, that is a quotation, not a text cut off.
+    if headings and _heading_at(body, headings[-1]):
+        return None
+    return Verdict(check="truncated", reason="it ends mid-sentence, before the layout's end")
+
+
+def _heading_at(body: str, heading: str) -> bool:
+    wanted = _norm(heading)
+    for line in body.splitlines():
+        match = _LINE_HEADING.match(line)
+        if match and _norm(match.group(1)) == wanted:
+            return True
+    return False
 
 
 def _short_shape(body: str) -> Verdict | None:
