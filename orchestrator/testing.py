@@ -13,6 +13,7 @@ sleep:
   cancellation checkpoint, so a cancelled scope still interrupts it).
 * :class:`ScriptedAgent` plays scripted agent turns (with :func:`reply`, :func:`tool_result`,
   :func:`error_reply` and :class:`AgentHang`) for runtime tests and simulations.
+* :func:`summary_text` writes a summary the summary gate passes (D32).
 * :class:`LocalProvider` and :class:`Reply` run a real OpenAI-compatible HTTP server on
   127.0.0.1 for adapter tests (see :mod:`orchestrator._models.provider_server`).
 """
@@ -51,6 +52,7 @@ __all__ = (
     "ScriptedModel",
     "error_reply",
     "reply",
+    "summary_text",
     "tool_result",
     "usage",
 )
@@ -216,3 +218,31 @@ class FunctionModel:
         if isinstance(result, str):
             return ModelResponse(text=result, model=self._name, provider="function")
         return result
+
+
+def summary_text(note: str = "Work summarized.", *, purpose: str = "history") -> str:
+    """A summary in the layout the prompts ask for, which the summary gate passes (D32).
+
+    Script it where a test needs a model's summary to be committed, since the gate refuses
+    a bare placeholder ("summary") as having none of the required sections.
+
+    Args:
+        note: A line put in the first section, for the test to find.
+        purpose: ``history`` or ``branch`` (the checkpoint layout), ``turn_prefix`` (its
+            own three sections) or ``short`` (the sentence alone).
+
+    Returns:
+        The text.
+    """
+    if purpose == "short":
+        return note
+    if purpose == "turn_prefix":
+        return (
+            f"## Original Request\n{note}\n\n## Early Progress\n- (none)\n\n"
+            "## Context for Suffix\n- (none)"
+        )
+    return (
+        f"## Goal\n{note}\n\n## Constraints & Preferences\n- (none)\n\n## Progress\n"
+        "### Done\n- [x] (none)\n### In Progress\n- [ ] (none)\n### Blocked\n- (none)\n\n"
+        "## Key Decisions\n- (none)\n\n## Next Steps\n1. Continue.\n\n## Critical Context\n- (none)"
+    )

@@ -57,7 +57,8 @@ def part() -> Part:
 async def test_a_route_that_returns_no_response_fails_fatally_at_once(
     timeout_s: float | None, value: Any, kind: str
 ) -> None:
-    report, text = await attempt_summary(part(), Returns(value), 0, {}, timeout_s)
+    attempt = await attempt_summary(part(), Returns(value), 0, {}, timeout_s)
+    report, text = attempt.report, attempt.text
     assert report.outcome == "fatal"
     assert report.error == f"broken/route: returned {kind}, not a ModelResponse"
     assert text == ""

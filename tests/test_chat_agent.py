@@ -16,7 +16,7 @@ from orchestrator._models.litellm import LiteLLMModel
 from orchestrator._runtime.agent import AgentInput, ChatAgent, ToolSpec
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply, ScriptedModel
+from orchestrator.testing import LocalProvider, Reply, ScriptedModel, summary_text
 
 pytestmark = pytest.mark.anyio
 
@@ -164,8 +164,8 @@ async def test_summaries_use_the_current_model_route_by_default() -> None:
         [
             ModelResponse(text="first answer " + "a" * 800),
             ModelResponse(text="second answer " + "b" * 800),
-            ModelResponse(text="## Goal\nSummarized by the chat model."),
-            ModelResponse(text="## Original Request\nAnd its turn prefix."),
+            ModelResponse(text=summary_text("Summarized by the chat model.")),
+            ModelResponse(text=summary_text("And its turn prefix.", purpose="turn_prefix")),
         ]
     )
     runtime = AgentSession(Session.in_memory(), agent=ChatAgent(model=model))

@@ -13,8 +13,14 @@ from orchestrator._cli.common import API_KEY_VISIBLE, add_model_arguments, api_k
 from orchestrator._cli.main import main
 from orchestrator._cli.tui import build_runtime
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply
+from orchestrator.testing import LocalProvider, Reply, summary_text
 from tests.cli_kit import run
+
+
+def both(note: str) -> str:
+    # The split turn's two requests run at once and take the replies in arrival order: each
+    # reply holds both layouts, so the summary gate (D32) passes it for either request.
+    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")
 
 
 def key_file(tmp_path: Path, text: str = "sk-from-file\n", mode: int = 0o600) -> Path:
@@ -28,7 +34,10 @@ def test_compact_sends_the_key_read_from_the_file(
     example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     key = key_file(tmp_path)
-    replies = (Reply.summary("## Goal\nHistory."), Reply.summary("## Original Request\nPrefix."))
+    replies = (
+        Reply.summary(both("History.")),
+        Reply.summary(both("Prefix.")),
+    )
     with LocalProvider(replies) as provider:
         code, out, err = run(
             capsys,

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply
+from orchestrator.testing import LocalProvider, Reply, summary_text
 from tests.cli_kit import run
+
+
+def both(note: str) -> str:
+    # The split turn's two requests run at once and take the replies in arrival order: each
+    # reply holds both layouts, so the summary gate (D32) passes it for either request.
+    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")
 
 
 def compact(
@@ -33,7 +39,10 @@ def compact(
 def test_a_4000_token_window_gets_a_request_that_fits_it(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    replies = (Reply.summary("## Goal\nHistory."), Reply.summary("## Original Request\nPrefix."))
+    replies = (
+        Reply.summary(both("History.")),
+        Reply.summary(both("Prefix.")),
+    )
     with LocalProvider(replies) as provider:
         code, _, err = compact(example, capsys, provider, 4000)
         requests = provider.requests

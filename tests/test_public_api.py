@@ -107,6 +107,7 @@ TESTING_API = (
     "ScriptedModel",
     "error_reply",
     "reply",
+    "summary_text",
     "tool_result",
     "usage",
 )

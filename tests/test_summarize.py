@@ -82,7 +82,9 @@ async def test_plain_compaction_sends_the_conversation_and_adds_file_tags() -> N
     assert request.prompt.endswith("Additional focus: the API promise")
     assert request.max_tokens == 1600  # 80 % of the reserve
     assert result.summary.startswith("## Goal\nFix the parser.\n\n<modified-files>\nsrc/parser.py")
-    assert result.details == {"readFiles": [], "modifiedFiles": ["src/parser.py"]}
+    assert result.details["readFiles"] == []
+    assert result.details["modifiedFiles"] == ["src/parser.py"]
+    assert result.details["provenance"]["gatePassedFirstTime"] is None  # the gate is off here
     assert result.first_kept_entry_id == plan.first_kept_entry_id
     assert result.model == "scripted/model"
 

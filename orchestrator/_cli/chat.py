@@ -19,7 +19,8 @@ from orchestrator._runtime.types import RuntimeSettings
 def route_settings(args: argparse.Namespace) -> RouteSettings:
     """The summary routes the model options name (``--model`` ... ``--short-summary``).
 
-    A command without ``--short-summary`` (the TUI) asks for no short summary.
+    A command without ``--short-summary`` (the TUI) asks for no short summary; one without
+    ``--no-offline-fallback`` keeps the offline fallback (D32).
     """
     # --context-window is the summarizer's window, not the chat model's: a reserve larger than
     # it is no usage error, because the request clamps its output budget to the window and
@@ -32,6 +33,7 @@ def route_settings(args: argparse.Namespace) -> RouteSettings:
         remote_url=args.remote,
         reserve_tokens=args.reserve_tokens,
         short_summary=getattr(args, "short_summary", False),
+        offline_fallback=not getattr(args, "no_offline_fallback", False),
     )
 
 

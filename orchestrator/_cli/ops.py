@@ -68,6 +68,12 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write a one-or-two sentence short summary (shown by tree, context, the TUI)",
     )
+    parser.add_argument(
+        "--no-offline-fallback",
+        action="store_true",
+        help="when the summary gate refuses every model's summary, fail instead of committing the "
+        "offline extractive summary (D32)",
+    )
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     add_timeout_argument(parser)
 

@@ -42,6 +42,12 @@ def register(commands: Any) -> None:
         action="store_true",
         help="also write a one-or-two sentence short summary on each compaction",
     )
+    worker.add_argument(
+        "--no-offline-fallback",
+        action="store_true",
+        help="when the summary gate refuses every model's summary, fail instead of committing the "
+        "offline extractive summary (D32)",
+    )
     add_timeout_argument(worker)
     worker.add_argument(
         "--cache-sessions",

@@ -180,18 +180,27 @@ class SessionActivities:
         # The job holds what the request is built from; the store is not needed meanwhile.
         _close(job)
         part = job.parts[call.part]
-        model = part.routes[call.candidate]
+        model = self.routes.fallback if call.offline else part.routes[call.candidate]
+        if model is None:
+            return Reported(outcome="fatal", error="no offline fallback", purpose=part.purpose)
         async with heartbeating():
-            report, text = await attempt_summary(
-                part, model, call.halvings, call.texts, self.settings.model_timeout_s
+            attempt = await attempt_summary(
+                part,
+                model,
+                call.halvings,
+                call.texts,
+                self.settings.model_timeout_s,
+                call.feedback,
             )
+        report = attempt.report
         return Reported(
             outcome=report.outcome,
             retry_after=report.retry_after,
             error=report.error,
             data=dict(report.data),
-            text=text,
+            text=attempt.text,
             purpose=part.purpose,
+            gate=attempt.gate.as_json() if attempt.gate is not None else None,
         )
 
     @activity.defn(name="commit")
@@ -253,6 +262,8 @@ class SessionActivities:
                 max_delay_ms=retry.max_delay_ms,
                 timeout_s=self.settings.model_timeout_s,
                 deadline_s=self.settings.operation_deadline_s,
+                gate=self.routes.gate,
+                fallback=self.routes.fallback is not None,
             ),
             pruned_ids=pruned_ids,
         )
@@ -282,7 +293,7 @@ class SessionActivities:
                 return Reported(outcome="ok", data={"entryId": entry_id}, result=_result_of(found))
             session = _as_planned(stored, op, entry_id)
             job = self._job(session, op, cached)
-            result = job.result(call.texts, call.models, call.usages)
+            result = job.result(call.texts, call.models, call.written)
             entry = job.entry(session, result)
             try:
                 job.append(session, entry, Tail(op.expect_last_id, op.expect_length))

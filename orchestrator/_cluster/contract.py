@@ -197,9 +197,11 @@ class Call:
         part: The summary request's index (``call_model``).
         candidate: The candidate model's index (``call_model``).
         halvings: Times the request was halved (``call_model``, D14).
+        feedback: What the gate refused in this candidate's last answer (``call_model``, D32).
+        offline: The request goes to the offline fallback (``call_model``, D32).
         texts: The summary texts so far, by purpose.
         models: The models that wrote them, by purpose (``commit``).
-        usages: What those calls cost, pi's usage objects by purpose (``commit``).
+        written: Each request's provenance, by purpose (``commit``, D32).
         entry_id: The entry the commit appends (``commit``).
         status: The final state (``finish``).
     """
@@ -210,9 +212,11 @@ class Call:
     part: int = 0
     candidate: int = 0
     halvings: int = 0
+    feedback: str = ""
+    offline: bool = False
     texts: dict[str, str] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
-    usages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    written: dict[str, dict[str, Any]] = field(default_factory=dict)
     entry_id: str | None = None
     status: str | None = None
 
@@ -229,6 +233,8 @@ class Policy:
         max_delay_ms: On the last candidate, a longer wait fails.
         timeout_s: Per model call (``None``: no limit).
         deadline_s: Per operation (``None``: no limit).
+        gate: Summaries are checked before they are committed (D32).
+        fallback: The offline summarizer is the last resort after refusals (D32).
     """
 
     enabled: bool = True
@@ -238,6 +244,8 @@ class Policy:
     max_delay_ms: int = 60_000
     timeout_s: float | None = None
     deadline_s: float | None = None
+    gate: bool = False
+    fallback: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -280,6 +288,7 @@ class Reported:
         op: The operation as the hooks shaped it (``run_hooks``).
         result: The committed compaction's fields (``commit``).
         tokens_saved: Context tokens the prune saved (``rewrite``).
+        gate: What the summary is checked against (``call_model``, ``ok``; D32).
     """
 
     outcome: str
@@ -292,6 +301,7 @@ class Reported:
     op: Op | None = None
     result: dict[str, Any] | None = None
     tokens_saved: int = 0
+    gate: dict[str, Any] | None = None
 
 
 NO_AGENT = "session.prompt: no agent configured (start the server with --model)"

@@ -51,14 +51,18 @@ from orchestrator._cluster.contract import (
     entry_id_for,
 )
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
+from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.outcomes import (
     COMMIT_EVENTS,
     HOOK_EVENTS,
+    Attempt,
     Attempts,
     call_event,
+    check_event,
+    check_report,
     past_deadline,
     step_data,
 )
@@ -96,6 +100,9 @@ class OperationFlow(TableFlow):
             "next_candidate": self._at.next_candidate,
             "next_part": self._at.next_part,
             "shrink_request": self._at.shrink_request,
+            "check_summary": self._check_summary,
+            "ask_again": self._at.ask_again,
+            "use_fallback": self._at.use_fallback,
             "sleep_retry": self._sleep_retry,
             "stop_work": self._stop_in_flight,
             "append_entry": self._append_entry,
@@ -109,7 +116,10 @@ class OperationFlow(TableFlow):
         self._delay_ms = 0
         self._texts: dict[str, str] = {}
         self._models: dict[str, str] = {}
-        self._usages: dict[str, dict[str, Any]] = {}
+        # The last answer, before the gate judged it (D32), and each request's provenance.
+        self._answer = Attempt(Report(outcome="cancelled"))
+        self._written: dict[str, dict[str, Any]] = {}
+        self._refused: list[int] = []  # the request index of each refusal
         self._failure: Report | None = None
         self._reason: str | None = None
         self._result: dict[str, Any] | None = None
@@ -199,6 +209,19 @@ class OperationFlow(TableFlow):
                 parts=len(self._routes),
                 candidates=self._routes[self._at.part],
                 policy=policy,
+                gate=self.policy.gate,
+            )
+            return event, facts, data
+        if effect == "check_summary":
+            if report.outcome != "passed":
+                self._failure = report
+                self._refused.append(self._at.part)
+            event, facts = check_event(
+                report,
+                self._at,
+                parts=len(self._routes),
+                candidates=self._routes[self._at.part],
+                fallback=self.policy.fallback,
             )
             return event, facts, data
         if effect == "sleep_retry":
@@ -237,7 +260,7 @@ class OperationFlow(TableFlow):
         return _report(reported)
 
     async def _call_model(self) -> Report:
-        if self._at.candidate >= self._routes[self._at.part]:
+        if not self._at.offline and self._at.candidate >= self._routes[self._at.part]:
             return Report(outcome="fatal", error="no summary model configured")
         lines, resend = self.journal.take()
         timeout = self.policy.timeout_s
@@ -251,6 +274,8 @@ class OperationFlow(TableFlow):
                     part=self._at.part,
                     candidate=self._at.candidate,
                     halvings=self._at.halvings,
+                    feedback=self._at.feedback,
+                    offline=self._at.offline,
                     texts=dict(self._texts),
                 ),
                 result_type=Reported,
@@ -267,12 +292,21 @@ class OperationFlow(TableFlow):
             # The worker died or the call hung: a transient failure the table may retry.
             return Report(outcome="timeout", error=lost_reason(error, "model call"))
         report = _report(reported)
+        gate = GateSpec.from_json(reported.gate) if reported.gate is not None else None
+        self._answer = Attempt(report, reported.text, gate)
         if report.outcome == "ok":
             self._texts[reported.purpose] = reported.text
             self._models[reported.purpose] = str(reported.data.get("model", ""))
-            usage = reported.data.get("usage")
-            self._usages[reported.purpose] = dict(usage) if isinstance(usage, dict) else {}
+            self._written[reported.purpose] = {
+                **reported.data,
+                "refusals": self._refused.count(self._at.part),
+                "gate": self.policy.gate,
+            }
         return report
+
+    async def _check_summary(self) -> Report:
+        # Pure and deterministic: the gate runs in the workflow, on what the activity reported.
+        return check_report(self._answer.text, self._answer.gate)
 
     async def _sleep_retry(self) -> Report:
         self._at.retries += 1
@@ -290,7 +324,7 @@ class OperationFlow(TableFlow):
                     resend=resend,
                     texts=dict(self._texts),
                     models=dict(self._models),
-                    usages=dict(self._usages),
+                    written=dict(self._written),
                     entry_id=self._entry_id,
                 ),
                 result_type=Reported,

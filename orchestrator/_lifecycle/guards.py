@@ -54,6 +54,11 @@ class Facts:
             no messages, or a split turn with nothing older, commits fixed text instead).
         more_parts: Another summary request of the same operation is still to be made (the
             turn prefix of a split turn, the short summary).
+        gate_enabled: Summaries are checked before they are committed (D32). Off by default, so
+            a journal written before the gate replays through the rows it took.
+        refused_check: The gate check the summary failed (D32), for the journal and the trace.
+        refusals: Times the gate already refused this candidate's answer to this request.
+        fallback_left: The offline summarizer is configured and not yet asked (D32).
         entry_present: On reopen, the operation's committed entry is already in the file (D24).
         same_position: The navigation target is the current leaf.
         wants_summary: The user asked for a branch summary.
@@ -79,6 +84,10 @@ class Facts:
     shrink_attempts: int = 0
     needs_model: bool = True
     more_parts: bool = False
+    gate_enabled: bool = False
+    refused_check: str = ""
+    refusals: int = 0
+    fallback_left: bool = False
     entry_present: bool = False
     same_position: bool = False
     wants_summary: bool = False
@@ -90,6 +99,9 @@ Guard = Callable[[Facts], bool]
 
 # D14: halve the summary request at most this many times.
 MAX_SHRINK_ATTEMPTS = 3
+
+# D32: a candidate whose summary the gate refused is asked again once, told why.
+MAX_REFUSALS_PER_CANDIDATE = 1
 
 # D19: at most one automatic compaction per user turn.
 MAX_AUTO_COMPACTIONS_PER_TURN = 1
@@ -122,8 +134,11 @@ GUARDS: Mapping[str, Guard] = MappingProxyType(
         "delay_within_cap": lambda f: f.delay_ms <= f.delay_cap_ms,
         "delay_within_limit": lambda f: f.delay_ms <= f.max_delay_ms,
         "entry_present": lambda f: f.entry_present,
+        "fallback_left": lambda f: f.fallback_left,
+        "gate_enabled": lambda f: f.gate_enabled,
         "has_entries": lambda f: f.has_entries,
         "has_work": lambda f: f.has_work,
+        "may_ask_again": lambda f: f.refusals < MAX_REFUSALS_PER_CANDIDATE,
         "may_auto_compact": _may_auto_compact,
         "may_recover_overflow": _may_recover_overflow,
         "may_shrink": lambda f: f.shrink_attempts < MAX_SHRINK_ATTEMPTS,
@@ -173,6 +188,9 @@ _OPERATION_EFFECTS = {
     "next_candidate": "move to the next candidate model and reset the retry count (D21)",
     "next_part": "move to the operation's next summary request (first candidate, no retries)",
     "shrink_request": "halve the summary request's prompt allowance after an overflow (D14)",
+    "check_summary": "run the summary gate on the answer; report passed, or the failed check (D32)",
+    "ask_again": "ask the same candidate again, the refused check named in the prompt (D32)",
+    "use_fallback": "move the request to the offline summarizer, the last resort (D32)",
     "sleep_retry": "wait before the next attempt (cancellable, D22)",
     "stop_work": "cancel the model call or wait in flight and wait until it settled (D22)",
     "append_entry": "append the compaction or branch_summary entry (D24); a dry run reports it",

@@ -224,13 +224,16 @@ class CompactionJob:
         self,
         texts: Mapping[str, str],
         models: Mapping[str, str],
-        usages: Mapping[str, Mapping[str, Any]] | None = None,
+        written: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> CompactionResult:
-        """The result to commit: the hook's, or the one the parts' texts make."""
+        """The result to commit: the hook's, or the one the parts' texts make.
+
+        ``written``: what each request's attempt reported (its provenance, D32).
+        """
         if self.supplied is not None:
             return self.supplied
         assert self.plan is not None
-        return compaction_result(self.plan, texts, models, self.inputs, usages)
+        return compaction_result(self.plan, texts, models, self.inputs, written)
 
     def entry(self, session: Session, result: Any) -> Entry:
         """The compaction entry that commits ``result`` (built, not added)."""
@@ -293,10 +296,10 @@ class BranchJob:
         self,
         texts: Mapping[str, str],
         models: Mapping[str, str],
-        usages: Mapping[str, Mapping[str, Any]] | None = None,
+        written: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> BranchSummaryResult:
-        """The branch summary from the model's text."""
-        return branch_result(self.plan, texts, models, usages)
+        """The branch summary from the model's text (``written``: its provenance, D32)."""
+        return branch_result(self.plan, texts, models, written)
 
     def entry(self, session: Session, result: Any) -> Entry:
         """The branch_summary entry under the new position, ``fromId`` the old leaf (D17)."""

@@ -55,9 +55,12 @@ from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
 from orchestrator._runtime.outcomes import (
     COMMIT_EVENTS,
     HOOK_EVENTS,
+    Attempt,
     Attempts,
     attempt_summary,
     call_event,
+    check_event,
+    check_report,
     past_deadline,
     step_data,
 )
@@ -88,8 +91,7 @@ class _Early:
 
     scope: anyio.CancelScope
     done: anyio.Event
-    report: Report = field(default_factory=lambda: Report(outcome="cancelled"))
-    text: str = ""
+    attempt: Attempt = field(default_factory=lambda: Attempt(Report(outcome="cancelled")))
 
 
 class Job(Protocol):
@@ -136,6 +138,9 @@ class OperationRun:
             "next_candidate": self._at.next_candidate,
             "next_part": self._at.next_part,
             "shrink_request": self._at.shrink_request,
+            "check_summary": self._check_summary,
+            "ask_again": self._at.ask_again,
+            "use_fallback": self._at.use_fallback,
             "sleep_retry": self._sleep_retry,
             "stop_work": self._stop_work,
             "append_entry": self._append_entry,
@@ -150,7 +155,10 @@ class OperationRun:
         self._delay_ms = 0
         self._texts: dict[str, str] = {}
         self._models: dict[str, str] = {}
-        self._usages: dict[str, dict[str, Any]] = {}
+        # The last answer, before the gate judged it (D32), and each request's provenance.
+        self._answer = Attempt(Report(outcome="cancelled"))
+        self._written: dict[str, dict[str, Any]] = {}
+        self._refused: list[tuple[int, str]] = []  # (request index, failed check)
         self._result: Any = None
         self._entry: Entry | None = None
         self._pruned: list[Entry] = []
@@ -180,9 +188,9 @@ class OperationRun:
         return self._models
 
     @property
-    def usages(self) -> Mapping[str, Mapping[str, Any]]:
-        """What each of those calls cost (pi's usage object), by request purpose."""
-        return self._usages
+    def written(self) -> Mapping[str, Mapping[str, Any]]:
+        """What each request's accepted attempt reported (provenance, usage), by purpose."""
+        return self._written
 
     def cancel(self) -> None:
         """Ask for cancellation; the table decides what it means now (D22)."""
@@ -233,6 +241,8 @@ class OperationRun:
                 raise
             outcome = self.outcome()
             span.set(**_span_attributes(outcome), **self._branch_span_attributes())
+            if self._refused:  # which checks the gate failed, in order (D32)
+                span.set(gate_refused=[check for _, check in self._refused])
         self._let_go()
         return outcome
 
@@ -325,7 +335,7 @@ class OperationRun:
     def _answered_early(self) -> _Early | None:
         """The finished early attempt the next ``call_model`` takes its answer from, if any."""
         at = self._at
-        if at.candidate or at.retries or at.halvings:
+        if at.candidate or at.retries or at.halvings or at.refusals or at.offline:
             return None  # only a part's first attempt was started early
         early = self._early.get(at.part)
         return early if early is not None and early.done.is_set() else None
@@ -340,11 +350,11 @@ class OperationRun:
                 self._pruned = self.job.pruned(self.ports.clock_ms())
                 out["entryIds"] = [e["id"] for e in self._pruned]
             elif session is not None:
-                self._result = self.job.result(self._texts, self._models, self._usages)
+                self._result = self.job.result(self._texts, self._models, self._written)
                 self._entry = self.job.entry(session, self._result)
                 out["entryId"] = self._entry["id"]
             else:
-                self._result = self.job.result(self._texts, self._models, self._usages)
+                self._result = self.job.result(self._texts, self._models, self._written)
         return out
 
     def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
@@ -356,6 +366,8 @@ class OperationRun:
             event = HOOK_EVENTS[report.outcome]
         elif effect == "call_model":
             event, facts = self._after_call(report)
+        elif effect == "check_summary":
+            event, facts = self._after_check(report)
         elif effect == "sleep_retry":
             event, facts = "wait_done", NO_FACTS
         else:  # the commit
@@ -372,8 +384,22 @@ class OperationRun:
             parts=len(self.job.parts),
             candidates=len(part.routes),
             policy=self.routes.retry,
+            gate=self.routes.gate,
         )
         return event, facts
+
+    def _after_check(self, report: Report) -> tuple[str, Facts]:
+        part = self.job.parts[self._at.part]
+        if report.outcome != "passed":
+            self._failure = report
+            self._refused.append((self._at.part, str(report.data.get("check", ""))))
+        return check_event(
+            report,
+            self._at,
+            parts=len(self.job.parts),
+            candidates=len(part.routes),
+            fallback=self.routes.fallback is not None,
+        )
 
     def _facts(self) -> Facts:
         return NO_FACTS
@@ -398,6 +424,8 @@ class OperationRun:
 
     def _route(self) -> tuple[Part, Model | None]:
         part = self.job.parts[self._at.part]
+        if self._at.offline:
+            return part, self.routes.fallback
         model = part.routes[self._at.candidate] if self._at.candidate < len(part.routes) else None
         return part, model
 
@@ -405,24 +433,38 @@ class OperationRun:
         part, model = self._route()
         if model is None:
             return Report(outcome="fatal", error=NO_MODEL)
-        first = self._at.candidate == 0 and self._at.retries == 0 and self._at.halvings == 0
+        at = self._at
+        first = not (at.candidate or at.retries or at.halvings or at.refusals or at.offline)
         if first and self._at.part == 0:
             self._start_early(model)
         early = self._early.pop(self._at.part, None) if first else None
         if early is not None:
             if not early.done.is_set():  # a finished one is taken without a pass of the loop
                 await early.done.wait()
-            report, text = early.report, early.text
+            attempt = early.attempt
         else:
-            report, text = await self._attempt(part, model, self._at.halvings)
-        if report.outcome == "ok":
-            self._texts[part.purpose] = text
+            attempt = await self._attempt(part, model, self._at.halvings, self._at.feedback)
+        self._answer = attempt
+        if attempt.report.outcome == "ok":
+            self._texts[part.purpose] = attempt.text
             self._models[part.purpose] = model.name
-            self._usages[part.purpose] = report.data.get("usage") or {}
-        return report
+            self._written[part.purpose] = {
+                **attempt.report.data,
+                # Refusals of this request by any candidate: did the gate pass it first time?
+                "refusals": sum(1 for index, _ in self._refused if index == self._at.part),
+                "gate": self.routes.gate,
+            }
+        return attempt.report
 
-    async def _attempt(self, part: Part, model: Model, halvings: int) -> tuple[Report, str]:
-        return await attempt_summary(part, model, halvings, self._texts, self.ports.timeout_s)
+    async def _check_summary(self) -> Report:
+        return check_report(self._answer.text, self._answer.gate)
+
+    async def _attempt(
+        self, part: Part, model: Model, halvings: int, feedback: str = ""
+    ) -> Attempt:
+        return await attempt_summary(
+            part, model, halvings, self._texts, self.ports.timeout_s, feedback
+        )
 
     def _start_early(self, model: Model) -> None:
         # A split turn's prefix does not depend on the history summary, so the first call of the
@@ -441,7 +483,7 @@ class OperationRun:
     async def _run_early(self, early: _Early, part: Part, model: Model) -> None:
         try:
             with early.scope:
-                early.report, early.text = await self._attempt(part, model, 0)
+                early.attempt = await self._attempt(part, model, 0)
         finally:
             early.done.set()
 
@@ -610,38 +652,28 @@ class OperationRun:
         self.ports.events.emit("compaction_update", id=self.id, kind=self.kind, status=status)
 
     def _report_attempt(self, taken: Step) -> None:
-        # The CLI's progress line and traces hear every attempt, named by the row taken.
+        # The CLI's progress line and traces hear every attempt, named by the row taken; with
+        # the gate on, an answer is reported once the gate judged it (D32).
         observer = self.routes.on_attempt
-        if observer is None or taken.event not in (
-            "summary_ready",
-            "attempt_failed",
-            "summary_overflow",
-        ):
+        if observer is None or taken.event not in _ATTEMPT_EVENTS or taken.dest == "checking":
             return
-        part, model = self.job.parts[self._at.part], None
-        if self._at.candidate < len(part.routes):
-            model = part.routes[self._at.candidate]
-        outcome: Outcome = "ok"
-        delay = 0
-        if taken.event != "summary_ready":
-            outcome = "failed"
-            if "sleep_retry" in taken.effects:
-                outcome, delay = "retry", self._delay_ms
-            elif "next_candidate" in taken.effects:
-                outcome = "next_candidate"
-        failure = self._failure if taken.event != "summary_ready" else None
+        part, model = self._route()
+        outcome, delay = _attempt_outcome(taken, self._delay_ms)
+        failure = self._failure if outcome != "ok" else None
         error = None
         if failure is not None:
             error = ModelError(
                 failure.error or "", kind=failure.outcome, retry_after=failure.retry_after
             )
+        check = str(failure.data.get("check")) if failure and failure.outcome == "refused" else None
         record = AttemptRecord(
             candidate=model.name if model is not None else "",
             candidate_index=self._at.candidate,
-            attempt=self._at.retries + 1,
+            attempt=self._at.retries + self._at.refusals + 1,
             outcome=outcome,
             delay_ms=delay,
             error=error,
+            check=check,
         )
         observer(record, part.purpose)
 
@@ -685,6 +717,24 @@ class OperationRun:
     _commit_cause: BaseException | None = None
     _unsynced = False
     _slot: Slot | None = None
+
+
+_ATTEMPT_EVENTS = frozenset(
+    {"summary_ready", "attempt_failed", "summary_overflow", "summary_passed", "summary_refused"}
+)
+
+
+def _attempt_outcome(taken: Step, delay_ms: int) -> tuple[Outcome, int]:
+    # What followed an attempt, read from the row the table took.
+    if taken.event in ("summary_ready", "summary_passed"):
+        return "ok", 0
+    if "sleep_retry" in taken.effects:
+        return "retry", delay_ms
+    if "ask_again" in taken.effects:
+        return "retry", 0
+    if "next_candidate" in taken.effects or "use_fallback" in taken.effects:
+        return "next_candidate", 0
+    return "failed", 0
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:

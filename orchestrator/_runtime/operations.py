@@ -288,4 +288,4 @@ async def summarize_branch(
     )
     run = OperationRun(ports, job, routes=summarizer, dry_run=True)
     raise_for(await run.run(), "Branch summarization")
-    return job.result(run.texts, run.models, run.usages)
+    return job.result(run.texts, run.models, run.written)

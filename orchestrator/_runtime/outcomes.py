@@ -19,6 +19,14 @@ from typing import Any, TypeVar
 import anyio
 
 from orchestrator._core.errors import ModelError
+from orchestrator._core.gate import (
+    GateSpec,
+    Verdict,
+    check_summary,
+    feedback_line,
+    replaced_input,
+    text_hash,
+)
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._runtime.delays import retry_delay_ms
@@ -110,26 +118,50 @@ class Attempts:
         candidate: The candidate model of that request being tried (D21).
         retries: Retries made on that candidate so far.
         halvings: Times that request was halved so far (D14).
+        refusals: Times the gate refused that candidate's answer to that request (D32).
+        offline: The request went to the fallback, the offline summarizer (D32).
+        feedback: The line that tells the candidate what the gate refused last time.
+        refused: The gate's last refusal, as :func:`~orchestrator._core.gate.feedback_line`
+            words it (set by the translation of ``check_summary``'s report).
     """
 
     part: int = 0
     candidate: int = 0
     retries: int = 0
     halvings: int = 0
+    refusals: int = 0
+    offline: bool = False
+    feedback: str = ""
+    refused: str = ""
 
     async def next_candidate(self) -> None:
         """The ``next_candidate`` effect: the next model, its retries from 0."""
         self.candidate += 1
-        self.retries = 0
+        self.retries = self.refusals = 0
+        self.feedback = ""
 
     async def next_part(self) -> None:
         """The ``next_part`` effect: the next request, from its first candidate, whole."""
         self.part += 1
-        self.candidate = self.retries = self.halvings = 0
+        self.candidate = self.retries = self.halvings = self.refusals = 0
+        self.offline = False
+        self.feedback = ""
 
     async def shrink_request(self) -> None:
         """The ``shrink_request`` effect: the request is halved once more."""
         self.halvings += 1
+
+    async def ask_again(self) -> None:
+        """The ``ask_again`` effect: the same candidate, told what the gate refused (D32)."""
+        self.refusals += 1
+        self.retries = 0
+        self.feedback = self.refused
+
+    async def use_fallback(self) -> None:
+        """The ``use_fallback`` effect: the offline summarizer answers this request (D32)."""
+        self.offline = True
+        self.retries = self.refusals = 0
+        self.feedback = ""
 
 
 def past_deadline(what: str, last: Report | None) -> str:
@@ -158,6 +190,7 @@ def call_event(
     parts: int,
     candidates: int,
     policy: RetryPolicy,
+    gate: bool = False,
 ) -> tuple[str, Facts, int]:
     """The event a model attempt's report fires, its facts, and the wait a retry would take.
 
@@ -167,12 +200,13 @@ def call_event(
         parts: How many summary requests the operation makes.
         candidates: How many candidate models the current request has.
         policy: The retry policy of the routes.
+        gate: The summary gate is on (D32).
 
     Returns:
         ``(event, facts, delay_ms)``; ``delay_ms`` is 0 unless the event is ``attempt_failed``.
     """
     if report.outcome == "ok":
-        return "summary_ready", Facts(more_parts=at.part + 1 < parts), 0
+        return "summary_ready", Facts(more_parts=at.part + 1 < parts, gate_enabled=gate), 0
     if report.outcome == "overflow":
         return "summary_overflow", Facts(shrink_attempts=at.halvings), 0
     max_retries = policy.max_retries if policy.enabled else 0
@@ -184,9 +218,57 @@ def call_event(
         delay_ms=delay_ms,
         max_delay_ms=policy.switch_after_ms,
         delay_cap_ms=policy.max_delay_ms,
-        more_candidates=at.candidate + 1 < candidates,
+        more_candidates=not at.offline and at.candidate + 1 < candidates,
     )
     return "attempt_failed", facts, delay_ms
+
+
+def check_event(
+    report: Report, at: Attempts, *, parts: int, candidates: int, fallback: bool
+) -> tuple[str, Facts]:
+    """The event ``check_summary``'s report fires, and its facts (D32).
+
+    Args:
+        report: ``passed``, or ``refused`` with the failed check in ``data["check"]``.
+        at: Where the attempts are.
+        parts: How many summary requests the operation makes.
+        candidates: How many candidate models the current request has.
+        fallback: The offline summarizer is configured as the last resort.
+    """
+    if report.outcome == "passed":
+        return "summary_passed", Facts(more_parts=at.part + 1 < parts)
+    check = str(report.data.get("check", ""))
+    # The words `ask_again` tells the candidate, should the table choose it.
+    at.refused = feedback_line(Verdict(check=check, reason=report.error or ""))
+    return "summary_refused", Facts(
+        refused_check=check,
+        refusals=at.refusals,
+        more_candidates=not at.offline and at.candidate + 1 < candidates,
+        fallback_left=fallback and not at.offline,
+    )
+
+
+def check_report(text: str, spec: GateSpec | None) -> Report:
+    """The ``check_summary`` effect, on either host: the gate's verdict as a report (D32)."""
+    verdict = check_summary(text, spec or GateSpec(purpose="history"))
+    if verdict.passed:
+        return Report(outcome="passed")
+    return Report(outcome="refused", error=verdict.reason, data={"check": verdict.check})
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One model attempt's report, the summary text and what the gate checks it against.
+
+    Attributes:
+        report: ``ok`` (its data: the model, the prompt and input hashes) or the failure.
+        text: The summary (empty unless ``ok``).
+        gate: What the request asked for (``None`` unless ``ok``).
+    """
+
+    report: Report
+    text: str = ""
+    gate: GateSpec | None = None
 
 
 async def attempt_summary(
@@ -195,26 +277,35 @@ async def attempt_summary(
     halvings: int,
     texts: Mapping[str, str],
     timeout_s: float | None,
-) -> tuple[Report, str]:
+    feedback: str = "",
+) -> Attempt:
     """Make one attempt at one summary request and report it (no retry here: the table decides).
 
+    Args:
+        part: The summary request.
+        model: The candidate asked.
+        halvings: Times the request was halved (D14).
+        texts: The texts of the earlier requests.
+        timeout_s: The attempt's time limit.
+        feedback: What the gate refused in this candidate's last answer (D32).
+
     Returns:
-        The report (``ok`` with the model's name, or the failure's kind and text) and the
-        summary text (empty unless ``ok``).
+        The report (``ok`` with the model's name and the prompt and input hashes, or the
+        failure's kind and text), the summary text and what the gate checks it against.
     """
     try:
         # Building the request may refuse (a window too small for anything useful): that is
         # a failure of this attempt like any other, and no model is paid for it.
-        request = request_for(part, model, halvings, texts)
+        request = request_for(part, model, halvings, texts, feedback)
         sibling = bool(getattr(model, "needs_sibling_timer", False))
         response = await within(timeout_s, answer_of(model, request), sibling_timer=sibling)
         if response is None:
             failure = f"{model.name}: no answer after {timeout_s:g} s"
-            return Report(outcome="timeout", error=failure), ""
+            return Attempt(Report(outcome="timeout", error=failure))
         response = check_summary_response(response, request.max_tokens)
     except ModelError as error:
         report = Report(outcome=error.kind, retry_after=error.retry_after, error=str(error))
-        return report, ""
+        return Attempt(report)
     except Exception as error:  # noqa: BLE001 - cancellation (a BaseException) passes untouched
         # A route that raises anything else is broken (an IndexError on an odd answer, a bug):
         # a fatal failure of this attempt, so the table ends the operation (failed, nothing
@@ -223,9 +314,23 @@ async def attempt_summary(
         # bug must not hide behind the failure's one line.
         _log.exception("summary route %s raised", model.name)
         failure = f"{model.name}: {type(error).__name__}: {error}"
-        return Report(outcome="fatal", error=failure), ""
-    usage = response.usage.as_pi()  # written on the entry, as pi 1.x writes it
-    return Report(outcome="ok", data={"model": model.name, "usage": usage}), response.text.strip()
+        return Attempt(Report(outcome="fatal", error=failure))
+    replaced = replaced_input(str(request.messages[-1].get("content", "")))
+    gate = GateSpec(
+        purpose=part.purpose,
+        headings=part.headings,
+        input_chars=len(replaced),
+        focus=part.focus,
+        read_files=part.read_files,
+        modified_files=part.modified_files,
+    )
+    data = {
+        "model": model.name,
+        "promptHash": part.prompt_hash,
+        "inputHash": text_hash(replaced),
+        "usage": response.usage.as_pi(),  # written on the entry, as pi 1.x writes it
+    }
+    return Attempt(Report(outcome="ok", data=data), response.text.strip(), gate)
 
 
 async def answer_of(model: Model, request: ModelRequest) -> ModelResponse:

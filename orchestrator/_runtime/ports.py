@@ -44,6 +44,7 @@ def default_routes(agent: Agent | None, settings: RuntimeSettings) -> SummaryRou
         candidates=(route,),
         reserve_tokens=settings.compaction.reserve_tokens,
         retry=settings.retry,
+        gate=True,
     )
 
 
@@ -55,6 +56,7 @@ def traced_routes(
         routes,
         candidates=tuple(TracedModel(m, tracer) for m in routes.candidates),
         remote=TracedModel(routes.remote, tracer) if routes.remote is not None else None,
+        fallback=TracedModel(routes.fallback, tracer) if routes.fallback is not None else None,
         short_summary=routes.short_summary or short_summary,
     )
 

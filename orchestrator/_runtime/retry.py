@@ -57,6 +57,7 @@ class AttemptRecord:
         outcome: What followed (see :data:`Outcome`).
         delay_ms: The wait before the next attempt (``retry`` only, else 0).
         error: The failure, or ``None`` on success.
+        check: The gate check the answer failed (D32), when the gate refused it.
     """
 
     candidate: str
@@ -65,6 +66,7 @@ class AttemptRecord:
     outcome: Outcome
     delay_ms: int = 0
     error: ModelError | None = None
+    check: str | None = None
 
 
 OVER_BUDGET = 2

@@ -30,6 +30,8 @@ class RouteSettings:
         reserve_tokens: The compaction reserve.
         retry: Retry policy.
         short_summary: Also write a one-or-two sentence short summary.
+        offline_fallback: After the summary gate refused every candidate, the offline
+            summarizer writes the summary (D32); off, the operation fails.
     """
 
     models: Sequence[str] = ()
@@ -40,6 +42,7 @@ class RouteSettings:
     reserve_tokens: int = 16384
     retry: RetryPolicy = RetryPolicy()
     short_summary: bool = False
+    offline_fallback: bool = True
 
 
 def candidate_models(settings: RouteSettings) -> tuple[Model, ...]:
@@ -86,4 +89,7 @@ def build_summarizer(
         remote=remote,
         on_attempt=on_attempt,
         short_summary=settings.short_summary,
+        gate=True,
+        # With no model named, the offline summarizer is the candidate already.
+        fallback=OfflineSummarizer() if settings.offline_fallback and settings.models else None,
     )

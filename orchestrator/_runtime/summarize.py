@@ -10,6 +10,7 @@ each part, when to retry, when to halve a request (D14) and when to give up (D21
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ import anyio
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Message
+from orchestrator._core.gate import layout_headings, prompt_hash, text_hash
 from orchestrator._core.model import Model, ModelRequest, Purpose
 from orchestrator._core.summary_request import (
     PromptBudget,
@@ -31,6 +33,7 @@ from orchestrator._core.summary_request import (
     upsert_file_tags,
 )
 from orchestrator._core.tokens import is_token_count
+from orchestrator._models.offline import OfflineSummarizer
 from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
 from orchestrator._store.session import compaction_fields
 
@@ -54,6 +57,13 @@ class SummaryRoutes:
         sleep: Awaited between retries (inject a fake clock's sleep in tests).
         on_attempt: Called for every model attempt with the request's purpose (traces,
             the operation machine, the CLI's progress line).
+        gate: Check every summary before it is committed (D32); off, the table commits any
+            summary that is not empty and not truncated (D15). The routes the settings build
+            (:func:`~orchestrator._runtime.routes.build_summarizer`, the command line, the
+            servers, a session's default route) turn it on; this record's default is off so
+            that scripted test summaries and recorded traces keep meaning what they meant.
+        fallback: The last candidate after the gate refused every other one (D32): the offline
+            summarizer, or ``None`` (``--no-offline-fallback``): then the operation fails.
     """
 
     candidates: tuple[Model, ...]
@@ -64,6 +74,8 @@ class SummaryRoutes:
     reasoning: str | None = "high"
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     on_attempt: Callable[[AttemptRecord, Purpose], None] | None = None
+    gate: bool = False
+    fallback: Model | None = field(default_factory=OfflineSummarizer)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,22 +150,50 @@ class Part:
         build: Builds the request for a prompt budget and the texts of the earlier parts.
         independent: The request does not read an earlier part's text, so its first attempt
             may start while an earlier part is still being asked (a split turn's prefix).
+        headings: The sections its prompt asks for (the gate requires them, D32).
+        focus: The focus the summary must name (a compaction's ``--focus``, D32).
+        read_files: The read-files list appended to its text (the gate checks it, D16).
+        modified_files: The modified-files list appended to its text.
+        prompt_hash: A hash of the prompts it is built from (provenance).
     """
 
     purpose: Purpose
     routes: tuple[Model, ...]
     build: Build
     independent: bool = True
+    headings: tuple[str, ...] = ()
+    focus: str | None = None
+    read_files: tuple[str, ...] = ()
+    modified_files: tuple[str, ...] = ()
+    prompt_hash: str = ""
 
 
-def request_for(part: Part, model: Model, halvings: int, texts: Mapping[str, str]) -> ModelRequest:
-    """The request ``part`` sends to ``model`` after ``halvings`` halvings (D14)."""
+def request_for(
+    part: Part, model: Model, halvings: int, texts: Mapping[str, str], feedback: str = ""
+) -> ModelRequest:
+    """The request ``part`` sends to ``model`` after ``halvings`` halvings (D14).
+
+    ``feedback`` (what the gate refused in this candidate's last answer, D32) is added to the
+    instructions as one more line.
+    """
     budget = PromptBudget(
         context_window=model.context_window, output_limit=getattr(model, "output_limit", 0)
     )
     for _ in range(halvings):
         budget = budget.halve()
-    return part.build(budget, texts)
+    request = part.build(budget, texts)
+    if not feedback:
+        return request
+    *earlier, last = request.messages
+    told = {**last, "content": f"{last['content']}\n\n{feedback}"}
+    return dataclasses.replace(request, messages=(*earlier, told))
+
+
+def _prompts(names: Sequence[str], override: str | None = None) -> str:
+    # Which prompts wrote a summary: the shipped files' hash, or the replacing text's.
+    if override:
+        return text_hash(prompt_hash("summarizer_system") + override)
+    return prompt_hash("summarizer_system", *names)
 
 
 def _history_routes(summarizer: SummaryRoutes) -> tuple[Model, ...]:
@@ -190,10 +230,16 @@ def compaction_parts(
     reserve = summarizer.reserve_tokens
     parts: list[Part] = []
     if plan.messages_to_summarize:
+        prompt = "compaction_update" if plan.previous_summary else "compaction_summary"
         parts.append(
             Part(
                 purpose="history",
                 routes=_history_routes(summarizer),
+                headings=() if inputs.prompt_override else layout_headings(prompt),
+                focus=inputs.focus,
+                read_files=tuple(plan.read_files),
+                modified_files=tuple(plan.modified_files),
+                prompt_hash=_prompts([prompt], inputs.prompt_override),
                 build=lambda budget, _texts: history_request(
                     plan.messages_to_summarize,
                     reserve_tokens=reserve,
@@ -211,6 +257,8 @@ def compaction_parts(
             Part(
                 purpose="turn_prefix",
                 routes=summarizer.candidates,
+                headings=layout_headings("turn_prefix"),
+                prompt_hash=_prompts(["turn_prefix"]),
                 build=lambda budget, _texts: turn_prefix_request(
                     plan.turn_prefix_messages, reserve_tokens=reserve, budget=budget
                 ),
@@ -222,6 +270,7 @@ def compaction_parts(
                 purpose="short",
                 routes=_history_routes(summarizer),
                 independent=False,
+                prompt_hash=_prompts(["short_summary"]),
                 build=lambda budget, texts: short_summary_request(
                     inputs.kept_messages,
                     summary=compaction_text(plan, texts),
@@ -243,15 +292,17 @@ def compaction_text(plan: CompactionPlan, texts: Mapping[str, str]) -> str:
     return history
 
 
-def combined_usage(usages: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
+def combined_usage(written: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
     """The usage of every summary call an entry took, summed (pi's ``combineUsage``).
 
-    ``None`` when no call reported one (a hook's summary, a dry run's offline text).
+    ``written``: what each request's attempt reported, its ``usage`` among it. ``None`` when no
+    call reported one (a hook's summary).
     """
+    usages = [w["usage"] for w in (written or {}).values() if isinstance(w.get("usage"), dict)]
     if not usages:
         return None
     total: dict[str, Any] = {}
-    for usage in usages.values():
+    for usage in usages:
         for key, value in usage.items():
             if isinstance(value, dict):
                 inner = total.setdefault(key, {})
@@ -263,31 +314,77 @@ def combined_usage(usages: Mapping[str, Mapping[str, Any]] | None) -> dict[str, 
     return total or None
 
 
+def provenance(written: Mapping[str, Mapping[str, Any]], model: str) -> dict[str, Any] | None:
+    """Where a summary came from, for its entry's ``details`` (D32), or ``None`` (no model).
+
+    Args:
+        written: For each request's purpose, what its attempt reported: ``promptHash``,
+            ``inputHash``, ``refusals`` (times the gate refused an answer first) and ``gate``
+            (whether the gate checked it).
+        model: The route that wrote the summary.
+
+    Returns:
+        ``model``, ``promptHash`` (the prompt files used), ``inputHash`` (the serialized input
+        summarized) and ``gatePassedFirstTime`` (``None`` with the gate off). With several
+        requests (a split turn, a short summary), each hash covers all of them, in order.
+    """
+    if not written:
+        return None
+
+    def joined(key: str) -> str:
+        values = [f"{purpose}={part.get(key, '')}" for purpose, part in written.items()]
+        return (
+            str(next(iter(written.values())).get(key, ""))
+            if len(values) == 1
+            else (text_hash("\n".join(values)))
+        )
+
+    gated = all(part.get("gate", False) for part in written.values())
+    return {
+        "model": model,
+        "promptHash": joined("promptHash"),
+        "inputHash": joined("inputHash"),
+        "gatePassedFirstTime": (
+            all(not part.get("refusals") for part in written.values()) if gated else None
+        ),
+    }
+
+
 def compaction_result(
     plan: CompactionPlan,
     texts: Mapping[str, str],
     models: Mapping[str, str],
     inputs: CompactionInputs,
-    usages: Mapping[str, Mapping[str, Any]] | None = None,
+    written: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CompactionResult:
-    """Assemble the result to commit from the parts' texts and the models that wrote them."""
+    """Assemble the result to commit from the parts' texts and the models that wrote them.
+
+    ``written`` is what each request's attempt reported (see :func:`provenance`).
+    """
     inherited = {
         k: v
         for k, v in (plan.previous_preserve_data or {}).items()
         if k != "openaiRemoteCompaction"
     }
     merged = {**inherited, **(inputs.preserve_data or {})}
+    model = models.get("history") or models.get("turn_prefix") or ""
+    details: dict[str, Any] = {
+        "readFiles": list(plan.read_files),
+        "modifiedFiles": list(plan.modified_files),
+    }
+    if (origin := provenance(written or {}, model)) is not None:
+        details["provenance"] = origin
     return CompactionResult(
         summary=upsert_file_tags(
             compaction_text(plan, texts), plan.read_files, plan.modified_files
         ),
         first_kept_entry_id=plan.first_kept_entry_id,
         tokens_before=plan.tokens_before,
-        details={"readFiles": list(plan.read_files), "modifiedFiles": list(plan.modified_files)},
+        details=details,
         short_summary=texts.get("short"),
         preserve_data=merged or None,
-        model=models.get("history") or models.get("turn_prefix") or "",
-        usage=combined_usage(usages),
+        model=model,
+        usage=combined_usage(written),
     )
 
 
@@ -301,9 +398,14 @@ def branch_parts(
     """The branch summary's request (and its short summary), or none without messages."""
     if not plan.messages:
         return ()
+    replaced = replace_instructions and bool(instructions)
     branch = Part(
         purpose="branch",
         routes=summarizer.candidates,
+        headings=() if replaced else layout_headings("branch_summary"),
+        read_files=tuple(plan.read_files),
+        modified_files=tuple(plan.modified_files),
+        prompt_hash=_prompts(["branch_summary"], instructions if replaced else None),
         build=lambda budget, _texts: branch_request(
             plan.messages,
             instructions=instructions,
@@ -316,6 +418,7 @@ def branch_parts(
     short = Part(
         purpose="short",
         routes=summarizer.candidates,
+        prompt_hash=_prompts(["short_summary"]),
         build=lambda budget, texts: short_summary_request(
             plan.messages,
             summary=texts["branch"],
@@ -331,16 +434,24 @@ def branch_result(
     plan: BranchPlan,
     texts: Mapping[str, str],
     models: Mapping[str, str],
-    usages: Mapping[str, Mapping[str, Any]] | None = None,
+    written: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> BranchSummaryResult:
-    """Assemble the branch summary (``No content to summarize`` when no model was asked)."""
-    details = {"readFiles": list(plan.read_files), "modifiedFiles": list(plan.modified_files)}
+    """Assemble the branch summary (``No content to summarize`` when no model was asked).
+
+    ``written`` is what each request's attempt reported (see :func:`provenance`).
+    """
+    details: dict[str, Any] = {
+        "readFiles": list(plan.read_files),
+        "modifiedFiles": list(plan.modified_files),
+    }
     if "branch" not in texts:
         return BranchSummaryResult(summary=NO_BRANCH_CONTENT, details=details)
+    if (origin := provenance(written or {}, models.get("branch", ""))) is not None:
+        details["provenance"] = origin
     return BranchSummaryResult(
         summary=branch_summary_text(texts["branch"], plan.read_files, plan.modified_files),
         details=details,
         model=models.get("branch", ""),
         short_summary=texts.get("short"),
-        usage=combined_usage(usages),
+        usage=combined_usage(written),
     )
