@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator._cli.main import main
 from orchestrator._store.jsonl import write_pi_line
+from orchestrator.testing import summary_text
 
 EXAMPLE = Path(__file__).parent / "data" / "example-session.jsonl"
 
@@ -32,3 +33,12 @@ def pi_user_line(
             "message": {"role": "user", "content": text, "timestamp": 1},
         }
     )
+
+
+def either_part(note: str) -> str:
+    """A scripted summary the gate (D32) passes for a history or a turn-prefix request.
+
+    A split turn's two requests run at once and take a provider's replies in arrival order:
+    each reply holds both layouts, so it passes whichever request it answers.
+    """
+    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")

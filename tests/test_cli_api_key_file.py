@@ -13,14 +13,8 @@ from orchestrator._cli.common import API_KEY_VISIBLE, add_model_arguments, api_k
 from orchestrator._cli.main import main
 from orchestrator._cli.tui import build_runtime
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply, summary_text
-from tests.cli_kit import run
-
-
-def both(note: str) -> str:
-    # The split turn's two requests run at once and take the replies in arrival order: each
-    # reply holds both layouts, so the summary gate (D32) passes it for either request.
-    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")
+from orchestrator.testing import LocalProvider, Reply
+from tests.cli_kit import either_part, run
 
 
 def key_file(tmp_path: Path, text: str = "sk-from-file\n", mode: int = 0o600) -> Path:
@@ -35,8 +29,8 @@ def test_compact_sends_the_key_read_from_the_file(
 ) -> None:
     key = key_file(tmp_path)
     replies = (
-        Reply.summary(both("History.")),
-        Reply.summary(both("Prefix.")),
+        Reply.summary(either_part("History.")),
+        Reply.summary(either_part("Prefix.")),
     )
     with LocalProvider(replies) as provider:
         code, out, err = run(

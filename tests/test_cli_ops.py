@@ -12,14 +12,8 @@ import pytest
 
 from orchestrator._cli.main import main
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply, summary_text
-from tests.cli_kit import EXAMPLE, run
-
-
-def both(note: str) -> str:
-    # The split turn's two requests run at once and take the replies in arrival order: each
-    # reply holds both layouts, so the summary gate (D32) passes it for either request.
-    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")
+from orchestrator.testing import LocalProvider, Reply
+from tests.cli_kit import EXAMPLE, either_part, run
 
 
 def test_compact_offline_appends_an_entry_pi_can_read(
@@ -76,8 +70,8 @@ def test_compact_through_litellm_and_the_local_provider(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     replies = (
-        Reply.summary(both("From the provider (history).")),
-        Reply.summary(both("From the provider (prefix).")),
+        Reply.summary(either_part("From the provider (history).")),
+        Reply.summary(either_part("From the provider (prefix).")),
     )
     with LocalProvider(replies) as provider:
         code, out, err = run(
@@ -258,7 +252,9 @@ def test_navigate_summarize_through_litellm_and_the_local_provider(
 ) -> None:
     lines = [json.loads(line) for line in example.read_text().splitlines()][1:]
     users = [e for e in lines if e["type"] == "message" and e["message"]["role"] == "user"]
-    with LocalProvider((Reply.summary(both("Explored the parametrized test.")),)) as provider:
+    with LocalProvider(
+        (Reply.summary(either_part("Explored the parametrized test.")),)
+    ) as provider:
         code, out, err = run(
             capsys,
             "navigate",

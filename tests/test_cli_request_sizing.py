@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator._store.session import Session
-from orchestrator.testing import LocalProvider, Reply, summary_text
-from tests.cli_kit import run
-
-
-def both(note: str) -> str:
-    # The split turn's two requests run at once and take the replies in arrival order: each
-    # reply holds both layouts, so the summary gate (D32) passes it for either request.
-    return summary_text(note) + "\n\n" + summary_text(note, purpose="turn_prefix")
+from orchestrator.testing import LocalProvider, Reply
+from tests.cli_kit import either_part, run
 
 
 def compact(
@@ -40,8 +34,8 @@ def test_a_4000_token_window_gets_a_request_that_fits_it(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     replies = (
-        Reply.summary(both("History.")),
-        Reply.summary(both("Prefix.")),
+        Reply.summary(either_part("History.")),
+        Reply.summary(either_part("Prefix.")),
     )
     with LocalProvider(replies) as provider:
         code, _, err = compact(example, capsys, provider, 4000)

@@ -21,7 +21,7 @@ import pytest
 from orchestrator._store.journal import Journal, operations
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
-from tests.cli_kit import EXAMPLE, pi_user_line
+from tests.cli_kit import EXAMPLE, either_part, pi_user_line
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def session(tmp_path: Path) -> Path:
 @pytest.fixture
 def held() -> Iterator[LocalProvider]:
     """A provider whose answers wait for ``release()``: a model call in progress, on demand."""
-    replies = (Reply.hang(Reply.summary("## Goal\nHeld summary.")),) * 2
+    replies = (Reply.hang(Reply.summary(either_part("Held summary."))),) * 2
     with LocalProvider(replies) as provider:
         yield provider
 
