@@ -30,7 +30,13 @@ from orchestrator._core.context import ContextBuilder
 from orchestrator._core.errors import NotASessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
+from orchestrator._store.reports import (
+    branch_report,
+    context_report,
+    edit_mark,
+    preview_message,
+    tree_rows,
+)
 from orchestrator._store.session import Session
 
 _KEEP_RECENT_TOKENS = CompactionSettings().keep_recent_tokens
@@ -271,7 +277,8 @@ def _tree(args: argparse.Namespace) -> int:
     for row in rows:
         marker = "*" if row["isLeaf"] else ("│" if row["onActivePath"] else " ")
         label = f" [{row['label']}]" if row["label"] else ""
-        print(f"{marker} {'  ' * row['depth']}{row['id']}{label} {row['text']}")
+        text = row["text"] + edit_mark(row)
+        print(f"{marker} {'  ' * row['depth']}{row['id']}{label} {text}")
     print(f"-- {len(rows)} entries; * marks the active leaf, │ the active path")
     return 0
 

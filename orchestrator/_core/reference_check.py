@@ -33,17 +33,7 @@ def reference_problems(
         numbers: Each entry's 1-based line.
         line_of: Each id's line.
     """
-    references: list[tuple[Entry, int, str]] = []
-    for entry, number in zip(entries, numbers, strict=True):
-        kind = entry.get("type")
-        if kind == COMPACTION:
-            kept = entry.get("firstKeptEntryId")
-            if isinstance(kept, str) and kept != entry["id"]:  # its own id: retain-none
-                references.append((entry, number, kept))
-        elif kind == CONTEXT_EDIT:
-            target = entry.get("targetId")
-            if isinstance(target, str):
-                references.append((entry, number, target))
+    references = _references(entries, numbers)
     if not references:
         return []
     enter, leave = _walk_times(entries, line_of)
@@ -62,6 +52,22 @@ def reference_problems(
             where = "it is on another branch"
         problems.append(_problem(entry, number, target, where))
     return problems
+
+
+def _references(entries: Sequence[Entry], numbers: Sequence[int]) -> list[tuple[Entry, int, str]]:
+    """Each compaction and context edit with the id it names, and its line."""
+    references: list[tuple[Entry, int, str]] = []
+    for entry, number in zip(entries, numbers, strict=True):
+        kind = entry.get("type")
+        if kind == COMPACTION:
+            kept = entry.get("firstKeptEntryId")
+            if isinstance(kept, str) and kept != entry["id"]:  # its own id: retain-none
+                references.append((entry, number, kept))
+        elif kind == CONTEXT_EDIT:
+            target = entry.get("targetId")
+            if isinstance(target, str):
+                references.append((entry, number, target))
+    return references
 
 
 def _problem(entry: Entry, number: int, target: str, where: str) -> Problem:
