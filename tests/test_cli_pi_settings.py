@@ -173,7 +173,9 @@ def test_serve_and_worker_runtime_settings_come_from_the_file(tmp_path: Path) ->
     args = parser_for("serve").parse_args(
         ["serve", "--model", "openai/x", "--pi-settings", str(path)]
     )
-    compaction = _options(args).settings.compaction
+    settings = _options(args).settings
+    assert settings is not None
+    compaction = settings.compaction
     assert (compaction.enabled, compaction.reserve_tokens, compaction.keep_recent_tokens) == (
         False,
         3000,
