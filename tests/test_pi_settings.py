@@ -103,6 +103,8 @@ def test_wrong_types_name_the_source_and_the_field(compaction: object, message: 
 def test_a_long_wrong_value_is_named_by_its_kind() -> None:
     with pytest.raises(SessionError, match="must be an object, not a string$"):
         compaction_settings_of({"compaction": "x" * 100}, source="f")
+    with pytest.raises(SessionError, match="reserveTokens must be .*, not an object$"):
+        compaction_settings_of({"compaction": {"reserveTokens": {"x": "y" * 50}}}, source="f")
 
 
 def test_parse_reads_what_json_parse_reads() -> None:
