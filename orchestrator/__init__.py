@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from orchestrator._store.journal import Journal
     from orchestrator._store.jsonl import JsonlStore
     from orchestrator._store.memory import MemoryStore
+    from orchestrator._store.pi_settings_files import pi_settings, pi_settings_paths
     from orchestrator._store.protocol import SessionStore
     from orchestrator._store.session import Session
     from orchestrator._store.settle import settle_unfinished_operations
@@ -158,6 +159,8 @@ __all__ = (
     "estimate_tokens",
     "load_machine",
     "make_tracer_provider",
+    "pi_settings",
+    "pi_settings_paths",
     "plan_compaction",
     "plan_prune",
     "prepare_branch_entries",
@@ -242,6 +245,8 @@ _EXPORTS: dict[str, str] = {
     "estimate_tokens": "orchestrator._core.tokens",
     "load_machine": "orchestrator._lifecycle.machine",
     "make_tracer_provider": "orchestrator._telemetry.export",
+    "pi_settings": "orchestrator._store.pi_settings_files",
+    "pi_settings_paths": "orchestrator._store.pi_settings_files",
     "plan_compaction": "orchestrator._core.compaction_plan",
     "plan_prune": "orchestrator._core.prune",
     "prepare_branch_entries": "orchestrator._core.branch_plan",

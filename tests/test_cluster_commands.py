@@ -41,6 +41,7 @@ def test_a_cluster_server_opens_no_session_files(
             "--keep-recent-tokens, --short-summary",
         ),
         (("--dir", "."), "--dir"),
+        (("--pi-settings", "settings.json"), "--pi-settings"),
     ],
 )
 def test_a_cluster_server_refuses_the_options_only_one_process_uses(

@@ -82,6 +82,8 @@ PUBLIC_API = (
     "estimate_tokens",
     "load_machine",
     "make_tracer_provider",
+    "pi_settings",
+    "pi_settings_paths",
     "plan_compaction",
     "plan_prune",
     "prepare_branch_entries",

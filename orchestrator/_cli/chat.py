@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable
 
 from orchestrator._cli.common import api_key_of, with_timeout
+from orchestrator._cli.pi_settings import compaction_enabled
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.agent import Agent, ChatAgent
 from orchestrator._runtime.routes import RouteSettings
@@ -58,12 +59,18 @@ def chat_agent_factory(
 
 
 def runtime_settings(args: argparse.Namespace) -> RuntimeSettings:
-    """The window, compaction settings, short summaries and time limits the options give."""
+    """The window, compaction settings, short summaries and time limits the options give.
+
+    ``args`` has been through :func:`~orchestrator._cli.pi_settings.with_pi_settings` when the
+    command takes ``--pi-settings``.
+    """
     return with_timeout(
         RuntimeSettings(
             context_window=args.context_window or RuntimeSettings().context_window,
             compaction=CompactionSettings(
-                reserve_tokens=args.reserve_tokens, keep_recent_tokens=args.keep_recent_tokens
+                enabled=compaction_enabled(args),
+                reserve_tokens=args.reserve_tokens,
+                keep_recent_tokens=args.keep_recent_tokens,
             ),
             short_summary=args.short_summary,
         ),

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator._cli.pi_settings import Explicit, add_pi_settings_argument
 from orchestrator._core.errors import SessionError
 from orchestrator._core.utf16 import escape_lone_surrogates
 from orchestrator._store.files import require_session_file
@@ -49,10 +50,11 @@ KEEP_RECENT_TOKENS = 20000
 
 
 def add_compaction_size_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--reserve-tokens`` and ``--keep-recent-tokens`` for the runtime's compactions."""
+    """Add ``--reserve-tokens``, ``--keep-recent-tokens`` and ``--pi-settings`` (compactions)."""
     parser.add_argument(
         "--reserve-tokens",
         type=positive_int,
+        action=Explicit,
         default=RESERVE_TOKENS,
         metavar="N",
         help="tokens reserved for the reply: compaction threshold = window - reserve "
@@ -61,10 +63,12 @@ def add_compaction_size_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-recent-tokens",
         type=positive_int,
+        action=Explicit,
         default=KEEP_RECENT_TOKENS,
         metavar="N",
         help="recent tokens kept verbatim by a compaction (default: %(default)s)",
     )
+    add_pi_settings_argument(parser)
 
 
 def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
@@ -143,16 +147,19 @@ def http_url(text: str) -> str:
     return text
 
 
-def check_reserve(context_window: int | None, reserve_tokens: int) -> None:
+def check_reserve(
+    context_window: int | None, reserve_tokens: int, name: str = "--reserve-tokens"
+) -> None:
     """Refuse a reserve that leaves no room in the window (the threshold would be <= 0).
+
+    ``name`` is where the reserve came from (``compaction.reserveTokens`` of ``--pi-settings``).
 
     Raises:
         UsageError: ``reserve_tokens`` is not below ``context_window``.
     """
     if context_window and reserve_tokens >= context_window:
         raise UsageError(
-            f"--reserve-tokens {reserve_tokens} must be smaller than "
-            f"--context-window {context_window}"
+            f"{name} {reserve_tokens} must be smaller than --context-window {context_window}"
         )
 
 

@@ -18,11 +18,26 @@ from orchestrator._cli.common import (
     print_json,
 )
 from orchestrator._cli.database import add_database_option, reading
+from orchestrator._cli.pi_settings import (
+    Explicit,
+    add_pi_settings_argument,
+    compaction_enabled,
+    given,
+    with_pi_settings,
+)
 from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.context import ContextBuilder
 from orchestrator._core.errors import NotASessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._store.reports import branch_report, context_report, preview_message, tree_rows
+from orchestrator._store.reports import (
+    branch_report,
+    context_report,
+    edit_mark,
+    preview_message,
+    tree_rows,
+)
+from orchestrator._store.session import Session
 
 _KEEP_RECENT_TOKENS = CompactionSettings().keep_recent_tokens
 _RESERVE_TOKENS = CompactionSettings().reserve_tokens
@@ -33,6 +48,7 @@ _COMPACTION_OPTIONS = (
     ("reserve_tokens", "--reserve-tokens"),
     ("context_window", "--context-window"),
     ("no_adaptive_keep", "--no-adaptive-keep"),
+    ("pi_settings", "--pi-settings"),
 )
 
 
@@ -61,12 +77,14 @@ def register(commands: Any) -> None:
     plan.add_argument(
         "--keep-recent-tokens",
         type=positive_int,
+        action=Explicit,
         metavar="N",
         help=f"recent tokens kept verbatim (default: {_KEEP_RECENT_TOKENS})",
     )
     plan.add_argument(
         "--reserve-tokens",
         type=positive_int,
+        action=Explicit,
         metavar="N",
         help=f"room kept for the reply; threshold = window - reserve (default: {_RESERVE_TOKENS})",
     )
@@ -81,6 +99,7 @@ def register(commands: Any) -> None:
         action="store_true",
         help="keep --keep-recent-tokens as given, without the measured-ratio adaptation (D7)",
     )
+    add_pi_settings_argument(plan)
     plan.add_argument(
         "--from", dest="from_leaf", metavar="OLD_LEAF", help="branch plan: the leaf being left"
     )
@@ -157,11 +176,11 @@ def _plan(args: argparse.Namespace) -> int:
     if args.from_leaf is None and args.budget is not None:
         raise UsageError("--budget needs --from and --to (it limits a branch plan)")
     if args.from_leaf is not None:
-        given = [option for name, option in _COMPACTION_OPTIONS if getattr(args, name)]
-        if given:
-            one = len(given) == 1
+        used = [option for name, option in _COMPACTION_OPTIONS if getattr(args, name)]
+        if used:
+            one = len(used) == 1
             raise UsageError(
-                f"{' and '.join(given)} {'is' if one else 'are'} for a compaction plan, "
+                f"{' and '.join(used)} {'is' if one else 'are'} for a compaction plan, "
                 f"without --from and --to (a branch plan does not use {'it' if one else 'them'})"
             )
     session = open_existing(args.session)
@@ -176,10 +195,7 @@ def _plan(args: argparse.Namespace) -> int:
             )
             print(f"common ancestor: {report['commonAncestorId']}")
         return 0
-    settings = plan_settings(args)
-    check_reserve(args.context_window, settings.reserve_tokens)
-    leaf = check_leaf(session, args.leaf)
-    report = plan_report(session.path(leaf) if leaf else [], settings, args.context_window)
+    report = _compaction_plan(args, session)
     if args.json:
         print_json(report)
         return 0
@@ -187,11 +203,29 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compaction_plan(args: argparse.Namespace, session: Session) -> dict[str, Any]:
+    leaf = check_leaf(session, args.leaf)
+    path = session.path(leaf) if leaf else []
+    if args.pi_settings:
+        # plan calls no model: the model in use is the one the session's path selects, as pi
+        # resolves its overrides for the session's model.
+        model = ContextBuilder(path).context().model
+        args = with_pi_settings(args, f"{model.provider}/{model.model_id}" if model else None)
+    settings = plan_settings(args)
+    from_file = args.pi_settings and not given(args, "reserve_tokens")
+    name = "compaction.reserveTokens (--pi-settings)" if from_file else "--reserve-tokens"
+    check_reserve(args.context_window, settings.reserve_tokens, name)
+    return plan_report(path, settings, args.context_window)
+
+
 def plan_settings(args: argparse.Namespace) -> CompactionSettings:
-    """The compaction settings ``plan``'s options give, the defaults for those not given."""
+    """The compaction settings ``plan``'s options (and ``--pi-settings``) give, else defaults."""
     return CompactionSettings(
-        reserve_tokens=args.reserve_tokens or _RESERVE_TOKENS,
-        keep_recent_tokens=args.keep_recent_tokens or _KEEP_RECENT_TOKENS,
+        enabled=compaction_enabled(args),
+        reserve_tokens=_RESERVE_TOKENS if args.reserve_tokens is None else args.reserve_tokens,
+        keep_recent_tokens=(
+            _KEEP_RECENT_TOKENS if args.keep_recent_tokens is None else args.keep_recent_tokens
+        ),
         adaptive_keep=not args.no_adaptive_keep,
     )
 
@@ -243,7 +277,8 @@ def _tree(args: argparse.Namespace) -> int:
     for row in rows:
         marker = "*" if row["isLeaf"] else ("│" if row["onActivePath"] else " ")
         label = f" [{row['label']}]" if row["label"] else ""
-        print(f"{marker} {'  ' * row['depth']}{row['id']}{label} {row['text']}")
+        text = row["text"] + edit_mark(row)
+        print(f"{marker} {'  ' * row['depth']}{row['id']}{label} {text}")
     print(f"-- {len(rows)} entries; * marks the active leaf, │ the active path")
     return 0
 

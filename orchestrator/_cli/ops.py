@@ -29,6 +29,13 @@ from orchestrator._cli.common import (
     warn_problems,
     with_timeout,
 )
+from orchestrator._cli.pi_settings import (
+    Explicit,
+    add_pi_settings_argument,
+    compaction_enabled,
+    first_model,
+    with_pi_settings,
+)
 from orchestrator._cli.progress import Progress, spinner
 from orchestrator._core.entries import CUSTOM, Entry
 from orchestrator._core.errors import SessionError
@@ -53,6 +60,7 @@ def _add_route_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reserve-tokens",
         type=positive_int,
+        action=Explicit,
         default=16384,
         metavar="N",
         help="tokens reserved for the reply; sizes the summary request (default: %(default)s)",
@@ -86,6 +94,7 @@ def register(commands: Any) -> None:
     compact.add_argument(
         "--keep-recent-tokens",
         type=positive_int,
+        action=Explicit,
         default=20000,
         metavar="N",
         help="recent tokens kept verbatim (default: %(default)s)",
@@ -96,6 +105,7 @@ def register(commands: Any) -> None:
         help="keep --keep-recent-tokens as given, without the measured-ratio adaptation (D7)",
     )
     compact.add_argument("--dry-run", action="store_true", help="show the summary, write nothing")
+    add_pi_settings_argument(compact)
     _add_route_arguments(compact)
     compact.set_defaults(handler=_compact)
 
@@ -146,12 +156,16 @@ def _attempt_text(progress: Progress) -> Any:
 
 
 def _compact(args: argparse.Namespace) -> int:
+    # The model in use is the first --model, which summarizes (pi compacts with the session's
+    # model, so pi's override for it is the one that applies).
+    args = with_pi_settings(args, first_model(args))
     routes = route_settings(args)
     progress = Progress(
         "Summarizing with " + (", ".join(routes.models) or "the offline summarizer")
     )
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
     settings = CompactionSettings(
+        enabled=compaction_enabled(args),
         reserve_tokens=args.reserve_tokens,
         keep_recent_tokens=args.keep_recent_tokens,
         adaptive_keep=not args.no_adaptive_keep,

@@ -42,6 +42,7 @@ from orchestrator._cli.common import (
     positive_int,
     require_cluster,
 )
+from orchestrator._cli.pi_settings import first_model, with_pi_settings
 from orchestrator._core.errors import SessionError
 from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
@@ -133,6 +134,7 @@ class _Refused(Exception):
 
 
 def _options(args: argparse.Namespace, api_key: str | None = None) -> RuntimeOptions:
+    args = with_pi_settings(args, first_model(args))
     routes = RouteSettings(
         models=tuple(args.model),
         api_base=args.api_base,
@@ -249,6 +251,7 @@ def _workers_options(args: argparse.Namespace) -> list[str]:
         "--context-window": bool(args.context_window),
         "--reserve-tokens": args.reserve_tokens != RESERVE_TOKENS,
         "--keep-recent-tokens": args.keep_recent_tokens != KEEP_RECENT_TOKENS,
+        "--pi-settings": bool(args.pi_settings),
         "--timeout": args.timeout is not None,
         "--short-summary": bool(args.short_summary),
     }

@@ -20,8 +20,10 @@ from orchestrator._cli.common import (
     positive_int,
     with_timeout,
 )
+from orchestrator._cli.pi_settings import add_pi_settings_argument, first_model, pi_compaction
 from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
+from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.agent import ChatAgent
 from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
 from orchestrator._runtime.routes import build_summarizer, candidate_models
@@ -41,6 +43,7 @@ def register(commands: Any) -> None:
         help="tokens kept free when summarizing a branch",
     )
     add_timeout_argument(tui)
+    add_pi_settings_argument(tui)
     tui.add_argument(
         "--short-summary",
         action="store_true",
@@ -58,13 +61,16 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
     """The agent session the TUI drives, from the command's arguments.
 
     Raises:
-        SessionError: the file does not exist, or ``--chat`` without ``--model``.
+        SessionError: the file does not exist, ``--chat`` without ``--model``, or a
+            ``--pi-settings`` file that cannot be used.
     """
     if not Path(args.session).is_file():
         raise SessionError(f"{args.session}: no such session file")
     routes = route_settings(args)
     if args.chat and not args.model:
         raise SessionError("--chat needs a --model to talk to")
+    # The chat model is the model in use: its compactions (a turn's) follow its pi overrides.
+    compaction = pi_compaction(args, first_model(args)) or CompactionSettings()
     chat = candidate_models(routes)[0] if args.chat else None
     agent = ChatAgent(model=chat, timeout_s=args.timeout) if chat is not None else None
     return AgentSession.open(
@@ -74,7 +80,9 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
         summarizer=build_summarizer(routes),
         settings=with_timeout(
             RuntimeSettings(
-                branch_reserve_tokens=args.reserve_tokens, short_summary=args.short_summary
+                compaction=compaction,
+                branch_reserve_tokens=args.reserve_tokens,
+                short_summary=args.short_summary,
             ),
             args,
         ),

@@ -19,7 +19,7 @@ class Problem:
         line: 1-based line number in the file (0 for the file as a whole).
         code: A stable code: ``not_json``, ``no_id``, ``unknown_parent``, ``cycle``,
             ``duplicate_id``, ``torn_line``, ``not_session``, ``bad_header``, ``not_object``,
-            ``bad_usage``.
+            ``bad_usage``, ``kept_off_path``, ``edit_target_off_path``.
         message: One readable sentence.
     """
 

@@ -32,7 +32,10 @@ show the user what is wrong, and the stores refuse to overwrite a damaged file (
 * After reading: a ``parentId`` that names no entry is ``unknown_parent`` and a parent chain that
   loops is ``cycle``. Those entries are kept, because pi keeps them (orphans are roots).
   A usage count that is a number but not a count (negative, or past a double's range) is
-  ``bad_usage`` (:mod:`~orchestrator._core.usage_check`): kept, counted as 0.
+  ``bad_usage`` (:mod:`~orchestrator._core.usage_check`): kept, counted as 0. A compaction whose
+  ``firstKeptEntryId`` is not on its path (its own id is pi 1.x's retain-none, valid) is
+  ``kept_off_path``, and a context edit whose ``targetId`` is not is ``edit_target_off_path``
+  (:mod:`~orchestrator._core.reference_check`): kept as written.
 
 Unknown entry types and fields are not problems: they are kept verbatim (D2).
 """
@@ -51,6 +54,7 @@ from orchestrator._core.entries import CURRENT_VERSION, Entry
 from orchestrator._core.json_lines import BadLine, is_json, line_decoder
 from orchestrator._core.load_result import LoadResult, Problem
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
+from orchestrator._core.reference_check import reference_problems
 from orchestrator._core.usage_check import usage_problems
 
 
@@ -273,6 +277,7 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
             header, entries, migrated = migration.header, list(migration.entries), True
     problems.extend(_link_problems(entries, numbers, line_of))
     problems.extend(usage_problems(entries, numbers))
+    problems.extend(reference_problems(entries, numbers, line_of))
     problems.sort(key=lambda problem: problem.line)
     result = LoadResult(
         header=header, entries=entries, problems=problems, migrated=migrated, torn_tail=torn
@@ -513,16 +518,20 @@ def _cycles(starts: list[str], parent_of: dict[str, str], line_of: dict[str, int
     return problems
 
 
+# Problems whose entry loaded: a rewrite writes it back as it was, so nothing is lost.
+_WRITTEN_BACK = frozenset({"torn_line", "bad_usage", "kept_off_path", "edit_target_off_path"})
+
+
 def rewrite_refusal(location: str, parsed: ParsedSession) -> str | None:
     """Why a rewrite of this stored data must be refused, or ``None`` when it is safe (D3).
 
     A rewrite writes back only what loaded, so any skipped or suspicious line would be lost.
     A torn last line does not count: the stores move it aside before writing. Nor does a bad
-    usage count: its entry loaded, and is written back as it was.
+    usage count or a reference off the path: the entry loaded, and is written back as it was.
     """
     if parsed.write_refusal is not None:
         return f"refusing to rewrite {location}: {parsed.write_refusal}"
-    damage = [p for p in parsed.result.problems if p.code not in ("torn_line", "bad_usage")]
+    damage = [p for p in parsed.result.problems if p.code not in _WRITTEN_BACK]
     if not damage:
         return None
     listed = "; ".join(str(problem) for problem in damage[:5])

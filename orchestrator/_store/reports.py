@@ -10,8 +10,12 @@ from typing import Any
 
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.context import ContextBuilder
-from orchestrator._core.entries import Entry, role_of, text_of
+from orchestrator._core.entries import CONTEXT_EDIT, USAGE, Entry, role_of, text_of
+from orchestrator._core.tokens import is_token_count
+from orchestrator._core.usage_check import USAGE_KEYS
 from orchestrator._store.session import Session
+
+_USAGE_NAMES = ("kind", "provider", "model")
 
 
 def context_report(session: Session, leaf: str | None) -> dict[str, Any]:
@@ -106,12 +110,94 @@ def describe_entry(entry: Entry) -> str:
         return f"label {entry.get('targetId')} = {entry.get('label', '(cleared)')}"
     if kind == "custom_message":
         return f"custom message [{entry.get('customType')}]: {text_of(entry.get('content'))[:60]}"
+    if kind == CONTEXT_EDIT:
+        return _describe_edit(entry)
+    if kind == USAGE:
+        return _describe_usage(entry)
     return str(kind)
+
+
+def _describe_edit(entry: Entry) -> str:
+    edit = edit_of(entry)
+    if edit is None:
+        return "context edit"
+    if edit["action"] == "omit":
+        return f"context edit: omits {edit['targetId']}"
+    replacement = entry["replacement"]
+    content = replacement.get("content") if isinstance(replacement, dict) else None
+    preview = preview_message({"role": "user", "content": content}, width=50)
+    return f"context edit: replaces {edit['targetId']}" + (f": {preview}" if preview else "")
+
+
+def _describe_usage(entry: Entry) -> str:
+    usage = usage_of(entry)
+    model = f"{usage['provider'] or '?'}/{usage['model'] or '?'}"
+    total = usage["totalTokens"]
+    tokens = f"{total} tokens" if total is not None else "tokens unknown"
+    return (
+        f"usage {usage['kind'] or '?'} {model}: {tokens} "
+        f"({usage['input'] or 0} in, {usage['output'] or 0} out)"
+    )
+
+
+def edit_of(entry: Entry) -> dict[str, str] | None:
+    """A context edit's ``targetId`` and action (``omit`` or ``replace``); ``None`` elsewhere.
+
+    pi 1.x: ``replacement: null`` omits the target from the model's context, an object
+    ``{content}`` replaces its content. An edit without a string target edits nothing.
+    """
+    target = entry.get("targetId")
+    if entry.get("type") != CONTEXT_EDIT or not isinstance(target, str):
+        return None
+    action = "omit" if entry.get("replacement") is None else "replace"
+    return {"targetId": target, "action": action}
+
+
+def usage_of(entry: Entry) -> dict[str, Any]:
+    """A pi 1.x ``usage`` entry's kind, provider, model and counts (``None`` where not usable)."""
+    usage = entry.get("usage")
+    counts = usage if isinstance(usage, dict) else {}
+    fields: dict[str, Any] = {key: _text(entry.get(key)) or None for key in _USAGE_NAMES}
+    for key in USAGE_KEYS:
+        value = counts.get(key)
+        fields[key] = value if is_token_count(value) else None
+    return fields
+
+
+def _edit_marks(session: Session) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
+    """Each target's edits (file order), and the edit in effect on the active path.
+
+    The latest edit of a target on the active branch wins, as in pi.
+    """
+    edited_by: dict[str, list[str]] = {}
+    for entry in session.tree.entries:
+        edit = edit_of(entry)
+        if edit is not None:
+            edited_by.setdefault(edit["targetId"], []).append(entry["id"])
+    in_effect: dict[str, dict[str, str]] = {}
+    if edited_by:
+        for entry in session.path():
+            edit = edit_of(entry)
+            if edit is not None:
+                in_effect[edit["targetId"]] = {"id": entry["id"], "action": edit["action"]}
+    return edited_by, in_effect
+
+
+def edit_mark(row: dict[str, Any]) -> str:
+    """What a tree row adds after its text for an edited entry (``""`` for the others)."""
+    effect = row.get("contextEdit")
+    if effect is not None:
+        done = "omitted" if effect["action"] == "omit" else "replaced"
+        return f" ({done} by {effect['id']})"
+    if row.get("editedBy"):
+        return f" (edited off the active path by {', '.join(row['editedBy'])})"
+    return ""
 
 
 def tree_rows(session: Session) -> list[dict[str, Any]]:
     """Depth-first rows of the tree; depth grows only where the tree branches."""
     active = {e["id"] for e in session.path()}
+    edited_by, in_effect = _edit_marks(session)
     rows: list[dict[str, Any]] = []
     stack = [(0, node, False) for node in reversed(session.tree.nodes())]
     while stack:
@@ -129,6 +215,12 @@ def tree_rows(session: Session) -> list[dict[str, Any]]:
                 "isLeaf": entry["id"] == session.leaf_id,
                 "text": describe_entry(entry),
                 "shortSummary": short_summary_of(entry),
+                # pi 1.x: what a context edit does, which edits name this entry (the one in
+                # effect at the active leaf apart), and a usage entry's numbers.
+                "edit": edit_of(entry),
+                "editedBy": edited_by.get(entry["id"], []),
+                "contextEdit": in_effect.get(entry["id"]),
+                "usage": usage_of(entry) if entry.get("type") == USAGE else None,
             }
         )
         child_depth = depth + 1 if len(node.children) > 1 else depth

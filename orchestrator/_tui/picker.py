@@ -26,7 +26,7 @@ from orchestrator._runtime.events import Event
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.navigation import navigation_target
 from orchestrator._runtime.session import AgentSession
-from orchestrator._store.reports import describe_entry, short_summary_of, tree_rows
+from orchestrator._store.reports import describe_entry, edit_mark, short_summary_of, tree_rows
 from orchestrator._store.session import Session
 
 UNAVAILABLE = "/tree is unavailable while the agent works; wait for the turn to end or press Esc"
@@ -89,7 +89,8 @@ def row_content(row: dict[str, Any]) -> Content:
     else:
         marker, style = "  ", "dim"
     label = (f"[{terminal_safe(row['label'])}] ", "bold $warning") if row["label"] else ("", "")
-    text = (terminal_safe(row["text"]), style)  # a session's text, tool output and all
+    # A session's text, tool output and all; an edited entry says which edit applies.
+    text = (terminal_safe(row["text"] + edit_mark(row)), style)
     return Content.assemble((marker, "$success"), "  " * row["depth"], label, text)
 
 
