@@ -60,11 +60,11 @@ from orchestrator._store.dirsync import DIRECTORIES
 from orchestrator._store.files import (
     mode_like,
     open_side_file,
-    os_failure,
     read_side_file,
     read_side_file_tail,
     session_file,
 )
+from orchestrator._store.whole import append_whole
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
@@ -318,13 +318,11 @@ class _FileSink:
             if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line  # keep a torn line apart from this record
         self._clean_size = -1  # until the whole line is written
-        try:
-            written = os.write(fd, line)
-        except OSError as exc:  # nothing written (a full disk, a quota): say which file
-            raise os_failure(self.path, "write the journal", exc) from exc
+        # The whole record or nothing, naming the file (a full disk, a quota): a short write
+        # is cut off again (whole.py), so no torn record is left for the next one to follow.
+        append_whole(fd, self.path, line, "write the journal")
         self._appended = True  # (not before: a journal still empty at close goes)
-        if written == len(line):
-            self._clean_size = size + len(line)
+        self._clean_size = size + len(line)
         self.unsynced = True
         if durable:
             os.fsync(fd)
