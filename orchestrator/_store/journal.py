@@ -55,10 +55,10 @@ from typing import Any, Protocol
 from orchestrator._core.entries import iso_now
 from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
+from orchestrator._core.redact import redact
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
 from orchestrator._store.dirsync import DIRECTORIES
 from orchestrator._store.files import (
-    mode_like,
     open_side_file,
     read_side_file,
     read_side_file_tail,
@@ -70,6 +70,8 @@ Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
 
 JOURNAL_SUFFIX = ".journal"
+JOURNAL_MODE = 0o600
+"""A journal file is created readable and writable by its owner only."""
 OPERATION_MACHINE = "operation"
 _KEYS = ("time", "machine", "operationId", "kind", "from", "event", "to", "effects", "data")
 
@@ -296,10 +298,11 @@ class _FileSink:
         if fd is None:
             # Never through a symbolic link: the journal stays beside its session (issue 8).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
-            session = self.path.with_name(self.path.name.removesuffix(JOURNAL_SUFFIX))
-            mode = mode_like(session)
+            # 0600 whatever the session's mode: the journal holds error texts and the details of
+            # every step, and the owner alone runs the operations it records. (A journal made
+            # before stays as it is.)
             made = not os.path.lexists(self.path)
-            fd = self._fd = open_side_file(self.path, flags, "write the journal", mode)
+            fd = self._fd = open_side_file(self.path, flags, "write the journal", JOURNAL_MODE)
             self._made = self._made or made
             # At every opening: the file may be new again (an empty one is removed at close).
             self._ticket = DIRECTORIES.ticket()
@@ -608,6 +611,10 @@ class Journal:
             "effects": step.effects,
             "data": data if type(data) is dict else dict(data or {}),
         }
+        error = value["data"].get("error")
+        if isinstance(error, str):
+            # A provider's error text may echo its key; the journal outlives the process.
+            value["data"] = {**value["data"], "error": redact(error)}
         wanted = is_operation if durable is None else durable
         self._sink.append(_encode_line(value), durable=wanted)
         self._wrote = True
