@@ -598,6 +598,11 @@ class Journal:
         is_operation = step.machine == OPERATION_MACHINE
         if is_operation and not operation_id:
             raise ValueError("an operation step needs its operation id")
+        details: dict[str, Any] = data if type(data) is dict else dict(data or {})
+        error = details.get("error")
+        if isinstance(error, str):
+            # A provider's error text may echo its key; the journal outlives the process.
+            details = {**details, "error": redact(error)}
         # The keys in the documented order (_KEYS, JournalRecord.as_json); the encoder writes
         # the effects' tuple as the array a list would be.
         value = {
@@ -609,12 +614,8 @@ class Journal:
             "event": step.event,
             "to": step.dest,
             "effects": step.effects,
-            "data": data if type(data) is dict else dict(data or {}),
+            "data": details,
         }
-        error = value["data"].get("error")
-        if isinstance(error, str):
-            # A provider's error text may echo its key; the journal outlives the process.
-            value["data"] = {**value["data"], "error": redact(error)}
         wanted = is_operation if durable is None else durable
         self._sink.append(_encode_line(value), durable=wanted)
         self._wrote = True
