@@ -250,3 +250,43 @@ def test_classify_timeout_and_plain_errors() -> None:
 def test_classify_keeps_model_errors() -> None:
     error = ModelError("x", kind="empty")
     assert classify_exception(error) is error
+
+
+class InternalServerError(Exception):
+    status_code = 500
+
+
+class AuthenticationError(Exception):
+    status_code = 401
+
+
+class PermissionDeniedError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # litellm's report of a missing key: a 500 InternalServerError, retried three times.
+        InternalServerError(
+            "litellm.InternalServerError: OpenAIException - Missing credentials. Please pass an "
+            "`api_key`, or set the `OPENAI_API_KEY` environment variable."
+        ),
+        InternalServerError("The api_key client option must be set"),
+        OSError("No API key provided"),
+        ValueError("ANTHROPIC api key is missing"),
+        AuthenticationError("server error 500: overloaded"),  # the class decides, not the text
+        PermissionDeniedError("rate limit"),
+        APIStatusError("internal error", _Response(401, {})),
+        APIStatusError("503 service unavailable", _Response(403, {})),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_a_missing_or_rejected_key_is_fatal(error: Exception) -> None:
+    assert classify_exception(error).kind == "fatal"
+
+
+def test_a_key_mentioned_in_passing_is_not_a_missing_key() -> None:
+    assert classify_exception(InternalServerError("api key rotation in progress")).kind == (
+        "transient"
+    )

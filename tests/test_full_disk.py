@@ -23,6 +23,8 @@ from orchestrator._runtime.operations import storage_failure
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.files import os_failure
 from orchestrator._store.journal import journal_path
+from orchestrator._store.jsonl import JsonlStore, write_pi_line
+from orchestrator._store.whole import append_whole
 from tests.cli_kit import run
 
 _WRITE = os.write
@@ -272,3 +274,75 @@ def test_a_bare_disk_error_behind_a_commit_becomes_a_storage_error() -> None:
     assert refused.__cause__ is cause
     assert storage_failure(OSError(errno.ECONNREFUSED, "refused"), None) is None
     assert storage_failure(ValueError("no"), None) is None
+
+
+def _short_then(number: int) -> Callable[[int, bytes], int]:
+    """``os.write`` that writes 3 bytes, then refuses with ``number`` (a disk filling up)."""
+    calls: list[int] = []
+
+    def write(fd: int, data: bytes) -> int:
+        calls.append(fd)
+        if len(calls) == 1:
+            return _WRITE(fd, bytes(data[:3]))
+        raise OSError(number, os.strerror(number))
+
+    return write
+
+
+def test_a_short_write_is_cut_off_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "s.jsonl"
+    target.write_bytes(b"{}\n")
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND)
+    try:
+        monkeypatch.setattr(os, "write", _short_then(errno.EDQUOT))
+        with pytest.raises(StorageError, match=r"cannot append to it: Disk quota exceeded$"):
+            append_whole(fd, target, b'{"a":1}\n', "append to it")
+    finally:
+        monkeypatch.setattr(os, "write", _WRITE)
+        os.close(fd)
+    assert target.read_bytes() == b"{}\n"
+
+
+def test_a_write_of_nothing_is_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "s.jsonl"
+    target.write_bytes(b"")
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND)
+    try:
+        monkeypatch.setattr(os, "write", lambda fd, data: 0)
+        with pytest.raises(StorageError) as refused:
+            append_whole(fd, target, b"{}\n", "append to it")
+    finally:
+        monkeypatch.setattr(os, "write", _WRITE)
+        os.close(fd)
+    assert refused.value.errno == errno.ENOSPC
+    assert target.read_bytes() == b""
+
+
+def test_a_cut_that_fails_says_so_and_the_next_writer_moves_the_piece_aside(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = example.read_bytes()
+    store = JsonlStore(example)
+    try:
+        leaf = store.load().entries[-1]["id"]
+        entry = {"type": "custom", "id": "0badc0de", "parentId": leaf, "customType": "x"}
+        monkeypatch.setattr(os, "write", _short_then(errno.ENOSPC))
+        monkeypatch.setattr(os, "ftruncate", _refuse_ftruncate)
+        with pytest.raises(StorageError) as refused:
+            store.append([entry])
+        monkeypatch.undo()
+        assert str(refused.value) == (
+            f"{example}: cannot append to it: No space left on device; 3 bytes of a torn line "
+            "are left at its end (cutting them off failed too; the next writer of the session "
+            "moves them aside)"
+        )
+        assert example.read_bytes() == before + b'{"t'
+        store.append([entry])  # reopened: the torn piece goes to .corrupt first
+    finally:
+        store.close()
+    assert example.read_bytes() == before + write_pi_line(entry)
+    assert Path(f"{example}.corrupt").read_bytes() == b'{"t\n'
+
+
+def _refuse_ftruncate(fd: int, length: int) -> None:
+    raise OSError(errno.EIO, os.strerror(errno.EIO))

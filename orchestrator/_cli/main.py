@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from orchestrator._cli.common import MissingExtraError, UsageError, one_line
 from orchestrator._cli.terminal import TerminalSafe
 from orchestrator._core.errors import EntryNotFoundError, OrchestratorError
+from orchestrator._core.redact import redact
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -173,7 +174,9 @@ def _run(handler: Command, args: argparse.Namespace, command: argparse.ArgumentP
         )
         return 1
     except OrchestratorError as exc:
-        print(f"orchestrator {args.command}: {one_line(str(exc))}", file=sys.stderr)
+        # A model's failure is redacted where it is made; this line is redacted again, as it
+        # may quote a provider's exception some route wrapped in another error.
+        print(f"orchestrator {args.command}: {one_line(redact(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"orchestrator {args.command}: interrupted; nothing was applied", file=sys.stderr)

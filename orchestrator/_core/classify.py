@@ -9,6 +9,13 @@ classifier is testable without the 2.5 s litellm import.
 
 Overflow is checked before transient: a "400 ... context_length_exceeded" must never be retried
 with the same prompt (D21), it has to be compacted instead.
+
+A missing or rejected key is checked before both, and is ``fatal``: no retry sends the same key
+again. litellm reports a missing key as a 500 ``InternalServerError`` ("Missing credentials",
+raised by the OpenAI client before any request), which the transient rules took for a server
+error worth three retries (24 s of waiting for a key that will not appear). So a class named
+``AuthenticationError`` or ``PermissionDeniedError``, an HTTP 401 or 403, or a missing-key
+wording (:data:`MISSING_KEY_RE`) is fatal whatever else the text says.
 """
 
 from __future__ import annotations
@@ -85,6 +92,16 @@ _MS_HINTS = frozenset({"retry-after-ms", "x-ratelimit-reset-ms"})
 # Header names in the order I trust them: the millisecond ones are the most precise.
 _HEADER_ORDER = ("retry-after-ms", "retry-after", "x-ratelimit-reset-ms", "x-ratelimit-reset")
 
+MISSING_KEY_RE = re.compile(
+    r"missing credentials|api_key client option must be set|no api key provided"
+    r"|api[ _-]?key (?:is )?(?:missing|required|not (?:set|found|provided))"
+    r"|(?:pass|provide|set) (?:an? )?`?api[ _-]?key",
+    re.IGNORECASE,
+)
+"""Wordings of "no API key was given" (the OpenAI client's, litellm's, Anthropic's...)."""
+
+_AUTH_CLASSES = frozenset({"AuthenticationError", "PermissionDeniedError"})
+_AUTH_STATUSES = frozenset({401, 403})
 _OVERFLOW_CLASSES = frozenset({"ContextWindowExceededError"})
 _TRANSIENT_CLASSES = frozenset(
     {
@@ -202,7 +219,8 @@ def classify_exception(exc: BaseException) -> ModelError:
     because providers often send an overflow as a plain 400.
 
     Returns:
-        A ``ModelError`` whose ``kind`` is ``overflow``, ``transient`` or ``fatal``.
+        A ``ModelError`` whose ``kind`` is ``overflow``, ``transient`` or ``fatal`` (a missing
+        or rejected key is ``fatal``, whatever its status says: see the module docstring).
     """
     if isinstance(exc, ModelError):
         return exc
@@ -210,6 +228,8 @@ def classify_exception(exc: BaseException) -> ModelError:
     text = str(exc)
     status = _status_of(exc)
     message = text or type(exc).__name__
+    if names & _AUTH_CLASSES or status in _AUTH_STATUSES or MISSING_KEY_RE.search(text):
+        return ModelError(message, kind="fatal", status=status)
     if names & _OVERFLOW_CLASSES or is_context_overflow_text(text):
         return ModelError(message, kind="overflow", status=status)
     transient = (

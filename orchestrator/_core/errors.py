@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator._core.redact import redact
+
 if TYPE_CHECKING:
     from orchestrator._core.load_result import Problem
 
@@ -119,6 +121,10 @@ class TransitionError(OrchestratorError):
 class ModelError(OrchestratorError):
     """A model call failed.
 
+    The message is redacted (:func:`~orchestrator._core.redact.redact`): a provider's text that
+    echoes the key, an ``Authorization`` header or anything shaped like a key keeps
+    ``[redacted]`` in its place.
+
     Attributes:
         kind: ``"overflow"`` (context too long: never retried, compact instead),
             ``"transient"`` (worth retrying), ``"truncated"`` (stopped by the length limit),
@@ -135,7 +141,8 @@ class ModelError(OrchestratorError):
         retry_after: float | None = None,
         status: int | None = None,
     ) -> None:
-        super().__init__(message)
+        # A provider's text may echo the key it was sent: never kept (redact.py).
+        super().__init__(redact(message))
         self.kind = kind
         self.retry_after = retry_after
         self.status = status

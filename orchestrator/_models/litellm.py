@@ -31,6 +31,7 @@ from typing import Any
 from orchestrator._core.classify import classify_exception
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, ToolCall, Usage
+from orchestrator._core.redact import remember_secret
 
 # Builtin exceptions that mean a bug in the call, not a provider failure (see the module doc).
 _BUGS = frozenset({TypeError, AttributeError, NameError, AssertionError, NotImplementedError})
@@ -97,6 +98,21 @@ def _known_reasoning(model: str) -> bool:
         return False
 
 
+def _remember_keys(api_key: str | None) -> None:
+    """Redact the key this route sends wherever error text is written (``redact.py``, rule 1).
+
+    Without one of its own, litellm sends the provider's usual variable (``OPENAI_API_KEY``,
+    ``ANTHROPIC_API_KEY``...): every ``*_API_KEY`` variable is remembered then, as finding the
+    one litellm will pick means asking litellm's provider tables.
+    """
+    if api_key is not None:
+        remember_secret(api_key)
+        return
+    for name, value in os.environ.items():
+        if name.upper().endswith("_API_KEY"):
+            remember_secret(value)
+
+
 class LiteLLMModel:
     """A :class:`~orchestrator.Model` backed by ``litellm.acompletion`` (asyncio only).
 
@@ -127,6 +143,7 @@ class LiteLLMModel:
     ) -> None:
         self._model = model
         self._api_key = api_key
+        _remember_keys(api_key)
         self._api_base = api_base
         self._context_window = context_window
         self._output_limit: int | None = None

@@ -28,6 +28,7 @@ from orchestrator._core.gate import (
     text_hash,
 )
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
+from orchestrator._core.redact import redact
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
@@ -313,7 +314,7 @@ async def attempt_summary(
         # open in `summarizing` until the session is reopened. Logged with its traceback: a
         # bug must not hide behind the failure's one line.
         _log.exception("summary route %s raised", model.name)
-        failure = f"{model.name}: {type(error).__name__}: {error}"
+        failure = redact(f"{model.name}: {type(error).__name__}: {error}")
         return Attempt(Report(outcome="fatal", error=failure))
     replaced = replaced_input(str(request.messages[-1].get("content", "")))
     gate = GateSpec(

@@ -55,21 +55,23 @@ from typing import Any, Protocol
 from orchestrator._core.entries import iso_now
 from orchestrator._core.errors import SessionError
 from orchestrator._core.load_result import Problem
+from orchestrator._core.redact import redact
 from orchestrator._lifecycle.machine import MachineDef, Step, load_machine
 from orchestrator._store.dirsync import DIRECTORIES
 from orchestrator._store.files import (
-    mode_like,
     open_side_file,
-    os_failure,
     read_side_file,
     read_side_file_tail,
     session_file,
 )
+from orchestrator._store.whole import append_whole
 
 Clock = Callable[[], int]
 """Returns the time in epoch milliseconds."""
 
 JOURNAL_SUFFIX = ".journal"
+JOURNAL_MODE = 0o600
+"""A journal file is created readable and writable by its owner only."""
 OPERATION_MACHINE = "operation"
 _KEYS = ("time", "machine", "operationId", "kind", "from", "event", "to", "effects", "data")
 
@@ -296,10 +298,11 @@ class _FileSink:
         if fd is None:
             # Never through a symbolic link: the journal stays beside its session (issue 8).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
-            session = self.path.with_name(self.path.name.removesuffix(JOURNAL_SUFFIX))
-            mode = mode_like(session)
+            # 0600 whatever the session's mode: the journal holds error texts and the details of
+            # every step, and the owner alone runs the operations it records. (A journal made
+            # before stays as it is.)
             made = not os.path.lexists(self.path)
-            fd = self._fd = open_side_file(self.path, flags, "write the journal", mode)
+            fd = self._fd = open_side_file(self.path, flags, "write the journal", JOURNAL_MODE)
             self._made = self._made or made
             # At every opening: the file may be new again (an empty one is removed at close).
             self._ticket = DIRECTORIES.ticket()
@@ -318,13 +321,11 @@ class _FileSink:
             if size and size != self._clean_size and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line  # keep a torn line apart from this record
         self._clean_size = -1  # until the whole line is written
-        try:
-            written = os.write(fd, line)
-        except OSError as exc:  # nothing written (a full disk, a quota): say which file
-            raise os_failure(self.path, "write the journal", exc) from exc
+        # The whole record or nothing, naming the file (a full disk, a quota): a short write
+        # is cut off again (whole.py), so no torn record is left for the next one to follow.
+        append_whole(fd, self.path, line, "write the journal")
         self._appended = True  # (not before: a journal still empty at close goes)
-        if written == len(line):
-            self._clean_size = size + len(line)
+        self._clean_size = size + len(line)
         self.unsynced = True
         if durable:
             os.fsync(fd)
@@ -597,6 +598,11 @@ class Journal:
         is_operation = step.machine == OPERATION_MACHINE
         if is_operation and not operation_id:
             raise ValueError("an operation step needs its operation id")
+        details: dict[str, Any] = data if type(data) is dict else dict(data or {})
+        error = details.get("error")
+        if isinstance(error, str):
+            # A provider's error text may echo its key; the journal outlives the process.
+            details = {**details, "error": redact(error)}
         # The keys in the documented order (_KEYS, JournalRecord.as_json); the encoder writes
         # the effects' tuple as the array a list would be.
         value = {
@@ -608,7 +614,7 @@ class Journal:
             "event": step.event,
             "to": step.dest,
             "effects": step.effects,
-            "data": data if type(data) is dict else dict(data or {}),
+            "data": details,
         }
         wanted = is_operation if durable is None else durable
         self._sink.append(_encode_line(value), durable=wanted)

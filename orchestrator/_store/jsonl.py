@@ -84,6 +84,7 @@ from orchestrator._store.files import (
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
 from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_file
+from orchestrator._store.whole import append_whole
 
 _CHUNK = 1 << 16
 
@@ -822,13 +823,13 @@ class JsonlStore:
         if plan is None:
             return b"", 0
         if plan.add_newline:
-            os.write(fd, b"\n")
+            append_whole(fd, self.path, b"\n", "end its last line")
         else:
             created = not self.corrupt_path.exists()
             flags, doing = os.O_RDWR | os.O_APPEND | os.O_CREAT, "keep the torn line"
             side = open_side_file(self.corrupt_path, flags, doing, mode_like(self.path))
             try:
-                os.write(side, _as_fragment(side, plan.moved))
+                append_whole(side, self.corrupt_path, _as_fragment(side, plan.moved), doing)
                 os.fsync(side)  # the copy must be durable before the original is cut
             finally:
                 os.close(side)
@@ -839,17 +840,14 @@ class JsonlStore:
         return plan.moved, os.fstat(fd).st_size - size
 
     def _write(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
         try:
-            written = os.write(fd, view)
-            while written < len(view):  # a regular file writes fully unless the disk is full
-                written += os.write(fd, view[written:])
-        except BaseException as exc:
-            # Part of a line may now end the file. Reopening repairs the tail before the next
-            # append, so nothing is ever glued onto the torn piece.
+            # Whole lines or nothing: a short write is cut off again (whole.py), so pi's next
+            # append, which does not look, starts on a line boundary.
+            append_whole(fd, self.path, data, "append to it")
+        except BaseException:
+            # Should the cut have failed (or an interrupt come mid-write), reopening repairs
+            # the tail before our next append.
             self._close_fd()
-            if isinstance(exc, OSError):  # a full disk, a quota: say which file
-                raise os_failure(self.path, "append to it", exc) from exc
             raise
 
     def _write_temporary(self, data: bytes, mode: int | None, create: int = 0o666) -> Path:

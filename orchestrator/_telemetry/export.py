@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from orchestrator._core.errors import OrchestratorError
+from orchestrator._core.redact import redact
 
 # -- exporters ---------------------------------------------------------------------------------
 
@@ -48,6 +49,7 @@ def span_to_json(span: ReadableSpan) -> dict[str, Any]:
         ids are hex, times epoch nanoseconds.
     """
     context, parent = span.get_span_context(), span.parent
+    description = span.status.description
     return {
         "name": span.name,
         "kind": span.kind.name,
@@ -56,7 +58,7 @@ def span_to_json(span: ReadableSpan) -> dict[str, Any]:
         "parentSpanId": f"{parent.span_id:016x}" if parent else None,
         "start": span.start_time,
         "end": span.end_time,
-        "status": {"code": span.status.status_code.name, "description": span.status.description},
+        "status": {"code": span.status.status_code.name, "description": _redacted(description)},
         "attributes": _sorted(span.attributes),
         "events": [
             {"name": e.name, "time": e.timestamp, "attributes": _sorted(e.attributes)}
@@ -67,9 +69,27 @@ def span_to_json(span: ReadableSpan) -> dict[str, Any]:
 
 def _sorted(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
-        key: list(value) if isinstance(value, tuple) else value
+        key: _redacted(value) if _error_text(key) else _listed(value)
         for key, value in sorted((attributes or {}).items())
     }
+
+
+def _listed(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _error_text(key: str) -> bool:
+    """Whether an attribute holds error text, which may quote a provider's (redact.py)."""
+    return key.startswith("exception.") or key.endswith("error")
+
+
+def _redacted(value: Any) -> Any:
+    """Error text as it is written to a trace file: redacted again (the tracer did it once).
+
+    The file outlives the process and may be read by others; a span made by a tracer that is
+    not ours (an instrumented library's) never went through the tracer's redaction.
+    """
+    return redact(value) if isinstance(value, str) else _listed(value)
 
 
 class JsonLinesSpanExporter(SpanExporter):
@@ -103,12 +123,11 @@ class JsonLinesSpanExporter(SpanExporter):
         """
         try:
             with self._lock:
-                self.folder.mkdir(parents=True, exist_ok=True)
+                self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
                 for span in spans:
                     context = span.get_span_context()
                     line = json.dumps(span_to_json(span), ensure_ascii=False) + "\n"
-                    with self.path_for(context.trace_id if context else 0).open("a") as file:
-                        file.write(line)
+                    _append(self.path_for(context.trace_id if context else 0), line)
         except OSError:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
@@ -123,6 +142,13 @@ class JsonLinesSpanExporter(SpanExporter):
             Always ``True``.
         """
         return True
+
+
+def _append(path: Path, line: str) -> None:
+    """Append one line to a trace file, created ``0600``: spans may hold prompts and errors."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as file:
+        file.write(line)
 
 
 def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -60,6 +61,7 @@ from opentelemetry.util.types import AttributeValue
 
 from orchestrator._core.errors import Cancelled, ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
+from orchestrator._core.redact import redact
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 
@@ -406,10 +408,14 @@ def _failures(span: Span) -> Iterator[None]:
         span.set_attribute("orchestrator.cancelled", True)
         raise
     except Exception as exc:
-        span.record_exception(exc)
+        # The stack trace holds the provider's own exception (a ModelError is raised from it),
+        # whose text may echo the key: message and trace are redacted (redact.py).
+        stack = "".join(traceback.format_exception(exc))
+        redacted = {"exception.message": redact(str(exc)), "exception.stacktrace": redact(stack)}
+        span.record_exception(exc, attributes=redacted)
         kind = exc.kind if isinstance(exc, ModelError) else type(exc).__name__
         span.set_attribute(ERROR_TYPE, kind)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.set_status(Status(StatusCode.ERROR, redact(f"{type(exc).__name__}: {exc}")))
         raise
     except BaseException:
         # anyio/trio cancellation and KeyboardInterrupt are not failures of the traced work.
