@@ -398,6 +398,8 @@ class NewEntry:
         custom_type: A ``custom_message`` entry's type (then ``content`` and ``display``).
         content: The custom message's content.
         display: Whether the custom message is shown.
+        omits: A ``context_edit`` entry's target: the entry it omits from the context
+            (``replacement: null``, D18).
     """
 
     entry_id: str
@@ -405,6 +407,7 @@ class NewEntry:
     custom_type: str | None = None
     content: str = ""
     display: bool = False
+    omits: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -417,7 +420,7 @@ class TurnCall:
         journal: Turn steps not yet journaled, in order.
         resend: Some of ``journal`` may already be written (an earlier activity was lost).
         entries: What ``append`` appends, in order.
-        dropped: Entry ids the agent's context leaves out (failed replies, D18).
+        dropped: Entry ids the agent's context leaves out (replies a retry failed on).
     """
 
     session_id: str

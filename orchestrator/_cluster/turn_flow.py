@@ -10,7 +10,7 @@ on both hosts, and the turn rows of the journal read the same.
 Effects that touch the world are activities, made once each (a retry is the table's decision):
 
 * ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (the
-  failed replies D18 leaves out dropped) and reports the messages it yielded and what the last
+  replies a retry failed on left out) and reports the messages it yielded and what the last
   reply means (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
   appends nothing: the ``append`` activity then appends the messages, each under an id the
   workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
@@ -20,7 +20,9 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   appends those the same way (one process keeps them too). An agent that raises (a bug) settles
   the run through the abort row, then fails the request with its exception (``AgentRaisedError``).
 * ``start_turn`` and ``append_continue_message`` append the user message and the D20 message
-  the same way.
+  the same way, and ``omit_failed_attempt`` the ``context_edit`` entries that omit a failed
+  attempt (D18), their targets chosen from the run's messages as one process chooses them from
+  the path (:func:`~orchestrator._runtime.replies.failed_attempt`).
 * ``start_*_compaction`` runs one :class:`~orchestrator._cluster.flow.OperationFlow` (the
   operation table, its own activities) in flight; ``cancel_compaction`` interrupts it with
   ``cancel`` and waits until it settled through its own table.
@@ -86,6 +88,7 @@ from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.replies import (
     AUTO_CONTINUE_TYPE,
     OVERFLOW_FAILED,
+    failed_attempt,
     retry_after_hint_ms,
     retry_delay_ms,
     still_over,
@@ -129,7 +132,7 @@ class TurnFlow:
             "start_turn": self._start_turn,
             "call_agent": self._call_agent,
             "stop_agent": self._stop_agent,
-            "drop_failed_reply": self._drop_failed_reply,
+            "omit_failed_attempt": self._omit_failed_attempt,
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
             "emit_retry_end": self._emit_retry_end,
@@ -160,6 +163,7 @@ class TurnFlow:
         self._prompt = ""
         self._follow_ups: deque[str] = deque()
         self._dropped: list[str] = []
+        self._attempt: list[tuple[str, dict[str, Any]]] = []  # the last run's messages, by id
         self._retry_wait_ms = 0
         self._interrupts: list[str] = []
         self._task: asyncio.Task[Any] | None = None
@@ -355,6 +359,7 @@ class TurnFlow:
         self._close_retry_streak()
         self.counters = TurnCounters()
         self._dropped.clear()
+        self._attempt = []
         text, self._prompt = self._prompt, ""
         message = json.dumps(
             {
@@ -439,6 +444,7 @@ class TurnFlow:
         last = [(i, m) for i, m in pairs if m.get("role") == "assistant"]
         if last:
             t.last_reply_id, t.last_reply = last[-1]
+            self._attempt = list(zip(ids, messages, strict=True))
         t.over_threshold, t.context_full = reported.over_threshold, reported.context_full
         if reported.error:
             t.last_error = reported.error
@@ -455,9 +461,18 @@ class TurnFlow:
             t.retry_attempt = 0
         return Report(outcome=reported.outcome, error=reported.error or None)
 
-    async def _drop_failed_reply(self) -> None:
-        if self.counters.last_reply_id is not None:
-            self._dropped.append(self.counters.last_reply_id)
+    async def _omit_failed_attempt(self) -> None:
+        # As one process (turn_agent.py): the omission is written, under ids derived here.
+        reply_id = self.counters.last_reply_id
+        if reply_id is None:
+            return
+        self._calls += 1
+        entries = [
+            NewEntry(entry_id=self._new_id(f"omit:{self._calls}:{k}"), omits=target)
+            for k, target in enumerate(failed_attempt(self._attempt, reply_id))
+        ]
+        if entries:
+            await self._append(entries)
 
     async def _prune_tool_outputs(self) -> Report:
         t, policy = self.counters, self.policy
