@@ -16,7 +16,8 @@ decides anything (:mod:`orchestrator._cluster.turn_flow` steps the table):
   attempt, D18) under the ids the workflow derived for them; an id
   already stored means an earlier delivery appended it (its worker died before saying so), so
   it is skipped. Delivered again after a lost worker, it never appends twice.
-* ``journal_turn``: the turn steps not yet written (they also ride with every turn activity).
+* ``journal_turn``: the turn steps not yet written (they also ride with every turn activity),
+  and ``session_compact_failed`` on this worker's hooks when overflow recovery gave up (D18).
 
 Store and journal work is blocking I/O, so it runs in a thread; the agent is async.
 
@@ -55,6 +56,7 @@ from orchestrator._core.entries import CONTEXT_EDIT, Entry, Message
 from orchestrator._core.errors import ConflictError
 from orchestrator._core.prompts import render
 from orchestrator._runtime.agent import Agent, AgentInput
+from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.replies import classify
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session, wall_clock_ms
@@ -68,6 +70,7 @@ class TurnActivities:
             :class:`~orchestrator._cluster.stores.WorkerStores`).
         settings: The window, thresholds and retry policy the turns are decided with.
         agent_factory: Makes the agent of a turn (``None``: prompts are refused).
+        hooks: The worker's hooks (``journal_turn`` tells ``session_compact_failed``).
     """
 
     def __init__(
@@ -75,10 +78,12 @@ class TurnActivities:
         stores: WorkerStores,
         settings: RuntimeSettings,
         agent_factory: Callable[[], Agent] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.stores = stores
         self.settings = settings
         self.agent_factory = agent_factory
+        self.hooks = hooks or Hooks()
 
     def all(self) -> Sequence[Callable[..., Any]]:
         """Every turn activity, for the worker."""
@@ -145,8 +150,14 @@ class TurnActivities:
 
     @activity.defn(name="journal_turn")
     async def journal_turn(self, call: TurnCall) -> None:
-        """Write the turn steps not yet written."""
+        """Write the turn steps not yet written; tell ``session_compact_failed`` if asked."""
         await asyncio.to_thread(self._write_journal, call)
+        if call.compact_failed is not None:
+            await self.hooks.run(
+                "session_compact_failed",
+                {"type": "session_compact_failed", **call.compact_failed},
+                lambda _name, _error: None,
+            )
 
     # -- the work ---------------------------------------------------------------------------------
 

@@ -34,10 +34,10 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   one-process driver does.
 
 Notifications. Where the one-process driver emits an event (``message``, ``auto_retry_*``,
-``auto_compaction_*``, ``compaction_update``, ``session_compact``), the flow records it with
-the same payload in :attr:`TurnFlow.events`, numbered in the workflow run: the server reads
-them while the request runs (the workflow's ``events`` query) and from the request's answer,
-and sends each once, in order, as ``session.event`` notifications.
+``auto_compaction_*``, ``compaction_update``, ``session_compact``, ``session_compact_failed``),
+the flow records it with the same payload in :attr:`TurnFlow.events`, numbered in the workflow
+run: the server reads them while the request runs (the workflow's ``events`` query) and from the
+request's answer, and sends each once, in order, as ``session.event`` notifications.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next turn activity (or a ``journal`` activity before a compaction starts and when the
@@ -83,6 +83,7 @@ from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
+from orchestrator._runtime.compact_hooks import overflow_failed_payload, retries_after
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.replies import (
@@ -309,8 +310,8 @@ class TurnFlow:
         )
         return call, lines
 
-    async def _flush(self) -> None:
-        call, lines = self._call()
+    async def _flush(self, compact_failed: dict[str, Any] | None = None) -> None:
+        call, lines = self._call(compact_failed=compact_failed)
         try:
             await workflow.execute_activity(
                 "journal_turn", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
@@ -606,8 +607,14 @@ class TurnFlow:
         self._emit("compaction_update", id=op.operation_id, kind=op.kind, status=status)
         if outcome.status == "committed" and op.kind == "compaction":
             self._emit(
-                "session_compact", entryId=outcome.entry_id, fromExtension=outcome.from_extension
+                "session_compact",
+                entryId=outcome.entry_id,
+                fromExtension=outcome.from_extension,
+                reason=op.reason,
+                willRetry=retries_after(op.reason),
             )
+        elif outcome.compact_failed is not None:
+            self._emit("session_compact_failed", **outcome.compact_failed)
         return outcome
 
     async def _emit_compaction_end(self) -> None:
@@ -644,6 +651,10 @@ class TurnFlow:
             willRetry=False,
             errorMessage=OVERFLOW_FAILED,
         )
+        # As one process: the worker's hooks hear that recovery gave up (journal_turn runs them).
+        failed = overflow_failed_payload()
+        self._emit("session_compact_failed", **failed)
+        await self._flush(compact_failed=failed)
 
     async def _cancel_compaction(self) -> None:
         # The operation settles through its own table's cancel row, then reports as usual.
