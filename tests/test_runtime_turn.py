@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from orchestrator._core.errors import Cancelled, SessionError
-from orchestrator._runtime.replies import OVERFLOW_FAILED
+from orchestrator._core.errors import Cancelled, ConflictError, SessionError
+from orchestrator._runtime.replies import OVERFLOW_FAILED, failed_attempt
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, Hang, error_reply, reply
 from tests.runtime_kit import BIG, HangingSleep, Kit, settings, summary, until
@@ -547,3 +548,48 @@ async def test_every_retry_streak_ends_with_its_auto_retry_end() -> None:
         await until(lambda: plain.runtime.state == "running")
         plain.runtime.abort()
     assert plain.of("auto_retry_end") == []
+
+
+def test_failed_attempt_is_the_reply_then_its_own_tool_results() -> None:
+    call = {"type": "toolCall", "id": "c1", "name": "read", "arguments": {}}
+    messages: list[tuple[str, Any]] = [
+        ("u", {"role": "user", "content": "hi"}),
+        ("r", {"role": "assistant", "content": [{"type": "text", "text": "x"}, call]}),
+        ("t1", {"role": "toolResult", "toolCallId": "c1"}),
+        ("t2", {"role": "toolResult", "toolCallId": "other"}),
+        ("a", {"role": "assistant", "content": []}),
+        ("t3", {"role": "toolResult", "toolCallId": "c1"}),
+    ]
+    assert failed_attempt(messages, "r") == ["r", "t1"]
+    assert failed_attempt(messages, "missing") == []
+    assert failed_attempt([("r", {"role": "assistant", "content": "text"})], "r") == ["r"]
+
+
+async def test_d18_an_omission_refused_by_another_writer_writes_nothing_and_says_so() -> None:
+    # Another program appended after the failed reply: the edits are conditional on the tail
+    # (D27), so none is written, no compaction runs, and the caller hears of the conflict.
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [error_reply("context_length_exceeded")]],
+        summaries=[summary(), summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    append = kit.session.store.append
+
+    def another_writer_first(entries: Any, **options: Any) -> Any:
+        if entries[0]["type"] == "context_edit":
+            raise ConflictError("the session changed since it was read")
+        return append(entries, **options)
+
+    kit.session.store.append = another_writer_first  # type: ignore[method-assign]
+    with pytest.raises(ConflictError):
+        await kit.runtime.prompt(BIG)
+    assert "context_edit" not in kit.entry_types()
+    assert "compaction" not in kit.entry_types()
+    assert kit.runtime.state == "idle"
+
+
+async def test_omitting_without_a_failed_reply_writes_nothing() -> None:
+    kit = Kit()
+    await kit.runtime.turn.effects["omit_failed_attempt"]()
+    assert kit.session.tree.entries == []
