@@ -32,6 +32,7 @@ from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent, AgentInput  # noqa: E402
 from orchestrator._runtime.navigation import LEAF_MARKER  # noqa: E402
+from orchestrator._runtime.replies import OVERFLOW_FAILED  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator.testing import ScriptedAgent, error_reply, reply  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
@@ -317,6 +318,32 @@ async def test_an_overflow_and_a_transient_error_send_the_same_notifications(
     assert seen[8]["willRetry"] is True
     assert seen[8]["result"]["details"]["modifiedFiles"]
     assert seen[-1] == {"type": "auto_retry_end", "success": True, "attempt": 1}
+
+
+async def test_overflow_recovery_giving_up_tells_session_compact_failed_on_both_hosts(
+    tmp_path: Path,
+) -> None:
+    turns = [[error_reply(OVERFLOW)], [error_reply(OVERFLOW)]]
+    _, served, _ = await on_both_hosts(tmp_path, scripted(turns), prompt())
+    seen = served.events()
+    assert types(seen) == [
+        "message",
+        "message",
+        *AUTO_COMPACTION,
+        "message",
+        "auto_compaction_end",
+        "session_compact_failed",
+    ]
+    compacted = seen[5]
+    assert (compacted["reason"], compacted["willRetry"]) == ("overflow", True)
+    assert seen[-1] == {
+        "type": "session_compact_failed",
+        "reason": "overflow",
+        "errorMessage": OVERFLOW_FAILED,
+        "aborted": False,
+        "willRetry": False,
+        "fromExtension": False,
+    }
 
 
 async def test_a_compress_sends_the_same_notifications_and_answer(tmp_path: Path) -> None:

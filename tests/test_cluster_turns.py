@@ -234,6 +234,16 @@ async def test_an_overflow_compacts_once_then_the_retry_succeeds(
     assert result.reply is not None
     assert result.reply["content"][0]["text"] == "fits now"
     assert len(cluster_database.new_compactions(session_id)) == 1
+    # The failed reply stays; a context_edit omits it before the compaction, as one process.
+    added = cluster_database.new_entries(session_id)
+    assert [shape(e)[0] for e in added] == [
+        "message",
+        "message",
+        "context_edit",
+        "compaction",
+        "message",
+    ]
+    assert (added[2]["targetId"], added[2]["replacement"]) == (added[1]["id"], None)
     assert [r[:3] for r in cluster_database.turn_rows(session_id)] == [
         ("idle", "user_prompt", "running"),
         ("running", "overflow", "compacting"),

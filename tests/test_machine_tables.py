@@ -70,7 +70,7 @@ def test_overflow_recovers_once_then_fails() -> None:
     first = turn.fire("overflow", NO)
     assert (first.dest, first.effects) == (
         "compacting",
-        ("drop_failed_reply", "start_overflow_compaction"),
+        ("omit_failed_attempt", "start_overflow_compaction"),
     )
     retry = turn.fire("compaction_done", Facts(will_retry=True, auto_continue=False))
     assert (retry.dest, retry.effects) == ("continuing", ("emit_compaction_end", "resume_turn"))
@@ -82,7 +82,7 @@ def test_overflow_recovers_once_then_fails() -> None:
 def test_a_length_stop_with_a_full_context_is_an_overflow() -> None:
     turn = runner("turn", "running")
     step = turn.fire("reply_truncated", Facts(context_full=True))
-    assert step.effects == ("drop_failed_reply", "start_overflow_compaction")
+    assert step.effects == ("omit_failed_attempt", "start_overflow_compaction")
     turn = runner("turn", "running")
     step = turn.fire("reply_truncated", Facts(context_full=True, overflow_attempted=True))
     assert (step.dest, step.effects) == ("idle", ("emit_overflow_failed",))

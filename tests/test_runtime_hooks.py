@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator._core.errors import Cancelled
+from orchestrator._core.errors import Cancelled, ModelError, OrchestratorError
 from orchestrator._runtime.hooks import Hooks
-from orchestrator.testing import reply
+from orchestrator._runtime.replies import OVERFLOW_FAILED
+from orchestrator.testing import error_reply, reply
 from tests.runtime_kit import BIG, Kit, settings, summary
 
 pytestmark = pytest.mark.anyio
@@ -207,3 +208,196 @@ async def test_d21_manual_compaction_uses_the_current_route_automatic_walks_the_
     await kit.runtime.prompt(BIG)  # over the threshold: automatic, so the fallback is tried
     assert len(fallback.requests) == 1
     assert kit.entry_types().count("compaction") == 1
+
+
+# -- pi's reason, willRetry and session_compact_failed ----------------------------------------
+
+
+def overflow_kit(summaries: list[Any]) -> Kit:
+    return Kit(
+        turns=[
+            [reply("first", tokens=2000)],
+            [error_reply("prompt is too long: 210000 tokens > 200000 maximum")],
+            [reply("recovered", tokens=1000)],
+        ],
+        summaries=summaries,
+        runtime_settings=settings(adaptive_keep=False),
+    )
+
+
+def listen(kit: Kit, *names: str) -> dict[str, list[dict[str, Any]]]:
+    seen: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for name in names:
+        kit.runtime.hooks.on(name, seen[name].append)
+    return seen
+
+
+async def test_manual_compaction_hooks_say_manual_and_no_retry() -> None:
+    kit = make_kit()
+    seen = listen(kit, "session_before_compact", "session_compact", "session_compact_failed")
+    await two_turns(kit)
+    await kit.runtime.compact()
+    [before] = seen["session_before_compact"]
+    [after] = seen["session_compact"]
+    assert (before["reason"], before["willRetry"]) == ("manual", False)
+    assert (after["reason"], after["willRetry"]) == ("manual", False)
+    assert seen["session_compact_failed"] == []
+    [event] = kit.of("session_compact")
+    assert (event["reason"], event["willRetry"]) == ("manual", False)
+
+
+async def test_threshold_compaction_hooks_say_threshold_and_no_retry() -> None:
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)], [reply("more")]],
+        summaries=[summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    seen = listen(kit, "session_before_compact", "session_compact")
+    await two_turns(kit)
+    assert [(p["reason"], p["willRetry"]) for p in seen["session_before_compact"]] == [
+        ("threshold", False)
+    ]
+    assert [(p["reason"], p["willRetry"]) for p in seen["session_compact"]] == [
+        ("threshold", False)
+    ]
+
+
+async def test_overflow_recovery_hooks_say_overflow_and_will_retry() -> None:
+    kit = overflow_kit([summary(), summary()])
+    seen = listen(kit, "session_before_compact", "session_compact")
+    await two_turns(kit)
+    [before] = seen["session_before_compact"]
+    [after] = seen["session_compact"]
+    assert (before["reason"], before["willRetry"]) == ("overflow", True)
+    assert (after["reason"], after["willRetry"]) == ("overflow", True)
+    # The omission is written before the hooks hear of the compaction (pi's order).
+    assert after["compactionEntry"]["parentId"] == kit.session.tree.entries[4]["id"]
+    assert kit.session.tree.entries[4]["type"] == "context_edit"
+
+
+async def test_a_failed_overflow_compaction_tells_session_compact_failed() -> None:
+    kit = overflow_kit([ModelError("boom", kind="fatal")])
+    seen = listen(kit, "session_compact_failed")
+    await two_turns(kit)
+    expected = {
+        "type": "session_compact_failed",
+        "reason": "overflow",
+        "errorMessage": "Context overflow recovery failed: boom",
+        "aborted": False,
+        "willRetry": False,  # pi's code passes false on every failure
+        "fromExtension": False,
+    }
+    assert seen["session_compact_failed"] == [expected]
+    assert kit.of("session_compact_failed") == [{k: v for k, v in expected.items() if k != "type"}]
+
+
+async def test_a_failed_threshold_compaction_says_auto_compaction_failed() -> None:
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)]],
+        summaries=[ModelError("boom", kind="fatal")],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    seen = listen(kit, "session_compact_failed")
+    await two_turns(kit)
+    [failed] = seen["session_compact_failed"]
+    assert (failed["reason"], failed["errorMessage"]) == (
+        "threshold",
+        "Auto-compaction failed: boom",
+    )
+    assert failed["aborted"] is False
+
+
+async def test_a_cancelled_compaction_is_aborted_without_an_error_message() -> None:
+    kit = make_kit()
+    kit.runtime.hooks.on("session_before_compact", lambda payload: {"cancel": True})
+    seen = listen(kit, "session_compact_failed")
+    await two_turns(kit)
+    with pytest.raises(Cancelled):
+        await kit.runtime.compact()
+    assert seen["session_compact_failed"] == [
+        {
+            "type": "session_compact_failed",
+            "reason": "manual",
+            "aborted": True,
+            "willRetry": False,
+            "fromExtension": False,
+        }
+    ]
+
+
+async def test_a_failed_manual_compaction_says_compaction_failed() -> None:
+    kit = make_kit([ModelError("boom", kind="fatal")])
+    seen = listen(kit, "session_compact_failed")
+    await two_turns(kit)
+    with pytest.raises(ModelError):
+        await kit.runtime.compact()
+    [failed] = seen["session_compact_failed"]
+    assert (failed["reason"], failed["errorMessage"], failed["aborted"]) == (
+        "manual",
+        "Compaction failed: boom",
+        False,
+    )
+
+
+async def test_a_manual_compaction_with_nothing_to_compact_is_a_failure_to_pi() -> None:
+    # Pi throws "Nothing to compact ..." after compaction_start, and reports it as a failure;
+    # an automatic one with nothing to compact is never started, so it tells nobody.
+    kit = Kit(turns=[[reply("tiny", tokens=10)]], runtime_settings=settings(adaptive_keep=False))
+    seen = listen(kit, "session_compact_failed")
+    await kit.runtime.prompt("hi")
+    outcome = await kit.runtime.compact()
+    assert outcome.status == "skipped"
+    [failed] = seen["session_compact_failed"]
+    assert failed["reason"] == "manual"
+    assert failed["errorMessage"] == f"Compaction failed: {outcome.reason}"
+    assert failed["aborted"] is False
+
+
+async def test_a_hook_supplied_compaction_that_cannot_commit_says_from_extension() -> None:
+    kit = make_kit()
+    kit.runtime.hooks.on(
+        "session_before_compact",
+        lambda payload: {
+            "compaction": {
+                "summary": "HOOK SUMMARY",
+                "firstKeptEntryId": payload["preparation"]["firstKeptEntryId"],
+                "tokensBefore": 999,
+            }
+        },
+    )
+    seen = listen(kit, "session_compact_failed")
+    await two_turns(kit)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    kit.session.store.append = refuse  # type: ignore[method-assign]
+    with pytest.raises(OrchestratorError):
+        await kit.runtime.compact()
+    [failed] = seen["session_compact_failed"]
+    assert failed["fromExtension"] is True
+    assert failed["errorMessage"].startswith("Compaction failed: ")
+
+
+async def test_overflow_recovery_giving_up_tells_session_compact_failed() -> None:
+    kit = Kit(
+        turns=[
+            [reply("first", tokens=2000)],
+            [error_reply("context_length_exceeded")],
+            [error_reply("context_length_exceeded")],
+        ],
+        summaries=[summary(), summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    seen = listen(kit, "session_compact_failed")
+    await two_turns(kit)
+    assert seen["session_compact_failed"] == [
+        {
+            "type": "session_compact_failed",
+            "reason": "overflow",
+            "errorMessage": OVERFLOW_FAILED,
+            "aborted": False,
+            "willRetry": False,
+            "fromExtension": False,
+        }
+    ]

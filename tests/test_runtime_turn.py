@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+from typing import Any
+
 import anyio
 import pytest
 
-from orchestrator._core.errors import Cancelled, SessionError
-from orchestrator._runtime.replies import OVERFLOW_FAILED
+from orchestrator._core.errors import Cancelled, ConflictError, SessionError
+from orchestrator._runtime.replies import OVERFLOW_FAILED, failed_attempt
+from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, Hang, error_reply, reply
 from tests.runtime_kit import BIG, HangingSleep, Kit, settings, summary, until
 
@@ -99,7 +104,7 @@ async def test_d18_overflow_compacts_once_and_retries_without_the_failed_reply()
             [error_reply("prompt is too long: 210000 tokens > 200000 maximum")],
             [reply("recovered", tokens=1000)],
         ],
-        summaries=[summary()],
+        summaries=[summary(), summary()],  # history, and the prompt as a split turn's prefix
         runtime_settings=settings(adaptive_keep=False),
     )
     await kit.runtime.prompt(BIG)
@@ -120,6 +125,99 @@ async def test_d18_overflow_compacts_once_and_retries_without_the_failed_reply()
     assert ("running", "overflow", "compacting") in kit.turn_path()
 
 
+def overflow_session(path: Path) -> Session:
+    counter = itertools.count(1)
+    ms = itertools.count(1_767_225_600_000, 1000)
+    return Session.open(
+        path,
+        owner="test",
+        clock=lambda: next(ms),
+        random_hex=lambda: f"{next(counter):08x}" + "0" * 24,
+    )
+
+
+async def test_d18_overflow_recovery_writes_what_it_hides(tmp_path: Path) -> None:
+    # Pi 1.x's order: the failed reply stays in the file, a context_edit omits it, then the
+    # compaction, then the retry. Reopened, the file builds the context the runtime went on with.
+    path = tmp_path / "s.jsonl"
+    kit = Kit(
+        turns=[
+            [reply("first", tokens=2000)],
+            [error_reply("prompt is too long: 210000 tokens > 200000 maximum")],
+            [reply("recovered", tokens=1000)],
+        ],
+        summaries=[summary(), summary()],
+        runtime_settings=settings(adaptive_keep=False),
+        session=overflow_session(path),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    assert kit.entry_types()[3:] == [
+        "message:assistant",
+        "context_edit",
+        "compaction",
+        "message:assistant",
+    ]
+    failed, edit, compaction = kit.session.tree.entries[3:6]
+    assert failed["message"]["stopReason"] == "error"
+    assert list(edit) == ["type", "id", "parentId", "timestamp", "targetId", "replacement"]
+    assert (edit["parentId"], edit["targetId"], edit["replacement"]) == (
+        failed["id"],
+        failed["id"],
+        None,
+    )
+    assert compaction["parentId"] == edit["id"]
+    # The cut passes the omitted attempt (cut_point._omitted_attempt_follows): the prompt is
+    # summarized as the turn's prefix rather than kept with nothing answering it.
+    assert compaction["firstKeptEntryId"] == failed["id"]
+    assert len(kit.model.requests) == 2
+    retry_input = kit.agent.inputs[2].messages
+    assert [m["role"] for m in retry_input] == ["compactionSummary"]
+
+    live = kit.session.context()
+    kit.runtime.close()
+    reopened = Session.open(path)
+    assert any(e["id"] == failed["id"] for e in reopened.tree.entries)
+    context = reopened.context()
+    assert context.messages == live.messages
+    assert context.entry_ids == live.entry_ids
+    assert failed["id"] not in context.entry_ids
+
+
+async def test_d18_a_failed_attempt_is_omitted_with_its_tool_results() -> None:
+    # A reply cut off by the length limit with the context full, after calling a tool: the
+    # reply and the result answering its call are omitted, in that order (an unpaired result
+    # would fail the next request).
+    call = {"type": "toolCall", "id": "call_1", "name": "read", "arguments": {"path": "a"}}
+    cut_off = reply("partial", tokens=9900)
+    cut_off["content"] = [*cut_off["content"], call]
+    cut_off["stopReason"] = "length"
+    result = {
+        "role": "toolResult",
+        "toolCallId": "call_1",
+        "toolName": "read",
+        "content": [{"type": "text", "text": "contents"}],
+        "isError": False,
+        "timestamp": 1,
+    }
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [cut_off, result], [reply("done", tokens=500)]],
+        summaries=[summary(), summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    await kit.runtime.prompt(BIG)
+    assert ("running", "reply_truncated", "compacting") in kit.turn_path()
+    entries = kit.session.tree.entries
+    reply_entry, result_entry, *edits = entries[3:7]
+    assert [e["type"] for e in edits] == ["context_edit", "context_edit"]
+    assert [e["targetId"] for e in edits] == [reply_entry["id"], result_entry["id"]]
+    assert entries[7]["type"] == "compaction"
+    ids = kit.session.context().entry_ids
+    assert reply_entry["id"] not in ids
+    assert result_entry["id"] not in ids
+
+
 async def test_d18_second_overflow_in_the_same_turn_fails_with_guidance() -> None:
     kit = Kit(
         turns=[
@@ -127,7 +225,7 @@ async def test_d18_second_overflow_in_the_same_turn_fails_with_guidance() -> Non
             [error_reply("context_length_exceeded")],
             [error_reply("context_length_exceeded")],
         ],
-        summaries=[summary()],
+        summaries=[summary(), summary()],
         runtime_settings=settings(adaptive_keep=False),
     )
     await kit.runtime.prompt(BIG)
@@ -135,6 +233,8 @@ async def test_d18_second_overflow_in_the_same_turn_fails_with_guidance() -> Non
     ends = kit.of("auto_compaction_end")
     assert ends[-1]["errorMessage"] == OVERFLOW_FAILED
     assert kit.entry_types().count("compaction") == 1
+    # The second failure is not omitted: no recovery follows it (pi omits only to compact).
+    assert kit.entry_types().count("context_edit") == 1
     assert kit.runtime.state == "idle"
 
 
@@ -448,3 +548,48 @@ async def test_every_retry_streak_ends_with_its_auto_retry_end() -> None:
         await until(lambda: plain.runtime.state == "running")
         plain.runtime.abort()
     assert plain.of("auto_retry_end") == []
+
+
+def test_failed_attempt_is_the_reply_then_its_own_tool_results() -> None:
+    call = {"type": "toolCall", "id": "c1", "name": "read", "arguments": {}}
+    messages: list[tuple[str, Any]] = [
+        ("u", {"role": "user", "content": "hi"}),
+        ("r", {"role": "assistant", "content": [{"type": "text", "text": "x"}, call]}),
+        ("t1", {"role": "toolResult", "toolCallId": "c1"}),
+        ("t2", {"role": "toolResult", "toolCallId": "other"}),
+        ("a", {"role": "assistant", "content": []}),
+        ("t3", {"role": "toolResult", "toolCallId": "c1"}),
+    ]
+    assert failed_attempt(messages, "r") == ["r", "t1"]
+    assert failed_attempt(messages, "missing") == []
+    assert failed_attempt([("r", {"role": "assistant", "content": "text"})], "r") == ["r"]
+
+
+async def test_d18_an_omission_refused_by_another_writer_writes_nothing_and_says_so() -> None:
+    # Another program appended after the failed reply: the edits are conditional on the tail
+    # (D27), so none is written, no compaction runs, and the caller hears of the conflict.
+    kit = Kit(
+        turns=[[reply("first", tokens=2000)], [error_reply("context_length_exceeded")]],
+        summaries=[summary(), summary()],
+        runtime_settings=settings(adaptive_keep=False),
+    )
+    await kit.runtime.prompt(BIG)
+    append = kit.session.store.append
+
+    def another_writer_first(entries: Any, **options: Any) -> Any:
+        if entries[0]["type"] == "context_edit":
+            raise ConflictError("the session changed since it was read")
+        return append(entries, **options)
+
+    kit.session.store.append = another_writer_first  # type: ignore[method-assign]
+    with pytest.raises(ConflictError):
+        await kit.runtime.prompt(BIG)
+    assert "context_edit" not in kit.entry_types()
+    assert "compaction" not in kit.entry_types()
+    assert kit.runtime.state == "idle"
+
+
+async def test_omitting_without_a_failed_reply_writes_nothing() -> None:
+    kit = Kit()
+    await kit.runtime.turn.effects["omit_failed_attempt"]()
+    assert kit.session.tree.entries == []

@@ -89,7 +89,9 @@ def path(kit: Kit) -> list[tuple[str, str, str]]:
 def overflow_kit(**compaction: Any) -> Kit:
     return Kit(
         turns=[[reply("first", tokens=2000)], [error_reply(OVERFLOW)], [reply("recovered")]],
-        summaries=[summary()],
+        # The cut passes the omitted attempt (pi 1.x): the prompt is a split turn's prefix,
+        # summarized apart from the history.
+        summaries=[summary(), summary()],
         runtime_settings=settings(adaptive_keep=False, **compaction),
     )
 
@@ -297,6 +299,7 @@ PERFORMED_BY: dict[str, set[str]] = {
     "write:assistant": {"call_agent"},
     "write:toolResult": {"call_agent"},
     "write:custom_message": {"append_continue_message"},
+    "write:context_edit": {"omit_failed_attempt"},
     "auto_compaction_start": {"start_threshold_compaction", "start_overflow_compaction"},
     "auto_compaction_end": {
         "emit_compaction_end",
@@ -406,7 +409,7 @@ async def test_nothing_happens_outside_the_turn_table() -> None:
             [AgentHang()],  # stopped by a manual compaction
             [reply("queued answer", tokens=100)],
         ],
-        summaries=[summary()] * 6,
+        summaries=[summary()] * 8,
         runtime_settings=settings(adaptive_keep=False),
     )
     recorder = Recorder(kit)
@@ -429,7 +432,15 @@ async def test_nothing_happens_outside_the_turn_table() -> None:
 
     checked = check_inside_the_table(recorder.log)
     kinds = {kind for kind, _ in recorder.log}
-    assert {"agent", "sleep", "prune", "compaction", "write:user", "write:custom_message"} <= kinds
+    assert {
+        "agent",
+        "sleep",
+        "prune",
+        "compaction",
+        "write:user",
+        "write:custom_message",
+        "write:context_edit",
+    } <= kinds
     assert {"auto_compaction_start", "auto_compaction_end", "auto_retry_start"} <= kinds
     assert checked >= 20
     moves = {(s["source"], s["event"], s["dest"]) for k, s in recorder.log if k == "step"}

@@ -16,7 +16,8 @@ to :attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
   reports success without writing.
 * ``rewrite``: a prune's commit (D23): the planned tool outputs replaced in place, atomically,
   conditional on the planned tail; delivered again, it finds them pruned and has nothing to do.
-* ``finish``: the last journal lines, and ``session_compact`` for a committed compaction.
+* ``finish``: the last journal lines, and ``session_compact`` for a committed compaction
+  (``session_compact_failed`` for one that failed or was cancelled).
 
 Store and journal work is blocking I/O, so it runs in a thread; model calls are async.
 
@@ -57,6 +58,7 @@ from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._runtime.agent import Agent
+from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
 from orchestrator._runtime.outcomes import attempt_summary
@@ -122,7 +124,7 @@ class SessionActivities:
         self.settings = settings or RuntimeSettings()
         self.hooks = hooks or Hooks()
         self.stores = stores if stores is not None else WorkerStores(database)
-        self.turns = TurnActivities(self.stores, self.settings, agent_factory)
+        self.turns = TurnActivities(self.stores, self.settings, agent_factory, self.hooks)
 
     def close(self) -> None:
         """Close the worker's connection pool and drop its cached sessions."""
@@ -215,12 +217,29 @@ class SessionActivities:
 
     @activity.defn(name="finish")
     async def finish(self, call: Call) -> None:
-        """Journal the last steps; run ``session_compact`` for a committed compaction."""
+        """Journal the last steps; tell the hooks how a compaction ended.
+
+        ``session_compact`` for a committed one, ``session_compact_failed`` with the payload
+        the workflow worded for one that failed, was cancelled or (manual) had nothing to do.
+        """
         entry = await asyncio.to_thread(self._finish, call)
+        op = call.op
         if entry is not None:
             await self.hooks.run(
                 "session_compact",
-                {"type": "session_compact", "compactionEntry": entry, "fromExtension": False},
+                {
+                    "type": "session_compact",
+                    "compactionEntry": entry,
+                    "fromExtension": op.supplied is not None,
+                    "reason": op.reason,
+                    "willRetry": retries_after(op.reason),
+                },
+                lambda _name, _error: None,
+            )
+        elif call.compact_failed is not None:
+            await self.hooks.run(
+                "session_compact_failed",
+                {"type": "session_compact_failed", **call.compact_failed},
                 lambda _name, _error: None,
             )
 

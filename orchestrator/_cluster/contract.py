@@ -101,6 +101,7 @@ class CompressResult:
         details: The committed entry's file lists (``readFiles``, ``modifiedFiles``).
         from_extension: A hook supplied the committed summary.
         estimate_after: The context's estimated tokens right after the commit (D19's check).
+        compact_failed: The ``session_compact_failed`` event's payload, when it ended so.
         events: The ``session.event`` events of the request, numbered (``{"seq", "event"}``).
         events_run: The workflow run that numbered them.
     """
@@ -119,6 +120,7 @@ class CompressResult:
     details: dict[str, Any] | None = None
     from_extension: bool = False
     estimate_after: int | None = None
+    compact_failed: dict[str, Any] | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     events_run: str = ""
 
@@ -204,6 +206,8 @@ class Call:
         written: Each request's provenance, by purpose (``commit``, D32).
         entry_id: The entry the commit appends (``commit``).
         status: The final state (``finish``).
+        compact_failed: ``session_compact_failed``'s payload, when the compaction's ending
+            tells that hook (``finish``; :mod:`~orchestrator._runtime.compact_hooks`).
     """
 
     op: Op
@@ -219,6 +223,7 @@ class Call:
     written: dict[str, dict[str, Any]] = field(default_factory=dict)
     entry_id: str | None = None
     status: str | None = None
+    compact_failed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -410,6 +415,8 @@ class NewEntry:
         custom_type: A ``custom_message`` entry's type (then ``content`` and ``display``).
         content: The custom message's content.
         display: Whether the custom message is shown.
+        omits: A ``context_edit`` entry's target: the entry it omits from the context
+            (``replacement: null``, D18).
     """
 
     entry_id: str
@@ -417,6 +424,7 @@ class NewEntry:
     custom_type: str | None = None
     content: str = ""
     display: bool = False
+    omits: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -429,7 +437,9 @@ class TurnCall:
         journal: Turn steps not yet journaled, in order.
         resend: Some of ``journal`` may already be written (an earlier activity was lost).
         entries: What ``append`` appends, in order.
-        dropped: Entry ids the agent's context leaves out (failed replies, D18).
+        dropped: Entry ids the agent's context leaves out (replies a retry failed on).
+        compact_failed: ``session_compact_failed``'s payload for ``journal_turn`` to tell the
+            worker's hooks (overflow recovery giving up, D18).
     """
 
     session_id: str
@@ -438,6 +448,7 @@ class TurnCall:
     resend: bool = False
     entries: list[NewEntry] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    compact_failed: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -54,6 +54,7 @@ from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
+from orchestrator._runtime.compact_hooks import compact_failed
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.outcomes import (
     COMMIT_EVENTS,
@@ -127,6 +128,7 @@ class OperationFlow(TableFlow):
         self._commit_error: str | None = None
         self._pruned_ids: list[str] = []
         self._tokens_saved = 0
+        self._compact_failed: dict[str, Any] | None = None
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -363,7 +365,17 @@ class OperationFlow(TableFlow):
         return None
 
     async def _emit_result(self) -> None:
-        # The last steps ride with the result hooks (session_compact), which run on a worker.
+        # The last steps ride with the result hooks (session_compact, session_compact_failed),
+        # which run on a worker; the failure is worded here, as one process words it.
+        if self.op.kind == "compaction":
+            failure = self._failure if self.state in ("failed", "conflict") else None
+            self._compact_failed = compact_failed(
+                reason=self.op.reason,
+                status=self.state,
+                error=(failure.error if failure is not None else self._commit_error) or None,
+                skipped=self._reason,
+                from_extension=self.op.supplied is not None,
+            )
         lines, resend = self.journal.take()
         await workflow.execute_activity(
             "finish",
@@ -373,6 +385,7 @@ class OperationFlow(TableFlow):
                 resend=resend,
                 status=self.state,
                 entry_id=self._entry_id,
+                compact_failed=self._compact_failed,
             ),
             start_to_close_timeout=SHORT,
             retry_policy=DELIVER,
@@ -406,6 +419,7 @@ class OperationFlow(TableFlow):
             details=result.get("details") if committed else None,
             from_extension=bool(result.get("fromExtension")) and committed,
             estimate_after=result.get("estimateAfter") if committed else None,
+            compact_failed=self._compact_failed,
         )
 
 

@@ -12,10 +12,12 @@ decides anything (:mod:`orchestrator._cluster.turn_flow` steps the table):
   Cancelled by the workflow (abort, compress), it reports the messages completed so far
   (outcome ``stopped``) instead of failing, so that they are kept as in one process; an agent
   that raises fails the activity with its exception's type and message.
-* ``append``: appends the turn's messages under the ids the workflow derived for them; an id
+* ``append``: appends the turn's messages (and the ``context_edit`` entries that omit a failed
+  attempt, D18) under the ids the workflow derived for them; an id
   already stored means an earlier delivery appended it (its worker died before saying so), so
   it is skipped. Delivered again after a lost worker, it never appends twice.
-* ``journal_turn``: the turn steps not yet written (they also ride with every turn activity).
+* ``journal_turn``: the turn steps not yet written (they also ride with every turn activity),
+  and ``session_compact_failed`` on this worker's hooks when overflow recovery gave up (D18).
 
 Store and journal work is blocking I/O, so it runs in a thread; the agent is async.
 
@@ -50,10 +52,11 @@ from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines
 from orchestrator._cluster.stores import WorkerStores
 from orchestrator._core.context import SessionContext
-from orchestrator._core.entries import Entry, Message
+from orchestrator._core.entries import CONTEXT_EDIT, Entry, Message
 from orchestrator._core.errors import ConflictError
 from orchestrator._core.prompts import render
 from orchestrator._runtime.agent import Agent, AgentInput
+from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.replies import classify
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session, wall_clock_ms
@@ -67,6 +70,7 @@ class TurnActivities:
             :class:`~orchestrator._cluster.stores.WorkerStores`).
         settings: The window, thresholds and retry policy the turns are decided with.
         agent_factory: Makes the agent of a turn (``None``: prompts are refused).
+        hooks: The worker's hooks (``journal_turn`` tells ``session_compact_failed``).
     """
 
     def __init__(
@@ -74,10 +78,12 @@ class TurnActivities:
         stores: WorkerStores,
         settings: RuntimeSettings,
         agent_factory: Callable[[], Agent] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.stores = stores
         self.settings = settings
         self.agent_factory = agent_factory
+        self.hooks = hooks or Hooks()
 
     def all(self) -> Sequence[Callable[..., Any]]:
         """Every turn activity, for the worker."""
@@ -144,8 +150,14 @@ class TurnActivities:
 
     @activity.defn(name="journal_turn")
     async def journal_turn(self, call: TurnCall) -> None:
-        """Write the turn steps not yet written."""
+        """Write the turn steps not yet written; tell ``session_compact_failed`` if asked."""
         await asyncio.to_thread(self._write_journal, call)
+        if call.compact_failed is not None:
+            await self.hooks.run(
+                "session_compact_failed",
+                {"type": "session_compact_failed", **call.compact_failed},
+                lambda _name, _error: None,
+            )
 
     # -- the work ---------------------------------------------------------------------------------
 
@@ -231,6 +243,9 @@ def _append_new(
         expect = session.tail() if conditional else None
         if new.message is not None:
             entry = session.append_message(json.loads(new.message), expect=expect)
+        elif new.omits is not None:
+            fields = {"targetId": new.omits, "replacement": None}
+            entry = session.append_entry(CONTEXT_EDIT, fields, expect=expect)
         else:
             entry = session.append_custom_message(
                 str(new.custom_type), new.content, display=new.display, expect=expect
@@ -241,11 +256,12 @@ def _append_new(
 
 def _same_or_refuse(found: Entry, new: NewEntry) -> None:
     """The entry stored under ``new``'s id must be ``new``, appended by an earlier delivery."""
-    same = (
-        found.get("message") == json.loads(new.message)
-        if new.message is not None
-        else found.get("customType") == new.custom_type
-    )
+    if new.message is not None:
+        same = found.get("message") == json.loads(new.message)
+    elif new.omits is not None:
+        same = found.get("type") == CONTEXT_EDIT and found.get("targetId") == new.omits
+    else:
+        same = found.get("customType") == new.custom_type
     if not same:
         raise ApplicationError(
             f"entry {new.entry_id}: the id this turn derived is taken by another entry",

@@ -10,7 +10,7 @@ on both hosts, and the turn rows of the journal read the same.
 Effects that touch the world are activities, made once each (a retry is the table's decision):
 
 * ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (the
-  failed replies D18 leaves out dropped) and reports the messages it yielded and what the last
+  replies a retry failed on left out) and reports the messages it yielded and what the last
   reply means (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
   appends nothing: the ``append`` activity then appends the messages, each under an id the
   workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
@@ -20,7 +20,9 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   appends those the same way (one process keeps them too). An agent that raises (a bug) settles
   the run through the abort row, then fails the request with its exception (``AgentRaisedError``).
 * ``start_turn`` and ``append_continue_message`` append the user message and the D20 message
-  the same way.
+  the same way, and ``omit_failed_attempt`` the ``context_edit`` entries that omit a failed
+  attempt (D18), their targets chosen from the run's messages as one process chooses them from
+  the path (:func:`~orchestrator._runtime.replies.failed_attempt`).
 * ``start_*_compaction`` runs one :class:`~orchestrator._cluster.flow.OperationFlow` (the
   operation table, its own activities) in flight; ``cancel_compaction`` interrupts it with
   ``cancel`` and waits until it settled through its own table.
@@ -32,10 +34,10 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   one-process driver does.
 
 Notifications. Where the one-process driver emits an event (``message``, ``auto_retry_*``,
-``auto_compaction_*``, ``compaction_update``, ``session_compact``), the flow records it with
-the same payload in :attr:`TurnFlow.events`, numbered in the workflow run: the server reads
-them while the request runs (the workflow's ``events`` query) and from the request's answer,
-and sends each once, in order, as ``session.event`` notifications.
+``auto_compaction_*``, ``compaction_update``, ``session_compact``, ``session_compact_failed``),
+the flow records it with the same payload in :attr:`TurnFlow.events`, numbered in the workflow
+run: the server reads them while the request runs (the workflow's ``events`` query) and from the
+request's answer, and sends each once, in order, as ``session.event`` notifications.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next turn activity (or a ``journal`` activity before a compaction starts and when the
@@ -81,11 +83,13 @@ from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
+from orchestrator._runtime.compact_hooks import overflow_failed_payload, retries_after
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.replies import (
     AUTO_CONTINUE_TYPE,
     OVERFLOW_FAILED,
+    failed_attempt,
     retry_after_hint_ms,
     retry_delay_ms,
     still_over,
@@ -129,7 +133,7 @@ class TurnFlow:
             "start_turn": self._start_turn,
             "call_agent": self._call_agent,
             "stop_agent": self._stop_agent,
-            "drop_failed_reply": self._drop_failed_reply,
+            "omit_failed_attempt": self._omit_failed_attempt,
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
             "emit_retry_end": self._emit_retry_end,
@@ -160,6 +164,7 @@ class TurnFlow:
         self._prompt = ""
         self._follow_ups: deque[str] = deque()
         self._dropped: list[str] = []
+        self._attempt: list[tuple[str, dict[str, Any]]] = []  # the last run's messages, by id
         self._retry_wait_ms = 0
         self._interrupts: list[str] = []
         self._task: asyncio.Task[Any] | None = None
@@ -305,8 +310,8 @@ class TurnFlow:
         )
         return call, lines
 
-    async def _flush(self) -> None:
-        call, lines = self._call()
+    async def _flush(self, compact_failed: dict[str, Any] | None = None) -> None:
+        call, lines = self._call(compact_failed=compact_failed)
         try:
             await workflow.execute_activity(
                 "journal_turn", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
@@ -355,6 +360,7 @@ class TurnFlow:
         self._close_retry_streak()
         self.counters = TurnCounters()
         self._dropped.clear()
+        self._attempt = []
         text, self._prompt = self._prompt, ""
         message = json.dumps(
             {
@@ -439,6 +445,7 @@ class TurnFlow:
         last = [(i, m) for i, m in pairs if m.get("role") == "assistant"]
         if last:
             t.last_reply_id, t.last_reply = last[-1]
+            self._attempt = list(zip(ids, messages, strict=True))
         t.over_threshold, t.context_full = reported.over_threshold, reported.context_full
         if reported.error:
             t.last_error = reported.error
@@ -455,9 +462,18 @@ class TurnFlow:
             t.retry_attempt = 0
         return Report(outcome=reported.outcome, error=reported.error or None)
 
-    async def _drop_failed_reply(self) -> None:
-        if self.counters.last_reply_id is not None:
-            self._dropped.append(self.counters.last_reply_id)
+    async def _omit_failed_attempt(self) -> None:
+        # As one process (turn_agent.py): the omission is written, under ids derived here.
+        reply_id = self.counters.last_reply_id
+        if reply_id is None:
+            return
+        self._calls += 1
+        entries = [
+            NewEntry(entry_id=self._new_id(f"omit:{self._calls}:{k}"), omits=target)
+            for k, target in enumerate(failed_attempt(self._attempt, reply_id))
+        ]
+        if entries:
+            await self._append(entries)
 
     async def _prune_tool_outputs(self) -> Report:
         t, policy = self.counters, self.policy
@@ -591,8 +607,14 @@ class TurnFlow:
         self._emit("compaction_update", id=op.operation_id, kind=op.kind, status=status)
         if outcome.status == "committed" and op.kind == "compaction":
             self._emit(
-                "session_compact", entryId=outcome.entry_id, fromExtension=outcome.from_extension
+                "session_compact",
+                entryId=outcome.entry_id,
+                fromExtension=outcome.from_extension,
+                reason=op.reason,
+                willRetry=retries_after(op.reason),
             )
+        elif outcome.compact_failed is not None:
+            self._emit("session_compact_failed", **outcome.compact_failed)
         return outcome
 
     async def _emit_compaction_end(self) -> None:
@@ -629,6 +651,10 @@ class TurnFlow:
             willRetry=False,
             errorMessage=OVERFLOW_FAILED,
         )
+        # As one process: the worker's hooks hear that recovery gave up (journal_turn runs them).
+        failed = overflow_failed_payload()
+        self._emit("session_compact_failed", **failed)
+        await self._flush(compact_failed=failed)
 
     async def _cancel_compaction(self) -> None:
         # The operation settles through its own table's cancel row, then reports as usual.

@@ -161,7 +161,7 @@ _TURN_EFFECTS = {
     "start_turn": "append the user message and reset the per-turn facts (D18, D19)",
     "call_agent": "run the agent (model call and tools) on the current context",
     "stop_agent": "cancel the agent run and wait until it has settled (D22)",
-    "drop_failed_reply": "remove the failed reply from the live context; the file keeps it (D18)",
+    "omit_failed_attempt": "write context_edits omitting the failed reply and its tool results",
     "prune_tool_outputs": "prune old tool outputs, then re-measure the context (D23)",
     "start_threshold_compaction": "emit auto_compaction_start(threshold), run one compaction (D19)",
     "start_overflow_compaction": "emit auto_compaction_start(overflow), compact to retry (D18)",

@@ -5,7 +5,9 @@ Payloads follow pi's AgentSession events: ``auto_compaction_start {reason}``,
 ``auto_retry_start {attempt, maxAttempts, delayMs, errorMessage}``,
 ``auto_retry_end {success, attempt, finalError?}``, plus ACP's
 ``compaction_update {id, status: in_progress | completed | skipped | failed | cancelled}``, and
-``hook_error``, ``session_compact``, ``session_tree``, ``message``, ``turn_end``,
+``hook_error``, ``session_compact {entryId, fromExtension, reason, willRetry}``,
+``session_compact_failed {reason, errorMessage?, aborted, willRetry, fromExtension}``,
+``session_tree``, ``message``, ``turn_end``,
 ``transition``. Payloads are plain JSON values so that the RPC server can forward them as is.
 
 Listeners are called synchronously in the order they subscribed; an async consumer uses

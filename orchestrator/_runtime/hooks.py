@@ -18,6 +18,7 @@ HOOK_NAMES = frozenset(
         "session_before_compact",
         "session.compacting",
         "session_compact",
+        "session_compact_failed",
         "session_before_tree",
         "session_tree",
         "session_before_fork",

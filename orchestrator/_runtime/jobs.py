@@ -22,6 +22,7 @@ from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry, Messag
 from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
+from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.hook_results import compacting_shape, supplied_compaction
 from orchestrator._runtime.ports import Ports
@@ -184,6 +185,7 @@ class CompactionJob:
                 "branchEntries": self.path,
                 "customInstructions": self.focus,
                 "reason": self.reason,
+                "willRetry": retries_after(self.reason),
             },
         )
         if hook and hook.get("cancel"):

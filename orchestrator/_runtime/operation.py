@@ -49,6 +49,7 @@ from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.admission import Slot, start_slot
+from orchestrator._runtime.compact_hooks import compact_failed, retries_after
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, direct_states
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
@@ -600,17 +601,47 @@ class OperationRun:
             self.ports.session.context()
 
     async def _emit_result(self) -> None:
-        if self.state != "committed" or self.kind != "compaction" or self.dry_run:
+        # The table chose the ending (the final state); this tells pi's hooks and the listeners
+        # of it, in pi's words (compact_hooks.py). A dry run tells nobody: nothing happened.
+        if self.kind != "compaction" or self.dry_run:
+            return
+        reason = self.job.reason
+        if self.state != "committed":
+            failed = compact_failed(
+                reason=reason,
+                status=self.state,
+                error=self.outcome().error,
+                skipped=self._reason,
+                from_extension=self.job.supplied is not None,
+            )
+            if failed is not None:
+                await self.ports.run_hook(
+                    "session_compact_failed", {"type": "session_compact_failed", **failed}
+                )
+                self.ports.events.emit("session_compact_failed", **failed)
             return
         entry, session = self._entry, self.ports.session
         if entry is None or session is None:
             return
         from_extension = bool(getattr(self._result, "from_extension", False))
+        will_retry = retries_after(reason)
         await self.ports.run_hook(
             "session_compact",
-            {"type": "session_compact", "compactionEntry": entry, "fromExtension": from_extension},
+            {
+                "type": "session_compact",
+                "compactionEntry": entry,
+                "fromExtension": from_extension,
+                "reason": reason,
+                "willRetry": will_retry,
+            },
         )
-        self.ports.events.emit("session_compact", entryId=entry["id"], fromExtension=from_extension)
+        self.ports.events.emit(
+            "session_compact",
+            entryId=entry["id"],
+            fromExtension=from_extension,
+            reason=reason,
+            willRetry=will_retry,
+        )
 
     # -- observation ------------------------------------------------------------------------------
 

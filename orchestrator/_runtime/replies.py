@@ -8,7 +8,7 @@ is the table's choice, not this module's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,44 @@ def still_over(estimate: int) -> str:
 
 
 AUTO_CONTINUE_TYPE = "auto-continue"
+
+
+def failed_attempt(messages: Iterable[tuple[str, Message]], reply_id: str) -> list[str]:
+    """The entries overflow recovery omits for a failed reply: the reply, then its tool results.
+
+    Pi 1.x's ``_omitRecoveryAttempt``: the failed assistant reply and, after it up to the next
+    assistant message, the tool results answering its tool calls, in that order. An unpaired
+    tool result would fail the next request, so the pair goes together.
+
+    Args:
+        messages: ``(entry id, message)`` in path order; those before the reply are skipped.
+        reply_id: The failed reply's entry id.
+
+    Returns:
+        The ids to omit with ``context_edit`` entries (``replacement: null``), in append order;
+        empty when the reply is not among ``messages``.
+    """
+    targets: list[str] = []
+    calls: set[object] = set()
+    for entry_id, message in messages:
+        role = message.get("role")
+        if not targets:
+            if entry_id == reply_id:
+                targets.append(entry_id)
+                content = message.get("content")
+                blocks = content if isinstance(content, list) else []
+                calls = {
+                    b.get("id")
+                    for b in blocks
+                    if isinstance(b, Mapping) and b.get("type") == "toolCall"
+                }
+            continue
+        if role == "assistant":
+            break
+        if role == "toolResult" and message.get("toolCallId") in calls:
+            targets.append(entry_id)
+    return targets
+
 
 # A ModelError's kind, as recorded on a failed reply, to the turn's outcome. A timeout is
 # transient, as in the operation table; other kinds are judged by the text.

@@ -1,10 +1,12 @@
 """The turn table's effects on the agent's side: the user message, the agent, retries, resuming.
 
 Split from the turn driver (:mod:`orchestrator._runtime.turn`) by concept. ``call_agent`` runs
-the agent on the live context (without the failed replies D18 leaves out), appends what it
+the agent on the live context (without the failed replies a retry leaves out), appends what it
 yields, and reports how its last reply ended (:func:`~orchestrator._runtime.replies.classify`);
 ``sleep_retry`` waits and reports ``ok``; ``resume_turn`` reports that the agent may go on.
-Which row follows is the table's choice. They perform through the driver's narrow
+``omit_failed_attempt`` appends the ``context_edit`` entries
+that hide a failed attempt from the context, in the file, as pi 1.x does before its overflow
+compaction (D18). Which row follows is the table's choice. They perform through the driver's narrow
 :class:`~orchestrator._runtime.turn_host.Host` interface, never the façade.
 """
 
@@ -15,7 +17,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator._core.entries import Message
+from orchestrator._core.entries import CONTEXT_EDIT, MESSAGE, Message
 from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.prompts import render
 from orchestrator._core.tokens import calculate_context_tokens, should_compact
@@ -24,6 +26,7 @@ from orchestrator._runtime.driver import Effect, Report
 from orchestrator._runtime.replies import (
     AUTO_CONTINUE_TYPE,
     classify,
+    failed_attempt,
     retry_after_hint_ms,
     retry_delay_ms,
 )
@@ -50,7 +53,7 @@ class TurnAgent:
         # orchestrator._runtime.driver.weakly).
         self.host: Host = weakref.proxy(host)
         self.prompt = ""
-        self._dropped: set[str] = set()  # failed replies the live context leaves out (D18)
+        self._dropped: set[str] = set()  # failed replies a retry leaves out of its request
         self._retry_wait_ms = 0
 
     def effects(self) -> Mapping[str, Effect]:
@@ -59,7 +62,7 @@ class TurnAgent:
             "start_turn": self._start_turn,
             "call_agent": self._call_agent,
             "stop_agent": self._stop_in_flight,
-            "drop_failed_reply": self._drop_failed_reply,
+            "omit_failed_attempt": self._omit_failed_attempt,
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
             "emit_retry_end": self._emit_retry_end,
@@ -168,9 +171,29 @@ class TurnAgent:
     async def _stop_in_flight(self) -> None:
         await self.host.machine.stop_in_flight()
 
-    async def _drop_failed_reply(self) -> None:
-        if self.host.counters.last_reply_id is not None:
-            self._dropped.add(self.host.counters.last_reply_id)
+    async def _omit_failed_attempt(self) -> None:
+        # Written, not only left out of the next request: a reopened session, another process
+        # and pi itself then build the context this turn goes on with (D18). Each edit is
+        # conditional on where this session last saw the file end (D27), as the user message
+        # is: a target must be on the branch the file goes on from.
+        reply_id = self.host.counters.last_reply_id
+        if reply_id is None:
+            return
+        session = self.host.session()
+        path = session.path()
+        after = next((i for i, e in enumerate(path) if e["id"] == reply_id), len(path))
+        messages = [(e["id"], e["message"]) for e in path[after:] if e.get("type") == MESSAGE]
+        try:
+            for target in failed_attempt(messages, reply_id):
+                session.append_entry(
+                    CONTEXT_EDIT,
+                    {"targetId": target, "replacement": None},
+                    expect=session.tail(),
+                )
+        except ConflictError:
+            self._read_again(session)
+            raise
+        session.store.sync()
 
     async def _prune_tool_outputs(self) -> Report:
         t = self.host.counters

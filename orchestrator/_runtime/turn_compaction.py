@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Mapping
 
 from orchestrator._core.tokens import should_compact
+from orchestrator._runtime.compact_hooks import overflow_failed_payload
 from orchestrator._runtime.driver import Effect, Report
 from orchestrator._runtime.replies import OVERFLOW_FAILED, end_payload, outcome_error, still_over
 from orchestrator._runtime.turn_host import Host
@@ -116,13 +117,18 @@ class TurnCompactions:
         self.host.ports.events.emit("auto_compaction_end", **payload)
 
     async def _emit_overflow_failed(self) -> None:
-        self.host.ports.events.emit(
+        ports = self.host.ports
+        ports.events.emit(
             "auto_compaction_end",
             result=None,
             aborted=False,
             willRetry=False,
             errorMessage=OVERFLOW_FAILED,
         )
+        # No compaction ran, but pi tells its extensions the recovery failed all the same.
+        failed = overflow_failed_payload()
+        await ports.run_hook("session_compact_failed", {"type": "session_compact_failed", **failed})
+        ports.events.emit("session_compact_failed", **failed)
 
     async def _report_manual_result(self) -> None:
         host = self.host
