@@ -24,7 +24,8 @@ import { startFakeOpenAI } from "../conformance/fake_openai.mjs";
 import { node22, piDir } from "../conformance/pi_package.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const extension = resolve(here, "..", "..", "integrations", "pi", "index.ts");
+// The package folder: pi reads its manifest ("pi": {"extensions": ["./index.ts"]}).
+const extension = resolve(here, "..", "..", "integrations", "pi");
 const steps = JSON.parse(process.argv[2] ?? "[]");
 const settings = JSON.parse(process.argv[3] ?? '{"compaction": {"enabled": true, "keepRecentTokens": 150}}');
 
