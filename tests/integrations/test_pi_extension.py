@@ -132,11 +132,18 @@ def summaries() -> Iterator[SummaryServer]:
     server.close()
 
 
-def run_pi(tmp_path: Path, steps: list[dict[str, Any]], socket: Path, **env: str) -> dict[str, Any]:
-    """pi_rpc.mjs's report of a run of ``steps``."""
+def run_pi(
+    tmp_path: Path,
+    steps: list[dict[str, Any]],
+    socket: Path,
+    settings: dict[str, Any] | None = None,
+    **env: str,
+) -> dict[str, Any]:
+    """pi_rpc.mjs's report of a run of ``steps`` (``settings``: pi's settings.json)."""
     full = {**os.environ, "PI_E2E_ROOT": str(tmp_path / "pi"), "ORCHESTRATOR_SOCKET": str(socket)}
+    extra = [json.dumps(settings)] if settings is not None else []
     done = subprocess.run(
-        [_node(), str(DRIVER), json.dumps(steps)],
+        [_node(), str(DRIVER), json.dumps(steps), *extra],
         env={**full, **env},
         capture_output=True,
         text=True,
@@ -253,3 +260,25 @@ def test_without_the_server_cancel_mode_cancels(tmp_path: Path) -> None:
     [note] = report["notifications"]
     assert note["notifyType"] == "error"
     assert "ORCHESTRATOR_ON_FAILURE=cancel" in note["message"]
+
+
+def test_a_threshold_compaction_during_a_prompt_is_ours(
+    tmp_path: Path, summaries: SummaryServer
+) -> None:
+    socket = tmp_path / "orchestrator.sock"
+    # A 4,000-token window with 3,500 reserved: pi compacts once the context passes 500 tokens.
+    settings = {"compaction": {"enabled": True, "reserveTokens": 3500, "keepRecentTokens": 150}}
+    with serving(socket, summaries):
+        report = run_pi(tmp_path, PROMPTS, socket, settings, PI_E2E_CONTEXT_WINDOW="4000")
+    found = compactions(report["sessionFile"])
+    assert found, report["events"]
+    # Ours all: a split turn's prefix is summarized by the candidates (offline here), the
+    # history by the remote route.
+    assert all(e["fromHook"] is True for e in found)
+    assert any(e["summary"].startswith(OURS) for e in found)
+    operations = journal_operations(report["sessionFile"])
+    assert [op["state"] for op in operations] == ["committed"] * len(found)
+    assert {op["data"]["reason"] for op in operations} == {"threshold"}
+    context = cli_json("context", report["sessionFile"])
+    ours = {k: v for k, v in context.items() if k not in OUR_ADDITIONS}
+    assert ours == pi_context(report["sessionFile"])
