@@ -282,3 +282,37 @@ def test_a_threshold_compaction_during_a_prompt_is_ours(
     context = cli_json("context", report["sessionFile"])
     ours = {k: v for k, v in context.items() if k not in OUR_ADDITIONS}
     assert ours == pi_context(report["sessionFile"])
+
+
+def test_a_branch_summary_through_pis_sdk_is_ours(tmp_path: Path, summaries: SummaryServer) -> None:
+    socket = tmp_path / "orchestrator.sock"
+    with serving(socket, summaries):
+        report = run_pi(tmp_path, PROMPTS, socket)
+        path = report["sessionFile"]
+        first_user = next(
+            e for e in entries(path) if e["type"] == "message" and e["message"]["role"] == "user"
+        )
+        done = subprocess.run(
+            [_node(), str(HERE / "pi_tree.mjs"), path, first_user["id"]],
+            env={
+                **os.environ,
+                "PI_E2E_ROOT": str(tmp_path / "pi"),
+                "ORCHESTRATOR_SOCKET": str(socket),
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["modelRequests"] == 0  # pi's own summarizer was never asked
+    [summary] = [e for e in entries(path) if e["type"] == "branch_summary"]
+    assert summary["fromHook"] is True
+    assert "_Extractive summary generated offline" in summary["summary"]  # our route
+    assert summary["details"]["readFiles"] == ["notes.md"]
+    [operation] = journal_operations(path)
+    assert (operation["kind"], operation["state"]) == ("branch_summary", "committed")
+    context = cli_json("context", path)
+    ours = {k: v for k, v in context.items() if k not in OUR_ADDITIONS}
+    assert ours == pi_context(path)
