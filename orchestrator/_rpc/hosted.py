@@ -21,6 +21,7 @@ request is cancelled when it starts.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,15 @@ from orchestrator._core.pi_preparation import (
     branch_plan_from_pi,
     compaction_plan_from_pi,
 )
-from orchestrator._rpc.protocol import BUSY, CANCELLED, INVALID_PARAMS, Method, Params, RpcError
+from orchestrator._rpc.protocol import (
+    BUSY,
+    CANCELLED,
+    INVALID_PARAMS,
+    Method,
+    Params,
+    Peer,
+    RpcError,
+)
 from orchestrator._runtime.hosted import (
     REASONS,
     branch_budget,
@@ -88,7 +97,9 @@ class HostedMethods:
     def __init__(self, options: HostedOptions) -> None:
         self.options = options
         self._running: dict[Key, anyio.CancelScope] = {}
-        self._early: dict[int, deque[str]] = {}
+        # Cancels that came before their request, per connection (forgotten with it).
+        self._early: weakref.WeakKeyDictionary[Peer, deque[str]] = weakref.WeakKeyDictionary()
+        self._early_here: deque[str] = deque(maxlen=EARLY_CANCELS)  # in-process callers
 
     def methods(self) -> dict[str, Method]:
         """The method table rows."""
@@ -176,11 +187,15 @@ class HostedMethods:
         if scope is not None:
             scope.cancel()
             return {"cancelled": True}
-        early = self._early.setdefault(id(p.peer), deque(maxlen=EARLY_CANCELS))
-        early.append(key)
+        self._early_for(p.peer).append(key)
         return {"cancelled": False}
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _early_for(self, peer: Peer | None) -> deque[str]:
+        if peer is None:
+            return self._early_here
+        return self._early.setdefault(peer, deque(maxlen=EARLY_CANCELS))
 
     def _ports(self, p: Params) -> tuple[Ports, Journal | None]:
         options, settings = self.options, self.options.settings
@@ -216,9 +231,9 @@ class HostedMethods:
         with anyio.CancelScope() as scope:
             if token is not None:
                 self._running[token] = scope
-                early = self._early.get(token[0])
-                if early is not None and key in early:
-                    early.remove(key)
+                early = self._early_for(p.peer)
+                if token[1] in early:
+                    early.remove(token[1])
                     scope.cancel()
             try:
                 return await work
