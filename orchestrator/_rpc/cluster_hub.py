@@ -104,6 +104,17 @@ class _WithEvents(Protocol):
 R = TypeVar("R", bound=_WithEvents)
 
 
+NOT_CLUSTERED = (
+    "{method}: not served with --temporal (pi's sessions are pi's files, not the cluster's); "
+    "run a one-process orchestrator serve --socket PATH for pi's extension"
+)
+"""The ``-32601`` refusal of the ``summary.*`` methods by ``serve --temporal``."""
+
+
+async def _not_clustered(p: Params) -> Any:
+    raise RpcError(METHOD_NOT_FOUND, NOT_CLUSTERED.format(method=p.method))
+
+
 class ClusterHub(SessionHub):
     """The RPC methods over session workflows and a shared store.
 
@@ -274,7 +285,10 @@ class ClusterHub(SessionHub):
             "session.abort": self._c_abort,
             "session.context": self._c_context,
         }
-        return {name: Method(handler=handlers[name], params=m.params) for name, m in table.items()}
+        return {
+            name: Method(handler=handlers.get(name, _not_clustered), params=m.params)
+            for name, m in table.items()
+        }
 
     async def _c_open(self, p: Params) -> dict[str, Any]:
         session_id = self.open_id(p.text("path"))

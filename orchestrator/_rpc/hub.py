@@ -2,8 +2,9 @@
 
 Theory of operation. A :class:`SessionHub` holds the open sessions (one
 :class:`~orchestrator._runtime.session.AgentSession` each, keyed by the header's session id) and
-provides the method table (``session.open``, ``session.compress``, ``session.tree``, ...)
-for a :class:`~orchestrator._rpc.protocol.Dispatcher`. Every session's events are forwarded to the
+provides the method table (``session.open``, ``session.compress``, ``session.tree``, ...,
+and the ``summary.*`` methods of :mod:`~orchestrator._rpc.hosted` for sessions pi owns) for a
+:class:`~orchestrator._rpc.protocol.Dispatcher`. Every session's events are forwarded to the
 hub's listeners as ``session.event`` notifications. A listener registered with a
 :class:`~orchestrator._rpc.protocol.Peer` (a connection) receives only the events of the sessions
 that peer opened or forked (its ``topics``); a listener without one (an embedding application in
@@ -28,6 +29,7 @@ from typing import Any
 import anyio
 
 from orchestrator._core.errors import SessionError
+from orchestrator._rpc.hosted import HostedMethods, HostedOptions
 from orchestrator._rpc.protocol import (
     BUSY,
     CANCELLED,
@@ -58,6 +60,7 @@ from orchestrator._store.files import (
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.reports import context_report, tree_rows
+from orchestrator._telemetry.tracing import LifecycleTracer
 
 EVENT_METHOD = "session.event"
 QUIET_EVENTS = frozenset({"transition"})
@@ -190,6 +193,17 @@ class SessionHub:
         self._paths: dict[str, str] = {}
         # (listener, peer, whether it takes the encoded line)
         self._listeners: list[tuple[Callable[[Any], None], Peer | None, bool]] = []
+        # Summaries for sessions pi owns (integrations/pi): no session of ours is involved.
+        tracer = self.options.runtime_kwargs.get("tracer")
+        self.hosted = HostedMethods(
+            HostedOptions(
+                routes=self.options.summarizer,
+                settings=self.options.settings or RuntimeSettings(),
+                resolve=self._resolve,
+                owned=lambda path: str(path) in self._paths,
+                tracer=tracer if isinstance(tracer, LifecycleTracer) else LifecycleTracer(None),
+            )
+        )
 
     # -- registry ------------------------------------------------------------------------------
 
@@ -457,6 +471,7 @@ class SessionHub:
             "session.prompt": Method(handler=self._m_prompt, params=sid | {"text"}),
             "session.abort": Method(handler=self._m_abort, params=sid),
             "session.context": Method(handler=self._m_context, params=sid),
+            **self.hosted.methods(),
         }
 
     async def _m_open(self, p: Params) -> dict[str, Any]:

@@ -255,6 +255,11 @@ class Params:
         value: bool = self._get(name, (bool,), "a boolean", False)
         return value
 
+    def obj(self, name: str) -> dict[str, Any]:
+        """A required JSON object."""
+        value: dict[str, Any] = self._get(name, (dict,), "an object", _UNSET)
+        return value
+
 
 Handler = Callable[[Params], Awaitable[Any]]
 """A method: takes its parameters, returns the JSON result or raises."""

@@ -119,12 +119,21 @@ class OperationRun:
         job: What kind of operation, planned.
         routes: The summary routes and retry policy for it.
         dry_run: The commit reports the entry instead of appending it.
+        session_id: The session the journal names, when ``ports`` has none (an operation for
+            a session another program owns and writes: pi's, through our extension).
     """
 
     def __init__(
-        self, ports: Ports, job: Any, *, routes: SummaryRoutes, dry_run: bool = False
+        self,
+        ports: Ports,
+        job: Any,
+        *,
+        routes: SummaryRoutes,
+        dry_run: bool = False,
+        session_id: str | None = None,
     ) -> None:
         self.ports = ports
+        self.session_id = session_id
         self.job = job
         self.routes = routes
         self.dry_run = dry_run
@@ -657,7 +666,8 @@ class OperationRun:
                 kept["facts"] = facts_delta(step.facts)
             if step.source == "preparing":
                 kept.setdefault("reason", self.job.reason)
-                named = self.ports.session.session_id if self.ports.session is not None else ""
+                session = self.ports.session
+                named = session.session_id if session is not None else self.session_id
                 if named:  # (a session with no header yet has no id to name)
                     # Whose operation this is, should the file be replaced before it settles.
                     kept.setdefault("sessionId", named)

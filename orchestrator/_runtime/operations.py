@@ -53,10 +53,7 @@ class OperationRunner:
         D21: an automatic compaction walks the candidate list; a manual compaction and a branch
         summary use the current model's route (the first candidate), with retries.
         """
-        routes = self.ports.routes
-        if reason in ("manual", "navigation"):
-            return dataclasses.replace(routes, candidates=routes.candidates[:1])
-        return routes
+        return routes_for(self.ports.routes, reason)
 
     def cancel(self) -> None:
         """Ask the operation in progress, if any, to cancel (D22)."""
@@ -162,6 +159,13 @@ class OperationRunner:
             replace_instructions=replace_instructions,
         )
         return await self._run(OperationRun(self.ports, job, routes=routes), slot)
+
+
+def routes_for(routes: SummaryRoutes, reason: str | None) -> SummaryRoutes:
+    """The routes an operation of ``reason`` may use (D21; :meth:`OperationRunner.routes_for`)."""
+    if reason in ("manual", "navigation"):
+        return dataclasses.replace(routes, candidates=routes.candidates[:1])
+    return routes
 
 
 _PLANNER: RunVar[anyio.CapacityLimiter] = RunVar("orchestrator_planner")
