@@ -210,7 +210,9 @@ async def test_compact_answers_our_summary_and_journals_beside_pis_file(tmp_path
     )
     assert result["summary"].startswith("## Goal\nOurs")
     assert "<read-files>\nnotes.md\n</read-files>" in result["summary"]
+    provenance = result["details"].pop("provenance")  # D32: where the summary came from
     assert result["details"] == {"readFiles": ["notes.md"], "modifiedFiles": ["a.py"]}
+    assert provenance["model"] == "scripted/model"
     assert result["firstKeptEntryId"] == "kept0001"
     assert result["tokensBefore"] == 1234
     assert result["model"] == "scripted/model"
@@ -356,7 +358,9 @@ async def test_branch_answers_our_summary_and_journals_it(tmp_path: Path) -> Non
         custom_instructions="Say why it failed",
     )
     assert "Ours" in result["summary"]
+    provenance = result["details"].pop("provenance")  # D32: where the summary came from
     assert result["details"] == {"readFiles": [], "modifiedFiles": []}
+    assert provenance["model"] == "scripted/model"
     records = journal(path)
     assert records[0]["kind"] == "branch_summary"
     assert records[-1]["to"] == "committed"

@@ -107,8 +107,10 @@ async def test_a_request_running_at_shutdown_is_answered_before_the_connection_c
             assert await process.wait() == 0
     *events, answer = messages  # the answer is the last line before the connection closed
     assert answer == {"jsonrpc": "2.0", "id": 2, "error": SHUTDOWN_ERROR}
-    statuses = [e["params"]["event"]["status"] for e in events]
-    assert statuses == ["cancelled"]
+    kinds = [e["params"]["event"]["type"] for e in events]
+    assert kinds == ["compaction_update", "session_compact_failed"], kinds
+    assert events[0]["params"]["event"]["status"] == "cancelled"
+    assert events[1]["params"]["event"]["aborted"] is True
     assert b"Traceback" not in rest
     assert session.read_bytes() == before
     journal = session.with_name("s.jsonl.journal").read_text(encoding="utf-8").splitlines()

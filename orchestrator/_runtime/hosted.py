@@ -125,4 +125,4 @@ async def summarize_branch_hosted(
     run = OperationRun(ports, job, routes=routes, session_id=session_id)
     await checkpoint()
     raise_for(await run.run(), "Branch summarization")
-    return run.id, job.result(run.texts, run.models, run.usages)
+    return run.id, job.result(run.texts, run.models, run.written)

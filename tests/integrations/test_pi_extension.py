@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from orchestrator._cli.main import main
+from orchestrator.testing import summary_text
 from tests.conformance.pi_cases import OUR_ADDITIONS
 
 ENABLED = os.environ.get("ORCHESTRATOR_PI_E2E") == "1"
@@ -48,7 +49,8 @@ PROMPTS: list[dict[str, Any]] = [
         "What should we check first, and why? Answer at length.",
     )
 ]
-OURS = "## Goal\nOrchestrator summary"
+OURS_NOTE = "Orchestrator summary"
+OURS = f"## Goal\n{OURS_NOTE}"  # how our summaries start (summary_text's layout)
 
 
 def _node() -> str:
@@ -81,7 +83,9 @@ class SummaryServer:
                 if hang:
                     outer.released.wait(120)
                     return
-                self._send({"summary": f"{OURS} {outer.calls}\n\n## Progress\n- checked"})
+                # Every section the prompt asks for: the summary gate (D32) passes it.
+                note = f"{OURS_NOTE} {outer.calls}"
+                self._send({"summary": summary_text(note)})
 
             def _send(self, value: Any) -> None:
                 body = json.dumps(value).encode()
