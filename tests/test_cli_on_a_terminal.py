@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._cli.progress import _cells
+from orchestrator._cli.terminal import cells
 from tests.cli_kit import EXAMPLE
 
 COLUMNS = 60
@@ -115,7 +115,7 @@ def check_terminal_output(text: str, command: str) -> None:
     for draw in draws:
         line = draw.replace("\x1b[K", "")
         assert "\n" not in line
-        assert _cells(line) < COLUMNS, line  # one row: never wraps
+        assert cells(line) < COLUMNS, line  # one row: never wraps
     assert any(draw.endswith("…\x1b[K") for draw in draws)  # the retry's message, cut to fit
     # What stays on the screen: the spinner's row cleared, then one error line.
     after = text.rsplit("\x1b[K", 1)[1]

@@ -8,7 +8,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from orchestrator._cli.progress import Progress, fit, spinner
+from orchestrator._cli.progress import Progress, spinner
+from orchestrator._cli.terminal import fit
 from orchestrator._core.errors import ModelError
 
 pytestmark = pytest.mark.anyio

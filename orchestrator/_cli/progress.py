@@ -4,7 +4,7 @@ The line is redrawn in place with a carriage return, which only returns to the s
 *last* screen row: a line wider than the terminal wrapped, and each redraw then added a row, so a
 provider's long retry message filled the screen with copies of itself. I draw one row at most:
 the text on one line, its controls escaped (a provider's message is not ours to send to the
-terminal), cut to the terminal's width.
+terminal), cut to the terminal's width (:func:`~orchestrator._cli.terminal.fit`).
 
 The drawing task runs in a task group around the command's work. An error of that work must
 leave the block as itself, not inside the group's ``ExceptionGroup``: the command line turns
@@ -13,18 +13,14 @@ our errors into one line, and it did not recognise them wrapped (a 65-line trace
 
 from __future__ import annotations
 
-import os
 import sys
-import unicodedata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TextIO
 
 import anyio
 
-from orchestrator._cli.common import one_line
-from orchestrator._cli.terminal import unwrapped
-from orchestrator._core.printable import terminal_safe
+from orchestrator._cli.terminal import columns_of, fit, unwrapped
 
 _FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -34,39 +30,6 @@ class Progress:
 
     def __init__(self, text: str) -> None:
         self.text = text
-
-
-def fit(text: str, columns: int) -> str:
-    """``text`` on one line of fewer than ``columns`` cells, cut with ``…`` when longer.
-
-    The last column stays empty: writing there leaves some terminals about to wrap.
-    """
-    room = max(columns - 1, 1)
-    line = terminal_safe(one_line(text))
-    if _cells(line) <= room:
-        return line
-    kept, used = [], 1  # the ellipsis takes one cell
-    for char in line:
-        used += _cells(char)
-        if used > room:
-            break
-        kept.append(char)
-    return "".join(kept) + "…"
-
-
-def _cells(text: str) -> int:
-    # Wide (East Asian) characters take two cells, combining marks none.
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
-
-
-def _columns(out: TextIO) -> int:
-    try:
-        return os.get_terminal_size(out.fileno()).columns or 80
-    except (OSError, ValueError, AttributeError):  # not a real terminal (a test's stream)
-        return 80
 
 
 @asynccontextmanager
@@ -92,7 +55,7 @@ async def spinner(
     async def draw() -> None:
         frame = 0
         while True:
-            width = columns or _columns(out)  # asked again: the window may be resized
+            width = columns or columns_of(out) or 80  # asked again: the window may be resized
             line = fit(f"{_FRAMES[frame % len(_FRAMES)]} {progress.text}", width)
             out.write(f"\r{line}\033[K")
             out.flush()
