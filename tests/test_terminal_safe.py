@@ -120,7 +120,13 @@ def test_bytes_and_our_own_control_output_pass_through() -> None:
 
 
 def test_the_tree_navigator_shows_them_too() -> None:
-    row = {"current": False, "onActivePath": True, "label": "l\x1b[5m", "depth": 1, "text": HOSTILE}
+    row = {
+        "current": False,
+        "onActivePath": True,
+        "label": "l\x1b[5m",
+        "prefix": "└─ ",
+        "text": HOSTILE,
+    }
     plain = row_content(row).plain
     assert "\x1b" not in plain
     assert SHOWN in plain

@@ -17,12 +17,12 @@ USAGE = PI / "usage-and-roots.jsonl"
 
 
 def rows(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, str]:
-    """The printed rows by entry id, marker and indentation stripped."""
+    """The printed rows by entry id, marker, branch connectors and indentation stripped."""
     code, out, err = run(capsys, "tree", str(path))
     assert code == 0, err
     found = {}
     for line in out.splitlines()[:-1]:
-        entry_id, _, text = line[2:].strip().partition(" ")
+        entry_id, _, text = line[2:].lstrip(" │├└─").partition(" ")
         found[entry_id] = text
     return found
 

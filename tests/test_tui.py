@@ -363,7 +363,7 @@ async def test_a_bug_in_the_runtime_is_not_swallowed() -> None:
 
     kit.runtime.navigate = broken  # type: ignore[method-assign]
     kit.runtime.prompt = broken  # type: ignore[method-assign]
-    for keys in (("up", "enter"), ("escape", "tab", "x", "enter")):
+    for keys in (("up", "enter"), ("escape", "x", "enter")):  # Esc gives the editor focus
         with pytest.raises(RuntimeError, match="bug"):
             await run_keys(TreeApp(kit.runtime), *keys)
     assert kit.session.leaf_id == ids["a2"]
@@ -533,3 +533,68 @@ async def test_the_transcript_follows_the_new_position_after_enter() -> None:
         transcript = app.query_one("#transcript", Static)
         bottom = transcript.virtual_region.bottom
         assert box.scroll_y <= bottom <= box.scroll_y + box.scrollable_content_region.height
+
+
+# -- first-hour surprises (issue "nothing that surprises a new user", item 9) ---------------------
+
+
+async def test_after_esc_closes_the_picker_typed_text_goes_to_the_editor() -> None:
+    # The picker opens at start, before anything has focus: after Esc the keys went nowhere.
+    kit = nav_kit()
+    await conversation(kit)
+    app = TreeApp(kit.runtime)
+    async with app.run_test(size=SIZE) as pilot:
+        picker(app)
+        await pilot.press("escape", *"hello")
+        assert app.editor.has_focus
+        assert app.editor.value == "hello"
+
+
+async def test_the_summary_choice_is_kept_when_the_picker_reopens() -> None:
+    kit = nav_kit()
+    await conversation(kit)
+    app = TreeApp(kit.runtime)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s", "escape", "ctrl+t")
+        assert picker(app).summarize
+        assert "Summarize: ON" in picker(app).status_text
+        await pilot.press("s", "escape", "ctrl+t")
+        assert "Summarize: OFF" in picker(app).status_text
+
+
+async def test_rows_draw_branches_and_a_long_row_never_wraps() -> None:
+    kit = nav_kit(extra_turns=[[reply("answer three")]])
+    ids = await conversation(kit)
+    await kit.runtime.navigate(ids["u2"])  # back to a1, then a second branch from it
+    await kit.runtime.prompt("third question " + "with many words " * 12)
+    app = TreeApp(kit.runtime)
+    async with app.run_test(size=(70, 30)) as pilot:
+        await pilot.pause()
+        rows = picker(app).query_one("#rows", OptionList)
+        lines = [str(rows.get_option_at_index(i).prompt) for i in range(rows.option_count)]
+        assert lines[:4] == [
+            "│ user: first question",
+            "│ assistant: answer one",
+            "  ├─ user: second question",
+            "  │  assistant: answer two",
+        ]
+        assert lines[4].startswith("│ └─ user: third question with many words")
+        assert lines[5] == "●    assistant: answer three"
+        # One screen row per entry: a wrapped row continued without its │ marker.
+        assert rows.virtual_size.height == rows.option_count
+        shown = [rows.render_line(y).text for y in range(rows.option_count)]
+        assert shown[4].rstrip().endswith("…")
+        assert all(line[0] in "│● " for line in shown)
+
+
+async def test_a_row_under_a_hidden_entry_hangs_from_the_nearest_shown_one() -> None:
+    kit = nav_kit(extra_turns=[[reply("answer three")]])
+    ids = await conversation(kit)
+    kit.session.append_label(ids["u1"], "start")  # a hidden entry under a2
+    await kit.runtime.prompt("third question")  # under the label
+    app = TreeApp(kit.runtime)
+    async with app.run_test(size=SIZE):
+        rows = picker(app).query_one("#rows", OptionList)
+        lines = [str(rows.get_option_at_index(i).prompt) for i in range(rows.option_count)]
+        # A chain: the label's child continues a2's line, with no connector.
+        assert lines[-2:] == ["│ user: third question", "● assistant: answer three"]

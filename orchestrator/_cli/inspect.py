@@ -6,6 +6,7 @@ Their ``--json`` output is a stable contract, documented in docs/sessions.md ("I
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,11 +26,13 @@ from orchestrator._cli.pi_settings import (
     given,
     with_pi_settings,
 )
+from orchestrator._cli.terminal import columns_of, fit
 from orchestrator._core.compaction_plan import plan_report
 from orchestrator._core.context import ContextBuilder
 from orchestrator._core.errors import NotASessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
+from orchestrator._core.tree_drawing import tree_prefixes
 from orchestrator._store.reports import (
     branch_report,
     context_report,
@@ -274,13 +277,26 @@ def _tree(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    for row in rows:
-        marker = "*" if row["isLeaf"] else ("│" if row["onActivePath"] else " ")
-        label = f" [{row['label']}]" if row["label"] else ""
-        text = row["text"] + edit_mark(row)
-        print(f"{marker} {'  ' * row['depth']}{row['id']}{label} {text}")
+    for line in tree_lines(rows, columns_of(sys.stdout)):
+        print(line)
     print(f"-- {len(rows)} entries; * marks the active leaf, │ the active path")
     return 0
+
+
+def tree_lines(rows: Sequence[dict[str, Any]], columns: int | None = None) -> list[str]:
+    """``tree``'s lines: the marker, the branch connectors, then the id, label and text.
+
+    On a terminal (``columns`` given) each line is cut to its width: a wrapped line continued
+    without its marker, so the active path looked broken.
+    """
+    prefixes = tree_prefixes([(row["id"], row["parentId"]) for row in rows])
+    lines = []
+    for row, prefix in zip(rows, prefixes, strict=True):
+        marker = "*" if row["isLeaf"] else ("│" if row["onActivePath"] else " ")
+        label = f" [{row['label']}]" if row["label"] else ""
+        line = f"{marker} {prefix}{row['id']}{label} {row['text']}{edit_mark(row)}"
+        lines.append(line if columns is None else fit(line, columns))
+    return lines
 
 
 # -- check -------------------------------------------------------------------------------------

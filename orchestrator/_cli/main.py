@@ -27,8 +27,19 @@ Command = Callable[[argparse.Namespace], int]
 # The module that registers and runs each command. A command imports its own module only: an
 # inspection command then never loads the runtime, the model clients, tracing or the TUI
 # (tests/test_imports.py holds it to that). Modules in the order ``--help`` lists them.
-_MODULES = ("inspect", "ops", "journal", "machines", "tui", "serve", "database", "worker")
+_MODULES = (
+    "sessions",
+    "inspect",
+    "ops",
+    "journal",
+    "machines",
+    "tui",
+    "serve",
+    "database",
+    "worker",
+)
 _COMMANDS = {
+    "sessions": "sessions",
     "context": "inspect",
     "plan": "inspect",
     "tree": "inspect",

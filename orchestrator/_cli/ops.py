@@ -45,7 +45,7 @@ from orchestrator._runtime.jobs import kept_messages
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
 from orchestrator._runtime.retry import AttemptRecord
-from orchestrator._runtime.routes import build_summarizer, close_routes
+from orchestrator._runtime.routes import RouteSettings, build_summarizer, close_routes
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
@@ -152,6 +152,12 @@ def _attempt_text(progress: Progress) -> Any:
     return on_attempt
 
 
+def _route_names(routes: RouteSettings) -> str:
+    # A --remote endpoint was shown as "the offline summarizer" while it was being called.
+    names = [*routes.models, *([routes.remote_url] if routes.remote_url else [])]
+    return ", ".join(names) or "the offline summarizer"
+
+
 # -- compact -----------------------------------------------------------------------------------
 
 
@@ -160,9 +166,7 @@ def _compact(args: argparse.Namespace) -> int:
     # model, so pi's override for it is the one that applies).
     args = with_pi_settings(args, first_model(args))
     routes = route_settings(args)
-    progress = Progress(
-        "Summarizing with " + (", ".join(routes.models) or "the offline summarizer")
-    )
+    progress = Progress(f"Summarizing with {_route_names(routes)}")
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
     settings = CompactionSettings(
         enabled=compaction_enabled(args),
@@ -380,9 +384,7 @@ def _navigate(args: argparse.Namespace) -> int:
     if args.short_summary and not args.summarize:
         raise UsageError("--short-summary needs --summarize (it shortens the branch summary)")
     routes = route_settings(args)
-    progress = Progress(
-        "Summarizing the branch with " + (", ".join(routes.models) or "the offline summarizer")
-    )
+    progress = Progress(f"Summarizing the branch with {_route_names(routes)}")
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))
     result = _run_runtime(args, summarizer, CompactionSettings(), progress, _navigate_through)
     report = {

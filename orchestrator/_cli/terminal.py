@@ -16,6 +16,10 @@ stream underneath (:attr:`TerminalSafe.wrapped`).
 from __future__ import annotations
 
 import io
+import itertools
+import os
+import shutil
+import unicodedata
 from typing import Any, TextIO
 
 from orchestrator._core.printable import terminal_safe
@@ -60,3 +64,37 @@ class TerminalSafe(io.TextIOBase):
 def unwrapped(stream: TextIO | TerminalSafe) -> TextIO:
     """The stream under a :class:`TerminalSafe` one (for our own control sequences)."""
     return stream.wrapped if isinstance(stream, TerminalSafe) else stream
+
+
+def columns_of(stream: TextIO) -> int | None:
+    """The width of the terminal ``stream`` writes to; ``None`` when it is not a terminal."""
+    if not stream.isatty():
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (OSError, ValueError):  # a terminal without a size: $COLUMNS, or 80
+        return shutil.get_terminal_size().columns
+
+
+def fit(text: str, columns: int) -> str:
+    """``text`` on one row of a terminal ``columns`` wide, cut with ``…`` when longer.
+
+    Line breaks become ``"; "`` and controls are shown escaped. The last column stays empty:
+    a character written there leaves some terminals about to wrap.
+    """
+    room = max(columns - 1, 1)
+    line = terminal_safe("; ".join(part.strip() for part in text.splitlines() if part.strip()))
+    if cells(line) <= room:
+        return line
+    # The longest start that leaves a cell for the ellipsis (widths only grow along the line).
+    widths = itertools.accumulate(cells(char) for char in line)
+    kept = sum(1 for _ in itertools.takewhile(lambda width: width < room, widths))
+    return line[:kept] + "…"
+
+
+def cells(text: str) -> int:
+    """How many terminal cells ``text`` takes: wide (East Asian) characters two, marks none."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )

@@ -14,7 +14,12 @@ summary is being written a spinner runs, and Esc calls
 :meth:`AgentSession.abort_branch_summary`, which leaves history and leaf as they were (D22); the
 picker then stays open. A successful navigation closes the picker; the selected user message's
 text goes back into the editor only when the editor is empty, so a draft is never lost.
-Navigating starts no reply.
+Navigating starts no reply. However the picker closes, the editor has the focus again, and the
+summary choice is kept for the next time the picker opens.
+
+Rows show the tree's branches with connectors (``├─``, ``└─``, ``│``), drawn as ``tree`` draws
+them, and never wrap: a long row is cut with ``…`` (a wrapped row continued without its
+active-path marker); the preview has the full text.
 
 All the decisions are the runtime's; this module only shows state and forwards keys. The picker's
 own mode is one enum, not a set of flags.
@@ -61,6 +66,7 @@ class TreeApp(App[None]):
         super().__init__()
         self.runtime = runtime
         self.status_text = ""
+        self.summarize = False  # the picker's "summarize the branch I leave", kept between opens
         self._open_at_start = open_tree
 
     def compose(self) -> ComposeResult:
@@ -108,7 +114,8 @@ class TreeApp(App[None]):
         if self.runtime.is_busy:
             self.set_status(UNAVAILABLE)
             return
-        self.push_screen(TreePicker(self.runtime), callback=self._picked)
+        picker = TreePicker(self.runtime, summarize=self.summarize)
+        self.push_screen(picker, callback=lambda result: self._picked(picker, result))
 
     def action_abort(self) -> None:
         """Esc on the main screen: stop the running turn."""
@@ -116,7 +123,11 @@ class TreeApp(App[None]):
             self.runtime.abort()
             self.set_status("Aborting the turn…")
 
-    def _picked(self, result: NavigationResult | None) -> None:
+    def _picked(self, picker: TreePicker, result: NavigationResult | None) -> None:
+        self.summarize = picker.summarize
+        # The editor takes the keys again: after the picker opened at start, nothing had focus
+        # and what the user typed next was dropped.
+        self.editor.focus()
         if result is None:
             self.set_status("Navigation cancelled; nothing changed")
             return

@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerState
 from orchestrator._core.entries import Entry, text_of
 from orchestrator._core.errors import ModelError, SessionError
 from orchestrator._core.printable import terminal_safe
+from orchestrator._core.tree_drawing import tree_prefixes
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.navigate import NavigationResult
 from orchestrator._runtime.navigation import navigation_target
@@ -73,15 +74,31 @@ def picker_rows(session: Session, *, show_all: bool = False) -> list[dict[str, A
     Labels, ``custom`` entries (the position markers the commands write, for one) and session
     info are not places anyone wants to go back to, so, like pi's default filter, I hide them.
     ``current`` marks the leaf, or its nearest shown ancestor when the leaf itself is hidden.
+    ``prefix`` draws the row's branches (``├─``, ``└─``, ``│``) as ``tree`` does, each row
+    hanging from its nearest shown ancestor.
     """
-    rows = [r for r in tree_rows(session) if show_all or r["type"] not in HIDDEN]
+    every = tree_rows(session)
+    parents = {r["id"]: r["parentId"] for r in every}
+    rows = [r for r in every if show_all or r["type"] not in HIDDEN]
     shown = {r["id"] for r in rows}
+
+    def shown_parent(entry_id: str | None) -> str | None:
+        seen: set[str] = set()
+        while entry_id is not None and entry_id not in shown and entry_id not in seen:
+            seen.add(entry_id)
+            entry_id = parents.get(entry_id)
+        return entry_id if entry_id in shown else None
+
+    prefixes = tree_prefixes([(r["id"], shown_parent(r["parentId"])) for r in rows])
     current = next((e["id"] for e in reversed(session.path()) if e["id"] in shown), None)
-    return [{**r, "current": r["id"] == current} for r in rows]
+    return [
+        {**r, "current": r["id"] == current, "prefix": prefix}
+        for r, prefix in zip(rows, prefixes, strict=True)
+    ]
 
 
 def row_content(row: dict[str, Any]) -> Content:
-    """One picker line: marker, indentation, label and description."""
+    """One picker line: marker, branch connectors, label and description."""
     if row["current"]:
         marker, style = "● ", "bold $success"
     elif row["onActivePath"]:
@@ -91,7 +108,7 @@ def row_content(row: dict[str, Any]) -> Content:
     label = (f"[{terminal_safe(row['label'])}] ", "bold $warning") if row["label"] else ("", "")
     # A session's text, tool output and all; an edited entry says which edit applies.
     text = (terminal_safe(row["text"] + edit_mark(row)), style)
-    return Content.assemble((marker, "$success"), "  " * row["depth"], label, text)
+    return Content.assemble((marker, "$success"), (row["prefix"], "dim"), label, text)
 
 
 class TreePicker(ModalScreen[NavigationResult | None]):
@@ -100,7 +117,7 @@ class TreePicker(ModalScreen[NavigationResult | None]):
     DEFAULT_CSS = """
     TreePicker { align: center middle; }
     #picker { width: 96%; height: 92%; border: round $accent; background: $surface; }
-    #rows { width: 3fr; height: 1fr; border: none; }
+    #rows { width: 3fr; height: 1fr; border: none; text-wrap: nowrap; text-overflow: ellipsis; }
     #preview-box { width: 2fr; height: 1fr; border-left: solid $accent; padding: 0 1; }
     #instructions { display: none; }
     #instructions.open { display: block; }
@@ -113,10 +130,10 @@ class TreePicker(ModalScreen[NavigationResult | None]):
         Binding("escape", "back", "Cancel / abort"),
     ]
 
-    def __init__(self, runtime: AgentSession) -> None:
+    def __init__(self, runtime: AgentSession, *, summarize: bool = False) -> None:
         super().__init__()
         self.runtime = runtime
-        self.summarize = False
+        self.summarize = summarize  # ``s``'s choice; the app keeps it for the next opening
         self.show_all = False
         self.state = PickerState.CHOOSING
         self.message = ""
