@@ -214,13 +214,17 @@ def project(message: Message, edit: Mapping[str, Any]) -> Message | None:
     return {**message, "content": content}
 
 
-def text_of(content: object) -> str:
-    """Concatenate the text blocks of a message content (a string passes through)."""
+def text_of(content: object, separator: str = "") -> str:
+    """Join the text blocks of a message content (a string passes through).
+
+    pi joins them without a separator where it serializes a conversation, and with a newline
+    where it renders a prompt (pi-ai's ``contentText``).
+    """
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         return ""
-    return "".join(
+    return separator.join(
         text
         for block in content
         if isinstance(block, dict)

@@ -14,22 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator._core.entries import Message
+from orchestrator._core.entries import Message, text_of
 
 
 def _content_text(content: object) -> str:
     # pi-ai's contentText: a string as it is, else the text blocks joined by a newline.
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        text
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(text := block.get("text"), str)
-    )
+    return text_of(content, "\n")
 
 
 def _named(tools: object) -> Iterable[dict[str, Any]]:
