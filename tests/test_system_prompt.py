@@ -36,7 +36,10 @@ def test_the_first_timestamp_that_exists_and_an_empty_replay() -> None:
     assert (
         current_system_message([{"role": "system", "content": "", "sections": {"a": "A"}}]) is None
     )
-    later = [{"role": "system", "content": "x"}, {"role": "system", "content": "", "timestamp": 9}]
+    later: list[dict[str, Any]] = [
+        {"role": "system", "content": "x"},
+        {"role": "system", "content": "", "timestamp": 9},
+    ]
     assert current_system_message(later) == {"role": "system", "content": "x", "timestamp": 9}
     tools_only = current_system_message([{"role": "system", "toolsAdded": [tool("read")]}])
     assert tools_only == {
