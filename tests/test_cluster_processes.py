@@ -37,6 +37,7 @@ from orchestrator._cluster.contract import BUSY_COMPACTING, entry_id_for  # noqa
 from orchestrator._models.provider_server import LocalProvider, Reply  # noqa: E402
 from orchestrator._rpc.cluster_hub import SHUTTING_DOWN_CLUSTER  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
+from tests.cli_kit import either_part  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -184,7 +185,9 @@ async def compress_losing_the_first_worker(
     database = cluster_database.location
     session_id = cluster_database.add_example()
     queue = queue_name()
-    provider.push(Reply.hang(Reply.remote("lost")), Reply.remote("the history"))
+    provider.push(
+        Reply.hang(Reply.remote(either_part("lost"))), Reply.remote(either_part("the history"))
+    )
     first = processes.worker("first", database, queue, provider)
     results: list[Any] = []
     async with connected() as client:
@@ -222,8 +225,9 @@ async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_o
     records = cluster_database.operation_records(session_id)
     steps = [(r["from"], r["event"], r["to"]) for r in records]
     assert ("summarizing", "attempt_failed", "waiting_retry") in steps
-    assert steps[-2:] == [
-        ("summarizing", "summary_ready", "committing"),
+    assert steps[-3:] == [
+        ("summarizing", "summary_ready", "checking"),  # the summary gate (D32)
+        ("checking", "summary_passed", "committing"),
         ("committing", "entry_appended", "committed"),
     ]
     lost = next(r for r in records if r["event"] == "attempt_failed")
@@ -268,7 +272,7 @@ def held_summary(
     """A stored session opened on ``servers`` front ends over ``workers``; its summary hangs."""
     session_id = database.add_example()
     queue = queue_name()
-    provider.push(Reply.hang(Reply.remote("the history")))
+    provider.push(Reply.hang(Reply.remote(either_part("the history"))))
     for number in range(workers):
         processes.worker(f"worker{number}", database.location, queue, provider)
     fronts = [processes.server(database.location, queue) for _ in range(servers)]
@@ -309,8 +313,8 @@ def test_a_prompt_through_worker_processes_recovers_from_an_overflow(
     queue = queue_name()
     provider.push(
         Reply.overflow_openai(),
-        Reply.remote("the history"),
-        Reply.summary("the turn's prefix"),
+        Reply.remote(either_part("the history")),
+        Reply.summary(either_part("the turn's prefix")),
         Reply.summary("Fits now.", prompt_tokens=1000),
     )
     chat = ("--model", "openai/test-model", "--api-base", provider.url + "/v1")
