@@ -238,7 +238,9 @@ class Policy:
         max_delay_ms: On the last candidate, a longer wait fails.
         timeout_s: Per model call (``None``: no limit).
         deadline_s: Per operation (``None``: no limit).
-        gate: Summaries are checked before they are committed (D32).
+        gate: Summaries are checked before they are committed (D32). The worker always
+            reports its routes' setting (on unless turned off); the default is off because a
+            history recorded before the gate has no such field and must replay as it ran.
         fallback: The offline summarizer is the last resort after refusals (D32).
     """
 
