@@ -287,7 +287,7 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
     from orchestrator._runtime.summarize import SummaryRoutes
     from orchestrator._runtime.types import RuntimeSettings
     from orchestrator._store.session import Session
-    from orchestrator.testing import FunctionModel
+    from orchestrator.testing import FunctionModel, summary_text
     from tests.sessions import split_turn
 
     s = split_turn()
@@ -302,7 +302,7 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
             await anyio.wait_all_tasks_blocked()  # the prefix's attempt has ended too
         else:
             prefix_answered.set()
-        return f"summary for {request.purpose}"
+        return summary_text(f"summary for {request.purpose}", purpose=request.purpose)
 
     taken: list[str] = []
 

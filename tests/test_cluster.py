@@ -38,7 +38,7 @@ from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.journal import Journal  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
-from orchestrator.testing import FunctionModel  # noqa: E402
+from orchestrator.testing import FunctionModel, summary_text  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -77,6 +77,11 @@ def scripted(name: str, script: Script) -> FunctionModel:
         return item
 
     return FunctionModel(answer, name=name)
+
+
+# Summaries the gate (D32) passes, for the history and for a split turn's prefix.
+HISTORY = summary_text("the history")
+PREFIX = summary_text("the prefix", purpose="turn_prefix")
 
 
 def routes(*models: FunctionModel) -> SummaryRoutes:
@@ -140,7 +145,7 @@ async def test_a_manual_compaction_commits_one_entry_whose_id_the_operation_fixe
     tmp_path: Path, cluster_database: Database
 ) -> None:
     def make() -> SummaryRoutes:
-        return routes(scripted("a", {"history": ["the history"], "turn_prefix": ["the prefix"]}))
+        return routes(scripted("a", {"history": [HISTORY], "turn_prefix": [PREFIX]}))
 
     result, session_id = await same_steps_on_both_hosts(
         tmp_path, cluster_database, make, "manual", "manual"
@@ -149,7 +154,7 @@ async def test_a_manual_compaction_commits_one_entry_whose_id_the_operation_fixe
     assert result.entry_id == entry_id_for(result.operation_id)
     new = cluster_database.new_compactions(session_id)
     assert [e["id"] for e in new] == [result.entry_id]
-    assert new[0]["summary"].startswith("the history")
+    assert new[0]["summary"].startswith(HISTORY)
     assert result.summary == new[0]["summary"]
 
 
@@ -161,17 +166,17 @@ async def test_threshold_walks_the_candidates_and_retries_as_the_table_says(
             "a",
             {
                 "history": [ModelError("down", kind="transient"), ModelError("bad", kind="fatal")],
-                "turn_prefix": ["prefix"],
+                "turn_prefix": [PREFIX],
             },
         )
-        return routes(first, scripted("b", {"history": ["from b"]}))
+        return routes(first, scripted("b", {"history": [summary_text("from b")]}))
 
     result, _ = await same_steps_on_both_hosts(
         tmp_path, cluster_database, make, "threshold", "candidate_switch"
     )
     assert result.status == "committed"
     assert result.summary is not None
-    assert result.summary.startswith("from b")
+    assert result.summary.startswith(summary_text("from b"))
 
 
 async def test_a_summarizer_overflow_halves_the_request(
@@ -179,7 +184,7 @@ async def test_a_summarizer_overflow_halves_the_request(
 ) -> None:
     def make() -> SummaryRoutes:
         overflow = ModelError("prompt is too long", kind="overflow")
-        return routes(scripted("a", {"history": [overflow, "smaller"], "turn_prefix": ["prefix"]}))
+        return routes(scripted("a", {"history": [overflow, HISTORY], "turn_prefix": [PREFIX]}))
 
     result, _ = await same_steps_on_both_hosts(
         tmp_path, cluster_database, make, "overflow", "overflow"
@@ -192,7 +197,7 @@ async def test_every_candidate_failing_ends_failed_and_the_session_is_unchanged(
 ) -> None:
     def make() -> SummaryRoutes:
         fatal = ModelError("no", kind="fatal")
-        return routes(scripted("a", {"history": [fatal], "turn_prefix": ["p"]}))
+        return routes(scripted("a", {"history": [fatal], "turn_prefix": [PREFIX]}))
 
     result, session_id = await same_steps_on_both_hosts(
         tmp_path, cluster_database, make, "threshold", "threshold_failed"

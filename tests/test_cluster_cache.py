@@ -28,7 +28,7 @@ from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
-from orchestrator.testing import FunctionModel  # noqa: E402
+from orchestrator.testing import FunctionModel, summary_text  # noqa: E402
 from tests.cluster_kit import Database  # noqa: E402
 
 SETTINGS = RuntimeSettings(compaction=CompactionSettings(keep_recent_tokens=200))
@@ -36,8 +36,8 @@ LINE = JournalLine(seq=0, source="idle", event="compact", dest="preparing", effe
 
 
 def activities(database: Database, cache: SessionCache | None = None) -> SessionActivities:
-    async def answer(_request: Any) -> str:
-        return "a summary"
+    async def answer(request: Any) -> str:
+        return summary_text("a summary", purpose=request.purpose)
 
     routes = SummaryRoutes(candidates=(FunctionModel(answer, name="m"),))
     stores = WorkerStores(database.location, cache=cache)

@@ -31,7 +31,13 @@ from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
-from orchestrator.testing import AgentHang, FunctionModel, ScriptedAgent, reply  # noqa: E402
+from orchestrator.testing import (  # noqa: E402
+    AgentHang,
+    FunctionModel,
+    ScriptedAgent,
+    reply,
+    summary_text,
+)
 from tests.cluster_kit import Database, local_copy, save_history  # noqa: E402
 from tests.test_cluster import SETTINGS, routes  # noqa: E402
 from tests.test_cluster_navigation import (  # noqa: E402
@@ -70,7 +76,7 @@ class FirstCallHangs:
             except BaseException:
                 self.cancelled += 1
                 raise
-        return f"summary of the {request.purpose}"
+        return summary_text(f"summary of the {request.purpose}", purpose=request.purpose)
 
     def routes(self) -> SummaryRoutes:
         return routes(FunctionModel(self.answer, name="a"))

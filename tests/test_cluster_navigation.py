@@ -43,7 +43,7 @@ from orchestrator._runtime.hooks import Hooks  # noqa: E402
 from orchestrator._runtime.navigation import LEAF_MARKER  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
-from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
+from orchestrator.testing import ScriptedAgent, reply, summary_text  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -68,7 +68,11 @@ def anyio_backend() -> str:
 
 
 def summaries() -> SummaryRoutes:
-    script = {"branch": ["the branch"] * 4, "history": ["the history"], "turn_prefix": ["prefix"]}
+    script = {
+        "branch": [summary_text("the branch")] * 4,
+        "history": [summary_text("the history")],
+        "turn_prefix": [summary_text("prefix", purpose="turn_prefix")],
+    }
     return routes(scripted("a", script))
 
 

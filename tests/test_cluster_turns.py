@@ -58,6 +58,7 @@ from orchestrator.testing import (  # noqa: E402
     ScriptedAgent,
     error_reply,
     reply,
+    summary_text,
     tool_result,
 )
 from tests.cli_kit import EXAMPLE  # noqa: E402
@@ -94,7 +95,7 @@ def anyio_backend() -> str:
 
 def summarizer() -> SummaryRoutes:
     async def answer(request: ModelRequest) -> str:
-        return f"summary of the {request.purpose}"
+        return summary_text(f"summary of the {request.purpose}", purpose=request.purpose)
 
     return SummaryRoutes(candidates=(FunctionModel(answer, name="s"),), retry=RetryPolicy())
 
@@ -213,7 +214,7 @@ async def test_a_threshold_compaction_runs_after_the_turn_and_the_turn_continues
     assert kinds == ["message", "message", "compaction", "custom_message", "message"]
     (compaction,) = cluster_database.new_compactions(session_id)
     assert cluster_database.operation_records(session_id)[0]["data"]["reason"] == "threshold"
-    assert compaction["summary"].startswith("summary of the")
+    assert compaction["summary"].startswith(summary_text("summary of the history"))
     assert [r[:3] for r in cluster_database.turn_rows(session_id)] == [
         ("idle", "user_prompt", "running"),
         ("running", "agent_done", "pruning"),
@@ -315,7 +316,7 @@ async def test_a_prompt_while_a_compaction_runs_is_queued_and_runs_after_it(
 
     async def slow(request: ModelRequest) -> str:
         await release.wait()
-        return "summary"
+        return summary_text("summary", purpose=request.purpose)
 
     routes = SummaryRoutes(candidates=(FunctionModel(slow, name="s"),), retry=RetryPolicy())
     agent = ScriptedAgent([[reply("after the compaction", tokens=10)]])

@@ -33,6 +33,7 @@ from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator.testing import Hang, ScriptedModel
+from tests.cli_kit import either_part
 from tests.runtime_kit import BIG, Kit, settings, summary, until
 from tests.sessions import split_turn
 
@@ -256,7 +257,9 @@ def split_runtime() -> AgentSession:
         session.add_entry(dict(entry))
     return AgentSession(
         session,
-        summarizer=SummaryRoutes(candidates=(ScriptedModel(["h", "p"]),), reserve_tokens=2000),
+        summarizer=SummaryRoutes(
+            candidates=(ScriptedModel([either_part("h"), either_part("p")]),), reserve_tokens=2000
+        ),
         settings=RuntimeSettings(
             compaction=CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
         ),

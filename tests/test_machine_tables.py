@@ -107,7 +107,10 @@ def test_failed_compactions_say_which_kind_failed() -> None:
 def test_transient_errors_retry_until_the_budget_runs_out() -> None:
     turn = runner("turn", "running")
     wait = turn.fire("transient_error", Facts(retry_attempt=0, max_retries=2))
-    assert (wait.dest, wait.effects) == ("retrying", ("emit_retry_start", "sleep_retry"))
+    assert (wait.dest, wait.effects) == (
+        "retrying",
+        ("emit_retry_start", "omit_failed_attempt", "sleep_retry"),
+    )
     assert turn.fire("retry_wait_done").effects == ("call_agent",)
     turn.fire("transient_error", Facts(retry_attempt=1, max_retries=2))
     turn.fire("retry_wait_done")

@@ -34,13 +34,13 @@ from orchestrator._runtime.agent import AgentInput
 from orchestrator._runtime.navigate import BUSY
 from orchestrator._runtime.types import NavigationResult
 from orchestrator._runtime.wiring import wire
-from orchestrator.testing import AgentHang, Hang, reply
+from orchestrator.testing import AgentHang, Hang, reply, summary_text
 from tests.runtime_kit import Kit, summary, until
 
 pytestmark = pytest.mark.anyio
 
 Rows = list[dict[str, Any]]
-BRANCH_SUMMARY = "## Goal\nTried another approach."
+BRANCH_SUMMARY = summary_text("Tried another approach.")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.session import Session
 from orchestrator._telemetry.export import exporter_of, make_tracer_provider
 from orchestrator._telemetry.tracing import LifecycleTracer
-from orchestrator.testing import Hang, ScriptedAgent, ScriptedModel, reply
+from orchestrator.testing import Hang, ScriptedAgent, ScriptedModel, reply, summary_text
 from tests.runtime_kit import BIG, settings, summary, until
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +56,7 @@ async def test_a_branch_summary_span_has_tokens_before_and_model_like_a_compacti
     exported: tuple[LifecycleTracer, InMemorySpanExporter],
 ) -> None:
     tracer, exporter = exported
-    model = ScriptedModel([summary(), summary("## Goal\nThe branch.")], name="scripted/writer")
+    model = ScriptedModel([summary(), summary(summary_text("The branch."))], name="scripted/writer")
     runtime = runtime_with(tracer, model)
     await runtime.prompt(BIG)
     await runtime.prompt(BIG)

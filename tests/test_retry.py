@@ -17,7 +17,7 @@ from orchestrator._runtime.retry import (
     check_summary_response,
 )
 from orchestrator._runtime.summarize import SummaryRoutes
-from orchestrator.testing import FakeClock, ScriptedModel
+from orchestrator.testing import FakeClock, ScriptedModel, summary_text
 from tests.sessions import SessionBuilder, usage
 
 pytestmark = pytest.mark.anyio
@@ -79,9 +79,9 @@ def outcomes(records: list[AttemptRecord]) -> list[tuple[str, int, str, int]]:
 
 async def test_first_attempt_succeeds_without_waiting() -> None:
     clock = FakeClock()
-    model = ScriptedModel(["summary"], name="a")
+    model = ScriptedModel([summary_text("summary")], name="a")
     response, chosen, records = await run(model, clock=clock)
-    assert (response.text, chosen) == ("summary", model)
+    assert (response.text, chosen) == (summary_text("summary"), model)
     assert outcomes(records) == [("a", 1, "ok", 0)]
     assert clock.sleeps == []
     assert len(model.requests) == 1
@@ -101,9 +101,9 @@ async def test_backoff_is_2_4_8_seconds_then_the_last_error() -> None:
 
 async def test_every_attempt_is_recorded() -> None:
     clock = FakeClock()
-    model = ScriptedModel([transient(), transient(), "done"], name="a")
+    model = ScriptedModel([transient(), transient(), summary_text("done")], name="a")
     response, _, records = await run(model, clock=clock)
-    assert response.text == "done"
+    assert response.text == summary_text("done")
     assert outcomes(records) == [
         ("a", 1, "retry", 2000),
         ("a", 2, "retry", 4000),
@@ -115,7 +115,9 @@ async def test_every_attempt_is_recorded() -> None:
 
 async def test_retry_after_raises_the_delay() -> None:
     clock = FakeClock()
-    model = ScriptedModel([transient(retry_after=5.0), transient(retry_after=1.0), "ok"])
+    model = ScriptedModel(
+        [transient(retry_after=5.0), transient(retry_after=1.0), summary_text("ok")]
+    )
     await run(model, clock=clock)
     # 5 s beats the 2 s backoff; the 4 s backoff beats a 1 s hint.
     assert clock.sleeps == [5.0, 4.0]
@@ -124,9 +126,9 @@ async def test_retry_after_raises_the_delay() -> None:
 async def test_wait_over_30_seconds_switches_candidate() -> None:
     clock = FakeClock()
     first = ScriptedModel([transient(), transient(retry_after=31.0)], name="a")
-    second = ScriptedModel(["from b"], name="b")
+    second = ScriptedModel([summary_text("from b")], name="b")
     response, chosen, records = await run(first, second, clock=clock)
-    assert (response.text, chosen) == ("from b", second)
+    assert (response.text, chosen) == (summary_text("from b"), second)
     assert clock.sleeps == [2.0]
     assert outcomes(records) == [
         ("a", 1, "retry", 2000),
@@ -137,7 +139,7 @@ async def test_wait_over_30_seconds_switches_candidate() -> None:
 
 async def test_last_candidate_may_wait_past_30_seconds_up_to_max_delay() -> None:
     clock = FakeClock()
-    model = ScriptedModel([transient(retry_after=45.0), "ok"])
+    model = ScriptedModel([transient(retry_after=45.0), summary_text("ok")])
     await run(model, clock=clock)
     assert clock.sleeps == [45.0]
     too_long = ScriptedModel([transient(retry_after=61.0)])
@@ -169,7 +171,7 @@ async def test_overflow_is_never_retried_nor_passed_on() -> None:
 async def test_non_retryable_error_moves_to_next_candidate(kind: str) -> None:
     clock = FakeClock()
     first = ScriptedModel([ModelError("no", kind=kind)], name="a")
-    second = ScriptedModel(["ok"], name="b")
+    second = ScriptedModel([summary_text("ok")], name="b")
     _, chosen, records = await run(first, second, clock=clock)
     assert chosen is second
     assert outcomes(records) == [("a", 1, "next_candidate", 0), ("b", 1, "ok", 0)]
@@ -199,7 +201,7 @@ async def test_all_candidates_fail_raises_last_error_and_records_all() -> None:
 async def test_disabled_policy_makes_one_attempt_per_candidate() -> None:
     clock = FakeClock()
     a = ScriptedModel([transient()], name="a")
-    b = ScriptedModel(["ok"], name="b")
+    b = ScriptedModel([summary_text("ok")], name="b")
     _, chosen, records = await run(a, b, clock=clock, policy=RetryPolicy(enabled=False))
     assert chosen is b
     assert clock.sleeps == []
@@ -208,7 +210,7 @@ async def test_disabled_policy_makes_one_attempt_per_candidate() -> None:
 
 async def test_custom_policy_numbers() -> None:
     clock = FakeClock()
-    model = ScriptedModel([transient(), transient(), "ok"])
+    model = ScriptedModel([transient(), transient(), summary_text("ok")])
     await run(model, clock=clock, policy=RetryPolicy(max_retries=2, base_delay_ms=100))
     assert clock.sleeps == [0.1, 0.2]
 
@@ -273,9 +275,9 @@ async def test_a_candidate_whose_window_is_too_small_is_passed_over_unpaid() -> 
     # ending the call. The refused candidate is never called.
     clock = FakeClock()
     tiny = ScriptedModel(["unused"], name="tiny", context_window=600)
-    roomy = ScriptedModel(["from roomy"], name="roomy")
+    roomy = ScriptedModel([summary_text("from roomy")], name="roomy")
     response, chosen, records = await run(tiny, roomy, clock=clock)
-    assert (response.text, chosen) == ("from roomy", roomy)
+    assert (response.text, chosen) == (summary_text("from roomy"), roomy)
     assert tiny.requests == []
     assert outcomes(records) == [("tiny", 1, "next_candidate", 0), ("roomy", 1, "ok", 0)]
     assert records[0].error is not None

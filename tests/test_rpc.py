@@ -49,7 +49,7 @@ from orchestrator._rpc.protocol import (
 )
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._store.reports import context_report, tree_rows
-from orchestrator.testing import AgentHang, Hang, reply
+from orchestrator.testing import AgentHang, Hang, reply, summary_text
 from tests.runtime_kit import BIG, Kit, summary, until
 from tests.runtime_kit import settings as runtime_settings
 
@@ -554,7 +554,7 @@ async def conversation(kit: Kit) -> dict[str, str]:
 def nav_kit(*summaries: Any) -> Kit:
     return Kit(
         turns=[[reply("answer one")], [reply("answer two")], [AgentHang()]],
-        summaries=list(summaries) or [summary("## Goal\nTried another way.")],
+        summaries=list(summaries) or [summary(summary_text("Tried another way."))],
     )
 
 

@@ -36,7 +36,7 @@ from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import journal_path
-from orchestrator.testing import FakeClock, Hang, ScriptedModel
+from orchestrator.testing import FakeClock, Hang, ScriptedModel, summary_text
 from tests.runtime_kit import until
 
 pytestmark = pytest.mark.anyio
@@ -124,8 +124,12 @@ class Client:
         return error
 
 
+# Our summary, naming the focus each test asks for, so that the gate (D32) passes it.
+OURS = summary_text("Ours: keep the plan, say why it failed.")
+
+
 def client(model: ScriptedModel | None = None, *, root: Path | None = None) -> Client:
-    model = model or ScriptedModel(["## Goal\nOurs"] * 4)
+    model = model or ScriptedModel([OURS] * 4)
     clock = FakeClock()
     routes = SummaryRoutes(
         candidates=(model,), retry=RetryPolicy(max_retries=1, base_delay_ms=10), sleep=clock.sleep
@@ -208,7 +212,7 @@ async def test_compact_answers_our_summary_and_journals_beside_pis_file(tmp_path
         custom_instructions="Keep the plan",
         will_retry=False,
     )
-    assert result["summary"].startswith("## Goal\nOurs")
+    assert result["summary"].startswith(OURS)
     assert "<read-files>\nnotes.md\n</read-files>" in result["summary"]
     provenance = result["details"].pop("provenance")  # D32: where the summary came from
     assert result["details"] == {"readFiles": ["notes.md"], "modifiedFiles": ["a.py"]}
@@ -310,7 +314,7 @@ async def test_cancel_by_key_stops_the_model_call_and_journals_cancelled(tmp_pat
 
 
 async def test_a_cancel_before_the_request_starts_cancels_it(tmp_path: Path) -> None:
-    model = ScriptedModel(["never asked"])
+    model = ScriptedModel([summary_text("never asked")])
     c = client(model, root=None)
     assert await c.call("summary.cancel", cancel_key="early") == {"cancelled": False}
     error = await c.error("summary.compact", preparation=PREPARATION, cancel_key="early")
@@ -318,11 +322,11 @@ async def test_a_cancel_before_the_request_starts_cancels_it(tmp_path: Path) -> 
     assert model.requests == []
     # The remembered cancel was used up: the same key works again.
     result = await c.call("summary.compact", preparation=PREPARATION, cancel_key="early")
-    assert result["summary"].startswith("never asked")
+    assert result["summary"].startswith(summary_text("never asked"))
 
 
 async def test_keys_are_the_connections_own() -> None:
-    model = ScriptedModel([Hang(), "## Goal\nOther"])
+    model = ScriptedModel([Hang(), summary_text("Other")])
     hub = client(model).hub
     one, two = Client(hub, Peer()), Client(hub, Peer())
     answers: list[dict[str, Any]] = []

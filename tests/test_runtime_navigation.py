@@ -13,12 +13,12 @@ from orchestrator._core.errors import ConflictError, SessionError, SessionLocked
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.session import Session
-from orchestrator.testing import AgentHang, Hang, ScriptedModel, reply
+from orchestrator.testing import AgentHang, Hang, ScriptedModel, reply, summary_text
 from tests.runtime_kit import Kit, summary, until
 
 pytestmark = pytest.mark.anyio
 
-BRANCH_SUMMARY = "## Goal\nTried another approach."
+BRANCH_SUMMARY = summary_text("Tried another approach.")
 
 
 @pytest.fixture

@@ -493,7 +493,8 @@ async def test_the_providers_retry_after_header_sets_the_turns_wait() -> None:
     [start] = kit.of("auto_retry_start")
     assert start["delayMs"] == 7000
     assert kit.clock.sleeps == [7.0]
-    failed = [e for e in kit.session.tree.entries if e["message"].get("stopReason") == "error"]
+    entries = kit.session.tree.entries
+    failed = [e for e in entries if e.get("message", {}).get("stopReason") == "error"]
     assert failed[0]["message"]["retryAfterMs"] == 7000
 
 
@@ -522,7 +523,9 @@ async def test_every_retry_streak_ends_with_its_auto_retry_end() -> None:
 
     waiting = Kit(
         turns=[[reply("x", tokens=2000)], [error_reply("502 bad gateway")], [reply("never")]],
-        summaries=[summary()],
+        # The failed reply's omission is written before the wait (D21): the cut passes it, and
+        # the prompt is a split turn's prefix, summarized apart from the history.
+        summaries=[summary(), summary()],
         sleep=HangingSleep(),
         runtime_settings=settings(adaptive_keep=False),
     )

@@ -25,7 +25,15 @@ from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import NO_BRANCH_CONTENT, SummaryRoutes, combined_usage
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
-from orchestrator.testing import FakeClock, FunctionModel, Hang, LocalProvider, Reply, ScriptedModel
+from orchestrator.testing import (
+    FakeClock,
+    FunctionModel,
+    Hang,
+    LocalProvider,
+    Reply,
+    ScriptedModel,
+    summary_text,
+)
 from tests.runtime_kit import until
 from tests.sessions import SessionBuilder, split_turn, usage
 
@@ -73,7 +81,9 @@ def summarizer(*models: Model, **kwargs: Any) -> SummaryRoutes:
 
 
 async def test_plain_compaction_sends_the_conversation_and_adds_file_tags() -> None:
-    model = ScriptedModel(["## Goal\nFix the parser."])
+    # The focus must be named for the gate (D32) to pass the summary.
+    fixed = summary_text("Fix the parser; keep the API promise.")
+    model = ScriptedModel([fixed])
     plan = the_plan(conversation())
     result = await compact(plan, summarizer(model), focus="the API promise")
     request = model.requests[0]
@@ -81,16 +91,16 @@ async def test_plain_compaction_sends_the_conversation_and_adds_file_tags() -> N
     assert "<previous-summary>" not in request.prompt
     assert request.prompt.endswith("Additional focus: the API promise")
     assert request.max_tokens == 1600  # 80 % of the reserve
-    assert result.summary.startswith("## Goal\nFix the parser.\n\n<modified-files>\nsrc/parser.py")
+    assert result.summary.startswith(fixed + "\n\n<modified-files>\nsrc/parser.py")
     assert result.details["readFiles"] == []
     assert result.details["modifiedFiles"] == ["src/parser.py"]
-    assert result.details["provenance"]["gatePassedFirstTime"] is None  # the gate is off here
+    assert result.details["provenance"]["gatePassedFirstTime"] is True
     assert result.first_kept_entry_id == plan.first_kept_entry_id
     assert result.model == "scripted/model"
 
 
 async def test_update_of_a_previous_summary_uses_the_update_prompt() -> None:
-    model = ScriptedModel(["## Goal\nUpdated."])
+    model = ScriptedModel([summary_text("Updated.")])
     plan = the_plan(conversation(previous=True))
     assert plan.previous_summary == "## Goal\nOLD SUMMARY"
     await compact(plan, summarizer(model))
@@ -108,7 +118,7 @@ async def test_split_turn_summaries_run_concurrently() -> None:
         for _ in range(5):
             await anyio.lowlevel.checkpoint()
         active -= 1
-        return f"summary for {request.purpose}"
+        return summary_text(f"summary for {request.purpose}", purpose=request.purpose)
 
     s = split_turn()
     plan = the_plan(s, CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
@@ -120,7 +130,9 @@ async def test_split_turn_summaries_run_concurrently() -> None:
     assert peak == 2
     assert sorted(r.purpose for r in model.requests) == ["history", "turn_prefix"]
     assert (
-        "summary for history\n\n---\n\n**Turn Context (split turn):**\n\nsummary for turn_prefix"
+        summary_text("summary for history")
+        + "\n\n---\n\n**Turn Context (split turn):**\n\n"
+        + summary_text("summary for turn_prefix", purpose="turn_prefix")
         in result.summary
     )
 
@@ -147,14 +159,14 @@ async def test_d11_split_turn_without_older_history_keeps_the_previous_summary()
     assert not plan.messages_to_summarize
     # The executor's edge path: a previous summary and nothing older than the split turn.
     plan = dataclasses.replace(plan, previous_summary="## Goal\nKEEP ME")
-    model = ScriptedModel(["prefix summary"])
+    model = ScriptedModel([summary_text("prefix summary", purpose="turn_prefix")])
     result = await compact(plan, summarizer(model))
     assert result.summary.startswith("## Goal\nKEEP ME\n\n---\n\n**Turn Context (split turn):**")
     assert "No prior history." not in result.summary
     assert [r.purpose for r in model.requests] == ["turn_prefix"]
     without = await compact(
         dataclasses.replace(plan, previous_summary=None),
-        summarizer(ScriptedModel(["prefix summary"])),
+        summarizer(ScriptedModel([summary_text("prefix summary", purpose="turn_prefix")])),
     )
     assert without.summary.startswith("No prior history.")
 
@@ -178,11 +190,11 @@ async def test_d14_summarizer_overflow_halves_the_request() -> None:
         if PromptBudget(context_window=w).prompt_tokens(1600) >= room
     )
     model = ScriptedModel(
-        [ModelError("context_length_exceeded", kind="overflow"), "## Goal\nOK"],
+        [ModelError("context_length_exceeded", kind="overflow"), summary_text("OK")],
         context_window=window,
     )
     result = await compact(plan, summarizer(model))
-    assert result.summary.startswith("## Goal\nOK")
+    assert result.summary.startswith(summary_text("OK"))
     first, second = (r.prompt for r in model.requests)
     assert "elided" not in first
     assert len(second) < len(first)
@@ -219,7 +231,7 @@ async def test_retries_and_candidate_switch_are_reported() -> None:
         [ModelError("503", kind="transient"), ModelError("503", kind="transient", retry_after=45)],
         name="first",
     )
-    second = ScriptedModel(["## Goal\nfrom the second"], name="second")
+    second = ScriptedModel([summary_text("from the second")], name="second")
     s = summarizer(
         first,
         second,
@@ -243,13 +255,13 @@ async def test_all_candidates_failing_raise_the_last_error() -> None:
 
 
 async def test_remote_endpoint_takes_the_history_summary() -> None:
-    with LocalProvider((Reply.remote("## Goal\nFrom the endpoint"),)) as provider:
+    with LocalProvider((Reply.remote(summary_text("From the endpoint")),)) as provider:
         remote = RemoteSummaryModel(provider.url + "/summary")
         result = await compact(
             the_plan(conversation()), summarizer(ScriptedModel([]), remote=remote)
         )
         [request] = provider.requests
-    assert result.summary.startswith("## Goal\nFrom the endpoint")
+    assert result.summary.startswith(summary_text("From the endpoint"))
     assert set(request.body) == {"systemPrompt", "prompt"}
     assert request.body["prompt"].startswith("<conversation>")
 
@@ -298,12 +310,11 @@ async def test_branch_summary_with_preamble_and_no_call_when_nothing_to_summariz
     s.assistant("editing", calls=[("write", {"path": "b.py"})], usage=usage(100))
     s.tool_result("ok")
     plan = prepare_branch_entries(s.entries, 0)
-    model = ScriptedModel(["## Goal\nExplored b.py"])
+    explored = summary_text("Explored b.py")
+    model = ScriptedModel([explored])
     result = await summarize_branch(plan, summarizer(model), instructions="note files")
     assert result.summary.split("\n")[0].startswith("Before coming back to this point")
-    assert (
-        "\n\n## Goal\nExplored b.py\n\n<modified-files>\nb.py\n</modified-files>" in result.summary
-    )
+    assert f"\n\n{explored}\n\n<modified-files>\nb.py\n</modified-files>" in result.summary
     assert model.requests[0].prompt.endswith("Additional focus: note files")
     assert model.requests[0].max_tokens == 2048
     empty = prepare_branch_entries([], 0)
@@ -317,7 +328,8 @@ async def test_the_entry_records_what_its_summary_calls_cost() -> None:
     spent = Usage(input=1000, output=200, cache_read=50, total=1250)
 
     async def answer(request: ModelRequest) -> ModelResponse:
-        return ModelResponse(text=f"summary for {request.purpose}", usage=spent)
+        text = summary_text(f"summary for {request.purpose}", purpose=request.purpose)
+        return ModelResponse(text=text, usage=spent)
 
     plan = the_plan(split_turn(), CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
     assert plan.is_split_turn

@@ -246,13 +246,14 @@ async def compact_with(
     defn: MachineDef | None = None,
     fallback: bool = True,
     attempts: list[AttemptRecord] | None = None,
+    gate: bool = True,
 ) -> Any:
     clock = FakeClock()
     routes = SummaryRoutes(
         candidates=models,
         retry=RetryPolicy(),
         sleep=clock.sleep,
-        gate=True,
+        gate=gate,
         fallback=OfflineSummarizer() if fallback else None,
         on_attempt=(lambda record, _purpose: attempts.append(record))
         if attempts is not None
@@ -286,6 +287,21 @@ async def test_refused_twice_then_the_next_candidate_is_committed(check: str, ba
         ("scripted/b", "ok", None),
     ]
     assert outcome.result.details["provenance"]["gatePassedFirstTime"] is False
+
+
+async def test_the_gate_is_on_by_default_and_gate_false_is_the_opt_out() -> None:
+    assert SummaryRoutes(candidates=()).gate is True
+    placeholder = "summary"  # none of the sections the prompt asks for
+    checked = await compact_with(ScriptedModel([placeholder] * 2, name="scripted/a"))
+    assert checked.result.model == "offline/extractive"
+    # Ungated on purpose: the explicit opt-out commits any answer not empty and not cut off (D15).
+    a = ScriptedModel([placeholder], name="scripted/a")
+    unchecked = await compact_with(a, gate=False)
+    assert unchecked.status == "committed"
+    assert unchecked.result.model == "scripted/a"
+    assert unchecked.result.summary == placeholder
+    assert unchecked.result.details["provenance"]["gatePassedFirstTime"] is None
+    assert len(a.requests) == 1
 
 
 async def test_asked_again_the_same_candidate_may_pass() -> None:

@@ -27,7 +27,7 @@ from orchestrator._runtime.operation import OperationRun
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.summarize import CompactionResult, SummaryRoutes
-from orchestrator.testing import FakeClock, ScriptedModel
+from orchestrator.testing import FakeClock, ScriptedModel, summary_text
 from tests.sessions import SessionBuilder, usage
 
 pytestmark = pytest.mark.anyio
@@ -93,8 +93,8 @@ async def test_without_the_retry_row_a_transient_error_goes_to_the_next_candidat
         (table("operation", drop_retry), [], "scripted/b"),
     ]:
         clock = FakeClock()
-        a = ScriptedModel([transient(), "from a"], name="scripted/a")
-        b = ScriptedModel(["from b"], name="scripted/b")
+        a = ScriptedModel([transient(), summary_text("from a")], name="scripted/a")
+        b = ScriptedModel([summary_text("from b")], name="scripted/b")
         outcome = await compact_with(defn, a, b, clock=clock)
         assert outcome.status == "committed"
         assert isinstance(outcome.result, CompactionResult)
@@ -107,12 +107,12 @@ async def test_without_the_shrink_row_an_overflow_fails_the_operation() -> None:
         del rows[index(rows, "summarizing", "summary_overflow", "summarizing")]
 
     overflow = ModelError("prompt is too long", kind="overflow")
-    model = ScriptedModel([overflow, "fits now"], name="scripted/a")
+    model = ScriptedModel([overflow, summary_text("fits now")], name="scripted/a")
     shipped = await compact_with(table("operation"), model, clock=FakeClock())
     assert shipped.status == "committed"
     assert len(model.requests) == 2
 
-    model = ScriptedModel([overflow, "never asked"], name="scripted/a")
+    model = ScriptedModel([overflow, summary_text("never asked")], name="scripted/a")
     modified = await compact_with(table("operation", drop_shrink), model, clock=FakeClock())
     assert (modified.status, modified.error_kind) == ("failed", "overflow")
     assert len(model.requests) == 1
@@ -129,8 +129,8 @@ async def test_a_changed_guard_retries_what_the_shipped_table_passes_on() -> Non
         (table("operation", retry_anything), "scripted/a", [2.0]),
     ]:
         clock = FakeClock()
-        a = ScriptedModel([ModelError("bad request"), "from a"], name="scripted/a")
-        b = ScriptedModel(["from b"], name="scripted/b")
+        a = ScriptedModel([ModelError("bad request"), summary_text("from a")], name="scripted/a")
+        b = ScriptedModel([summary_text("from b")], name="scripted/b")
         outcome = await compact_with(defn, a, b, clock=clock)
         assert outcome.result.model == winner
         assert clock.sleeps == sleeps
@@ -145,8 +145,8 @@ async def test_swapped_rows_change_which_one_wins() -> None:
         rows[i], rows[j] = rows[j], rows[i]
 
     clock = FakeClock()
-    a = ScriptedModel([transient(), "from a"], name="scripted/a")
-    b = ScriptedModel(["from b"], name="scripted/b")
+    a = ScriptedModel([transient(), summary_text("from a")], name="scripted/a")
+    b = ScriptedModel([summary_text("from b")], name="scripted/b")
     outcome = await compact_with(table("operation", swap), a, b, clock=clock)
     assert outcome.result.model == "scripted/b"
     assert clock.sleeps == []
@@ -168,7 +168,7 @@ async def test_a_refused_step_raises_and_is_not_a_model_failure() -> None:
     def drop_wait_done(rows: Rows) -> None:
         del rows[index(rows, "waiting_retry", "wait_done", "summarizing")]
 
-    model = ScriptedModel([transient(), "ok"], name="scripted/a")
+    model = ScriptedModel([transient(), summary_text("ok")], name="scripted/a")
     with pytest.raises(TransitionError, match="wait_done"):
         await compact_with(table("operation", drop_wait_done), model, clock=FakeClock())
 
@@ -201,7 +201,7 @@ async def test_navigation_with_a_stricter_summary_guard_moves_the_leaf_without_a
     for defn, summarized in [(table("navigation"), True), (table("navigation", no_summary), False)]:
         kit = Kit(
             turns=[[reply("answer one")], [reply("answer two")]],
-            summaries=[summary("## Goal\nTried another approach.")],
+            summaries=[summary(summary_text("Tried another approach."))],
         )
         await kit.runtime.prompt("first question")
         await kit.runtime.prompt("second question")

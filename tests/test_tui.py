@@ -16,12 +16,12 @@ from orchestrator._core.errors import ModelError, SessionError
 from orchestrator._store.session import Session
 from orchestrator._tui.app import TreeApp
 from orchestrator._tui.picker import UNAVAILABLE, PickerState, TreePicker, entry_text
-from orchestrator.testing import AgentHang, Hang, reply
+from orchestrator.testing import AgentHang, Hang, reply, summary_text
 from tests.runtime_kit import Kit, summary
 
 pytestmark = pytest.mark.anyio
 
-BRANCH_SUMMARY = "## Goal\nTried another approach."
+BRANCH_SUMMARY = summary_text("Tried another approach.")
 SIZE = (120, 36)
 
 

@@ -115,6 +115,56 @@ async def test_a_stricter_retry_guard_ends_the_turn_on_a_transient_error() -> No
         assert end["success"] is (replies == 2)
 
 
+async def test_a_retry_writes_what_it_hides_as_the_row_says(tmp_path: Path) -> None:
+    # Pi 1.6 (_prepareRetry): after auto_retry_start and before the wait, a context_edit omits
+    # the failed reply; it stays in the file. Reopened, the file builds the context the retry
+    # got. Without the effect in the row, nothing is written and the retry sends it again.
+    def no_omission(rows: Rows) -> None:
+        retry = rows[row(rows, "running", "transient_error", "retrying")]
+        retry["effects"] = [e for e in retry["effects"] if e != "omit_failed_attempt"]
+
+    for defn, omitted in [(turn_table(), True), (turn_table(no_omission), False)]:
+        path = tmp_path / f"omitted-{omitted}.jsonl"
+        kit = Kit(
+            turns=[[error_reply("503 service unavailable")], [reply("fine")]],
+            session=Session.open(path),
+        )
+        result = await driven(kit, defn).prompt("hi")
+        assert reply_text(result) == "fine"
+        assert [e["success"] for e in kit.of("auto_retry_end")] == [True]
+        entries = kit.session.tree.entries
+        [failed] = [e for e in entries if e.get("message", {}).get("stopReason") == "error"]
+        edits = [
+            (e["parentId"], e["targetId"], e["replacement"])
+            for e in entries
+            if e["type"] == "context_edit"
+        ]
+        retried_with = [m["role"] for m in kit.agent.inputs[1].messages]
+        live = kit.session.context()
+        kit.runtime.close()
+        reopened = Session.open(path)
+        try:
+            assert any(e["id"] == failed["id"] for e in reopened.tree.entries)
+            context = reopened.context()
+        finally:
+            reopened.close()
+        assert (context.messages, context.entry_ids) == (live.messages, live.entry_ids)
+        if omitted:
+            assert kit.entry_types() == [
+                "message:user",
+                "message:assistant",
+                "context_edit",
+                "message:assistant",
+            ]
+            assert edits == [(failed["id"], failed["id"], None)]
+            assert failed["id"] not in live.entry_ids
+            assert retried_with == ["user"]
+        else:
+            assert edits == []
+            assert failed["id"] in live.entry_ids
+            assert retried_with == ["user", "assistant"]  # the failed reply, sent again
+
+
 async def test_without_the_overflow_recovery_row_an_overflow_ends_the_turn_uncompacted() -> None:
     def no_recovery(rows: Rows) -> None:
         del rows[row(rows, "running", "overflow", "compacting")]

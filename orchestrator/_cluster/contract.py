@@ -238,7 +238,9 @@ class Policy:
         max_delay_ms: On the last candidate, a longer wait fails.
         timeout_s: Per model call (``None``: no limit).
         deadline_s: Per operation (``None``: no limit).
-        gate: Summaries are checked before they are committed (D32).
+        gate: Summaries are checked before they are committed (D32). The worker always
+            reports its routes' setting (on unless turned off); the default is off because a
+            history recorded before the gate has no such field and must replay as it ran.
         fallback: The offline summarizer is the last resort after refusals (D32).
     """
 
@@ -437,7 +439,9 @@ class TurnCall:
         journal: Turn steps not yet journaled, in order.
         resend: Some of ``journal`` may already be written (an earlier activity was lost).
         entries: What ``append`` appends, in order.
-        dropped: Entry ids the agent's context leaves out (replies a retry failed on).
+        dropped: Entry ids the agent's context leaves out. Only a call an older worker scheduled
+            (before a retry wrote its omission, D21) carries any; the field stays so that such
+            a call still decodes and means what it meant.
         compact_failed: ``session_compact_failed``'s payload for ``journal_turn`` to tell the
             worker's hooks (overflow recovery giving up, D18).
     """

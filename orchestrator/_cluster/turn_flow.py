@@ -9,8 +9,9 @@ on both hosts, and the turn rows of the journal read the same.
 
 Effects that touch the world are activities, made once each (a retry is the table's decision):
 
-* ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (the
-  replies a retry failed on left out) and reports the messages it yielded and what the last
+* ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (a
+  failed attempt is out of it once ``omit_failed_attempt`` wrote its omission) and reports the
+  messages it yielded and what the last
   reply means (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
   appends nothing: the ``append`` activity then appends the messages, each under an id the
   workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
@@ -21,8 +22,10 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   the run through the abort row, then fails the request with its exception (``AgentRaisedError``).
 * ``start_turn`` and ``append_continue_message`` append the user message and the D20 message
   the same way, and ``omit_failed_attempt`` the ``context_edit`` entries that omit a failed
-  attempt (D18), their targets chosen from the run's messages as one process chooses them from
-  the path (:func:`~orchestrator._runtime.replies.failed_attempt`).
+  attempt (before an overflow compaction, D18, and a transient-error retry, D21), their targets
+  chosen from the last run's messages as one process chooses them from the path
+  (:func:`~orchestrator._runtime.replies.failed_attempt`); a run that reported no messages (a
+  lost worker) has none to omit.
 * ``start_*_compaction`` runs one :class:`~orchestrator._cluster.flow.OperationFlow` (the
   operation table, its own activities) in flight; ``cancel_compaction`` interrupts it with
   ``cancel`` and waits until it settled through its own table.
@@ -163,7 +166,6 @@ class TurnFlow:
         self.running = False
         self._prompt = ""
         self._follow_ups: deque[str] = deque()
-        self._dropped: list[str] = []
         self._attempt: list[tuple[str, dict[str, Any]]] = []  # the last run's messages, by id
         self._retry_wait_ms = 0
         self._interrupts: list[str] = []
@@ -359,7 +361,6 @@ class TurnFlow:
     async def _start_turn(self) -> None:
         self._close_retry_streak()
         self.counters = TurnCounters()
-        self._dropped.clear()
         self._attempt = []
         text, self._prompt = self._prompt, ""
         message = json.dumps(
@@ -411,7 +412,7 @@ class TurnFlow:
             await self._append_reported(reported)
 
     async def _agent(self) -> AgentReported:
-        call, lines = self._call(dropped=list(self._dropped))
+        call, lines = self._call()
         try:
             reported: AgentReported = await workflow.execute_activity(
                 "call_agent",
@@ -443,9 +444,11 @@ class TurnFlow:
         messages = [json.loads(m) for m in reported.messages]
         pairs = zip(ids, messages, strict=True)
         last = [(i, m) for i, m in pairs if m.get("role") == "assistant"]
+        # What omit_failed_attempt may omit: this run's messages only, none when it reported
+        # none (a lost worker), so an earlier run's reply is never taken for the failed one.
+        self._attempt = list(zip(ids, messages, strict=True))
         if last:
             t.last_reply_id, t.last_reply = last[-1]
-            self._attempt = list(zip(ids, messages, strict=True))
         t.over_threshold, t.context_full = reported.over_threshold, reported.context_full
         if reported.error:
             t.last_error = reported.error
@@ -536,9 +539,6 @@ class TurnFlow:
         t.retry_attempt = 0
 
     async def _sleep_retry(self) -> Report | None:
-        # The failed reply stays in the store; the retry does not send it again.
-        if self.counters.last_reply_id is not None:
-            self._dropped.append(self.counters.last_reply_id)
         delay = self._retry_wait_ms / 1000
 
         async def wait() -> Report:

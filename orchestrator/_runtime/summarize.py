@@ -57,11 +57,10 @@ class SummaryRoutes:
         sleep: Awaited between retries (inject a fake clock's sleep in tests).
         on_attempt: Called for every model attempt with the request's purpose (traces,
             the operation machine, the CLI's progress line).
-        gate: Check every summary before it is committed (D32); off, the table commits any
-            summary that is not empty and not truncated (D15). The routes the settings build
-            (:func:`~orchestrator._runtime.routes.build_summarizer`, the command line, the
-            servers, a session's default route) turn it on; this record's default is off so
-            that scripted test summaries and recorded traces keep meaning what they meant.
+        gate: Check every summary before it is committed (D32), on by default here as in
+            every route the settings build. ``gate=False`` is the explicit opt-out: the table
+            then commits any summary that is not empty and not truncated (D15). Scripted
+            models answer with :func:`orchestrator.testing.summary_text` to pass it.
         fallback: The last candidate after the gate refused every other one (D32): the offline
             summarizer, or ``None`` (``--no-offline-fallback``): then the operation fails.
     """
@@ -74,7 +73,7 @@ class SummaryRoutes:
     reasoning: str | None = "high"
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     on_attempt: Callable[[AttemptRecord, Purpose], None] | None = None
-    gate: bool = False
+    gate: bool = True
     fallback: Model | None = field(default_factory=OfflineSummarizer)
 
 

@@ -1,12 +1,13 @@
 """The turn table's effects on the agent's side: the user message, the agent, retries, resuming.
 
 Split from the turn driver (:mod:`orchestrator._runtime.turn`) by concept. ``call_agent`` runs
-the agent on the live context (without the failed replies a retry leaves out), appends what it
-yields, and reports how its last reply ended (:func:`~orchestrator._runtime.replies.classify`);
-``sleep_retry`` waits and reports ``ok``; ``resume_turn`` reports that the agent may go on.
-``omit_failed_attempt`` appends the ``context_edit`` entries
-that hide a failed attempt from the context, in the file, as pi 1.x does before its overflow
-compaction (D18). Which row follows is the table's choice. They perform through the driver's narrow
+the agent on the live context, appends what it yields, and reports how its last reply ended
+(:func:`~orchestrator._runtime.replies.classify`); ``sleep_retry`` waits and reports ``ok``;
+``resume_turn`` reports that the agent may go on. ``omit_failed_attempt`` appends the
+``context_edit`` entries that hide a failed attempt from the context, in the file, as pi 1.6 does
+before its overflow compaction (D18) and before a transient-error retry (D21): the retry's request
+is then the file's context, and a row without the effect sends the failed reply again. Which row
+follows is the table's choice. They perform through the driver's narrow
 :class:`~orchestrator._runtime.turn_host.Host` interface, never the façade.
 """
 
@@ -53,7 +54,6 @@ class TurnAgent:
         # orchestrator._runtime.driver.weakly).
         self.host: Host = weakref.proxy(host)
         self.prompt = ""
-        self._dropped: set[str] = set()  # failed replies a retry leaves out of its request
         self._retry_wait_ms = 0
 
     def effects(self) -> Mapping[str, Effect]:
@@ -86,7 +86,6 @@ class TurnAgent:
     async def _start_turn(self) -> None:
         self.close_retry_streak()  # the previous turn's, before its counters go
         self.host.counters = TurnCounters()
-        self._dropped.clear()
         text, self.prompt = self.prompt, ""
         session = self.host.session()
         message: Message = {
@@ -120,13 +119,8 @@ class TurnAgent:
         agent, session = self.host.ports.agent, self.host.session()
         assert agent is not None, "a turn needs an agent"
         context = session.context()
-        messages = [
-            m
-            for m, i in zip(context.messages, context.entry_ids, strict=True)
-            if i not in self._dropped
-        ]
         turn = AgentInput(
-            messages=messages,
+            messages=list(context.messages),
             model=context.model,
             thinking_level=context.thinking_level,
             now_ms=self.host.ports.clock_ms,
@@ -173,7 +167,7 @@ class TurnAgent:
 
     async def _omit_failed_attempt(self) -> None:
         # Written, not only left out of the next request: a reopened session, another process
-        # and pi itself then build the context this turn goes on with (D18). Each edit is
+        # and pi itself then build the context this turn goes on with (D18, D21). Each edit is
         # conditional on where this session last saw the file end (D27), as the user message
         # is: a target must be on the branch the file goes on from.
         reply_id = self.host.counters.last_reply_id
@@ -238,10 +232,6 @@ class TurnAgent:
         t.retry_attempt = 0
 
     async def _sleep_retry(self) -> Report | None:
-        # The failed reply stays in the file; the retry does not send it again.
-        if self.host.counters.last_reply_id is not None:
-            self._dropped.add(self.host.counters.last_reply_id)
-
         async def wait() -> Report:
             await self.host.ports.sleep(self._retry_wait_ms / 1000)
             return Report(outcome="ok")

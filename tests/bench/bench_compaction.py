@@ -62,6 +62,7 @@ from orchestrator._runtime.session import AgentSession  # noqa: E402
 from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
+from orchestrator.testing import summary_text  # noqa: E402
 from tests.bench.bench_core import write_session  # noqa: E402
 from tests.bench.timeline import Timeline, instrumented, report  # noqa: E402
 
@@ -115,7 +116,8 @@ class FakeModel:
             if self.timeline is not None:
                 self.timeline.mark("model answers")
         return ModelResponse(
-            text=f"## Goal\nBenchmark summary ({request.purpose}).\n\n## Progress\n- done",
+            # A summary the gate (D32), on by default, passes for this request.
+            text=summary_text(f"Benchmark summary ({request.purpose}).", purpose=request.purpose),
             stop_reason="stop",
             usage=Usage(input=1000, output=20),
             model="fixed-latency",
