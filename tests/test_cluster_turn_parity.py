@@ -291,7 +291,7 @@ async def test_a_threshold_compaction_sends_the_same_notifications_in_the_same_o
         "message",
     ]
     end = served.events()[6]
-    assert end["result"]["summary"].startswith("summary of the")
+    assert end["result"]["summary"].startswith("## Goal\nsummary of the")  # gate-passing (D32)
     assert (end["aborted"], end["willRetry"]) == (False, False)
 
 
