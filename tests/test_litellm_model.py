@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -163,9 +164,13 @@ async def test_tool_calls(provider: LocalProvider) -> None:
         {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}
     ]
     provider.push(Reply(body=body))
-    response = await model_for(provider).complete(REQUEST)
+    tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+    chat = dataclasses.replace(REQUEST, purpose="chat", tools=(tool,))
+    response = await model_for(provider).complete(chat)
     assert response.stop_reason == "toolUse"
     assert response.tool_calls == (ToolCall(id="call_1", name="read", arguments={"p": 1}),)
+    # A chat turn (a request with tools) is answered in one piece, its tool calls whole.
+    assert "stream" not in provider.requests[0].body
 
 
 async def test_hang_is_cancelled_by_the_callers_scope(provider: LocalProvider) -> None:
