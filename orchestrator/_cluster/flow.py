@@ -84,6 +84,19 @@ LONG_CALL = timedelta(minutes=10)
 _AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
 
 
+def model_call_limit(policy: Policy) -> timedelta:
+    """The ``call_model`` activity's time limit: the operation's deadline and 30 s.
+
+    The attempt ends itself (a streaming route after its idle timeout, another after
+    ``model_timeout_s``) and the deadline's timer interrupts it. A streamed summary may take
+    most of the deadline, heartbeating all along, so this only bounds a hang past the deadline;
+    with no deadline, :data:`LONG_CALL`.
+    """
+    if policy.deadline_s is None:
+        return LONG_CALL
+    return timedelta(seconds=policy.deadline_s + 30)
+
+
 class OperationFlow(TableFlow):
     """One compaction or branch summary, run by the operation table inside the workflow.
 
@@ -265,7 +278,6 @@ class OperationFlow(TableFlow):
         if not self._at.offline and self._at.candidate >= self._routes[self._at.part]:
             return Report(outcome="fatal", error="no summary model configured")
         lines, resend = self.journal.take()
-        deadline = self.policy.deadline_s
         try:
             reported: Reported = await workflow.execute_activity(
                 "call_model",
@@ -281,13 +293,7 @@ class OperationFlow(TableFlow):
                     texts=dict(self._texts),
                 ),
                 result_type=Reported,
-                # The attempt ends itself (a streaming route after its idle timeout, another
-                # after model_timeout_s) and the deadline's timer interrupts it; a streamed
-                # summary may take most of the deadline, heartbeating all along, so this only
-                # bounds a hang past the deadline.
-                start_to_close_timeout=(
-                    timedelta(seconds=deadline + 30) if deadline is not None else LONG_CALL
-                ),
+                start_to_close_timeout=model_call_limit(self.policy),
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=ONCE,
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,

@@ -24,10 +24,11 @@ carries the usage). A local model may need minutes for a summary, and a large on
 minutes over a long history: a total time limit either cuts them or is too long to notice a
 provider that says nothing. Streaming, liveness is measured instead: the call fails as a
 ``timeout`` when no chunk comes for the request's ``idle_timeout_s`` (one ``asyncio.timeout``
-moved on at each chunk; litellm's own ``timeout``, the HTTP client's silence between bytes, is
-set to the same), and the runtime gives the route no total limit (``streams = True``). I
-assemble the text, the reasoning, the finish reason and the usage from the chunks. A chat turn
-(a request with tools) is still answered in one piece, its tool calls whole.
+moved on at each chunk, from the request on), and the runtime gives the route no total limit
+(``streams = True``). litellm's own ``timeout`` (the route's ``timeout``) stays its HTTP
+client's: a silence that long between bytes fails the call as ``transient``. I assemble the
+text, the reasoning, the finish reason and the usage from the chunks. A chat turn (a request
+with tools) is still answered in one piece, its tool calls whole.
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ class LiteLLMModel:
             (no network), and 0 means unknown.
         reasoning_supported: Whether to pass ``reasoning_effort`` when a request asks for it;
             ``None`` asks litellm's bundled model map.
-        timeout: Seconds before litellm gives up on the HTTP call; for a summary, which
-            streams, the idle timeout when the request sets none.
+        timeout: Seconds before litellm gives up on the HTTP call (for its HTTP client, a
+            silence between bytes); for a summary, which streams, also the idle timeout when
+            the request sets none.
     """
 
     # litellm leaves a coroutine un-awaited when its call runs under a cancel scope that has a
@@ -239,7 +241,7 @@ class LiteLLMModel:
     async def _streamed(self, litellm: ModuleType, request: ModelRequest) -> ModelResponse:
         idle = request.idle_timeout_s if request.idle_timeout_s is not None else self._timeout
         arguments = self.arguments(request)
-        arguments.update(stream=True, stream_options={"include_usage": True}, timeout=idle)
+        arguments.update(stream=True, stream_options={"include_usage": True})
         pieces = _Pieces(self._model)
         loop = asyncio.get_running_loop()
         try:
@@ -255,8 +257,6 @@ class LiteLLMModel:
         except Exception as exc:  # only Exception: cancellation must pass through untouched
             if type(exc) in _BUGS:
                 raise
-            if isinstance(exc, litellm.Timeout):  # the HTTP client's silence between bytes
-                raise _silent(self._model, idle) from exc
             raise classify_exception(exc) from exc
         return pieces.response()
 
