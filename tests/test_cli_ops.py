@@ -336,6 +336,9 @@ def test_timeout_is_the_operations_deadline_and_caps_each_calls_limits() -> None
         60.0,
         120.0,
     )
+    unlimited = RuntimeSettings(model_idle_timeout_s=None, model_timeout_s=None)
+    capped = with_timeout(unlimited, argparse.Namespace(timeout=30.0))
+    assert (capped.model_idle_timeout_s, capped.model_timeout_s) == (30.0, 30.0)
     short = with_timeout(default, argparse.Namespace(timeout=12.5))
     assert (short.operation_deadline_s, short.model_idle_timeout_s, short.model_timeout_s) == (
         12.5,

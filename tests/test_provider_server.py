@@ -366,3 +366,18 @@ async def test_a_stream_stalls_after_its_chunks_until_released(provider: LocalPr
         {"content": "b "},
         {"content": "c"},
     ]
+
+
+def test_only_a_chat_completion_is_streamed_and_its_tool_calls_are_indexed(
+    provider: LocalProvider,
+) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    with_calls = json.loads(json.dumps(Reply.summary("").body))
+    with_calls["choices"][0]["message"]["tool_calls"] = [call]
+    provider.push(Reply(body=with_calls), Reply.remote("whole"))
+    _, _, raw = post(provider.url + "/v1/chat/completions", b'{"stream": true}')
+    [first, *_] = events_of(raw)
+    assert first["choices"][0]["delta"]["tool_calls"] == [{**call, "index": 0}]
+    assert "index" not in with_calls["choices"][0]["message"]["tool_calls"][0]  # not changed
+    _, _, raw = post(provider.url + "/summary", b'{"stream": true}')
+    assert json.loads(raw) == {"summary": "whole"}
