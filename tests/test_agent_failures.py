@@ -7,6 +7,7 @@ in the model call propagates and ends the turn with its own error.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -117,11 +118,17 @@ async def test_a_bug_or_a_cancel_in_the_model_call_propagates_and_writes_no_erro
 
 
 REQUEST = ModelRequest(purpose="chat", system="s", messages=(), max_tokens=10)
+TOOL = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+# Without tools the route streams; with them, the call is answered in one piece.
+BOTH_CALLS = pytest.mark.parametrize(
+    "request_", [REQUEST, dataclasses.replace(REQUEST, tools=(TOOL,))], ids=["streamed", "whole"]
+)
 
 
+@BOTH_CALLS
 @pytest.mark.parametrize("bug", [TypeError("bad kwargs"), AttributeError("no such attribute")])
 async def test_litellm_route_lets_a_bug_through(
-    monkeypatch: pytest.MonkeyPatch, bug: Exception
+    monkeypatch: pytest.MonkeyPatch, bug: Exception, request_: ModelRequest
 ) -> None:
     async def acompletion(**kwargs: Any) -> Any:
         raise bug
@@ -130,11 +137,12 @@ async def test_litellm_route_lets_a_bug_through(
         litellm_model, "_load_litellm", lambda: SimpleNamespace(acompletion=acompletion)
     )
     with pytest.raises(type(bug)):
-        await LiteLLMModel("openai/x", context_window=1000).complete(REQUEST)
+        await LiteLLMModel("openai/x", context_window=1000).complete(request_)
 
 
+@BOTH_CALLS
 async def test_litellm_route_still_classifies_a_providers_exception(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, request_: ModelRequest
 ) -> None:
     class APIConnectionError(Exception):
         pass
@@ -146,7 +154,7 @@ async def test_litellm_route_still_classifies_a_providers_exception(
         litellm_model, "_load_litellm", lambda: SimpleNamespace(acompletion=acompletion)
     )
     with pytest.raises(ModelError) as caught:
-        await LiteLLMModel("openai/x", context_window=1000).complete(REQUEST)
+        await LiteLLMModel("openai/x", context_window=1000).complete(request_)
     assert caught.value.kind == "transient"
 
 

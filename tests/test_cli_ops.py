@@ -306,6 +306,9 @@ def test_navigate_summary_failure_changes_nothing(
     assert example.read_bytes() == before
 
 
+WORKER = ["worker", "--temporal", "127.0.0.1:1", "--database", "postgresql://127.0.0.1:1/x"]
+
+
 def test_timeout_is_accepted_by_every_command_that_summarizes(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -314,9 +317,34 @@ def test_timeout_is_accepted_by_every_command_that_summarizes(
     assert "would compact" in out
     from orchestrator._cli.main import _build_parser as build_parser
 
-    for argv in (["navigate", "s.jsonl", "--to", "x"], ["serve"], ["tui", "s.jsonl"]):
+    for argv in (["navigate", "s.jsonl", "--to", "x"], ["serve"], ["tui", "s.jsonl"], WORKER):
         args = build_parser().parse_args([*argv, "--timeout", "12.5"])
         assert args.timeout == 12.5
+
+
+def test_timeout_is_the_operations_deadline_and_caps_each_calls_limits() -> None:
+    import argparse
+
+    from orchestrator._cli.common import with_timeout
+    from orchestrator._runtime.types import RuntimeSettings
+
+    default = RuntimeSettings()
+    assert with_timeout(default, argparse.Namespace(timeout=None)) == default
+    long = with_timeout(default, argparse.Namespace(timeout=3600.0))
+    assert (long.operation_deadline_s, long.model_idle_timeout_s, long.model_timeout_s) == (
+        3600.0,
+        60.0,
+        120.0,
+    )
+    unlimited = RuntimeSettings(model_idle_timeout_s=None, model_timeout_s=None)
+    capped = with_timeout(unlimited, argparse.Namespace(timeout=30.0))
+    assert (capped.model_idle_timeout_s, capped.model_timeout_s) == (30.0, 30.0)
+    short = with_timeout(default, argparse.Namespace(timeout=12.5))
+    assert (short.operation_deadline_s, short.model_idle_timeout_s, short.model_timeout_s) == (
+        12.5,
+        12.5,
+        12.5,
+    )
 
 
 def test_timeout_must_be_a_positive_number(

@@ -150,6 +150,9 @@ def test_only_the_litellm_route_asks_for_a_sibling_timer() -> None:
     tracer = LifecycleTracer(None)
     assert TracedModel(LiteLLMModel("openai/gpt-4o-mini"), tracer).needs_sibling_timer
     assert not TracedModel(ScriptedModel(), tracer).needs_sibling_timer
+    # Only the litellm route streams a summary (and keeps its own idle timeout) too.
+    assert TracedModel(LiteLLMModel("openai/gpt-4o-mini"), tracer).streams
+    assert not TracedModel(ScriptedModel(), tracer).streams
 
 
 @pytest.mark.anyio

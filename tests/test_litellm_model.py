@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -163,9 +164,13 @@ async def test_tool_calls(provider: LocalProvider) -> None:
         {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}
     ]
     provider.push(Reply(body=body))
-    response = await model_for(provider).complete(REQUEST)
+    tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+    chat = dataclasses.replace(REQUEST, purpose="chat", tools=(tool,))
+    response = await model_for(provider).complete(chat)
     assert response.stop_reason == "toolUse"
     assert response.tool_calls == (ToolCall(id="call_1", name="read", arguments={"p": 1}),)
+    # A chat turn (a request with tools) is answered in one piece, its tool calls whole.
+    assert "stream" not in provider.requests[0].body
 
 
 async def test_hang_is_cancelled_by_the_callers_scope(provider: LocalProvider) -> None:
@@ -300,3 +305,52 @@ def test_an_answer_without_a_choice_is_an_empty_failure_not_an_index_error() -> 
         with pytest.raises(ModelError, match="answered with no message") as caught:
             response_from_litellm(raw, fallback_model="fallback")
         assert caught.value.kind == "empty"
+
+
+def quiet_after(seconds: float) -> ModelRequest:
+    """``REQUEST`` with an idle timeout (the runtime sets it from its settings)."""
+    return dataclasses.replace(REQUEST, idle_timeout_s=seconds)
+
+
+async def test_a_summary_streams_and_its_text_stop_reason_and_usage_survive(
+    provider: LocalProvider,
+) -> None:
+    provider.push(Reply.stream("the streamed summary", prompt_tokens=100, completion_tokens=7))
+    response = await model_for(provider).complete(REQUEST)
+    assert response.text == "the streamed summary"
+    assert response.stop_reason == "stop"
+    assert response.usage == Usage(input=100, output=7, total=107)
+    assert (response.model, response.provider) == ("test-model", "openai")
+    (sent,) = provider.requests
+    assert sent.body["stream"] is True
+    assert sent.body["stream_options"] == {"include_usage": True}
+
+
+async def test_a_stream_cut_by_the_length_limit_says_length(provider: LocalProvider) -> None:
+    provider.push(Reply.stream("cut off in the mid", finish_reason="length"))
+    response = await model_for(provider).complete(REQUEST)
+    assert (response.text, response.stop_reason) == ("cut off in the mid", "length")
+
+
+async def test_a_stream_that_keeps_coming_outlasts_its_idle_timeout(
+    provider: LocalProvider,
+) -> None:
+    # 80 chunks 20 ms apart: 1.6 s in all, longer than the 1 s of silence allowed.
+    text = " ".join(f"w{n}" for n in range(80))
+    provider.push(Reply.stream(text, chunk_delay=0.02))
+    response = await model_for(provider).complete(quiet_after(1.0))
+    assert response.text == text
+
+
+@pytest.mark.parametrize(
+    "reply", [Reply.hang(), Reply.stream("a b c d", stall_after=3)], ids=["silent", "stalled"]
+)
+async def test_a_provider_that_goes_silent_fails_at_the_idle_timeout(
+    provider: LocalProvider, reply: Reply
+) -> None:
+    provider.push(reply)
+    with pytest.raises(ModelError, match=r"openai/test-model: nothing received for 0\.3 s") as c:
+        await model_for(provider).complete(quiet_after(0.3))
+    assert c.value.kind == "timeout"
+    assert len(provider.requests) == 1
+    provider.release()

@@ -290,3 +290,94 @@ async def test_release_answers_held_requests_and_stop_the_delayed_ones() -> None
         assert texts == ["held", "quick"]
         provider.stop()
     assert texts == ["held", "quick", "slow"]
+
+
+def events_of(raw: bytes) -> list[Any]:
+    """The server-sent events of a streamed answer: each ``data:`` line, JSON but the last."""
+    lines = [line[len(b"data: ") :] for line in raw.split(b"\n\n") if line.strip()]
+    assert lines[-1] == b"[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_a_streamed_reply_sends_a_token_per_event_then_its_finish_and_usage(
+    provider: LocalProvider,
+) -> None:
+    provider.push(Reply.stream("one two  three", finish_reason="length", prompt_tokens=4))
+    status, headers, raw = post(provider.url + "/v1/chat/completions", b'{"stream": true}')
+    assert (status, headers["content-type"]) == (200, "text/event-stream")
+    events = events_of(raw)
+    deltas = [event["choices"][0]["delta"] for event in events[:-1]]
+    assert deltas == [
+        {"role": "assistant", "content": ""},
+        {"content": "one "},
+        {"content": "two  "},
+        {"content": "three"},
+        {},
+    ]
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    assert events[-1]["choices"] == []
+    assert events[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert Reply.stream("x", chunk_delay=10_000).chunk_delay == MAX_DELAY
+
+
+def test_a_completion_asked_to_stream_is_streamed_and_otherwise_sent_whole(
+    provider: LocalProvider,
+) -> None:
+    provider.push(Reply.summary("whole", cached_tokens=2), Reply.summary("whole"))
+    status, _, raw = post(provider.url + "/v1/chat/completions", b'{"stream": true}')
+    events = events_of(raw)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": "whole"}
+    assert events[1]["choices"][0]["finish_reason"] == "stop"
+    assert events[2]["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 15,
+        "prompt_tokens_details": {"cached_tokens": 2},
+    }
+    status, _, raw = post(provider.url + "/v1/chat/completions", b'{"stream": false}')
+    assert json.loads(raw)["choices"][0]["message"]["content"] == "whole"
+    # An error is an error, streamed or not, as providers answer before a stream starts.
+    provider.push(Reply.rate_limited())
+    status, _, raw = post(provider.url + "/v1/chat/completions", b'{"stream": true}')
+    assert (status, json.loads(raw)["error"]["message"]) == (429, "Rate limit reached")
+
+
+@pytest.mark.anyio
+async def test_a_stream_stalls_after_its_chunks_until_released(provider: LocalProvider) -> None:
+    provider.push(Reply.stream("a b c", stall_after=2))
+    received: list[bytes] = []
+    async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            url = provider.url + "/v1/chat/completions"
+            async with client.stream("POST", url, json={"stream": True}) as response:
+                async for piece in response.aiter_bytes():
+                    received.append(piece)
+
+        tg.start_soon(call)
+        while b"".join(received).count(b"data: ") < 2:
+            await anyio.wait_all_tasks_blocked()
+            await anyio.lowlevel.checkpoint()
+        await anyio.wait_all_tasks_blocked()
+        assert b"".join(received).count(b"data: ") == 2  # the role and "a ", then nothing
+        provider.release()
+    assert [e["choices"][0]["delta"] for e in events_of(b"".join(received))[1:4]] == [
+        {"content": "a "},
+        {"content": "b "},
+        {"content": "c"},
+    ]
+
+
+def test_only_a_chat_completion_is_streamed_and_its_tool_calls_are_indexed(
+    provider: LocalProvider,
+) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    with_calls = json.loads(json.dumps(Reply.summary("").body))
+    with_calls["choices"][0]["message"]["tool_calls"] = [call]
+    provider.push(Reply(body=with_calls), Reply.remote("whole"))
+    _, _, raw = post(provider.url + "/v1/chat/completions", b'{"stream": true}')
+    [first, *_] = events_of(raw)
+    assert first["choices"][0]["delta"]["tool_calls"] == [{**call, "index": 0}]
+    assert "index" not in with_calls["choices"][0]["message"]["tool_calls"][0]  # not changed
+    _, _, raw = post(provider.url + "/summary", b'{"stream": true}')
+    assert json.loads(raw) == {"summary": "whole"}

@@ -78,16 +78,30 @@ def add_timeout_argument(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         metavar="SECONDS",
         help="give up a compaction or branch summary after this long, retries included "
-        "(default: 30 s per model call, 45 s in all)",
+        "(default: 900 s; a streamed model call also fails after 60 s without a chunk)",
     )
 
 
 def with_timeout(settings: RuntimeSettings, args: argparse.Namespace) -> RuntimeSettings:
-    """``settings`` with ``--timeout`` applied to each model call and to the whole operation."""
+    """``settings`` with ``--timeout`` as the operation's deadline.
+
+    A model call's own limits (the idle timeout of a streamed one, the total of one answered in
+    one piece) stay as they are, unless longer than the deadline: they are cut to it, as a
+    call cannot outlast its operation anyway.
+    """
     seconds = getattr(args, "timeout", None)
     if seconds is None:
         return settings
-    return dataclasses.replace(settings, model_timeout_s=seconds, operation_deadline_s=seconds)
+    return dataclasses.replace(
+        settings,
+        model_idle_timeout_s=_at_most(settings.model_idle_timeout_s, seconds),
+        model_timeout_s=_at_most(settings.model_timeout_s, seconds),
+        operation_deadline_s=seconds,
+    )
+
+
+def _at_most(limit: float | None, seconds: float) -> float:
+    return seconds if limit is None else min(limit, seconds)
 
 
 def positive_float(text: str) -> float:

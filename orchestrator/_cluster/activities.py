@@ -193,6 +193,7 @@ class SessionActivities:
                 call.texts,
                 self.settings.model_timeout_s,
                 call.feedback,
+                idle_s=self.settings.model_idle_timeout_s,
             )
         report = attempt.report
         return Reported(

@@ -236,8 +236,9 @@ class Policy:
         base_delay_ms: The first wait.
         switch_after_ms: A longer wait moves to the next candidate (D21).
         max_delay_ms: On the last candidate, a longer wait fails.
-        timeout_s: Per model call (``None``: no limit).
-        deadline_s: Per operation (``None``: no limit).
+        timeout_s: Per model call to a route that answers in one piece (``None``: no limit);
+            recorded, as the worker's activity applies it.
+        deadline_s: Per operation (``None``: no limit); it also bounds a model call activity.
         gate: Summaries are checked before they are committed (D32). The worker always
             reports its routes' setting (on unless turned off); the default is off because a
             history recorded before the gate has no such field and must replay as it ran.

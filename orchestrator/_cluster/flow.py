@@ -80,8 +80,21 @@ HEARTBEAT = timedelta(seconds=5)
 SHORT = timedelta(seconds=60)
 """Time limit of an activity that does not call a model."""
 LONG_CALL = timedelta(minutes=10)
-"""Time limit of a model call when the worker sets none."""
+"""Time limit of a model call when the operation has no deadline (and of an agent's turn)."""
 _AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
+
+
+def model_call_limit(policy: Policy) -> timedelta:
+    """The ``call_model`` activity's time limit: the operation's deadline and 30 s.
+
+    The attempt ends itself (a streaming route after its idle timeout, another after
+    ``model_timeout_s``) and the deadline's timer interrupts it. A streamed summary may take
+    most of the deadline, heartbeating all along, so this only bounds a hang past the deadline;
+    with no deadline, :data:`LONG_CALL`.
+    """
+    if policy.deadline_s is None:
+        return LONG_CALL
+    return timedelta(seconds=policy.deadline_s + 30)
 
 
 class OperationFlow(TableFlow):
@@ -265,7 +278,6 @@ class OperationFlow(TableFlow):
         if not self._at.offline and self._at.candidate >= self._routes[self._at.part]:
             return Report(outcome="fatal", error="no summary model configured")
         lines, resend = self.journal.take()
-        timeout = self.policy.timeout_s
         try:
             reported: Reported = await workflow.execute_activity(
                 "call_model",
@@ -281,10 +293,7 @@ class OperationFlow(TableFlow):
                     texts=dict(self._texts),
                 ),
                 result_type=Reported,
-                # The attempt's own timeout is the model-call limit; this only bounds a hang.
-                start_to_close_timeout=(
-                    timedelta(seconds=timeout + 30) if timeout is not None else LONG_CALL
-                ),
+                start_to_close_timeout=model_call_limit(self.policy),
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=ONCE,
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,

@@ -50,6 +50,8 @@ class ModelRequest:
         max_tokens: Output budget.
         reasoning: Reasoning effort (``"high"`` ...) when the route supports it, else ``None``.
         tools: Tool schemas (OpenAI format) for chat turns; empty for summaries.
+        idle_timeout_s: For a route that streams (``streams = True``): fail the call as a
+            ``timeout`` when nothing arrives for this many seconds (``None``: the route's own).
     """
 
     purpose: Purpose
@@ -58,6 +60,7 @@ class ModelRequest:
     max_tokens: int
     reasoning: str | None = None
     tools: tuple[dict[str, Any], ...] = ()
+    idle_timeout_s: float | None = None
 
     @property
     def prompt(self) -> str:
@@ -106,7 +109,14 @@ class ModelResponse:
 
 @runtime_checkable
 class Model(Protocol):
-    """A model route: one attempt per call, failures raised as ``ModelError``."""
+    """A model route: one attempt per call, failures raised as ``ModelError``.
+
+    A route may also say ``streams = True`` (an optional attribute, not part of the protocol):
+    it receives its answer a piece at a time and fails the call itself when nothing arrives for
+    the request's ``idle_timeout_s``, so the runtime gives it no total time limit of a call
+    (the operation's deadline still bounds it). Other routes answer in one piece, and the
+    runtime ends a call of theirs after ``RuntimeSettings.model_timeout_s`` in all.
+    """
 
     @property
     def name(self) -> str:

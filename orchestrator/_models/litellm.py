@@ -18,10 +18,22 @@ classes, so these can only come from the way it was called.
 
 I do not judge the reply: an empty text or a ``length`` stop is reported as it is, and the
 caller decides whether that is a failure (D15, ``check_summary_response``).
+
+Summaries stream (``stream=True``, with ``stream_options.include_usage`` so the last chunk
+carries the usage). A local model may need minutes for a summary, and a large one streams for
+minutes over a long history: a total time limit either cuts them or is too long to notice a
+provider that says nothing. Streaming, liveness is measured instead: the call fails as a
+``timeout`` when no chunk comes for the request's ``idle_timeout_s`` (one ``asyncio.timeout``
+moved on at each chunk, from the request on), and the runtime gives the route no total limit
+(``streams = True``). litellm's own ``timeout`` (the route's ``timeout``) stays its HTTP
+client's: a silence that long between bytes fails the call as ``transient``. I assemble the
+text, the reasoning, the finish reason and the usage from the chunks. A chat turn (a request
+with tools) is still answered in one piece, its tool calls whole.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -124,12 +136,16 @@ class LiteLLMModel:
             (no network), and 0 means unknown.
         reasoning_supported: Whether to pass ``reasoning_effort`` when a request asks for it;
             ``None`` asks litellm's bundled model map.
-        timeout: Seconds before litellm gives up on the HTTP call.
+        timeout: Seconds before litellm gives up on the HTTP call (for its HTTP client, a
+            silence between bytes); for a summary, which streams, also the idle timeout when
+            the request sets none.
     """
 
     # litellm leaves a coroutine un-awaited when its call runs under a cancel scope that has a
     # deadline: the per-call timeout uses a sibling timer task for this route (outcomes.within).
     needs_sibling_timer = True
+    # Summaries stream, and this route fails one that goes silent (the module's doc).
+    streams = True
 
     def __init__(
         self,
@@ -212,6 +228,8 @@ class LiteLLMModel:
             ModelError: the provider failed; ``kind`` is ``overflow``, ``transient`` or ``fatal``.
         """
         litellm = _load_litellm()
+        if not request.tools:
+            return await self._streamed(litellm, request)
         try:
             raw = await litellm.acompletion(**self.arguments(request))
         except Exception as exc:  # only Exception: cancellation must pass through untouched
@@ -219,6 +237,81 @@ class LiteLLMModel:
                 raise
             raise classify_exception(exc) from exc
         return response_from_litellm(raw, fallback_model=self._model)
+
+    async def _streamed(self, litellm: ModuleType, request: ModelRequest) -> ModelResponse:
+        idle = request.idle_timeout_s if request.idle_timeout_s is not None else self._timeout
+        arguments = self.arguments(request)
+        arguments.update(stream=True, stream_options={"include_usage": True})
+        pieces = _Pieces(self._model)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(idle) as quiet:
+                stream = await litellm.acompletion(**arguments)
+                pieces.provider = str(getattr(stream, "custom_llm_provider", "") or "")
+                async with stream:
+                    async for chunk in stream:
+                        quiet.reschedule(loop.time() + idle)
+                        pieces.add(chunk)
+        except TimeoutError:  # ours (asyncio.timeout's); the caller's cancellation passes
+            raise _silent(self._model, idle) from None
+        except Exception as exc:  # only Exception: cancellation must pass through untouched
+            if type(exc) in _BUGS:
+                raise
+            raise classify_exception(exc) from exc
+        return pieces.response()
+
+
+def _silent(model: str, idle: float) -> ModelError:
+    return ModelError(f"{model}: nothing received for {idle:g} s", kind="timeout")
+
+
+class _Pieces:
+    """A streamed reply as it comes: its text, reasoning, finish reason and usage."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.provider = ""
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.heard = False  # a chunk of the provider's own, not one litellm made up at the end
+
+    def add(self, chunk: Any) -> None:
+        self.model = getattr(chunk, "model", None) or self.model
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.usage = usage
+            self.heard = True
+        for choice in getattr(chunk, "choices", None) or ():
+            delta = getattr(choice, "delta", None)
+            content = getattr(delta, "content", None)
+            thinking = getattr(delta, "reasoning_content", None) or ""
+            self.heard = self.heard or content is not None or bool(getattr(delta, "role", None))
+            self.text.append(_text_of(content))
+            self.thinking.append(thinking)
+            if choice.finish_reason:
+                self.finish_reason = str(choice.finish_reason)
+
+    def response(self) -> ModelResponse:
+        """The assembled reply.
+
+        Raises:
+            ModelError: ``transient``: the stream carried nothing of the provider's (a body
+                that is not server-sent events: litellm then makes up an empty ``stop``).
+        """
+        if not self.heard:
+            raise ModelError(
+                f"{self.model}: the provider's stream carried no answer", kind="transient"
+            )
+        return ModelResponse(
+            text="".join(self.text),
+            stop_reason=_FINISH_REASONS.get(str(self.finish_reason), "stop"),
+            usage=_usage_of(self.usage),
+            model=self.model,
+            provider=self.provider,
+            thinking="".join(self.thinking),
+        )
 
 
 def response_from_litellm(raw: Any, *, fallback_model: str = "") -> ModelResponse:

@@ -21,12 +21,21 @@ included.
 
 A reply may "hold": the request waits until :meth:`LocalProvider.release` or
 :meth:`LocalProvider.stop`. That is how a test gets a call that hangs without sleeping.
+
+Streaming, as OpenAI-compatible providers stream: a request with ``"stream": true`` is answered
+with server-sent events (``data: {chunk}`` each, then ``data: [DONE]``) in chunked framing. A
+:meth:`Reply.stream` sends its text a token at a time, ``chunk_delay`` seconds apart, and may
+stall (hold) after a number of chunks; a :meth:`Reply.summary` asked to stream is sent as one
+content chunk, its finish reason, and its usage (the ``stream_options.include_usage`` chunk),
+so a streaming client reads the same answer either way. Errors stay plain JSON answers, as
+providers send them before any stream starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -49,6 +58,9 @@ class Reply:
         delay: Seconds the server waits before answering (clamped to ``MAX_DELAY``); the wait
             ends early when the provider stops.
         hold: Wait until :meth:`LocalProvider.release` (or stop) before answering.
+        events: Server-sent events (JSON-able chunks) to stream instead of ``body``.
+        chunk_delay: Seconds before each event (clamped to ``MAX_DELAY``).
+        stall_after: After this many events, hold (as ``hold`` does) before the rest.
     """
 
     status: int = 200
@@ -56,6 +68,9 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
     delay: float = 0.0
     hold: bool = False
+    events: tuple[Any, ...] | None = None
+    chunk_delay: float = 0.0
+    stall_after: int | None = None
 
     @classmethod
     def summary(
@@ -91,6 +106,34 @@ class Reply:
             "usage": usage,
         }
         return cls(body=body, delay=min(max(delay, 0.0), MAX_DELAY))
+
+    @classmethod
+    def stream(
+        cls,
+        text: str,
+        *,
+        chunk_delay: float = 0.0,
+        finish_reason: str = "stop",
+        prompt_tokens: int = 10,
+        completion_tokens: int | None = None,
+        stall_after: int | None = None,
+    ) -> Reply:
+        """A streamed chat completion: ``text`` a token (a word) per event, ``chunk_delay`` apart.
+
+        The events are the role, one per token, the finish reason, then the usage
+        (``completion_tokens`` defaults to the number of tokens). With ``stall_after``, the
+        stream stops after that many events until :meth:`LocalProvider.release` (or stop).
+        """
+        tokens = re.findall(r"\s*\S+\s*", text) or [text]
+        output = len(tokens) if completion_tokens is None else completion_tokens
+        events = (
+            _chunk({"role": "assistant", "content": ""}),
+            *(_chunk({"content": token}) for token in tokens),
+            _chunk({}, finish_reason),
+            _usage_chunk(prompt_tokens, output),
+        )
+        delay = min(max(chunk_delay, 0.0), MAX_DELAY)
+        return cls(events=events, chunk_delay=delay, stall_after=stall_after)
 
     @classmethod
     def error(cls, status: int, message: str, *, code: str | None = None, **headers: str) -> Reply:
@@ -324,17 +367,21 @@ class _Server:
                 future.set_result(None)
 
     async def pause(self, reply: Reply) -> None:
+        await self.wait(reply.delay, hold=reply.hold)
+
+    async def wait(self, delay: float, *, hold: bool) -> None:
+        """Wait ``delay`` seconds, or until released when ``hold``; stopping ends either."""
         provider = self.provider
-        if provider._stopping or (reply.hold and provider._released):
+        if provider._stopping or (hold and provider._released):
             return
-        if not reply.hold and reply.delay <= 0:
+        if not hold and delay <= 0:
             return
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        self.waits[future] = reply.hold
+        self.waits[future] = hold
         timer = None
-        if not reply.hold:
-            timer = loop.call_later(min(reply.delay, MAX_DELAY), _settle, future)
+        if not hold:
+            timer = loop.call_later(min(delay, MAX_DELAY), _settle, future)
         try:
             await future
         finally:
@@ -391,12 +438,97 @@ class _Server:
             RecordedRequest(path=path, headers=headers, body=body, raw=raw)
         )
         await self.pause(reply)
-        await _send(writer, reply, keep_alive=keep_alive and not self.provider._stopping)
+        events = _events_of(reply, asked=isinstance(body, dict) and body.get("stream") is True)
+        if events is None:
+            await _send(writer, reply, keep_alive=keep_alive and not self.provider._stopping)
+        else:
+            await self.stream(writer, reply, events)
+            keep_alive = keep_alive and not self.provider._stopping
         self.connections[task] = False
         return keep_alive and not self.provider._stopping
 
+    async def stream(
+        self, writer: asyncio.StreamWriter, reply: Reply, events: tuple[Any, ...]
+    ) -> None:
+        """Send ``events`` as server-sent events, each after the reply's ``chunk_delay``."""
+        keep_alive = not self.provider._stopping
+        head = [
+            "HTTP/1.1 200 OK",
+            "content-type: text/event-stream",
+            "transfer-encoding: chunked",
+            *(f"{name}: {value}" for name, value in reply.headers),
+            "connection: keep-alive" if keep_alive else "connection: close",
+            "",
+            "",
+        ]
+        writer.write("\r\n".join(head).encode("latin-1"))
+        await writer.drain()
+        for number, event in enumerate((*events, "[DONE]")):
+            if number == reply.stall_after:
+                await self.wait(0.0, hold=True)
+            await self.wait(reply.chunk_delay, hold=False)
+            data = event if isinstance(event, str) else json.dumps(event)
+            payload = f"data: {data}\n\n".encode()
+            writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
 
 _NOT_POST = Reply.error(501, "LocalProvider answers POST only")
+
+
+def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` event."""
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    return {**_CHUNK_HEAD, "choices": [choice]}
+
+
+def _usage_chunk(prompt_tokens: int, completion_tokens: int, **more: Any) -> dict[str, Any]:
+    """The last event of a stream asked for its usage: no choice, the usage."""
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        **more,
+    }
+    return {**_CHUNK_HEAD, "choices": [], "usage": usage}
+
+
+_CHUNK_HEAD = {
+    "id": "chatcmpl-local",
+    "object": "chat.completion.chunk",
+    "created": 0,
+    "model": "test-model",
+}
+
+
+def _events_of(reply: Reply, *, asked: bool) -> tuple[Any, ...] | None:
+    """The events to stream for ``reply`` (``None``: answer in one piece).
+
+    A streamed reply streams; a chat completion streams when the request asked for it (its
+    message as one chunk); anything else (an error, a malformed body) is sent as it is.
+    """
+    if reply.events is not None:
+        return reply.events
+    body = reply.body
+    if not asked or reply.status != 200 or not isinstance(body, dict):
+        return None
+    if body.get("object") != "chat.completion" or not body.get("choices"):
+        return None
+    choice = body["choices"][0]
+    message = dict(choice.get("message") or {})
+    if message.get("tool_calls"):
+        calls = message["tool_calls"]
+        message["tool_calls"] = [{**call, "index": i} for i, call in enumerate(calls)]
+    usage = dict(body.get("usage") or {})
+    prompt, output = usage.pop("prompt_tokens", 0), usage.pop("completion_tokens", 0)
+    usage.pop("total_tokens", None)
+    return (
+        _chunk(message),
+        _chunk({}, choice.get("finish_reason")),
+        _usage_chunk(prompt, output, **usage),
+    )
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -218,6 +218,7 @@ class HostedMethods:
             tracer=options.tracer,
             sleep=routes.sleep,
             timeout_s=settings.model_timeout_s,
+            idle_s=settings.model_idle_timeout_s,
             deadline_s=settings.operation_deadline_s,
         )
         return ports, journal

@@ -472,8 +472,9 @@ class OperationRun:
     async def _attempt(
         self, part: Part, model: Model, halvings: int, feedback: str = ""
     ) -> Attempt:
+        ports = self.ports
         return await attempt_summary(
-            part, model, halvings, self._texts, self.ports.timeout_s, feedback
+            part, model, halvings, self._texts, ports.timeout_s, feedback, idle_s=ports.idle_s
         )
 
     def _start_early(self, model: Model) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -279,6 +279,8 @@ async def attempt_summary(
     texts: Mapping[str, str],
     timeout_s: float | None,
     feedback: str = "",
+    *,
+    idle_s: float | None = None,
 ) -> Attempt:
     """Make one attempt at one summary request and report it (no retry here: the table decides).
 
@@ -287,8 +289,10 @@ async def attempt_summary(
         model: The candidate asked.
         halvings: Times the request was halved (D14).
         texts: The texts of the earlier requests.
-        timeout_s: The attempt's time limit.
+        timeout_s: The attempt's time limit, for a route that answers in one piece.
         feedback: What the gate refused in this candidate's last answer (D32).
+        idle_s: For a route that streams (``streams``): the longest silence it allows, and
+            then no total limit (a long answer that keeps coming is not cut).
 
     Returns:
         The report (``ok`` with the model's name and the prompt and input hashes, or the
@@ -298,10 +302,14 @@ async def attempt_summary(
         # Building the request may refuse (a window too small for anything useful): that is
         # a failure of this attempt like any other, and no model is paid for it.
         request = request_for(part, model, halvings, texts, feedback)
+        limit = timeout_s
+        if getattr(model, "streams", False):
+            request = replace(request, idle_timeout_s=idle_s)
+            limit = None
         sibling = bool(getattr(model, "needs_sibling_timer", False))
-        response = await within(timeout_s, answer_of(model, request), sibling_timer=sibling)
+        response = await within(limit, answer_of(model, request), sibling_timer=sibling)
         if response is None:
-            failure = f"{model.name}: no answer after {timeout_s:g} s"
+            failure = f"{model.name}: no answer after {limit:g} s"
             return Attempt(Report(outcome="timeout", error=failure))
         response = check_summary_response(response, request.max_tokens)
     except ModelError as error:

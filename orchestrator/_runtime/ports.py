@@ -76,7 +76,10 @@ class Ports:
         clock_ms: Epoch-ms clock (prune times, message times).
         sleep: Awaited for every wait, in seconds.
         ids: Source of operation ids.
-        timeout_s: Per model call, seconds (``None``: no limit).
+        timeout_s: Per model call to a route that answers in one piece, seconds (``None``: no
+            limit).
+        idle_s: Per model call to a route that streams: the longest silence, seconds (``None``:
+            the route's own).
         deadline_s: Per operation, seconds, over all its calls and waits (``None``: no limit).
         tables: Where the machine tables come from, by name (tests pass modified copies to
             show that the behaviour follows the table).
@@ -93,6 +96,7 @@ class Ports:
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     ids: Callable[[], str] = random_operation_id
     timeout_s: float | None = None
+    idle_s: float | None = None
     deadline_s: float | None = None
     tables: Callable[[str], MachineDef] = load_machine
 

@@ -157,6 +157,7 @@ class AgentSession:
             routes=routes,
             agent=self._agent,
             timeout_s=self._settings.model_timeout_s,
+            idle_s=self._settings.model_idle_timeout_s,
             deadline_s=self._settings.operation_deadline_s,
         )
         parts = wire(ports, self._settings, getattr(self, "turn", None))

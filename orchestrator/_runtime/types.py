@@ -29,10 +29,16 @@ class RuntimeSettings:
         branch_reserve_tokens: Reserve for branch summaries (budget = window - reserve).
         short_summary: Also write a one-or-two sentence ``shortSummary`` on every compaction
             and branch summary (shown by ``tree``, ``context``, the TUI and the results).
-        model_timeout_s: A summary model call that has not answered after this many seconds
-            is given up as a transient failure (``None``: no limit).
+        model_idle_timeout_s: A summary call to a route that streams (litellm's) fails as a
+            ``timeout`` when nothing arrives for this many seconds: a provider that says
+            nothing is noticed in a minute, while one that keeps streaming for minutes is not
+            cut (``None``: the route's own, ``LiteLLMModel(timeout=...)``, 120 s).
+        model_timeout_s: A summary call to a route that answers in one piece (the remote
+            endpoint, a model of your own) that has not answered after this many seconds fails
+            as a ``timeout``; silence and work look alike there (``None``: no limit).
         operation_deadline_s: A compaction or branch summary that has not finished after this
             many seconds, waits and retries included, ends as failed (``None``: no limit).
+            It also bounds a ``session_before_tree`` hook's answer.
     """
 
     context_window: int = 128_000
@@ -41,8 +47,9 @@ class RuntimeSettings:
     prune: bool = True
     branch_reserve_tokens: int = 16384
     short_summary: bool = False
-    model_timeout_s: float | None = 30.0
-    operation_deadline_s: float | None = 45.0
+    model_idle_timeout_s: float | None = 60.0
+    model_timeout_s: float | None = 120.0
+    operation_deadline_s: float | None = 900.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

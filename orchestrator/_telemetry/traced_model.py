@@ -33,6 +33,11 @@ class TracedModel:
         """Whether the wrapped route must be timed by a sibling task (see ``LiteLLMModel``)."""
         return bool(getattr(self.inner, "needs_sibling_timer", False))
 
+    @property
+    def streams(self) -> bool:
+        """Whether the wrapped route streams and keeps its own idle timeout (``Model``)."""
+        return bool(getattr(self.inner, "streams", False))
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Call the wrapped route inside a model span.
 
