@@ -206,10 +206,46 @@ def print_json(value: Any) -> None:
     encoding, where the stream's error handler wrote ``\U0001f600``, which is not JSON.
     """
     if _utf8(sys.stdout):
+        compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        indented = _indented(compact)
+        if indented is not None:
+            buffer = getattr(sys.stdout, "buffer", None)
+            if buffer is None:  # a text stream only (io.StringIO)
+                sys.stdout.write(indented.decode("utf-8") + "\n")
+                return
+            sys.stdout.flush()
+            buffer.write(indented + b"\n")
+            return
         text = escape_lone_surrogates(json.dumps(value, ensure_ascii=False, indent=2))
     else:
         text = json.dumps(value, ensure_ascii=True, indent=2)
     sys.stdout.write(text + "\n")
+
+
+_FAST_FROM_CHARS = 1 << 20
+"""Outputs from this size on are indented by msgspec (see :func:`_indented`)."""
+
+
+def _indented(compact: str) -> bytes | None:
+    """``json.dumps(..., indent=2)``'s text as UTF-8, from the compact text, or ``None``.
+
+    The standard library's encoder is written in Python when it indents, and a big context
+    (60k messages, 36 MB) spent two thirds of ``context --json`` in it. Its compact form is
+    written in C; msgspec's ``format`` then adds the same whitespace, copying every string and
+    number as written (so ``1e+16`` stays as Python wrote it), which gives the same bytes
+    (tests/test_cli_json_output.py). ``None`` (the caller takes the standard path): a text with
+    a lone surrogate, which UTF-8 cannot hold, or a small output in a process that has not
+    imported msgspec, where importing it would cost more than it saves (a short command).
+    """
+    if len(compact) < _FAST_FROM_CHARS and "msgspec" not in sys.modules:
+        return None
+    try:
+        data = compact.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    import msgspec
+
+    return msgspec.json.format(data, indent=2)
 
 
 def _utf8(stream: Any) -> bool:

@@ -156,7 +156,9 @@ def main(argv: list[str]) -> None:
             print(f"  {n} entries done, load {os.getloadavg()[0]:.1f}", flush=True)
         print()
         head = f"{'entries':>8} {'plan ours':>9} {'pi':>7} {'ratio':>5} "
-        head += f"{'context ours':>12} {'pi':>7} {'ratio':>5} {'RSS ours':>8} {'pi':>6} {'ratio':>5}"
+        head += (
+            f"{'context ours':>12} {'pi':>7} {'ratio':>5} {'RSS ours':>8} {'pi':>6} {'ratio':>5}"
+        )
         print(head + (f" {'pi 0.73.1':>9}" if pi073 else ""))
         for r in rows:
             line = (

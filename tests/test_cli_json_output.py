@@ -1,0 +1,66 @@
+"""``print_json`` writes what ``json.dumps(value, ensure_ascii=False, indent=2)`` writes.
+
+Big outputs are indented by msgspec from the standard library's compact text; these tests hold
+that path to the standard one, byte for byte, on the values that could tell them apart.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import Any
+
+import pytest
+
+from orchestrator._cli import common
+
+VALUES: list[Any] = [
+    {},
+    [],
+    {"a": [], "b": {}, "c": [[], {}]},
+    [1e16, 1e20, 1.5e-05, 1e-07, 0.1, -0.0, 5e-324, 1.7976931348623157e308, 1.0],
+    [2**63, -(2**63), 2**64 - 1, 2**64, 2**200, 0, -1, True, False, None],
+    {"text": 'a\x00\x01\x1f\x7f\u2028\u2029"\\\n\r\t\b\f/é😀 :, {}[]'},
+    {"k": [1, {"x": "y", "nested": {"deep": [None]}}], "z": 2, "": ""},
+    {"é": "ü", "😀": ["😀"]},
+]
+
+
+def _printed(value: Any, monkeypatch: pytest.MonkeyPatch, *, fast: bool) -> bytes:
+    monkeypatch.setattr(common, "_FAST_FROM_CHARS", 0 if fast else 1 << 62)
+    if not fast:
+        monkeypatch.delitem(sys.modules, "msgspec", raising=False)
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+    monkeypatch.setattr(sys, "stdout", out)
+    common.print_json(value)
+    out.flush()
+    monkeypatch.undo()
+    return raw.getvalue()
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_fast_indent_is_the_standard_one(value: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = (json.dumps(value, ensure_ascii=False, indent=2) + "\n").encode()
+    assert _printed(value, monkeypatch, fast=True) == expected
+    assert _printed(value, monkeypatch, fast=False) == expected
+
+
+def test_lone_surrogate_takes_the_standard_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    printed = _printed({"t": "a\ud800b"}, monkeypatch, fast=True)
+    assert printed == b'{\n  "t": "a\\ud800b"\n}\n'
+
+
+def test_text_stream_without_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "_FAST_FROM_CHARS", 0)
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    common.print_json({"a": [1, "é"]})
+    assert out.getvalue() == json.dumps({"a": [1, "é"]}, ensure_ascii=False, indent=2) + "\n"
+
+
+def test_small_output_does_not_import_msgspec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "msgspec", raising=False)
+    assert common._indented('{"a":1}') is None
+    assert "msgspec" not in sys.modules
