@@ -38,14 +38,8 @@ from orchestrator._core.entries import (
     is_system_entry,
     project,
 )
-from orchestrator._core.serialize import (
-    LATE_ROLES,
-    SHAPE_OTHER,
-    SHAPE_TEXT_AND_CALL,
-    MeasuredMessages,
-    measure_shaped,
-    serial_step,
-)
+from orchestrator._core.measures import Measures, OnDemand
+from orchestrator._core.serialize import LATE_ROLES, MeasuredMessages
 from orchestrator._core.system_prompt import current_system_message
 from orchestrator._core.tokens import (
     ContextTokens,
@@ -151,19 +145,14 @@ class ContextIndex:
         events: File operations at this moment.
         first_seen: Per tool, each path with the first context message (index) that used it, in
             that order (append-only: a path is added once).
-        serial: ``serial[k] - serial[0]`` is the sum of :func:`serial_step` of the serialized
-            lengths of the first ``k`` messages (see :class:`MeasuredMessages`), where those
-            listed in ``late`` count 0.
-
-    The three running sums start where the sums they were cut from stood, not at 0: a
-    compaction's restart keeps the kept messages' sums as they were (a slice, copied in C)
-    instead of subtracting the dropped part from each (issue 9). Only differences are read.
         late: Indices of the messages of a role measured late (summaries), ascending.
-        shapes: For each context message, its shape (``SHAPE_*`` of ``_core.serialize``), so a
-            summary request writes the usual ones without checking them again.
-        parts: For each context message, two items: what a summary request writes it from
-            (its text and tool call, ``measure_shaped`` of ``_core.serialize``), read when it
-            was measured; ``None`` for other shapes.
+        measures: The serialized lengths, shapes and parts of the messages, measured on first
+            need (:mod:`~orchestrator._core.measures`): read them through :attr:`serial`,
+            :attr:`shapes` and :attr:`parts`, which measure this view's messages first.
+
+    The running sums start where the sums they were cut from stood, not at 0: a compaction's
+    restart keeps the kept messages' sums as they were (a slice, copied in C) instead of
+    subtracting the dropped part from each (issue 9). Only differences are read.
     """
 
     path: list[Entry] = field(repr=False)
@@ -182,10 +171,37 @@ class ContextIndex:
     event_path: list[str] = field(repr=False)
     events: int
     first_seen: dict[str, dict[str, int]] = field(repr=False)
-    serial: Sequence[int] = field(repr=False)
     late: Sequence[int] = field(repr=False)
-    shapes: Sequence[int] = field(repr=False)
-    parts: Sequence[Any] = field(repr=False)
+    measures: Measures = field(repr=False)
+
+    @property
+    def serial(self) -> Sequence[int]:
+        """Running sums of the messages' serialized lengths, measured first.
+
+        ``serial[k] - serial[0]`` is the sum of ``serial_step`` of the serialized lengths of the
+        first ``k`` messages (see :class:`MeasuredMessages`), those in ``late`` counting 0.
+        """
+        self.measures.upto(self.count)
+        return self.measures.serial
+
+    @property
+    def shapes(self) -> Sequence[int]:
+        """Each message's shape (``SHAPE_*`` of ``_core.serialize``), measured first.
+
+        A summary request writes the usual shapes without checking them again.
+        """
+        self.measures.upto(self.count)
+        return self.measures.shapes
+
+    @property
+    def parts(self) -> Sequence[Any]:
+        """Two items per message, measured first: what a summary request writes it from.
+
+        Its text and tool call (``measure_shaped`` of ``_core.serialize``); ``None`` for other
+        shapes.
+        """
+        self.measures.upto(self.count)
+        return self.measures.parts
 
     def matches(self, path: Sequence[Entry]) -> bool:
         """True when ``path`` is the path this view was built from (same length, same ends)."""
@@ -285,14 +301,16 @@ class ContextIndex:
             lo, hi = chosen.start, chosen.stop
             first = bisect.bisect_left(late, lo)
             last = bisect.bisect_left(late, hi, first)
+            # The lengths are read when a summary request is made, not when a plan is.
+            measures, count = self.measures, self.count
             return MeasuredMessages.window(
                 _underlying(messages),
                 lo,
                 hi,
-                self.serial,
+                OnDemand(measures, count, "serial"),
                 (late[i] - lo for i in range(first, last)),
-                self.shapes,
-                self.parts,
+                OnDemand(measures, count, "shapes"),
+                OnDemand(measures, count, "parts"),
             )
         # Some system messages in the middle: the run is made of the others, its sums too.
         serial, shapes, parts = self.serial, self.shapes, self.parts
@@ -441,16 +459,15 @@ class ContextBuilder:
         self._event_kind: list[str] = []
         self._event_path: list[str] = []
         self._first_seen: dict[str, dict[str, int]] = {kind: {} for kind in FILE_TOOLS}
-        self._serial: array[int] = array("q", [0])
         self._late: list[int] = []
-        self._shapes: array[int] = array("b")
-        self._parts: list[Any] = []  # per message its text and call, for summary requests
+        # Per message its serialized length, shape and parts, for summary requests: on demand.
+        self._measures = Measures(self._messages)
         self._system: list[int] = []
         self._edits: dict[str, Entry] = {}
         # Since the last restart, a context edit or a system message came in: the next
         # compaction measures what it keeps again rather than reusing the numbers.
         self._irregular = False
-        self._estimate_sum = self._serial_sum = 0
+        self._estimate_sum = 0
         self._last_compaction = -1
         self._last_invalidating = -1
         self._start = 0
@@ -531,19 +548,13 @@ class ContextBuilder:
         """Append a context message; ``restoring``: a kept one, re-read after a compaction."""
         role = message.get("role")
         index = len(self._messages)
+        estimate = estimate_tokens(message)
         if role in LATE_ROLES:  # measured when planned: loading never reads the templates
-            estimate, units, shape = estimate_tokens(message), 0, SHAPE_OTHER
-            text = call = None
             self._late.append(index)
-        else:
-            estimate, units, shape, text, call = measure_shaped(message)
         if role == "assistant":
             if not restoring:
                 self._take_model_from_assistant(message)
-            if shape == SHAPE_TEXT_AND_CALL:  # text and one call: the call is its second block
-                self._file_event(message["content"][1], index)
-            else:
-                self._file_events(message, index)
+            self._file_events(message, index)
         elif role == "system":
             self._system.append(index)
             self._irregular = True
@@ -555,11 +566,8 @@ class ContextBuilder:
         self._positions.append(position)
         self._estimate_sum += estimate
         self._prefix.append(self._estimate_sum)
-        self._serial_sum += serial_step(units)
-        self._serial.append(self._serial_sum)
-        self._shapes.append(shape)
-        self._parts.append(text)
-        self._parts.append(call)
+        if self._measures.eager:
+            self._measures.upto(index + 1)
 
     def _file_events(self, message: Message, index: int) -> None:
         content = message.get("content")
@@ -620,8 +628,10 @@ class ContextBuilder:
         self._messages, self._entry_ids = [], []
         self._estimates, self._positions = array("q"), array("q")
         self._prefix, self._estimate_sum = array("q", [0]), 0
-        self._serial, self._late, self._serial_sum = array("q", [0]), [], 0
-        self._shapes, self._parts, self._system = array("b"), [], []
+        eager = self._measures.eager
+        self._measures = Measures(self._messages)
+        self._measures.eager = eager
+        self._late, self._system = [], []
         self._event_message, self._event_kind, self._event_path = array("q"), [], []
         self._first_seen = {kind: {} for kind in FILE_TOOLS}
         self._irregular = bool(self._edits)
@@ -638,9 +648,7 @@ class ContextBuilder:
             self._positions.append(position)
             self._estimate_sum += estimate
             self._prefix.append(self._estimate_sum)
-            self._serial.append(0)
-            self._shapes.append(SHAPE_OTHER)
-            self._parts += (None, None)
+            self._measures.skip()
         self._head = len(head)
 
     def _remeasure(self, end: int) -> None:
@@ -677,8 +685,7 @@ class ContextBuilder:
         head = compaction_messages(compaction)
         messages, entry_ids = self._messages, self._entry_ids
         estimates, positions = self._estimates, self._positions
-        old_prefix, serial, shapes = self._prefix, self._serial, self._shapes
-        late, parts = self._late, self._parts
+        old_prefix, measures, late = self._prefix, self._measures, self._late
         event_message, event_kind, event_path = (
             self._event_message,
             self._event_kind,
@@ -697,12 +704,11 @@ class ContextBuilder:
         self._entry_ids += entry_ids[first:count]
         self._estimates.extend(estimates[first:count])
         self._positions.extend(positions[first:count])
-        kept_serial = array("q", [serial[first]] * (h + 1))
-        kept_serial.extend(serial[first + 1 : count + 1])
-        self._serial, self._serial_sum = kept_serial, kept_serial[-1]
+        self._measures = measures.kept(self._messages, first, count, h)
+        self._measures.eager = measures.eager
+        if measures.eager:
+            self._measures.upto(len(self._messages))
         self._late += (index - first + h for index in late if index >= first)
-        self._shapes.extend(shapes[first:count])
-        self._parts += parts[2 * first : 2 * count]
         lo = bisect.bisect_left(event_message, first)
         self._event_message = array("q", _less(event_message[lo:], first - h))
         self._event_kind, self._event_path = event_kind[lo:], event_path[lo:]
@@ -712,6 +718,15 @@ class ContextBuilder:
             self._first_seen[kind].setdefault(path, index)
         self._last_compaction, self._start = here, start
         self._fresh_from = len(self._messages)
+
+    def measure(self) -> None:
+        """Measure every message now, and each one taken in from now on.
+
+        For a process that will summarize (the runtime): a compaction then finds every length
+        known, as it did when every push measured (:mod:`~orchestrator._core.measures`).
+        """
+        self._measures.upto(len(self._messages))
+        self._measures.eager = True
 
     def path(self) -> list[Entry]:
         """A copy of the path pushed so far, root first."""
@@ -749,10 +764,8 @@ class ContextBuilder:
                 event_path=self._event_path,
                 events=len(self._event_message),
                 first_seen=self._first_seen,
-                serial=self._serial,
                 late=self._late,
-                shapes=self._shapes,
-                parts=self._parts,
+                measures=self._measures,
             ),
         )
         return self._context

@@ -187,6 +187,7 @@ class Session:
         self._random_hex = random_hex
         self._builder: ContextBuilder | None = None
         self._builder_leaf: str | None = None
+        self._keep_measured = False
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -350,7 +351,22 @@ class Session:
         if self._builder is None or self._builder_leaf != self.tree.leaf_id:
             self._builder = ContextBuilder(self.tree.path())
             self._builder_leaf = self.tree.leaf_id
+            if self._keep_measured:
+                self._builder.measure()
         return self._builder.context()
+
+    def keep_measured(self) -> None:
+        """Keep the active context measured for summary requests, now and after every rebuild.
+
+        A context measures what a summary request needs of each message on first need
+        (:mod:`~orchestrator._core.measures`), so a command that only prints it never pays for
+        that. A process that will compact (the runtime) asks for it here once, and every
+        compaction then finds the lengths known.
+        """
+        self._keep_measured = True
+        self.context()
+        assert self._builder is not None
+        self._builder.measure()
 
     # -- appending -----------------------------------------------------------------------------
 
