@@ -360,13 +360,13 @@ class Session:
 
         A context measures what a summary request needs of each message on first need
         (:mod:`~orchestrator._core.measures`), so a command that only prints it never pays for
-        that. A process that will compact (the runtime) asks for it here once, and every
-        compaction then finds the lengths known.
+        that. A runtime, which will compact, asks for it here once (nothing is built here:
+        a context built later is measured as it is built), and every compaction then finds
+        the lengths known.
         """
         self._keep_measured = True
-        self.context()
-        assert self._builder is not None
-        self._builder.measure()
+        if self._builder is not None:
+            self._builder.measure()
 
     # -- appending -----------------------------------------------------------------------------
 
