@@ -18,8 +18,10 @@ from orchestrator._core import measures
 from orchestrator._core.context import ContextBuilder
 from orchestrator._core.entries import COMPACTION
 from orchestrator._core.serialize import MeasuredMessages
+from orchestrator._core.tokens import estimate_tokens
 from tests.sessions import SessionBuilder
 from tests.test_context_restart import MeasuringBuilder, fields
+from tests.test_measured_serialization import ASSISTANTS, messages
 from tests.test_planning_properties import sessions
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,3 +81,20 @@ def test_a_plan_measures_nothing_until_a_request_reads_it(monkeypatch: pytest.Mo
     assert isinstance(run, MeasuredMessages)
     assert run.units() > 0
     assert sum(calls) > 0
+
+
+@SETTINGS
+@given(st.lists(messages() | ASSISTANTS, max_size=6))
+def test_the_context_estimates_each_message_as_estimate_tokens_does(batch: list[Any]) -> None:
+    path = [
+        {
+            "type": "message",
+            "id": f"{k:08x}",
+            "parentId": f"{k - 1:08x}" if k else None,
+            "message": m,
+        }
+        for k, m in enumerate(batch)
+    ]
+    context = ContextBuilder(path).context()
+    assert list(context.estimates) == [estimate_tokens(m) for m in context.messages]
+    assert len(context.messages) == len(batch)

@@ -45,7 +45,9 @@ from orchestrator._core.tokens import (
     ContextTokens,
     estimate_context_tokens,
     estimate_tokens,
+    json_length,
 )
+from orchestrator._core.utf16 import utf16_len
 from orchestrator._core.window import Window
 
 T = TypeVar("T")
@@ -548,13 +550,18 @@ class ContextBuilder:
         """Append a context message; ``restoring``: a kept one, re-read after a compaction."""
         role = message.get("role")
         index = len(self._messages)
-        estimate = estimate_tokens(message)
-        if role in LATE_ROLES:  # measured when planned: loading never reads the templates
-            self._late.append(index)
         if role == "assistant":
             if not restoring:
                 self._take_model_from_assistant(message)
-            self._file_events(message, index)
+            content = message.get("content")
+            if isinstance(content, list):
+                estimate = self._assistant_estimate(content, index)
+            else:
+                estimate = estimate_tokens(message)
+        else:
+            estimate = estimate_tokens(message)
+        if role in LATE_ROLES:  # measured when planned: loading never reads the templates
+            self._late.append(index)
         elif role == "system":
             self._system.append(index)
             self._irregular = True
@@ -569,11 +576,29 @@ class ContextBuilder:
         if self._measures.eager:
             self._measures.upto(index + 1)
 
-    def _file_events(self, message: Message, index: int) -> None:
-        content = message.get("content")
-        for block in content if isinstance(content, list) else ():
-            if isinstance(block, dict) and block.get("type") == "toolCall":
+    def _assistant_estimate(self, content: list[Any], index: int) -> int:
+        """``estimate_tokens`` of an assistant message with these blocks.
+
+        Its file operations are recorded from the same walk: the usual message of a context
+        taken in one pass, not two (``tests/test_context_measures.py`` holds it to
+        ``estimate_tokens``).
+        """
+        chars = 0
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                text = block.get("text")
+                chars += utf16_len(text) if isinstance(text, str) else 0
+            elif kind == "thinking":
+                text = block.get("thinking")
+                chars += utf16_len(text) if isinstance(text, str) else 0
+            elif kind == "toolCall":
+                name, arguments = block.get("name"), block.get("arguments", {})
+                chars += (utf16_len(name) if isinstance(name, str) else 0) + json_length(arguments)
                 self._file_event(block, index)
+        return -(-chars // 4)
 
     def _nested_file_events(self, message: Message, index: int) -> None:
         # pi 1.x: calls a codemode script made are recorded on the script's result.
