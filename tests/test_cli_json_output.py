@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from orchestrator._cli import common
+from orchestrator._cli.terminal import TerminalSafe
+from orchestrator._core.printable import terminal_safe
 
 VALUES: list[Any] = [
     {},
@@ -64,3 +66,20 @@ def test_small_output_does_not_import_msgspec(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delitem(sys.modules, "msgspec", raising=False)
     assert common._indented('{"a":1}') is None
     assert "msgspec" not in sys.modules
+
+
+@pytest.mark.parametrize("text", ["a\x7fb", "a\x9bc", "\x80", "é\x9f", "ok é ©"])
+def test_terminal_controls_are_escaped_as_the_terminal_safe_stream_does(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value = {"t": text, "n": [1.5e-05]}
+    expected = terminal_safe(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+    for fast in (True, False):
+        monkeypatch.setattr(common, "_FAST_FROM_CHARS", 0 if fast else 1 << 62)
+        raw = io.BytesIO()
+        out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+        monkeypatch.setattr(sys, "stdout", TerminalSafe(out))  # as the command line runs
+        common.print_json(value)
+        out.flush()
+        monkeypatch.undo()
+        assert raw.getvalue().decode() == expected
