@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,8 @@ import pytest
 from orchestrator._cli import common
 from orchestrator._cli.terminal import TerminalSafe
 from orchestrator._core.printable import terminal_safe
+
+ROOT = Path(__file__).resolve().parents[1]
 
 VALUES: list[Any] = [
     {},
@@ -83,3 +88,30 @@ def test_terminal_controls_are_escaped_as_the_terminal_safe_stream_does(
         out.flush()
         monkeypatch.undo()
         assert raw.getvalue().decode() == expected
+
+
+def test_the_console_script_exits_with_every_byte_written(tmp_path: Path) -> None:
+    """``run`` ends an inspection command without freeing what it read: nothing is lost."""
+    from tests.bench.bench_core import write_session
+
+    path = tmp_path / "s.jsonl"
+    write_session(path, 2_000)  # over 1 MiB: msgspec reads it and indents the output
+    script = "from orchestrator._cli.main import run; run()"
+    for command in ("context", "plan", "check", "tree"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, command, "--json", str(path)],
+            capture_output=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.endswith(b"}\n")
+        json.loads(done.stdout)
+    done = subprocess.run(
+        [sys.executable, "-c", script, "plan", "--json", str(tmp_path / "none.jsonl")],
+        capture_output=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1
+    assert b"no such session file" in done.stderr

@@ -13,6 +13,7 @@ from orchestrator._cli.common import (
     UsageError,
     check_leaf,
     check_reserve,
+    keep_until_exit,
     open_existing,
     positive_int,
     print_json,
@@ -115,6 +116,7 @@ def register(commands: Any) -> None:
 def _context(args: argparse.Namespace) -> int:
     with reading(args) as session:
         report = context_report(session, check_leaf(session, args.leaf))
+        keep_until_exit(session, report)  # freed by the process's exit, not one by one
     if args.json:
         print_json(report)
         return 0
@@ -165,6 +167,7 @@ def _plan(args: argparse.Namespace) -> int:
                 f"without --from and --to (a branch plan does not use {'it' if one else 'them'})"
             )
     session = open_existing(args.session)
+    keep_until_exit(session)  # freed by the process's exit, not one by one
     if args.from_leaf is not None:
         report = branch_report(session, args.from_leaf, args.to_target, args.budget or 0)
         if args.json:
@@ -180,6 +183,7 @@ def _plan(args: argparse.Namespace) -> int:
     check_reserve(args.context_window, settings.reserve_tokens)
     leaf = check_leaf(session, args.leaf)
     report = plan_report(session.path(leaf) if leaf else [], settings, args.context_window)
+    keep_until_exit(report)
     if args.json:
         print_json(report)
         return 0
@@ -229,6 +233,7 @@ def _print_compaction_plan(report: dict[str, Any]) -> None:
 def _tree(args: argparse.Namespace) -> int:
     with reading(args) as session:
         rows = tree_rows(session)
+        keep_until_exit(session, rows)  # freed by the process's exit, not one by one
     if args.json:
         print_json(
             {
@@ -258,6 +263,7 @@ def _check(args: argparse.Namespace) -> int:
     try:
         with reading(args, warn=False) as session:
             problems, entries = session.problems, len(session.tree)
+            keep_until_exit(session)  # freed by the process's exit, not one by one
     except NotASessionError as exc:
         _print_check(args, exc.problems, 0)
         raise
