@@ -49,7 +49,7 @@ from typing import Any
 
 from orchestrator._core.entries import CURRENT_VERSION, Entry
 from orchestrator._core.json_lines import BadLine, is_json, line_decoder
-from orchestrator._core.load_result import LoadResult, Problem
+from orchestrator._core.load_result import EntryIndex, LoadResult, Problem
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
 from orchestrator._core.reading import link_problems, read_entries, with_usable_ids
 from orchestrator._core.usage_check import usage_problems
@@ -271,17 +271,24 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
         if version_problem is None and version is not None and version < CURRENT_VERSION:
             migration = migrate(header, entries, random_hex=random_hex)
             header, entries, migrated = migration.header, list(migration.entries), True
+    index = None
     if with_ids and not migrated:
-        # The pass that read the lines noted the links to check and the usage problems: the
-        # entries are those it read, as it read them.
+        # The pass that read the lines noted the links to check and the usage problems, and
+        # indexed the entries by id: the entries are those it read, as it read them.
         problems.extend(link_problems(entries, numbers, line_of, read.irregular))
         problems.extend(read.usage_problems)
+        index = EntryIndex(by_id=read.by_id, linear=read.linear())
     else:
         problems.extend(link_problems(entries, numbers, line_of))
         problems.extend(usage_problems(entries, numbers))
     problems.sort(key=lambda problem: problem.line)
     result = LoadResult(
-        header=header, entries=entries, problems=problems, migrated=migrated, torn_tail=torn
+        header=header,
+        entries=entries,
+        problems=problems,
+        migrated=migrated,
+        torn_tail=torn,
+        index=index,
     )
     return ParsedSession(result=result, stored_version=version, write_refusal=refusal)
 

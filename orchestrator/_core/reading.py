@@ -35,6 +35,7 @@ class ReadEntries:
         line_of: Each id's line (empty when ids were not checked).
         irregular: Indices of the entries whose parent is not the entry before (ids checked).
         usage_problems: The ``bad_usage`` problems of the entries, in line order.
+        by_id: Each entry by its id (empty when ids were not checked).
     """
 
     entries: list[Entry]
@@ -42,6 +43,16 @@ class ReadEntries:
     line_of: dict[str, int]
     irregular: list[int]
     usage_problems: list[Problem]
+    by_id: dict[str, Entry]
+
+    def linear(self) -> bool:
+        """Each entry's parent is the entry before it, and the first is a root (ids checked)."""
+        if not self.irregular:
+            return True
+        if self.irregular != [0]:
+            return False
+        parent = self.entries[0].get("parentId")  # a root, as the tree sees one
+        return not isinstance(parent, str) or parent == self.entries[0]["id"]
 
 
 def read_entries(
@@ -60,6 +71,7 @@ def read_entries(
     entries: list[Entry] = []
     numbers: list[int] = []
     first_line: dict[str, int] = {}
+    by_id: dict[str, Entry] = {}
     irregular: list[int] = []
     usage: list[Problem] = []
     previous: object = None  # before the first entry: a null parent is a root either way
@@ -84,6 +96,7 @@ def read_entries(
                     problems.append(_id_problem(value, number, first_line))
                     continue
                 first_line[entry_id] = number
+                by_id[entry_id] = value
                 if value.get("parentId", _MISSING) != previous:
                     irregular.append(len(entries))
                 previous = entry_id
@@ -97,6 +110,7 @@ def read_entries(
         line_of=first_line,
         irregular=irregular,
         usage_problems=usage,
+        by_id=by_id,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from orchestrator._core.entries import LABEL, SESSION_INFO, Entry, iso_now, new_entry_id
 from orchestrator._core.errors import EntryNotFoundError, SessionError
+from orchestrator._core.load_result import EntryIndex
 
 LEAF: object = object()
 """Default ``parent_id`` of :meth:`SessionTree.new_entry`: the current leaf."""
@@ -41,19 +42,26 @@ class SessionTree:
         entries: Entries in file order. They are indexed, not copied.
     """
 
-    def __init__(self, header: Entry, entries: list[Entry] | None = None) -> None:
+    def __init__(
+        self, header: Entry, entries: list[Entry] | None = None, index: EntryIndex | None = None
+    ) -> None:
         self.header = header
         self.entries: list[Entry] = []
         self.by_id: dict[str, Entry] = {}
         self._children: dict[str | None, list[str]] | None = None
-        self.labels: dict[str, str] = {}
+        self._labels: dict[str, str] | None = None
         self.leaf_id: str | None = None
         self._path: list[Entry] = []
         self._path_leaf: str | None = None
         # Every entry's parent is the entry before it in the file, the first is a root, and no
         # id repeats: the path to the last entry is then every entry (the usual pi session).
         self._linear = True
-        self._index_all(entries or [])
+        if index is not None and entries:
+            # The loader's line pass indexed them while each was fresh (loading.py): taken over.
+            self.entries.extend(entries)
+            self.by_id, self._linear = index.by_id, index.linear
+        else:
+            self._index_all(entries or [])
         self.leaf_id = self.entries[-1]["id"] if self.entries else None
 
     # -- indexing ----------------------------------------------------------------------------
@@ -66,8 +74,8 @@ class SessionTree:
         self.by_id[entry_id] = entry
         if self._children is not None:
             self._children.setdefault(self._parent_key(entry), []).append(entry_id)
-        if entry.get("type") == LABEL:
-            self._label(entry)
+        if self._labels is not None and entry.get("type") == LABEL:
+            self._label(self._labels, entry)
 
     def _index_all(self, entries: list[Entry]) -> None:
         # _index, unrolled for loading: one loop, locals instead of attribute lookups.
@@ -82,9 +90,23 @@ class SessionTree:
                 linear = False
             previous = entry_id
             by_id[entry_id] = entry
-            if entry.get("type") == LABEL:
-                self._label(entry)
         self._linear = linear and len(by_id) == known + len(entries)
+        self._labels = None  # read again on first use
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Each labelled entry's label (the latest ``label`` entry naming it wins; empty: none).
+
+        Read from the entries at first use and kept up to date after: opening a session and
+        building its context never need them.
+        """
+        if self._labels is None:
+            labels: dict[str, str] = {}
+            for entry in self.entries:
+                if entry.get("type") == LABEL:
+                    self._label(labels, entry)
+            self._labels = labels
+        return self._labels
 
     @staticmethod
     def _follows(entry: Entry, before: list[Entry]) -> bool:
@@ -116,13 +138,14 @@ class SessionTree:
             self._children = children
         return self._children
 
-    def _label(self, entry: Entry) -> None:
+    @staticmethod
+    def _label(labels: dict[str, str], entry: Entry) -> None:
         target, label = entry.get("targetId"), entry.get("label")
         if isinstance(target, str):
             if isinstance(label, str) and label:
-                self.labels[target] = label
+                labels[target] = label
             else:
-                self.labels.pop(target, None)
+                labels.pop(target, None)
 
     def _parent_key(self, entry: Entry) -> str | None:
         parent = entry.get("parentId")

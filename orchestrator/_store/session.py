@@ -241,7 +241,9 @@ class Session:
             result: LoadResult = store.load()
             if result.header is None:
                 raise _not_a_session(store.location, result.problems)
-            tree = SessionTree(result.header, result.entries)
+            tree = SessionTree(result.header, result.entries, result.index)
+            # Handed to the tree, which adds to it: a store's cached parse must not see that.
+            result.index = None
         return cls(
             store,
             tree,
@@ -272,7 +274,9 @@ class Session:
             result = self.store.load()
             if result.header is None:
                 raise _not_a_session(self.store.location, result.problems)
-            tree = SessionTree(result.header, result.entries)
+            tree = SessionTree(result.header, result.entries, result.index)
+            # Handed to the tree, which adds to it: a store's cached parse must not see that.
+            result.index = None
         self.tree = tree
         self.problems = list(result.problems)
         self._tail = result.tail

@@ -23,7 +23,8 @@ the table gives the medians of the rounds and the ratio of the medians (ours / p
 is faster or smaller). ``PI073_DIR`` (a folder where ``npm install
 @mariozechner/pi-coding-agent@0.73.1`` ran) adds pi 0.73.1's plan time on the same node. Last,
 ``check`` and ``plan --json`` alone on a large session (``--big N``, 200,000 entries by default;
-``--big 0`` skips it).
+``--big 0`` skips it). ``BASE_DIR`` (a checkout of an earlier commit, e.g. ``git archive``'d)
+adds that code's plan and context times, run in the same rounds, for a before/after.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return wall, usage.ru_maxrss / 1024
 
 
-def ours(command: str, path: Path) -> tuple[float, float]:
-    return _child([sys.executable, "-c", CLI, command, "--json", str(path)], _ENV)
+def ours(command: str, path: Path, root: str | None = None) -> tuple[float, float]:
+    env = _ENV if root is None else {**_ENV, "PYTHONPATH": root}
+    return _child([sys.executable, "-c", CLI, command, "--json", str(path)], env)
 
 
 def pi(path: Path, *flags: str, package: str | None = None) -> tuple[float, float]:
@@ -78,7 +80,7 @@ def pi(path: Path, *flags: str, package: str | None = None) -> tuple[float, floa
     return _child([str(NODE), str(PI_SIDE), str(path), *flags], env)
 
 
-def measure(n: int, runs: int, pi073: str | None) -> dict[str, float]:
+def measure(n: int, runs: int, pi073: str | None, base: str | None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.jsonl"
         write_session(path, n)
@@ -95,25 +97,31 @@ def measure(n: int, runs: int, pi073: str | None) -> dict[str, float]:
             put("context_pi", pi(path, "--context-only"))
             if pi073:
                 put("plan_pi073", pi(path, package=pi073))
+            if base:
+                put("plan_base", ours("plan", path, base))
+                put("context_base", ours("context", path, base))
     row = {name: statistics.median(values) for name, values in cols.items()}
     row["n"] = n
     return row
 
 
-def big(n: int, runs: int) -> None:
+def big(n: int, runs: int, base: str | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.jsonl"
         write_session(path, n)
-        results: dict[str, list[tuple[float, float]]] = {"check": [], "plan": []}
+        roots = (None, base) if base else (None,)
+        results: dict[tuple[str, str | None], list[tuple[float, float]]] = {
+            (command, root): [] for command in ("check", "plan") for root in roots
+        }
         for _ in range(runs):
-            for command in results:
-                results[command].append(ours(command, path))
+            for command, root in results:
+                results[command, root].append(ours(command, path, root))
         size = path.stat().st_size / 1e6
-    for command, values in results.items():
+    for (command, root), values in results.items():
         walls = ", ".join(f"{w:.2f}" for w, _ in values)
         rss = statistics.median(r for _, r in values)
         print(
-            f"  {command} --json, {n} entries ({size:.0f} MB): median "
+            f"  {command} --json{' (base)' if root else ''}, {n} entries ({size:.0f} MB): median "
             f"{statistics.median(w for w, _ in values):.2f} s ({walls}), peak RSS {rss:.0f} MB"
         )
 
@@ -128,6 +136,7 @@ def main(argv: list[str]) -> None:
         argv = argv[2:]
     sizes = [int(a) for a in argv] or SIZES
     pi073 = os.environ.get("PI073_DIR")
+    base = os.environ.get("BASE_DIR")
     node = subprocess.check_output([str(NODE), "--version"], text=True).strip()
     version = subprocess.check_output(
         [str(NODE), "-e", "import('./pi_package.mjs').then((m) => console.log(m.piVersion))"],
@@ -149,17 +158,19 @@ def main(argv: list[str]) -> None:
         _ENV.pop("PYTHONDONTWRITEBYTECODE", None)
         tiny = Path(tmp) / "tiny.jsonl"
         write_session(tiny, 10)
-        ours("plan", tiny)
-        ours("context", tiny)
+        for root in (None, base) if base else (None,):
+            ours("plan", tiny, root)
+            ours("context", tiny, root)
         for n in sizes:
-            rows.append(measure(n, runs, pi073))
+            rows.append(measure(n, runs, pi073, base))
             print(f"  {n} entries done, load {os.getloadavg()[0]:.1f}", flush=True)
         print()
         head = f"{'entries':>8} {'plan ours':>9} {'pi':>7} {'ratio':>5} "
         head += (
             f"{'context ours':>12} {'pi':>7} {'ratio':>5} {'RSS ours':>8} {'pi':>6} {'ratio':>5}"
         )
-        print(head + (f" {'pi 0.73.1':>9}" if pi073 else ""))
+        head += f" {'pi 0.73.1':>9}" if pi073 else ""
+        print(head + (f" {'plan base':>9} {'ctx base':>8} {'RSS base':>8}" if base else ""))
         for r in rows:
             line = (
                 f"{r['n']:>8.0f} {r['plan_ours']:>8.3f}s {r['plan_pi']:>6.3f}s "
@@ -168,10 +179,14 @@ def main(argv: list[str]) -> None:
                 f"{r['plan_ours_rss']:>6.0f}MB {r['plan_pi_rss']:>4.0f}MB "
                 f"{r['plan_ours_rss'] / r['plan_pi_rss']:>5.2f}"
             )
-            print(line + (f" {r['plan_pi073']:>8.3f}s" if pi073 else ""))
+            line += f" {r['plan_pi073']:>8.3f}s" if pi073 else ""
+            if base:
+                line += f" {r['plan_base']:>8.3f}s {r['context_base']:>7.3f}s"
+                line += f" {r['plan_base_rss']:>6.0f}MB"
+            print(line)
         if big_n:
             print()
-            big(big_n, max(3, runs // 2))
+            big(big_n, max(3, runs // 2), base)
 
 
 if __name__ == "__main__":
