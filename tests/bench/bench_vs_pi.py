@@ -20,7 +20,8 @@ included, our side with compiled bytecode as an installed package has it:
 
 One round runs every process once, alternating, so the two sides share the machine's mood;
 the table gives the medians of the rounds and the ratio of the medians (ours / pi's: below 1
-is faster or smaller). ``PI073_DIR`` (a folder where ``npm install
+is faster or smaller), then the CPU time (user and system) of the same processes, which a busy
+shared machine moves less than the wall time. ``PI073_DIR`` (a folder where ``npm install
 @mariozechner/pi-coding-agent@0.73.1`` ran) adds pi 0.73.1's plan time on the same node. Last,
 ``check`` and ``plan --json`` alone on a large session (``--big N``, 200,000 entries by default;
 ``--big 0`` skips it). ``BASE_DIR`` (a checkout of an earlier commit, e.g. ``git archive``'d)
@@ -54,8 +55,8 @@ _ENV = dict(os.environ)
 """Our side's environment: compiled bytecode, as an installed package has it (see ``main``)."""
 
 
-def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """Run a process, its output to /dev/null: (wall seconds, peak RSS in MB)."""
+def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """Run a process, its output to /dev/null: (wall seconds, peak RSS in MB, CPU seconds)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -65,15 +66,15 @@ def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{argv[:4]} failed: {err.decode(errors='replace')}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
-def ours(command: str, path: Path, root: str | None = None) -> tuple[float, float]:
+def ours(command: str, path: Path, root: str | None = None) -> tuple[float, float, float]:
     env = _ENV if root is None else {**_ENV, "PYTHONPATH": root}
     return _child([sys.executable, "-c", CLI, command, "--json", str(path)], env)
 
 
-def pi(path: Path, *flags: str, package: str | None = None) -> tuple[float, float]:
+def pi(path: Path, *flags: str, package: str | None = None) -> tuple[float, float, float]:
     env = dict(os.environ)
     if package:
         env["PI_PACKAGE_DIR"] = package
@@ -86,9 +87,10 @@ def measure(n: int, runs: int, pi073: str | None, base: str | None) -> dict[str,
         write_session(path, n)
         cols: dict[str, list[float]] = {}
 
-        def put(name: str, result: tuple[float, float]) -> None:
+        def put(name: str, result: tuple[float, float, float]) -> None:
             cols.setdefault(name, []).append(result[0])
             cols.setdefault(name + "_rss", []).append(result[1])
+            cols.setdefault(name + "_cpu", []).append(result[2])
 
         for _ in range(runs):
             put("plan_ours", ours("plan", path))
@@ -110,7 +112,7 @@ def big(n: int, runs: int, base: str | None) -> None:
         path = Path(tmp) / "bench.jsonl"
         write_session(path, n)
         roots = (None, base) if base else (None,)
-        results: dict[tuple[str, str | None], list[tuple[float, float]]] = {
+        results: dict[tuple[str, str | None], list[tuple[float, float, float]]] = {
             (command, root): [] for command in ("check", "plan") for root in roots
         }
         for _ in range(runs):
@@ -118,11 +120,13 @@ def big(n: int, runs: int, base: str | None) -> None:
                 results[command, root].append(ours(command, path, root))
         size = path.stat().st_size / 1e6
     for (command, root), values in results.items():
-        walls = ", ".join(f"{w:.2f}" for w, _ in values)
-        rss = statistics.median(r for _, r in values)
+        walls = ", ".join(f"{w:.2f}" for w, _, _ in values)
+        rss = statistics.median(r for _, r, _ in values)
+        cpu = statistics.median(c for _, _, c in values)
         print(
             f"  {command} --json{' (base)' if root else ''}, {n} entries ({size:.0f} MB): median "
-            f"{statistics.median(w for w, _ in values):.2f} s ({walls}), peak RSS {rss:.0f} MB"
+            f"{statistics.median(w for w, _, _ in values):.2f} s ({walls}), CPU {cpu:.2f} s, "
+            f"peak RSS {rss:.0f} MB"
         )
 
 
@@ -183,6 +187,18 @@ def main(argv: list[str]) -> None:
             if base:
                 line += f" {r['plan_base']:>8.3f}s {r['context_base']:>7.3f}s"
                 line += f" {r['plan_base_rss']:>6.0f}MB"
+            print(line)
+        print()
+        print("CPU time (user + system) of the same processes, medians, and the ratios:")
+        for r in rows:
+            line = (
+                f"{r['n']:>8.0f} plan {r['plan_ours_cpu']:.3f}s / {r['plan_pi_cpu']:.3f}s = "
+                f"{r['plan_ours_cpu'] / r['plan_pi_cpu']:.2f}; context {r['context_ours_cpu']:.3f}s"
+                f" / {r['context_pi_cpu']:.3f}s = {r['context_ours_cpu'] / r['context_pi_cpu']:.2f}"
+            )
+            if base:
+                line += f"; base plan {r['plan_base_cpu']:.3f}s"
+                line += f", context {r['context_base_cpu']:.3f}s"
             print(line)
         if big_n:
             print()
