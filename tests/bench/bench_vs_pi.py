@@ -55,10 +55,14 @@ _ENV = dict(os.environ)
 """Our side's environment: compiled bytecode, as an installed package has it (see ``main``)."""
 
 
-def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+def _child(
+    argv: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None
+) -> tuple[float, float, float]:
     """Run a process, its output to /dev/null: (wall seconds, peak RSS in MB, CPU seconds)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     assert proc.stderr is not None
@@ -70,8 +74,11 @@ def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
 
 
 def ours(command: str, path: Path, root: str | None = None) -> tuple[float, float, float]:
-    env = _ENV if root is None else {**_ENV, "PYTHONPATH": root}
-    return _child([sys.executable, "-c", CLI, command, "--json", str(path)], env)
+    # Run from the checkout's own folder: ``-c`` puts the working folder first on sys.path, so
+    # a base run started from this checkout would import this checkout's code.
+    here = root or str(ROOT)
+    env = {**_ENV, "PYTHONPATH": here}
+    return _child([sys.executable, "-c", CLI, command, "--json", str(path)], env, cwd=here)
 
 
 def pi(path: Path, *flags: str, package: str | None = None) -> tuple[float, float, float]:
