@@ -47,9 +47,12 @@ def test_measured_late_or_eagerly_the_numbers_are_the_measured_ones(
 ) -> None:
     path = _with_compaction(session.path(), data.draw(st.integers(0, 50)))
     reads = data.draw(st.sets(st.integers(0, len(path))))
-    eager = data.draw(st.booleans())
-    live, reference = ContextBuilder(), MeasuringBuilder()
-    if eager:
+    eager = data.draw(st.sampled_from(["lazy", "measure() first", "measured from the start"]))
+    live, reference = (
+        ContextBuilder(measured=eager == "measured from the start"),
+        MeasuringBuilder(),
+    )
+    if eager == "measure() first":
         live.measure()
     for step, entry in enumerate(path):
         live.push(entry)

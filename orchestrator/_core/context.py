@@ -39,7 +39,7 @@ from orchestrator._core.entries import (
     project,
 )
 from orchestrator._core.measures import Measures, OnDemand
-from orchestrator._core.serialize import LATE_ROLES, MeasuredMessages
+from orchestrator._core.serialize import LATE_ROLES, SHAPE_TEXT_AND_CALL, MeasuredMessages
 from orchestrator._core.system_prompt import current_system_message
 from orchestrator._core.tokens import (
     ContextTokens,
@@ -445,9 +445,12 @@ class ContextBuilder:
     the latest context edit that targets it. An edit of something already in the context, rare
     (overflow recovery, an extension), measures the context again from the compaction; every
     other entry is O(1).
+
+    ``measured``: measure each message for summary requests as it comes in (a runtime's
+    context); otherwise on first need (:mod:`~orchestrator._core.measures`).
     """
 
-    def __init__(self, path: Iterable[Entry] = ()) -> None:
+    def __init__(self, path: Iterable[Entry] = (), *, measured: bool = False) -> None:
         self._path: list[Entry] = []
         self._position: dict[str, int] = {}
         self._messages: list[Message] = []
@@ -462,8 +465,10 @@ class ContextBuilder:
         self._event_path: list[str] = []
         self._first_seen: dict[str, dict[str, int]] = {kind: {} for kind in FILE_TOOLS}
         self._late: list[int] = []
-        # Per message its serialized length, shape and parts, for summary requests: on demand.
+        # Per message its serialized length, shape and parts, for summary requests: on demand,
+        # or as each message comes in when ``measured`` (see measure()).
         self._measures = Measures(self._messages)
+        self._measures.eager = measured
         self._system: list[int] = []
         self._edits: dict[str, Entry] = {}
         # Since the last restart, a context edit or a system message came in: the next
@@ -550,16 +555,7 @@ class ContextBuilder:
         """Append a context message; ``restoring``: a kept one, re-read after a compaction."""
         role = message.get("role")
         index = len(self._messages)
-        if role == "assistant":
-            if not restoring:
-                self._take_model_from_assistant(message)
-            content = message.get("content")
-            if isinstance(content, list):
-                estimate = self._assistant_estimate(content, index)
-            else:
-                estimate = estimate_tokens(message)
-        else:
-            estimate = estimate_tokens(message)
+        estimate = self._estimate(message, role, index, restoring=restoring)
         if role in LATE_ROLES:  # measured when planned: loading never reads the templates
             self._late.append(index)
         elif role == "system":
@@ -573,8 +569,38 @@ class ContextBuilder:
         self._positions.append(position)
         self._estimate_sum += estimate
         self._prefix.append(self._estimate_sum)
-        if self._measures.eager:
-            self._measures.upto(index + 1)
+        measures = self._measures
+        if measures.eager and len(measures.shapes) <= index:  # a summary: not taken above
+            measures.upto(index + 1)
+
+    def _estimate(self, message: Message, role: object, index: int, *, restoring: bool) -> int:
+        """The message's estimate, an assistant's model and file operations taken on the way.
+
+        A context measured as it comes in (a runtime's, :meth:`measure`) measures the message
+        for summary requests here too, in the walk that estimates it, as every push did before
+        measuring became lazy.
+        """
+        if role == "assistant" and not restoring:
+            self._take_model_from_assistant(message)
+        measures = self._measures
+        if measures.eager and role not in LATE_ROLES and len(measures.shapes) == index:
+            estimate, shape = measures.take(message)
+            if shape == SHAPE_TEXT_AND_CALL:  # an assistant's text and call: the second block
+                self._file_event(message["content"][1], index)
+            elif role == "assistant":
+                self._file_events(message, index)
+            return estimate
+        if role == "assistant":
+            content = message.get("content")
+            if isinstance(content, list):
+                return self._assistant_estimate(content, index)
+        return estimate_tokens(message)
+
+    def _file_events(self, message: Message, index: int) -> None:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "toolCall":
+                self._file_event(block, index)
 
     def _assistant_estimate(self, content: list[Any], index: int) -> int:
         """``estimate_tokens`` of an assistant message with these blocks.

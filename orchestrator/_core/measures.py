@@ -50,6 +50,19 @@ class Measures:
         self.shapes.append(SHAPE_OTHER)
         self.parts += (None, None)
 
+    def take(self, message: Message) -> tuple[int, int]:
+        """Measure the next message (at :meth:`measured`).
+
+        Returns:
+            Its estimate, from the same walk, and its shape.
+        """
+        estimate, units, shape, text, call = measure_shaped(message)
+        self.serial.append(self.serial[-1] + serial_step(units))
+        self.shapes.append(shape)
+        self.parts.append(text)
+        self.parts.append(call)
+        return estimate, shape
+
     def upto(self, count: int) -> None:
         """Measure the messages before index ``count`` that are not measured yet."""
         shapes, serial, parts, messages = self.shapes, self.serial, self.parts, self.messages

@@ -353,10 +353,8 @@ class Session:
         if leaf_id is not None and leaf_id != self.tree.leaf_id:
             return ContextBuilder(self.tree.path(leaf_id)).context()
         if self._builder is None or self._builder_leaf != self.tree.leaf_id:
-            self._builder = ContextBuilder(self.tree.path())
+            self._builder = ContextBuilder(self.tree.path(), measured=self._keep_measured)
             self._builder_leaf = self.tree.leaf_id
-            if self._keep_measured:
-                self._builder.measure()
         return self._builder.context()
 
     def keep_measured(self) -> None:
