@@ -303,16 +303,22 @@ class ContextIndex:
             lo, hi = chosen.start, chosen.stop
             first = bisect.bisect_left(late, lo)
             last = bisect.bisect_left(late, hi, first)
-            # The lengths are read when a summary request is made, not when a plan is.
             measures, count = self.measures, self.count
+            serial: Sequence[int] = measures.serial
+            shapes: Sequence[int] = measures.shapes
+            parts: Sequence[Any] = measures.parts
+            if len(shapes) < count:  # read when a summary request is made, not when planned
+                serial = OnDemand(measures, count, "serial")
+                shapes = OnDemand(measures, count, "shapes")
+                parts = OnDemand(measures, count, "parts")
             return MeasuredMessages.window(
                 _underlying(messages),
                 lo,
                 hi,
-                OnDemand(measures, count, "serial"),
+                serial,
                 (late[i] - lo for i in range(first, last)),
-                OnDemand(measures, count, "shapes"),
-                OnDemand(measures, count, "parts"),
+                shapes,
+                parts,
             )
         # Some system messages in the middle: the run is made of the others, its sums too.
         serial, shapes, parts = self.serial, self.shapes, self.parts
