@@ -6,9 +6,12 @@ import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator._core.errors import SessionError
 from orchestrator._core.tree import SessionTree
+from tests.test_planning_properties import sessions
 
 HEADER = {
     "type": "session",
@@ -189,3 +192,35 @@ def test_path_cache_extends_on_append_without_rewalk(monkeypatch: pytest.MonkeyP
     add(tree, clock, **user("more"))
     assert tree.path()[:-1] == first
     assert walked == []
+
+
+def test_a_path_into_a_cycle_ends_where_the_loop_closes() -> None:
+    def entry(entry_id: str, parent: str) -> dict[str, object]:
+        message = {"role": "user", "content": entry_id}
+        return {"type": "message", "id": entry_id, "parentId": parent, "message": message}
+
+    # b and c are each other's parents; d hangs below c and is the leaf.
+    entries = [entry("b" * 8, "c" * 8), entry("c" * 8, "b" * 8), entry("d" * 8, "c" * 8)]
+    tree = SessionTree(dict(HEADER), entries)
+    assert [e["id"][0] for e in tree.path()] == ["b", "c", "d"]
+    assert [e["id"][0] for e in tree.path("c" * 8)] == ["b", "c"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(sessions(branched=True), st.integers(min_value=0, max_value=30))
+def test_every_path_is_the_walk_of_its_parent_links(session: Any, split: int) -> None:
+    # Loaded whole, or loaded in part and the rest appended: a linear file's path is read from
+    # the entries in order, every other one walked; both are the guarded walk's answer.
+    entries = session.entries
+    loaded = SessionTree(dict(HEADER), list(entries))
+    grown = SessionTree(dict(HEADER), list(entries[:split]))
+    for entry in entries[split:]:
+        grown.append(entry)
+    for tree in (loaded, grown):
+        for entry in entries:
+            expected = [e["id"] for e in tree._walk_guarded(entry["id"])]
+            assert [e["id"] for e in tree.path(entry["id"])] == expected
+        if entries:
+            assert [e["id"] for e in tree.path()] == [
+                e["id"] for e in tree._walk_guarded(entries[-1]["id"])
+            ]

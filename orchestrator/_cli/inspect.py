@@ -14,6 +14,7 @@ from orchestrator._cli.common import (
     UsageError,
     check_leaf,
     check_reserve,
+    keep_until_exit,
     open_existing,
     positive_int,
     print_json,
@@ -137,6 +138,7 @@ def register(commands: Any) -> None:
 def _context(args: argparse.Namespace) -> int:
     with reading(args) as session:
         report = context_report(session, check_leaf(session, args.leaf))
+        keep_until_exit(session, report)  # freed by the process's exit, not one by one
     if args.json:
         print_json(report)
         return 0
@@ -187,6 +189,7 @@ def _plan(args: argparse.Namespace) -> int:
                 f"without --from and --to (a branch plan does not use {'it' if one else 'them'})"
             )
     session = open_existing(args.session)
+    keep_until_exit(session)  # freed by the process's exit, not one by one
     if args.from_leaf is not None:
         report = branch_report(session, args.from_leaf, args.to_target, args.budget or 0)
         if args.json:
@@ -199,6 +202,7 @@ def _plan(args: argparse.Namespace) -> int:
             print(f"common ancestor: {report['commonAncestorId']}")
         return 0
     report = _compaction_plan(args, session)
+    keep_until_exit(report)
     if args.json:
         print_json(report)
         return 0
@@ -266,6 +270,7 @@ def _print_compaction_plan(report: dict[str, Any]) -> None:
 def _tree(args: argparse.Namespace) -> int:
     with reading(args) as session:
         rows = tree_rows(session)
+        keep_until_exit(session, rows)  # freed by the process's exit, not one by one
     if args.json:
         print_json(
             {
@@ -309,6 +314,7 @@ def _check(args: argparse.Namespace) -> int:
     try:
         with reading(args, warn=False) as session:
             problems, entries = session.problems, len(session.tree)
+            keep_until_exit(session)  # freed by the process's exit, not one by one
     except NotASessionError as exc:
         _print_check(args, exc.problems, 0)
         raise

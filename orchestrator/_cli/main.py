@@ -17,7 +17,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from orchestrator._cli.common import MissingExtraError, UsageError, one_line
+from orchestrator._cli.common import (
+    MissingExtraError,
+    UsageError,
+    kept,
+    one_line,
+    release_kept,
+)
 from orchestrator._cli.terminal import TerminalSafe
 from orchestrator._core.errors import EntryNotFoundError, OrchestratorError
 from orchestrator._core.redact import redact
@@ -114,6 +120,7 @@ def _tolerate_lone_surrogates() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
     _tolerate_lone_surrogates()
+    release_kept()
     words = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser(words)
     args, extra = parser.parse_known_args(words)
@@ -145,9 +152,13 @@ def run() -> NoReturn:
     the collector dropping the runtime then waits for the thread: ``serve --temporal`` hung
     after printing "stopped" in about one exit of six (tests/test_cluster_processes.py), so a
     service manager's SIGTERM did not end it.
+
+    An inspection command that read a session (``context``, ``plan``, ``tree``, ``check``) exits
+    the same way, so that the interpreter does not free every entry before the kernel takes
+    the whole memory back (:func:`~orchestrator._cli.common.keep_until_exit`).
     """
     code = main()
-    if _temporal_runtime_started():
+    if _temporal_runtime_started() or kept():
         atexit._run_exitfuncs()  # what a normal exit runs first (database connections, logging)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):

@@ -11,8 +11,8 @@ position of every context message, running sums of the estimates, the last compa
 the file operations of every assistant tool call (and where each path was first touched), and
 running sums of each message's serialized length and each message's shape, so a summary
 request serializes only what fits its budget, the usual shapes without checking them again (see
-``_core.serialize``). A :class:`ContextIndex` is a fixed-length view of
-those, handed out with each context.
+``_core.serialize``). A :class:`~orchestrator._core.context_index.ContextIndex` is a
+fixed-length view of those, handed out with each context.
 """
 
 from __future__ import annotations
@@ -23,8 +23,13 @@ import operator
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Any
 
+from orchestrator._core.context_index import FILE_TOOLS as FILE_TOOLS
+from orchestrator._core.context_index import ContextIndex as ContextIndex
+from orchestrator._core.context_index import Snapshot as Snapshot
+from orchestrator._core.context_index import chosen as chosen
+from orchestrator._core.context_index import window as window
 from orchestrator._core.entries import (
     COMPACTION,
     CONTEXT_EDIT,
@@ -38,71 +43,16 @@ from orchestrator._core.entries import (
     is_system_entry,
     project,
 )
-from orchestrator._core.serialize import (
-    LATE_ROLES,
-    SHAPE_OTHER,
-    SHAPE_TEXT_AND_CALL,
-    MeasuredMessages,
-    measure_shaped,
-    serial_step,
-)
+from orchestrator._core.measures import Measures
+from orchestrator._core.serialize import LATE_ROLES, SHAPE_TEXT_AND_CALL
 from orchestrator._core.system_prompt import current_system_message
 from orchestrator._core.tokens import (
     ContextTokens,
     estimate_context_tokens,
     estimate_tokens,
+    json_length,
 )
-from orchestrator._core.window import Window
-
-T = TypeVar("T")
-
-
-class Snapshot(Sequence[T], Generic[T]):
-    """A read-only view of the first ``length`` items of an append-only list.
-
-    The builder only ever appends to its lists (a compaction starts new ones), so a view with a
-    fixed length never changes: it is as immutable as a tuple, without the O(n) copy. That is
-    what keeps "context after one more entry" O(1).
-    """
-
-    __slots__ = ("_items", "_length")
-
-    def __init__(self, items: Sequence[T], length: int | None = None) -> None:
-        self._items = items
-        self._length = len(items) if length is None else length
-
-    def __len__(self) -> int:
-        return self._length
-
-    @overload
-    def __getitem__(self, index: int) -> T: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[T]: ...
-    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(self._length)
-            return tuple(self._items[start:stop:step])
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError("snapshot index out of range")
-        return self._items[index]
-
-    def __iter__(self) -> Iterator[T]:
-        return itertools.islice(self._items, self._length)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Snapshot | tuple | list):
-            return len(self) == len(other) and all(
-                a == b for a, b in zip(self, other, strict=False)
-            )
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"Snapshot({list(self)!r})"
+from orchestrator._core.utf16 import utf16_len
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,217 +65,6 @@ class ModelRef:
     def as_json(self) -> dict[str, str]:
         """The inspection-JSON shape."""
         return {"provider": self.provider, "modelId": self.model_id}
-
-
-FILE_TOOLS = frozenset({"read", "write", "edit"})
-"""Tools whose ``path`` argument counts as a file operation (as pi tracks them, D16)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContextIndex:
-    """What planning needs about a context and its path, as of one moment (a fixed length).
-
-    The builder only appends to the lists referenced here until the next compaction, which
-    starts new ones, so a view with fixed lengths never changes.
-
-    Attributes:
-        path: The builder's path (append-only); only ``path[:path_length]`` belongs to this view.
-        path_length: Entries on the path at this moment.
-        position: Path position of each id on the path (append-only; bounded by ``path_length``).
-        positions: Path position of each context message.
-        prefix: ``prefix[k] - prefix[0]`` is the sum of the first ``k`` estimates. The kept
-            budget counts every message after the compaction's own (pi 1.x counts custom
-            messages and branch summaries too), so it reads these sums from ``base``.
-        count: Context messages at this moment.
-        base: Messages the latest compaction gives (its system checkpoint, if any, and its
-            summary): 0 without a compaction.
-        last_compaction: Path position of the last compaction, ``-1`` if none.
-        context_start: Path position of the first entry the context takes (the compaction's
-            first kept entry, or 0).
-        last_invalidating: Path position of the last compaction or context edit, ``-1`` if none:
-            a provider usage recorded at or before it no longer describes the context (pi 1.x).
-        system: Indices of the context's system messages, ascending.
-        event_message: For each file operation, the context message (index) that made it.
-        event_kind: For each file operation, the tool (``read``, ``write``, ``edit``).
-        event_path: For each file operation, the path argument.
-        events: File operations at this moment.
-        first_seen: Per tool, each path with the first context message (index) that used it, in
-            that order (append-only: a path is added once).
-        serial: ``serial[k] - serial[0]`` is the sum of :func:`serial_step` of the serialized
-            lengths of the first ``k`` messages (see :class:`MeasuredMessages`), where those
-            listed in ``late`` count 0.
-
-    The three running sums start where the sums they were cut from stood, not at 0: a
-    compaction's restart keeps the kept messages' sums as they were (a slice, copied in C)
-    instead of subtracting the dropped part from each (issue 9). Only differences are read.
-        late: Indices of the messages of a role measured late (summaries), ascending.
-        shapes: For each context message, its shape (``SHAPE_*`` of ``_core.serialize``), so a
-            summary request writes the usual ones without checking them again.
-        parts: For each context message, two items: what a summary request writes it from
-            (its text and tool call, ``measure_shaped`` of ``_core.serialize``), read when it
-            was measured; ``None`` for other shapes.
-    """
-
-    path: list[Entry] = field(repr=False)
-    path_length: int
-    position: dict[str, int] = field(repr=False)
-    positions: Sequence[int] = field(repr=False)
-    prefix: Sequence[int] = field(repr=False)
-    count: int
-    base: int
-    last_compaction: int
-    context_start: int
-    last_invalidating: int
-    system: Sequence[int] = field(repr=False)
-    event_message: Sequence[int] = field(repr=False)
-    event_kind: list[str] = field(repr=False)
-    event_path: list[str] = field(repr=False)
-    events: int
-    first_seen: dict[str, dict[str, int]] = field(repr=False)
-    serial: Sequence[int] = field(repr=False)
-    late: Sequence[int] = field(repr=False)
-    shapes: Sequence[int] = field(repr=False)
-    parts: Sequence[Any] = field(repr=False)
-
-    def matches(self, path: Sequence[Entry]) -> bool:
-        """True when ``path`` is the path this view was built from (same length, same ends)."""
-        if len(path) != self.path_length:
-            return False
-        return not path or (
-            path[-1] is self.path[-1 + self.path_length] and path[0] is self.path[0]
-        )
-
-    def position_of(self, entry_id: object) -> int | None:
-        """Path position of an entry id, ``None`` when it is not on the path (by this moment)."""
-        if not isinstance(entry_id, str):
-            return None
-        at = self.position.get(entry_id)
-        return at if at is not None and at < self.path_length else None
-
-    def estimate_before(self, index: int) -> int:
-        """Sum of the estimates of the context messages before ``index``."""
-        return self.prefix[index] - self.prefix[0]
-
-    def messages_between(self, start: int, end: int) -> tuple[int, int]:
-        """Context message indices ``[lo, hi)`` of the path positions ``[start, end)``."""
-        lo = bisect.bisect_left(self.positions, start, self.base, self.count)
-        hi = bisect.bisect_left(self.positions, end, lo, self.count)
-        return lo, hi
-
-    def budget_position(self, keep_recent_tokens: int) -> int | None:
-        """Path position where the newest messages reach ``keep_recent_tokens`` (pi's budget).
-
-        pi counts every message after the compaction's own, newest first, passing those that
-        count 0. From the running sums, the answer is the newest message whose sum to the end
-        reaches the budget: a binary search, not a walk of the kept part (issue 9).
-        """
-        totals = self.prefix
-        if keep_recent_tokens > 0:
-            # The newest k with totals[k] <= total - keep: message k - 1 then counts more than 0
-            # and the sum from it to the end reaches the budget.
-            k = bisect.bisect_right(
-                totals, totals[self.count] - keep_recent_tokens, self.base, self.count
-            )
-            return self.positions[k - 1] if k > self.base else None
-        for k in range(self.count, self.base, -1):  # a budget of 0: the newest that counts
-            if totals[k] > totals[k - 1]:
-                return self.positions[k - 1]
-        return None
-
-    def file_operations(self, lo: int, hi: int) -> dict[str, set[str]]:
-        """Paths per tool for the tool calls of context messages ``[lo, hi)``.
-
-        From the first message after the summary (what planning asks for), this costs the
-        number of distinct paths, not of tool calls.
-        """
-        found: dict[str, set[str]] = {"read": set(), "write": set(), "edit": set()}
-        if lo <= self.base:  # every tool call is at or after the base: a prefix of first uses
-            for kind, first_seen in self.first_seen.items():
-                # First uses are in message order, so the paths first used before `hi` are a
-                # prefix of the keys (issue 9). Usually all of them: then the set is made from
-                # the dict itself, with the hashes it keeps, never reading the paths.
-                if not first_seen or next(reversed(first_seen.values())) < hi:
-                    found[kind] = set(first_seen)
-                else:
-                    used = bisect.bisect_left(list(first_seen.values()), hi)
-                    found[kind] = set(itertools.islice(first_seen, used))
-            return found
-        first = bisect.bisect_left(self.event_message, lo, 0, self.events)
-        last = bisect.bisect_left(self.event_message, hi, first, self.events)
-        kinds, paths = self.event_kind, self.event_path
-        for i in range(first, last):
-            found[kinds[i]].add(paths[i])
-        return found
-
-    def conversation(self, lo: int, hi: int) -> range | list[int]:
-        """Indices of context messages ``[lo, hi)`` that a summary reads: all but system ones.
-
-        System messages are prompt state, not conversation (pi 1.x leaves them out of what it
-        summarizes). Usually there are none in the range, or only the session's first at its
-        start: then it is a range, and windows on it are not copied.
-        """
-        system = self.system
-        first = bisect.bisect_left(system, lo)
-        last = bisect.bisect_left(system, hi, first)
-        while first < last and system[first] == lo:
-            first, lo = first + 1, lo + 1
-        if first == last:
-            return range(lo, hi)
-        skipped = set(system[first:last])
-        return [k for k in range(lo, hi) if k not in skipped]
-
-    def measured(self, messages: Sequence[Message], chosen: range | list[int]) -> MeasuredMessages:
-        """The context messages at ``chosen`` (:meth:`conversation`), their lengths known.
-
-        For a range it is a window, not copied (O(1)). ``messages`` are the context's
-        messages (this view's ``count`` of them).
-        """
-        late = self.late
-        if isinstance(chosen, range):
-            lo, hi = chosen.start, chosen.stop
-            first = bisect.bisect_left(late, lo)
-            last = bisect.bisect_left(late, hi, first)
-            return MeasuredMessages.window(
-                _underlying(messages),
-                lo,
-                hi,
-                self.serial,
-                (late[i] - lo for i in range(first, last)),
-                self.shapes,
-                self.parts,
-            )
-        # Some system messages in the middle: the run is made of the others, its sums too.
-        serial, shapes, parts = self.serial, self.shapes, self.parts
-        late_set = set(late)
-        sums = array("q", [0])
-        for k in chosen:
-            sums.append(sums[-1] + serial[k + 1] - serial[k])
-        return MeasuredMessages.window(
-            [messages[k] for k in chosen],
-            0,
-            len(chosen),
-            sums,
-            [j for j, k in enumerate(chosen) if k in late_set],
-            array("b", (shapes[k] for k in chosen)),
-            [part for k in chosen for part in (parts[2 * k], parts[2 * k + 1])],
-        )
-
-
-def chosen(items: Sequence[T], at: range | list[int]) -> Sequence[T]:
-    """The items of a context's sequence at :meth:`ContextIndex.conversation`'s indices."""
-    if isinstance(at, range):
-        return window(items, at.start, at.stop)
-    return tuple(items[k] for k in at)
-
-
-def window(items: Sequence[T], lo: int, hi: int) -> Window[T]:
-    """``items[lo:hi]`` of a context's sequence (``messages``, ``entry_ids``...), not copied."""
-    return Window(_underlying(items), lo, hi - lo)
-
-
-def _underlying(items: Sequence[T]) -> Sequence[T]:
-    # A snapshot's list only grows, so a window may read it directly (one indirection less).
-    return items._items if isinstance(items, Snapshot) else items
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -425,9 +164,12 @@ class ContextBuilder:
     the latest context edit that targets it. An edit of something already in the context, rare
     (overflow recovery, an extension), measures the context again from the compaction; every
     other entry is O(1).
+
+    ``measured``: measure each message for summary requests as it comes in (a runtime's
+    context); otherwise on first need (:mod:`~orchestrator._core.measures`).
     """
 
-    def __init__(self, path: Iterable[Entry] = ()) -> None:
+    def __init__(self, path: Iterable[Entry] = (), *, measured: bool = False) -> None:
         self._path: list[Entry] = []
         self._position: dict[str, int] = {}
         self._messages: list[Message] = []
@@ -441,16 +183,17 @@ class ContextBuilder:
         self._event_kind: list[str] = []
         self._event_path: list[str] = []
         self._first_seen: dict[str, dict[str, int]] = {kind: {} for kind in FILE_TOOLS}
-        self._serial: array[int] = array("q", [0])
         self._late: list[int] = []
-        self._shapes: array[int] = array("b")
-        self._parts: list[Any] = []  # per message its text and call, for summary requests
+        # Per message its serialized length, shape and parts, for summary requests: on demand,
+        # or as each message comes in when ``measured`` (see measure()).
+        self._measures = Measures(self._messages)
+        self._measures.eager = measured
         self._system: list[int] = []
         self._edits: dict[str, Entry] = {}
         # Since the last restart, a context edit or a system message came in: the next
         # compaction measures what it keeps again rather than reusing the numbers.
         self._irregular = False
-        self._estimate_sum = self._serial_sum = 0
+        self._estimate_sum = 0
         self._last_compaction = -1
         self._last_invalidating = -1
         self._start = 0
@@ -531,19 +274,9 @@ class ContextBuilder:
         """Append a context message; ``restoring``: a kept one, re-read after a compaction."""
         role = message.get("role")
         index = len(self._messages)
+        estimate = self._estimate(message, role, index, restoring=restoring)
         if role in LATE_ROLES:  # measured when planned: loading never reads the templates
-            estimate, units, shape = estimate_tokens(message), 0, SHAPE_OTHER
-            text = call = None
             self._late.append(index)
-        else:
-            estimate, units, shape, text, call = measure_shaped(message)
-        if role == "assistant":
-            if not restoring:
-                self._take_model_from_assistant(message)
-            if shape == SHAPE_TEXT_AND_CALL:  # text and one call: the call is its second block
-                self._file_event(message["content"][1], index)
-            else:
-                self._file_events(message, index)
         elif role == "system":
             self._system.append(index)
             self._irregular = True
@@ -555,17 +288,62 @@ class ContextBuilder:
         self._positions.append(position)
         self._estimate_sum += estimate
         self._prefix.append(self._estimate_sum)
-        self._serial_sum += serial_step(units)
-        self._serial.append(self._serial_sum)
-        self._shapes.append(shape)
-        self._parts.append(text)
-        self._parts.append(call)
+        measures = self._measures
+        if measures.eager and len(measures.shapes) <= index:  # a summary: not taken above
+            measures.upto(index + 1)
+
+    def _estimate(self, message: Message, role: object, index: int, *, restoring: bool) -> int:
+        """The message's estimate, an assistant's model and file operations taken on the way.
+
+        A context measured as it comes in (a runtime's, :meth:`measure`) measures the message
+        for summary requests here too, in the walk that estimates it, as every push did before
+        measuring became lazy.
+        """
+        if role == "assistant" and not restoring:
+            self._take_model_from_assistant(message)
+        measures = self._measures
+        if measures.eager and role not in LATE_ROLES and len(measures.shapes) == index:
+            estimate, shape = measures.take(message)
+            if shape == SHAPE_TEXT_AND_CALL:  # an assistant's text and call: the second block
+                self._file_event(message["content"][1], index)
+            elif role == "assistant":
+                self._file_events(message, index)
+            return estimate
+        if role == "assistant":
+            content = message.get("content")
+            if isinstance(content, list):
+                return self._assistant_estimate(content, index)
+        return estimate_tokens(message)
 
     def _file_events(self, message: Message, index: int) -> None:
         content = message.get("content")
         for block in content if isinstance(content, list) else ():
             if isinstance(block, dict) and block.get("type") == "toolCall":
                 self._file_event(block, index)
+
+    def _assistant_estimate(self, content: list[Any], index: int) -> int:
+        """``estimate_tokens`` of an assistant message with these blocks.
+
+        Its file operations are recorded from the same walk: the usual message of a context
+        taken in one pass, not two (``tests/test_context_measures.py`` holds it to
+        ``estimate_tokens``).
+        """
+        chars = 0
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                text = block.get("text")
+                chars += utf16_len(text) if isinstance(text, str) else 0
+            elif kind == "thinking":
+                text = block.get("thinking")
+                chars += utf16_len(text) if isinstance(text, str) else 0
+            elif kind == "toolCall":
+                name, arguments = block.get("name"), block.get("arguments", {})
+                chars += (utf16_len(name) if isinstance(name, str) else 0) + json_length(arguments)
+                self._file_event(block, index)
+        return -(-chars // 4)
 
     def _nested_file_events(self, message: Message, index: int) -> None:
         # pi 1.x: calls a codemode script made are recorded on the script's result.
@@ -620,8 +398,10 @@ class ContextBuilder:
         self._messages, self._entry_ids = [], []
         self._estimates, self._positions = array("q"), array("q")
         self._prefix, self._estimate_sum = array("q", [0]), 0
-        self._serial, self._late, self._serial_sum = array("q", [0]), [], 0
-        self._shapes, self._parts, self._system = array("b"), [], []
+        eager = self._measures.eager
+        self._measures = Measures(self._messages)
+        self._measures.eager = eager
+        self._late, self._system = [], []
         self._event_message, self._event_kind, self._event_path = array("q"), [], []
         self._first_seen = {kind: {} for kind in FILE_TOOLS}
         self._irregular = bool(self._edits)
@@ -638,9 +418,7 @@ class ContextBuilder:
             self._positions.append(position)
             self._estimate_sum += estimate
             self._prefix.append(self._estimate_sum)
-            self._serial.append(0)
-            self._shapes.append(SHAPE_OTHER)
-            self._parts += (None, None)
+            self._measures.skip()
         self._head = len(head)
 
     def _remeasure(self, end: int) -> None:
@@ -677,8 +455,7 @@ class ContextBuilder:
         head = compaction_messages(compaction)
         messages, entry_ids = self._messages, self._entry_ids
         estimates, positions = self._estimates, self._positions
-        old_prefix, serial, shapes = self._prefix, self._serial, self._shapes
-        late, parts = self._late, self._parts
+        old_prefix, measures, late = self._prefix, self._measures, self._late
         event_message, event_kind, event_path = (
             self._event_message,
             self._event_kind,
@@ -697,12 +474,11 @@ class ContextBuilder:
         self._entry_ids += entry_ids[first:count]
         self._estimates.extend(estimates[first:count])
         self._positions.extend(positions[first:count])
-        kept_serial = array("q", [serial[first]] * (h + 1))
-        kept_serial.extend(serial[first + 1 : count + 1])
-        self._serial, self._serial_sum = kept_serial, kept_serial[-1]
+        self._measures = measures.kept(self._messages, first, count, h)
+        self._measures.eager = measures.eager
+        if measures.eager:
+            self._measures.upto(len(self._messages))
         self._late += (index - first + h for index in late if index >= first)
-        self._shapes.extend(shapes[first:count])
-        self._parts += parts[2 * first : 2 * count]
         lo = bisect.bisect_left(event_message, first)
         self._event_message = array("q", _less(event_message[lo:], first - h))
         self._event_kind, self._event_path = event_kind[lo:], event_path[lo:]
@@ -712,6 +488,15 @@ class ContextBuilder:
             self._first_seen[kind].setdefault(path, index)
         self._last_compaction, self._start = here, start
         self._fresh_from = len(self._messages)
+
+    def measure(self) -> None:
+        """Measure every message now, and each one taken in from now on.
+
+        For a process that will summarize (the runtime): a compaction then finds every length
+        known, as it did when every push measured (:mod:`~orchestrator._core.measures`).
+        """
+        self._measures.upto(len(self._messages))
+        self._measures.eager = True
 
     def path(self) -> list[Entry]:
         """A copy of the path pushed so far, root first."""
@@ -749,10 +534,8 @@ class ContextBuilder:
                 event_path=self._event_path,
                 events=len(self._event_message),
                 first_seen=self._first_seen,
-                serial=self._serial,
                 late=self._late,
-                shapes=self._shapes,
-                parts=self._parts,
+                measures=self._measures,
             ),
         )
         return self._context

@@ -49,6 +49,19 @@ EMPTY_TAIL = Tail(last_id=None, length=0)
 """The tail of a store that holds nothing."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntryIndex:
+    """What the line pass learned of the entries it read, for the tree to take over.
+
+    Attributes:
+        by_id: Each entry by its id (handed over: the tree goes on adding to it).
+        linear: Each entry's parent is the entry before it, and the first is a root.
+    """
+
+    by_id: dict[str, Entry]
+    linear: bool
+
+
 @dataclass(slots=True, kw_only=True)
 class LoadResult:
     """What a store read: the usable part, and every problem found.
@@ -60,6 +73,8 @@ class LoadResult:
         migrated: The stored data was an older version and was migrated in memory.
         torn_tail: Bytes of a truncated last line (a crash mid-append), if any.
         tail: Where the data read ends: the state a later conditional write expects (D27).
+        index: The entries by id and whether they form one line, when the read built them
+            (entries as read, not migrated); ``None`` otherwise, and the tree indexes itself.
     """
 
     header: Entry | None
@@ -68,3 +83,4 @@ class LoadResult:
     migrated: bool = False
     torn_tail: bytes = b""
     tail: Tail = EMPTY_TAIL
+    index: EntryIndex | None = None

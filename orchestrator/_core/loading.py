@@ -52,8 +52,9 @@ from typing import Any
 
 from orchestrator._core.entries import CURRENT_VERSION, Entry
 from orchestrator._core.json_lines import BadLine, is_json, line_decoder
-from orchestrator._core.load_result import LoadResult, Problem
+from orchestrator._core.load_result import EntryIndex, LoadResult, Problem
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
+from orchestrator._core.reading import link_problems, read_entries, with_usable_ids
 from orchestrator._core.reference_check import reference_problems
 from orchestrator._core.usage_check import usage_problems
 
@@ -249,9 +250,8 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
     with_ids = version is None or version >= 2
     rest[0] = (first + 1, rest[0][1][1:])
     problems: list[Problem] = []
-    entries, numbers, line_of = _objects(
-        itertools.chain(rest, batches), problems, decode, with_ids=with_ids
-    )
+    read = read_entries(itertools.chain(rest, batches), problems, decode, with_ids=with_ids)
+    entries, numbers, line_of = read.entries, read.numbers, read.line_of
     del rest, batches  # the raw bytes of the lines: let them go before the index is built
     problems.extend(lines.finish())
     torn = lines.torn
@@ -269,18 +269,31 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
         line_of = {entry["id"]: number for entry, number in zip(entries, numbers, strict=True)}
     else:
         if not with_ids:  # a v1 header over entries with ids: read them as they are
-            entries, numbers, line_of = _with_ids(entries, numbers, problems)
+            entries, numbers, line_of = with_usable_ids(entries, numbers, problems)
         # Read as written when the version is wrong: migrating entries that are not what the
         # header says would replace every id and flatten the branches.
         if version_problem is None and version is not None and version < CURRENT_VERSION:
             migration = migrate(header, entries, random_hex=random_hex)
             header, entries, migrated = migration.header, list(migration.entries), True
-    problems.extend(_link_problems(entries, numbers, line_of))
-    problems.extend(usage_problems(entries, numbers))
+    index = None
+    if with_ids and not migrated:
+        # The pass that read the lines noted the links to check and the usage problems, and
+        # indexed the entries by id: the entries are those it read, as it read them.
+        problems.extend(link_problems(entries, numbers, line_of, read.irregular))
+        problems.extend(read.usage_problems)
+        index = EntryIndex(by_id=read.by_id, linear=read.linear())
+    else:
+        problems.extend(link_problems(entries, numbers, line_of))
+        problems.extend(usage_problems(entries, numbers))
     problems.extend(reference_problems(entries, numbers, line_of))
     problems.sort(key=lambda problem: problem.line)
     result = LoadResult(
-        header=header, entries=entries, problems=problems, migrated=migrated, torn_tail=torn
+        header=header,
+        entries=entries,
+        problems=problems,
+        migrated=migrated,
+        torn_tail=torn,
+        index=index,
     )
     return ParsedSession(result=result, stored_version=version, write_refusal=refusal)
 
@@ -355,167 +368,6 @@ def _what_version(value: object) -> str:
     if isinstance(value, float):
         return f"{shown} is not a whole number"
     return f"{shown} is not a number"
-
-
-def _objects(
-    batches: Iterable[tuple[int, list[bytes]]],
-    problems: list[Problem],
-    decode: Callable[[bytes], Any],
-    *,
-    with_ids: bool,
-) -> tuple[list[Entry], list[int], dict[str, int]]:
-    """Decode the lines of ``batches`` into objects, their 1-based lines, and each id's line.
-
-    Flat lists rather than a tuple per entry, and the id checks of :func:`_with_ids` done in the
-    same pass when ``with_ids``: on a big file every object and every pass per entry counts.
-    """
-    entries: list[Entry] = []
-    numbers: list[int] = []
-    first_line: dict[str, int] = {}
-    for index, lines in batches:
-        number = index
-        for raw in lines:
-            number += 1
-            if not raw or raw.isspace():
-                continue
-            try:
-                value = decode(raw)
-            except BadLine as bad:
-                problems.append(Problem(line=number, code=bad.code, message=bad.message))
-                continue
-            if type(value) is not dict:
-                message = f"a JSON {_json_kind(value)}, not an object; skipped"
-                problems.append(Problem(line=number, code="not_object", message=message))
-                continue
-            if value.get("type") == "session":
-                message = "a second session header; skipped"
-                problems.append(Problem(line=number, code="bad_header", message=message))
-                continue
-            if with_ids:
-                entry_id = value.get("id")
-                if type(entry_id) is not str or not entry_id or entry_id in first_line:
-                    problems.append(_id_problem(value, number, first_line))
-                    continue
-                first_line[entry_id] = number
-            entries.append(value)
-            numbers.append(number)
-    return entries, numbers, first_line
-
-
-def _id_problem(entry: Entry, number: int, first_line: dict[str, int]) -> Problem:
-    entry_id = entry.get("id")
-    if type(entry_id) is str and entry_id in first_line:
-        message = (
-            f"entry id {entry_id!r} was already used on line {first_line[entry_id]}; "
-            "this later entry is skipped"
-        )
-        return Problem(line=number, code="duplicate_id", message=message)
-    kind = entry.get("type")
-    what = f"a {kind!r} entry" if isinstance(kind, str) else "an entry"
-    return Problem(line=number, code="no_id", message=f"{what} without an id; skipped")
-
-
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return "string" if isinstance(value, str) else "array"
-
-
-def _with_ids(
-    entries: list[Entry], numbers: list[int], problems: list[Problem]
-) -> tuple[list[Entry], list[int], dict[str, int]]:
-    """Drop entries without a usable id or with a used one; map each id to its line."""
-    first_line: dict[str, int] = {}
-    kept: list[Entry] = []
-    kept_numbers: list[int] = []
-    for entry, number in zip(entries, numbers, strict=True):
-        entry_id = entry.get("id")
-        if type(entry_id) is not str or not entry_id or entry_id in first_line:
-            problems.append(_id_problem(entry, number, first_line))
-            continue
-        first_line[entry_id] = number
-        kept.append(entry)
-        kept_numbers.append(number)
-    return kept, kept_numbers, first_line
-
-
-_MISSING = object()
-
-
-def _link_problems(
-    entries: list[Entry], numbers: list[int], line_of: dict[str, int]
-) -> list[Problem]:
-    """Report parents that do not exist and parent chains that loop, in one pass.
-
-    Every cycle has a member whose parent comes later in the file (line numbers cannot fall all
-    the way round a loop), so the cycle walk starts only from such forward links. pi writes a
-    child after its parent, so on its files there are none and no walk happens at all.
-    """
-    problems: list[Problem] = []
-    forward: list[str] = []
-    previous: object = None  # before the first entry: a null parent is a root either way
-    for entry, number in zip(entries, numbers, strict=True):
-        entry_id, parent = entry["id"], entry.get("parentId", _MISSING)
-        if parent == previous:
-            # The entry before it in the file: an earlier line, no lookup in a dictionary of
-            # every id (on a big file, a cache miss per entry). Most entries are this one.
-            previous = entry_id
-            continue
-        previous = entry_id
-        if parent is None or parent == entry_id:
-            continue  # a root, as pi's getTree sees it
-        if type(parent) is str:
-            parent_line = line_of.get(parent)
-            if parent_line is not None:
-                if parent_line > number:
-                    forward.append(entry_id)
-                continue
-        if parent is _MISSING:
-            message = f"entry {entry_id!r} has no parentId field; kept as a root"
-        else:
-            shown = repr(parent) if isinstance(parent, str) else f"{json.dumps(parent)} (not an id)"
-            message = f"parent {shown} of entry {entry_id!r} does not exist; kept as a root"
-        problems.append(Problem(line=number, code="unknown_parent", message=message))
-    if forward:
-        parent_of = {
-            entry["id"]: entry["parentId"]
-            for entry in entries
-            if type(entry.get("parentId")) is str
-            and entry["parentId"] in line_of
-            and entry["parentId"] != entry["id"]
-        }
-        problems.extend(_cycles(forward, parent_of, line_of))
-    return problems
-
-
-def _cycles(starts: list[str], parent_of: dict[str, str], line_of: dict[str, int]) -> list[Problem]:
-    # Each entry has at most one parent, so the graph is a functional graph: walking parents
-    # from any entry either ends or enters exactly one cycle. Colouring makes it linear.
-    done: set[str] = set()
-    problems: list[Problem] = []
-    for start in starts:
-        walk: list[str] = []
-        on_walk: set[str] = set()
-        node: str | None = start
-        while node is not None and node not in done and node not in on_walk:
-            walk.append(node)
-            on_walk.add(node)
-            node = parent_of.get(node)
-        if node is not None and node in on_walk:
-            members = walk[walk.index(node) :]
-            first = min(members, key=line_of.__getitem__)
-            # Name the members in chain order starting from the one earliest in the file.
-            at = members.index(first)
-            ordered = members[at:] + members[:at]
-            chain = " -> ".join(repr(member) for member in [*ordered, first])
-            message = f"entries form a parent cycle ({chain}); each has a parent but none is a root"
-            problems.append(Problem(line=line_of[first], code="cycle", message=message))
-        done.update(walk)
-    return problems
 
 
 # Problems whose entry loaded: a rewrite writes it back as it was, so nothing is lost.

@@ -19,6 +19,7 @@ from typing import Any
 
 from orchestrator._core.entries import LABEL, SESSION_INFO, Entry, iso_now, new_entry_id
 from orchestrator._core.errors import EntryNotFoundError, SessionError
+from orchestrator._core.load_result import EntryIndex
 
 LEAF: object = object()
 """Default ``parent_id`` of :meth:`SessionTree.new_entry`: the current leaf."""
@@ -41,37 +42,79 @@ class SessionTree:
         entries: Entries in file order. They are indexed, not copied.
     """
 
-    def __init__(self, header: Entry, entries: list[Entry] | None = None) -> None:
+    def __init__(
+        self, header: Entry, entries: list[Entry] | None = None, index: EntryIndex | None = None
+    ) -> None:
         self.header = header
         self.entries: list[Entry] = []
         self.by_id: dict[str, Entry] = {}
         self._children: dict[str | None, list[str]] | None = None
-        self.labels: dict[str, str] = {}
+        self._labels: dict[str, str] | None = None
         self.leaf_id: str | None = None
         self._path: list[Entry] = []
         self._path_leaf: str | None = None
-        self._index_all(entries or [])
+        # Every entry's parent is the entry before it in the file, the first is a root, and no
+        # id repeats: the path to the last entry is then every entry (the usual pi session).
+        self._linear = True
+        if index is not None and entries:
+            # The loader's line pass indexed them while each was fresh (loading.py): taken over.
+            self.entries.extend(entries)
+            self.by_id, self._linear = index.by_id, index.linear
+        else:
+            self._index_all(entries or [])
         self.leaf_id = self.entries[-1]["id"] if self.entries else None
 
     # -- indexing ----------------------------------------------------------------------------
 
     def _index(self, entry: Entry) -> None:
-        self.entries.append(entry)
         entry_id = entry["id"]
+        if self._linear:
+            self._linear = entry_id not in self.by_id and self._follows(entry, self.entries)
+        self.entries.append(entry)
         self.by_id[entry_id] = entry
         if self._children is not None:
             self._children.setdefault(self._parent_key(entry), []).append(entry_id)
-        if entry.get("type") == LABEL:
-            self._label(entry)
+        if self._labels is not None and entry.get("type") == LABEL:
+            self._label(self._labels, entry)
 
     def _index_all(self, entries: list[Entry]) -> None:
         # _index, unrolled for loading: one loop, locals instead of attribute lookups.
+        linear = self._linear and (not entries or self._follows(entries[0], self.entries))
         self.entries.extend(entries)
         by_id = self.by_id
+        known = len(by_id)
+        previous = None
         for entry in entries:
-            by_id[entry["id"]] = entry
-            if entry.get("type") == LABEL:
-                self._label(entry)
+            entry_id = entry["id"]
+            if linear and previous is not None and entry.get("parentId") != previous:
+                linear = False
+            previous = entry_id
+            by_id[entry_id] = entry
+        self._linear = linear and len(by_id) == known + len(entries)
+        self._labels = None  # read again on first use
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Each labelled entry's label (the latest ``label`` entry naming it wins; empty: none).
+
+        Read from the entries at first use and kept up to date after: opening a session and
+        building its context never need them.
+        """
+        if self._labels is None:
+            labels: dict[str, str] = {}
+            for entry in self.entries:
+                if entry.get("type") == LABEL:
+                    self._label(labels, entry)
+            self._labels = labels
+        return self._labels
+
+    @staticmethod
+    def _follows(entry: Entry, before: list[Entry]) -> bool:
+        """Whether ``entry`` keeps a linear tree linear after ``before``."""
+        parent = entry.get("parentId")
+        if not before:  # a root, as parent_of sees one
+            return not isinstance(parent, str) or parent == entry["id"]
+        return bool(parent == before[-1]["id"])
 
     @property
     def children(self) -> dict[str | None, list[str]]:
@@ -95,13 +138,14 @@ class SessionTree:
             self._children = children
         return self._children
 
-    def _label(self, entry: Entry) -> None:
+    @staticmethod
+    def _label(labels: dict[str, str], entry: Entry) -> None:
         target, label = entry.get("targetId"), entry.get("label")
         if isinstance(target, str):
             if isinstance(label, str) and label:
-                self.labels[target] = label
+                labels[target] = label
             else:
-                self.labels.pop(target, None)
+                labels.pop(target, None)
 
     def _parent_key(self, entry: Entry) -> str | None:
         parent = entry.get("parentId")
@@ -155,6 +199,36 @@ class SessionTree:
         return self._walk(leaf_id)
 
     def _walk(self, leaf_id: str) -> list[Entry]:
+        # The parent links, inlined (no set of the ids seen): a walk longer than the file has
+        # entries has met a cycle, and only then is it walked again, guarded, to end where the
+        # loop closes (the loader reports the cycle).
+        # Most parents are the entry just before in the file (pi appends a child after its
+        # parent): the walk checks that entry first, by position, and looks the id up only when
+        # it is not (a lookup in a dictionary of every id is a cache miss per entry).
+        by_id, entries = self.by_id, self.entries
+        limit = len(entries)
+        if self._linear and entries and entries[-1]["id"] == leaf_id:
+            return list(entries)
+        at = limit - 1 if entries and entries[-1]["id"] == leaf_id else -1
+        path: list[Entry] = []
+        entry: Entry | None = by_id.get(leaf_id)
+        while entry is not None:
+            path.append(entry)
+            parent = entry.get("parentId")
+            if not isinstance(parent, str) or parent == entry["id"]:
+                break
+            if at > 0 and entries[at - 1]["id"] == parent:
+                at -= 1
+                entry = entries[at]
+            else:
+                at = -1
+                entry = by_id.get(parent)
+            if len(path) > limit:
+                return self._walk_guarded(leaf_id)
+        path.reverse()
+        return path
+
+    def _walk_guarded(self, leaf_id: str) -> list[Entry]:
         path: list[Entry] = []
         seen: set[str] = set()
         entry: Entry | None = self.by_id.get(leaf_id)

@@ -14,6 +14,7 @@ this check existed, and still is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from orchestrator._core.entries import Entry
 from orchestrator._core.load_result import Problem
@@ -38,16 +39,22 @@ def usage_problems(entries: Sequence[Entry], numbers: Sequence[int]) -> list[Pro
             continue
         message = entry.get("message")
         usage = message.get("usage") if type(message) is dict else None
-        if type(usage) is not dict:
-            continue
-        for key in USAGE_KEYS:
-            value = usage.get(key)
-            if type(value) is int and 0 <= value <= _LARGEST_INT:
-                continue  # pi's counts: the one test most of them take, on every load
-            if type(value) is bool or not isinstance(value, int | float):
-                continue  # not a number: tolerated silently, as the module docstring says
-            if not is_token_count(value):
-                problems.append(_problem(entry, number, key, value))
+        if type(usage) is dict:
+            problems += entry_usage_problems(entry, number, usage)
+    return problems
+
+
+def entry_usage_problems(entry: Entry, number: int, usage: dict[str, Any]) -> list[Problem]:
+    """:func:`usage_problems` of one message entry, given its message's ``usage`` dict."""
+    problems: list[Problem] = []
+    for key in USAGE_KEYS:
+        value = usage.get(key)
+        if type(value) is int and 0 <= value <= _LARGEST_INT:
+            continue  # pi's counts: the one test most of them take, on every load
+        if type(value) is bool or not isinstance(value, int | float):
+            continue  # not a number: tolerated silently, as the module docstring says
+        if not is_token_count(value):
+            problems.append(_problem(entry, number, key, value))
     return problems
 
 

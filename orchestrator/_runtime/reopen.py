@@ -55,8 +55,9 @@ def open_runtime(
         runtime = build(session, journal=journal, **kwargs)
         runtime.owner = owner
         runtime.settlements = settle_on_open(runtime.ports, journal)
-        # The model's view, built once now: every turn and compaction starts from it, and a
-        # compaction then plans in O(kept entries) on the event loop (issue 9).
+        # The model's view, built (and measured: the runtime keeps it so) once now: every turn
+        # and compaction starts from it, and a compaction then plans in O(kept entries) on the
+        # event loop (issue 9).
         session.context()
         # Ready to write before the first turn: the journal (created if missing; removed at
         # close if still empty) and the store are opened here, where opening costs milliseconds

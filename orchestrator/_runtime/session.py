@@ -84,6 +84,9 @@ class AgentSession:
         events: EventBus | None = None,
     ) -> None:
         self._session, self._agent = session, agent
+        # A runtime compacts: its contexts keep what summary requests need measured as they
+        # grow, so no compaction waits for a backlog (_core/measures.py).
+        session.keep_measured()
         self._settings = settings = settings or RuntimeSettings()
         self.tracer = tracer or LifecycleTracer(None)
         self.hooks = hooks or Hooks()

@@ -187,6 +187,7 @@ class Session:
         self._random_hex = random_hex
         self._builder: ContextBuilder | None = None
         self._builder_leaf: str | None = None
+        self._keep_measured = False
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -240,7 +241,9 @@ class Session:
             result: LoadResult = store.load()
             if result.header is None:
                 raise _not_a_session(store.location, result.problems)
-            tree = SessionTree(result.header, result.entries)
+            tree = SessionTree(result.header, result.entries, result.index)
+            # Handed to the tree, which adds to it: a store's cached parse must not see that.
+            result.index = None
         return cls(
             store,
             tree,
@@ -271,7 +274,9 @@ class Session:
             result = self.store.load()
             if result.header is None:
                 raise _not_a_session(self.store.location, result.problems)
-            tree = SessionTree(result.header, result.entries)
+            tree = SessionTree(result.header, result.entries, result.index)
+            # Handed to the tree, which adds to it: a store's cached parse must not see that.
+            result.index = None
         self.tree = tree
         self.problems = list(result.problems)
         self._tail = result.tail
@@ -348,9 +353,22 @@ class Session:
         if leaf_id is not None and leaf_id != self.tree.leaf_id:
             return ContextBuilder(self.tree.path(leaf_id)).context()
         if self._builder is None or self._builder_leaf != self.tree.leaf_id:
-            self._builder = ContextBuilder(self.tree.path())
+            self._builder = ContextBuilder(self.tree.path(), measured=self._keep_measured)
             self._builder_leaf = self.tree.leaf_id
         return self._builder.context()
+
+    def keep_measured(self) -> None:
+        """Keep the active context measured for summary requests, now and after every rebuild.
+
+        A context measures what a summary request needs of each message on first need
+        (:mod:`~orchestrator._core.measures`), so a command that only prints it never pays for
+        that. A runtime, which will compact, asks for it here once (nothing is built here:
+        a context built later is measured as it is built), and every compaction then finds
+        the lengths known.
+        """
+        self._keep_measured = True
+        if self._builder is not None:
+            self._builder.measure()
 
     # -- appending -----------------------------------------------------------------------------
 

