@@ -52,6 +52,7 @@ from orchestrator._rpc.protocol import (
     PARSE_ERROR,
     UNAUTHORIZED,
     Dispatcher,
+    Encoded,
     Peer,
     RpcError,
     decode,
@@ -141,16 +142,20 @@ class Connection:
         self.token = token
         self.proven = token is None  # it presented the token (or none is asked for)
         self.peer = Peer()
+        self.peer.room = self._drained
+        self.peer.takes_encoded = True
         limit = self.limits.auth_line_bytes if token is not None else self.limits.max_line_bytes
         self.reader = LineReader(transport, limit)
-        self.waiting: deque[bytes] = deque()
+        self.waiting: deque[bytes | memoryview] = deque()
         self.waiting_bytes = 0
+        self.heavy_bytes = 0  # of the bytes waiting, those of heavy answers (not bounded)
         self.writing_bytes = 0
         self.in_flight = 0
         self.reading_done = False
         self.stopping = False  # the server is shutting down (stop)
         self.final = False  # the queue holds the last thing this client will be sent
         self.gone = False  # nothing more can be written to the client
+        self.open_line = False  # what was written last ends inside a line (a large answer's)
         self.deadline = math.inf  # for the writes of a client being closed
         self.read_scope = anyio.CancelScope()
         self.write_scope: anyio.CancelScope | None = None
@@ -203,29 +208,47 @@ class Connection:
 
     def post(self, text: str) -> None:
         """Queue one line for the client; never blocks, never raises."""
+        self.post_parts([(text + "\n").encode("utf-8")])
+
+    def post_parts(self, parts: list[bytes], *, heavy: bool = False) -> None:
+        """Queue one line given in pieces (the last ends with its newline); never raises.
+
+        The pieces are queued as they are: a large answer's, encoded once and shared by the
+        answers to every request for it, is never copied into one line. A ``heavy`` answer
+        (one that heavy work built, see ``fair.py``) is not counted against
+        ``max_queued_bytes``: that work started only once nothing waited for the client, so one
+        such answer at most waits at a time (a batch's, all of them), and the bound stays for
+        the rest.
+        """
         if self.final or self.gone:
             return
-        data = (text + "\n").encode("utf-8")
+        size = sum(map(len, parts))
         # One message may always wait, however large (it exists in memory anyway); more than
         # the bound waiting means the client is not reading.
-        if self.waiting and self.waiting_bytes + len(data) > self.limits.max_queued_bytes:
+        bounded = self.waiting_bytes - self.heavy_bytes + (0 if heavy else size)
+        if self.waiting and bounded > self.limits.max_queued_bytes:
             message = (
                 f"Client not reading: over {self.limits.max_queued_bytes} bytes of output "
                 "waiting; closing the connection"
             )
             self._close_with(_error_line(LIMIT, message))
             return
-        self.waiting.append(data)
-        self.waiting_bytes += len(data)
+        if heavy:
+            self.waiting.extend(map(memoryview, parts))  # marked: see _next_output
+            self.heavy_bytes += size
+        else:
+            self.waiting.extend(parts)
+        self.waiting_bytes += size
         self.peak_queued_bytes = max(self.peak_queued_bytes, self.waiting_bytes)
         self._notify()
 
     def _close_with(self, data: bytes) -> None:
         """Send ``data`` as the last thing (within the drop timeout), then close."""
         self.final = True
+        self.peer.leave()
         self.waiting.clear()
         self.waiting.append(data)
-        self.waiting_bytes = len(data)
+        self.waiting_bytes, self.heavy_bytes = len(data), 0
         self.read_scope.cancel()
         self.deadline = anyio.current_time() + self.limits.drop_timeout
         if self.write_scope is not None:
@@ -236,7 +259,12 @@ class Connection:
         while await self._output():
             data = self._next_output()
             self.waiting_bytes -= len(data)
+            if self.final and self.open_line:
+                # The last line, after a large answer's pieces were cut short: end that line
+                # first, so the client can read this one.
+                data = b"\n" + data
             if await self._send(data):
+                self.open_line = not data.endswith(b"\n")
                 continue
             if self.final and self.waiting and not self.gone:
                 # The deadline cut a write (a large answer the client does not read) while
@@ -249,10 +277,11 @@ class Connection:
         if self.final or self.gone:
             # After a failed write, the last line of a dropped client, or its deadline: nothing
             # more is sent, and I close at once. The requests still running finish; their
-            # answers are discarded.
+            # answers are discarded; its heavy requests not started never start.
             self.gone = True
+            self.peer.leave()
             self.waiting.clear()
-            self.waiting_bytes = 0
+            self.waiting_bytes = self.heavy_bytes = 0
             with anyio.CancelScope(shield=True):
                 await self.transport.close()
 
@@ -276,15 +305,16 @@ class Connection:
         One write for the lines that came while the last was sent: with a thousand sessions
         compacting, answers and events of many requests wait together (issue 9).
         """
-        data = self.waiting.popleft()
-        if not self.waiting or len(data) >= WRITE_BYTES:
-            return data
-        lines, size = [data], len(data)
-        while self.waiting and size + len(self.waiting[0]) <= WRITE_BYTES:
-            line = self.waiting.popleft()
-            lines.append(line)
-            size += len(line)
-        return b"".join(lines)
+        lines = [self.waiting.popleft()]
+        size = len(lines[0])
+        while self.waiting and size < WRITE_BYTES and size + len(self.waiting[0]) <= WRITE_BYTES:
+            lines.append(self.waiting.popleft())
+            size += len(lines[-1])
+        # A heavy answer's pieces are queued as memoryviews: that is how I know which of the
+        # bytes sent were not counted against the bound.
+        self.heavy_bytes -= sum(len(line) for line in lines if isinstance(line, memoryview))
+        first = lines[0]
+        return first if len(lines) == 1 and isinstance(first, bytes) else b"".join(lines)
 
     async def _output(self) -> bool:
         """Wait for output to send; ``False`` when there will be no more."""
@@ -378,6 +408,11 @@ class Connection:
         while (line := self.reader.held()) is not None:
             self._take(line, requests)
 
+    async def _drained(self) -> None:
+        """Wait until nothing waits for the client (before heavy work starts, ``fair.py``)."""
+        while self.waiting_bytes + self.writing_bytes > 0:
+            await self._next_change()
+
     async def _room(self) -> None:
         """Wait until another line may be read: few enough requests running, output drained."""
         high_water = self.limits.max_queued_bytes // 2
@@ -389,15 +424,23 @@ class Connection:
 
     async def _answer(self, message: Any, weight: int) -> None:
         try:
-            reply = Dispatcher.encode(await self.dispatcher.handle(message, self.peer))
+            answer = await self.dispatcher.handle(message, self.peer)
+            heavy = _holds_encoded(answer)
+            reply = Dispatcher.encode_parts(answer)
         except Exception as exc:  # noqa: BLE001 - the dispatcher catches per request; a bug here
-            reply = encode(failure(None, error_for(exc)))
+            heavy, reply = False, [encode(failure(None, error_for(exc))).encode("utf-8")]
         try:
             if reply is not None:
-                self.post(reply)
+                self.post_parts([*reply, b"\n"], heavy=heavy)
         finally:
             self.in_flight -= weight
             self._notify()
+
+
+def _holds_encoded(answer: Any) -> bool:
+    """Whether an answer (or a batch's) holds a result heavy work encoded."""
+    answers = answer if isinstance(answer, list) else [answer]
+    return any(isinstance(a, dict) and isinstance(a.get("result"), Encoded) for a in answers)
 
 
 def _error_line(code: int, message: str, request_id: Any = None) -> bytes:

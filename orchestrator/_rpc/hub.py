@@ -28,17 +28,22 @@ from typing import Any
 
 import anyio
 
+from orchestrator._core.context import ContextBuilder, SessionContext
 from orchestrator._core.errors import SessionError
+from orchestrator._core.tree import SessionTree
+from orchestrator._rpc.fair import Fairness, encode_in_steps
 from orchestrator._rpc.hosted import HostedMethods, HostedOptions
 from orchestrator._rpc.protocol import (
     BUSY,
     CANCELLED,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
+    Encoded,
     Method,
     Params,
     Peer,
     RpcError,
+    Stop,
     encode,
     notification,
     one_line,
@@ -59,7 +64,7 @@ from orchestrator._store.files import (
 )
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
-from orchestrator._store.reports import context_report, tree_rows
+from orchestrator._store.reports import context_report_of, iter_tree_rows
 from orchestrator._telemetry.tracing import LifecycleTracer
 
 EVENT_METHOD = "session.event"
@@ -116,6 +121,9 @@ class _Slot:
     unsubscribe: Callable[[], None]
     navigating: bool = False
     compacting: bool = False
+    # The encoded answer of session.context for one immutable context of the active leaf (the
+    # runtime keeps that context until the next entry): 64 requests build it once.
+    context_answer: tuple[SessionContext, Encoded] | None = None
 
     def describe(self) -> dict[str, Any]:
         session = self.runtime.session
@@ -193,6 +201,8 @@ class SessionHub:
         self._paths: dict[str, str] = {}
         # (listener, peer, whether it takes the encoded line)
         self._listeners: list[tuple[Callable[[Any], None], Peer | None, bool]] = []
+        self.fair = Fairness()
+        """The bounds of the work that grows with a session (open, context, tree)."""
         # Summaries for sessions pi owns (integrations/pi): no session of ours is involved.
         tracer = self.options.runtime_kwargs.get("tracer")
         self.hosted = HostedMethods(
@@ -295,6 +305,15 @@ class SessionHub:
             RpcError: the path is outside the served directory or the file does not exist.
             SessionError: the file is not a session.
         """
+        resolved = self._to_open(path, create)
+        open_id = self._paths.get(str(resolved))
+        if open_id is not None:
+            return self._slots[open_id]
+        loaded = self._load(path, resolved, create, self.options.arguments())
+        return self._register(loaded, str(resolved))
+
+    def _to_open(self, path: str, create: bool) -> Path:
+        """The file ``path`` names, once it may be opened (or created)."""
         resolved = self._resolve(path)
         # What the name is, as the command line says it (not all "no such session file"); a
         # name ending in '/' is a folder's even to create (pathlib drops the slash).
@@ -305,9 +324,44 @@ class SessionHub:
                 require_session_file(self._joined(path), path)
         except SessionError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from None
-        open_id = self._paths.get(str(resolved))
-        if open_id is not None:
-            return self._slots[open_id]
+        return resolved
+
+    async def open_fairly(self, path: str, *, create: bool = False, peer: Peer | None) -> _Slot:
+        """:meth:`open`, the file read in a worker thread, as heavy work (``_rpc/fair.py``).
+
+        Raises:
+            RpcError: as :meth:`open`; ``-32003`` when the client left before it started.
+            SessionError: the file is not a session.
+        """
+        resolved = self._to_open(path, create)
+        loaded: list[AgentSession] = []
+
+        def prepare() -> Callable[[Stop], AgentSession | _Slot]:
+            # On the loop, once it may start: another request may have opened it meanwhile.
+            open_id = self._paths.get(str(resolved))
+            if open_id is not None:
+                slot = self._slots[open_id]
+                return lambda stop: slot
+            arguments = self.options.arguments()
+
+            def load(stop: Stop) -> AgentSession:
+                loaded.append(self._load(path, resolved, create, arguments))
+                return loaded[-1]
+
+            return load
+
+        try:
+            opened = await self.fair.run(peer, str(resolved), prepare)
+        except BaseException:
+            for runtime in loaded:  # loaded, then the server stopped: not kept open
+                runtime.close()
+            raise
+        return opened if isinstance(opened, _Slot) else self._register(opened, str(resolved))
+
+    def _load(
+        self, path: str, resolved: Path, create: bool, arguments: dict[str, Any]
+    ) -> AgentSession:
+        """Read ``resolved`` into a new runtime (touches nothing of the hub's: thread-safe)."""
         try:
             if not create and not resolved.is_file():
                 raise RpcError(INVALID_PARAMS, f"{path}: no such session file")
@@ -318,7 +372,7 @@ class SessionHub:
                     ".corrupt, or a rewrite's .NAME.tmp)",
                 )
             # The server owns every session it opens until it closes it (D27).
-            runtime = AgentSession.open(resolved, owner=SERVER_OWNER, **self.options.arguments())
+            return AgentSession.open(resolved, owner=SERVER_OWNER, **arguments)
         except (OSError, SessionError) as exc:
             shortage = out_of_files(path, exc)
             if shortage is not None:
@@ -327,8 +381,11 @@ class SessionHub:
                 raise
             # A folder, a file we may not read, a name too long: the caller's path, not a bug.
             raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
+
+    def _register(self, runtime: AgentSession, path: str) -> _Slot:
+        """Add a runtime :meth:`_load` made (closing it when its id is open already)."""
         try:
-            slot = self._slots[self.add(runtime, str(resolved))]
+            slot = self._slots[self.add(runtime, path)]
         except RpcError:
             runtime.close()
             raise
@@ -458,11 +515,13 @@ class SessionHub:
         """The method table for a :class:`Dispatcher`."""
         sid = frozenset({"session_id"})
         return {
-            "session.open": Method(handler=self._m_open, params=frozenset({"path", "create"})),
+            "session.open": Method(
+                handler=self._m_open, params=frozenset({"path", "create"}), heavy=True
+            ),
             "session.list": Method(handler=self._m_list),
             "session.close": Method(handler=self._m_close, params=sid),
             "session.compress": Method(handler=self._m_compress, params=sid | {"focus"}),
-            "session.tree": Method(handler=self._m_tree, params=sid),
+            "session.tree": Method(handler=self._m_tree, params=sid, heavy=True),
             "session.tree.navigate": Method(
                 handler=self._m_navigate,
                 params=sid | {"target_id", "summarize", "focus", "replace_instructions", "label"},
@@ -470,12 +529,12 @@ class SessionHub:
             "session.fork": Method(handler=self._m_fork, params=sid | {"entry_id", "path"}),
             "session.prompt": Method(handler=self._m_prompt, params=sid | {"text"}),
             "session.abort": Method(handler=self._m_abort, params=sid),
-            "session.context": Method(handler=self._m_context, params=sid),
+            "session.context": Method(handler=self._m_context, params=sid, heavy=True),
             **self.hosted.methods(),
         }
 
     async def _m_open(self, p: Params) -> dict[str, Any]:
-        slot = self.open(p.text("path"), create=p.flag("create"))
+        slot = await self.open_fairly(p.text("path"), create=p.flag("create"), peer=p.peer)
         runtime = slot.runtime
         self._subscribe(p.peer, runtime.session.session_id)
         return {
@@ -534,14 +593,32 @@ class SessionHub:
             "shortSummary": result.short_summary,
         }
 
-    async def _m_tree(self, p: Params) -> dict[str, Any]:
-        session = self._slot(p.text("session_id")).runtime.session
-        return {
-            "sessionId": session.session_id,
-            "name": session.tree.session_name(),
-            "leafId": session.leaf_id,
-            "nodes": tree_rows(session),
-        }
+    async def _m_tree(self, p: Params) -> Encoded:
+        session_id = p.text("session_id")
+
+        def prepare() -> Callable[[Stop], Encoded]:
+            # On the loop, in the connection's turn (so a session.open sent before it has
+            # run): a copy of the entries (a turn may append meanwhile) and of the path.
+            session = self._slot(session_id).runtime.session
+            header, entries = session.header, list(session.tree.entries)
+            leaf = session.leaf_id
+            live_path = session.path() if session.context_is_live else None
+            walk = session.tree
+
+            def rows(stop: Stop) -> Encoded:
+                tree = SessionTree(header, entries)  # its own index: nothing shared is written
+                path = live_path if live_path is not None else walk.path(leaf) if leaf else []
+                answer = {
+                    "sessionId": session_id,
+                    "name": tree.session_name(),
+                    "leafId": leaf,
+                    "nodes": iter_tree_rows(tree, path, leaf),
+                }
+                return encode_in_steps(answer, stop)
+
+            return rows
+
+        return await self.fair.run(p.peer, session_id, prepare)
 
     async def _m_navigate(self, p: Params) -> dict[str, Any]:
         slot = self._slot(p.text("session_id"))
@@ -618,6 +695,37 @@ class SessionHub:
         slot.runtime.abort_branch_summary()
         return {"aborted": was_busy}
 
-    async def _m_context(self, p: Params) -> dict[str, Any]:
-        session = self._slot(p.text("session_id")).runtime.session
-        return context_report(session, session.leaf_id)
+    async def _m_context(self, p: Params) -> Encoded:
+        session_id = p.text("session_id")
+
+        def prepare() -> Callable[[Stop], Encoded]:
+            # On the loop, in the connection's turn: the context of the active leaf, immutable,
+            # and its token count (it reads the runtime's live index). When the runtime holds
+            # none (after a move of the leaf), the thread builds one from the path, which it
+            # walks without writing.
+            slot = self._slot(session_id)
+            session = slot.runtime.session
+            leaf, by_id = session.leaf_id, session.tree.by_id
+            if not session.context_is_live:
+                tree = session.tree
+
+                def build(stop: Stop) -> Encoded:
+                    context = ContextBuilder(tree.path(leaf) if leaf else []).context()
+                    report = context_report_of(context, context.tokens(), by_id, leaf)
+                    return encode_in_steps(report, stop)
+
+                return build
+            context = session.context()
+            cached = slot.context_answer
+            if cached is not None and cached[0] is context:
+                return lambda stop: cached[1]
+            tokens = context.tokens()
+
+            def encode_once(stop: Stop) -> Encoded:
+                answer = encode_in_steps(context_report_of(context, tokens, by_id, leaf), stop)
+                slot.context_answer = (context, answer)
+                return answer
+
+            return encode_once
+
+        return await self.fair.run(p.peer, session_id, prepare)
