@@ -67,6 +67,8 @@ from orchestrator._rpc.transport import LineReader, Overlong, Transport
 MiB = 1024 * 1024
 WRITE_BYTES = 64 * 1024
 """Most bytes of waiting lines joined into one write (a longer line goes alone)."""
+HANGUP_POLL = 0.25
+"""Seconds between two looks at whether a client with heavy work waiting hung up."""
 AUTH_METHOD = "auth"
 _HTTP_REQUEST_LINE = re.compile(rb"^[A-Za-z]{3,16} \S+ HTTP/\d")
 _HTTP_BODY = b"This is a JSON-RPC server (one JSON message per line), not an HTTP server.\r\n"
@@ -158,6 +160,7 @@ class Connection:
         self.open_line = False  # what was written last ends inside a line (a large answer's)
         self.deadline = math.inf  # for the writes of a client being closed
         self.read_scope = anyio.CancelScope()
+        self.watch_scope = anyio.CancelScope()
         self.write_scope: anyio.CancelScope | None = None
         self.peak_queued_bytes = 0
         self._changed: anyio.Event | None = None  # made when someone waits (most notes find none)
@@ -177,7 +180,8 @@ class Connection:
         """Serve the client until it ends and its last request is answered."""
         stop = self.hub.listen_lines(self.post, self.peer)
         async with anyio.create_task_group() as outer:
-            outer.start_soon(self._write)
+            outer.start_soon(self._write_all)
+            outer.start_soon(self._watch)
             try:
                 async with anyio.create_task_group() as requests:
                     with self.read_scope:
@@ -188,6 +192,26 @@ class Connection:
                 stop()
                 self.reading_done = True
                 self._notify()
+
+    async def _write_all(self) -> None:
+        try:
+            await self._write()
+        finally:
+            self.watch_scope.cancel()
+
+    async def _watch(self) -> None:
+        """Notice a client that hung up while its heavy requests wait or run (``fair.py``).
+
+        Its reader may not be reading (64 requests in flight), and its answers may be minutes
+        away: without a look at the socket, the server would build them all for nobody. Only a
+        transport that can tell without reading (a Unix socket) is watched.
+        """
+        hung_up = getattr(self.transport, "hung_up", None)
+        with self.watch_scope:
+            while hung_up is not None and not self.peer.left:
+                await anyio.sleep(HANGUP_POLL)
+                if (self.peer.waiting or self.peer.stops) and hung_up():
+                    self.peer.leave()
 
     def stop(self) -> None:
         """Read no more; close once the running requests are answered (server shutdown).

@@ -121,9 +121,25 @@ class _Slot:
     unsubscribe: Callable[[], None]
     navigating: bool = False
     compacting: bool = False
-    # The encoded answer of session.context for one immutable context of the active leaf (the
-    # runtime keeps that context until the next entry): 64 requests build it once.
-    context_answer: tuple[SessionContext, Encoded] | None = None
+    # The encoded answers of session.context and session.tree, each with the version of the
+    # session it is of: the runtime's context of the active leaf (immutable, kept until the
+    # next entry) and the number of entries. 64 requests build one once.
+    answers: dict[str, tuple[SessionContext, int, Encoded]] = field(default_factory=dict)
+
+    def version(self) -> tuple[SessionContext, int] | None:
+        """What a cached answer must have been made from to be current; ``None``: not known.
+
+        Without a context kept by the runtime (after the leaf moved), nothing is cached.
+        """
+        session = self.runtime.session
+        return (session.context(), len(session.tree)) if session.context_is_live else None
+
+    def cached(self, method: str) -> Encoded | None:
+        """The answer of ``method`` made from the session as it is now, if there is one."""
+        kept, version = self.answers.get(method), self.version()
+        if kept is None or version is None or kept[0] is not version[0] or kept[1] != version[1]:
+            return None
+        return kept[2]
 
     def describe(self) -> dict[str, Any]:
         session = self.runtime.session
@@ -599,10 +615,15 @@ class SessionHub:
         def prepare() -> Callable[[Stop], Encoded]:
             # On the loop, in the connection's turn (so a session.open sent before it has
             # run): a copy of the entries (a turn may append meanwhile) and of the path.
-            session = self._slot(session_id).runtime.session
+            slot = self._slot(session_id)
+            cached = slot.cached("session.tree")
+            if cached is not None:
+                return lambda stop: cached
+            session = slot.runtime.session
             header, entries = session.header, list(session.tree.entries)
             leaf = session.leaf_id
-            live_path = session.path() if session.context_is_live else None
+            version = slot.version()
+            live_path = session.path() if version is not None else None
             walk = session.tree
 
             def rows(stop: Stop) -> Encoded:
@@ -614,7 +635,10 @@ class SessionHub:
                     "leafId": leaf,
                     "nodes": iter_tree_rows(tree, path, leaf),
                 }
-                return encode_in_steps(answer, stop)
+                encoded = encode_in_steps(answer, stop)
+                if version is not None:
+                    slot.answers["session.tree"] = (*version, encoded)
+                return encoded
 
             return rows
 
@@ -715,15 +739,15 @@ class SessionHub:
                     return encode_in_steps(report, stop)
 
                 return build
-            context = session.context()
-            cached = slot.context_answer
-            if cached is not None and cached[0] is context:
-                return lambda stop: cached[1]
+            cached = slot.cached("session.context")
+            if cached is not None:
+                return lambda stop: cached
+            context, size = session.context(), len(session.tree)
             tokens = context.tokens()
 
             def encode_once(stop: Stop) -> Encoded:
                 answer = encode_in_steps(context_report_of(context, tokens, by_id, leaf), stop)
-                slot.context_answer = (context, answer)
+                slot.answers["session.context"] = (context, size, answer)
                 return answer
 
             return encode_once

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -52,6 +53,12 @@ def vm(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1]) // 1024
     raise KeyError(key)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Lines:
@@ -180,15 +187,18 @@ async def drive(socket_path: Path, session: Path, pid: int, args: argparse.Names
             flood_stream, opened["result"]["session_id"], args
         )
         how = "left" if args.leave is not None and took >= args.leave else "done"
+        cpu_at_end = cpu_seconds(pid)
         print(
             f"flood ({args.requests} x {args.method}): {answers} answers ({errors} errors), "
             f"{size / 1e6:.0f} MB, flooder {how} after {took:.1f} s"
         )
         await anyio.sleep(TAIL)
         poller.stopped = True
+        tail_cpu = cpu_seconds(pid) - cpu_at_end
     print(poller.report("open"))
     print(poller.report("flood"))
     print(f"worst flood answer: {poller.worst[0] * 1000:.0f} ms, asked at {poller.worst[1]:.1f} s")
+    print(f"server CPU in the {TAIL:.0f} s after the flooder was done or left: {tail_cpu:.2f} s")
     print(f"server peak RSS (VmHWM): {vm(pid, 'VmHWM')} MiB, now {vm(pid, 'VmRSS')} MiB")
 
 
