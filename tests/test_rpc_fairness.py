@@ -180,8 +180,9 @@ async def test_another_client_is_answered_while_heavy_work_runs(
 async def test_one_heavy_request_per_connection_runs_at_a_time(
     hub: SlowHub, connect: Callable[..., Pipe]
 ) -> None:
-    hub.fair.total = 3  # the server would run both; the connection's turn keeps them apart
-    first, other = connect(), connect()
+    # The server would run both; the connection's turn keeps them apart.
+    first, other = connect(Limits(max_heavy=3)), connect(Limits(max_heavy=3))
+    assert hub.fair.total == 3
     await first.send(slow(1, "a1"), slow(2, "a2"))
     await hub.gate("a1").started()
     await other.send(slow(1, "b"))
@@ -199,8 +200,7 @@ async def test_one_heavy_request_per_connection_runs_at_a_time(
 async def test_the_65th_request_of_a_connection_waits(
     hub: SlowHub, connect: Callable[..., Pipe]
 ) -> None:
-    hub.fair.total = 64
-    pipe = connect(Limits(max_in_flight=64))
+    pipe = connect(Limits(max_in_flight=64, max_heavy=64))
     await pipe.send(*(slow(i, f"s{i}") for i in range(64)), (64, "session.list", {}))
     await hub.gate("s0").started()
     await anyio.wait_all_tasks_blocked()

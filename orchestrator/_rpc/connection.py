@@ -17,6 +17,12 @@ Every resource a client can make me hold is bounded (:class:`Limits`):
 - a batch holds at most ``max_batch`` requests, and at most ``max_in_flight`` requests run at
   once (a batch counts as the requests it holds): further lines wait (those already read are
   answered with the shutdown error if the server stops);
+- a heavy request (``fair.py``: work that grows with a session) runs in a worker thread, one per
+  connection at a time and ``max_heavy`` in the server, and starts only once nothing waits for
+  the client: its answer, however large, is then the one large thing waiting, and is not counted
+  against ``max_queued_bytes``; a client that is gone (a failed write, a drop, or a Unix socket
+  it hung up, looked at every ``HANGUP_POLL`` seconds while it has heavy work) cancels its
+  heavy requests that have not started;
 - while more than half of ``max_queued_bytes`` of output waits for the client, I stop reading
   its requests (a client that does not read stops being served); if events or running requests
   still push the waiting output over ``max_queued_bytes``, the queue is discarded, the client
@@ -93,6 +99,9 @@ class Limits:
         auth_timeout: Seconds a connection that must authenticate has to send its first line.
         drop_timeout: Seconds given to a dropped client to take its last line before it is
             closed regardless.
+        max_heavy: Most heavy requests (work that grows with a session: ``session.open``,
+            ``session.context``, ``session.tree``) running at once in the server; each
+            connection runs one at a time (``fair.py``).
     """
 
     max_line_bytes: int = 4 * MiB
@@ -103,6 +112,7 @@ class Limits:
     auth_line_bytes: int = 4096
     auth_timeout: float = 10.0
     drop_timeout: float = 5.0
+    max_heavy: int = 2
 
 
 async def send_quietly(transport: Transport, data: bytes) -> bool:
