@@ -214,7 +214,7 @@ def main() -> None:
     session = folder / f"s{args.entries}.jsonl"
     if not session.exists():
         write_session(session, args.entries)
-    socket_path = folder / "serve.sock"
+    socket_path = folder / f"serve-{os.getpid()}.sock"
     command = [sys.executable, "-m", "orchestrator", "serve"]
     command += ["--socket", str(socket_path), "--dir", str(folder)]
     server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=ROOT)
