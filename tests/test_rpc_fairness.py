@@ -20,11 +20,12 @@ import pytest
 
 from orchestrator._core.errors import Cancelled
 from orchestrator._rpc.connection import Limits
-from orchestrator._rpc.fair import Fairness, encode_in_steps
+from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import Method, Params, Peer, Stop, encode
+from orchestrator._rpc.protocol import Method, Params, Peer, encode
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import StreamTransport
+from orchestrator._rpc.work import Stop, encode_in_steps
 
 pytestmark = pytest.mark.anyio
 
@@ -307,7 +308,7 @@ async def test_a_session_context_is_encoded_once_per_context(
     assert answers[1] == answers[3]
     assert answers[0]["leafId"] == answers[1]["leafId"] == "935170bb"
     slot = hub._slots[session_id]
-    assert set(slot.answers) == {"session.context", "session.tree"}
+    assert set(slot.answers.answers) == {"session.context", "session.tree"}
     assert hub.fair.started == 5  # the cached answers still take their turn
 
 

@@ -58,7 +58,6 @@ from orchestrator._rpc.protocol import (
     PARSE_ERROR,
     UNAUTHORIZED,
     Dispatcher,
-    Encoded,
     Peer,
     RpcError,
     decode,
@@ -69,6 +68,7 @@ from orchestrator._rpc.protocol import (
     valid_id,
 )
 from orchestrator._rpc.transport import LineReader, Overlong, Transport
+from orchestrator._rpc.work import Encoded
 
 MiB = 1024 * 1024
 WRITE_BYTES = 64 * 1024

@@ -29,30 +29,26 @@ cannot be cancelled from outside). A cancelled request's answer goes nowhere.
 
 Processes instead of threads: the work needs the session, and copying 200,000 entries to
 another process costs what building their context costs. Threads keep the loop answering as
-long as no single step of the work holds the interpreter for long; the encoder below cuts its
-work into steps of a few milliseconds for that reason.
+long as no single step of the work holds the interpreter for long; the encoder (``work.py``) cuts
+its work into steps of a few milliseconds for that reason.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 
-from orchestrator._core.utf16 import escape_lone_surrogates
-from orchestrator._rpc.protocol import CANCELLED, Encoded, Peer, RpcError, Stop
+from orchestrator._rpc.protocol import CANCELLED, Peer, RpcError
+from orchestrator._rpc.work import Stop
 
 T = TypeVar("T")
 
 TOTAL = 2
 """Heavy jobs running at once in the server, by default (the machine it was measured on had two
 cores; more threads than cores only share the same interpreter)."""
-STEP = 500
-"""Items of a large list encoded per step (about 2 ms each for context messages)."""
 LEFT = "Cancelled: the client left before the request started"
 
 
@@ -146,44 +142,3 @@ class Fairness:
                 del self._locks[key]
             else:
                 self._locks[key] = (lock, users - 1)
-
-
-def encode_in_steps(value: dict[str, Any], stop: Stop) -> Encoded:
-    """``value`` (an object) encoded as the server encodes answers, a step at a time.
-
-    The lists (and iterators, taken as lists) in it are encoded :data:`STEP` items at a time,
-    and ``stop`` is checked between steps: one ``json.dumps`` of 100 MB holds the interpreter
-    for most of a second, during which the event loop cannot answer anyone.
-
-    Raises:
-        Cancelled: ``stop`` was set.
-    """
-    pieces: list[bytes] = []
-    for index, (key, item) in enumerate(value.items()):
-        pieces.append((b"{" if index == 0 else b",") + _dumps(key).encode() + b":")
-        if isinstance(item, list | Iterator):
-            pieces += _list_pieces(item, stop)
-        else:
-            pieces.append(_dumps(item).encode("utf-8"))
-    pieces.append(b"}" if pieces else b"{}")
-    return Encoded(tuple(pieces))
-
-
-def _list_pieces(items: Iterable[Any], stop: Stop) -> Iterator[bytes]:
-    iterator = iter(items)
-    first = True
-    while True:
-        stop.check()
-        batch = list(itertools.islice(iterator, STEP))
-        if not batch:
-            break
-        yield (b"[" if first else b",") + _dumps(batch)[1:-1].encode("utf-8")
-        first = False
-    yield b"[]" if first else b"]"
-
-
-def _dumps(value: Any) -> str:
-    """As :func:`~orchestrator._rpc.protocol.encode` (which this must match)."""
-    return escape_lone_surrogates(
-        json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
-    )

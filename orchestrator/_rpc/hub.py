@@ -28,27 +28,25 @@ from typing import Any
 
 import anyio
 
-from orchestrator._core.context import ContextBuilder, SessionContext
 from orchestrator._core.errors import SessionError
-from orchestrator._core.tree import SessionTree
-from orchestrator._rpc.fair import Fairness, encode_in_steps
+from orchestrator._rpc.answers import AnswerCache, prepare_context, prepare_tree
+from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.hosted import HostedMethods, HostedOptions
 from orchestrator._rpc.protocol import (
     BUSY,
     CANCELLED,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    Encoded,
     Method,
     Params,
     Peer,
     RpcError,
-    Stop,
     encode,
     notification,
     one_line,
     out_of_files,
 )
+from orchestrator._rpc.work import Encoded, Stop
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.gc_policy import POLICY
@@ -64,7 +62,6 @@ from orchestrator._store.files import (
 )
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
-from orchestrator._store.reports import context_report_of, iter_tree_rows
 from orchestrator._telemetry.tracing import LifecycleTracer
 
 EVENT_METHOD = "session.event"
@@ -121,25 +118,10 @@ class _Slot:
     unsubscribe: Callable[[], None]
     navigating: bool = False
     compacting: bool = False
-    # The encoded answers of session.context and session.tree, each with the version of the
-    # session it is of: the runtime's context of the active leaf (immutable, kept until the
-    # next entry) and the number of entries. 64 requests build one once.
-    answers: dict[str, tuple[SessionContext, int, Encoded]] = field(default_factory=dict)
+    answers: AnswerCache = field(init=False)
 
-    def version(self) -> tuple[SessionContext, int] | None:
-        """What a cached answer must have been made from to be current; ``None``: not known.
-
-        Without a context kept by the runtime (after the leaf moved), nothing is cached.
-        """
-        session = self.runtime.session
-        return (session.context(), len(session.tree)) if session.context_is_live else None
-
-    def cached(self, method: str) -> Encoded | None:
-        """The answer of ``method`` made from the session as it is now, if there is one."""
-        kept, version = self.answers.get(method), self.version()
-        if kept is None or version is None or kept[0] is not version[0] or kept[1] != version[1]:
-            return None
-        return kept[2]
+    def __post_init__(self) -> None:
+        self.answers = AnswerCache(self.runtime)
 
     def describe(self) -> dict[str, Any]:
         session = self.runtime.session
@@ -611,37 +593,8 @@ class SessionHub:
 
     async def _m_tree(self, p: Params) -> Encoded:
         session_id = p.text("session_id")
-
-        def prepare() -> Callable[[Stop], Encoded]:
-            # On the loop, in the connection's turn (so a session.open sent before it has
-            # run): a copy of the entries (a turn may append meanwhile) and of the path.
-            slot = self._slot(session_id)
-            cached = slot.cached("session.tree")
-            if cached is not None:
-                return lambda stop: cached
-            session = slot.runtime.session
-            header, entries = session.header, list(session.tree.entries)
-            leaf = session.leaf_id
-            version = slot.version()
-            live_path = session.path() if version is not None else None
-            walk = session.tree
-
-            def rows(stop: Stop) -> Encoded:
-                tree = SessionTree(header, entries)  # its own index: nothing shared is written
-                path = live_path if live_path is not None else walk.path(leaf) if leaf else []
-                answer = {
-                    "sessionId": session_id,
-                    "name": tree.session_name(),
-                    "leafId": leaf,
-                    "nodes": iter_tree_rows(tree, path, leaf),
-                }
-                encoded = encode_in_steps(answer, stop)
-                if version is not None:
-                    slot.answers["session.tree"] = (*version, encoded)
-                return encoded
-
-            return rows
-
+        # Prepared in the connection's turn, so that a session.open sent before it has run.
+        prepare = lambda: prepare_tree(self._slot(session_id).answers)  # noqa: E731
         return await self.fair.run(p.peer, session_id, prepare)
 
     async def _m_navigate(self, p: Params) -> dict[str, Any]:
@@ -721,35 +674,5 @@ class SessionHub:
 
     async def _m_context(self, p: Params) -> Encoded:
         session_id = p.text("session_id")
-
-        def prepare() -> Callable[[Stop], Encoded]:
-            # On the loop, in the connection's turn: the context of the active leaf, immutable,
-            # and its token count (it reads the runtime's live index). When the runtime holds
-            # none (after a move of the leaf), the thread builds one from the path, which it
-            # walks without writing.
-            slot = self._slot(session_id)
-            session = slot.runtime.session
-            leaf, by_id = session.leaf_id, session.tree.by_id
-            if not session.context_is_live:
-                tree = session.tree
-
-                def build(stop: Stop) -> Encoded:
-                    context = ContextBuilder(tree.path(leaf) if leaf else []).context()
-                    report = context_report_of(context, context.tokens(), by_id, leaf)
-                    return encode_in_steps(report, stop)
-
-                return build
-            cached = slot.cached("session.context")
-            if cached is not None:
-                return lambda stop: cached
-            context, size = session.context(), len(session.tree)
-            tokens = context.tokens()
-
-            def encode_once(stop: Stop) -> Encoded:
-                answer = encode_in_steps(context_report_of(context, tokens, by_id, leaf), stop)
-                slot.answers["session.context"] = (context, size, answer)
-                return answer
-
-            return encode_once
-
+        prepare = lambda: prepare_context(self._slot(session_id).answers)  # noqa: E731
         return await self.fair.run(p.peer, session_id, prepare)

@@ -71,6 +71,7 @@ from orchestrator._core.errors import (
     UnavailableError,
 )
 from orchestrator._core.utf16 import escape_lone_surrogates
+from orchestrator._rpc.work import Encoded, Stop
 from orchestrator._store.files import DISK_REFUSED
 
 PARSE_ERROR = -32700
@@ -256,26 +257,6 @@ class Peer:
             stop.stopped = True
 
 
-class Stop:
-    """A flag that work running in a thread reads between its steps (set from the loop).
-
-    Attributes:
-        stopped: Whether the work should give up (its client is gone).
-    """
-
-    def __init__(self) -> None:
-        self.stopped = False
-
-    def check(self) -> None:
-        """Raise :class:`Cancelled` when the work should give up.
-
-        Raises:
-            Cancelled: the client the work was for is gone.
-        """
-        if self.stopped:
-            raise Cancelled("Cancelled: the client left")
-
-
 class Params:
     """Typed access to a request's named parameters; a wrong one is ``-32602``.
 
@@ -380,29 +361,6 @@ def encode(message: Any) -> str:
     return escape_lone_surrogates(
         json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """A result already encoded as JSON (UTF-8, lone surrogates escaped), in pieces.
-
-    A handler returns one for a large result it encoded off the event loop; the answer is
-    written around its pieces as they are, never joined into one string.
-
-    Attributes:
-        pieces: The JSON text of the result, in order.
-    """
-
-    pieces: tuple[bytes, ...]
-
-    @property
-    def size(self) -> int:
-        """Its length in bytes."""
-        return sum(map(len, self.pieces))
-
-    def value(self) -> Any:
-        """The result as a JSON value (for a caller in the same process)."""
-        return json.loads(b"".join(self.pieces))
 
 
 def answer_parts(answer: dict[str, Any]) -> list[bytes]:
