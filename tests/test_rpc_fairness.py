@@ -19,13 +19,15 @@ import anyio.abc
 import pytest
 
 from orchestrator._core.errors import Cancelled
+from orchestrator._rpc import connection
 from orchestrator._rpc.connection import Limits
 from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import Method, Params, Peer, encode
+from orchestrator._rpc.protocol import CANCELLED, LIMIT, Method, Params, Peer, RpcError, encode
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import StreamTransport
 from orchestrator._rpc.work import Stop, encode_in_steps
+from orchestrator._store.reports import context_report
 
 pytestmark = pytest.mark.anyio
 
@@ -338,3 +340,100 @@ async def test_a_unix_socket_tells_when_its_client_hung_up(tmp_path: Path) -> No
         assert transport.hung_up()
         await stream.aclose()
         assert transport.hung_up()
+
+
+async def test_a_request_of_a_client_already_gone_never_starts() -> None:
+    fair, peer = Fairness(), Peer()
+    peer.leave()
+    with pytest.raises(RpcError) as caught:
+        await fair.run(peer, "s", lambda: lambda stop: "never")
+    assert caught.value.code == CANCELLED
+    assert fair.started == 0
+
+
+async def test_the_context_of_a_leaf_the_runtime_keeps_none_for_is_built_in_the_thread(
+    hub: SlowHub, connect: Callable[..., Pipe]
+) -> None:
+    pipe = connect()
+    await pipe.send((1, "session.open", {"path": "example.jsonl"}))
+    session_id = (await pipe.answer(1))["result"]["session_id"]
+    session = hub.runtime(session_id).session
+    session.branch(session.tree.entries[5]["id"])  # the leaf moves without an entry
+    assert not session.context_is_live
+    await pipe.send((2, "session.context", {"session_id": session_id}))
+    answer = (await pipe.answer(2))["result"]
+    assert answer == context_report(session, session.leaf_id)
+    assert hub._slots[session_id].answers.answers == {}  # not kept: no version to check
+
+
+async def test_a_heavy_answer_cut_by_a_drop_ends_its_line_before_the_limit_line(
+    hub: SlowHub,
+) -> None:
+    server = RpcServer(hub, limits=Limits(max_queued_bytes=64 * 1024))
+    pipe = Held()
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve_connection, pipe)
+        await pipe.send((1, "session.open", {"path": "example.jsonl"}))
+        session_id = (await pipe.answer(1))["result"]["session_id"]
+        pipe.hold = True  # the client takes the next write, then stops reading
+        await pipe.send((2, "session.context", {"session_id": session_id}))
+        await pipe.holding.wait()  # the first piece of the answer was written
+        events = hub.runtime(session_id).events
+        for n in range(100):  # 100 KB of events behind it: over the bound, the client is dropped
+            events.emit("message", n=n, text="x" * 1000)
+        pipe.proceed.set()
+    lines = bytes(pipe.out).split(b"\n")
+    assert json.loads(lines[0])["id"] == 1
+    assert lines[1].startswith(b'{"jsonrpc":"2.0","id":2,"result":{')  # cut
+    assert json.loads(lines[2])["error"]["code"] == LIMIT
+    assert lines[3:] == [b""]
+    pipe.to_server.close()
+    pipe.incoming.close()
+
+
+class Held(Pipe):
+    """A pipe whose client stops reading after one more write, once ``hold`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.holding = anyio.Event()
+        self.proceed = anyio.Event()
+
+    async def write(self, data: bytes) -> None:
+        await super().write(data)
+        if self.hold:
+            self.holding.set()
+            await self.proceed.wait()
+
+
+async def test_a_client_that_hangs_up_its_unix_socket_cancels_its_waiting_work(
+    hub: SlowHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connection, "HANGUP_POLL", 0.01)
+    left = anyio.Event()
+    leave = Peer.leave
+
+    def leaving(peer: Peer) -> None:
+        leave(peer)
+        left.set()
+
+    monkeypatch.setattr(Peer, "leave", leaving)
+    server = RpcServer(hub)
+    path = tmp_path / "s.sock"
+    async with anyio.create_task_group() as group:
+        await group.start(server.serve_unix, path)
+        client = await anyio.connect_unix(path)
+        lines = [
+            encode({"jsonrpc": "2.0", "id": i, "method": "test.slow", "params": {"name": n}})
+            for i, n in enumerate("abc")
+        ]
+        await client.send(("\n".join(lines) + "\n").encode())
+        await hub.gate("a").started()
+        await client.aclose()  # gone while a runs and b, c wait: no write has failed yet
+        await left.wait()
+        await anyio.wait_all_tasks_blocked()
+        assert hub.ran == ["a"]
+        hub.gate("a").release.set()
+        group.cancel_scope.cancel()
+    assert hub.ran == ["a"]

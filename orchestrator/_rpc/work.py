@@ -32,11 +32,6 @@ class Encoded:
 
     pieces: tuple[bytes, ...]
 
-    @property
-    def size(self) -> int:
-        """Its length in bytes."""
-        return sum(map(len, self.pieces))
-
     def value(self) -> Any:
         """The result as a JSON value (for a caller in the same process)."""
         return json.loads(b"".join(self.pieces))
