@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+from anyio.streams.stapled import StapledObjectStream
 
 from orchestrator._core.errors import Cancelled
 from orchestrator._rpc import connection
@@ -340,6 +341,9 @@ async def test_a_unix_socket_tells_when_its_client_hung_up(tmp_path: Path) -> No
         assert transport.hung_up()
         await stream.aclose()
         assert transport.hung_up()
+    send, receive = anyio.create_memory_object_stream[bytes](1)
+    with send, receive:  # no socket under it: it cannot tell
+        assert not StreamTransport(StapledObjectStream(send, receive)).hung_up()  # type: ignore[arg-type]
 
 
 async def test_a_request_of_a_client_already_gone_never_starts() -> None:
@@ -437,3 +441,37 @@ async def test_a_client_that_hangs_up_its_unix_socket_cancels_its_waiting_work(
         hub.gate("a").release.set()
         group.cancel_scope.cancel()
     assert hub.ran == ["a"]
+
+
+class SlowOpenHub(SlowHub):
+    """A hub whose file reading waits for the test (gate ``load``)."""
+
+    def _load(self, *args: Any) -> Any:
+        gate = self.gate("load")
+        gate.began.set()
+        gate.release.wait()
+        return super()._load(*args)
+
+
+async def test_a_session_read_while_the_server_stops_is_not_lost(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLE, tmp_path / "example.jsonl")
+    hub = SlowOpenHub(tmp_path)
+    server = RpcServer(hub)
+    pipe = Pipe()
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve_connection, pipe)
+        await pipe.send((1, "session.open", {"path": "example.jsonl"}))
+        await hub.gate("load").started()
+        group.start_soon(server.stop)
+        await anyio.wait_all_tasks_blocked()
+        hub.gate("load").release.set()  # the file is read after all, once stopping began
+        answer = await pipe.answer(1)
+    # The thread's result is not lost to the cancel: the session is open (the answer says so),
+    # and closing the hub, as the server does once stopped, releases it.
+    assert hub.session_ids() == {answer["result"]["session_id"]}
+    hub.close_all()
+    again = SessionHub(RuntimeOptions(root=tmp_path))
+    assert again.open("example.jsonl") is again.open("example.jsonl")  # its lock was released
+    again.close_all()
+    pipe.to_server.close()
+    pipe.incoming.close()

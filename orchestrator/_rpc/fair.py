@@ -124,7 +124,8 @@ class Fairness:
         self.peak = max(self.peak, self.running)
         try:
             # Not abandoned when cancelled (the server stopping): the locks stay held until
-            # the thread is done with the session.
+            # the thread is done with the session, and its result is returned all the same
+            # (anyio shields the wait), so nothing it made (an opened session) is lost.
             return await anyio.to_thread.run_sync(work, stop)
         finally:
             self.running -= 1

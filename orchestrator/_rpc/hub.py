@@ -332,7 +332,6 @@ class SessionHub:
             SessionError: the file is not a session.
         """
         resolved = self._to_open(path, create)
-        loaded: list[AgentSession] = []
 
         def prepare() -> Callable[[Stop], AgentSession | _Slot]:
             # On the loop, once it may start: another request may have opened it meanwhile.
@@ -341,19 +340,11 @@ class SessionHub:
                 slot = self._slots[open_id]
                 return lambda stop: slot
             arguments = self.options.arguments()
+            return lambda stop: self._load(path, resolved, create, arguments)
 
-            def load(stop: Stop) -> AgentSession:
-                loaded.append(self._load(path, resolved, create, arguments))
-                return loaded[-1]
-
-            return load
-
-        try:
-            opened = await self.fair.run(peer, str(resolved), prepare)
-        except BaseException:
-            for runtime in loaded:  # loaded, then the server stopped: not kept open
-                runtime.close()
-            raise
+        # A server stopping meanwhile does not lose a session read: the thread's result is
+        # returned even when cancelled (fair.py), so it is registered, and closed with the rest.
+        opened = await self.fair.run(peer, str(resolved), prepare)
         return opened if isinstance(opened, _Slot) else self._register(opened, str(resolved))
 
     def _load(
