@@ -183,3 +183,27 @@ def test_a_session_the_server_opens_is_frozen_at_once_under_the_policy(example: 
         hub.close_all()
     finally:
         POLICY.uninstall()
+
+
+def test_a_load_under_the_policy_is_frozen_without_a_full_collection(
+    policy: GcPolicy, example: Path
+) -> None:
+    """Issue 35: the full collection that froze a 200,000-entry session walked all of it, a
+    second in which no thread ran (the server loads in a worker thread)."""
+    gc.collect()
+    before, frozen = policy.freezes, gc.get_freeze_count()
+    session = Session.open(example)
+    assert policy.freezes == before  # no full collection
+    assert gc.get_freeze_count() > frozen + len(session.tree)  # what it parsed, frozen
+
+
+def test_a_load_leaves_the_generations_alone_when_the_caller_froze_objects(
+    example: Path,
+) -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert len(Session.open(example).tree) > 0
+        assert gc.get_freeze_count() == frozen  # nothing of it frozen, nothing thawed
+    finally:
+        gc.unfreeze()

@@ -442,8 +442,10 @@ async def test_a_client_that_does_not_read_is_throttled_within_the_bound(tmp_pat
         client.closed.set()
     hub.close_all()
     answers = replies(bytes(client.out))
-    assert answers[1]["error"]["code"] == INVALID_REQUEST
-    assert answers[1]["error"]["message"] == (
+    # The refused batch is answered at once; the opening (in a worker thread) may come after.
+    refused = next(a for a in answers if isinstance(a, dict) and a["id"] is None)
+    assert refused["error"]["code"] == INVALID_REQUEST
+    assert refused["error"]["message"] == (
         "Invalid request: a batch of 5000 requests; at most 8 are accepted"
     )
     batches = [a for a in answers if isinstance(a, list)]
@@ -512,7 +514,10 @@ async def test_a_client_that_never_reads_a_large_answer_gets_the_limit_line(
     assert "internal error" not in capsys.readouterr().err
     opened_line, blank, limit_line, end = bytes(client.out).split(b"\n")
     assert json.loads(opened_line)["result"]["session_id"] == SID
-    assert (blank, end) == (b"", b"")  # the newline that ends whatever of the cut line went out
+    # The newline that ends whatever of the cut line went out: the answer is written in pieces
+    # (its head went out, its messages did not).
+    assert blank.startswith(b'{"jsonrpc":"2.0","id":2,') or not blank
+    assert end == b""
     assert json.loads(limit_line)["error"] == {
         "code": LIMIT,
         "message": "Client not reading: over 65536 bytes of output waiting; closing the connection",

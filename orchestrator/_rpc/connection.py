@@ -17,6 +17,12 @@ Every resource a client can make me hold is bounded (:class:`Limits`):
 - a batch holds at most ``max_batch`` requests, and at most ``max_in_flight`` requests run at
   once (a batch counts as the requests it holds): further lines wait (those already read are
   answered with the shutdown error if the server stops);
+- a heavy request (``fair.py``: work that grows with a session) runs in a worker thread, one per
+  connection at a time and ``max_heavy`` in the server, and starts only once nothing waits for
+  the client: its answer, however large, is then the one large thing waiting, and is not counted
+  against ``max_queued_bytes``; a client that is gone (a failed write, a drop, or a Unix socket
+  it hung up, looked at every ``HANGUP_POLL`` seconds while it has heavy work) cancels its
+  heavy requests that have not started;
 - while more than half of ``max_queued_bytes`` of output waits for the client, I stop reading
   its requests (a client that does not read stops being served); if events or running requests
   still push the waiting output over ``max_queued_bytes``, the queue is discarded, the client
@@ -62,10 +68,13 @@ from orchestrator._rpc.protocol import (
     valid_id,
 )
 from orchestrator._rpc.transport import LineReader, Overlong, Transport
+from orchestrator._rpc.work import Encoded
 
 MiB = 1024 * 1024
 WRITE_BYTES = 64 * 1024
 """Most bytes of waiting lines joined into one write (a longer line goes alone)."""
+HANGUP_POLL = 0.25
+"""Seconds between two looks at whether a client with heavy work waiting hung up."""
 AUTH_METHOD = "auth"
 _HTTP_REQUEST_LINE = re.compile(rb"^[A-Za-z]{3,16} \S+ HTTP/\d")
 _HTTP_BODY = b"This is a JSON-RPC server (one JSON message per line), not an HTTP server.\r\n"
@@ -90,6 +99,9 @@ class Limits:
         auth_timeout: Seconds a connection that must authenticate has to send its first line.
         drop_timeout: Seconds given to a dropped client to take its last line before it is
             closed regardless.
+        max_heavy: Most heavy requests (work that grows with a session: ``session.open``,
+            ``session.context``, ``session.tree``) running at once in the server; each
+            connection runs one at a time (``fair.py``).
     """
 
     max_line_bytes: int = 4 * MiB
@@ -100,6 +112,7 @@ class Limits:
     auth_line_bytes: int = 4096
     auth_timeout: float = 10.0
     drop_timeout: float = 5.0
+    max_heavy: int = 2
 
 
 async def send_quietly(transport: Transport, data: bytes) -> bool:
@@ -141,18 +154,23 @@ class Connection:
         self.token = token
         self.proven = token is None  # it presented the token (or none is asked for)
         self.peer = Peer()
+        self.peer.room = self._drained
+        self.peer.takes_encoded = True
         limit = self.limits.auth_line_bytes if token is not None else self.limits.max_line_bytes
         self.reader = LineReader(transport, limit)
-        self.waiting: deque[bytes] = deque()
+        self.waiting: deque[bytes | memoryview] = deque()
         self.waiting_bytes = 0
+        self.heavy_bytes = 0  # of the bytes waiting, those of heavy answers (not bounded)
         self.writing_bytes = 0
         self.in_flight = 0
         self.reading_done = False
         self.stopping = False  # the server is shutting down (stop)
         self.final = False  # the queue holds the last thing this client will be sent
         self.gone = False  # nothing more can be written to the client
+        self.open_line = False  # what was written last ends inside a line (a large answer's)
         self.deadline = math.inf  # for the writes of a client being closed
         self.read_scope = anyio.CancelScope()
+        self.watch_scope = anyio.CancelScope()
         self.write_scope: anyio.CancelScope | None = None
         self.peak_queued_bytes = 0
         self._changed: anyio.Event | None = None  # made when someone waits (most notes find none)
@@ -172,7 +190,8 @@ class Connection:
         """Serve the client until it ends and its last request is answered."""
         stop = self.hub.listen_lines(self.post, self.peer)
         async with anyio.create_task_group() as outer:
-            outer.start_soon(self._write)
+            outer.start_soon(self._write_all)
+            outer.start_soon(self._watch)
             try:
                 async with anyio.create_task_group() as requests:
                     with self.read_scope:
@@ -183,6 +202,26 @@ class Connection:
                 stop()
                 self.reading_done = True
                 self._notify()
+
+    async def _write_all(self) -> None:
+        try:
+            await self._write()
+        finally:
+            self.watch_scope.cancel()
+
+    async def _watch(self) -> None:
+        """Notice a client that hung up while its heavy requests wait or run (``fair.py``).
+
+        Its reader may not be reading (64 requests in flight), and its answers may be minutes
+        away: without a look at the socket, the server would build them all for nobody. Only a
+        transport that can tell without reading (a Unix socket) is watched.
+        """
+        hung_up = getattr(self.transport, "hung_up", None)
+        with self.watch_scope:
+            while hung_up is not None and not self.peer.left:
+                await anyio.sleep(HANGUP_POLL)
+                if (self.peer.waiting or self.peer.stops) and hung_up():
+                    self.peer.leave()
 
     def stop(self) -> None:
         """Read no more; close once the running requests are answered (server shutdown).
@@ -203,29 +242,47 @@ class Connection:
 
     def post(self, text: str) -> None:
         """Queue one line for the client; never blocks, never raises."""
+        self.post_parts([(text + "\n").encode("utf-8")])
+
+    def post_parts(self, parts: list[bytes], *, heavy: bool = False) -> None:
+        """Queue one line given in pieces (the last ends with its newline); never raises.
+
+        The pieces are queued as they are: a large answer's, encoded once and shared by the
+        answers to every request for it, is never copied into one line. A ``heavy`` answer
+        (one that heavy work built, see ``fair.py``) is not counted against
+        ``max_queued_bytes``: that work started only once nothing waited for the client, so one
+        such answer at most waits at a time (a batch's, all of them), and the bound stays for
+        the rest.
+        """
         if self.final or self.gone:
             return
-        data = (text + "\n").encode("utf-8")
+        size = sum(map(len, parts))
         # One message may always wait, however large (it exists in memory anyway); more than
         # the bound waiting means the client is not reading.
-        if self.waiting and self.waiting_bytes + len(data) > self.limits.max_queued_bytes:
+        bounded = self.waiting_bytes - self.heavy_bytes + (0 if heavy else size)
+        if self.waiting and bounded > self.limits.max_queued_bytes:
             message = (
                 f"Client not reading: over {self.limits.max_queued_bytes} bytes of output "
                 "waiting; closing the connection"
             )
             self._close_with(_error_line(LIMIT, message))
             return
-        self.waiting.append(data)
-        self.waiting_bytes += len(data)
+        if heavy:
+            self.waiting.extend(map(memoryview, parts))  # marked: see _next_output
+            self.heavy_bytes += size
+        else:
+            self.waiting.extend(parts)
+        self.waiting_bytes += size
         self.peak_queued_bytes = max(self.peak_queued_bytes, self.waiting_bytes)
         self._notify()
 
     def _close_with(self, data: bytes) -> None:
         """Send ``data`` as the last thing (within the drop timeout), then close."""
         self.final = True
+        self.peer.leave()
         self.waiting.clear()
         self.waiting.append(data)
-        self.waiting_bytes = len(data)
+        self.waiting_bytes, self.heavy_bytes = len(data), 0
         self.read_scope.cancel()
         self.deadline = anyio.current_time() + self.limits.drop_timeout
         if self.write_scope is not None:
@@ -236,7 +293,12 @@ class Connection:
         while await self._output():
             data = self._next_output()
             self.waiting_bytes -= len(data)
+            if self.final and self.open_line:
+                # The last line, after a large answer's pieces were cut short: end that line
+                # first, so the client can read this one.
+                data = b"\n" + data
             if await self._send(data):
+                self.open_line = not data.endswith(b"\n")
                 continue
             if self.final and self.waiting and not self.gone:
                 # The deadline cut a write (a large answer the client does not read) while
@@ -249,10 +311,11 @@ class Connection:
         if self.final or self.gone:
             # After a failed write, the last line of a dropped client, or its deadline: nothing
             # more is sent, and I close at once. The requests still running finish; their
-            # answers are discarded.
+            # answers are discarded; its heavy requests not started never start.
             self.gone = True
+            self.peer.leave()
             self.waiting.clear()
-            self.waiting_bytes = 0
+            self.waiting_bytes = self.heavy_bytes = 0
             with anyio.CancelScope(shield=True):
                 await self.transport.close()
 
@@ -276,15 +339,16 @@ class Connection:
         One write for the lines that came while the last was sent: with a thousand sessions
         compacting, answers and events of many requests wait together (issue 9).
         """
-        data = self.waiting.popleft()
-        if not self.waiting or len(data) >= WRITE_BYTES:
-            return data
-        lines, size = [data], len(data)
-        while self.waiting and size + len(self.waiting[0]) <= WRITE_BYTES:
-            line = self.waiting.popleft()
-            lines.append(line)
-            size += len(line)
-        return b"".join(lines)
+        lines = [self.waiting.popleft()]
+        size = len(lines[0])
+        while self.waiting and size < WRITE_BYTES and size + len(self.waiting[0]) <= WRITE_BYTES:
+            lines.append(self.waiting.popleft())
+            size += len(lines[-1])
+        # A heavy answer's pieces are queued as memoryviews: that is how I know which of the
+        # bytes sent were not counted against the bound.
+        self.heavy_bytes -= sum(len(line) for line in lines if isinstance(line, memoryview))
+        first = lines[0]
+        return first if len(lines) == 1 and isinstance(first, bytes) else b"".join(lines)
 
     async def _output(self) -> bool:
         """Wait for output to send; ``False`` when there will be no more."""
@@ -378,6 +442,11 @@ class Connection:
         while (line := self.reader.held()) is not None:
             self._take(line, requests)
 
+    async def _drained(self) -> None:
+        """Wait until nothing waits for the client (before heavy work starts, ``fair.py``)."""
+        while self.waiting_bytes + self.writing_bytes > 0:
+            await self._next_change()
+
     async def _room(self) -> None:
         """Wait until another line may be read: few enough requests running, output drained."""
         high_water = self.limits.max_queued_bytes // 2
@@ -389,15 +458,23 @@ class Connection:
 
     async def _answer(self, message: Any, weight: int) -> None:
         try:
-            reply = Dispatcher.encode(await self.dispatcher.handle(message, self.peer))
+            answer = await self.dispatcher.handle(message, self.peer)
+            heavy = _holds_encoded(answer)
+            reply = Dispatcher.encode_parts(answer)
         except Exception as exc:  # noqa: BLE001 - the dispatcher catches per request; a bug here
-            reply = encode(failure(None, error_for(exc)))
+            heavy, reply = False, [encode(failure(None, error_for(exc))).encode("utf-8")]
         try:
             if reply is not None:
-                self.post(reply)
+                self.post_parts([*reply, b"\n"], heavy=heavy)
         finally:
             self.in_flight -= weight
             self._notify()
+
+
+def _holds_encoded(answer: Any) -> bool:
+    """Whether an answer (or a batch's) holds a result heavy work encoded."""
+    answers = answer if isinstance(answer, list) else [answer]
+    return any(isinstance(a, dict) and isinstance(a.get("result"), Encoded) for a in answers)
 
 
 def _error_line(code: int, message: str, request_id: Any = None) -> bytes:

@@ -29,6 +29,8 @@ from typing import Any
 import anyio
 
 from orchestrator._core.errors import SessionError
+from orchestrator._rpc.answers import AnswerCache, prepare_context, prepare_tree
+from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.hosted import HostedMethods, HostedOptions
 from orchestrator._rpc.protocol import (
     BUSY,
@@ -44,6 +46,7 @@ from orchestrator._rpc.protocol import (
     one_line,
     out_of_files,
 )
+from orchestrator._rpc.work import Encoded, Stop
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.gc_policy import POLICY
@@ -59,7 +62,6 @@ from orchestrator._store.files import (
 )
 from orchestrator._store.journal import Journal
 from orchestrator._store.jsonl import JsonlStore
-from orchestrator._store.reports import context_report, tree_rows
 from orchestrator._telemetry.tracing import LifecycleTracer
 
 EVENT_METHOD = "session.event"
@@ -116,6 +118,10 @@ class _Slot:
     unsubscribe: Callable[[], None]
     navigating: bool = False
     compacting: bool = False
+    answers: AnswerCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.answers = AnswerCache(self.runtime)
 
     def describe(self) -> dict[str, Any]:
         session = self.runtime.session
@@ -193,6 +199,8 @@ class SessionHub:
         self._paths: dict[str, str] = {}
         # (listener, peer, whether it takes the encoded line)
         self._listeners: list[tuple[Callable[[Any], None], Peer | None, bool]] = []
+        self.fair = Fairness()
+        """The bounds of the work that grows with a session (open, context, tree)."""
         # Summaries for sessions pi owns (integrations/pi): no session of ours is involved.
         tracer = self.options.runtime_kwargs.get("tracer")
         self.hosted = HostedMethods(
@@ -295,6 +303,15 @@ class SessionHub:
             RpcError: the path is outside the served directory or the file does not exist.
             SessionError: the file is not a session.
         """
+        resolved = self._to_open(path, create)
+        open_id = self._paths.get(str(resolved))
+        if open_id is not None:
+            return self._slots[open_id]
+        loaded = self._load(path, resolved, create, self.options.arguments())
+        return self._register(loaded, str(resolved))
+
+    def _to_open(self, path: str, create: bool) -> Path:
+        """The file ``path`` names, once it may be opened (or created)."""
         resolved = self._resolve(path)
         # What the name is, as the command line says it (not all "no such session file"); a
         # name ending in '/' is a folder's even to create (pathlib drops the slash).
@@ -305,9 +322,35 @@ class SessionHub:
                 require_session_file(self._joined(path), path)
         except SessionError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from None
-        open_id = self._paths.get(str(resolved))
-        if open_id is not None:
-            return self._slots[open_id]
+        return resolved
+
+    async def open_fairly(self, path: str, *, create: bool = False, peer: Peer | None) -> _Slot:
+        """:meth:`open`, the file read in a worker thread, as heavy work (``_rpc/fair.py``).
+
+        Raises:
+            RpcError: as :meth:`open`; ``-32003`` when the client left before it started.
+            SessionError: the file is not a session.
+        """
+        resolved = self._to_open(path, create)
+
+        def prepare() -> Callable[[Stop], AgentSession | _Slot]:
+            # On the loop, once it may start: another request may have opened it meanwhile.
+            open_id = self._paths.get(str(resolved))
+            if open_id is not None:
+                slot = self._slots[open_id]
+                return lambda stop: slot
+            arguments = self.options.arguments()
+            return lambda stop: self._load(path, resolved, create, arguments)
+
+        # A server stopping meanwhile does not lose a session read: the thread's result is
+        # returned even when cancelled (fair.py), so it is registered, and closed with the rest.
+        opened = await self.fair.run(peer, str(resolved), prepare)
+        return opened if isinstance(opened, _Slot) else self._register(opened, str(resolved))
+
+    def _load(
+        self, path: str, resolved: Path, create: bool, arguments: dict[str, Any]
+    ) -> AgentSession:
+        """Read ``resolved`` into a new runtime (touches nothing of the hub's: thread-safe)."""
         try:
             if not create and not resolved.is_file():
                 raise RpcError(INVALID_PARAMS, f"{path}: no such session file")
@@ -318,7 +361,7 @@ class SessionHub:
                     ".corrupt, or a rewrite's .NAME.tmp)",
                 )
             # The server owns every session it opens until it closes it (D27).
-            runtime = AgentSession.open(resolved, owner=SERVER_OWNER, **self.options.arguments())
+            return AgentSession.open(resolved, owner=SERVER_OWNER, **arguments)
         except (OSError, SessionError) as exc:
             shortage = out_of_files(path, exc)
             if shortage is not None:
@@ -327,8 +370,11 @@ class SessionHub:
                 raise
             # A folder, a file we may not read, a name too long: the caller's path, not a bug.
             raise RpcError(INVALID_PARAMS, f"{path}: {exc.strerror or exc}") from None
+
+    def _register(self, runtime: AgentSession, path: str) -> _Slot:
+        """Add a runtime :meth:`_load` made (closing it when its id is open already)."""
         try:
-            slot = self._slots[self.add(runtime, str(resolved))]
+            slot = self._slots[self.add(runtime, path)]
         except RpcError:
             runtime.close()
             raise
@@ -458,11 +504,13 @@ class SessionHub:
         """The method table for a :class:`Dispatcher`."""
         sid = frozenset({"session_id"})
         return {
-            "session.open": Method(handler=self._m_open, params=frozenset({"path", "create"})),
+            "session.open": Method(
+                handler=self._m_open, params=frozenset({"path", "create"}), heavy=True
+            ),
             "session.list": Method(handler=self._m_list),
             "session.close": Method(handler=self._m_close, params=sid),
             "session.compress": Method(handler=self._m_compress, params=sid | {"focus"}),
-            "session.tree": Method(handler=self._m_tree, params=sid),
+            "session.tree": Method(handler=self._m_tree, params=sid, heavy=True),
             "session.tree.navigate": Method(
                 handler=self._m_navigate,
                 params=sid | {"target_id", "summarize", "focus", "replace_instructions", "label"},
@@ -470,12 +518,12 @@ class SessionHub:
             "session.fork": Method(handler=self._m_fork, params=sid | {"entry_id", "path"}),
             "session.prompt": Method(handler=self._m_prompt, params=sid | {"text"}),
             "session.abort": Method(handler=self._m_abort, params=sid),
-            "session.context": Method(handler=self._m_context, params=sid),
+            "session.context": Method(handler=self._m_context, params=sid, heavy=True),
             **self.hosted.methods(),
         }
 
     async def _m_open(self, p: Params) -> dict[str, Any]:
-        slot = self.open(p.text("path"), create=p.flag("create"))
+        slot = await self.open_fairly(p.text("path"), create=p.flag("create"), peer=p.peer)
         runtime = slot.runtime
         self._subscribe(p.peer, runtime.session.session_id)
         return {
@@ -534,14 +582,11 @@ class SessionHub:
             "shortSummary": result.short_summary,
         }
 
-    async def _m_tree(self, p: Params) -> dict[str, Any]:
-        session = self._slot(p.text("session_id")).runtime.session
-        return {
-            "sessionId": session.session_id,
-            "name": session.tree.session_name(),
-            "leafId": session.leaf_id,
-            "nodes": tree_rows(session),
-        }
+    async def _m_tree(self, p: Params) -> Encoded:
+        session_id = p.text("session_id")
+        # Prepared in the connection's turn, so that a session.open sent before it has run.
+        prepare = lambda: prepare_tree(self._slot(session_id).answers)  # noqa: E731
+        return await self.fair.run(p.peer, session_id, prepare)
 
     async def _m_navigate(self, p: Params) -> dict[str, Any]:
         slot = self._slot(p.text("session_id"))
@@ -618,6 +663,7 @@ class SessionHub:
         slot.runtime.abort_branch_summary()
         return {"aborted": was_busy}
 
-    async def _m_context(self, p: Params) -> dict[str, Any]:
-        session = self._slot(p.text("session_id")).runtime.session
-        return context_report(session, session.leaf_id)
+    async def _m_context(self, p: Params) -> Encoded:
+        session_id = p.text("session_id")
+        prepare = lambda: prepare_context(self._slot(session_id).answers)  # noqa: E731
+        return await self.fair.run(p.peer, session_id, prepare)

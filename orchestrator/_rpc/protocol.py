@@ -71,6 +71,7 @@ from orchestrator._core.errors import (
     UnavailableError,
 )
 from orchestrator._core.utf16 import escape_lone_surrogates
+from orchestrator._rpc.work import Encoded, Stop
 from orchestrator._store.files import DISK_REFUSED
 
 PARSE_ERROR = -32700
@@ -201,16 +202,59 @@ def out_of_files(shown: str, exc: BaseException) -> RpcError | None:
 # -- parameters --------------------------------------------------------------------------------
 
 
+async def _no_wait() -> None:
+    """The room of a peer with no output queue (called in process): always some."""
+
+
 class Peer:
     """One connection, as the handlers see it.
 
     Attributes:
         topics: What the connection subscribed to (the hub keeps session ids here: a connection
             receives the events of the sessions it opened, and no others).
+        room: Waits until the client has taken its earlier answers (the connection sets it;
+            heavy work waits for it before it starts, see :mod:`orchestrator._rpc.fair`).
+        left: The client is gone: nothing more can be sent to it.
+        waiting: The cancel scopes of its heavy requests not started yet.
+        stops: The stop flags of its heavy requests running now.
+        takes_encoded: Its answers are written as they are (a connection): a result a handler
+            encoded itself (:class:`Encoded`) reaches it so; anyone else gets the JSON value.
     """
 
     def __init__(self) -> None:
         self.topics: set[str] = set()
+        self.room: Callable[[], Awaitable[None]] = _no_wait
+        self.left = False
+        self.waiting: set[anyio.CancelScope] = set()
+        self.stops: set[Stop] = set()
+        self.takes_encoded = False
+        self._turn: anyio.Lock | None = None
+
+    @property
+    def turn(self) -> anyio.Lock:
+        """Held by the connection's heavy request running now (one at a time)."""
+        if self._turn is None:
+            self._turn = anyio.Lock()
+        return self._turn
+
+    async def behind_heavy(self) -> None:
+        """Wait until the heavy requests the connection sent before this one are done.
+
+        A client that sends ``session.open`` and, without waiting, ``session.list`` sees the
+        session listed, as when the opening ran on the event loop. Nothing waits when no heavy
+        request of the connection is running.
+        """
+        if self._turn is not None and self._turn.locked():
+            async with self._turn:
+                pass
+
+    def leave(self) -> None:
+        """The client is gone: its heavy requests not started never start, the running stop."""
+        self.left = True
+        for scope in self.waiting:
+            scope.cancel()
+        for stop in self.stops:
+            stop.stopped = True
 
 
 class Params:
@@ -272,10 +316,14 @@ class Method:
     Attributes:
         handler: The coroutine that runs it.
         params: Every parameter name it accepts; any other name is ``-32602``.
+        heavy: Its work grows with a session and runs through
+            :class:`~orchestrator._rpc.fair.Fairness`, which keeps it in the connection's
+            order; any other method first waits for the connection's earlier heavy requests.
     """
 
     handler: Handler
     params: frozenset[str] = frozenset()
+    heavy: bool = False
 
 
 # -- envelopes ---------------------------------------------------------------------------------
@@ -313,6 +361,15 @@ def encode(message: Any) -> str:
     return escape_lone_surrogates(
         json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
     )
+
+
+def answer_parts(answer: dict[str, Any]) -> list[bytes]:
+    """``answer`` encoded as pieces of one line (no newline); see :func:`encode_answer`."""
+    result = answer.get("result")
+    if not isinstance(result, Encoded):
+        return [encode_answer(answer).encode("utf-8")]
+    head = encode({key: value for key, value in answer.items() if key != "result"})
+    return [head[:-1].encode("utf-8") + b',"result":', *result.pieces, b"}"]
 
 
 def encode_answer(answer: dict[str, Any]) -> str:
@@ -415,11 +472,20 @@ class Dispatcher:
     @staticmethod
     def encode(answer: Any) -> str | None:
         """The line for what :meth:`handle` returned (each answer of a batch on its own)."""
+        parts = Dispatcher.encode_parts(answer)
+        return None if parts is None else b"".join(parts).decode("utf-8")
+
+    @staticmethod
+    def encode_parts(answer: Any) -> list[bytes] | None:
+        """:meth:`encode`'s line in pieces (an :class:`Encoded` result is not copied)."""
         if answer is None:
             return None
-        if isinstance(answer, list):
-            return "[" + ",".join(encode_answer(a) for a in answer) + "]"
-        return encode_answer(answer)
+        if not isinstance(answer, list):
+            return answer_parts(answer)
+        parts = [b"["]
+        for index, one in enumerate(answer):
+            parts += ([b","] if index else []) + answer_parts(one)
+        return [*parts, b"]"]
 
     async def handle(self, message: Any, peer: Peer | None = None) -> Any:
         """Answer a decoded message: a request, a notification or a batch."""
@@ -467,6 +533,8 @@ class Dispatcher:
             if is_notification and error.code != INVALID_REQUEST:
                 return None
             return failure(request_id if valid_id(request_id) else None, error)
+        if isinstance(result, Encoded) and (peer is None or not peer.takes_encoded):
+            result = result.value()
         return None if is_notification else success(request_id, result)
 
     async def _call(self, method: Method, params: Params) -> Any:
@@ -474,6 +542,8 @@ class Dispatcher:
             with anyio.CancelScope() as scope:
                 self._running.add(scope)
                 try:
+                    if params.peer is not None and not method.heavy:
+                        await params.peer.behind_heavy()
                     return await method.handler(params)
                 finally:
                     self._running.discard(scope)

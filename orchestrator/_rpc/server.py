@@ -75,6 +75,7 @@ class RpcServer:
     ) -> None:
         self.hub = hub
         self.limits = limits or Limits()
+        hub.fair.total = self.limits.max_heavy
         self.dispatcher = Dispatcher(hub.methods(), max_batch=self.limits.max_batch)
         self.log = log
         self.connections = 0

@@ -10,6 +10,7 @@ reads the first line of an unauthenticated connection with a small one).
 from __future__ import annotations
 
 import os
+import select
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,6 +59,24 @@ class StreamTransport:
     async def close(self) -> None:
         """Close the connection."""
         await self.stream.aclose()
+
+    def hung_up(self) -> bool:
+        """Whether the peer has closed its end for good, asked without reading anything.
+
+        A Unix socket tells (``POLLHUP`` once both directions are shut); a TCP one does not
+        until something is written to it (the peer's FIN reads as a half-close, which is also
+        how a client says "no more requests" and waits for its answers).
+        """
+        sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        if sock is None:
+            return False
+        poller = select.poll()
+        try:
+            poller.register(sock.fileno(), select.POLLHUP)
+            events = poller.poll(0)
+        except (OSError, ValueError):  # closed meanwhile
+            return True
+        return any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events)
 
 
 class FdTransport:

@@ -6,12 +6,14 @@ that no surface imports another.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
-from orchestrator._core.context import ContextBuilder
+from orchestrator._core.context import ContextBuilder, SessionContext
 from orchestrator._core.entries import CONTEXT_EDIT, USAGE, Entry, role_of, text_of
-from orchestrator._core.tokens import is_token_count
+from orchestrator._core.tokens import ContextTokens, is_token_count
+from orchestrator._core.tree import SessionTree
 from orchestrator._core.usage_check import USAGE_KEYS
 from orchestrator._store.session import Session
 
@@ -21,8 +23,18 @@ _USAGE_NAMES = ("kind", "provider", "model")
 def context_report(session: Session, leaf: str | None) -> dict[str, Any]:
     """The ``orchestrator context --json`` object."""
     context = ContextBuilder(session.path(leaf) if leaf else []).context()
-    tokens = context.tokens()
-    entries = [session.tree.by_id.get(entry_id) or {} for entry_id in context.entry_ids]
+    return context_report_of(context, context.tokens(), session.tree.by_id, leaf)
+
+
+def context_report_of(
+    context: SessionContext, tokens: ContextTokens, by_id: Mapping[str, Entry], leaf: str | None
+) -> dict[str, Any]:
+    """:func:`context_report` from a context already built and its token count.
+
+    It only reads ``context`` (an immutable view) and looks entries up in ``by_id``, so the
+    server runs it in a worker thread while the session goes on (see ``_rpc/fair.py``).
+    """
+    entries = [by_id.get(entry_id) or {} for entry_id in context.entry_ids]
     return {
         "leafId": leaf,
         "messages": list(context.messages),
@@ -164,19 +176,21 @@ def usage_of(entry: Entry) -> dict[str, Any]:
     return fields
 
 
-def _edit_marks(session: Session) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
+def _edit_marks(
+    tree: SessionTree, path: Sequence[Entry]
+) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
     """Each target's edits (file order), and the edit in effect on the active path.
 
     The latest edit of a target on the active branch wins, as in pi.
     """
     edited_by: dict[str, list[str]] = {}
-    for entry in session.tree.entries:
+    for entry in tree.entries:
         edit = edit_of(entry)
         if edit is not None:
             edited_by.setdefault(edit["targetId"], []).append(entry["id"])
     in_effect: dict[str, dict[str, str]] = {}
     if edited_by:
-        for entry in session.path():
+        for entry in path:
             edit = edit_of(entry)
             if edit is not None:
                 in_effect[edit["targetId"]] = {"id": entry["id"], "action": edit["action"]}
@@ -196,14 +210,24 @@ def edit_mark(row: dict[str, Any]) -> str:
 
 def tree_rows(session: Session) -> list[dict[str, Any]]:
     """Depth-first rows of the tree; depth grows only where the tree branches."""
-    active = {e["id"] for e in session.path()}
-    edited_by, in_effect = _edit_marks(session)
-    rows: list[dict[str, Any]] = []
-    stack = [(0, node, False) for node in reversed(session.tree.nodes())]
+    return list(iter_tree_rows(session.tree, session.path(), session.leaf_id))
+
+
+def iter_tree_rows(
+    tree: SessionTree, path: Sequence[Entry], leaf: str | None
+) -> Iterator[dict[str, Any]]:
+    """:func:`tree_rows` one row at a time, of ``tree`` with ``path`` the active one to ``leaf``.
+
+    The server encodes them a few hundred at a time, so that the rows of a 200,000-entry
+    session are never all in memory at once (``_rpc/fair.py``).
+    """
+    active = {e["id"] for e in path}
+    edited_by, in_effect = _edit_marks(tree, path)
+    stack = [(0, node, False) for node in reversed(tree.nodes())]
     while stack:
         depth, node, _ = stack.pop()
         entry = node.entry
-        rows.append(
+        yield (
             {
                 "id": entry["id"],
                 "parentId": entry.get("parentId"),
@@ -212,7 +236,7 @@ def tree_rows(session: Session) -> list[dict[str, Any]]:
                 "label": node.label,
                 "depth": depth,
                 "onActivePath": entry["id"] in active,
-                "isLeaf": entry["id"] == session.leaf_id,
+                "isLeaf": entry["id"] == leaf,
                 "text": describe_entry(entry),
                 "shortSummary": short_summary_of(entry),
                 # pi 1.x: what a context edit does, which edits name this entry (the one in
@@ -225,4 +249,3 @@ def tree_rows(session: Session) -> list[dict[str, Any]]:
         )
         child_depth = depth + 1 if len(node.children) > 1 else depth
         stack.extend((child_depth, child, False) for child in reversed(node.children))
-    return rows
