@@ -15,6 +15,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 import pytest
 
@@ -27,6 +28,17 @@ def services_required() -> bool:
     return os.environ.get(REQUIRE_SERVICES, "") == "1"
 
 
+def missing(message: str) -> NoReturn:
+    """End the test for want of what ``message`` names: a failure under CI, else a skip.
+
+    The one place a test skips: only here, and only outside CI (``.ci/run`` requires every
+    service, so there the same lack fails the test).
+    """
+    if services_required():
+        pytest.fail(f"{REQUIRE_SERVICES}=1 but {message}")
+    pytest.skip(message)
+
+
 def service_env(variable: str, what: str) -> str:
     """The value of ``variable``, or skip (locally) / fail (CI) naming what is missing.
 
@@ -37,10 +49,7 @@ def service_env(variable: str, what: str) -> str:
     value = os.environ.get(variable, "")
     if value:
         return value
-    message = f"needs {what}: set {variable} (.ci/run starts it and sets it)"
-    if services_required():
-        pytest.fail(f"{REQUIRE_SERVICES}=1 but {message}")
-    pytest.skip(message)
+    missing(f"needs {what}: set {variable} (.ci/run starts it and sets it)")
 
 
 def with_search_path(url: str, schema: str) -> str:
@@ -71,10 +80,7 @@ def database_base_url() -> str:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        message = "needs psycopg: pip install -e '.[dev,cluster]'"
-        if services_required():
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("needs psycopg: pip install -e '.[dev,cluster]'")
     return url
 
 

@@ -30,7 +30,7 @@ from orchestrator._runtime.session import AgentSession
 from orchestrator._store.journal import Journal, journal_path
 from orchestrator._store.jsonl import JsonlStore
 from tests.cli_kit import EXAMPLE
-from tests.services import REQUIRE_SERVICES, services_required
+from tests.services import missing, services_required
 
 _ROOT = os.geteuid() == 0
 _FREE = 9 * 1024  # what the issue's disk had left: between 8 and 10 KB
@@ -41,24 +41,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _cannot(message: str) -> None:
-    if services_required():
-        pytest.fail(f"{REQUIRE_SERVICES}=1 but {message}")
-    pytest.skip(message)
-
-
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A folder on a tmpfs of its own holding a copy of the example, with 9 KB left free."""
     if not _ROOT:
-        _cannot("mounting a tmpfs needs root")
+        missing("mounting a tmpfs needs root")
     folder = tmp_path / "disk"
     folder.mkdir()
     mount = ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(folder)]
     try:
         subprocess.run(mount, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
-        _cannot(f"cannot mount a tmpfs: {getattr(exc, 'stderr', None) or exc}")
+        missing(f"cannot mount a tmpfs: {getattr(exc, 'stderr', None) or exc}")
     try:
         shutil.copy(EXAMPLE, folder / "session.jsonl")
         free = os.statvfs(folder)
