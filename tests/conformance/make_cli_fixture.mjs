@@ -11,119 +11,25 @@
 //
 // Usage: node make_cli_fixture.mjs   (from tests/conformance, after npm ci; PI_NODE overrides node)
 
-import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startFakeOpenAI } from "./fake_openai.mjs";
-import { dataDir, here, node22, piDir, piVersion } from "./pi_package.mjs";
+import { makePiFolders, offlineEnv, rpcArgs, startRpc, writeFakeModels } from "./pi_cli.mjs";
+import { dataDir, here, piVersion } from "./pi_package.mjs";
 
 const NAME = "cli-rpc";
 const root = mkdtempSync(join(tmpdir(), "pi-cli-fixture-"));
-const agentDir = join(root, "agent");
-const sessionDir = join(root, "sessions");
-const home = join(root, "home");
-const cwd = join(root, "project");
-for (const dir of [agentDir, sessionDir, home, cwd]) mkdirSync(dir, { recursive: true });
-writeFileSync(join(cwd, "notes.md"), "# Plan\n\n1. Parse the session file.\n2. Compact it.\n3. Check against pi.\n");
+const { agentDir, sessionDir, home, cwd } = makePiFolders(root);
 
 const server = await startFakeOpenAI();
-const zeroCost = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
-writeFileSync(
-	join(agentDir, "models.json"),
-	JSON.stringify({
-		providers: {
-			fake: {
-				name: "Fake (loopback)",
-				baseUrl: `http://127.0.0.1:${server.port}/v1`,
-				api: "openai-completions",
-				apiKey: "fake-key",
-				models: [{ id: "fake-model", name: "Fake model", contextWindow: 200_000, maxTokens: 4000, cost: zeroCost, input: ["text"] }],
-			},
-		},
-	}),
-);
+writeFakeModels(agentDir, server.port);
 // keepRecentTokens small enough that the manual compaction has something to summarize.
 writeFileSync(join(agentDir, "settings.json"), JSON.stringify({ compaction: { enabled: true, keepRecentTokens: 150 } }));
 
-const closedPort = "http://127.0.0.1:9";
-const env = {
-	PATH: process.env.PATH,
-	HOME: home,
-	PI_CODING_AGENT_DIR: agentDir,
-	PI_OFFLINE: "1",
-	PI_SKIP_VERSION_CHECK: "1",
-	PI_TELEMETRY: "0",
-	HTTP_PROXY: closedPort,
-	HTTPS_PROXY: closedPort,
-	ALL_PROXY: closedPort,
-	http_proxy: closedPort,
-	https_proxy: closedPort,
-	all_proxy: closedPort,
-	NO_PROXY: "127.0.0.1,localhost",
-	no_proxy: "127.0.0.1,localhost",
-	TZ: "UTC",
-};
-const args = [
-	join(piDir, "dist", "cli.js"),
-	"--mode", "rpc",
-	"--offline",
-	"--no-mcp",
-	"--no-extensions",
-	"--no-skills",
-	"--no-prompt-templates",
-	"--no-themes",
-	"--no-context-files",
-	"--no-approve",
-	"--session-dir", sessionDir,
-	"--provider", "fake",
-	"--model", "fake-model",
-];
-const pi = spawn(node22(), args, { cwd, env, stdio: ["pipe", "pipe", "pipe"] });
-let stderr = "";
-pi.stderr.on("data", (d) => (stderr += d));
-
-// Strict JSONL framing: split on LF only (docs/rpc.md).
-const waiters = [];
-const events = [];
-let pending = "";
-pi.stdout.on("data", (d) => {
-	pending += d;
-	let at = pending.indexOf("\n");
-	while (at >= 0) {
-		const line = pending.slice(0, at).replace(/\r$/, "");
-		pending = pending.slice(at + 1);
-		at = pending.indexOf("\n");
-		if (!line.trim()) continue;
-		const record = JSON.parse(line);
-		events.push(record);
-		for (const w of [...waiters]) {
-			if (w.match(record)) {
-				waiters.splice(waiters.indexOf(w), 1);
-				w.resolve(record);
-			}
-		}
-	}
-});
-
-function waitFor(match, what, ms = 60_000) {
-	return new Promise((resolveWait, rejectWait) => {
-		const timer = setTimeout(() => rejectWait(new Error(`timed out waiting for ${what}\n${stderr}`)), ms);
-		waiters.push({ match, resolve: (r) => (clearTimeout(timer), resolveWait(r)) });
-	});
-}
-
-let counter = 0;
-async function command(body, { settle = false } = {}) {
-	const id = `req-${++counter}`;
-	const settled = settle ? waitFor((r) => r.type === "agent_settled", `${body.type} to settle`) : undefined;
-	const response = waitFor((r) => r.type === "response" && r.id === id, `${body.type} response`);
-	pi.stdin.write(`${JSON.stringify({ id, ...body })}\n`);
-	const result = await response;
-	if (!result.success) throw new Error(`${body.type} failed: ${JSON.stringify(result)}\n${stderr}`);
-	if (settled) await settled;
-	return result;
-}
+const rpc = startRpc(rpcArgs(sessionDir), { cwd, env: offlineEnv({ home, agentDir }) });
+const { command } = rpc;
 
 let sessionFile;
 try {
@@ -137,14 +43,10 @@ try {
 	await command({ type: "prompt", message: "Continue after the compaction: what is left?" }, { settle: true });
 	sessionFile = (await command({ type: "get_state" })).data.sessionFile;
 } finally {
-	pi.stdin.end();
-	const exited = new Promise((r) => pi.once("exit", r));
-	const timer = setTimeout(() => pi.kill("SIGTERM"), 5000);
-	await exited;
-	clearTimeout(timer);
+	await rpc.stop();
 	await server.close();
 }
-if (!sessionFile) throw new Error(`pi reported no session file\n${stderr}`);
+if (!sessionFile) throw new Error(`pi reported no session file\n${rpc.stderr}`);
 
 const target = join(dataDir, `${NAME}.jsonl`);
 copyFileSync(sessionFile, target);

@@ -6,35 +6,19 @@
 //
 // Usage: node pi_tree.mjs SESSION_FILE TARGET_ID   (prints navigateTree's result as JSON)
 
-import { writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startFakeOpenAI } from "../conformance/fake_openai.mjs";
+import { piFolders, writeFakeModels } from "../conformance/pi_cli.mjs";
 import { piModule } from "../conformance/pi_package.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const extension = resolve(here, "..", "..", "integrations", "pi");
 const [file, target] = process.argv.slice(2);
-const root = process.env.PI_E2E_ROOT;
-const agentDir = join(root, "agent");
-const cwd = join(root, "project");
+const { agentDir, cwd } = piFolders(process.env.PI_E2E_ROOT);
 
 const server = await startFakeOpenAI();
-const zeroCost = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
-writeFileSync(
-	join(agentDir, "models.json"),
-	JSON.stringify({
-		providers: {
-			fake: {
-				name: "Fake (loopback)",
-				baseUrl: `http://127.0.0.1:${server.port}/v1`,
-				api: "openai-completions",
-				apiKey: "fake-key",
-				models: [{ id: "fake-model", name: "Fake model", contextWindow: 200_000, maxTokens: 4000, cost: zeroCost, input: ["text"] }],
-			},
-		},
-	}),
-);
+writeFakeModels(agentDir, server.port);
 process.env.PI_CODING_AGENT_DIR = agentDir;
 process.env.PI_OFFLINE = "1";
 
