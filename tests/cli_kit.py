@@ -20,6 +20,15 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def model_args(url: str, api_key: str | None = "test") -> list[str]:
+    """``--model openai/test-model --api-base URL/v1 --api-key KEY``: a local provider's model.
+
+    ``url``: the provider's (``LocalProvider.url``). ``api_key=None``: no ``--api-key``.
+    """
+    key = [] if api_key is None else ["--api-key", api_key]
+    return ["--model", "openai/test-model", "--api-base", url + "/v1", *key]
+
+
 def pi_user_line(
     parent: str | None, entry_id: str = "c0ffee01", text: str = "typed in pi"
 ) -> bytes:

@@ -8,6 +8,8 @@ from typing import Any
 
 from orchestrator._core.model import ModelResponse
 from orchestrator._core.tokens import CompactionSettings
+from orchestrator._rpc.hub import SessionHub
+from orchestrator._rpc.protocol import Dispatcher, Peer
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.session import AgentSession
@@ -106,6 +108,42 @@ async def until(predicate: Any, steps: int = 10_000) -> None:
             return
         await anyio.lowlevel.checkpoint()
     raise AssertionError("condition never became true")
+
+
+class HubClient:
+    """Calls a hub's methods through a dispatcher, as a client would (no transport).
+
+    ``peer``: the connection the calls come from (``None``: in-process). ``events``: every
+    ``session.event`` notification the hub forwarded.
+    """
+
+    def __init__(self, hub: SessionHub, peer: Peer | None = None) -> None:
+        self.hub = hub
+        self.dispatcher = Dispatcher(hub.methods())
+        self.ids = itertools.count(1)
+        self.peer = peer
+        self.events: list[dict[str, Any]] = []
+        hub.listen(self.events.append)
+
+    async def raw(self, method: str, **params: Any) -> dict[str, Any]:
+        request = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
+        answer = await self.dispatcher.handle(request, self.peer)
+        assert isinstance(answer, dict)
+        return answer
+
+    async def call(self, method: str, **params: Any) -> Any:
+        answer = await self.raw(method, **params)
+        assert "error" not in answer, answer
+        return answer["result"]
+
+    async def error(self, method: str, **params: Any) -> dict[str, Any]:
+        answer = await self.raw(method, **params)
+        assert "result" not in answer, answer
+        error: dict[str, Any] = answer["error"]
+        return error
+
+    def event_types(self) -> list[str]:
+        return [m["params"]["event"]["type"] for m in self.events]
 
 
 class HangingSleep:

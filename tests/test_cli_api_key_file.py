@@ -14,7 +14,7 @@ from orchestrator._cli.main import main
 from orchestrator._cli.tui import build_runtime
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
-from tests.cli_kit import either_part, run
+from tests.cli_kit import either_part, model_args, run
 
 
 def key_file(tmp_path: Path, text: str = "sk-from-file\n", mode: int = 0o600) -> Path:
@@ -37,10 +37,7 @@ def test_compact_sends_the_key_read_from_the_file(
             capsys,
             "compact",
             str(example),
-            "--model",
-            "openai/test-model",
-            "--api-base",
-            provider.url + "/v1",
+            *model_args(provider.url, None),
             "--api-key-file",
             str(key),
         )

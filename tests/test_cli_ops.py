@@ -13,7 +13,7 @@ import pytest
 from orchestrator._cli.main import main
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
-from tests.cli_kit import EXAMPLE, either_part, run
+from tests.cli_kit import EXAMPLE, either_part, model_args, run
 
 
 def test_compact_offline_appends_an_entry_pi_can_read(
@@ -78,12 +78,7 @@ def test_compact_through_litellm_and_the_local_provider(
             capsys,
             "compact",
             str(example),
-            "--model",
-            "openai/test-model",
-            "--api-base",
-            provider.url + "/v1",
-            "--api-key",
-            "test",
+            *model_args(provider.url),
             "--context-window",
             "128000",
         )
@@ -103,12 +98,7 @@ def test_provider_failure_is_one_line_and_the_file_is_unchanged(
             capsys,
             "compact",
             str(example),
-            "--model",
-            "openai/test-model",
-            "--api-base",
-            provider.url + "/v1",
-            "--api-key",
-            "bad",
+            *model_args(provider.url, "bad"),
         )
     assert code == 1
     assert err.count("\n") == 1
@@ -264,12 +254,7 @@ def test_navigate_summarize_through_litellm_and_the_local_provider(
             "--summarize",
             "--focus",
             "name the files",
-            "--model",
-            "openai/test-model",
-            "--api-base",
-            provider.url + "/v1",
-            "--api-key",
-            "test",
+            *model_args(provider.url),
             "--json",
         )
         [request] = provider.requests
@@ -294,12 +279,7 @@ def test_navigate_summary_failure_changes_nothing(
             "--to",
             users[-1]["id"],
             "--summarize",
-            "--model",
-            "openai/test-model",
-            "--api-base",
-            provider.url + "/v1",
-            "--api-key",
-            "test",
+            *model_args(provider.url),
         )
     assert code == 1
     assert err.strip() == "orchestrator navigate: Summarization failed: empty summary"

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
-from tests.cli_kit import either_part, run
+from tests.cli_kit import either_part, model_args, run
 
 
 def compact(
@@ -19,12 +19,7 @@ def compact(
         capsys,
         "compact",
         str(example),
-        "--model",
-        "openai/test-model",
-        "--api-base",
-        provider.url + "/v1",
-        "--api-key",
-        "test",
+        *model_args(provider.url),
         "--context-window",
         str(window),
     )

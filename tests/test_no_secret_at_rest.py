@@ -27,7 +27,7 @@ from orchestrator._store.session import Session
 from orchestrator._telemetry.export import make_tracer_provider
 from orchestrator._telemetry.tracing import LifecycleTracer
 from orchestrator.testing import FakeClock, LocalProvider, Reply
-from tests.cli_kit import run
+from tests.cli_kit import model_args, run
 
 KEY = "sk-proj-Zq8xT2vLm9Kp4Rw7Yb3Nc6Hd1Fg5Js0Ae"
 PLAIN_KEY = "local-proxy-key-1"  # not shaped like a key: only its exact value finds it
@@ -66,12 +66,7 @@ def test_the_command_line_writes_the_key_nowhere(
             capsys,
             "compact",
             str(example),
-            "--model",
-            "openai/test-model",
-            "--api-base",
-            provider.url + "/v1",
-            "--api-key",
-            key,
+            *model_args(provider.url, key),
             "--trace",
             f"jsonl:{traces}",
         )

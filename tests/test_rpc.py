@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import itertools
 import json
 import os
 import shutil
@@ -50,7 +49,7 @@ from orchestrator._rpc.protocol import (
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator.testing import AgentHang, Hang, reply, summary_text
-from tests.runtime_kit import BIG, Kit, summary, until
+from tests.runtime_kit import BIG, HubClient, Kit, summary, until
 from tests.runtime_kit import settings as runtime_settings
 
 pytestmark = pytest.mark.anyio
@@ -63,39 +62,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-class Client:
-    """Calls a hub's methods through a dispatcher, as a client would."""
-
-    def __init__(self, hub: SessionHub) -> None:
-        self.hub = hub
-        self.dispatcher = Dispatcher(hub.methods())
-        self.ids = itertools.count(1)
-        self.events: list[dict[str, Any]] = []
-        hub.listen(self.events.append)
-
-    async def raw(self, method: str, **params: Any) -> dict[str, Any]:
-        answer = await self.dispatcher.handle(
-            {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
-        )
-        assert isinstance(answer, dict)
-        return answer
-
-    async def call(self, method: str, **params: Any) -> Any:
-        answer = await self.raw(method, **params)
-        assert "error" not in answer, answer
-        return answer["result"]
-
-    async def error(self, method: str, **params: Any) -> dict[str, Any]:
-        answer = await self.raw(method, **params)
-        assert "result" not in answer, answer
-        error: dict[str, Any] = answer["error"]
-        return error
-
-    def event_types(self) -> list[str]:
-        return [m["params"]["event"]["type"] for m in self.events]
-
-
-def kit_client(kit: Kit) -> tuple[Client, str]:
+def kit_client(kit: Kit) -> tuple[HubClient, str]:
     hub = SessionHub(
         RuntimeOptions(
             summarizer=kit.summarizer,
@@ -103,12 +70,12 @@ def kit_client(kit: Kit) -> tuple[Client, str]:
             runtime_kwargs={"sleep": kit.clock.sleep},
         )
     )
-    return Client(hub), hub.add(kit.runtime)
+    return HubClient(hub), hub.add(kit.runtime)
 
 
-def file_client(tmp_path: Path, **options: Any) -> Client:
+def file_client(tmp_path: Path, **options: Any) -> HubClient:
     shutil.copy(EXAMPLE, tmp_path / "example.jsonl")
-    return Client(SessionHub(RuntimeOptions(root=tmp_path, **options)))
+    return HubClient(SessionHub(RuntimeOptions(root=tmp_path, **options)))
 
 
 def compactable_kit(*summaries: Any, hang: bool = False) -> Kit:
@@ -412,7 +379,7 @@ async def test_relative_paths_without_a_root_resolve_in_the_working_directory(
 ) -> None:
     shutil.copy(EXAMPLE, tmp_path / "example.jsonl")
     monkeypatch.chdir(tmp_path)
-    client = Client(SessionHub())
+    client = HubClient(SessionHub())
     opened = await client.call("session.open", path="example.jsonl")
     assert opened["path"] == str(tmp_path / "example.jsonl")
 

@@ -7,7 +7,6 @@ key. The end-to-end run with pi itself is tests/integrations (opt-in: it needs n
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 from pathlib import Path
@@ -29,7 +28,6 @@ from orchestrator._rpc.protocol import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     MODEL_FAILED,
-    Dispatcher,
     Peer,
 )
 from orchestrator._runtime.retry import RetryPolicy
@@ -37,7 +35,7 @@ from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import journal_path
 from orchestrator.testing import FakeClock, Hang, ScriptedModel, summary_text
-from tests.runtime_kit import until
+from tests.runtime_kit import HubClient, until
 
 pytestmark = pytest.mark.anyio
 
@@ -99,43 +97,18 @@ TREE: dict[str, Any] = {
 }
 
 
-class Client:
-    def __init__(self, hub: SessionHub, peer: Peer | None = None) -> None:
-        self.hub = hub
-        self.dispatcher = Dispatcher(hub.methods())
-        self.ids = itertools.count(1)
-        self.peer = peer
-
-    async def raw(self, method: str, **params: Any) -> dict[str, Any]:
-        request = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
-        answer = await self.dispatcher.handle(request, self.peer)
-        assert isinstance(answer, dict)
-        return answer
-
-    async def call(self, method: str, **params: Any) -> Any:
-        answer = await self.raw(method, **params)
-        assert "error" not in answer, answer
-        return answer["result"]
-
-    async def error(self, method: str, **params: Any) -> dict[str, Any]:
-        answer = await self.raw(method, **params)
-        assert "result" not in answer, answer
-        error: dict[str, Any] = answer["error"]
-        return error
-
-
 # Our summary, naming the focus each test asks for, so that the gate (D32) passes it.
 OURS = summary_text("Ours: keep the plan, say why it failed.")
 
 
-def client(model: ScriptedModel | None = None, *, root: Path | None = None) -> Client:
+def client(model: ScriptedModel | None = None, *, root: Path | None = None) -> HubClient:
     model = model or ScriptedModel([OURS] * 4)
     clock = FakeClock()
     routes = SummaryRoutes(
         candidates=(model,), retry=RetryPolicy(max_retries=1, base_delay_ms=10), sleep=clock.sleep
     )
     settings = RuntimeSettings(model_timeout_s=None, operation_deadline_s=None)
-    return Client(SessionHub(RuntimeOptions(summarizer=routes, settings=settings, root=root)))
+    return HubClient(SessionHub(RuntimeOptions(summarizer=routes, settings=settings, root=root)))
 
 
 def session_file(tmp_path: Path) -> Path:
@@ -328,7 +301,7 @@ async def test_a_cancel_before_the_request_starts_cancels_it(tmp_path: Path) -> 
 async def test_keys_are_the_connections_own() -> None:
     model = ScriptedModel([Hang(), summary_text("Other")])
     hub = client(model).hub
-    one, two = Client(hub, Peer()), Client(hub, Peer())
+    one, two = HubClient(hub, Peer()), HubClient(hub, Peer())
     answers: list[dict[str, Any]] = []
 
     async def compact() -> None:
@@ -406,6 +379,6 @@ async def test_branch_with_no_room_in_the_window_is_refused() -> None:
 )
 async def test_the_cluster_server_refuses_them_clearly(method: str, params: dict[str, Any]) -> None:
     hub = ClusterHub("127.0.0.1:1", "/nonexistent")
-    error = await Client(hub).error(method, **params)
+    error = await HubClient(hub).error(method, **params)
     assert error["code"] == METHOD_NOT_FOUND
     assert "not served with --temporal" in error["message"]
