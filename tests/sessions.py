@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
 from orchestrator._core.entries import Entry, Message, iso_now
+from orchestrator._core.tokens import CompactionSettings
 from orchestrator._core.tree import SessionTree
 
 PROVIDER = "anthropic"
@@ -306,3 +308,18 @@ def split_turn() -> SessionBuilder:
         s.tool_result("e" * 400)
     s.assistant("tail " + "f" * 100, usage=usage(2000))
     return s
+
+
+def two_turns_plan() -> CompactionPlan:
+    """The compaction plan (keep_recent_tokens=150, adaptive_keep off) of two whole turns: one
+    summary request (no split turn, no file operations), the history."""
+    s = SessionBuilder()
+    s.user("first request " + "a" * 800)
+    s.assistant("first answer " + "b" * 800, usage=usage(1000))
+    s.user("second request " + "c" * 400)
+    s.assistant("second answer " + "d" * 400, usage=usage(2000))
+    plan = plan_compaction(
+        s.path(), CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
+    )
+    assert isinstance(plan, CompactionPlan)
+    return plan

@@ -5,10 +5,9 @@ import math
 import anyio
 import pytest
 
-from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
+from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import Model, ModelResponse
-from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.operations import compact
 from orchestrator._runtime.retry import (
     NO_MODEL,
@@ -18,7 +17,7 @@ from orchestrator._runtime.retry import (
 )
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import FakeClock, ScriptedModel, summary_text
-from tests.sessions import SessionBuilder, usage
+from tests.sessions import two_turns_plan
 
 pytestmark = pytest.mark.anyio
 
@@ -33,16 +32,7 @@ def transient(retry_after: float | None = None) -> ModelError:
 
 
 def a_plan() -> CompactionPlan:
-    # One summary request (no split turn, no file operations): the history.
-    s = SessionBuilder()
-    s.user("first request " + "a" * 800)
-    s.assistant("first answer " + "b" * 800, usage=usage(1000))
-    s.user("second request " + "c" * 400)
-    s.assistant("second answer " + "d" * 400, usage=usage(2000))
-    plan = plan_compaction(
-        s.path(), CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
-    )
-    assert isinstance(plan, CompactionPlan)
+    plan = two_turns_plan()  # one summary request: the history
     assert not plan.is_split_turn
     return plan
 

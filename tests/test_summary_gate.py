@@ -35,7 +35,7 @@ from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
 from orchestrator._runtime.summarize import CompactionResult, SummaryRoutes
 from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, ScriptedModel, summary_text
-from tests.sessions import SessionBuilder, usage
+from tests.sessions import two_turns_plan
 
 pytestmark = pytest.mark.anyio
 
@@ -228,19 +228,6 @@ def drop(event: str, effect: str) -> Callable[[Rows], None]:
     return edit
 
 
-def a_plan() -> CompactionPlan:
-    s = SessionBuilder()
-    s.user("first request " + "a" * 800)
-    s.assistant("first answer " + "b" * 800, usage=usage(1000))
-    s.user("second request " + "c" * 400)
-    s.assistant("second answer " + "d" * 400, usage=usage(2000))
-    plan = plan_compaction(
-        s.path(), CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
-    )
-    assert isinstance(plan, CompactionPlan)
-    return plan
-
-
 async def compact_with(
     *models: ScriptedModel,
     defn: MachineDef | None = None,
@@ -262,7 +249,7 @@ async def compact_with(
     tables = (lambda _name: defn) if defn is not None else load_machine
     ports = Ports(session=None, routes=routes, sleep=clock.sleep, tables=tables)
     job = CompactionJob(
-        ports, routes, reason="manual", settings=CompactionSettings(), plan=a_plan()
+        ports, routes, reason="manual", settings=CompactionSettings(), plan=two_turns_plan()
     )
     return await OperationRun(ports, job, routes=routes, dry_run=True).run()
 

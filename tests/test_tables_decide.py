@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
 from orchestrator._core.errors import DefinitionError, ModelError, TransitionError
 from orchestrator._core.resources import data_dir
 from orchestrator._core.tokens import CompactionSettings
@@ -28,7 +27,7 @@ from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.summarize import CompactionResult, SummaryRoutes
 from orchestrator.testing import FakeClock, ScriptedModel, summary_text
-from tests.sessions import SessionBuilder, usage
+from tests.sessions import two_turns_plan
 
 pytestmark = pytest.mark.anyio
 
@@ -57,24 +56,11 @@ def index(rows: Rows, source: str, event: str, dest: str) -> int:
     )
 
 
-def a_plan() -> CompactionPlan:
-    s = SessionBuilder()
-    s.user("first request " + "a" * 800)
-    s.assistant("first answer " + "b" * 800, usage=usage(1000))
-    s.user("second request " + "c" * 400)
-    s.assistant("second answer " + "d" * 400, usage=usage(2000))
-    plan = plan_compaction(
-        s.path(), CompactionSettings(keep_recent_tokens=150, adaptive_keep=False)
-    )
-    assert isinstance(plan, CompactionPlan)
-    return plan
-
-
 async def compact_with(defn: MachineDef, *models: ScriptedModel, clock: FakeClock) -> Any:
     routes = SummaryRoutes(candidates=models, retry=RetryPolicy(), sleep=clock.sleep)
     ports = Ports(session=None, routes=routes, sleep=clock.sleep, tables=lambda _name: defn)
     job = CompactionJob(
-        ports, routes, reason="threshold", settings=CompactionSettings(), plan=a_plan()
+        ports, routes, reason="threshold", settings=CompactionSettings(), plan=two_turns_plan()
     )
     outcome = await OperationRun(ports, job, routes=routes, dry_run=True).run()
     return outcome
