@@ -7,12 +7,15 @@ what an effect reports becomes the next event through the same functions the any
 (:mod:`orchestrator._runtime.outcomes`). So retries, candidate switches, halvings and how the
 operation ends are decisions of ``machines/operation.toml`` on both hosts.
 
-Effects that touch the world are activities, each made ONCE (a retry is the table's decision,
-so Temporal must not make one behind its back): ``prepare`` (plan), ``run_hooks``,
-``call_model``, ``commit`` and ``finish`` (the result hooks). The commit is the exception that
-proves the rule: it is idempotent by operation id (its entry id is derived from the operation
-id here, before it runs), so Temporal may deliver it again after a worker died mid-commit, and
-it appends at most once; that is delivery, not a decision. Effects that only move counters
+Effects that touch the world are activities. Those whose outcome the table judges are made
+ONCE (a retry is the table's decision, so Temporal must not make one behind its back):
+``run_hooks`` and ``call_model``. The others are idempotent and *delivered* (:data:`DELIVER`:
+again after a lost worker or a dropped store connection, see
+:mod:`~orchestrator._cluster.delivery`): ``prepare`` only reads; the commit's entry id is
+derived from the operation id here, before it runs, so a second delivery finds the entry and
+appends nothing; ``finish`` and the journal lines skip the steps already written. That is
+delivery, not a decision. Every activity heartbeats (:data:`HEARTBEAT`), so a dead worker is
+noticed in seconds, not after the activity's time limit. Effects that only move counters
 (``next_candidate``, ``next_part``, ``shrink_request``) are workflow code; waits are workflow
 timers; ``rebuild_context`` has nothing to do (each activity reads the store afresh).
 
@@ -42,6 +45,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
+    STORE_UNAVAILABLE,
     Call,
     CompressResult,
     Op,
@@ -129,6 +133,8 @@ class OperationFlow(TableFlow):
         self._pruned_ids: list[str] = []
         self._tokens_saved = 0
         self._compact_failed: dict[str, Any] | None = None
+        self.finish_error: str | None = None
+        """Why the last journal lines (and the result hooks) were lost, if they were."""
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -143,7 +149,8 @@ class OperationFlow(TableFlow):
             Call(op=self.op),
             result_type=Prepared,
             start_to_close_timeout=SHORT,
-            retry_policy=ONCE,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=DELIVER,
         )
         self.policy = prepared.policy
         if prepared.routes:  # a branch summary: no hooks, so planning says how many candidates
@@ -331,6 +338,7 @@ class OperationFlow(TableFlow):
                 ),
                 result_type=Reported,
                 start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
@@ -350,6 +358,7 @@ class OperationFlow(TableFlow):
                 Call(op=self.op, journal=lines, resend=resend),
                 result_type=Reported,
                 start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
@@ -376,29 +385,37 @@ class OperationFlow(TableFlow):
                 skipped=self._reason,
                 from_extension=self.op.supplied is not None,
             )
-        lines, resend = self.journal.take()
-        await workflow.execute_activity(
-            "finish",
+        await self._finish(
             Call(
                 op=self.op,
-                journal=lines,
-                resend=resend,
                 status=self.state,
                 entry_id=self._entry_id,
                 compact_failed=self._compact_failed,
-            ),
-            start_to_close_timeout=SHORT,
-            retry_policy=DELIVER,
+            )
         )
 
     async def _flush(self) -> None:
+        await self._finish(Call(op=self.op))
+
+    async def _finish(self, call: Call) -> None:
+        """Journal the last steps (and tell the result hooks) once the outcome is settled.
+
+        Delivered again after a lost worker or a dropped connection. When even that fails the
+        outcome stands (a commit is not undone by a journal line): the lines are lost, and
+        reading the journal settles the operation from the store (a commit looked up by its
+        entry id), as after a crash.
+        """
         lines, resend = self.journal.take()
-        await workflow.execute_activity(
-            "finish",
-            Call(op=self.op, journal=lines, resend=resend),
-            start_to_close_timeout=SHORT,
-            retry_policy=DELIVER,
-        )
+        try:
+            await workflow.execute_activity(
+                "finish",
+                dataclasses.replace(call, journal=lines, resend=resend),
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
+            )
+        except ActivityError as error:
+            self.finish_error = lost_reason(error, "finish")
 
     def _outcome(self) -> CompressResult:
         failure = self._failure if self.state in ("failed", "conflict") else None
@@ -436,7 +453,21 @@ WORKER_SHUTDOWN = "WorkerShutdown"
 """The failure type Temporal gives an activity its worker cancelled on shutting down."""
 
 
+def infrastructure(error: ActivityError) -> bool:
+    """Whether ``error`` says the cluster failed under the activity, not its input or code.
+
+    Its worker stopped answering (a timeout) or was stopped, or its store connection failed
+    (after the retries of a delivered activity: this is the last attempt's failure).
+    """
+    cause = error.cause
+    if isinstance(cause, TimeoutError):
+        return True
+    lost = (WORKER_SHUTDOWN, STORE_UNAVAILABLE)
+    return isinstance(cause, ApplicationError) and cause.type in lost
+
+
 def lost_reason(error: ActivityError, what: str) -> str:
+    """One line saying why the activity ``what`` failed (lost worker, timeout, its error)."""
     cause = error.cause
     if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT:
         return f"{what}: the worker running it stopped answering (no heartbeat)"

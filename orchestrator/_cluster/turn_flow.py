@@ -47,6 +47,7 @@ machine rests), written as a ``turn`` record with the facts the guards read, as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections import deque
@@ -55,11 +56,12 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
     AGENT_RAISED,
+    UNAVAILABLE,
+    UNAVAILABLE_KIND,
     AgentRaisedError,
     AgentReported,
     CompressResult,
@@ -77,6 +79,7 @@ from orchestrator._cluster.flow import (
     ONCE,
     SHORT,
     OperationFlow,
+    infrastructure,
     lost_reason,
 )
 from orchestrator._cluster.stepping import JournalLines, stop_in_flight
@@ -231,6 +234,19 @@ class TurnFlow:
             raise ApplicationError(
                 failure.message, failure.kind, type=AGENT_RAISED, non_retryable=True
             ) from None
+        except ActivityError as error:
+            # An activity failed for good: the table's activity_failed rows end the turn, so
+            # the session is idle again (never left where nothing steps it), then the caller
+            # hears why: -32008 when the cluster failed under it, the error itself otherwise.
+            reason = await self._activity_failed(error)
+            if infrastructure(error):
+                raise ApplicationError(
+                    f"Cluster unavailable: {reason}; the work stopped there and the session is"
+                    " idle again",
+                    type=UNAVAILABLE,
+                    non_retryable=True,
+                ) from None
+            raise
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's abort row (D22).
             if self.defn.rows_for(self.state, "abort"):
@@ -243,6 +259,29 @@ class TurnFlow:
             request, self.manual = self.manual, None
             if request is not None:
                 request.done = True
+
+    async def _activity_failed(self, error: ActivityError) -> str:
+        """Step ``activity_failed`` from where the turn stands; returns why it failed."""
+        reason = lost_reason(error, error.activity_type or "activity")
+        flow = self.flow
+        self.outcome = CompressResult(
+            operation_id=flow.op.operation_id if flow is not None and not flow.done else "",
+            status="failed",
+            error=reason,
+            error_kind=UNAVAILABLE_KIND if infrastructure(error) else "fatal",
+        )
+        # Nothing queued or asked for meanwhile runs: the caller is told the work stopped.
+        self._interrupts.clear()
+        self._follow_ups.clear()
+        self._close_retry_streak()
+        if self.defn.rows_for(self.state, "activity_failed"):
+            await self._loop("activity_failed")
+        if self.journal.lines:
+            # Best effort: the store may be what failed (reading the journal then shows the
+            # turn stopping short of rest, as after a crash).
+            with contextlib.suppress(ActivityError):
+                await self._flush()
+        return reason
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -314,7 +353,11 @@ class TurnFlow:
         call, lines = self._call(compact_failed=compact_failed)
         try:
             await workflow.execute_activity(
-                "journal_turn", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+                "journal_turn",
+                call,
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
             )
         except BaseException:
             self.journal.lost(lines)
@@ -324,7 +367,11 @@ class TurnFlow:
         call, lines = self._call(entries=entries)
         try:
             await workflow.execute_activity(
-                "append", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+                "append",
+                call,
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
             )
         except BaseException:
             self.journal.lost(lines)
@@ -425,12 +472,13 @@ class TurnFlow:
         except ActivityError as error:
             self.journal.lost(lines)
             cause = error.cause
-            if isinstance(cause, ApplicationError):
+            if isinstance(cause, ApplicationError) and not infrastructure(error):
                 # The agent's own exception (a bug, not the provider's answer): the caller
                 # sees it, as one process raises it, once the turn settled (``run``).
                 raise AgentRaisedError(cause.type or "Exception", cause.message) from None
-            # The worker died or the run hung: a transient failure the table may retry.
-            lost = isinstance(cause, ActivityTimeout)
+            # The worker died, the run hung or the store dropped the connection reading the
+            # context: a transient failure the table may retry.
+            lost = infrastructure(error)
             outcome = "transient" if lost else "fatal"
             return AgentReported(outcome=outcome, error=lost_reason(error, "agent"))
         except asyncio.CancelledError:
