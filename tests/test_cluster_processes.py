@@ -3,6 +3,10 @@
 * A worker killed with SIGKILL in the middle of a compaction's model call: another worker
   finishes it. Exactly one compaction entry, at most one extra model call, and the journal says
   what happened (the attempt lost with its worker, the wait, the second attempt, the commit).
+* A worker killed with SIGKILL during ``prepare`` (held behind a lock on the session's lines),
+  a second worker running: planning is delivered again there, the compaction commits once,
+  and the session is idle and compacts again (it used to be wedged: see
+  tests/test_cluster_no_wedge.py).
 * Two clients compress the same session at once through two ``orchestrator serve --temporal``
   processes and two workers: one compaction; the other client is refused as a one-process
   server refuses it (``-32001``).
@@ -24,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +53,13 @@ from tests.cluster_kit import (  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 COMMAND = (sys.executable, "-m", "orchestrator")
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+SUMMARY = (
+    "## Goal\n- the history\n\n## Constraints & Preferences\n- (none)\n\n## Progress\n"
+    "### Done\n- [x] the history\n### In Progress\n- [ ] more\n### Blocked\n- nothing\n\n"
+    "## Key Decisions\n- **None**: none\n\n## Next Steps\n1. Carry on\n\n"
+    "## Critical Context\n- the history"
+)
+"""A remote summary the summary gate passes (every section of the compaction prompt)."""
 
 
 @pytest.fixture
@@ -184,7 +196,7 @@ async def compress_losing_the_first_worker(
     database = cluster_database.location
     session_id = cluster_database.add_example()
     queue = queue_name()
-    provider.push(Reply.hang(Reply.remote("lost")), Reply.remote("the history"))
+    provider.push(Reply.hang(Reply.remote("lost")), Reply.remote(SUMMARY))
     first = processes.worker("first", database, queue, provider)
     results: list[Any] = []
     async with connected() as client:
@@ -223,7 +235,7 @@ async def test_a_worker_killed_mid_call_is_replaced_and_the_compaction_commits_o
     steps = [(r["from"], r["event"], r["to"]) for r in records]
     assert ("summarizing", "attempt_failed", "waiting_retry") in steps
     assert steps[-2:] == [
-        ("summarizing", "summary_ready", "committing"),
+        ("checking", "summary_passed", "committing"),
         ("committing", "entry_appended", "committed"),
     ]
     lost = next(r for r in records if r["event"] == "attempt_failed")
@@ -268,7 +280,7 @@ def held_summary(
     """A stored session opened on ``servers`` front ends over ``workers``; its summary hangs."""
     session_id = database.add_example()
     queue = queue_name()
-    provider.push(Reply.hang(Reply.remote("the history")))
+    provider.push(Reply.hang(Reply.remote(SUMMARY)))
     for number in range(workers):
         processes.worker(f"worker{number}", database.location, queue, provider)
     fronts = [processes.server(database.location, queue) for _ in range(servers)]
@@ -309,7 +321,7 @@ def test_a_prompt_through_worker_processes_recovers_from_an_overflow(
     queue = queue_name()
     provider.push(
         Reply.overflow_openai(),
-        Reply.remote("the history"),
+        Reply.remote(SUMMARY),
         Reply.summary("the turn's prefix"),
         Reply.summary("Fits now.", prompt_tokens=1000),
     )
@@ -356,3 +368,61 @@ def test_sigterm_to_the_front_end_says_the_forwarded_work_goes_on(
     while cluster_database.operation_records(session_id)[-1]["to"] != "committed":
         time.sleep(0.05)
     assert len(cluster_database.new_compactions(session_id)) == 1
+
+
+async def test_a_worker_killed_during_prepare_fails_over_and_the_session_stays_usable(
+    pg_url: str, provider: LocalProvider, processes: Processes
+) -> None:
+    """No wedge: planning (one attempt, no heartbeat) used to leave the session refusing every
+    compaction with none running, until the workflow was cancelled by hand."""
+    import anyio
+    import psycopg
+
+    database = Database(pg_url)
+    session_id = database.add_example()
+    queue = queue_name()
+    provider.push(Reply.remote(SUMMARY), Reply.remote(SUMMARY))
+    tag = uuid.uuid4().hex[:8]
+    workers = {
+        name: processes.worker(name, f"{pg_url}&application_name={name}", queue, provider)
+        for name in (f"first-{tag}", f"second-{tag}")
+    }
+    results: list[Any] = []
+    with psycopg.connect(pg_url) as held, psycopg.connect(pg_url, autocommit=True) as watcher:
+        # Planning reads the session's lines: an exclusive lock on them holds it in flight.
+        held.execute("LOCK TABLE session_lines IN ACCESS EXCLUSIVE MODE")
+        async with connected() as client:
+            cluster = ClusterClient(client, task_queue=queue, idle_s=0.5)
+            async with anyio.create_task_group() as group:
+
+                async def compress() -> None:
+                    results.append(await cluster.compress(session_id))
+
+                group.start_soon(compress)
+                query = (
+                    "SELECT application_name FROM pg_stat_activity"
+                    " WHERE application_name = ANY(%s) AND wait_event_type = 'Lock'"
+                )
+                while not (rows := watcher.execute(query, (list(workers),)).fetchall()):
+                    await anyio.sleep(0.05)
+                victim = workers[rows[0][0]]
+                victim.kill()  # SIGKILL, in the middle of prepare
+                victim.wait()
+                held.rollback()  # the store answers again (the other worker is running)
+            state = await cluster.state(session_id)
+            assert state is not None
+            assert (state["busy"], state["turnState"]) == (False, "idle")
+            (done,) = results
+            assert done.status == "committed"
+            assert [e["id"] for e in database.new_compactions(session_id)] == [
+                entry_id_for(done.operation_id)
+            ]
+            # Not refused as "already running": the next compaction runs ("Already compacted").
+            again = await cluster.compress(session_id)
+            assert again.operation_id != done.operation_id
+            assert again.status in {"committed", "skipped"}
+    turn = [r[:3] for r in database.turn_rows(session_id)]
+    assert turn[:2] == [
+        ("idle", "manual_compact", "manual_compacting"),
+        ("manual_compacting", "compaction_done", "idle"),
+    ]
