@@ -7,6 +7,8 @@ killed), as in tests/test_cluster.py:
   told the cluster failed (``UnavailableError``, ``-32008`` on the wire, not ``-32602``), the
   turn journal ends ``manual_compacting --activity_failed--> idle``, the session is idle, and
   the next ``session.compress`` commits.
+* A turn whose append cannot reach the store: ``UnavailableError`` too, the turn journal ends
+  ``running --activity_failed--> idle``, and the next prompt runs.
 * A PostgreSQL connection terminated (``pg_terminate_backend``) while the commit waits for the
   session's row: the commit is delivered again and commits once; no journal line twice.
 * ``session.abort`` frees the session wherever a compaction stands (planning held behind a
@@ -36,12 +38,16 @@ from temporalio.common import RetryPolicy as TemporalRetry  # noqa: E402
 from orchestrator._cluster import flow as flow_module  # noqa: E402
 from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import Op, Prepared, entry_id_for  # noqa: E402
+from orchestrator._cluster.contract import Op, Prepared, TurnCall, entry_id_for  # noqa: E402
+from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.errors import StoreUnavailableError, UnavailableError  # noqa: E402
 from orchestrator._rpc.protocol import UNAVAILABLE, error_for  # noqa: E402
+from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
 from tests.cluster_kit import Database, connected, queue_name  # noqa: E402
 from tests.test_cluster import HANG, SETTINGS, routes, scripted  # noqa: E402
+from tests.test_cluster_turns import SETTINGS as TURN_SETTINGS  # noqa: E402
+from tests.test_cluster_turns import summarizer as turn_summarizer  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -117,6 +123,48 @@ async def test_planning_that_cannot_reach_the_store_is_unavailable_and_the_sessi
         assert [e["id"] for e in database.new_compactions(session_id)] == [
             entry_id_for(done.operation_id)
         ]
+
+
+class FlakyTurns(TurnActivities):
+    """Turn activities whose appends cannot reach the store while ``down`` is set."""
+
+    down = True
+
+    def _append(self, call: TurnCall) -> None:
+        if self.down:
+            raise StoreUnavailableError("postgresql://db: cannot connect: Connection refused")
+        super()._append(call)
+
+
+@pytest.mark.usefixtures("quick_delivery")
+async def test_a_turn_whose_append_cannot_reach_the_store_is_unavailable_and_the_next_runs(
+    tmp_path: Any,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    agent = ScriptedAgent([[reply("hello back", tokens=10)]])
+    activities = SessionActivities(
+        database.location, turn_summarizer(), TURN_SETTINGS, agent_factory=lambda: agent
+    )
+    activities.turns = FlakyTurns(
+        activities.stores, activities.settings, activities.turns.agent_factory
+    )
+    async with connected() as client, worker(client, activities) as cluster:
+        with pytest.raises(UnavailableError, match=r"^Cluster unavailable: append: "):
+            await cluster.prompt(session_id, "hello")
+        await idle(cluster, session_id)
+        assert [r[:3] for r in database.turn_rows(session_id)][-1] == (
+            "running",
+            "activity_failed",
+            "idle",
+        )
+        assert database.new_entries(session_id) == []
+
+        FlakyTurns.down = False
+        done = await cluster.prompt(session_id, "hello")
+        assert done.state == "idle"
+        assert done.reply is not None
+        assert done.reply["content"] == [{"type": "text", "text": "hello back"}]
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
