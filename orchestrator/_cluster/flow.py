@@ -79,7 +79,7 @@ DELIVER = TemporalRetry(
     maximum_attempts=5, initial_interval=timedelta(seconds=1), backoff_coefficient=2.0
 )
 """The idempotent commit and journal writes: delivered again after a lost worker."""
-HEARTBEAT = timedelta(seconds=5)
+HEARTBEAT = timedelta(seconds=2)
 """A worker that has not heartbeaten for this long is presumed dead; its activity fails over."""
 SHORT = timedelta(seconds=60)
 """Time limit of an activity that does not call a model."""
