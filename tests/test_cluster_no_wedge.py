@@ -9,6 +9,8 @@ killed), as in tests/test_cluster.py:
   the next ``session.compress`` commits.
 * A turn whose append cannot reach the store: ``UnavailableError`` too, the turn journal ends
   ``running --activity_failed--> idle``, and the next prompt runs.
+* ``finish`` (the last journal lines) never reaching the store: the commit stands.
+* A navigation whose start cannot reach the store: ``UnavailableError``, the session idle.
 * A PostgreSQL connection terminated (``pg_terminate_backend``) while the commit waits for the
   session's row: the commit is delivered again and commits once; no journal line twice.
 * ``session.abort`` frees the session wherever a compaction stands (planning held behind a
@@ -38,9 +40,20 @@ from temporalio.common import RetryPolicy as TemporalRetry  # noqa: E402
 from orchestrator._cluster import flow as flow_module  # noqa: E402
 from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import Op, Prepared, TurnCall, entry_id_for  # noqa: E402
+from orchestrator._cluster.contract import (  # noqa: E402
+    Call,
+    NavCall,
+    NavigateRequest,
+    NavReported,
+    Op,
+    Prepared,
+    TurnCall,
+    entry_id_for,
+)
+from orchestrator._cluster.tree_activities import TreeActivities  # noqa: E402
 from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
+from orchestrator._core.entries import Entry  # noqa: E402
 from orchestrator._core.errors import StoreUnavailableError, UnavailableError  # noqa: E402
 from orchestrator._rpc.protocol import UNAVAILABLE, error_for  # noqa: E402
 from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
@@ -123,6 +136,48 @@ async def test_planning_that_cannot_reach_the_store_is_unavailable_and_the_sessi
         assert [e["id"] for e in database.new_compactions(session_id)] == [
             entry_id_for(done.operation_id)
         ]
+
+
+class LostFinish(SessionActivities):
+    """Activities whose last journal lines (``finish``) never reach the store."""
+
+    def _finish(self, call: Call) -> Entry | None:
+        raise StoreUnavailableError("postgresql://db: cannot connect: Connection refused")
+
+
+@pytest.mark.usefixtures("quick_delivery")
+async def test_a_commit_stands_when_its_last_journal_lines_cannot_be_written(
+    tmp_path: Any,
+) -> None:
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    summarizer = routes(scripted("a", {"history": ["the history"], "turn_prefix": ["prefix"]}))
+    activities = LostFinish(database.location, summarizer, SETTINGS)
+    async with connected() as client, worker(client, activities) as cluster:
+        done = await cluster.compress(session_id)
+        assert done.status == "committed"  # a lost journal line does not undo a commit
+        await idle(cluster, session_id)
+    assert [e["id"] for e in database.new_compactions(session_id)] == [
+        entry_id_for(done.operation_id)
+    ]
+
+
+@pytest.mark.usefixtures("quick_delivery")
+async def test_a_navigation_that_cannot_reach_the_store_is_unavailable(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(self: TreeActivities, call: NavCall) -> NavReported:
+        raise StoreUnavailableError("postgresql://db: cannot connect: Connection refused")
+
+    monkeypatch.setattr(TreeActivities, "_start", unreachable)
+    database = Database(str(tmp_path / "db"))
+    session_id = database.add_example()
+    target = database.entries(session_id)[2]["id"]
+    activities = SessionActivities(database.location, routes(scripted("a", {})), SETTINGS)
+    async with connected() as client, worker(client, activities) as cluster:
+        with pytest.raises(UnavailableError, match=r"^Cluster unavailable: nav_start: "):
+            await cluster.navigate(session_id, NavigateRequest(target_id=target))
+        await idle(cluster, session_id)
 
 
 class FlakyTurns(TurnActivities):

@@ -133,8 +133,6 @@ class OperationFlow(TableFlow):
         self._pruned_ids: list[str] = []
         self._tokens_saved = 0
         self._compact_failed: dict[str, Any] | None = None
-        self.finish_error: str | None = None
-        """Why the last journal lines (and the result hooks) were lost, if they were."""
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -415,7 +413,7 @@ class OperationFlow(TableFlow):
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
-            self.finish_error = lost_reason(error, "finish")
+            workflow.logger.warning("%s; the outcome stands", lost_reason(error, "finish"))
 
     def _outcome(self) -> CompressResult:
         failure = self._failure if self.state in ("failed", "conflict") else None
