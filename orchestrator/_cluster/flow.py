@@ -74,11 +74,12 @@ from orchestrator._runtime.outcomes import (
 from orchestrator._runtime.retry import RetryPolicy
 
 ONCE = TemporalRetry(maximum_attempts=1)
-"""Model calls, hooks and planning: one attempt; the table decides what a failure means."""
+"""Model calls and hooks: one attempt; the table decides what a failure means."""
 DELIVER = TemporalRetry(
     maximum_attempts=5, initial_interval=timedelta(seconds=1), backoff_coefficient=2.0
 )
-"""The idempotent commit and journal writes: delivered again after a lost worker."""
+"""The idempotent activities (planning, the commit, appends, journal writes): delivered again
+after a lost worker or a dropped store connection, five attempts 1, 2, 4 and 8 s apart."""
 HEARTBEAT = timedelta(seconds=2)
 """A worker that has not heartbeaten for this long is presumed dead; its activity fails over."""
 SHORT = timedelta(seconds=60)

@@ -7,7 +7,9 @@ per-turn counters (D18, D19) and steps ``machines/turn.toml`` only through the p
 guards. So whether a reply means prune, compact, retry, resume or stop is the table's decision
 on both hosts, and the turn rows of the journal read the same.
 
-Effects that touch the world are activities, made once each (a retry is the table's decision):
+Effects that touch the world are activities. The agent's run is made once (a retry is the
+table's decision); the appends and the journal writes are idempotent and delivered again after
+a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.DELIVER`):
 
 * ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (the
   replies a retry failed on left out) and reports the messages it yielded and what the last
@@ -32,6 +34,15 @@ Effects that touch the world are activities, made once each (a retry is the tabl
 * ``prune_tool_outputs`` runs one prune operation (the operation table's prune rows, its
   ``rewrite`` activity) when the worker prunes (D23), then re-measures the context as the
   one-process driver does.
+
+Failures of the cluster. An activity that fails for good (its retries spent, or not
+retryable) raises out of whatever effect awaited it. The turn then steps ``activity_failed``
+from the state it stands in: the table's rows end the turn (an automatic compaction reports
+its failure, a manual one hands it to its caller), so the session is idle again and never left
+in a state nothing will step, which is what wedged it when planning was lost with its worker.
+The request is answered ``Unavailable`` (``-32008``) when the cluster failed under it (a
+timeout, a stopped worker, the store: :func:`~orchestrator._cluster.flow.infrastructure`),
+otherwise with the activity's own error, as before.
 
 Notifications. Where the one-process driver emits an event (``message``, ``auto_retry_*``,
 ``auto_compaction_*``, ``compaction_update``, ``session_compact``, ``session_compact_failed``),
