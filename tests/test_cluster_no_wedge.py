@@ -57,7 +57,7 @@ from orchestrator._core.entries import Entry  # noqa: E402
 from orchestrator._core.errors import StoreUnavailableError, UnavailableError  # noqa: E402
 from orchestrator._rpc.protocol import UNAVAILABLE, error_for  # noqa: E402
 from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
-from tests.cluster_kit import Database, connected, queue_name  # noqa: E402
+from tests.cluster_kit import Database, connected, queue_name, save_history  # noqa: E402
 from tests.test_cluster import HANG, SETTINGS, routes, scripted  # noqa: E402
 from tests.test_cluster_turns import SETTINGS as TURN_SETTINGS  # noqa: E402
 from tests.test_cluster_turns import summarizer as turn_summarizer  # noqa: E402
@@ -136,6 +136,9 @@ async def test_planning_that_cannot_reach_the_store_is_unavailable_and_the_sessi
         assert [e["id"] for e in database.new_compactions(session_id)] == [
             entry_id_for(done.operation_id)
         ]
+        handle = client.get_workflow_handle(session_id)
+        await handle.result()
+        save_history("prepare_unavailable", (await handle.fetch_history()).to_json())
 
 
 class LostFinish(SessionActivities):

@@ -87,6 +87,10 @@ SHORT = timedelta(seconds=60)
 LONG_CALL = timedelta(minutes=10)
 """Time limit of a model call when the worker sets none."""
 _AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
+SETTLE_PATCH = "activity-failed"
+"""The patch that settles a failed activity (the turn table's ``activity_failed`` rows, a lost
+``finish`` standing): a history recorded before it failed the request there instead, and
+replays that way."""
 
 
 class OperationFlow(TableFlow):
@@ -414,6 +418,8 @@ class OperationFlow(TableFlow):
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
+            if not workflow.patched(SETTLE_PATCH):
+                raise
             workflow.logger.warning("%s; the outcome stands", lost_reason(error, "finish"))
 
     def _outcome(self) -> CompressResult:

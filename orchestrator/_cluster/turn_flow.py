@@ -88,6 +88,7 @@ from orchestrator._cluster.flow import (
     HEARTBEAT,
     LONG_CALL,
     ONCE,
+    SETTLE_PATCH,
     SHORT,
     OperationFlow,
     infrastructure,
@@ -249,15 +250,10 @@ class TurnFlow:
             # An activity failed for good: the table's activity_failed rows end the turn, so
             # the session is idle again (never left where nothing steps it), then the caller
             # hears why: -32008 when the cluster failed under it, the error itself otherwise.
-            reason = await self._activity_failed(error)
-            if infrastructure(error):
-                raise ApplicationError(
-                    f"Cluster unavailable: {reason}; the work stopped there and the session is"
-                    " idle again",
-                    type=UNAVAILABLE,
-                    non_retryable=True,
-                ) from None
-            raise
+            unavailable = await self._settle(error)
+            if unavailable is None:
+                raise
+            raise unavailable from None
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's abort row (D22).
             if self.defn.rows_for(self.state, "abort"):
@@ -270,6 +266,19 @@ class TurnFlow:
             request, self.manual = self.manual, None
             if request is not None:
                 request.done = True
+
+    async def _settle(self, error: ActivityError) -> ApplicationError | None:
+        """Settle a failed activity; the ``Unavailable`` error to raise instead, if any."""
+        if not workflow.patched(SETTLE_PATCH):
+            return None  # a history recorded before: the request failed here, the turn stood
+        reason = await self._activity_failed(error)
+        if not infrastructure(error):
+            return None
+        return ApplicationError(
+            f"Cluster unavailable: {reason}; the work stopped there and the session is idle again",
+            type=UNAVAILABLE,
+            non_retryable=True,
+        )
 
     async def _activity_failed(self, error: ActivityError) -> str:
         """Step ``activity_failed`` from where the turn stands; returns why it failed."""
