@@ -3,6 +3,10 @@
 * A worker killed with SIGKILL in the middle of a compaction's model call: another worker
   finishes it. Exactly one compaction entry, at most one extra model call, and the journal says
   what happened (the attempt lost with its worker, the wait, the second attempt, the commit).
+* A worker killed with SIGKILL during ``prepare`` (held behind a lock on the session's lines),
+  a second worker running: planning is delivered again there, the compaction commits once,
+  and the session is idle and compacts again (it used to be wedged: see
+  tests/test_cluster_no_wedge.py).
 * Two clients compress the same session at once through two ``orchestrator serve --temporal``
   processes and two workers: one compaction; the other client is refused as a one-process
   server refuses it (``-32001``).
@@ -24,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -360,3 +365,63 @@ def test_sigterm_to_the_front_end_says_the_forwarded_work_goes_on(
     while cluster_database.operation_records(session_id)[-1]["to"] != "committed":
         time.sleep(0.05)
     assert len(cluster_database.new_compactions(session_id)) == 1
+
+
+async def test_a_worker_killed_during_prepare_fails_over_and_the_session_stays_usable(
+    pg_url: str, provider: LocalProvider, processes: Processes
+) -> None:
+    """No wedge: planning (one attempt, no heartbeat) used to leave the session refusing every
+    compaction with none running, until the workflow was cancelled by hand."""
+    import anyio
+    import psycopg
+
+    database = Database(pg_url)
+    session_id = database.add_example()
+    queue = queue_name()
+    provider.push(
+        Reply.remote(either_part("the history")), Reply.remote(either_part("the history"))
+    )
+    tag = uuid.uuid4().hex[:8]
+    workers = {
+        name: processes.worker(name, f"{pg_url}&application_name={name}", queue, provider)
+        for name in (f"first-{tag}", f"second-{tag}")
+    }
+    results: list[Any] = []
+    with psycopg.connect(pg_url) as held, psycopg.connect(pg_url, autocommit=True) as watcher:
+        # Planning reads the session's lines: an exclusive lock on them holds it in flight.
+        held.execute("LOCK TABLE session_lines IN ACCESS EXCLUSIVE MODE")
+        async with connected() as client:
+            cluster = ClusterClient(client, task_queue=queue, idle_s=0.5)
+            async with anyio.create_task_group() as group:
+
+                async def compress() -> None:
+                    results.append(await cluster.compress(session_id))
+
+                group.start_soon(compress)
+                query = (
+                    "SELECT application_name FROM pg_stat_activity"
+                    " WHERE application_name = ANY(%s) AND wait_event_type = 'Lock'"
+                )
+                while not (rows := watcher.execute(query, (list(workers),)).fetchall()):
+                    await anyio.sleep(0.05)
+                victim = workers[rows[0][0]]
+                victim.kill()  # SIGKILL, in the middle of prepare
+                victim.wait()
+                held.rollback()  # the store answers again (the other worker is running)
+            state = await cluster.state(session_id)
+            assert state is not None
+            assert (state["busy"], state["turnState"]) == (False, "idle")
+            (done,) = results
+            assert done.status == "committed"
+            assert [e["id"] for e in database.new_compactions(session_id)] == [
+                entry_id_for(done.operation_id)
+            ]
+            # Not refused as "already running": the next compaction runs ("Already compacted").
+            again = await cluster.compress(session_id)
+            assert again.operation_id != done.operation_id
+            assert again.status in {"committed", "skipped"}
+    turn = [r[:3] for r in database.turn_rows(session_id)]
+    assert turn[:2] == [
+        ("idle", "manual_compact", "manual_compacting"),
+        ("manual_compacting", "compaction_done", "idle"),
+    ]

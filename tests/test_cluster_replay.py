@@ -2,13 +2,15 @@
 
 No server is needed: Temporal's replayer runs the workflow code against each history in
 ``tests/data/temporal/`` (recorded from the simulation scenarios by tests/test_cluster.py,
-tests/test_cluster_processes.py, tests/test_cluster_turns.py and
-tests/test_cluster_navigation.py and tests/test_cluster_cancel.py with ``ORCHESTRATOR_RECORD=1``):
+tests/test_cluster_processes.py, tests/test_cluster_turns.py, tests/test_cluster_navigation.py,
+tests/test_cluster_cancel.py and tests/test_cluster_no_wedge.py with ``ORCHESTRATOR_RECORD=1``):
 manual, threshold with a candidate switch and a retry, summarizer overflow, every candidate
 failing, abort, the workflow cancelled mid-call (Temporal's own cancellation), a worker killed
 mid-call, two whole turns: a threshold compaction after a reply (then the D20 continue)
-and overflow recovery (compact once, retry), and two tree navigations: with a branch summary,
-and aborted while summarizing. A replay that takes a different step than the history recorded
+and overflow recovery (compact once, retry), two tree navigations: with a branch summary,
+and aborted while summarizing, and a compaction whose planning could not reach the store (the
+turn table's ``activity_failed`` row, from tests/test_cluster_no_wedge.py), then one that
+commits. A replay that takes a different step than the history recorded
 fails, so these also prove that the workflow's decisions come from the tables: a table changed
 under a recorded history no longer replays.
 """
@@ -58,6 +60,7 @@ def test_every_simulation_scenario_has_a_recorded_history() -> None:
     assert {"crash", "cancel"} <= names
     assert {"turn_threshold", "turn_overflow"} <= names
     assert {"navigate_summary", "navigate_abort"} <= names
+    assert "prepare_unavailable" in names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

@@ -35,7 +35,6 @@ own transaction, whatever the cache held.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ from temporalio.exceptions import ApplicationError
 
 from orchestrator._cluster.cache import Cached
 from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
+from orchestrator._cluster.delivery import redelivered, store_work, transient
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines
 from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
@@ -146,13 +146,17 @@ class SessionActivities:
 
     @activity.defn(name="prepare")
     async def prepare(self, call: Call) -> Prepared:
-        """Plan the compaction; report the start event and where the session ends."""
-        return await asyncio.to_thread(self._prepare, call.op)
+        """Plan the compaction; report the start event and where the session ends.
+
+        It only reads, so a worker lost meanwhile or a connection dropped under it is delivered
+        again; a session that cannot be planned fails at once (the same at every attempt).
+        """
+        return await store_work(self._prepare, call.op, once=True)
 
     @activity.defn(name="run_hooks")
     async def run_hooks(self, call: Call) -> Reported:
         """Consult the hooks; report their outcome, the requests and how they shaped them."""
-        job = await asyncio.to_thread(self._journal_then_job, call)
+        job = await store_work(self._journal_then_job, call)
         assert isinstance(job, CompactionJob), "only a compaction consults hooks here"
         # The hooks get the session as read; its connection goes back to the pool meanwhile.
         _close(job)
@@ -178,7 +182,7 @@ class SessionActivities:
     @activity.defn(name="call_model")
     async def call_model(self, call: Call) -> Reported:
         """Make one attempt at one summary request (no retry: the table decides)."""
-        job = await asyncio.to_thread(self._journal_then_job, call)
+        job = await store_work(self._journal_then_job, call)
         # The job holds what the request is built from; the store is not needed meanwhile.
         _close(job)
         part = job.parts[call.part]
@@ -208,13 +212,17 @@ class SessionActivities:
 
     @activity.defn(name="commit")
     async def commit(self, call: Call) -> Reported:
-        """Append the compaction entry once, conditional on the planned tail (D24, D27)."""
-        return await asyncio.to_thread(self._commit, call)
+        """Append the compaction entry once, conditional on the planned tail (D24, D27).
+
+        Delivered again (its worker lost, or its connection dropped mid-commit), it finds its
+        entry if the first delivery wrote it, and its journal lines are not written twice.
+        """
+        return await store_work(self._commit, redelivered(call))
 
     @activity.defn(name="rewrite")
     async def rewrite(self, call: Call) -> Reported:
         """Prune the planned tool outputs in place, conditional on the planned tail (D23)."""
-        return await asyncio.to_thread(self._rewrite, call)
+        return await store_work(self._rewrite, redelivered(call))
 
     @activity.defn(name="finish")
     async def finish(self, call: Call) -> None:
@@ -223,7 +231,7 @@ class SessionActivities:
         ``session_compact`` for a committed one, ``session_compact_failed`` with the payload
         the workflow worded for one that failed, was cancelled or (manual) had nothing to do.
         """
-        entry = await asyncio.to_thread(self._finish, call)
+        entry = await store_work(self._finish, redelivered(call))
         op = call.op
         if entry is not None:
             await self.hooks.run(
@@ -320,6 +328,8 @@ class SessionActivities:
             except ConflictError as error:
                 return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
+                if transient(error):
+                    raise  # the connection failed, nothing was written: deliver it again
                 return Reported(outcome="failed", error=str(error) or type(error).__name__)
             planned = Tail(op.expect_last_id, op.expect_length)
             self.stores.remember(op.session_id, session, cached, [entry], planned)
@@ -339,6 +349,8 @@ class SessionActivities:
             except ConflictError as error:
                 return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
+                if transient(error):
+                    raise  # the connection failed, nothing was written: deliver it again
                 return Reported(outcome="failed", error=str(error) or type(error).__name__)
             finally:
                 # The rewrite changed entries in place: the next use reads the session again.

@@ -33,7 +33,7 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.runtime import (
     LogForwardingConfig,
     LoggingConfig,
@@ -47,6 +47,7 @@ from orchestrator._cluster.contract import (
     AGENT_RAISED,
     HISTORY_BOUND,
     TASK_QUEUE,
+    UNAVAILABLE,
     AgentRaisedError,
     CompressRequest,
     CompressResult,
@@ -58,6 +59,7 @@ from orchestrator._cluster.contract import (
     PromptResult,
     SessionStart,
 )
+from orchestrator._cluster.flow import infrastructure, lost_reason
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._core.errors import ConflictError, SessionError, UnavailableError
 
@@ -217,6 +219,11 @@ class ClusterClient:
                 if cause is not None and cause.type == AGENT_RAISED:
                     kind = str(cause.details[0]) if cause.details else "Exception"
                     raise AgentRaisedError(kind, message) from None
+                if cause is not None and cause.type == UNAVAILABLE:
+                    raise UnavailableError(message) from None
+                lost = _lost_activity(error)
+                if lost is not None:
+                    raise UnavailableError(f"Cluster unavailable: {lost}") from None
                 raise SessionError(message) from None
             except RPCError as error:
                 with contextlib.suppress(Exception):
@@ -289,6 +296,16 @@ class ClusterClient:
             f"the Temporal server at {config.target_host} {_unreachable(error)}; "
             f"tried for {asked:g} s"
         )
+
+
+def _lost_activity(error: WorkflowUpdateFailedError) -> str | None:
+    """Why an activity failed under the update for the cluster's sake (``None``: not that)."""
+    cause: BaseException | None = error.cause
+    while cause is not None and not isinstance(cause, ActivityError):
+        cause = getattr(cause, "cause", None)
+    if isinstance(cause, ActivityError) and infrastructure(cause):
+        return lost_reason(cause, cause.activity_type or "activity")
+    return None
 
 
 def _application_error(error: WorkflowUpdateFailedError) -> ApplicationError | None:

@@ -316,6 +316,14 @@ NO_AGENT = "session.prompt: no agent configured (start the server with --model)"
 """The refusal of a prompt to a worker without an agent (the one-process server's words)."""
 NO_AGENT_TYPE = "NoAgent"
 """The error type of a prompt to a worker without an agent (``-32601`` on the wire)."""
+STORE_UNAVAILABLE = "StoreUnavailable"
+"""The failure type of an activity whose store connection failed under it (retryable)."""
+UNAVAILABLE = "Unavailable"
+"""The error type of a request the cluster could not carry out: an activity failed for good for
+a reason no parameter explains (its worker lost, the store unreachable, after the retries);
+``-32008`` on the wire. The work stopped where it was and the session is idle again."""
+UNAVAILABLE_KIND = "unavailable"
+"""A :class:`CompressResult`'s ``error_kind`` when the cluster could not carry it out."""
 AGENT_RAISED = "AgentRaised"
 """The error type of a prompt whose agent raised (a bug; ``-32603`` on the wire, as one process
 answers). Its details are the exception's type name."""

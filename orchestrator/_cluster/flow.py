@@ -7,12 +7,15 @@ what an effect reports becomes the next event through the same functions the any
 (:mod:`orchestrator._runtime.outcomes`). So retries, candidate switches, halvings and how the
 operation ends are decisions of ``machines/operation.toml`` on both hosts.
 
-Effects that touch the world are activities, each made ONCE (a retry is the table's decision,
-so Temporal must not make one behind its back): ``prepare`` (plan), ``run_hooks``,
-``call_model``, ``commit`` and ``finish`` (the result hooks). The commit is the exception that
-proves the rule: it is idempotent by operation id (its entry id is derived from the operation
-id here, before it runs), so Temporal may deliver it again after a worker died mid-commit, and
-it appends at most once; that is delivery, not a decision. Effects that only move counters
+Effects that touch the world are activities. Those whose outcome the table judges are made
+ONCE (a retry is the table's decision, so Temporal must not make one behind its back):
+``run_hooks`` and ``call_model``. The others are idempotent and *delivered* (:data:`DELIVER`:
+again after a lost worker or a dropped store connection, see
+:mod:`~orchestrator._cluster.delivery`): ``prepare`` only reads; the commit's entry id is
+derived from the operation id here, before it runs, so a second delivery finds the entry and
+appends nothing; ``finish`` and the journal lines skip the steps already written. That is
+delivery, not a decision. Every activity heartbeats (:data:`HEARTBEAT`), so a dead worker is
+noticed in seconds, not after the activity's time limit. Effects that only move counters
 (``next_candidate``, ``next_part``, ``shrink_request``) are workflow code; waits are workflow
 timers; ``rebuild_context`` has nothing to do (each activity reads the store afresh).
 
@@ -42,6 +45,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
+    STORE_UNAVAILABLE,
     Call,
     CompressResult,
     Op,
@@ -70,18 +74,23 @@ from orchestrator._runtime.outcomes import (
 from orchestrator._runtime.retry import RetryPolicy
 
 ONCE = TemporalRetry(maximum_attempts=1)
-"""Model calls, hooks and planning: one attempt; the table decides what a failure means."""
+"""Model calls and hooks: one attempt; the table decides what a failure means."""
 DELIVER = TemporalRetry(
     maximum_attempts=5, initial_interval=timedelta(seconds=1), backoff_coefficient=2.0
 )
-"""The idempotent commit and journal writes: delivered again after a lost worker."""
-HEARTBEAT = timedelta(seconds=5)
+"""The idempotent activities (planning, the commit, appends, journal writes): delivered again
+after a lost worker or a dropped store connection, five attempts 1, 2, 4 and 8 s apart."""
+HEARTBEAT = timedelta(seconds=2)
 """A worker that has not heartbeaten for this long is presumed dead; its activity fails over."""
 SHORT = timedelta(seconds=60)
 """Time limit of an activity that does not call a model."""
 LONG_CALL = timedelta(minutes=10)
 """Time limit of a model call when the operation has no deadline (and of an agent's turn)."""
 _AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
+SETTLE_PATCH = "activity-failed"
+"""The patch that settles a failed activity (the turn table's ``activity_failed`` rows, a lost
+``finish`` standing): a history recorded before it failed the request there instead, and
+replays that way."""
 
 
 def model_call_limit(policy: Policy) -> timedelta:
@@ -156,7 +165,8 @@ class OperationFlow(TableFlow):
             Call(op=self.op),
             result_type=Prepared,
             start_to_close_timeout=SHORT,
-            retry_policy=ONCE,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=DELIVER,
         )
         self.policy = prepared.policy
         if prepared.routes:  # a branch summary: no hooks, so planning says how many candidates
@@ -340,6 +350,7 @@ class OperationFlow(TableFlow):
                 ),
                 result_type=Reported,
                 start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
@@ -359,6 +370,7 @@ class OperationFlow(TableFlow):
                 Call(op=self.op, journal=lines, resend=resend),
                 result_type=Reported,
                 start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=DELIVER,
             )
         except ActivityError as error:
@@ -385,29 +397,39 @@ class OperationFlow(TableFlow):
                 skipped=self._reason,
                 from_extension=self.op.supplied is not None,
             )
-        lines, resend = self.journal.take()
-        await workflow.execute_activity(
-            "finish",
+        await self._finish(
             Call(
                 op=self.op,
-                journal=lines,
-                resend=resend,
                 status=self.state,
                 entry_id=self._entry_id,
                 compact_failed=self._compact_failed,
-            ),
-            start_to_close_timeout=SHORT,
-            retry_policy=DELIVER,
+            )
         )
 
     async def _flush(self) -> None:
+        await self._finish(Call(op=self.op))
+
+    async def _finish(self, call: Call) -> None:
+        """Journal the last steps (and tell the result hooks) once the outcome is settled.
+
+        Delivered again after a lost worker or a dropped connection. When even that fails the
+        outcome stands (a commit is not undone by a journal line): the lines are lost, and
+        reading the journal settles the operation from the store (a commit looked up by its
+        entry id), as after a crash.
+        """
         lines, resend = self.journal.take()
-        await workflow.execute_activity(
-            "finish",
-            Call(op=self.op, journal=lines, resend=resend),
-            start_to_close_timeout=SHORT,
-            retry_policy=DELIVER,
-        )
+        try:
+            await workflow.execute_activity(
+                "finish",
+                dataclasses.replace(call, journal=lines, resend=resend),
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
+            )
+        except ActivityError as error:
+            if not workflow.patched(SETTLE_PATCH):
+                raise
+            workflow.logger.warning("%s; the outcome stands", lost_reason(error, "finish"))
 
     def _outcome(self) -> CompressResult:
         failure = self._failure if self.state in ("failed", "conflict") else None
@@ -445,7 +467,21 @@ WORKER_SHUTDOWN = "WorkerShutdown"
 """The failure type Temporal gives an activity its worker cancelled on shutting down."""
 
 
+def infrastructure(error: ActivityError) -> bool:
+    """Whether ``error`` says the cluster failed under the activity, not its input or code.
+
+    Its worker stopped answering (a timeout) or was stopped, or its store connection failed
+    (after the retries of a delivered activity: this is the last attempt's failure).
+    """
+    cause = error.cause
+    if isinstance(cause, TimeoutError):
+        return True
+    lost = (WORKER_SHUTDOWN, STORE_UNAVAILABLE)
+    return isinstance(cause, ApplicationError) and cause.type in lost
+
+
 def lost_reason(error: ActivityError, what: str) -> str:
+    """One line saying why the activity ``what`` failed (lost worker, timeout, its error)."""
     cause = error.cause
     if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT:
         return f"{what}: the worker running it stopped answering (no heartbeat)"

@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from temporalio import activity
 
+HEARTBEAT_EVERY = timedelta(seconds=0.5)
+"""How often a working activity heartbeats, and how often its worker sends one at most (the
+SDK's throttle, 0.8 of the heartbeat timeout by default, would leave little margin)."""
+
 
 @contextlib.asynccontextmanager
-async def heartbeating(every_s: float = 1.0) -> AsyncIterator[None]:
+async def heartbeating(every_s: float = HEARTBEAT_EVERY.total_seconds()) -> AsyncIterator[None]:
     """Heartbeat while the body awaits, so a dead worker is noticed and a cancel delivered."""
 
     async def beat() -> None:

@@ -133,7 +133,8 @@ class NavigationFlow(TableFlow):
                 NavCall(nav=self.nav),
                 result_type=NavReported,
                 start_to_close_timeout=SHORT,
-                retry_policy=ONCE,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
             )
             assert started.nav is not None
             self.nav = started.nav
@@ -165,16 +166,14 @@ class NavigationFlow(TableFlow):
         lines, resend = self.journal.take()
         return NavCall(nav=self.nav, journal=lines, resend=resend, **fields)
 
-    async def _activity(
-        self, name: str, call: NavCall, *, deliver: bool = False, heartbeat: bool = False
-    ) -> NavReported:
+    async def _activity(self, name: str, call: NavCall, *, deliver: bool = False) -> NavReported:
         try:
             reported: NavReported = await workflow.execute_activity(
                 name,
                 call,
                 result_type=NavReported,
                 start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT if heartbeat or not deliver else None,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=DELIVER if deliver else ONCE,
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
@@ -188,7 +187,7 @@ class NavigationFlow(TableFlow):
     # -- the effect table -------------------------------------------------------------------------
 
     async def _collect_entries(self) -> Report:
-        await self._activity("nav_collect", self._call())
+        await self._activity("nav_collect", self._call(), deliver=True)
         return Report(outcome="ok")
 
     async def _run_hooks(self) -> Report:
@@ -263,9 +262,7 @@ class NavigationFlow(TableFlow):
             summary_entry_id=self._summary_entry_id,
             from_extension=self._from_extension,
         )
-        emitting = asyncio.ensure_future(
-            self._activity("nav_emit", call, deliver=True, heartbeat=True)
-        )
+        emitting = asyncio.ensure_future(self._activity("nav_emit", call, deliver=True))
         self._after_move = emitting
         try:
             reported = await emitting
@@ -283,7 +280,11 @@ class NavigationFlow(TableFlow):
         if self.journal.lines:
             call = self._call()
             await workflow.execute_activity(
-                "nav_finish", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+                "nav_finish",
+                call,
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
             )
 
     def _result(self) -> NavigateResult:

@@ -43,6 +43,7 @@ from orchestrator._cluster.contract import (
     NavReported,
     derived_id,
 )
+from orchestrator._cluster.delivery import redelivered, store_work
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines
 from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
@@ -105,17 +106,17 @@ class TreeActivities:
     @activity.defn(name="nav_start")
     async def nav_start(self, call: NavCall) -> NavReported:
         """Where the session is and where the target puts the leaf (an unknown id is refused)."""
-        return await asyncio.to_thread(self._start, call)
+        return await store_work(self._start, call, once=True)
 
     @activity.defn(name="nav_collect")
     async def nav_collect(self, call: NavCall) -> NavReported:
         """Collect the abandoned branch (counted) and the common ancestor."""
-        return await asyncio.to_thread(self._collect, call)
+        return await store_work(self._collect, redelivered(call), once=True)
 
     @activity.defn(name="nav_hooks")
     async def nav_hooks(self, call: NavCall) -> NavReported:
         """Run ``session_before_tree``: it may cancel, supply a summary, or reshape the request."""
-        session, entry_ids, _ = await asyncio.to_thread(self._journal_then_branch, call)
+        session, entry_ids, _ = await store_work(self._journal_then_branch, call)
         nav, request = call.nav, call.nav.request
         ports = self._ports(session)
         try:
@@ -160,7 +161,7 @@ class TreeActivities:
     @activity.defn(name="nav_switch")
     async def nav_switch(self, call: NavCall) -> NavReported:
         """Move the leaf in the store: a leaf marker, or a hook's summary, written once (D27)."""
-        return await asyncio.to_thread(self._switch, call)
+        return await store_work(self._switch, redelivered(call))
 
     @activity.defn(name="nav_emit")
     async def nav_emit(self, call: NavCall) -> NavReported:
@@ -196,12 +197,12 @@ class TreeActivities:
     @activity.defn(name="nav_finish")
     async def nav_finish(self, call: NavCall) -> None:
         """Journal the last steps of a navigation."""
-        await asyncio.to_thread(self._write_journal, call)
+        await store_work(self._write_journal, redelivered(call))
 
     @activity.defn(name="fork")
     async def fork(self, request: ForkCall) -> ForkDone:
         """Fork a session before a user message into a new session in the store."""
-        source = await asyncio.to_thread(self._open, request.session_id)
+        source = await store_work(self._open, request.session_id)
         try:
             leaf, editor_text = _refused_as_session_error(fork_target, source, request.entry_id)
             ports = self._ports(source)
@@ -211,7 +212,7 @@ class TreeActivities:
             )
             if hook and hook.get("cancel"):
                 return ForkDone(cancelled=True, session_id=None, editor_text=editor_text)
-            await asyncio.to_thread(self._branch, source, leaf, request.new_session_id)
+            await store_work(self._branch, source, leaf, request.new_session_id)
             await ports.run_hook(
                 "session_fork",
                 {"type": "session_fork", "previousSessionFile": source.store.location},

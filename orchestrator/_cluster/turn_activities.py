@@ -48,6 +48,7 @@ from orchestrator._cluster.contract import (
     TurnCall,
     TurnPolicy,
 )
+from orchestrator._cluster.delivery import redelivered, store_work
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines
 from orchestrator._cluster.stores import WorkerStores
@@ -113,7 +114,7 @@ class TurnActivities:
         if self.agent_factory is None:
             raise ApplicationError(NO_AGENT, type=NO_AGENT_TYPE, non_retryable=True)
         agent = self.agent_factory()
-        context, messages = await asyncio.to_thread(self._context, call)
+        context, messages = await store_work(self._context, call)
         turn = AgentInput(
             messages=messages,
             model=context.model,
@@ -146,12 +147,12 @@ class TurnActivities:
     @activity.defn(name="append")
     async def append(self, call: TurnCall) -> None:
         """Append the turn's entries once each, under the ids the workflow fixed."""
-        await asyncio.to_thread(self._append, call)
+        await store_work(self._append, redelivered(call))
 
     @activity.defn(name="journal_turn")
     async def journal_turn(self, call: TurnCall) -> None:
         """Write the turn steps not yet written; tell ``session_compact_failed`` if asked."""
-        await asyncio.to_thread(self._write_journal, call)
+        await store_work(self._write_journal, redelivered(call))
         if call.compact_failed is not None:
             await self.hooks.run(
                 "session_compact_failed",

@@ -7,7 +7,9 @@ per-turn counters (D18, D19) and steps ``machines/turn.toml`` only through the p
 guards. So whether a reply means prune, compact, retry, resume or stop is the table's decision
 on both hosts, and the turn rows of the journal read the same.
 
-Effects that touch the world are activities, made once each (a retry is the table's decision):
+Effects that touch the world are activities. The agent's run is made once (a retry is the
+table's decision); the appends and the journal writes are idempotent and delivered again after
+a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.DELIVER`):
 
 * ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (a
   failed attempt is out of it once ``omit_failed_attempt`` wrote its omission) and reports the
@@ -36,6 +38,15 @@ Effects that touch the world are activities, made once each (a retry is the tabl
   ``rewrite`` activity) when the worker prunes (D23), then re-measures the context as the
   one-process driver does.
 
+Failures of the cluster. An activity that fails for good (its retries spent, or not
+retryable) raises out of whatever effect awaited it. The turn then steps ``activity_failed``
+from the state it stands in: the table's rows end the turn (an automatic compaction reports
+its failure, a manual one hands it to its caller), so the session is idle again and never left
+in a state nothing will step, which is what wedged it when planning was lost with its worker.
+The request is answered ``Unavailable`` (``-32008``) when the cluster failed under it (a
+timeout, a stopped worker, the store: :func:`~orchestrator._cluster.flow.infrastructure`),
+otherwise with the activity's own error, as before.
+
 Notifications. Where the one-process driver emits an event (``message``, ``auto_retry_*``,
 ``auto_compaction_*``, ``compaction_update``, ``session_compact``, ``session_compact_failed``),
 the flow records it with the same payload in :attr:`TurnFlow.events`, numbered in the workflow
@@ -50,6 +61,7 @@ machine rests), written as a ``turn`` record with the facts the guards read, as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections import deque
@@ -58,11 +70,12 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 from orchestrator._cluster.contract import (
     AGENT_RAISED,
+    UNAVAILABLE,
+    UNAVAILABLE_KIND,
     AgentRaisedError,
     AgentReported,
     CompressResult,
@@ -78,8 +91,10 @@ from orchestrator._cluster.flow import (
     HEARTBEAT,
     LONG_CALL,
     ONCE,
+    SETTLE_PATCH,
     SHORT,
     OperationFlow,
+    infrastructure,
     lost_reason,
 )
 from orchestrator._cluster.stepping import JournalLines, stop_in_flight
@@ -233,6 +248,14 @@ class TurnFlow:
             raise ApplicationError(
                 failure.message, failure.kind, type=AGENT_RAISED, non_retryable=True
             ) from None
+        except ActivityError as error:
+            # An activity failed for good: the table's activity_failed rows end the turn, so
+            # the session is idle again (never left where nothing steps it), then the caller
+            # hears why: -32008 when the cluster failed under it, the error itself otherwise.
+            unavailable = await self._settle(error)
+            if unavailable is None:
+                raise
+            raise unavailable from None
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's abort row (D22).
             if self.defn.rows_for(self.state, "abort"):
@@ -245,6 +268,42 @@ class TurnFlow:
             request, self.manual = self.manual, None
             if request is not None:
                 request.done = True
+
+    async def _settle(self, error: ActivityError) -> ApplicationError | None:
+        """Settle a failed activity; the ``Unavailable`` error to raise instead, if any."""
+        if not workflow.patched(SETTLE_PATCH):
+            return None  # a history recorded before: the request failed here, the turn stood
+        reason = await self._activity_failed(error)
+        if not infrastructure(error):
+            return None
+        return ApplicationError(
+            f"Cluster unavailable: {reason}; the work stopped there and the session is idle again",
+            type=UNAVAILABLE,
+            non_retryable=True,
+        )
+
+    async def _activity_failed(self, error: ActivityError) -> str:
+        """Step ``activity_failed`` from where the turn stands; returns why it failed."""
+        reason = lost_reason(error, error.activity_type or "activity")
+        flow = self.flow
+        self.outcome = CompressResult(
+            operation_id=flow.op.operation_id if flow is not None and not flow.done else "",
+            status="failed",
+            error=reason,
+            error_kind=UNAVAILABLE_KIND if infrastructure(error) else "fatal",
+        )
+        # Nothing queued or asked for meanwhile runs: the caller is told the work stopped.
+        self._interrupts.clear()
+        self._follow_ups.clear()
+        self._close_retry_streak()
+        if self.defn.rows_for(self.state, "activity_failed"):
+            await self._loop("activity_failed")
+        if self.journal.lines:
+            # Best effort: the store may be what failed (reading the journal then shows the
+            # turn stopping short of rest, as after a crash).
+            with contextlib.suppress(ActivityError):
+                await self._flush()
+        return reason
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -316,7 +375,11 @@ class TurnFlow:
         call, lines = self._call(compact_failed=compact_failed)
         try:
             await workflow.execute_activity(
-                "journal_turn", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+                "journal_turn",
+                call,
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
             )
         except BaseException:
             self.journal.lost(lines)
@@ -326,7 +389,11 @@ class TurnFlow:
         call, lines = self._call(entries=entries)
         try:
             await workflow.execute_activity(
-                "append", call, start_to_close_timeout=SHORT, retry_policy=DELIVER
+                "append",
+                call,
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=DELIVER,
             )
         except BaseException:
             self.journal.lost(lines)
@@ -426,12 +493,13 @@ class TurnFlow:
         except ActivityError as error:
             self.journal.lost(lines)
             cause = error.cause
-            if isinstance(cause, ApplicationError):
+            if isinstance(cause, ApplicationError) and not infrastructure(error):
                 # The agent's own exception (a bug, not the provider's answer): the caller
                 # sees it, as one process raises it, once the turn settled (``run``).
                 raise AgentRaisedError(cause.type or "Exception", cause.message) from None
-            # The worker died or the run hung: a transient failure the table may retry.
-            lost = isinstance(cause, ActivityTimeout)
+            # The worker died, the run hung or the store dropped the connection reading the
+            # context: a transient failure the table may retry.
+            lost = infrastructure(error)
             outcome = "transient" if lost else "fatal"
             return AgentReported(outcome=outcome, error=lost_reason(error, "agent"))
         except asyncio.CancelledError:

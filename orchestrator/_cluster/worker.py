@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -24,11 +25,16 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from orchestrator._cluster.activities import SessionActivities
 from orchestrator._cluster.client import connect_temporal
 from orchestrator._cluster.contract import TASK_QUEUE
+from orchestrator._cluster.heartbeat import HEARTBEAT_EVERY
 from orchestrator._cluster.stores import shown
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
 from orchestrator._runtime.signals import stop_signals
 
+STICKY_TIMEOUT = timedelta(seconds=1)
+"""How long a workflow task waits for the worker that holds its workflow in memory (its sticky
+queue) before any worker may take it (replaying the history). A dead worker's workflows wait
+this long; Temporal's default is 10 s."""
 PASSED_THROUGH = ("orchestrator", "transitions", "anyio", "sniffio", "tenacity")
 """Modules the workflow sandbox shares instead of re-importing."""
 
@@ -78,6 +84,9 @@ def build_worker(
         workflow_runner=workflow_runner(),
         # Activities wait on models; many may be in flight at once.
         max_concurrent_activities=1000,
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        max_heartbeat_throttle_interval=HEARTBEAT_EVERY,
+        default_heartbeat_throttle_interval=HEARTBEAT_EVERY,
     )
 
 

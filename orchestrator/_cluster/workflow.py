@@ -71,8 +71,8 @@ with workflow.unsafe.imports_passed_through():
         SessionStart,
         TurnPolicy,
     )
+    from orchestrator._cluster.flow import HEARTBEAT, SHORT, OperationFlow
     from orchestrator._cluster.flow import ONCE as ONE_ATTEMPT
-    from orchestrator._cluster.flow import SHORT, OperationFlow
     from orchestrator._cluster.navflow import NavigationFlow
     from orchestrator._cluster.turn_flow import NEVER_RAN, ManualCompaction, TurnFlow
     from orchestrator._lifecycle.machine import load_machine
@@ -165,7 +165,10 @@ class SessionWorkflow:
         """The worker's turn settings, asked once per run (recorded in the history)."""
         if self._policy is None:
             policy: TurnPolicy = await workflow.execute_activity(
-                "turn_policy", start_to_close_timeout=SHORT, result_type=TurnPolicy
+                "turn_policy",
+                start_to_close_timeout=SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                result_type=TurnPolicy,
             )
             self._policy = self._policy or policy
         return self._policy
@@ -302,6 +305,7 @@ class SessionWorkflow:
             ),
             result_type=ForkDone,
             start_to_close_timeout=SHORT,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=ONE_ATTEMPT,
         )
         return done

@@ -46,6 +46,7 @@ from orchestrator._cluster.contract import (
     NO_AGENT,
     PROMPT_WHILE_NAVIGATING,
     TASK_QUEUE,
+    UNAVAILABLE_KIND,
     AgentRaisedError,
     CompressResult,
     ForkRequest,
@@ -479,11 +480,15 @@ def compress_answer(done: CompressResult) -> dict[str, Any]:
         Cancelled: The compaction was cancelled (``abort``, or a hook).
         ModelError: It failed; the session is unchanged.
         ConflictError: Its commit conflicted with another writer (D27).
+        UnavailableError: The cluster failed under it (a worker lost, the store unreachable,
+            after the retries); the session is idle again.
     """
     if done.status == "cancelled":
         raise Cancelled(done.reason or "Compaction cancelled")
     if done.status == "conflict":
         raise ConflictError(done.error or "Compaction conflicted with another writer")
+    if done.status == "failed" and done.error_kind == UNAVAILABLE_KIND:
+        raise UnavailableError(f"Cluster unavailable: {done.error}; nothing was applied")
     if done.status == "failed":
         raise ModelError(done.error or "Compaction failed", kind=done.error_kind or "fatal")
     if done.status != "committed":
