@@ -10,7 +10,7 @@ import pytest
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import INVALID_PARAMS
 from tests.cli_kit import EXAMPLE
-from tests.test_rpc import Client
+from tests.runtime_kit import HubClient as Client
 
 pytestmark = pytest.mark.anyio
 

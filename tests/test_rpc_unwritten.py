@@ -13,7 +13,7 @@ from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import FunctionModel
 from tests.cli_kit import EXAMPLE
-from tests.test_rpc import Client
+from tests.runtime_kit import HubClient as Client
 
 pytestmark = pytest.mark.anyio
 

@@ -28,7 +28,7 @@ from orchestrator._store.session import Session
 from orchestrator._tui.picker import entry_text
 from orchestrator.testing import FakeClock, ScriptedAgent, reply, tool_result
 from tests.cli_kit import EXAMPLE, run
-from tests.test_rpc import Client
+from tests.runtime_kit import HubClient as Client
 
 TARGET = "11a25bfa"  # navigating there abandons the example's "Keep Decimal." branch
 

@@ -17,7 +17,7 @@ from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import INVALID_PARAMS
 from orchestrator._runtime.session import AgentSession
 from tests.cli_kit import EXAMPLE, run
-from tests.test_rpc import Client
+from tests.runtime_kit import HubClient as Client
 
 pytestmark = pytest.mark.anyio
 

@@ -33,8 +33,8 @@ from temporalio.client import Client  # noqa: E402
 
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._models.provider_server import LocalProvider, Reply  # noqa: E402
+from tests.cli_kit import either_part  # noqa: E402
 from tests.cluster_kit import Database, queue_name  # noqa: E402
-from tests.test_cluster_processes import SUMMARY  # noqa: E402
 
 COMMAND = (sys.executable, "-m", "orchestrator")
 
@@ -77,7 +77,7 @@ async def one_run(address: str, database: Database, folder: Path) -> tuple[float
     session_id = database.add_example()
     queue = queue_name()
     with LocalProvider() as provider:
-        provider.push(Reply.hang(Reply.remote("lost")), Reply.remote(SUMMARY))
+        provider.push(Reply.hang(Reply.remote("lost")), Reply.remote(either_part("the history")))
         first = worker(address, database.location, queue, provider.url, folder / "first.log")
         second: subprocess.Popen[str] | None = None
         try:
