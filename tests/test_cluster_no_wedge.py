@@ -58,7 +58,7 @@ from orchestrator._core.errors import StoreUnavailableError, UnavailableError  #
 from orchestrator._rpc.protocol import UNAVAILABLE, error_for  # noqa: E402
 from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
 from tests.cluster_kit import Database, connected, queue_name, save_history  # noqa: E402
-from tests.test_cluster import HANG, SETTINGS, routes, scripted  # noqa: E402
+from tests.test_cluster import HANG, HISTORY, PREFIX, SETTINGS, routes, scripted  # noqa: E402
 from tests.test_cluster_turns import SETTINGS as TURN_SETTINGS  # noqa: E402
 from tests.test_cluster_turns import summarizer as turn_summarizer  # noqa: E402
 
@@ -110,7 +110,7 @@ async def test_planning_that_cannot_reach_the_store_is_unavailable_and_the_sessi
 ) -> None:
     database = Database(str(tmp_path / "db"))
     session_id = database.add_example()
-    summarizer = routes(scripted("a", {"history": ["the history"], "turn_prefix": ["prefix"]}))
+    summarizer = routes(scripted("a", {"history": [HISTORY], "turn_prefix": [PREFIX]}))
     activities = FlakyStore(database.location, summarizer, SETTINGS)
     async with connected() as client, worker(client, activities) as cluster:
         with pytest.raises(UnavailableError) as caught:
@@ -154,7 +154,7 @@ async def test_a_commit_stands_when_its_last_journal_lines_cannot_be_written(
 ) -> None:
     database = Database(str(tmp_path / "db"))
     session_id = database.add_example()
-    summarizer = routes(scripted("a", {"history": ["the history"], "turn_prefix": ["prefix"]}))
+    summarizer = routes(scripted("a", {"history": [HISTORY], "turn_prefix": [PREFIX]}))
     activities = LostFinish(database.location, summarizer, SETTINGS)
     async with connected() as client, worker(client, activities) as cluster:
         done = await cluster.compress(session_id)
@@ -278,7 +278,7 @@ async def test_a_commit_whose_connection_is_terminated_commits_after_a_retry(
 ) -> None:
     database, name = named
     session_id = database.add_example()
-    summarizer = routes(scripted("a", {"history": ["the history"], "turn_prefix": ["prefix"]}))
+    summarizer = routes(scripted("a", {"history": [HISTORY], "turn_prefix": [PREFIX]}))
     activities = SessionActivities(database.location, summarizer, SETTINGS)
     results: list[Any] = []
     async with connected() as client, worker(client, activities) as cluster:
@@ -342,8 +342,8 @@ async def test_abort_frees_the_session_wherever_a_compaction_stands(
 ) -> None:
     database, name = named
     session_id = database.add_example()
-    history = [HANG, "the history"] if where == "summarizing" else ["the history", "again"]
-    summarizer = routes(scripted("a", {"history": history, "turn_prefix": ["p", "p"]}))
+    history = [HANG, HISTORY] if where == "summarizing" else [HISTORY, HISTORY]
+    summarizer = routes(scripted("a", {"history": history, "turn_prefix": [PREFIX, PREFIX]}))
     activities = SessionActivities(database.location, summarizer, SETTINGS)
     results: list[Any] = []
     async with connected() as client, worker(client, activities) as cluster:
