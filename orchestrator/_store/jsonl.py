@@ -748,8 +748,12 @@ class JsonlStore:
             raise
         self._fd, self._state, self._repaired = fd, state, False
 
-    def _check(self, fd: int, expect: Tail) -> Tail:
-        """Refuse unless the file at the path is ours and still ends at ``expect`` (D27)."""
+    def _still_ours(self, fd: int) -> os.stat_result:
+        """``fd``'s status, once the file at the path is known to be ``fd``'s file (D27).
+
+        Raises:
+            ConflictError: the file was removed or replaced; nothing written.
+        """
         try:
             named = os.stat(self.path)
         except FileNotFoundError:
@@ -757,6 +761,11 @@ class JsonlStore:
         held = os.fstat(fd)
         if (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
             raise changed(self.location, "the file was replaced")
+        return held
+
+    def _check(self, fd: int, expect: Tail) -> Tail:
+        """Refuse unless the file at the path is ours and still ends at ``expect`` (D27)."""
+        held = self._still_ours(fd)
         if self._known_clean(held):
             assert self._end is not None  # set with the stamp
             self._repaired = True  # it ends on a newline: nothing to repair
@@ -783,13 +792,7 @@ class JsonlStore:
         Raises:
             ConflictError: the file was removed, replaced, or changed size; nothing written.
         """
-        try:
-            named = os.stat(self.path)
-        except FileNotFoundError:
-            raise changed(self.location, "the file was removed") from None
-        held = os.fstat(fd)
-        if (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
-            raise changed(self.location, "the file was replaced")
+        held = self._still_ours(fd)
         if held.st_size != length:
             how = f"it is {held.st_size} bytes long, not the {length} checked just before"
             raise changed(self.location, how)
