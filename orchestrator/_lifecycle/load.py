@@ -4,7 +4,8 @@
 unknown keys anywhere, an initial state that does not exist, a row naming an undeclared state, a
 state unreachable from the initial one, a trap (a non-final state with no path to a final one), a
 final state with outgoing rows, a guard not in the registry or an effect outside the machine's
-vocabulary, a row shadowed by an earlier unguarded row, and names that would collide with what
+vocabulary, a state or event the code's enums do not know (:mod:`orchestrator._lifecycle.names`),
+a row shadowed by an earlier unguarded row, and names that would collide with what
 ``transitions`` adds to its model. Each failure is a ``DefinitionError`` naming the file and the
 rule.
 """
@@ -21,6 +22,7 @@ from typing import Any, NoReturn
 
 from orchestrator._core.errors import DefinitionError
 from orchestrator._lifecycle.guards import EFFECTS, GUARDS, Facts, Guard
+from orchestrator._lifecycle.names import vocabulary_problem
 
 NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 """What a machine, state or event name looks like."""
@@ -270,6 +272,9 @@ def build(
         guards=guards,
     )
     _check_names(defn, frozenset(effects))
+    problem = vocabulary_problem(name, tuple(defn.states), defn.events)
+    if problem is not None:
+        _fail(source, problem)
     _check_graph(defn)
     _check_shadowing(defn)
     return defn
