@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,3 +236,30 @@ def test_a_password_is_never_printed_wherever_the_url_holds_it(
     assert shown in err
     assert "hunter2" not in err
     assert "hun%zzter2" not in err
+
+
+def test_an_import_holds_its_session_under_its_commands_name(
+    capsys: pytest.CaptureFixture[str], pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 36: what a refusal names, and what a killed import leaves, is the command.
+    import psycopg
+
+    from orchestrator._store import postgres
+
+    seen: list[list[tuple[str, str]]] = []
+    row_of = postgres._line_row
+
+    def row_and_look(session_id: str, seq: int, line: bytes) -> Any:
+        if seq == 1:
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                seen.append(
+                    [
+                        (str(a), str(b))
+                        for a, b in admin.execute("SELECT session_id, owner FROM session_owners")
+                    ]
+                )
+        return row_of(session_id, seq, line)
+
+    monkeypatch.setattr(postgres, "_line_row", row_and_look)
+    assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
+    assert seen == [[(_session_id(EXAMPLE), "orchestrator import")]]

@@ -578,3 +578,68 @@ def test_opening_a_database_journal_fetches_only_what_follows_the_last_close(
         "later",
     ]
     assert open_journal(pg_url, "s-none").open_operations() == ()
+
+
+def _owner_rows(pg_url: str) -> list[tuple[str, str]]:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT session_id, owner FROM session_owners ORDER BY 1").fetchall()
+    return [(str(a), str(b)) for a, b in rows]
+
+
+def test_a_killed_owners_row_is_cleared_by_the_next_owner(pg_url: str) -> None:
+    # Issue 36: the lock goes with a killed owner's connection, its row in session_owners did not.
+    from orchestrator._store.postgres import PostgresStore
+
+    code = (
+        "import sys, time\n"
+        "from orchestrator._store.postgres import PostgresStore\n"
+        "from tests.test_postgres_store import _header\n"
+        "store = PostgresStore(sys.argv[1])\n"
+        "store.own('orchestrator import')\n"
+        "store.append([_header('s-killed')])\n"
+        "print('owned', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, pg_url], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "owned"
+        assert _owner_rows(pg_url) == [("s-killed", "orchestrator import")]
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert _owner_rows(pg_url) == [("s-killed", "orchestrator import")]  # left behind
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        # The server ends the killed client's connection when it notices; wait for that.
+        while admin.execute(
+            "SELECT 1 FROM pg_stat_activity a JOIN session_owners o ON a.pid = o.backend_pid"
+        ).fetchone():
+            time.sleep(0.05)
+    with PostgresStore(pg_url) as store:
+        store.own("next owner")
+        store.append([_header("s-next")])
+        assert _owner_rows(pg_url) == [("s-next", "next owner")]
+    assert _owner_rows(pg_url) == []
+
+
+def test_a_store_told_no_owner_is_named_after_the_running_command(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator._store.postgres import PostgresStore
+
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/my-runtime", "--flag"])
+    with PostgresStore(pg_url) as store:
+        store.append([_header("s-named")])
+        assert _owner_rows(pg_url) == [("s-named", "my-runtime")]
+    monkeypatch.setattr(sys, "argv", [""])
+    with PostgresStore(pg_url, "s-named") as store:
+        store.append([_entry("a", None)], expect=store.tail())
+        assert _owner_rows(pg_url) == [("s-named", "python")]

@@ -99,6 +99,8 @@ def _import(args: argparse.Namespace) -> int:
     from orchestrator._store.postgres import PostgresStore
 
     with PostgresStore(args.database) as store:
+        # Named as the command, so a refusal (or a row a killed import left) says what held it.
+        store.own("orchestrator import")
         end = store.import_bytes(data, source=path)
         lines = data.count(b"\n")
         print(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISREG
@@ -37,6 +38,16 @@ from orchestrator._core.printable import printable
 from orchestrator._store.files import mode_like, open_side_file, session_file
 
 LOCK_SUFFIX = ".lock"
+
+
+def default_owner() -> str:
+    """The owner name of a store that writes without being told one: the running command's name.
+
+    ``orchestrator`` for our command, the script's name for a program using the library, and
+    ``python`` only when there is nothing better (an interactive interpreter).
+    """
+    name = Path(sys.argv[0]).name if sys.argv else ""
+    return name if name and not name.startswith("-") else "python"
 
 
 def lock_path(session_path: str | os.PathLike[str]) -> Path:

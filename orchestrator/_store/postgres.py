@@ -69,6 +69,7 @@ from orchestrator._core.loading import (
 from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._core.printable import printable
 from orchestrator._store.jsonl import write_pi_line
+from orchestrator._store.owner import default_owner
 from orchestrator._store.postgres_schema import (
     advisory_key,
     connect,
@@ -82,7 +83,6 @@ from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_by
 Connection = psycopg.Connection[tuple[Any, ...]]
 Stamp = tuple[Any, ...]
 """Changes with every write to a session (:meth:`PostgresStore.stamp`); compare, never parse."""
-_DEFAULT_OWNER = "python"
 _STAMPED = "version, rewrites, last_id, length, created_at"
 """The ``sessions`` columns a stamp is made of, in order (a re-created session has a new time)."""
 
@@ -418,6 +418,12 @@ class PostgresStore:
                 " backend_pid = excluded.backend_pid, since = now()",
                 (self._id, " ".join(owner.split()), os.getpid(), host_name()),
             )
+            # A killed owner's lock went with its connection, but its row stayed: clear the rows
+            # whose connection is gone, so the table names only live owners (issue 36).
+            conn.execute(
+                "DELETE FROM session_owners WHERE NOT EXISTS"
+                " (SELECT 1 FROM pg_stat_activity a WHERE a.pid = session_owners.backend_pid)"
+            )
 
     def _holder(self, conn: Connection) -> str:
         row = conn.execute(
@@ -728,7 +734,7 @@ class PostgresStore:
         conn = self._db()
         owner = self._pending_owner or self._owner_name
         if owner is None and self._use_lock:
-            owner = _DEFAULT_OWNER
+            owner = default_owner()
         if owner is not None:
             self._lock(owner)
             self._pending_owner = None
