@@ -76,7 +76,11 @@ if TYPE_CHECKING:
     from orchestrator._store.journal import Journal
     from orchestrator._store.jsonl import JsonlStore
     from orchestrator._store.memory import MemoryStore
-    from orchestrator._store.pi_settings_files import pi_settings, pi_settings_paths
+    from orchestrator._store.pi_settings_files import (
+        pi_branch_reserve_tokens,
+        pi_settings,
+        pi_settings_paths,
+    )
     from orchestrator._store.protocol import SessionStore
     from orchestrator._store.session import Session
     from orchestrator._store.settle import settle_unfinished_operations
@@ -159,6 +163,7 @@ __all__ = (
     "estimate_tokens",
     "load_machine",
     "make_tracer_provider",
+    "pi_branch_reserve_tokens",
     "pi_settings",
     "pi_settings_paths",
     "plan_compaction",
@@ -245,6 +250,7 @@ _EXPORTS: dict[str, str] = {
     "estimate_tokens": "orchestrator._core.tokens",
     "load_machine": "orchestrator._lifecycle.machine",
     "make_tracer_provider": "orchestrator._telemetry.export",
+    "pi_branch_reserve_tokens": "orchestrator._store.pi_settings_files",
     "pi_settings": "orchestrator._store.pi_settings_files",
     "pi_settings_paths": "orchestrator._store.pi_settings_files",
     "plan_compaction": "orchestrator._core.compaction_plan",

@@ -222,3 +222,67 @@ def test_a_reserve_from_the_file_too_big_for_the_window_is_named(
         "compaction.reserveTokens (--pi-settings) 90000 must be smaller than "
         "--context-window 80000\n"
     )
+
+
+def test_branch_summaries_keep_free_what_the_files_branch_summary_says(
+    example: Path, tmp_path: Path
+) -> None:
+    # pi reads branchSummary.reserveTokens for its branch summaries, not compaction's reserve.
+    from orchestrator._cli.chat import runtime_settings
+    from orchestrator._cli.serve import _options
+    from orchestrator._cli.tui import build_runtime
+
+    path = settings_file(
+        tmp_path, {"compaction": {"reserveTokens": 1000}, "branchSummary": {"reserveTokens": 777}}
+    )
+    serve = parser_for("serve").parse_args(["serve", "--pi-settings", str(path)])
+    settings = _options(serve).settings
+    assert settings is not None
+    assert (settings.branch_reserve_tokens, settings.compaction.reserve_tokens) == (777, 1000)
+    words = ["worker", "--temporal", "h:1", "--database", "postgresql://x", "--pi-settings"]
+    worker = parser_for("worker").parse_args([*words, str(path)])
+    assert runtime_settings(with_pi_settings(worker, None)).branch_reserve_tokens == 777
+    # Without the option, pi's default.
+    plain = parser_for("serve").parse_args(["serve"])
+    settings = _options(plain).settings
+    assert settings is not None
+    assert settings.branch_reserve_tokens == 16384
+    for argv, expected in (([], 777), (["--reserve-tokens", "5000"], 5000)):
+        tui = parser_for("tui").parse_args(["tui", str(example), "--pi-settings", str(path), *argv])
+        runtime = build_runtime(tui)
+        try:
+            assert runtime.settings.branch_reserve_tokens == expected
+        finally:
+            runtime.close()
+
+
+def test_navigate_sizes_the_branch_with_the_files_reserve_unless_given(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The offline summarizer's window is 1,000,000 tokens: a reserve above it leaves no room.
+    path = settings_file(tmp_path, {"branchSummary": {"reserveTokens": 2_000_000}})
+    before = example.read_bytes()
+    move = ["navigate", str(example), "--to", "11a25bfa", "--summarize", "--pi-settings", str(path)]
+    code, out, err = run(capsys, *move)
+    assert (code, out) == (1, "")
+    assert "leaves no room for the branch after the 2000000 tokens kept free" in err
+    assert example.read_bytes() == before
+    code, out, err = run(capsys, *move, "--reserve-tokens", "1000", "--json")
+    assert code == 0, err
+    assert json.loads(out)["summaryEntryId"] is not None
+
+
+def test_navigate_refuses_a_bad_branch_reserve_before_writing(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = settings_file(tmp_path, {"branchSummary": {"reserveTokens": "x"}})
+    before = example.read_bytes()
+    code, out, err = run(
+        capsys, "navigate", str(example), "--to", "11a25bfa", "--pi-settings", str(path)
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        f"orchestrator navigate: {path}: branchSummary.reserveTokens must be a whole number of "
+        'tokens from 0 to 2^53 - 1, not "x"\n'
+    )
+    assert example.read_bytes() == before

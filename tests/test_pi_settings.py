@@ -11,6 +11,7 @@ import pytest
 import orchestrator
 from orchestrator import CompactionSettings, SessionError
 from orchestrator._core.pi_settings import (
+    branch_reserve_tokens_of,
     compaction_settings_of,
     merge_pi_settings,
     parse_pi_settings,
@@ -172,3 +173,45 @@ def test_default_paths_are_pi_s(tmp_path: Path) -> None:
     assert project == tmp_path / ".pi" / "settings.json"
     moved, _ = orchestrator.pi_settings_paths(environ={"PI_CODING_AGENT_DIR": str(tmp_path)})
     assert moved == tmp_path / "settings.json"
+
+
+def test_branch_reserve_is_pis_branch_summary_field_with_its_default() -> None:
+    assert branch_reserve_tokens_of({}) == 16384
+    assert branch_reserve_tokens_of({"branchSummary": None}) == 16384
+    assert branch_reserve_tokens_of({"branchSummary": {"skipPrompt": True}}) == 16384
+    assert branch_reserve_tokens_of({"branchSummary": {"reserveTokens": 0}}) == 0
+    assert branch_reserve_tokens_of({"branchSummary": {"reserveTokens": 2e3}}) == 2000
+    # compaction's reserve is another setting: it never leaks into the branch's.
+    assert branch_reserve_tokens_of({"compaction": {"reserveTokens": 5}}) == 16384
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"branchSummary": []}, "f.json: branchSummary must be an object, not []"),
+        (
+            {"branchSummary": {"reserveTokens": "900"}},
+            "f.json: branchSummary.reserveTokens must be a whole number of tokens from 0 to "
+            '2^53 - 1, not "900"',
+        ),
+        ({"branchSummary": {"reserveTokens": -1}}, "branchSummary.reserveTokens must be"),
+    ],
+)
+def test_a_wrong_branch_reserve_names_the_source_and_the_field(
+    settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SessionError) as exc:
+        branch_reserve_tokens_of(settings, source="f.json")
+    assert message in str(exc.value)
+
+
+def test_branch_reserve_files_merge_and_errors_name_the_file(tmp_path: Path) -> None:
+    user = settings_file(tmp_path, {"branchSummary": {"reserveTokens": 1000}}, "user.json")
+    project = settings_file(tmp_path, {"branchSummary": {"skipPrompt": True}}, "project.json")
+    assert orchestrator.pi_branch_reserve_tokens(user, project) == 1000
+    override = settings_file(tmp_path, {"branchSummary": {"reserveTokens": 7}}, "over.json")
+    assert orchestrator.pi_branch_reserve_tokens(user, override) == 7
+    assert orchestrator.pi_branch_reserve_tokens() == 16384
+    bad = settings_file(tmp_path, {"branchSummary": {"reserveTokens": True}}, "bad.json")
+    with pytest.raises(SessionError, match=r"bad\.json: branchSummary\.reserveTokens must be"):
+        orchestrator.pi_branch_reserve_tokens(user, bad)

@@ -72,7 +72,14 @@ def runtime_settings(args: argparse.Namespace) -> RuntimeSettings:
                 reserve_tokens=args.reserve_tokens,
                 keep_recent_tokens=args.keep_recent_tokens,
             ),
+            branch_reserve_tokens=_branch_reserve_tokens(args),
             short_summary=args.short_summary,
         ),
         args,
     )
+
+
+def _branch_reserve_tokens(args: argparse.Namespace) -> int:
+    # branchSummary.reserveTokens of --pi-settings (with_pi_settings put it there), else pi's.
+    from_file = getattr(args, "branch_reserve_tokens", None)
+    return RuntimeSettings().branch_reserve_tokens if from_file is None else int(from_file)

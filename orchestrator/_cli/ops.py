@@ -32,6 +32,7 @@ from orchestrator._cli.common import (
 from orchestrator._cli.pi_settings import (
     Explicit,
     add_pi_settings_argument,
+    branch_reserve,
     compaction_enabled,
     first_model,
     with_pi_settings,
@@ -123,6 +124,7 @@ def register(commands: Any) -> None:
         action="store_true",
         help="--focus replaces the default branch-summary prompt",
     )
+    add_pi_settings_argument(navigate)
     _add_route_arguments(navigate)
     navigate.set_defaults(handler=_navigate)
 
@@ -383,6 +385,8 @@ def _navigate(args: argparse.Namespace) -> int:
         raise UsageError("--replace-instructions needs --focus (the prompt to use instead)")
     if args.short_summary and not args.summarize:
         raise UsageError("--short-summary needs --summarize (it shortens the branch summary)")
+    # navigate's --reserve-tokens is the branch summary's: pi's branchSummary.reserveTokens.
+    args = argparse.Namespace(**{**vars(args), "reserve_tokens": branch_reserve(args)})
     routes = route_settings(args)
     progress = Progress(f"Summarizing the branch with {_route_names(routes)}")
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))

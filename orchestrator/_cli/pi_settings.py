@@ -3,10 +3,11 @@
 The commands that take compaction settings (``compact``, ``plan``, ``serve``, ``worker``,
 ``tui``) read ``compaction.enabled``, ``compaction.reserveTokens``, ``compaction.keepRecentTokens``
 and the ``compaction.modelOverrides`` entry of the model in use from the files named, merged
-in order as pi merges its user and project files. An option given on the command line wins
-over the files; the files win over the options' defaults. To tell the two apart, the options
-record that they were given (:class:`Explicit`), since argparse cannot say whether a value is
-its default or was typed.
+in order as pi merges its user and project files; those that summarize branches (``navigate``,
+``tui``, ``serve``, ``worker``) also read ``branchSummary.reserveTokens``. An option given on the
+command line wins over the files; the files win over the options' defaults. To tell the two
+apart, the options record that they were given (:class:`Explicit`), since argparse cannot say
+whether a value is its default or was typed.
 
 ``--pi-settings`` always takes a path. With an optional path, ``compact --pi-settings S``
 would read the session as the settings file; pi's own locations are one option each away
@@ -93,7 +94,37 @@ def with_pi_settings(args: argparse.Namespace, model: str | None) -> argparse.Na
         if dest in values and not given(args, dest):
             values[dest] = getattr(settings, dest)
     values["compaction_enabled"] = settings.enabled
+    values["branch_reserve_tokens"] = pi_branch_reserve(args)
     return argparse.Namespace(**values)
+
+
+def pi_branch_reserve(args: argparse.Namespace) -> int | None:
+    """``branchSummary.reserveTokens`` of ``--pi-settings``; ``None`` without the option.
+
+    Raises:
+        SessionError: A file cannot be read or holds a field of the wrong type (exit 1).
+    """
+    paths = getattr(args, "pi_settings", None)
+    if not paths:
+        return None
+    from orchestrator._store.pi_settings_files import pi_branch_reserve_tokens
+
+    return pi_branch_reserve_tokens(*paths)
+
+
+def branch_reserve(args: argparse.Namespace) -> int:
+    """The branch summary's reserve of a command whose ``--reserve-tokens`` is the branch's.
+
+    The option when given, else ``branchSummary.reserveTokens`` of ``--pi-settings``, else the
+    option's default.
+
+    Raises:
+        SessionError: A settings file cannot be read or holds a field of the wrong type (exit 1).
+    """
+    if given(args, "reserve_tokens"):
+        return int(args.reserve_tokens)
+    from_file = pi_branch_reserve(args)
+    return int(args.reserve_tokens) if from_file is None else from_file
 
 
 def compaction_enabled(args: argparse.Namespace) -> bool:

@@ -20,7 +20,13 @@ from orchestrator._cli.common import (
     positive_int,
     with_timeout,
 )
-from orchestrator._cli.pi_settings import add_pi_settings_argument, first_model, pi_compaction
+from orchestrator._cli.pi_settings import (
+    Explicit,
+    add_pi_settings_argument,
+    branch_reserve,
+    first_model,
+    pi_compaction,
+)
 from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
 from orchestrator._core.tokens import CompactionSettings
@@ -39,8 +45,10 @@ def register(commands: Any) -> None:
     tui.add_argument(
         "--reserve-tokens",
         type=positive_int,
+        action=Explicit,
         default=16384,
-        help="tokens kept free when summarizing a branch",
+        help="tokens kept free when summarizing a branch (default: branchSummary.reserveTokens "
+        "of --pi-settings, else %(default)s)",
     )
     add_timeout_argument(tui)
     add_pi_settings_argument(tui)
@@ -81,7 +89,7 @@ def build_runtime(args: argparse.Namespace) -> AgentSession:
         settings=with_timeout(
             RuntimeSettings(
                 compaction=compaction,
-                branch_reserve_tokens=args.reserve_tokens,
+                branch_reserve_tokens=branch_reserve(args),
                 short_summary=args.short_summary,
             ),
             args,

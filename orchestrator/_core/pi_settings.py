@@ -11,6 +11,10 @@ reads four fields of the merged object, resolved for the model in use (``getComp
   through ``compaction.modelOverrides["provider/modelId"]`` of the model in use, then the
   ordinary setting, then pi's default (16384 and 20000).
 
+Branch summaries read one more field, with no per-model override (``getBranchSummarySettings``):
+``branchSummary.reserveTokens`` (default 16384), the tokens kept free when pi sizes the abandoned
+branch for its summary (``contextWindow - reserveTokens``).
+
 pi checks a token value only when it reads it, and only the override of the model in use; an
 override of another model may be anything. I check the same values pi checks, with pi's rule
 (a "non-negative safe integer": a JSON number that is a whole number from 0 to 2^53 - 1), so a
@@ -118,6 +122,28 @@ def compaction_settings_of(
         reserve_tokens=_DEFAULTS.reserve_tokens if reserve is None else reserve,
         keep_recent_tokens=_DEFAULTS.keep_recent_tokens if keep is None else keep,
     )
+
+
+BRANCH_RESERVE_TOKENS = 16384
+"""pi's ``branchSummary.reserveTokens`` default."""
+
+
+def branch_reserve_tokens_of(settings: Mapping[str, Any], *, source: str = "pi settings") -> int:
+    """The ``branchSummary.reserveTokens`` of pi ``settings``: what a branch summary keeps free.
+
+    Raises:
+        SessionError: ``branchSummary`` is not an object, or the value is not a whole number of
+            tokens; the message names the source and the field.
+    """
+    branch = settings.get("branchSummary")
+    if branch is None:  # pi: settings.branchSummary?.reserveTokens ?? 16384
+        return BRANCH_RESERVE_TOKENS
+    if not isinstance(branch, dict):
+        raise _wrong(source, "branchSummary", branch, "an object")
+    value = branch.get("reserveTokens")
+    if value is None:
+        return BRANCH_RESERVE_TOKENS
+    return _token_value(value, source, "branchSummary.reserveTokens")
 
 
 def _token_setting(

@@ -13,6 +13,7 @@ from typing import Any
 
 from orchestrator._core.errors import SessionError
 from orchestrator._core.pi_settings import (
+    branch_reserve_tokens_of,
     compaction_settings_of,
     merge_pi_settings,
     parse_pi_settings,
@@ -50,6 +51,30 @@ def pi_settings(*paths: str | os.PathLike[str], model: str | None = None) -> Com
         compaction_settings_of(settings, model=model, source=str(path))
         merged = merge_pi_settings(merged, settings)
     return compaction_settings_of(merged, model=model, source=" + ".join(map(str, paths)))
+
+
+def pi_branch_reserve_tokens(*paths: str | os.PathLike[str]) -> int:
+    """The ``branchSummary.reserveTokens`` of pi's ``settings.json`` files, merged as pi merges.
+
+    The tokens a branch summary keeps free (the abandoned branch is sized to the summarizer's
+    window minus these); pi's default, 16384, when no file sets it.
+
+    Args:
+        *paths: The settings files, in merge order. Every one must exist.
+
+    Returns:
+        The reserve, for ``RuntimeSettings(branch_reserve_tokens=...)``.
+
+    Raises:
+        SessionError: A file cannot be read, is not a JSON object, or the field has the wrong
+            type; one line naming the file and the field.
+    """
+    merged: dict[str, Any] = {}
+    for path in paths:
+        settings = _read(Path(path))
+        branch_reserve_tokens_of(settings, source=str(path))
+        merged = merge_pi_settings(merged, settings)
+    return branch_reserve_tokens_of(merged, source=" + ".join(map(str, paths)))
 
 
 def pi_settings_paths(
