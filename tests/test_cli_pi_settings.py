@@ -286,3 +286,30 @@ def test_navigate_refuses_a_bad_branch_reserve_before_writing(
         'tokens from 0 to 2^53 - 1, not "x"\n'
     )
     assert example.read_bytes() == before
+
+
+def test_compact_without_a_model_applies_the_session_models_override(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pi compacts with the session's model: its modelOverrides entry applies, as in plan.
+    overrides = {EXAMPLE_MODEL: {"keepRecentTokens": 100}, "other/model": {"keepRecentTokens": 7}}
+    path = settings_file(tmp_path, {"compaction": {"modelOverrides": overrides}})
+    expected = plan(capsys, str(example), "--keep-recent-tokens", "100")["compaction"]
+    assert plan(capsys, str(example), "--pi-settings", str(path))["compaction"] == expected
+    code, out, err = run(
+        capsys, "compact", str(example), "--dry-run", "--json", "--pi-settings", str(path)
+    )
+    assert code == 0, err
+    assert json.loads(out)["firstKeptEntryId"] == expected["firstKeptEntryId"]
+
+
+def test_the_model_in_use_is_the_first_model_else_the_sessions(example: Path) -> None:
+    from orchestrator._cli.pi_settings import model_in_use
+
+    compact = parser_for("compact")
+    with_model = compact.parse_args(["compact", "S", "--model", "a/b", "--pi-settings", "f"])
+    assert model_in_use(with_model, "/no/such/file") == "a/b"  # the file is not read
+    without_settings = compact.parse_args(["compact", "S"])
+    assert model_in_use(without_settings, "/no/such/file") is None  # nor here
+    with_settings = compact.parse_args(["compact", "S", "--pi-settings", "f"])
+    assert model_in_use(with_settings, str(example)) == EXAMPLE_MODEL

@@ -25,11 +25,11 @@ from orchestrator._cli.pi_settings import (
     add_pi_settings_argument,
     compaction_enabled,
     given,
+    session_model,
     with_pi_settings,
 )
 from orchestrator._cli.terminal import columns_of, fit
 from orchestrator._core.compaction_plan import plan_report
-from orchestrator._core.context import ContextBuilder
 from orchestrator._core.errors import NotASessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
@@ -216,8 +216,7 @@ def _compaction_plan(args: argparse.Namespace, session: Session) -> dict[str, An
     if args.pi_settings:
         # plan calls no model: the model in use is the one the session's path selects, as pi
         # resolves its overrides for the session's model.
-        model = ContextBuilder(path).context().model
-        args = with_pi_settings(args, f"{model.provider}/{model.model_id}" if model else None)
+        args = with_pi_settings(args, session_model(path))
     settings = plan_settings(args)
     from_file = args.pi_settings and not given(args, "reserve_tokens")
     name = "compaction.reserveTokens (--pi-settings)" if from_file else "--reserve-tokens"

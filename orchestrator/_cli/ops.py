@@ -34,7 +34,7 @@ from orchestrator._cli.pi_settings import (
     add_pi_settings_argument,
     branch_reserve,
     compaction_enabled,
-    first_model,
+    model_in_use,
     with_pi_settings,
 )
 from orchestrator._cli.progress import Progress, spinner
@@ -164,9 +164,9 @@ def _route_names(routes: RouteSettings) -> str:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    # The model in use is the first --model, which summarizes (pi compacts with the session's
-    # model, so pi's override for it is the one that applies).
-    args = with_pi_settings(args, first_model(args))
+    # The model in use is the first --model, which summarizes; without one, the session's own
+    # (pi compacts with the session's model, so pi's override for it is the one that applies).
+    args = with_pi_settings(args, model_in_use(args, args.session))
     routes = route_settings(args)
     progress = Progress(f"Summarizing with {_route_names(routes)}")
     summarizer = build_summarizer(routes, on_attempt=_attempt_text(progress))

@@ -20,6 +20,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator._core.context import ContextBuilder
+from orchestrator._core.entries import Entry
 from orchestrator._core.tokens import CompactionSettings
 
 EXPLICIT = "explicit_options"
@@ -130,6 +132,35 @@ def branch_reserve(args: argparse.Namespace) -> int:
 def compaction_enabled(args: argparse.Namespace) -> bool:
     """``compaction.enabled`` from ``--pi-settings`` (true without one)."""
     return bool(getattr(args, "compaction_enabled", CompactionSettings().enabled))
+
+
+def session_model(path: Sequence[Entry]) -> str | None:
+    """The ``provider/modelId`` of the model a session's path selects (pi's overrides key).
+
+    The path's last ``model_change`` or assistant message, as pi resolves ``modelOverrides``
+    for the session's model.
+    """
+    model = ContextBuilder(path).context().model
+    return f"{model.provider}/{model.model_id}" if model else None
+
+
+def model_in_use(args: argparse.Namespace, session_path: str) -> str | None:
+    """The model whose ``modelOverrides`` apply to a command that compacts ``session_path``.
+
+    The first ``--model`` (it summarizes); without one, the session's own model, as pi compacts
+    with the session's model. The file is read for it only when ``--pi-settings`` is given.
+
+    Raises:
+        SessionError: The session cannot be read.
+    """
+    model = first_model(args)
+    if model is not None or not getattr(args, "pi_settings", None):
+        return model
+    from orchestrator._cli.common import open_existing
+
+    session = open_existing(session_path, warn=False)
+    leaf = session.leaf_id
+    return session_model(session.path(leaf) if leaf else [])
 
 
 def first_model(args: argparse.Namespace) -> str | None:
