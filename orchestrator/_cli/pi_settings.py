@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from orchestrator._core.context import ContextBuilder
@@ -156,9 +157,11 @@ def model_in_use(args: argparse.Namespace, session_path: str) -> str | None:
     model = first_model(args)
     if model is not None or not getattr(args, "pi_settings", None):
         return model
-    from orchestrator._cli.common import open_existing
+    if not Path(session_path).is_file():
+        return None  # the command refuses the path itself, with its usual message
+    from orchestrator._store.session import Session
 
-    session = open_existing(session_path, warn=False)
+    session = Session.open(Path(session_path))
     leaf = session.leaf_id
     return session_model(session.path(leaf) if leaf else [])
 
