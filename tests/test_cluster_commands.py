@@ -118,7 +118,7 @@ def test_a_worker_waits_for_one_stop_signal_and_leaves_the_next_to_the_default(s
 
     pytest.importorskip("temporalio", reason="the worker needs the 'cluster' extra")
     from orchestrator._cluster.worker import _stop_signal
-    from orchestrator._runtime.signals import STOP_SIGNALS
+    from orchestrator._process.signals import STOP_SIGNALS
 
     number = getattr(signal, stop)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._runtime.gc_policy import GcPolicy
+from orchestrator._process.gc_policy import GcPolicy
 from orchestrator._store.session import Session
 
 
@@ -149,7 +149,7 @@ def test_young_cyclic_garbage_is_collected_before_a_load_not_promoted_with_it(
 
 
 def test_the_policy_collects_fully_a_tenth_as_often_and_gives_the_thresholds_back() -> None:
-    from orchestrator._runtime.gc_policy import FULL_EVERY
+    from orchestrator._process.gc_policy import FULL_EVERY
 
     before = gc.get_threshold()
     policy = GcPolicy()
@@ -167,8 +167,8 @@ def test_the_policy_collects_fully_a_tenth_as_often_and_gives_the_thresholds_bac
 def test_a_session_the_server_opens_is_frozen_at_once_under_the_policy(example: Path) -> None:
     """Issue 9: opened one request at a time, a thousand sessions were left for one full
     collection later (1.2 s of a stopped loop among the requests that followed)."""
+    from orchestrator._process.gc_policy import POLICY
     from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-    from orchestrator._runtime.gc_policy import POLICY
 
     gc.collect()
     gc.unfreeze()

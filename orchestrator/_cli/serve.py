@@ -44,13 +44,13 @@ from orchestrator._cli.common import (
 )
 from orchestrator._cli.pi_settings import first_model, with_pi_settings
 from orchestrator._core.errors import SessionError
+from orchestrator._process.gc_policy import POLICY, freeze_after_full_collections
+from orchestrator._process.signals import stop_signals
 from orchestrator._rpc import access
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._runtime.driver import first_error
-from orchestrator._runtime.gc_policy import POLICY, freeze_after_full_collections
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
-from orchestrator._runtime.signals import stop_signals
 
 Listener = TypeVar("Listener")
 

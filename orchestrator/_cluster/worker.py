@@ -29,7 +29,7 @@ from orchestrator._cluster.heartbeat import HEARTBEAT_EVERY
 from orchestrator._cluster.stores import shown
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
-from orchestrator._runtime.signals import stop_signals
+from orchestrator._process.signals import stop_signals
 
 STICKY_TIMEOUT = timedelta(seconds=1)
 """How long a workflow task waits for the worker that holds its workflow in memory (its sticky

@@ -29,6 +29,8 @@ from typing import Any
 import anyio
 
 from orchestrator._core.errors import SessionError
+from orchestrator._process.gc_policy import POLICY
+from orchestrator._process.preload import load_on_start
 from orchestrator._rpc.answers import AnswerCache, prepare_context, prepare_tree
 from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.hosted import HostedMethods, HostedOptions
@@ -49,9 +51,7 @@ from orchestrator._rpc.protocol import (
 from orchestrator._rpc.work import Encoded, Stop
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import Event
-from orchestrator._runtime.gc_policy import POLICY
 from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
-from orchestrator._runtime.preload import load_on_start
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings

@@ -19,7 +19,7 @@ The sessions are small linear pi files (``--entries``, a few hundred each, the h
 
 **runtime**: one process opens every session with ``AgentSession.open`` (owner, journal, context,
 settling), then starts ``compact()`` on all of them at once. It installs the server's garbage
-collection policy (``orchestrator._runtime.gc_policy``) and settles it after opening, as
+collection policy (``orchestrator._process.gc_policy``) and settles it after opening, as
 ``orchestrator serve`` does; ``BENCH_GC_POLICY=0`` leaves the policy out.
 
 **server**: ``orchestrator serve --socket`` runs in a child process with ``--remote``; the
@@ -307,7 +307,7 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
     from orchestrator._runtime.session import AgentSession
 
     routes = provider.routes()
-    from orchestrator._runtime.gc_policy import freeze_after_full_collections
+    from orchestrator._process.gc_policy import freeze_after_full_collections
 
     policy = freeze_after_full_collections()
     if not GC_POLICY:
