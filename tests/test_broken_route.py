@@ -19,7 +19,8 @@ from orchestrator._runtime.outcomes import answer_of, attempt_summary
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
-from orchestrator._store.journal import Journal, operations
+from orchestrator._store.journal import Journal
+from orchestrator._store.journal_records import operations
 from tests.cli_kit import EXAMPLE
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,8 @@ from orchestrator._cli.journal import register, transition_line
 from orchestrator._core.errors import SessionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
-from orchestrator._store.journal import Journal, JournalRecord, journal_path
+from orchestrator._store.journal import Journal, journal_path
+from orchestrator._store.journal_records import JournalRecord
 from orchestrator._store.settle import settle_unfinished_operations
 
 START = 1_700_000_000_000  # 2023-11-14T22:13:20.000Z

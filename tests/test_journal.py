@@ -17,11 +17,10 @@ from orchestrator._core.errors import SessionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._runtime.session import AgentSession
-from orchestrator._store.journal import (
-    Journal,
+from orchestrator._store.journal import Journal, journal_path
+from orchestrator._store.journal_records import (
     JournaledOperation,
     JournalRecord,
-    journal_path,
     operations,
     parse_journal,
 )

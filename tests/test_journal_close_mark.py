@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from orchestrator._lifecycle.machine import Step
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.files import read_side_file_tail
-from orchestrator._store.journal import Journal, _after_last_close, journal_path, unsettled_part
+from orchestrator._store.journal import Journal, journal_path
+from orchestrator._store.journal_records import after_last_close, unsettled_part
 from tests.cli_kit import EXAMPLE
 
 CLOSE = Step(
@@ -161,7 +162,7 @@ def test_reading_from_the_end_finds_what_reading_it_whole_finds(
     raw = b"".join(_PIECES[n] for n in pieces)
     path = tmp_path_factory.mktemp("tail") / "s.jsonl.journal"
     path.write_bytes(raw)
-    tail = read_side_file_tail(path, "read the journal", _after_last_close, first=first)
+    tail = read_side_file_tail(path, "read the journal", after_last_close, first=first)
     assert tail == unsettled_part(raw)
 
 

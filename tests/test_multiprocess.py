@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._store.journal import Journal, operations
+from orchestrator._store.journal import Journal
+from orchestrator._store.journal_records import operations
 from orchestrator._store.session import Session
 from orchestrator.testing import LocalProvider, Reply
 from tests.cli_kit import EXAMPLE, either_part, pi_user_line

@@ -554,7 +554,7 @@ def test_opening_a_database_journal_fetches_only_what_follows_the_last_close(
     # It fetched every row of the session's history at every opening, then cut it.
     import psycopg
 
-    from orchestrator._store.journal import unsettled_part
+    from orchestrator._store.journal_records import unsettled_part
 
     journal = open_journal(pg_url, "s-close")
     op = Step(machine="operation", source="preparing", event="e", dest="summarizing", effects=())

@@ -19,9 +19,8 @@ from orchestrator._cli.database import add_database_option, stored_journal
 from orchestrator._core.errors import SessionError
 from orchestrator._core.printable import printable
 from orchestrator._lifecycle.machine import MachineDef, load_machine
-from orchestrator._store.journal import (
-    JOURNAL_SUFFIX,
-    Journal,
+from orchestrator._store.journal import JOURNAL_SUFFIX, Journal
+from orchestrator._store.journal_records import (
     JournaledOperation,
     JournalRead,
     JournalRecord,

@@ -13,7 +13,8 @@ from typing import Any
 
 from orchestrator._cluster.contract import JournalLine
 from orchestrator._lifecycle.machine import Step
-from orchestrator._store.journal import Journal, JournalRecord
+from orchestrator._store.journal import Journal
+from orchestrator._store.journal_records import JournalRecord
 
 
 def write_lines(

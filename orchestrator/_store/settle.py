@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, Step, step
-from orchestrator._store.journal import Journal, JournaledOperation
+from orchestrator._store.journal import Journal
+from orchestrator._store.journal_records import JournaledOperation
 
 SETTLE_EVENT = "reopened"
 """The operation table's event for an operation found half-done when the session is reopened."""
