@@ -1,7 +1,7 @@
 // Deterministic message content for the session generators (make_fixtures_pi16.mjs,
 // random_sessions.mjs, make_cli_fixture.mjs): text, message shapes as pi stores them, and one
-// session written by pi's own SessionManager. (make_fixtures.mjs, which wrote the pi 0.73.1
-// files, keeps its own copy of the first helpers so that its output never changes.)
+// session written by pi's own SessionManager. make_fixtures.mjs (the pi 0.73.1 files) takes
+// only the pure text and usage helpers, keeping its own clock so that its output never changes.
 
 import { copyFileSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

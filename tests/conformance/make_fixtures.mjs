@@ -9,6 +9,9 @@
 // all text are fixed here. `--only a,b` rewrites only the named fixtures and their entries in
 // cases.json; the others keep their files, ids and recorded answers.
 //
+// Text and usage come from fixture_lib.mjs (pure functions, so the output is unchanged); the
+// message builders stay here, on this script's own clock and call counter.
+//
 // These are the files pi 0.73.1 wrote: the script runs only with pi 0.73.1 (PI_PACKAGE_DIR, see
 // pi_package.mjs), so that re-running it keeps them pi 0.73.1's. The pi 1.x fixtures are
 // make_fixtures_pi16.mjs's; their cases in cases.json are kept.
@@ -18,6 +21,7 @@
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { WORDS, filler, usage } from "./fixture_lib.mjs";
 import { dataDir, piModule, piVersion } from "./pi_package.mjs";
 
 if (piVersion !== "0.73.1") throw new Error(`these fixtures are pi 0.73.1's; PI_PACKAGE_DIR names pi ${piVersion}`);
@@ -28,15 +32,6 @@ const only = onlyAt > 0 ? process.argv[onlyAt + 1].split(",") : undefined;
 const selected = (name) => !only || only.includes(name);
 
 // -- deterministic content ---------------------------------------------------------------------
-
-const WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"];
-
-/** `n` characters of text, different for each seed. */
-function filler(seed, n) {
-	let out = "";
-	for (let i = 0; out.length < n; i++) out += `${WORDS[(seed * 7 + i) % WORDS.length]}${(seed + i) % 97} `;
-	return out.slice(0, n);
-}
 
 // Characters outside the Basic Multilingual Plane: two UTF-16 units each (D26). The last one is
 // two of them (a thumb and a skin tone), so four units.
@@ -55,17 +50,6 @@ function astral(seed, n) {
 let clock = 1_767_225_600_000; // message timestamps (epoch ms), one second apart
 const tick = () => (clock += 1000);
 let callCounter = 0;
-
-function usage(total, input = total) {
-	return {
-		input,
-		output: total - input,
-		cacheRead: 0,
-		cacheWrite: 0,
-		totalTokens: total,
-		cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
-	};
-}
 
 const user = (text) => ({ role: "user", content: text, timestamp: tick() });
 const userBlocks = (blocks) => ({ role: "user", content: blocks, timestamp: tick() });
