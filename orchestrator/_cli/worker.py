@@ -63,6 +63,18 @@ def register(commands: Any) -> None:
         metavar="M",
         help=f"MiB of stored sessions it keeps parsed at most (default: {MAX_MIB}; 0: no cache)",
     )
+    worker.add_argument(
+        "--unversioned",
+        action="store_true",
+        help="poll without Temporal worker versioning (session runs are then not pinned to "
+        "this build; docs/scale-out.md)",
+    )
+    worker.add_argument(
+        "--no-promote",
+        action="store_true",
+        help="start this build without making it the deployment's current one (new sessions "
+        "keep starting on the current build)",
+    )
     worker.set_defaults(handler=_worker)
 
 
@@ -89,6 +101,7 @@ def _worker(args: argparse.Namespace) -> int:
     from orchestrator._cluster.activities import SessionActivities
     from orchestrator._cluster.cache import SessionCache
     from orchestrator._cluster.stores import WorkerStores
+    from orchestrator._cluster.versioning import WorkerVersion, build_id
     from orchestrator._cluster.worker import run_worker
     from orchestrator._runtime.routes import build_summarizer
 
@@ -107,11 +120,23 @@ def _worker(args: argparse.Namespace) -> int:
         stores=WorkerStores(args.database, cache=cache),
     )
 
+    # The deployment is the task queue's: fleets on two queues never promote over each other.
+    version = None if args.unversioned else WorkerVersion(args.task_queue, build_id())
+
     def ready(text: str) -> None:
         print(f"orchestrator worker: ready: {text}", file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(run_worker(args.temporal, activities, task_queue=args.task_queue, ready=ready))
+        asyncio.run(
+            run_worker(
+                args.temporal,
+                activities,
+                task_queue=args.task_queue,
+                version=version,
+                make_current=not args.no_promote,
+                ready=ready,
+            )
+        )
     except UnavailableError as exc:
         return _refuse(f"--temporal: {exc}")
     except KeyboardInterrupt:  # Ctrl+C before the worker was ready

@@ -27,6 +27,7 @@ from orchestrator._cluster.client import connect_temporal
 from orchestrator._cluster.contract import TASK_QUEUE
 from orchestrator._cluster.heartbeat import HEARTBEAT_EVERY
 from orchestrator._cluster.stores import shown
+from orchestrator._cluster.versioning import WorkerVersion, promote
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
 from orchestrator._process.signals import stop_signals
@@ -73,12 +74,25 @@ class SessionWorker(Worker):
 
 
 def build_worker(
-    client: Client, activities: SessionActivities, *, task_queue: str = TASK_QUEUE
+    client: Client,
+    activities: SessionActivities,
+    *,
+    task_queue: str = TASK_QUEUE,
+    version: WorkerVersion | None = None,
 ) -> SessionWorker:
-    """A worker for the session workflow and ``activities`` (closes them when it stops)."""
+    """A worker for the session workflow and ``activities`` (closes them when it stops).
+
+    With a ``version``, the worker polls as that version of its deployment and every workflow
+    run it starts stays pinned to it (:mod:`~orchestrator._cluster.versioning`); without one it
+    is unversioned, and takes the runs no versioned deployment owns.
+    """
+    versioning: dict[str, Any] = {}
+    if version is not None:
+        versioning["deployment_config"] = version.config()
     return SessionWorker(
         client,
         activities,
+        **versioning,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
         workflow_runner=workflow_runner(),
@@ -95,19 +109,38 @@ async def run_worker(
     activities: SessionActivities,
     *,
     task_queue: str = TASK_QUEUE,
+    version: WorkerVersion | None = None,
+    make_current: bool = True,
     ready: Callable[[str], None] | None = None,
 ) -> None:
     """Connect to Temporal at ``address`` and work until cancelled.
 
+    Args:
+        address: Temporal's ``HOST:PORT``.
+        activities: What the worker runs.
+        task_queue: The queue it polls.
+        version: Its build in Temporal's worker versioning; ``None``: unversioned.
+        make_current: Make ``version`` its deployment's current one before saying ready, so
+            new sessions start on it (:func:`~orchestrator._cluster.versioning.promote`).
+        ready: Told one line once the worker works.
+
     Raises:
-        UnavailableError: Temporal cannot be reached at ``address``.
+        UnavailableError: Temporal cannot be reached at ``address``, or did not take the
+            version as current.
     """
     client = await connect_temporal(address)
-    worker = build_worker(client, activities, task_queue=task_queue)
+    worker = build_worker(client, activities, task_queue=task_queue, version=version)
     async with worker:
+        build = ""
+        if version is not None:
+            if make_current:
+                await promote(client, version)
+            state = "current" if make_current else "not made current"
+            build = f", build {version.build_id} ({state})"
         if ready is not None:
             ready(
-                f"worker on {address}, task queue {task_queue}, store {shown(activities.database)}"
+                f"worker on {address}, task queue {task_queue}, "
+                f"store {shown(activities.database)}{build}"
             )
         await _stop_signal()
     # Leaving the block shut the worker down: it stopped polling, cancelled the activities it

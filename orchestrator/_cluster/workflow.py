@@ -137,7 +137,12 @@ class SessionWorkflow:
             await workflow.wait_condition(lambda: not self._working())
             if self._history_full() and not self._closing:
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(start)
+                # The next run starts on the deployment's current build: a busy session
+                # moves to new code here, so an old build's workers can drain (versioning.py).
+                workflow.continue_as_new(
+                    start,
+                    initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
+                )
         await workflow.wait_condition(workflow.all_handlers_finished)
         return {"sessionId": start.session_id, "operations": self._operations()}
 
