@@ -82,6 +82,7 @@ PUBLIC_API = (
     "estimate_tokens",
     "load_machine",
     "make_tracer_provider",
+    "pi_branch_reserve_tokens",
     "pi_settings",
     "pi_settings_paths",
     "plan_compaction",
