@@ -115,7 +115,7 @@ def test_outline_entries_keep_only_their_place_and_references(tmp_path: Path) ->
         "parentId": "a1b2c3d4",
         "firstKeptEntryId": "b7",
     }
-    assert all(set(entry) <= set(OUTLINE_KEYS) for entry in outline.entries)
+    assert all(set(entry) <= OUTLINE_KEYS for entry in outline.entries)
     assert outline.index is not None
     assert outline.index.by_id["c1"] is outline.entries[-1]
 

@@ -119,7 +119,7 @@ def read_entries(
 
 _NOT_AN_OBJECT = object()
 
-OUTLINE_KEYS = ("type", "id", "parentId", "firstKeptEntryId", "targetId")
+OUTLINE_KEYS = frozenset({"type", "id", "parentId", "firstKeptEntryId", "targetId"})
 """What an outlined entry keeps: its place in the tree and the references the load checks."""
 
 
@@ -131,7 +131,7 @@ def outline_of(entry: Entry) -> Entry:
     number beyond a double's range or invalid UTF-8 in the text it skips) but let go at once,
     so a 200,000-entry file is checked in a fraction of the memory its full load takes.
     """
-    return {key: entry[key] for key in OUTLINE_KEYS if key in entry}
+    return {key: value for key, value in entry.items() if key in OUTLINE_KEYS}
 
 
 def _not_an_entry(value: object, number: int) -> Problem:
