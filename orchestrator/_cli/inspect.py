@@ -18,6 +18,7 @@ from orchestrator._cli.common import (
     open_existing,
     positive_int,
     print_json,
+    require_file,
 )
 from orchestrator._cli.database import add_database_option, reading
 from orchestrator._cli.pi_settings import (
@@ -36,6 +37,7 @@ from orchestrator._core.tokens import CompactionSettings
 from orchestrator._core.tree_drawing import tree_prefixes
 from orchestrator._store.reports import (
     branch_report,
+    check_file,
     context_report,
     edit_mark,
     preview_message,
@@ -310,10 +312,17 @@ def _check(args: argparse.Namespace) -> int:
     # The report (ok, or every problem) goes to stdout, so ``check S > report.txt`` keeps it;
     # stderr has only errors. A file that is not a session at all is both: its problems are
     # reported like any other, and the one-line error follows on stderr (exit 1).
+    # A file is read in outline (ids, parents, references): the problems need no message.
     try:
-        with reading(args, warn=False) as session:
-            problems, entries = session.problems, len(session.tree)
-            keep_until_exit(session)  # freed by the process's exit, not one by one
+        if getattr(args, "database", None) is None:
+            require_file(args.session)
+            problems, tree = check_file(args.session)
+            entries = len(tree) if tree is not None else 0
+            keep_until_exit(tree)  # freed by the process's exit, not one by one
+        else:
+            with reading(args, warn=False) as session:
+                problems, entries = session.problems, len(session.tree)
+                keep_until_exit(session)
     except NotASessionError as exc:
         _print_check(args, exc.problems, 0)
         raise

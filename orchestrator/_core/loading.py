@@ -158,7 +158,7 @@ def read_session(data: bytes, *, random_hex: RandomHex = uuid_hex) -> ParsedSess
 
 
 def read_session_chunks(
-    chunks: Iterable[bytes], *, size: int, random_hex: RandomHex = uuid_hex
+    chunks: Iterable[bytes], *, size: int, random_hex: RandomHex = uuid_hex, outline: bool = False
 ) -> ParsedSession:
     """Parse a session file handed over in pieces, as :func:`read_session` parses it whole.
 
@@ -171,9 +171,13 @@ def read_session_chunks(
         chunks: The file's bytes in order, in pieces of any sizes (empty ones allowed).
         size: The file's size as far as the caller knows it: it picks the line decoder only.
         random_hex: Randomness for the ids a v1 migration assigns.
+        outline: Keep of each entry only its place in the tree and its references
+            (:func:`~orchestrator._core.reading.outline_of`), for a reader that wants the
+            problems and the tree's shape only (``check``); the problems are the same. A file
+            that migrates is read whole (migration rewrites what the entries hold).
     """
     with gc_paused():
-        return _read_session(_Lines(chunks), size, random_hex=random_hex)
+        return _read_session(_Lines(chunks), size, random_hex=random_hex, outline=outline)
 
 
 _BATCH = 1 << 16
@@ -238,7 +242,9 @@ class _Lines:
         ]
 
 
-def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedSession:
+def _read_session(
+    lines: _Lines, size: int, *, random_hex: RandomHex, outline: bool = False
+) -> ParsedSession:
     batches = lines.batches
     found = _first_line(batches)
     if found is None:
@@ -257,7 +263,13 @@ def _read_session(lines: _Lines, size: int, *, random_hex: RandomHex) -> ParsedS
     with_ids = version is None or version >= 2
     rest[0] = (first + 1, rest[0][1][1:])
     problems: list[Problem] = []
-    read = read_entries(itertools.chain(rest, batches), problems, decode, with_ids=with_ids)
+    read = read_entries(
+        itertools.chain(rest, batches),
+        problems,
+        decode,
+        with_ids=with_ids,
+        outline=outline and version == CURRENT_VERSION,
+    )
     entries, numbers, line_of = read.entries, read.numbers, read.line_of
     del rest, batches  # the raw bytes of the lines: let them go before the index is built
     problems.extend(lines.finish())

@@ -230,6 +230,57 @@ def _chunks(fd: int) -> Iterator[bytes]:
         yield chunk
 
 
+def _parse_file(
+    path: Path, random_hex: RandomHex, *, outline: bool
+) -> tuple[os.stat_result, ParsedSession, bytearray] | None:
+    """Parse the file at ``path``: its stat, the parse (its tail set) and its last byte.
+
+    ``None`` when there is no file. A file is read a chunk at a time (see
+    :func:`~orchestrator._core.loading.read_session_chunks`, and ``outline`` there).
+
+    Raises:
+        SessionError: The file cannot be read (permissions, a folder...).
+    """
+    try:
+        fd = _open_session_file(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise os_failure(path, "read it", exc) from exc
+    last = bytearray()  # the last byte parsed
+    try:
+        stat = os.fstat(fd)
+        parsed = read_session_chunks(
+            _last_byte_into(last, _chunks(fd)),
+            size=stat.st_size,
+            random_hex=random_hex,
+            outline=outline,
+        )
+        # The end of the bytes just parsed, read back through the same descriptor: a file
+        # is only appended to in place (rewrites are renames), so they are the same bytes.
+        parsed.result.tail = tail_of_file(fd, os.lseek(fd, 0, os.SEEK_CUR))
+    except OSError as exc:
+        raise os_failure(path, "read it", exc) from exc
+    finally:
+        os.close(fd)
+    return stat, parsed, last
+
+
+def read_outline(path: str | os.PathLike[str]) -> LoadResult:
+    """The session file at ``path`` read for its problems and tree only (``check``).
+
+    Each entry keeps its id, parent, type and references
+    (:func:`~orchestrator._core.reading.outline_of`); the problems are those a full load finds.
+    Nothing is kept for a later write: an outline must never be written back. A missing file
+    reads as empty, as :meth:`JsonlStore.load` reads it.
+
+    Raises:
+        SessionError: The file cannot be read (permissions, a folder...).
+    """
+    read = _parse_file(session_file(path), uuid_hex, outline=True)
+    return LoadResult(header=None) if read is None else read[1].result
+
+
 def _last_byte_into(last: bytearray, chunks: Iterator[bytes]) -> Iterator[bytes]:
     """``chunks``, keeping the last byte seen in ``last`` (a load learns how the file ends)."""
     for chunk in chunks:
@@ -404,26 +455,12 @@ class JsonlStore:
             self._close_fd()
             self._state = None
         self._clean_stamp = None
-        try:
-            fd = _open_session_file(self.path, os.O_RDONLY)
-        except FileNotFoundError:
+        read = _parse_file(self.path, self._random_hex, outline=False)
+        if read is None:
             self._loaded, self._end = None, EMPTY_TAIL
             return LoadResult(header=None)
-        except OSError as exc:
-            raise os_failure(self.path, "read it", exc) from exc
-        last = bytearray()  # the last byte parsed
-        try:
-            stat = os.fstat(fd)
-            parsed = read_session_chunks(
-                _last_byte_into(last, _chunks(fd)), size=stat.st_size, random_hex=self._random_hex
-            )
-            # The end of the bytes just parsed, read back through the same descriptor: a file
-            # is only appended to in place (rewrites are renames), so they are the same bytes.
-            parsed.result.tail = self._end = tail_of_file(fd, os.lseek(fd, 0, os.SEEK_CUR))
-        except OSError as exc:
-            raise os_failure(self.path, "read it", exc) from exc
-        finally:
-            os.close(fd)
+        stat, parsed, last = read
+        self._end = parsed.result.tail
         self._loaded = (_signature(stat), parsed)
         if self._end.length == stat.st_size and (not last or last.endswith(b"\n")):
             self._clean_stamp = self._loaded[0]

@@ -12,12 +12,37 @@ from typing import Any
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.context import ContextBuilder, SessionContext
 from orchestrator._core.entries import CONTEXT_EDIT, USAGE, Entry, role_of, text_of
+from orchestrator._core.load_result import Problem
+from orchestrator._core.loading import gc_paused
 from orchestrator._core.tokens import ContextTokens, is_token_count
 from orchestrator._core.tree import SessionTree
 from orchestrator._core.usage_check import USAGE_KEYS
-from orchestrator._store.session import Session
+from orchestrator._store.jsonl import JsonlStore, read_outline
+from orchestrator._store.session import Session, not_a_session
 
 _USAGE_NAMES = ("kind", "provider", "model")
+
+
+def check_file(path: str) -> tuple[list[Problem], SessionTree | None]:
+    """What ``check`` reports of a session file: its problems, and its tree of outlines.
+
+    The problems and the entries are those :meth:`Session.open` finds, but the entries are
+    outlines (:func:`~orchestrator._store.jsonl.read_outline`): ``check`` reads no message, and
+    a big session is checked in a fraction of the memory. ``None``: an empty file, which opens
+    as a new session.
+
+    Raises:
+        NotASessionError: the file holds no session header.
+        SessionError: the file cannot be read.
+    """
+    store = JsonlStore(path, lock=False)
+    if not store.exists():
+        return [], None
+    with gc_paused():
+        result = read_outline(store.path)
+        if result.header is None:
+            raise not_a_session(store.location, result.problems)
+        return result.problems, SessionTree(result.header, result.entries, result.index)
 
 
 def context_report(session: Session, leaf: str | None) -> dict[str, Any]:

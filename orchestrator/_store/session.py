@@ -240,7 +240,7 @@ class Session:
         with gc_paused():
             result: LoadResult = store.load()
             if result.header is None:
-                raise _not_a_session(store.location, result.problems)
+                raise not_a_session(store.location, result.problems)
             tree = SessionTree(result.header, result.entries, result.index)
             # Handed to the tree, which adds to it: a store's cached parse must not see that.
             result.index = None
@@ -273,7 +273,7 @@ class Session:
         with gc_paused():
             result = self.store.load()
             if result.header is None:
-                raise _not_a_session(self.store.location, result.problems)
+                raise not_a_session(self.store.location, result.problems)
             tree = SessionTree(result.header, result.entries, result.index)
             # Handed to the tree, which adds to it: a store's cached parse must not see that.
             result.index = None
@@ -726,7 +726,7 @@ class Session:
         self.store.close()
 
 
-def _not_a_session(location: str, problems: Sequence[Problem]) -> NotASessionError:
+def not_a_session(location: str, problems: Sequence[Problem]) -> NotASessionError:
     """The error for a store with no session header, naming what loading found."""
     details = "; ".join(str(p) for p in problems) or "no session header"
     found = list(problems) or [
