@@ -9,7 +9,7 @@ import anyio.lowlevel
 import httpx
 import pytest
 
-from orchestrator._models.provider_server import MAX_DELAY, LocalProvider, Reply
+from orchestrator.testing.provider import MAX_DELAY, LocalProvider, Reply
 
 
 @pytest.fixture
