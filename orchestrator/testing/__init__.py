@@ -15,7 +15,7 @@ sleep:
   :func:`error_reply` and :class:`AgentHang`) for runtime tests and simulations.
 * :func:`summary_text` writes a summary the summary gate passes (D32).
 * :class:`LocalProvider` and :class:`Reply` run a real OpenAI-compatible HTTP server on
-  127.0.0.1 for adapter tests (see :mod:`orchestrator.testing.provider`).
+  127.0.0.1 for adapter tests (see :mod:`orchestrator.testing._provider`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from orchestrator._runtime.scripted_agent import (
     tool_result,
     usage,
 )
-from orchestrator.testing.provider import LocalProvider, RecordedRequest, Reply
+from orchestrator.testing._provider import LocalProvider, RecordedRequest, Reply
 
 __all__ = (
     "AgentHang",

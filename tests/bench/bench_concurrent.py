@@ -9,7 +9,7 @@ Run on demand (not part of the test run)::
     python tests/bench/bench_concurrent.py --only runtime --uvloop  # the runtime on uvloop
 
 The model. By default every summary goes over HTTP to the local provider server
-(``orchestrator/testing/provider.py``) running in a child process, where each answer
+(``orchestrator/testing/_provider.py``) running in a child process, where each answer
 waits ``L`` seconds: the route is one :class:`~orchestrator.RemoteSummaryModel`, shared by every
 session (one HTTP client, one connection pool). ``--model fake`` uses an in-process model that
 sleeps ``L`` instead, which leaves out HTTP.
