@@ -39,9 +39,9 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import BUSY_COMPACTING, entry_id_for  # noqa: E402
-from orchestrator._models.provider_server import LocalProvider, Reply  # noqa: E402
 from orchestrator._rpc.cluster_hub import SHUTTING_DOWN_CLUSTER  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
+from orchestrator.testing import LocalProvider, Reply  # noqa: E402
 from tests.cli_kit import either_part  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,

@@ -9,7 +9,7 @@ import anyio.lowlevel
 import httpx
 import pytest
 
-from orchestrator._models.provider_server import MAX_DELAY, LocalProvider, Reply
+from orchestrator.testing._provider import MAX_DELAY, LocalProvider, Reply
 
 
 @pytest.fixture
@@ -27,9 +27,13 @@ def post(url: str, body: bytes) -> tuple[int, dict[str, str], Any]:
     request = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
     try:
         with urllib.request.urlopen(request) as response:
-            return response.status, dict(response.headers), response.read()
+            return response.status, lower_case(response.headers), response.read()
     except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read()
+        return error.code, lower_case(error.headers), error.read()
+
+
+def lower_case(headers: Any) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
 
 
 def test_answers_in_order_and_records_requests(provider: LocalProvider) -> None:
@@ -78,7 +82,7 @@ def test_error_replies(provider: LocalProvider) -> None:
     assert (status, headers["retry-after"]) == (429, "2.5")
     status, headers, _ = post(url, b"{}")
     assert status == 429
-    assert "retry-after" not in {k.lower() for k in headers}
+    assert "retry-after" not in headers
     status, headers, _ = post(url, b"{}")
     assert (status, headers["retry-after-ms"]) == (503, "700")
     status, _, raw = post(url, b"{}")
@@ -145,25 +149,34 @@ async def test_delay_ends_early_when_the_provider_stops() -> None:
     assert result[0].json()["choices"][0]["message"]["content"] == "slow"
 
 
-def raw_exchange(provider: LocalProvider, data: bytes) -> bytes:
-    """Send ``data`` on a fresh connection and read the answer until the server closes it."""
+def raw_exchange(provider: LocalProvider, data: bytes, *, cut: bool = False) -> bytes:
+    """Send ``data`` on a fresh connection and read the answer until the server closes it.
+
+    The last request asks ``connection: close`` (or the server would wait for another). With
+    ``cut``, the client closes its side once ``data`` is sent: a request cut short.
+    """
     import socket
 
     port = int(provider.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)  # all sent: a request cut short ends here
+        if cut:
+            sock.shutdown(socket.SHUT_WR)
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks)
 
 
+CLOSING = b"POST /summary HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+
+
 def test_a_chunked_body_is_read_and_recorded(provider: LocalProvider) -> None:
     provider.push(Reply.remote("chunked"))
     answer = raw_exchange(
         provider,
-        b"POST /summary HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"POST /summary HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Connection: close\r\n\r\n"
         b'5\r\n{"a":\r\n2;ext=1\r\n1}\r\n0\r\nTrailer: t\r\n\r\n',
     )
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -173,39 +186,63 @@ def test_a_chunked_body_is_read_and_recorded(provider: LocalProvider) -> None:
     assert provider.requests[0].body == {"a": 1}
 
 
+def exchanges(provider: LocalProvider, *requests: bytes) -> list[tuple[int, str] | None]:
+    """Send ``requests`` one after the other on one connection, each once the last is answered.
+
+    Each answer is its status and its ``connection`` header (lower case, ``""`` without one);
+    ``None`` once the server has closed the connection, and nothing after that.
+    """
+    import http.client
+    import socket
+
+    port = int(provider.url.rsplit(":", 1)[1])
+    answers: list[tuple[int, str] | None] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        for request in requests:
+            try:
+                sock.sendall(request)
+                response = http.client.HTTPResponse(sock)
+                response.begin()
+            except (http.client.RemoteDisconnected, ConnectionError):
+                answers.append(None)
+                break
+            response.read()
+            answers.append((response.status, (response.getheader("connection") or "").lower()))
+    return answers
+
+
 def test_a_connection_serves_request_after_request_until_the_client_closes_it(
     provider: LocalProvider,
 ) -> None:
     """Issue 9: as real providers do; a client that reuses connections connects once."""
     provider.push(Reply.remote("one"), Reply.remote("two"), Reply.remote("three"))
     request = b"POST /summary HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
-    closing = b"POST /summary HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
-    answer = raw_exchange(provider, request + request + closing + request)
-    heads_and_bodies = answer.split(b"HTTP/1.1 200 OK\r\n")[1:]
-    assert len(heads_and_bodies) == 3  # the request after "connection: close" is not read
-    assert [b"connection: keep-alive" in part for part in heads_and_bodies] == [True, True, False]
-    assert b"connection: close" in heads_and_bodies[2]
+    answers = exchanges(provider, request, request, CLOSING, request)
+    # The request after "connection: close" is not read: the connection is closed.
+    assert answers == [(200, ""), (200, ""), (200, "close"), None]
     assert [r.body for r in provider.requests] == [{}, {}, {}]
 
 
 @pytest.mark.parametrize(
-    ("version", "connection", "kept"),
+    ("version", "connection", "kept", "said"),
     [
-        (b"HTTP/1.1", b"", True),
-        (b"HTTP/1.1", b"Connection: Keep-Alive, Close\r\n", False),
-        (b"HTTP/1.0", b"", False),
-        (b"HTTP/1.0", b"Connection: keep-alive\r\n", True),
+        (b"HTTP/1.1", b"", True, ""),  # kept by default, nothing to say
+        (b"HTTP/1.1", b"Connection: Keep-Alive, Close\r\n", False, "close"),
+        (b"HTTP/1.0", b"", False, ""),  # closed by default
+        (b"HTTP/1.0", b"Connection: keep-alive\r\n", True, "keep-alive"),
     ],
 )
 def test_keep_alive_follows_the_request(
-    provider: LocalProvider, version: bytes, connection: bytes, kept: bool
+    provider: LocalProvider, version: bytes, connection: bytes, kept: bool, said: str
 ) -> None:
     provider.push(Reply.remote("one"), Reply.remote("two"))
-    request = b"POST /s " + version + b"\r\n" + connection + b"Content-Length: 2\r\n\r\n{}"
-    answer = raw_exchange(provider, request + request)
-    assert answer.count(b"HTTP/1.1 200 OK") == (2 if kept else 1)
-    expected = b"connection: keep-alive" if kept else b"connection: close"
-    assert expected in answer
+    request = b"POST /s " + version + b"\r\nHost: x\r\n" + connection
+    answers = exchanges(provider, request + b"Content-Length: 2\r\n\r\n{}", CLOSING)
+    assert len(answers) == 2
+    first, second = answers
+    assert first is not None
+    assert first == (200, said)
+    assert (second is not None) is kept
 
 
 def test_an_idle_connection_is_closed_when_the_provider_stops() -> None:
@@ -214,7 +251,7 @@ def test_an_idle_connection_is_closed_when_the_provider_stops() -> None:
     with LocalProvider((Reply.remote("one"),)) as provider:
         port = int(provider.url.rsplit(":", 1)[1])
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.sendall(b"POST /s HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        sock.sendall(b"POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         first = sock.recv(65536)
         assert first.startswith(b"HTTP/1.1 200 OK")
     with sock:
@@ -223,17 +260,24 @@ def test_an_idle_connection_is_closed_when_the_provider_stops() -> None:
 
 def test_only_post_is_answered(provider: LocalProvider) -> None:
     provider.push(Reply.remote("unused"))
-    answer = raw_exchange(provider, b"GET /summary HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = raw_exchange(
+        provider, b"GET /summary HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
     assert answer.startswith(b"HTTP/1.1 501 Not Implemented")
     assert provider.requests == ()
 
 
 def test_a_broken_request_only_drops_its_connection(provider: LocalProvider) -> None:
-    assert raw_exchange(provider, b"POST /summary HTTP/1.1\r\n") == b""  # closed mid-head
-    assert raw_exchange(provider, b"garbage\r\n\r\n") == b""  # no method, path and version
+    assert raw_exchange(provider, b"POST /summary HTTP/1.1\r\n", cut=True) == b""  # mid-head
+    garbage = raw_exchange(provider, b"garbage\r\n\r\n")  # no method, path and version
+    assert garbage.startswith(b"HTTP/1.0 400 Bad Request\r\n")
+    no_host = raw_exchange(provider, b"POST /s HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+    assert no_host.startswith(b"HTTP/1.0 400 Bad Request\r\n")  # HTTP/1.1 requires one
+    assert [r.path for r in provider.requests] == []  # none of them reached the script
     provider.push(Reply(status=299, body={"summary": "odd"}))
     answer = raw_exchange(provider, b"POST /s HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}")
-    assert answer.startswith(b"HTTP/1.1 299 \r\n")  # a status without a standard phrase
+    assert answer.startswith(b"HTTP/1.0 299 \r\n")  # a status without a standard phrase
+    assert [request.path for request in provider.requests] == ["/s"]
 
 
 def test_a_thousand_requests_wait_at_once_without_a_thread_each() -> None:
@@ -381,3 +425,37 @@ def test_only_a_chat_completion_is_streamed_and_its_tool_calls_are_indexed(
     assert "index" not in with_calls["choices"][0]["message"]["tool_calls"][0]  # not changed
     _, _, raw = post(provider.url + "/summary", b'{"stream": true}')
     assert json.loads(raw) == {"summary": "whole"}
+
+
+def test_a_client_gone_mid_stream_leaves_the_provider_serving(provider: LocalProvider) -> None:
+    """A stalled stream whose client hung up ends quietly when released; others are answered."""
+    import socket
+    import struct
+
+    provider.push(Reply.stream("a b c", stall_after=1), Reply.remote("next"), Reply.remote("last"))
+    port = int(provider.url.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = b'{"stream": true}'
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body)
+    )
+    received = b""
+    while b"data: " not in received:  # the role's event, then the stall
+        received += sock.recv(65536)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # a reset, at once
+    # Answered after the reset on the provider's one event loop: the reset is seen by now.
+    assert exchanges(provider, CLOSING) == [(200, "close")]
+    provider.release()  # the stalled stream writes to a connection that is gone
+    assert exchanges(provider, CLOSING) == [(200, "close")]
+    assert [request.path for request in provider.requests][1:] == ["/summary", "/summary"]
+
+
+def test_a_body_past_a_mebibyte_is_read_whole(provider: LocalProvider) -> None:
+    """aiohttp refuses such a body by default (413); a long session's prompt is larger."""
+    provider.push(Reply.remote("big"))
+    prompt = "x" * (3 * 1024 * 1024)
+    status, _, raw = post(provider.url + "/summary", json.dumps({"prompt": prompt}).encode())
+    assert (status, json.loads(raw)) == (200, {"summary": "big"})
+    assert provider.requests[0].body == {"prompt": prompt}

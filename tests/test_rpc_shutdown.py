@@ -16,13 +16,12 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from orchestrator._models.provider_server import LocalProvider, Reply
 from orchestrator._rpc.connection import Limits
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import LineReader, Overlong
 from orchestrator._runtime.hooks import Hooks
-from orchestrator.testing import AgentHang, ScriptedAgent
+from orchestrator.testing import AgentHang, LocalProvider, Reply, ScriptedAgent
 from tests.cli_kit import EXAMPLE
 
 pytestmark = pytest.mark.anyio

@@ -7,6 +7,9 @@ CPU on each (its connector, timeouts, request and response objects, stream reade
 spends about 0.13 ms: one :class:`asyncio.Protocol` per connection, the answer parsed by
 httptools (llhttp, the parser of Node.js, in C) as the bytes come, the body kept in a list.
 Measured on 2,000 concurrent calls to the local provider: 0.27 s of CPU against 0.71 s.
+The HTTP parsing is httptools'; what is ours is the connection handling below. Checked again
+for issue 34 (should a library's client replace it?): aiohttp's ``ClientSession`` still spends
+about twice the CPU (1.0 s against 0.5 s for 2,000 concurrent 20 kB calls), so it stays.
 
 What it does, and what it does not:
 

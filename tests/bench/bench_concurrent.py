@@ -9,7 +9,7 @@ Run on demand (not part of the test run)::
     python tests/bench/bench_concurrent.py --only runtime --uvloop  # the runtime on uvloop
 
 The model. By default every summary goes over HTTP to the local provider server
-(``orchestrator/_models/provider_server.py``) running in a child process, where each answer
+(``orchestrator/testing/_provider.py``) running in a child process, where each answer
 waits ``L`` seconds: the route is one :class:`~orchestrator.RemoteSummaryModel`, shared by every
 session (one HTTP client, one connection pool). ``--model fake`` uses an in-process model that
 sleeps ``L`` instead, which leaves out HTTP.
@@ -71,7 +71,7 @@ PER_CONNECTION = 64  # the server's default max_in_flight
 
 def serve_provider(latency: float, count: int) -> None:
     """Child process: the local provider server answering ``count`` summaries after ``latency``."""
-    from orchestrator._models.provider_server import LocalProvider, Reply
+    from orchestrator.testing import LocalProvider, Reply
 
     # Reply.remote's keywords are body fields: the wait is the Reply's own ``delay``.
     reply = Reply(body={"summary": _SUMMARY}, delay=latency)

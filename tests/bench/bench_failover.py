@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from temporalio.client import Client  # noqa: E402
 
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._models.provider_server import LocalProvider, Reply  # noqa: E402
+from orchestrator.testing import LocalProvider, Reply  # noqa: E402
 from tests.cli_kit import either_part  # noqa: E402
 from tests.cluster_kit import Database, queue_name  # noqa: E402
 

@@ -15,7 +15,7 @@ sleep:
   :func:`error_reply` and :class:`AgentHang`) for runtime tests and simulations.
 * :func:`summary_text` writes a summary the summary gate passes (D32).
 * :class:`LocalProvider` and :class:`Reply` run a real OpenAI-compatible HTTP server on
-  127.0.0.1 for adapter tests (see :mod:`orchestrator._models.provider_server`).
+  127.0.0.1 for adapter tests (see :mod:`orchestrator.testing._provider`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import anyio
 import anyio.lowlevel
 
 from orchestrator._core.model import ModelRequest, ModelResponse
-from orchestrator._models.provider_server import LocalProvider, RecordedRequest, Reply
 from orchestrator._runtime.scripted_agent import (
     AgentHang,
     ScriptedAgent,
@@ -38,6 +37,7 @@ from orchestrator._runtime.scripted_agent import (
     tool_result,
     usage,
 )
+from orchestrator.testing._provider import LocalProvider, RecordedRequest, Reply
 
 __all__ = (
     "AgentHang",

@@ -2,28 +2,31 @@
 
 Theory of operation: the adapters (litellm, the remote summary endpoint) are only honest when
 they talk to a real socket, because that is where their retry, header and error-mapping
-behaviour lives. :class:`LocalProvider` runs an asyncio HTTP/1.1 server on its own event loop in
-a background thread, so the client side can be any event loop (litellm calls it from asyncio).
+behaviour lives. :class:`LocalProvider` runs an HTTP/1.1 server on its own event loop in a
+background thread, so the client side can be any event loop (litellm calls it from asyncio).
 It speaks just enough of the OpenAI chat-completions protocol (``POST .../chat/completions``) and
 the remote-summary protocol (``POST /summary``), and answers each request with the next
 :class:`Reply` from a queue the test filled. Every request body is recorded, so a test can count
 HTTP attempts.
 
+The HTTP is aiohttp's (its low-level :class:`aiohttp.web.Server`, parser in C): reading requests
+(``Content-Length`` or chunked bodies), framing answers, keep-alive as the request asks
+(HTTP/1.1 by default, HTTP/1.0 only with ``keep-alive``, never after ``connection: close``),
+answering a request it cannot read with a 400 and closing that connection. aiohttp is already
+installed with litellm; this module only decides what each request is answered, and when.
+
 One event loop, not a thread per request: the concurrency benchmark sends a couple of thousand
 summaries at once, and a thousand threads on two cores took CPU from the process under test
-(issue 9). Connections stay open between requests, as HTTP/1.1 and real providers have them:
-a client that reuses its connections pays for one connect per connection, not one per request
-(with two thousand summaries in flight, connecting and closing was most of the client's CPU per
-request). A request that asks for ``connection: close``, or an HTTP/1.0 one without
-``keep-alive``, is answered with ``connection: close`` and its connection closed. Stopping the
-provider answers the requests it is delaying or holding, then closes every connection, idle ones
-included.
+(issue 9). Connections stay open between requests, as real providers keep them: a client that
+reuses its connections pays for one connect per connection, not one per request. Stopping the
+provider answers the requests it is delaying or holding (with ``connection: close``), then
+closes every connection, idle ones included.
 
 A reply may "hold": the request waits until :meth:`LocalProvider.release` or
 :meth:`LocalProvider.stop`. That is how a test gets a call that hangs without sleeping.
 
 Streaming, as OpenAI-compatible providers stream: a request with ``"stream": true`` is answered
-with server-sent events (``data: {chunk}`` each, then ``data: [DONE]``) in chunked framing. A
+with server-sent events (``data: {chunk}`` each, then ``data: [DONE]``), chunked. A
 :meth:`Reply.stream` sends its text a token at a time, ``chunk_delay`` seconds apart, and may
 stall (hold) after a number of chunks; a :meth:`Reply.summary` asked to stream is sent as one
 content chunk, its finish reason, and its usage (the ``stream_options.include_usage`` chunk),
@@ -39,9 +42,11 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 MAX_DELAY = 30.0
 """Upper bound, in seconds, on a scripted server-side delay (a typo must not hang a suite)."""
@@ -248,7 +253,12 @@ class LocalProvider:
     def release(self) -> None:
         """Let every held request (and any later one) answer."""
         self._released = True
-        self._call(lambda server: server.wake(held_only=True))
+        loop, server = self._loop, self._server
+        if loop is not None and server is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(server.wake, True)
+            except RuntimeError:  # pragma: no cover - the loop closed meanwhile
+                pass
 
     def start(self) -> LocalProvider:
         """Bind a random port on 127.0.0.1 and serve on an event loop in a daemon thread."""
@@ -304,15 +314,6 @@ class LocalProvider:
     ) -> None:
         self.stop()
 
-    def _call(self, action: Any) -> None:
-        # Run ``action(server)`` on the provider's loop (from any thread).
-        loop, server = self._loop, self._server
-        if loop is not None and server is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(action, server)
-            except RuntimeError:  # pragma: no cover - the loop closed meanwhile
-                pass
-
     def _record_and_pop(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self._requests.append(request)
@@ -322,52 +323,45 @@ class LocalProvider:
 _REQUEST_QUEUE = 1024
 """Listen backlog: many clients connect at once (the concurrency benchmark, the pool test); a
 backlog of 5 would drop their connection attempts and delay them by seconds."""
-_MAX_HEAD = 64 * 1024
+
+_SHUTDOWN_WAIT = 5.0
+"""Seconds stopping waits for the requests being answered (woken, they answer at once)."""
 
 
 class _Server:
-    """The provider's asyncio side: the listening socket, its connections, the waits."""
+    """The provider's side of the event loop: aiohttp's server, the answers and their waits."""
 
     def __init__(self, provider: LocalProvider) -> None:
         self.provider = provider
-        self.listener: asyncio.Server | None = None
-        self.connections: dict[asyncio.Task[None], bool] = {}  # task -> answering a request
-        self.writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.runner: web.ServerRunner | None = None
         self.waits: dict[asyncio.Future[None], bool] = {}  # future -> held (not a delay)
 
     async def open(self) -> int:
-        self.listener = await asyncio.start_server(
-            self.connection, "127.0.0.1", 0, backlog=_REQUEST_QUEUE, limit=_MAX_HEAD
-        )
-        port: int = self.listener.sockets[0].getsockname()[1]
+        # Imported here: ``import orchestrator.testing`` should not cost aiohttp.web's import
+        # (a quarter of a second) to a test that never starts a provider.
+        from aiohttp import web
+
+        # No access log: the benchmark's thousands of requests would each write a line.
+        handler = web.Server(self.answer, access_log=None)
+        self.runner = web.ServerRunner(handler, shutdown_timeout=_SHUTDOWN_WAIT)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=_REQUEST_QUEUE)
+        await site.start()
+        port: int = self.runner.addresses[0][1]
         return port
 
     async def close(self) -> None:
-        # Stopping answers what waits (as the delay or hold ends early), then closes everything.
+        # Stopping answers what waits (as the delay or hold ends early); aiohttp then waits for
+        # those answers and closes every connection, idle ones included.
         self.provider._stopping = True
-        self.wake(held_only=False)
-        assert self.listener is not None, "closed before it opened"
-        self.listener.close()
-        busy = [task for task, answering in self.connections.items() if answering]
-        if busy:
-            await asyncio.wait(busy, timeout=5)
-        # Closing its socket ends a connection waiting for its next request (its read sees the
-        # end) without cancelling its task, which asyncio would log as an error.
-        for writer in self.writers.values():
-            writer.close()
-        _, late = await asyncio.wait(self.connections, timeout=5) if self.connections else ((), ())
-        for task in late:  # pragma: no cover - a connection that did not see its socket close
-            task.cancel()
-        await asyncio.gather(*self.connections, return_exceptions=True)
-        await self.listener.wait_closed()
+        self.wake(False)
+        assert self.runner is not None, "closed before it opened"
+        await self.runner.cleanup()
 
-    def wake(self, *, held_only: bool) -> None:
+    def wake(self, held_only: bool) -> None:
         for future, held in list(self.waits.items()):
             if (held or not held_only) and not future.done():
                 future.set_result(None)
-
-    async def pause(self, reply: Reply) -> None:
-        await self.wait(reply.delay, hold=reply.hold)
 
     async def wait(self, delay: float, *, hold: bool) -> None:
         """Wait ``delay`` seconds, or until released when ``hold``; stopping ends either."""
@@ -389,90 +383,62 @@ class _Server:
             if timer is not None:
                 timer.cancel()
 
-    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.connections[task] = False
-        self.writers[task] = writer
-        try:
-            while await self.answer(task, reader, writer):
-                pass
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass  # the client went away (a cancelled call): nothing to answer
-        except ValueError:
-            pass  # a request we cannot read: drop the connection
-        finally:
-            del self.connections[task]
-            del self.writers[task]
-            writer.close()
-
-    async def answer(
-        self, task: asyncio.Task[None], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
-        """Read one request and answer it; ``True`` when the connection stays open for another.
-
-        Raises:
-            asyncio.IncompleteReadError: the client closed the connection (between requests:
-                it is done with it).
-        """
-        head = await reader.readuntil(b"\r\n\r\n")
-        self.connections[task] = True
-        lines = head.decode("latin-1").split("\r\n")
-        method, path, version = lines[0].split(" ", 2)
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        raw = await _body(reader, headers)
-        keep_alive = _keep_alive(version, headers)
-        if method != "POST":
-            await _send(writer, _NOT_POST, keep_alive=keep_alive)
-            self.connections[task] = False
-            return keep_alive
+    async def answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Record ``request``, wait as its reply says, and answer it."""
+        if request.method != "POST":
+            return self.response(_NOT_POST)
+        # The body's stream, not request.read(): that one refuses bodies past 1 MiB (aiohttp's
+        # client_max_size), and a prompt carrying a long session is larger.
+        raw = await request.content.read()
         try:
             body = json.loads(raw)
         except ValueError:
             body = None
+        headers = {name.lower(): value for name, value in request.headers.items()}
         reply = self.provider._record_and_pop(
-            RecordedRequest(path=path, headers=headers, body=body, raw=raw)
+            RecordedRequest(path=request.raw_path, headers=headers, body=body, raw=raw)
         )
-        await self.pause(reply)
+        await self.wait(reply.delay, hold=reply.hold)
         events = _events_of(reply, asked=isinstance(body, dict) and body.get("stream") is True)
         if events is None:
-            await _send(writer, reply, keep_alive=keep_alive and not self.provider._stopping)
-        else:
-            await self.stream(writer, reply, events)
-            keep_alive = keep_alive and not self.provider._stopping
-        self.connections[task] = False
-        return keep_alive and not self.provider._stopping
+            return self.response(reply)
+        return await self.stream(request, reply, events)
+
+    def response(self, reply: Reply) -> web.Response:
+        from aiohttp import web
+
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        response = web.Response(status=reply.status, body=payload, headers=reply.headers)
+        response.content_type = "application/json"
+        self.closing(response)
+        return response
+
+    def closing(self, response: web.StreamResponse) -> None:
+        # aiohttp closes every connection once these answers are out, but only a response told
+        # so says ``connection: close`` (a client then does not try the connection again).
+        if self.provider._stopping:
+            response.force_close()
 
     async def stream(
-        self, writer: asyncio.StreamWriter, reply: Reply, events: tuple[Any, ...]
-    ) -> None:
+        self, request: web.BaseRequest, reply: Reply, events: tuple[Any, ...]
+    ) -> web.StreamResponse:
         """Send ``events`` as server-sent events, each after the reply's ``chunk_delay``."""
-        keep_alive = not self.provider._stopping
-        head = [
-            "HTTP/1.1 200 OK",
-            "content-type: text/event-stream",
-            "transfer-encoding: chunked",
-            *(f"{name}: {value}" for name, value in reply.headers),
-            "connection: keep-alive" if keep_alive else "connection: close",
-            "",
-            "",
-        ]
-        writer.write("\r\n".join(head).encode("latin-1"))
-        await writer.drain()
-        for number, event in enumerate((*events, "[DONE]")):
-            if number == reply.stall_after:
-                await self.wait(0.0, hold=True)
-            await self.wait(reply.chunk_delay, hold=False)
-            data = event if isinstance(event, str) else json.dumps(event)
-            payload = f"data: {data}\n\n".encode()
-            writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
-            await writer.drain()
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+        from aiohttp import web
+
+        response = web.StreamResponse(headers=reply.headers)
+        self.closing(response)
+        response.content_type = "text/event-stream"
+        try:
+            await response.prepare(request)
+            for number, event in enumerate((*events, "[DONE]")):
+                if number == reply.stall_after:
+                    await self.wait(0.0, hold=True)
+                await self.wait(reply.chunk_delay, hold=False)
+                data = event if isinstance(event, str) else json.dumps(event)
+                await response.write(f"data: {data}\n\n".encode())
+        except ConnectionError:
+            pass  # the client went away (a cancelled call): aiohttp closes the connection
+        return response
 
 
 _NOT_POST = Reply.error(501, "LocalProvider answers POST only")
@@ -534,44 +500,3 @@ def _events_of(reply: Reply, *, asked: bool) -> tuple[Any, ...] | None:
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        chunks: list[bytes] = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            chunk = await reader.readexactly(size + 2)
-            if size == 0:
-                while chunk != b"\r\n":  # trailers, up to the empty line
-                    chunk = await reader.readuntil(b"\r\n")
-                return b"".join(chunks)
-            chunks.append(chunk[:-2])
-    return await reader.readexactly(int(headers.get("content-length") or 0))
-
-
-def _keep_alive(version: str, headers: dict[str, str]) -> bool:
-    """Whether the client may send another request on this connection (RFC 9112, 9.3)."""
-    tokens = {token.strip().lower() for token in headers.get("connection", "").split(",")}
-    if "close" in tokens:
-        return False
-    return version.strip() != "HTTP/1.0" or "keep-alive" in tokens
-
-
-async def _send(writer: asyncio.StreamWriter, reply: Reply, *, keep_alive: bool) -> None:
-    payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-    try:
-        phrase = HTTPStatus(reply.status).phrase
-    except ValueError:
-        phrase = ""
-    head = [
-        f"HTTP/1.1 {reply.status} {phrase}",
-        "content-type: application/json",
-        f"content-length: {len(payload)}",
-        *(f"{name}: {value}" for name, value in reply.headers),
-        "connection: keep-alive" if keep_alive else "connection: close",
-        "",
-        "",
-    ]
-    writer.write("\r\n".join(head).encode("latin-1") + payload)
-    await writer.drain()
