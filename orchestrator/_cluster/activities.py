@@ -55,12 +55,13 @@ from orchestrator._cluster.views import planned_view
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ConflictError, OrchestratorError
+from orchestrator._core.errors import OrchestratorError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
+from orchestrator._runtime.operation_driver import commit_failure
 from orchestrator._runtime.outcomes import attempt_summary
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import (
@@ -325,12 +326,8 @@ class SessionActivities:
             entry = job.entry(session, result)
             try:
                 job.append(session, entry, Tail(op.expect_last_id, op.expect_length))
-            except ConflictError as error:
-                return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
-                if transient(error):
-                    raise  # the connection failed, nothing was written: deliver it again
-                return Reported(outcome="failed", error=str(error) or type(error).__name__)
+                return _refused(error)
             planned = Tail(op.expect_last_id, op.expect_length)
             self.stores.remember(op.session_id, session, cached, [entry], planned)
             result_of = {**_result_of(entry), "estimateAfter": sum(session.context().estimates)}
@@ -346,12 +343,8 @@ class SessionActivities:
             ids = [e["id"] for e in pruned]
             try:
                 job.rewrite(pruned, Tail(op.expect_last_id, op.expect_length))
-            except ConflictError as error:
-                return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
-                if transient(error):
-                    raise  # the connection failed, nothing was written: deliver it again
-                return Reported(outcome="failed", error=str(error) or type(error).__name__)
+                return _refused(error)
             finally:
                 # The rewrite changed entries in place: the next use reads the session again.
                 self.stores.cache.drop(op.session_id)
@@ -486,6 +479,18 @@ def _as_planned(session: Session, op: Op, entry_id: str | None = None) -> Sessio
     is gone) is returned as it is: the commit will conflict on it too.
     """
     return planned_view(session, Tail(op.expect_last_id, op.expect_length), entry_id)
+
+
+def _refused(error: OrchestratorError | OSError) -> Reported:
+    """The commit's report when the store refused it (a conflict, D27, or a failure).
+
+    Raises:
+        OrchestratorError: The connection failed and nothing was written: deliver it again.
+    """
+    if transient(error):
+        raise error
+    report = commit_failure(error)
+    return Reported(outcome=report.outcome, error=report.error)
 
 
 def _close(job: Job) -> None:
