@@ -57,6 +57,7 @@ from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import OrchestratorError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
+from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.hooks import Hooks
@@ -200,16 +201,8 @@ class SessionActivities:
                 call.feedback,
                 idle_s=self.settings.model_idle_timeout_s,
             )
-        report = attempt.report
-        return Reported(
-            outcome=report.outcome,
-            retry_after=report.retry_after,
-            error=report.error,
-            data=dict(report.data),
-            text=attempt.text,
-            purpose=part.purpose,
-            gate=attempt.gate.as_json() if attempt.gate is not None else None,
-        )
+        gate = attempt.gate.as_json() if attempt.gate is not None else None
+        return Reported.of(attempt.report, text=attempt.text, purpose=part.purpose, gate=gate)
 
     @activity.defn(name="commit")
     async def commit(self, call: Call) -> Reported:
@@ -352,7 +345,11 @@ class SessionActivities:
 
     def _finish(self, call: Call) -> Entry | None:
         self._write_journal(call.op, call.journal, resend=call.resend)
-        if call.status != "committed" or call.entry_id is None or call.op.kind != "compaction":
+        if (
+            call.status != OperationState.COMMITTED
+            or call.entry_id is None
+            or call.op.kind != "compaction"
+        ):
             return None
         session_id, entry_id = call.op.session_id, call.entry_id
         if is_database_url(self.database):
@@ -489,8 +486,7 @@ def _refused(error: OrchestratorError | OSError) -> Reported:
     """
     if transient(error):
         raise error
-    report = commit_failure(error)
-    return Reported(outcome=report.outcome, error=report.error)
+    return Reported.of(commit_failure(error))
 
 
 def _close(job: Job) -> None:

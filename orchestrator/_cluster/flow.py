@@ -171,8 +171,8 @@ class OperationFlow(TableFlow):
             await self._loop(prepared.event, Facts(**prepared.facts), prepared.data)
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's cancel row (D22).
-            if not self.done and self.defn.rows_for(self.state, "cancel"):
-                await self._loop("cancel", Facts(), NO_DATA)
+            if not self.done and self.defn.rows_for(self.state, OperationEvent.CANCEL):
+                await self._loop(OperationEvent.CANCEL, Facts(), NO_DATA)
             raise
         finally:
             if deadline is not None:
@@ -226,7 +226,7 @@ class OperationFlow(TableFlow):
         if reported.op is not None:
             self.op = reported.op
         self.driver.routes = list(reported.routes)  # the hooks made the requests
-        return _report(reported)
+        return reported.report()
 
     async def _call_model(self) -> Report:
         driver = self.driver
@@ -259,7 +259,7 @@ class OperationFlow(TableFlow):
             # The worker died or the call hung: a transient failure the table may retry.
             return Report(outcome="timeout", error=lost_reason(error, "model call"))
         gate = GateSpec.from_json(reported.gate) if reported.gate is not None else None
-        return driver.accept(Attempt(_report(reported), reported.text, gate), reported.purpose)
+        return driver.accept(Attempt(reported.report(), reported.text, gate), reported.purpose)
 
     async def _sleep_retry(self) -> Report:
         await workflow.sleep(self.driver.retry_wait_s())
@@ -276,12 +276,12 @@ class OperationFlow(TableFlow):
         )
         reported = await self._commit("commit", "commit", call)
         self._result = reported.result
-        return self.driver.committed(_report(reported))
+        return self.driver.committed(reported.report())
 
     async def _rewrite_entries(self) -> Report:
         reported = await self._commit("rewrite", "prune", Call(op=self.op))
         self._tokens_saved = reported.tokens_saved
-        return self.driver.committed(_report(reported))
+        return self.driver.committed(reported.report())
 
     async def _commit(self, activity: str, what: str, call: Call) -> Reported:
         # Delivered again after a lost worker: the commit finds its entry, a prune its work.
@@ -349,10 +349,7 @@ class OperationFlow(TableFlow):
         committed = ending.status == OperationState.COMMITTED
         return CompressResult(
             operation_id=self.op.operation_id,
-            status=ending.status,
-            reason=ending.reason,
-            error=ending.error,
-            error_kind=ending.error_kind,
+            **ending.fields(),
             entry_id=self._entry_id if committed else None,
             summary=result.get("summary") if committed else None,
             tokens_before=result.get("tokensBefore") if committed else None,
@@ -364,15 +361,6 @@ class OperationFlow(TableFlow):
             estimate_after=result.get("estimateAfter") if committed else None,
             compact_failed=self._compact_failed,
         )
-
-
-def _report(reported: Reported) -> Report:
-    return Report(
-        outcome=reported.outcome,
-        retry_after=reported.retry_after,
-        error=reported.error,
-        data=reported.data,
-    )
 
 
 WORKER_SHUTDOWN = "WorkerShutdown"

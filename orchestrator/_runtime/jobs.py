@@ -22,6 +22,7 @@ from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry, Messag
 from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.names import OperationEvent
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.hook_results import compacting_shape, supplied_compaction
@@ -152,12 +153,12 @@ class CompactionJob:
         """``prepared``, with or without work (D12)."""
         if self.plan is None:
             return Start(
-                event="prepared",
+                event=OperationEvent.PREPARED,
                 facts=Facts(has_work=False),
                 data={"reason": self.skip_reason},
             )
         return Start(
-            event="prepared",
+            event=OperationEvent.PREPARED,
             facts=Facts(has_work=True),
             data={
                 "firstKeptEntryId": self.plan.first_kept_entry_id,
@@ -285,7 +286,7 @@ class BranchJob:
     def start(self) -> Start:
         """``branch_planned``; a branch without messages needs no model."""
         return Start(
-            event="branch_planned",
+            event=OperationEvent.BRANCH_PLANNED,
             facts=Facts(needs_model=bool(self.parts)),
             data={"oldLeafId": self.old_leaf_id},
         )
@@ -349,12 +350,12 @@ class PruneJob:
         """``prune_planned``, with or without candidates."""
         if not self.plan.candidates:
             return Start(
-                event="prune_planned",
+                event=OperationEvent.PRUNE_PLANNED,
                 facts=Facts(has_work=False),
                 data={"reason": "nothing to prune"},
             )
         return Start(
-            event="prune_planned",
+            event=OperationEvent.PRUNE_PLANNED,
             facts=Facts(has_work=True),
             data={"tokensSaved": self.plan.tokens_saved},
         )

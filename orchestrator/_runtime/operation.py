@@ -187,8 +187,8 @@ class OperationRun:
 
     def cancel(self) -> None:
         """Ask for cancellation; the table decides what it means now (D22)."""
-        if not self.machine.done and self.machine.listed("cancel"):
-            self.machine.interrupt("cancel")
+        if not self.machine.done and self.machine.listed(OperationEvent.CANCEL):
+            self.machine.interrupt(OperationEvent.CANCEL)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -229,8 +229,9 @@ class OperationRun:
             except anyio.get_cancelled_exc_class():
                 # Cancelled from outside (the turn stopped): settle through the table, shielded.
                 with anyio.CancelScope(shield=True):
-                    if self.machine.listed("cancel"):
-                        await self._loop(None, "cancel", self._facts(), {}, settling=True)
+                    if self.machine.listed(OperationEvent.CANCEL):
+                        cancel = OperationEvent.CANCEL
+                        await self._loop(None, cancel, self._facts(), {}, settling=True)
                 raise
             outcome = self.outcome()
             span.set(**_span_attributes(outcome), **self._branch_span_attributes())
@@ -337,7 +338,7 @@ class OperationRun:
         # Entering committing fixes what the commit writes, so its ids are journaled first.
         row = self.machine.defn.select(self.state, event, facts)
         out = dict(data)
-        if row is not None and row.dest == "committing":
+        if row is not None and row.dest == OperationState.COMMITTING:
             session = self.ports.session
             if isinstance(self.job, PruneJob):
                 self._pruned = self.job.pruned(self.ports.clock_ms())
@@ -600,7 +601,7 @@ class OperationRun:
             # commit's, or the session's close): a power cut before it leaves the operation at
             # `committing` or before, and reopening settles it to the same end (D24, issue 9).
             journal.write_step(step, operation_id=self.id, kind=self.kind, data=kept, durable=False)
-            self._unsynced = step.dest == "committing"
+            self._unsynced = step.dest == OperationState.COMMITTING
         self.ports.observe(step)
         if self.machine.done:
             self._update(STATUS[self.state])
@@ -630,10 +631,7 @@ class OperationRun:
         committed = ending.status == OperationState.COMMITTED
         return OperationOutcome(
             operation_id=self.id,
-            status=ending.status,
-            reason=ending.reason,
-            error=ending.error,
-            error_kind=ending.error_kind,
+            **ending.fields(),
             retry_after=ending.retry_after,
             cause=self._commit_cause if ending.commit_failed else None,
             entry=self._entry if committed else None,
@@ -654,7 +652,7 @@ class OperationRun:
             "tokens_before": plan.total_tokens,
             "summarized": len(plan.summarized_entry_ids),
         }
-        if self.state == "committed" and self._result is not None:
+        if self.state == OperationState.COMMITTED and self._result is not None:
             attrs["model"] = self._result.model
         return attrs
 

@@ -111,6 +111,15 @@ class Ending:
     retry_after: float | None = None
     commit_failed: bool = False
 
+    def fields(self) -> dict[str, Any]:
+        """What each host's outcome record says alike: status, reason, error and its kind."""
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "error": self.error,
+            "error_kind": self.error_kind,
+        }
+
 
 @dataclass(slots=True)
 class OperationDriver:
