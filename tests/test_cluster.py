@@ -378,3 +378,78 @@ async def test_a_conflict_after_a_cured_retry_says_conflict_on_both_hosts(tmp_pa
         assert kind is None
     assert database.journal_rows(session_id) == journal_rows(local_path)
     assert database.new_compactions(session_id) == []
+
+
+REFUSAL = "I'm sorry, but I can't help with summarizing this conversation."
+
+
+def supplying(summary: str) -> Hooks:
+    """Hooks whose session_before_compact supplies ``summary`` (as a pi extension may)."""
+    hooks = Hooks()
+    hooks.on("session_before_compact", lambda payload: {"compaction": {"summary": summary}})
+    return hooks
+
+
+async def both_hosts_with_hooks(
+    tmp_path: Path, make: Callable[[], SummaryRoutes], hooks: Hooks
+) -> tuple[Any, CompressResult, Database, str, Path]:
+    """One manual compaction on each host, the same hooks and routes."""
+    local_path = local_copy(tmp_path / "local")
+    session = Session.open(local_path)
+    ports = Ports(session=session, routes=make(), journal=Journal.open(local_path), hooks=hooks)
+    local = await OperationRunner(ports, SETTINGS.compaction).compaction(reason="manual")
+    session.close()
+    database = Database(str(tmp_path / "db"))
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(client, database, make(), "manual", hooks=hooks)
+    assert database.journal_rows(session_id) == journal_rows(local_path)
+    return local, result, database, session_id, local_path
+
+
+async def test_a_hook_summary_the_gate_refuses_is_summarized_by_the_model_on_both_hosts(
+    tmp_path: Path,
+) -> None:
+    # Issue 38's gap: a hook's refusal text was committed unchecked. Now the gate refuses it
+    # (D32) and the model route writes the summary, as for a malformed hook result.
+    def make() -> SummaryRoutes:
+        return routes(scripted("a", {"history": [HISTORY], "turn_prefix": [PREFIX]}))
+
+    local, result, database, session_id, local_path = await both_hosts_with_hooks(
+        tmp_path, make, supplying(REFUSAL)
+    )
+    assert (local.status, result.status) == ("committed", "committed")
+    assert (local.from_extension, result.from_extension) == (False, False)
+    assert local.entry is not None
+    assert local.entry["summary"].startswith(HISTORY)
+    assert result.summary is not None
+    assert result.summary.startswith(HISTORY)
+    rows = database.journal_rows(session_id)
+    moves = [row[:3] for row in rows]
+    assert ("consulting_hooks", "hook_supplied", "checking_hook") in moves
+    [refused] = [row for row in rows if row[:3][1:] == ("summary_refused", "summarizing")]
+    assert refused[0] == "checking_hook"
+    assert refused[4]["refused_check"] == "refusal"
+    assert "drop_hook_result" in refused[3]
+
+
+async def test_a_hook_summary_refused_with_no_model_fails_naming_the_check_on_both_hosts(
+    tmp_path: Path,
+) -> None:
+    def make() -> SummaryRoutes:
+        return routes()  # no model to write one instead
+
+    error = "Error: upstream request failed (502 Bad Gateway)"
+    local, result, database, session_id, _ = await both_hosts_with_hooks(
+        tmp_path, make, supplying(error)
+    )
+    assert (local.status, result.status) == ("failed", "failed")
+    for said in (local.error, result.error):
+        assert said is not None
+        assert said.startswith("the summary a hook supplied was refused (error_text)")
+    assert (local.error_kind, result.error_kind) == ("refused", "refused")
+    assert database.new_compactions(session_id) == []
+    assert database.journal_rows(session_id)[-1][:3] == (
+        "checking_hook",
+        "summary_refused",
+        "failed",
+    )

@@ -174,9 +174,12 @@ class SessionActivities:
             preserve_data=job.inputs.preserve_data,
             supplied=dataclasses.asdict(job.supplied) if job.supplied is not None else None,
         )
+        text, gate = job.hook_summary() if job.supplied is not None else ("", None)
         return Reported(
             outcome=report.outcome,
             data=dict(report.data),
+            text=text,
+            gate=gate.as_json() if gate is not None else None,
             routes=[len(part.routes) for part in job.parts],
             op=op,
         )

@@ -118,6 +118,7 @@ class OperationFlow(TableFlow):
                 "rewrite_entries": self._rewrite_entries,
                 "rebuild_context": self._nothing,
                 "emit_result": self._emit_result,
+                "drop_hook_result": self._drop_hook_result,
             }
         )
         super().__init__(defn, effects, awaiting=AWAITING)
@@ -226,6 +227,8 @@ class OperationFlow(TableFlow):
         if reported.op is not None:
             self.op = reported.op
         self.driver.routes = list(reported.routes)  # the hooks made the requests
+        if reported.gate is not None:  # a hook supplied the summary: the gate may judge it
+            self.driver.hook_supplied(reported.text, GateSpec.from_json(reported.gate))
         return reported.report()
 
     async def _call_model(self) -> Report:
@@ -299,6 +302,10 @@ class OperationFlow(TableFlow):
             self.journal.lost(lines)
             return Reported(outcome="failed", error=lost_reason(error, what))
         return reported
+
+    async def _drop_hook_result(self) -> None:
+        # The gate refused the hook's summary: the next activities summarize without it.
+        self.op = dataclasses.replace(self.op, supplied=None)
 
     async def _nothing(self) -> None:
         return None

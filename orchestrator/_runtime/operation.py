@@ -148,6 +148,7 @@ class OperationRun:
                 "rewrite_entries": self._rewrite_entries,
                 "rebuild_context": self._rebuild_context,
                 "emit_result": self._emit_result,
+                "drop_hook_result": self._drop_hook_result,
             }
         )
         self.machine = Interpreter(
@@ -375,7 +376,12 @@ class OperationRun:
     async def _run_hooks(self) -> Report:
         report: Report = await self.job.consult_hooks()
         self.driver.routes = part_routes(self.job.parts)  # the hooks made the requests
+        if report.outcome == "supplied":
+            self.driver.hook_supplied(*self.job.hook_summary())
         return report
+
+    async def _drop_hook_result(self) -> None:
+        self.job.supplied = None  # the gate refused it: summarized as without the hook
 
     def _route(self) -> tuple[Part, Model | None]:
         part = self.job.parts[self._at.part]

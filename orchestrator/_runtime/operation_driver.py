@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._core.errors import ConflictError, ModelError
+from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import OperationEvent, OperationState
@@ -62,6 +63,7 @@ HOST_EFFECTS = frozenset(
         "rewrite_entries",
         "rebuild_context",
         "emit_result",
+        "drop_hook_result",
     }
 )
 """The effects each host performs itself (the I/O); the driver performs the rest."""
@@ -165,6 +167,7 @@ class OperationDriver:
             "ask_again": self.at.ask_again,
             "use_fallback": self.at.use_fallback,
             "check_summary": self.check_summary,
+            "check_hook_summary": self.check_summary,
         }
 
     # -- what the effects leave ----------------------------------------------------------------
@@ -174,6 +177,10 @@ class OperationDriver:
         if self.at.offline or self.at.candidate < self.routes[self.at.part]:
             return None
         return Report(outcome="fatal", error=NO_MODEL)
+
+    def hook_supplied(self, text: str, gate: GateSpec) -> None:
+        """Keep the summary a hook supplied: the gate may judge it next (D32)."""
+        self.answer = Attempt(Report(outcome="supplied"), text, gate)
 
     def accept(self, attempt: Attempt, purpose: str) -> Report:
         """Keep ``call_model``'s attempt (the gate judges it next); returns its report."""
@@ -218,7 +225,10 @@ class OperationDriver:
         if effect == "run_hooks":
             if report.outcome == "cancelled":
                 self.skipped = str(report.data.get("reason"))
-            return HOOK_EVENTS[report.outcome], Facts(needs_model=bool(self.routes)), data
+            facts = Facts(needs_model=bool(self.routes), gate_enabled=self.gate)
+            return HOOK_EVENTS[report.outcome], facts, data
+        if effect == "check_hook_summary":
+            return *self._after_hook_check(report), data
         if effect == "call_model":
             if report.outcome != "ok":
                 self.failure = report
@@ -246,6 +256,18 @@ class OperationDriver:
         if effect == "sleep_retry":
             return OperationEvent.WAIT_DONE, NO_FACTS, data
         return COMMIT_EVENTS[report.outcome], NO_FACTS, data
+
+    def _after_hook_check(self, report: Report) -> tuple[OperationEvent, Facts]:
+        # The hook's summary judged (D32): a refusal is the operation's failure, should no
+        # model be there to write one instead; the table decides which.
+        if report.outcome == "passed":
+            return OperationEvent.SUMMARY_PASSED, NO_FACTS
+        check = str(report.data.get("check", ""))
+        self.refused.append((self.at.part, check))
+        error = f"the summary a hook supplied was refused ({check}): {report.error}"
+        self.failure = Report(outcome="refused", error=error, data=dict(report.data))
+        can_ask = bool(self.routes) and self.routes[0] > 0
+        return OperationEvent.SUMMARY_REFUSED, Facts(refused_check=check, needs_model=can_ask)
 
     def journal_data(self, source: str, data: Mapping[str, Any]) -> dict[str, Any]:
         """What a step's journal line keeps of its data (the first names the reason)."""
@@ -317,7 +339,10 @@ class OperationDriver:
 
 def ends_attempt(taken: Step) -> bool:
     """Whether the step ends a model attempt; an answer is reported once the gate judged it."""
-    return taken.event in _ATTEMPT_EVENTS and taken.dest != OperationState.CHECKING
+    judged_hook = taken.source == OperationState.CHECKING_HOOK
+    return (
+        taken.event in _ATTEMPT_EVENTS and taken.dest != OperationState.CHECKING and not judged_hook
+    )
 
 
 def attempt_outcome(taken: Step, delay_ms: int) -> tuple[Outcome, int]:
