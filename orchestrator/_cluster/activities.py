@@ -63,6 +63,7 @@ from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
 from orchestrator._runtime.operation_driver import commit_failure
+from orchestrator._runtime.operations import routes_for
 from orchestrator._runtime.outcomes import attempt_summary
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import (
@@ -88,13 +89,6 @@ class Planned:
     path: list[Entry]
     plan: CompactionPlan
     kept: Sequence[dict[str, Any]]
-
-
-def routes_for(routes: SummaryRoutes, reason: str) -> SummaryRoutes:
-    """D21: a manual compaction uses the current model's route; an automatic one walks them all."""
-    if reason == "manual":
-        return dataclasses.replace(routes, candidates=routes.candidates[:1])
-    return routes
 
 
 class SessionActivities:
@@ -433,7 +427,7 @@ class SessionActivities:
         nav = op.branch
         assert nav is not None
         # D21: a branch summary uses the current model's route, as a manual compaction does.
-        routes = routes_for(self.routes, "manual")
+        routes = routes_for(self.routes, "navigation")
         candidates = routes.candidates
         window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
         entries, ancestor = collect_branch_entries(

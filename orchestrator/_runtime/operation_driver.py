@@ -18,11 +18,36 @@ httpcore keeps one implementation of a connection and derives its twin:
 So the two hosts cannot drift: after a transient error a retry cured, a commit conflict is
 reported as the conflict on either host, because there is one place that says so.
 
-Exceptions to the table (decisions made here, not by a row, and why):
+Exceptions to the table (decisions made in Python, not by a row, and why; h11's ``_state.py``
+keeps its exceptions the same way). Issue 34 listed these for the operation machine:
 
-* Which failure an operation that ended ``failed`` reports: the last model failure when there
-  was one, else the commit's. A conflict always reports the commit's (the store's reason). This
-  is wording of an outcome the table already chose, not a choice between outcomes.
+* **Which failure is reported.** An operation that ended ``failed`` reports the last model
+  failure when there was one, else the commit's; a ``conflict`` always reports the commit's
+  (the store's reason). This words an outcome the table chose; it chooses nothing.
+* **The candidate list per reason (D21)** is given to the operation, not chosen by it: the
+  one-process runner and the worker hand a manual compaction and a branch summary the current
+  model's route only (:func:`~orchestrator._runtime.operations.routes_for`), an automatic one
+  every candidate; the table then walks whatever list it has (``more_candidates``). A row
+  cannot make this choice today because the Python API's :func:`~orchestrator.compact` runs as
+  ``manual`` with the caller's own candidate list, which it walks.
+* **Speculative model calls.** A split turn's prefix request does not read the history
+  summary, so the one-process host starts its first attempt alongside the history's
+  (:meth:`~orchestrator._runtime.operation.OperationRun._start_early`). No row asked for it: the
+  table still decides, in order, what that answer means once its ``call_model`` row is taken,
+  and an answer no row reaches is cancelled and dropped. It is a latency optimisation with no
+  visible effect on the journal; the cluster host does not make it.
+* **``session_compact`` and ``session_compact_failed``.** The table decides how the operation
+  ends and names ``emit_result`` on every final row; which of pi's events that is follows from
+  the final state alone (:func:`~orchestrator._runtime.compact_hooks.compact_failed`, pi's own
+  wording), and only for a compaction that is not a dry run: a branch summary and a prune have
+  no such events in pi, and an automatic compaction with nothing to do emits none, as in pi.
+* **The "no room" refusal.** A summary request that cannot fit the summarizer's window is
+  refused when the request is built (``Summarization refused: ...``), before any model is paid:
+  it reaches the table as the attempt's ``fatal`` failure, and the ``attempt_failed`` rows
+  decide (next candidate, else failed). The branch navigation's own "no room" check lives in
+  the navigation machine's driver.
+* **A manual result rewritten to ``cancelled``** is the turn machine's (its
+  ``report_manual_result`` effect), not this machine's.
 """
 
 from __future__ import annotations
