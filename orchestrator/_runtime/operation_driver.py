@@ -250,7 +250,9 @@ class OperationDriver:
         if effect == "run_hooks":
             if report.outcome == "cancelled":
                 self.skipped = str(report.data.get("reason"))
-            facts = Facts(needs_model=bool(self.routes), gate_enabled=self.gate)
+            # Only the hook_supplied rows read the gate: the other journal lines stay as before.
+            gate = self.gate and report.outcome == "supplied"
+            facts = Facts(needs_model=bool(self.routes), gate_enabled=gate)
             return HOOK_EVENTS[report.outcome], facts, data
         if effect == "check_hook_summary":
             return *self._after_hook_check(report), data
