@@ -9,6 +9,7 @@ host. The histories are replayed with Temporal's replayer (and kept as fixtures 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from orchestrator._store.journal import Journal  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
 from orchestrator.testing import FunctionModel, summary_text  # noqa: E402
+from tests.cli_kit import pi_user_line  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
@@ -321,3 +323,133 @@ async def test_a_compaction_a_hook_supplies_is_committed_verbatim(tmp_path: Path
     assert model.requests == []
     (entry,) = database.new_compactions(session_id)
     assert (entry["summary"], entry["fromExtension"]) == ("from the hook", True)
+
+
+def last_id(path: Path) -> str:
+    """The id of the last entry in a session file."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return str(json.loads(lines[-1])["id"])
+
+
+def writes_meanwhile(name: str, path: Callable[[], Path]) -> FunctionModel:
+    """A summarizer busy once (a 429), then answering while another program appends (D27)."""
+    busy = [ModelError("429 Too Many Requests", kind="transient")]
+
+    async def answer(request: ModelRequest) -> str:
+        if request.purpose != "history":
+            return PREFIX
+        if busy:
+            raise busy.pop()
+        target = path()
+        with target.open("ab") as file:
+            file.write(pi_user_line(last_id(target), text="typed in pi meanwhile"))
+        return HISTORY
+
+    return FunctionModel(answer, name=name)
+
+
+async def test_a_conflict_after_a_cured_retry_says_conflict_on_both_hosts(tmp_path: Path) -> None:
+    # The drift of issue 34: a 429 retried away, then the commit meets another writer. The
+    # conflict, not the cured failure, is what the caller hears, on either host.
+    local_path = local_copy(tmp_path / "local")
+    session = Session.open(local_path)
+    journal = Journal.open(local_path)
+    ports = Ports(
+        session=session, routes=routes(writes_meanwhile("a", lambda: local_path)), journal=journal
+    )
+    local = await OperationRunner(ports, SETTINGS.compaction).compaction(reason="threshold")
+    session.close()
+    database = Database(str(tmp_path / "db"))
+    ids: list[str] = []
+    summarizer = routes(writes_meanwhile("a", lambda: Path(database.location) / f"{ids[0]}.jsonl"))
+
+    async def remember(cluster: ClusterClient, session_id: str) -> None:
+        ids.append(session_id)
+
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(
+            client, database, summarizer, "threshold", during=remember
+        )
+    assert (local.status, result.status) == ("conflict", "conflict")
+    for error, kind in ((local.error, local.error_kind), (result.error, result.error_kind)):
+        assert error is not None
+        assert "nothing was applied" in error
+        assert "429" not in error
+        assert kind is None
+    assert database.journal_rows(session_id) == journal_rows(local_path)
+    assert database.new_compactions(session_id) == []
+
+
+REFUSAL = "I'm sorry, but I can't help with summarizing this conversation."
+
+
+def supplying(summary: str) -> Hooks:
+    """Hooks whose session_before_compact supplies ``summary`` (as a pi extension may)."""
+    hooks = Hooks()
+    hooks.on("session_before_compact", lambda payload: {"compaction": {"summary": summary}})
+    return hooks
+
+
+async def both_hosts_with_hooks(
+    tmp_path: Path, make: Callable[[], SummaryRoutes], hooks: Hooks
+) -> tuple[Any, CompressResult, Database, str, Path]:
+    """One manual compaction on each host, the same hooks and routes."""
+    local_path = local_copy(tmp_path / "local")
+    session = Session.open(local_path)
+    ports = Ports(session=session, routes=make(), journal=Journal.open(local_path), hooks=hooks)
+    local = await OperationRunner(ports, SETTINGS.compaction).compaction(reason="manual")
+    session.close()
+    database = Database(str(tmp_path / "db"))
+    async with connected() as client:
+        result, session_id, _ = await run_cluster(client, database, make(), "manual", hooks=hooks)
+    assert database.journal_rows(session_id) == journal_rows(local_path)
+    return local, result, database, session_id, local_path
+
+
+async def test_a_hook_summary_the_gate_refuses_is_summarized_by_the_model_on_both_hosts(
+    tmp_path: Path,
+) -> None:
+    # Issue 38's gap: a hook's refusal text was committed unchecked. Now the gate refuses it
+    # (D32) and the model route writes the summary, as for a malformed hook result.
+    def make() -> SummaryRoutes:
+        return routes(scripted("a", {"history": [HISTORY], "turn_prefix": [PREFIX]}))
+
+    local, result, database, session_id, local_path = await both_hosts_with_hooks(
+        tmp_path, make, supplying(REFUSAL)
+    )
+    assert (local.status, result.status) == ("committed", "committed")
+    assert (local.from_extension, result.from_extension) == (False, False)
+    assert local.entry is not None
+    assert local.entry["summary"].startswith(HISTORY)
+    assert result.summary is not None
+    assert result.summary.startswith(HISTORY)
+    rows = database.journal_rows(session_id)
+    moves = [row[:3] for row in rows]
+    assert ("consulting_hooks", "hook_supplied", "checking_hook") in moves
+    [refused] = [row for row in rows if row[:3][1:] == ("summary_refused", "summarizing")]
+    assert refused[0] == "checking_hook"
+    assert refused[4]["refused_check"] == "refusal"
+    assert "drop_hook_result" in refused[3]
+
+
+async def test_a_hook_summary_refused_with_no_model_fails_naming_the_check_on_both_hosts(
+    tmp_path: Path,
+) -> None:
+    def make() -> SummaryRoutes:
+        return routes()  # no model to write one instead
+
+    error = "Error: upstream request failed (502 Bad Gateway)"
+    local, result, database, session_id, _ = await both_hosts_with_hooks(
+        tmp_path, make, supplying(error)
+    )
+    assert (local.status, result.status) == ("failed", "failed")
+    for said in (local.error, result.error):
+        assert said is not None
+        assert said.startswith("the summary a hook supplied was refused (error_text)")
+    assert (local.error_kind, result.error_kind) == ("refused", "refused")
+    assert database.new_compactions(session_id) == []
+    assert database.journal_rows(session_id)[-1][:3] == (
+        "checking_hook",
+        "summary_refused",
+        "failed",
+    )

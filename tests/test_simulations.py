@@ -78,7 +78,8 @@ def test_failure_stories() -> None:
     assert ("summarizing", "attempt_failed", "summarizing") in story("candidate-switch")
     assert ("summarizing", "cancel", "cancelled") in story("abort-summary")
     assert ("consulting_hooks", "hooks_cancelled", "cancelled") in story("hooks-cancel")
-    assert ("consulting_hooks", "hook_supplied", "committing") in story("hooks-replace")
+    assert ("consulting_hooks", "hook_supplied", "checking_hook") in story("hooks-replace")
+    assert ("checking_hook", "summary_passed", "committing") in story("hooks-replace")
     assert ("committing", "reopened", "failed") in story("crash")
 
 

@@ -397,3 +397,19 @@ async def test_the_entry_records_its_provenance_and_reads_back(tmp_path: Path) -
     entry = again.tree.entries[-1]
     assert entry["details"]["modifiedFiles"] == details["modifiedFiles"]
     again.close()
+
+
+def test_a_hooks_summary_is_checked_as_a_hooks_text() -> None:
+    # A hook writes its own format (issue 38): no sections, file lists or focus required; an
+    # error, a refusal, a text cut off or longer than what it replaces is still refused.
+    hook = GateSpec(purpose="hook", input_chars=3000, focus="invoices")
+    own = "Goal: fix totals.\n<read-files>\na.py\n</read-files>\nDone: the parser."
+    assert check_summary(own, hook).passed
+    refused = {
+        "error_text": "Error: upstream request failed (502 Bad Gateway)",
+        "refusal": "I'm sorry, but I can't help with summarizing this conversation.",
+        "truncated": "Goal: fix totals. We changed the parser and the",
+        "too_long": "word " * 1000,
+    }
+    for check, text in refused.items():
+        assert check_summary(text, hook).check == check

@@ -55,12 +55,15 @@ from orchestrator._cluster.views import planned_view
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ConflictError, OrchestratorError
+from orchestrator._core.errors import OrchestratorError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
+from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
+from orchestrator._runtime.operation_driver import commit_failure
+from orchestrator._runtime.operations import routes_for
 from orchestrator._runtime.outcomes import attempt_summary
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import (
@@ -86,13 +89,6 @@ class Planned:
     path: list[Entry]
     plan: CompactionPlan
     kept: Sequence[dict[str, Any]]
-
-
-def routes_for(routes: SummaryRoutes, reason: str) -> SummaryRoutes:
-    """D21: a manual compaction uses the current model's route; an automatic one walks them all."""
-    if reason == "manual":
-        return dataclasses.replace(routes, candidates=routes.candidates[:1])
-    return routes
 
 
 class SessionActivities:
@@ -172,9 +168,12 @@ class SessionActivities:
             preserve_data=job.inputs.preserve_data,
             supplied=dataclasses.asdict(job.supplied) if job.supplied is not None else None,
         )
+        text, gate = job.hook_summary() if job.supplied is not None else ("", None)
         return Reported(
             outcome=report.outcome,
             data=dict(report.data),
+            text=text,
+            gate=gate.as_json() if gate is not None else None,
             routes=[len(part.routes) for part in job.parts],
             op=op,
         )
@@ -199,16 +198,8 @@ class SessionActivities:
                 call.feedback,
                 idle_s=self.settings.model_idle_timeout_s,
             )
-        report = attempt.report
-        return Reported(
-            outcome=report.outcome,
-            retry_after=report.retry_after,
-            error=report.error,
-            data=dict(report.data),
-            text=attempt.text,
-            purpose=part.purpose,
-            gate=attempt.gate.as_json() if attempt.gate is not None else None,
-        )
+        gate = attempt.gate.as_json() if attempt.gate is not None else None
+        return Reported.of(attempt.report, text=attempt.text, purpose=part.purpose, gate=gate)
 
     @activity.defn(name="commit")
     async def commit(self, call: Call) -> Reported:
@@ -325,12 +316,8 @@ class SessionActivities:
             entry = job.entry(session, result)
             try:
                 job.append(session, entry, Tail(op.expect_last_id, op.expect_length))
-            except ConflictError as error:
-                return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
-                if transient(error):
-                    raise  # the connection failed, nothing was written: deliver it again
-                return Reported(outcome="failed", error=str(error) or type(error).__name__)
+                return _refused(error)
             planned = Tail(op.expect_last_id, op.expect_length)
             self.stores.remember(op.session_id, session, cached, [entry], planned)
             result_of = {**_result_of(entry), "estimateAfter": sum(session.context().estimates)}
@@ -346,12 +333,8 @@ class SessionActivities:
             ids = [e["id"] for e in pruned]
             try:
                 job.rewrite(pruned, Tail(op.expect_last_id, op.expect_length))
-            except ConflictError as error:
-                return Reported(outcome="conflict", error=f"{error}; nothing was applied")
             except (OrchestratorError, OSError) as error:
-                if transient(error):
-                    raise  # the connection failed, nothing was written: deliver it again
-                return Reported(outcome="failed", error=str(error) or type(error).__name__)
+                return _refused(error)
             finally:
                 # The rewrite changed entries in place: the next use reads the session again.
                 self.stores.cache.drop(op.session_id)
@@ -359,7 +342,11 @@ class SessionActivities:
 
     def _finish(self, call: Call) -> Entry | None:
         self._write_journal(call.op, call.journal, resend=call.resend)
-        if call.status != "committed" or call.entry_id is None or call.op.kind != "compaction":
+        if (
+            call.status != OperationState.COMMITTED
+            or call.entry_id is None
+            or call.op.kind != "compaction"
+        ):
             return None
         session_id, entry_id = call.op.session_id, call.entry_id
         if is_database_url(self.database):
@@ -440,7 +427,7 @@ class SessionActivities:
         nav = op.branch
         assert nav is not None
         # D21: a branch summary uses the current model's route, as a manual compaction does.
-        routes = routes_for(self.routes, "manual")
+        routes = routes_for(self.routes, "navigation")
         candidates = routes.candidates
         window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
         entries, ancestor = collect_branch_entries(
@@ -486,6 +473,17 @@ def _as_planned(session: Session, op: Op, entry_id: str | None = None) -> Sessio
     is gone) is returned as it is: the commit will conflict on it too.
     """
     return planned_view(session, Tail(op.expect_last_id, op.expect_length), entry_id)
+
+
+def _refused(error: OrchestratorError | OSError) -> Reported:
+    """The commit's report when the store refused it (a conflict, D27, or a failure).
+
+    Raises:
+        OrchestratorError: The connection failed and nothing was written: deliver it again.
+    """
+    if transient(error):
+        raise error
+    return Reported.of(commit_failure(error))
 
 
 def _close(job: Job) -> None:

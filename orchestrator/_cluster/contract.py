@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._core.errors import OrchestratorError
+from orchestrator._runtime.driver import Report
 
 TASK_QUEUE = "orchestrator-sessions"
 """The task queue every worker polls and every client starts session workflows on."""
@@ -310,6 +311,23 @@ class Reported:
     result: dict[str, Any] | None = None
     tokens_saved: int = 0
     gate: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, report: Report, **extra: Any) -> Reported:
+        """The cluster form of ``report``, with the ``extra`` fields of this effect."""
+        return cls(
+            outcome=report.outcome,
+            retry_after=report.retry_after,
+            error=report.error,
+            data=dict(report.data),
+            **extra,
+        )
+
+    def report(self) -> Report:
+        """The :class:`~orchestrator._runtime.driver.Report` the tables' translation reads."""
+        return Report(
+            outcome=self.outcome, retry_after=self.retry_after, error=self.error, data=self.data
+        )
 
 
 NO_AGENT = "session.prompt: no agent configured (start the server with --model)"

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -58,19 +58,10 @@ from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
-from orchestrator._runtime.compact_hooks import compact_failed
+from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.driver import Report
-from orchestrator._runtime.outcomes import (
-    COMMIT_EVENTS,
-    HOOK_EVENTS,
-    Attempt,
-    Attempts,
-    call_event,
-    check_event,
-    check_report,
-    past_deadline,
-    step_data,
-)
+from orchestrator._runtime.operation_driver import AWAITING, OperationDriver
+from orchestrator._runtime.outcomes import Attempt
 from orchestrator._runtime.retry import RetryPolicy
 
 ONCE = TemporalRetry(maximum_attempts=1)
@@ -86,7 +77,6 @@ SHORT = timedelta(seconds=60)
 """Time limit of an activity that does not call a model."""
 LONG_CALL = timedelta(minutes=10)
 """Time limit of a model call when the operation has no deadline (and of an agent's turn)."""
-_AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
 SETTLE_PATCH = "activity-failed"
 """The patch that settles a failed activity (the turn table's ``activity_failed`` rows, a lost
 ``finish`` standing): a history recorded before it failed the request there instead, and
@@ -116,38 +106,25 @@ class OperationFlow(TableFlow):
 
     def __init__(self, defn: MachineDef, op: Op) -> None:
         self.op = op
-        self._at = Attempts()
-        effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
-            "run_hooks": self._run_hooks,
-            "call_model": self._call_model,
-            "next_candidate": self._at.next_candidate,
-            "next_part": self._at.next_part,
-            "shrink_request": self._at.shrink_request,
-            "check_summary": self._check_summary,
-            "ask_again": self._at.ask_again,
-            "use_fallback": self._at.use_fallback,
-            "sleep_retry": self._sleep_retry,
-            "stop_work": self._stop_in_flight,
-            "append_entry": self._append_entry,
-            "rewrite_entries": self._rewrite_entries,
-            "rebuild_context": self._nothing,
-            "emit_result": self._emit_result,
-        }
-        super().__init__(defn, effects, awaiting=_AWAITING)
+        # Every decision that is not I/O, shared with the one-process host (operation_driver.py).
+        self.driver = OperationDriver(kind=op.kind, reason=op.reason)
+        effects = self.driver.effects(
+            {
+                "run_hooks": self._run_hooks,
+                "call_model": self._call_model,
+                "sleep_retry": self._sleep_retry,
+                "stop_work": self._stop_in_flight,
+                "append_entry": self._append_entry,
+                "rewrite_entries": self._rewrite_entries,
+                "rebuild_context": self._nothing,
+                "emit_result": self._emit_result,
+                "drop_hook_result": self._drop_hook_result,
+            }
+        )
+        super().__init__(defn, effects, awaiting=AWAITING)
         self.policy = Policy()
-        self._routes: list[int] = []
-        self._delay_ms = 0
-        self._texts: dict[str, str] = {}
-        self._models: dict[str, str] = {}
-        # The last answer, before the gate judged it (D32), and each request's provenance.
-        self._answer = Attempt(Report(outcome="cancelled"))
-        self._written: dict[str, dict[str, Any]] = {}
-        self._refused: list[int] = []  # the request index of each refusal
-        self._failure: Report | None = None
-        self._reason: str | None = None
         self._result: dict[str, Any] | None = None
         self._entry_id: str | None = None
-        self._commit_error: str | None = None
         self._pruned_ids: list[str] = []
         self._tokens_saved = 0
         self._compact_failed: dict[str, Any] | None = None
@@ -168,11 +145,20 @@ class OperationFlow(TableFlow):
             heartbeat_timeout=HEARTBEAT,
             retry_policy=DELIVER,
         )
-        self.policy = prepared.policy
-        if prepared.routes:  # a branch summary: no hooks, so planning says how many candidates
-            self._routes = list(prepared.routes)
+        self.policy = policy = prepared.policy
+        driver = self.driver
+        driver.policy = RetryPolicy(
+            enabled=policy.enabled,
+            max_retries=policy.max_retries,
+            base_delay_ms=policy.base_delay_ms,
+            switch_after_ms=policy.switch_after_ms,
+            max_delay_ms=policy.max_delay_ms,
+        )
+        driver.gate, driver.fallback = policy.gate, policy.fallback
+        # A branch summary has no hooks, so planning says how many candidates each request has.
+        driver.routes = list(prepared.routes)
+        driver.skipped = prepared.data.get("reason")
         self._pruned_ids = list(prepared.pruned_ids)
-        self._reason = prepared.data.get("reason")
         self.op = dataclasses.replace(
             self.op,
             expect_last_id=prepared.expect_last_id,
@@ -186,8 +172,8 @@ class OperationFlow(TableFlow):
             await self._loop(prepared.event, Facts(**prepared.facts), prepared.data)
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's cancel row (D22).
-            if not self.done and self.defn.rows_for(self.state, "cancel"):
-                await self._loop("cancel", Facts(), NO_DATA)
+            if not self.done and self.defn.rows_for(self.state, OperationEvent.CANCEL):
+                await self._loop(OperationEvent.CANCEL, Facts(), NO_DATA)
             raise
         finally:
             if deadline is not None:
@@ -200,65 +186,24 @@ class OperationFlow(TableFlow):
             await self._flush()
 
     def _journal_data(self, source: str, dest: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        kept = {k: v for k, v in data.items() if v is not None}
-        if dest == "committing" and self.op.kind == "prune":
+        kept = self.driver.journal_data(source, data)
+        if dest == OperationState.COMMITTING and self.op.kind == "prune":
             # A prune rewrites the entries it planned: their ids are journaled first (D24).
             kept["entryIds"] = list(self._pruned_ids)
-        elif dest == "committing":
+        elif dest == OperationState.COMMITTING:
             # Entering committing fixes what the commit writes: its id is journaled first (D24).
             self._entry_id = entry_id_for(self.op.operation_id)
             kept["entryId"] = self._entry_id
-        if source == "preparing":
-            kept.setdefault("reason", self.op.reason)
         return kept
 
     def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
-        data = step_data(report)
-        if effect == "run_hooks":
-            if report.outcome == "cancelled":
-                self._reason = str(report.data.get("reason"))
-            return HOOK_EVENTS[report.outcome], Facts(needs_model=bool(self._routes)), data
-        if effect == "call_model":
-            if report.outcome != "ok":
-                self._failure = report
-            policy = RetryPolicy(
-                enabled=self.policy.enabled,
-                max_retries=self.policy.max_retries,
-                base_delay_ms=self.policy.base_delay_ms,
-                switch_after_ms=self.policy.switch_after_ms,
-                max_delay_ms=self.policy.max_delay_ms,
-            )
-            event, facts, self._delay_ms = call_event(
-                report,
-                self._at,
-                parts=len(self._routes),
-                candidates=self._routes[self._at.part],
-                policy=policy,
-                gate=self.policy.gate,
-            )
-            return event, facts, data
-        if effect == "check_summary":
-            if report.outcome != "passed":
-                self._failure = report
-                self._refused.append(self._at.part)
-            event, facts = check_event(
-                report,
-                self._at,
-                parts=len(self._routes),
-                candidates=self._routes[self._at.part],
-                fallback=self.policy.fallback,
-            )
-            return event, facts, data
-        if effect == "sleep_retry":
-            return "wait_done", Facts(), data
-        return COMMIT_EVENTS[report.outcome], Facts(), data
+        return self.driver.translate(effect, report)
 
     async def _deadline(self, seconds: float) -> None:
         await workflow.sleep(seconds)
-        if not self.done and self.defn.rows_for(self.state, "deadline_passed"):
-            what = f"compaction did not finish within {seconds:g} s"
-            self._failure = Report(outcome="timeout", error=past_deadline(what, self._failure))
-            self.interrupt("deadline_passed")
+        if not self.done and self.defn.rows_for(self.state, OperationEvent.DEADLINE_PASSED):
+            self.driver.deadline_passed(seconds)
+            self.interrupt(OperationEvent.DEADLINE_PASSED)
 
     # -- the effect table -------------------------------------------------------------------------
 
@@ -281,12 +226,16 @@ class OperationFlow(TableFlow):
             return Report(outcome="cancelled", data={"reason": lost_reason(error, "hooks")})
         if reported.op is not None:
             self.op = reported.op
-        self._routes = list(reported.routes)
-        return _report(reported)
+        self.driver.routes = list(reported.routes)  # the hooks made the requests
+        if reported.gate is not None:  # a hook supplied the summary: the gate may judge it
+            self.driver.hook_supplied(reported.text, GateSpec.from_json(reported.gate))
+        return reported.report()
 
     async def _call_model(self) -> Report:
-        if not self._at.offline and self._at.candidate >= self._routes[self._at.part]:
-            return Report(outcome="fatal", error="no summary model configured")
+        driver = self.driver
+        at, missing = driver.at, driver.no_model()
+        if missing is not None:
+            return missing
         lines, resend = self.journal.take()
         try:
             reported: Reported = await workflow.execute_activity(
@@ -295,12 +244,12 @@ class OperationFlow(TableFlow):
                     op=self.op,
                     journal=lines,
                     resend=resend,
-                    part=self._at.part,
-                    candidate=self._at.candidate,
-                    halvings=self._at.halvings,
-                    feedback=self._at.feedback,
-                    offline=self._at.offline,
-                    texts=dict(self._texts),
+                    part=at.part,
+                    candidate=at.candidate,
+                    halvings=at.halvings,
+                    feedback=at.feedback,
+                    offline=at.offline,
+                    texts=dict(driver.texts),
                 ),
                 result_type=Reported,
                 start_to_close_timeout=model_call_limit(self.policy),
@@ -312,62 +261,38 @@ class OperationFlow(TableFlow):
             self.journal.lost(lines)
             # The worker died or the call hung: a transient failure the table may retry.
             return Report(outcome="timeout", error=lost_reason(error, "model call"))
-        report = _report(reported)
         gate = GateSpec.from_json(reported.gate) if reported.gate is not None else None
-        self._answer = Attempt(report, reported.text, gate)
-        if report.outcome == "ok":
-            self._texts[reported.purpose] = reported.text
-            self._models[reported.purpose] = str(reported.data.get("model", ""))
-            self._written[reported.purpose] = {
-                **reported.data,
-                "refusals": self._refused.count(self._at.part),
-                "gate": self.policy.gate,
-            }
-        return report
-
-    async def _check_summary(self) -> Report:
-        # Pure and deterministic: the gate runs in the workflow, on what the activity reported.
-        return check_report(self._answer.text, self._answer.gate)
+        return driver.accept(Attempt(reported.report(), reported.text, gate), reported.purpose)
 
     async def _sleep_retry(self) -> Report:
-        self._at.retries += 1
-        await workflow.sleep(self._delay_ms / 1000)
+        await workflow.sleep(self.driver.retry_wait_s())
         return Report(outcome="ok")
 
     async def _append_entry(self) -> Report:
-        lines, resend = self.journal.take()
-        try:
-            reported: Reported = await workflow.execute_activity(
-                "commit",
-                Call(
-                    op=self.op,
-                    journal=lines,
-                    resend=resend,
-                    texts=dict(self._texts),
-                    models=dict(self._models),
-                    written=dict(self._written),
-                    entry_id=self._entry_id,
-                ),
-                result_type=Reported,
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=DELIVER,
-            )
-        except ActivityError as error:
-            self.journal.lost(lines)
-            self._commit_error = lost_reason(error, "commit")
-            return Report(outcome="failed", error=self._commit_error)
+        driver = self.driver
+        call = Call(
+            op=self.op,
+            texts=dict(driver.texts),
+            models=dict(driver.models),
+            written=dict(driver.written),
+            entry_id=self._entry_id,
+        )
+        reported = await self._commit("commit", "commit", call)
         self._result = reported.result
-        if reported.outcome != "ok":
-            self._commit_error = reported.error
-        return _report(reported)
+        return self.driver.committed(reported.report())
 
     async def _rewrite_entries(self) -> Report:
+        reported = await self._commit("rewrite", "prune", Call(op=self.op))
+        self._tokens_saved = reported.tokens_saved
+        return self.driver.committed(reported.report())
+
+    async def _commit(self, activity: str, what: str, call: Call) -> Reported:
+        # Delivered again after a lost worker: the commit finds its entry, a prune its work.
         lines, resend = self.journal.take()
         try:
             reported: Reported = await workflow.execute_activity(
-                "rewrite",
-                Call(op=self.op, journal=lines, resend=resend),
+                activity,
+                dataclasses.replace(call, journal=lines, resend=resend),
                 result_type=Reported,
                 start_to_close_timeout=SHORT,
                 heartbeat_timeout=HEARTBEAT,
@@ -375,12 +300,12 @@ class OperationFlow(TableFlow):
             )
         except ActivityError as error:
             self.journal.lost(lines)
-            self._commit_error = lost_reason(error, "prune")
-            return Report(outcome="failed", error=self._commit_error)
-        self._tokens_saved = reported.tokens_saved
-        if reported.outcome != "ok":
-            self._commit_error = reported.error
-        return _report(reported)
+            return Reported(outcome="failed", error=lost_reason(error, what))
+        return reported
+
+    async def _drop_hook_result(self) -> None:
+        # The gate refused the hook's summary: the next activities summarize without it.
+        self.op = dataclasses.replace(self.op, supplied=None)
 
     async def _nothing(self) -> None:
         return None
@@ -388,15 +313,9 @@ class OperationFlow(TableFlow):
     async def _emit_result(self) -> None:
         # The last steps ride with the result hooks (session_compact, session_compact_failed),
         # which run on a worker; the failure is worded here, as one process words it.
-        if self.op.kind == "compaction":
-            failure = self._failure if self.state in ("failed", "conflict") else None
-            self._compact_failed = compact_failed(
-                reason=self.op.reason,
-                status=self.state,
-                error=(failure.error if failure is not None else self._commit_error) or None,
-                skipped=self._reason,
-                from_extension=self.op.supplied is not None,
-            )
+        self._compact_failed = self.driver.compact_failed(
+            self.state, from_extension=self.op.supplied is not None
+        )
         await self._finish(
             Call(
                 op=self.op,
@@ -432,15 +351,12 @@ class OperationFlow(TableFlow):
             workflow.logger.warning("%s; the outcome stands", lost_reason(error, "finish"))
 
     def _outcome(self) -> CompressResult:
-        failure = self._failure if self.state in ("failed", "conflict") else None
+        ending = self.driver.ending(self.state)
         result = self._result or {}
-        committed = self.state == "committed"
+        committed = ending.status == OperationState.COMMITTED
         return CompressResult(
             operation_id=self.op.operation_id,
-            status=self.state,
-            reason=self._reason,
-            error=(failure.error if failure is not None else self._commit_error) or None,
-            error_kind=failure.outcome if failure is not None else None,
+            **ending.fields(),
             entry_id=self._entry_id if committed else None,
             summary=result.get("summary") if committed else None,
             tokens_before=result.get("tokensBefore") if committed else None,
@@ -452,15 +368,6 @@ class OperationFlow(TableFlow):
             estimate_after=result.get("estimateAfter") if committed else None,
             compact_failed=self._compact_failed,
         )
-
-
-def _report(reported: Reported) -> Report:
-    return Report(
-        outcome=reported.outcome,
-        retry_after=reported.retry_after,
-        error=reported.error,
-        data=reported.data,
-    )
 
 
 WORKER_SHUTDOWN = "WorkerShutdown"

@@ -14,6 +14,12 @@ The required sections are read from the prompt files themselves (their ``##`` / 
 headings after "Use exactly this layout:"), so a prompt edit moves the gate with it. A request
 whose prompt a hook or the user replaced requires no sections: we do not know what it asked.
 
+A summary a hook supplied (``session_before_compact``'s ``compaction``) is checked as a hook's
+text (purpose ``hook``): an error or a refusal, cut off, longer than what it replaces. Not the
+sections, the file lists or the focus: a hook writes its own format, and may keep its own file
+lists. (An empty one never gets here: the hook's result is refused whole before, and the
+compaction is summarized as without the hook.)
+
 The checks are heuristics, and I chose them to refuse only what is clearly broken: a refusal or
 an error is recognised by its opening words, not anywhere in the text (a summary may quote an
 error message, and Critical Context asks it to); "shorter than its input" allows
@@ -90,7 +96,8 @@ class GateSpec:
     """What one summary request asked for: what its answer is checked against.
 
     Attributes:
-        purpose: ``history``, ``turn_prefix``, ``short`` or ``branch``.
+        purpose: ``history``, ``turn_prefix``, ``short``, ``branch``, or ``hook`` (a summary a
+            hook supplied: only the checks that do not assume our prompt's format).
         headings: The sections the prompt asked for, in order (empty: none required).
         input_chars: The size of what the summary replaces (the serialized conversation and
             any previous summary, as sent); 0 when unknown.
@@ -213,6 +220,8 @@ def check_summary(text: str, spec: GateSpec) -> Verdict:
     for verdict in (_error_text(body), _refusal(body), _truncated(body, spec.headings)):
         if verdict is not None:
             return verdict
+    if spec.purpose == "hook":
+        return _too_long(body, spec) or PASSED
     shape = _short_shape(body) if spec.purpose == "short" else _sections(body, spec.headings)
     if shape is not None:
         return shape

@@ -189,6 +189,8 @@ _OPERATION_EFFECTS = {
     "next_part": "move to the operation's next summary request (first candidate, no retries)",
     "shrink_request": "halve the summary request's prompt allowance after an overflow (D14)",
     "check_summary": "run the summary gate on the answer; report passed, or the failed check (D32)",
+    "check_hook_summary": "run the summary gate on a hook's summary, as a hook's text (D32)",
+    "drop_hook_result": "set the hook's refused summary aside: summarize as without the hook",
     "ask_again": "ask the same candidate again, the refused check named in the prompt (D32)",
     "use_fallback": "move the request to the offline summarizer, the last resort (D32)",
     "sleep_retry": "wait before the next attempt (cancellable, D22)",

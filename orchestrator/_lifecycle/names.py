@@ -62,6 +62,7 @@ class OperationState(StrEnum):
     CONSULTING_HOOKS = "consulting_hooks"
     SUMMARIZING = "summarizing"
     CHECKING = "checking"
+    CHECKING_HOOK = "checking_hook"
     WAITING_RETRY = "waiting_retry"
     COMMITTING = "committing"
     COMMITTED = "committed"

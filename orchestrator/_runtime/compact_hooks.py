@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.replies import OVERFLOW_FAILED
 
 _FAILED = {
@@ -58,12 +59,12 @@ def compact_failed(
         one throws "Nothing to compact ...", which pi reports as a failure).
     """
     payload: dict[str, Any] = {"reason": reason}
-    if status in ("failed", "conflict"):
+    if status in (OperationState.FAILED, OperationState.CONFLICT):
         payload["errorMessage"] = f"{_FAILED.get(reason, 'Compaction failed')}: {error or status}"
         aborted = False
-    elif status == "cancelled":
+    elif status == OperationState.CANCELLED:
         aborted = True
-    elif status == "skipped" and reason == "manual":
+    elif status == OperationState.SKIPPED and reason == "manual":
         payload["errorMessage"] = f"Compaction failed: {skipped or 'Nothing to compact'}"
         aborted = False
     else:

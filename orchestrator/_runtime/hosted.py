@@ -29,9 +29,9 @@ from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import ModelError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._runtime.jobs import BranchJob, CompactionJob
+from orchestrator._runtime.jobs import CompactionJob
 from orchestrator._runtime.operation import OperationRun
-from orchestrator._runtime.operations import raise_for, routes_for
+from orchestrator._runtime.operations import detached_branch_summary, raise_for, routes_for
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import BranchSummaryResult, CompactionResult, SummaryRoutes
 
@@ -113,16 +113,12 @@ async def summarize_branch_hosted(
         ModelError: Every route failed (the request as :func:`compact_hosted`'s).
     """
     assert ports.session is None, "pi owns the session: nothing is committed here"
-    routes = routes_for(ports.routes, "navigation")
-    job = BranchJob(
-        routes,
+    await checkpoint()
+    return await detached_branch_summary(
+        ports,
+        routes_for(ports.routes, "navigation"),
         plan,
-        new_leaf_id=None,
-        old_leaf_id=plan.old_leaf_id,
         instructions=instructions,
         replace_instructions=replace_instructions,
+        session_id=session_id,
     )
-    run = OperationRun(ports, job, routes=routes, session_id=session_id)
-    await checkpoint()
-    raise_for(await run.run(), "Branch summarization")
-    return run.id, job.result(run.texts, run.models, run.written)

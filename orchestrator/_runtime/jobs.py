@@ -19,9 +19,12 @@ from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan, NothingToCompact, plan_compaction
 from orchestrator._core.context import window
 from orchestrator._core.entries import BRANCH_SUMMARY, COMPACTION, Entry, Message
+from orchestrator._core.gate import GateSpec
 from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
+from orchestrator._core.serialize import serialize_conversation
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.names import OperationEvent
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.hook_results import compacting_shape, supplied_compaction
@@ -152,12 +155,12 @@ class CompactionJob:
         """``prepared``, with or without work (D12)."""
         if self.plan is None:
             return Start(
-                event="prepared",
+                event=OperationEvent.PREPARED,
                 facts=Facts(has_work=False),
                 data={"reason": self.skip_reason},
             )
         return Start(
-            event="prepared",
+            event=OperationEvent.PREPARED,
             facts=Facts(has_work=True),
             data={
                 "firstKeptEntryId": self.plan.first_kept_entry_id,
@@ -200,6 +203,9 @@ class CompactionJob:
         self.ports.hook_result_problems("session_before_compact", checked.problems)
         self.supplied = checked.value
         if self.supplied is not None:
+            # The requests as without the hook: the table may refuse its summary (D32) and
+            # have a model write one instead.
+            self.parts = compaction_parts(self.plan, self.routes, self.inputs)
             return Report(outcome="supplied")
         messages = list(self.plan.messages_to_summarize) + list(self.plan.turn_prefix_messages)
         shaping = await self.ports.run_hook(
@@ -221,6 +227,15 @@ class CompactionJob:
         )
         self.parts = compaction_parts(self.plan, self.routes, self.inputs)
         return Report(outcome="done")
+
+    def hook_summary(self) -> tuple[str, GateSpec]:
+        """The summary a hook supplied, and what the gate checks it against (D32)."""
+        assert self.supplied is not None
+        assert self.plan is not None
+        plan = self.plan
+        messages = [*plan.messages_to_summarize, *plan.turn_prefix_messages]
+        replaced = serialize_conversation(messages) + (plan.previous_summary or "")
+        return self.supplied.summary, GateSpec(purpose="hook", input_chars=len(replaced))
 
     def result(
         self,
@@ -285,7 +300,7 @@ class BranchJob:
     def start(self) -> Start:
         """``branch_planned``; a branch without messages needs no model."""
         return Start(
-            event="branch_planned",
+            event=OperationEvent.BRANCH_PLANNED,
             facts=Facts(needs_model=bool(self.parts)),
             data={"oldLeafId": self.old_leaf_id},
         )
@@ -349,12 +364,12 @@ class PruneJob:
         """``prune_planned``, with or without candidates."""
         if not self.plan.candidates:
             return Start(
-                event="prune_planned",
+                event=OperationEvent.PRUNE_PLANNED,
                 facts=Facts(has_work=False),
                 data={"reason": "nothing to prune"},
             )
         return Start(
-            event="prune_planned",
+            event=OperationEvent.PRUNE_PLANNED,
             facts=Facts(has_work=True),
             data={"tokensSaved": self.plan.tokens_saved},
         )

@@ -36,7 +36,7 @@ table; the row's ``stop_work`` ends the model call or wait in flight (D22). A re
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,29 +44,27 @@ import anyio
 from anyio.abc import TaskGroup
 
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ConflictError, ModelError, OrchestratorError
+from orchestrator._core.errors import ModelError, OrchestratorError
 from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.admission import Slot, start_slot
-from orchestrator._runtime.compact_hooks import compact_failed, retries_after
+from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, direct_states
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
-from orchestrator._runtime.outcomes import (
-    COMMIT_EVENTS,
-    HOOK_EVENTS,
-    Attempt,
-    Attempts,
-    attempt_summary,
-    call_event,
-    check_event,
-    check_report,
-    past_deadline,
-    step_data,
+from orchestrator._runtime.operation_driver import (
+    AWAITING,
+    STATUS,
+    OperationDriver,
+    commit_failure,
+    ends_attempt,
+    part_routes,
 )
+from orchestrator._runtime.outcomes import Attempt, attempt_summary
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome
+from orchestrator._runtime.retry import NO_MODEL
 from orchestrator._runtime.soon import call_later, on_asyncio
 from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
@@ -74,16 +72,6 @@ from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
 
 _log = logging.getLogger("orchestrator")
-
-_STATUS = {
-    "committed": "completed",
-    "skipped": "skipped",  # nothing was done: a client must not read it as a success
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "conflict": "failed",
-}
-# Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
-_AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
 
 
 @dataclass(slots=True)
@@ -138,49 +126,45 @@ class OperationRun:
         self.routes = routes
         self.dry_run = dry_run
         self.id = ports.ids()
-        # What the effects share: where in the parts and candidates we are, and what came back.
-        self._at = Attempts()
+        # What the effects share, and every decision that is not I/O (operation_driver.py).
+        self.driver = OperationDriver(
+            kind=str(job.kind),
+            reason=job.reason,
+            policy=routes.retry,
+            gate=routes.gate,
+            fallback=routes.fallback is not None,
+            routes=part_routes(job.parts),
+        )
+        self._at = self.driver.at
         # Where the session ended when the job planned: the commit is conditional on it (D27).
         self._expect = ports.session.tail() if ports.session is not None else None
-        self.effects: Mapping[str, Effect] = {
-            "run_hooks": self._run_hooks,
-            "call_model": self._call_model,
-            "next_candidate": self._at.next_candidate,
-            "next_part": self._at.next_part,
-            "shrink_request": self._at.shrink_request,
-            "check_summary": self._check_summary,
-            "ask_again": self._at.ask_again,
-            "use_fallback": self._at.use_fallback,
-            "sleep_retry": self._sleep_retry,
-            "stop_work": self._stop_work,
-            "append_entry": self._append_entry,
-            "rewrite_entries": self._rewrite_entries,
-            "rebuild_context": self._rebuild_context,
-            "emit_result": self._emit_result,
-        }
+        self.effects: Mapping[str, Effect] = self.driver.effects(
+            {
+                "run_hooks": self._run_hooks,
+                "call_model": self._call_model,
+                "sleep_retry": self._sleep_retry,
+                "stop_work": self._stop_work,
+                "append_entry": self._append_entry,
+                "rewrite_entries": self._rewrite_entries,
+                "rebuild_context": self._rebuild_context,
+                "emit_result": self._emit_result,
+                "drop_hook_result": self._drop_hook_result,
+            }
+        )
         self.machine = Interpreter(
             ports.tables("operation"), self.effects, observers=(self._record,)
         )
-        self._failure: Report | None = None
-        self._delay_ms = 0
-        self._texts: dict[str, str] = {}
-        self._models: dict[str, str] = {}
-        # The last answer, before the gate judged it (D32), and each request's provenance.
-        self._answer = Attempt(Report(outcome="cancelled"))
-        self._written: dict[str, dict[str, Any]] = {}
-        self._refused: list[tuple[int, str]] = []  # (request index, failed check)
         self._result: Any = None
         self._entry: Entry | None = None
         self._pruned: list[Entry] = []
-        self._reason: str | None = None
         self._started = False
         self._group: Any = None
         self._early: dict[int, _Early] = {}
 
     @property
-    def state(self) -> str:
+    def state(self) -> OperationState:
         """The machine's state."""
-        return self.machine.state
+        return OperationState(self.machine.state)
 
     @property
     def kind(self) -> str:
@@ -190,22 +174,22 @@ class OperationRun:
     @property
     def texts(self) -> Mapping[str, str]:
         """The summary texts so far, by request purpose."""
-        return self._texts
+        return self.driver.texts
 
     @property
     def models(self) -> Mapping[str, str]:
         """The models that wrote them, by request purpose."""
-        return self._models
+        return self.driver.models
 
     @property
     def written(self) -> Mapping[str, Mapping[str, Any]]:
         """What each request's accepted attempt reported (provenance, usage), by purpose."""
-        return self._written
+        return self.driver.written
 
     def cancel(self) -> None:
         """Ask for cancellation; the table decides what it means now (D22)."""
-        if not self.machine.done and self.machine.listed("cancel"):
-            self.machine.interrupt("cancel")
+        if not self.machine.done and self.machine.listed(OperationEvent.CANCEL):
+            self.machine.interrupt(OperationEvent.CANCEL)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -228,7 +212,7 @@ class OperationRun:
 
     async def _run(self) -> OperationOutcome:
         start = self.job.start()
-        self._reason = start.data.get("reason")
+        self.driver.skipped = start.data.get("reason")
         with self.ports.tracer.operation_span(self.kind, self.id, self.job.reason) as span:
             try:
                 if self._needs_children():
@@ -246,13 +230,14 @@ class OperationRun:
             except anyio.get_cancelled_exc_class():
                 # Cancelled from outside (the turn stopped): settle through the table, shielded.
                 with anyio.CancelScope(shield=True):
-                    if self.machine.listed("cancel"):
-                        await self._loop(None, "cancel", self._facts(), {}, settling=True)
+                    if self.machine.listed(OperationEvent.CANCEL):
+                        cancel = OperationEvent.CANCEL
+                        await self._loop(None, cancel, self._facts(), {}, settling=True)
                 raise
             outcome = self.outcome()
             span.set(**_span_attributes(outcome), **self._branch_span_attributes())
-            if self._refused:  # which checks the gate failed, in order (D32)
-                span.set(gate_refused=[check for _, check in self._refused])
+            if self.driver.refused:  # which checks the gate failed, in order (D32)
+                span.set(gate_refused=[check for _, check in self.driver.refused])
         self._let_go()
         return outcome
 
@@ -329,7 +314,7 @@ class OperationRun:
                     event, facts, data = interrupt, self._facts(), {}
                     break
                 if report is not None:
-                    event, facts, data = self._translate(name, report)
+                    event, facts, data = self.driver.translate(name, report)
         self.machine.drop_interrupts()
 
     def _awaits(self, name: str) -> bool:
@@ -340,7 +325,7 @@ class OperationRun:
             # Its answer came while the first request was asked (a split turn's prefix): taking
             # it waits for nothing, so the start slot is kept, not given back and queued for.
             return False
-        return name in _AWAITING
+        return name in AWAITING
 
     def _answered_early(self) -> _Early | None:
         """The finished early attempt the next ``call_model`` takes its answer from, if any."""
@@ -354,62 +339,22 @@ class OperationRun:
         # Entering committing fixes what the commit writes, so its ids are journaled first.
         row = self.machine.defn.select(self.state, event, facts)
         out = dict(data)
-        if row is not None and row.dest == "committing":
+        if row is not None and row.dest == OperationState.COMMITTING:
             session = self.ports.session
             if isinstance(self.job, PruneJob):
                 self._pruned = self.job.pruned(self.ports.clock_ms())
                 out["entryIds"] = [e["id"] for e in self._pruned]
             elif session is not None:
-                self._result = self.job.result(self._texts, self._models, self._written)
+                self._result = self._job_result()
                 self._entry = self.job.entry(session, self._result)
                 out["entryId"] = self._entry["id"]
             else:
-                self._result = self.job.result(self._texts, self._models, self._written)
+                self._result = self._job_result()
         return out
 
-    def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
-        data = step_data(report)
-        if effect == "run_hooks":
-            if report.outcome == "cancelled":
-                self._reason = str(report.data.get("reason"))
-            facts = Facts(needs_model=bool(self.job.parts))
-            event = HOOK_EVENTS[report.outcome]
-        elif effect == "call_model":
-            event, facts = self._after_call(report)
-        elif effect == "check_summary":
-            event, facts = self._after_check(report)
-        elif effect == "sleep_retry":
-            event, facts = "wait_done", NO_FACTS
-        else:  # the commit
-            event, facts = COMMIT_EVENTS[report.outcome], NO_FACTS
-        return event, facts, data
-
-    def _after_call(self, report: Report) -> tuple[str, Facts]:
-        part = self.job.parts[self._at.part]
-        if report.outcome != "ok":
-            self._failure = report
-        event, facts, self._delay_ms = call_event(
-            report,
-            self._at,
-            parts=len(self.job.parts),
-            candidates=len(part.routes),
-            policy=self.routes.retry,
-            gate=self.routes.gate,
-        )
-        return event, facts
-
-    def _after_check(self, report: Report) -> tuple[str, Facts]:
-        part = self.job.parts[self._at.part]
-        if report.outcome != "passed":
-            self._failure = report
-            self._refused.append((self._at.part, str(report.data.get("check", ""))))
-        return check_event(
-            report,
-            self._at,
-            parts=len(self.job.parts),
-            candidates=len(part.routes),
-            fallback=self.routes.fallback is not None,
-        )
+    def _job_result(self) -> Any:
+        driver = self.driver
+        return self.job.result(driver.texts, driver.models, driver.written)
 
     def _facts(self) -> Facts:
         return NO_FACTS
@@ -422,15 +367,21 @@ class OperationRun:
             self._deadline_passed(seconds)
 
     def _deadline_passed(self, seconds: float) -> None:
-        if not self.machine.done and self.machine.listed("deadline_passed"):
-            what = f"{self.kind.replace('_', ' ')} did not finish within {seconds:g} s"
-            self._failure = Report(outcome="timeout", error=past_deadline(what, self._failure))
-            self.machine.interrupt("deadline_passed")
+        if not self.machine.done and self.machine.listed(OperationEvent.DEADLINE_PASSED):
+            self.driver.deadline_passed(seconds)
+            self.machine.interrupt(OperationEvent.DEADLINE_PASSED)
 
     # -- the effect table -------------------------------------------------------------------------
 
     async def _run_hooks(self) -> Report:
-        return await self.job.consult_hooks()  # type: ignore[no-any-return]
+        report: Report = await self.job.consult_hooks()
+        self.driver.routes = part_routes(self.job.parts)  # the hooks made the requests
+        if report.outcome == "supplied":
+            self.driver.hook_supplied(*self.job.hook_summary())
+        return report
+
+    async def _drop_hook_result(self) -> None:
+        self.job.supplied = None  # the gate refused it: summarized as without the hook
 
     def _route(self) -> tuple[Part, Model | None]:
         part = self.job.parts[self._at.part]
@@ -454,27 +405,14 @@ class OperationRun:
             attempt = early.attempt
         else:
             attempt = await self._attempt(part, model, self._at.halvings, self._at.feedback)
-        self._answer = attempt
-        if attempt.report.outcome == "ok":
-            self._texts[part.purpose] = attempt.text
-            self._models[part.purpose] = model.name
-            self._written[part.purpose] = {
-                **attempt.report.data,
-                # Refusals of this request by any candidate: did the gate pass it first time?
-                "refusals": sum(1 for index, _ in self._refused if index == self._at.part),
-                "gate": self.routes.gate,
-            }
-        return attempt.report
-
-    async def _check_summary(self) -> Report:
-        return check_report(self._answer.text, self._answer.gate)
+        return self.driver.accept(attempt, part.purpose)
 
     async def _attempt(
         self, part: Part, model: Model, halvings: int, feedback: str = ""
     ) -> Attempt:
         ports = self.ports
         return await attempt_summary(
-            part, model, halvings, self._texts, ports.timeout_s, feedback, idle_s=ports.idle_s
+            part, model, halvings, self.driver.texts, ports.timeout_s, feedback, idle_s=ports.idle_s
         )
 
     def _start_early(self, model: Model) -> None:
@@ -504,8 +442,7 @@ class OperationRun:
         self._early.clear()
 
     async def _sleep_retry(self) -> Report:
-        self._at.retries += 1
-        await self.routes.sleep(self._delay_ms / 1000)
+        await self.routes.sleep(self.driver.retry_wait_s())
         return Report(outcome="ok")
 
     async def _stop_work(self) -> None:
@@ -527,39 +464,36 @@ class OperationRun:
         session, entry = self.ports.session, self._entry
         if self.dry_run or session is None or entry is None:
             return Report(outcome="ok")
-        try:
-            if isinstance(self.job, CompactionJob):
-                await self._write_in_thread(session, entry)
-            else:
-                self.job.append(session, entry, self._expect, flush=False)
-                # Written; durable once flushed. The fsync runs in a worker thread while the
-                # loop goes on; nothing else changes this session until the commit reported.
-                await off_loop(session, session.flush)
-        except ConflictError as error:
-            self._commit_error = f"{error}; nothing was applied"
-            self._read_again()
-            return Report(outcome="conflict", error=self._commit_error)
-        except (OrchestratorError, OSError) as error:
-            self._commit_error = str(error) or type(error).__name__
-            self._commit_cause = error
-            return Report(outcome="failed", error=self._commit_error)
-        return Report(outcome="ok", data={"entryId": entry["id"]})
+        return await self._commit(self._append(session, entry), {"entryId": entry["id"]})
+
+    async def _append(self, session: Session, entry: Entry) -> None:
+        if isinstance(self.job, CompactionJob):
+            await self._write_in_thread(session, entry)
+        else:
+            self.job.append(session, entry, self._expect, flush=False)
+            # Written; durable once flushed. The fsync runs in a worker thread while the
+            # loop goes on; nothing else changes this session until the commit reported.
+            await off_loop(session, session.flush)
 
     async def _rewrite_entries(self) -> Report:
-        ids = [e["id"] for e in self._pruned]
         if self.dry_run:
             return Report(outcome="ok")
+        return await self._commit(self._rewrite(), {"entryIds": [e["id"] for e in self._pruned]})
+
+    async def _rewrite(self) -> None:
+        self.job.rewrite(self._pruned, self._expect)
+
+    async def _commit(self, write: Awaitable[None], data: dict[str, Any]) -> Report:
         try:
-            self.job.rewrite(self._pruned, self._expect)
-        except ConflictError as error:
-            self._commit_error = f"{error}; nothing was applied"
-            self._read_again()
-            return Report(outcome="conflict", error=self._commit_error)
+            await write
         except (OrchestratorError, OSError) as error:
-            self._commit_error = str(error) or type(error).__name__
-            self._commit_cause = error
-            return Report(outcome="failed", error=self._commit_error)
-        return Report(outcome="ok", data={"entryIds": ids})
+            report = self.driver.committed(commit_failure(error))
+            if report.outcome == "conflict":
+                self._read_again()
+            else:
+                self._commit_cause = error
+            return report
+        return Report(outcome="ok", data=data)
 
     async def _write_in_thread(self, session: Session, entry: Entry) -> None:
         # In one worker-thread call, in this order: the journal's record of the entry's id made
@@ -616,13 +550,9 @@ class OperationRun:
         if self.kind != "compaction" or self.dry_run:
             return
         reason = self.job.reason
-        if self.state != "committed":
-            failed = compact_failed(
-                reason=reason,
-                status=self.state,
-                error=self.outcome().error,
-                skipped=self._reason,
-                from_extension=self.job.supplied is not None,
+        if self.state != OperationState.COMMITTED:
+            failed = self.driver.compact_failed(
+                self.state, from_extension=self.job.supplied is not None
             )
             if failed is not None:
                 await self.ports.run_hook(
@@ -661,12 +591,11 @@ class OperationRun:
             self._update("in_progress")
         journal = self.ports.journal
         if journal is not None and not self.dry_run:
-            kept = {k: v for k, v in data.items() if v is not None}
+            kept = self.driver.journal_data(step.source, data)
             if step.facts is not None:
                 # What the guards read, so the journal replays through the table (D31).
                 kept["facts"] = facts_delta(step.facts)
-            if step.source == "preparing":
-                kept.setdefault("reason", self.job.reason)
+            if step.source == OperationState.PREPARING:
                 session = self.ports.session
                 named = session.session_id if session is not None else self.session_id
                 if named:  # (a session with no header yet has no id to name)
@@ -678,10 +607,10 @@ class OperationRun:
             # commit's, or the session's close): a power cut before it leaves the operation at
             # `committing` or before, and reopening settles it to the same end (D24, issue 9).
             journal.write_step(step, operation_id=self.id, kind=self.kind, data=kept, durable=False)
-            self._unsynced = step.dest == "committing"
+            self._unsynced = step.dest == OperationState.COMMITTING
         self.ports.observe(step)
         if self.machine.done:
-            self._update(_STATUS[self.state])
+            self._update(STATUS[self.state])
 
     async def _sync_journal(self) -> None:
         # The fsync runs in a worker thread: the event loop goes on with other sessions.
@@ -694,47 +623,25 @@ class OperationRun:
         self.ports.events.emit("compaction_update", id=self.id, kind=self.kind, status=status)
 
     def _report_attempt(self, taken: Step) -> None:
-        # The CLI's progress line and traces hear every attempt, named by the row taken; with
-        # the gate on, an answer is reported once the gate judged it (D32).
+        # The CLI's progress line and traces hear every attempt, named by the row taken.
         observer = self.routes.on_attempt
-        if observer is None or taken.event not in _ATTEMPT_EVENTS or taken.dest == "checking":
+        if observer is None or not ends_attempt(taken):
             return
         part, model = self._route()
-        outcome, delay = _attempt_outcome(taken, self._delay_ms)
-        failure = self._failure if outcome != "ok" else None
-        error = None
-        if failure is not None:
-            error = ModelError(
-                failure.error or "", kind=failure.outcome, retry_after=failure.retry_after
-            )
-        check = str(failure.data.get("check")) if failure and failure.outcome == "refused" else None
-        record = AttemptRecord(
-            candidate=model.name if model is not None else "",
-            candidate_index=self._at.candidate,
-            attempt=self._at.retries + self._at.refusals + 1,
-            outcome=outcome,
-            delay_ms=delay,
-            error=error,
-            check=check,
-        )
-        observer(record, part.purpose)
+        observer(self.driver.attempt_record(taken, model.name if model else ""), part.purpose)
 
     def outcome(self) -> OperationOutcome:
         """How the operation ended (call once the machine is final)."""
-        # A conflict is the commit's (the store's reason); a model failure retried away
-        # before it must not be reported instead.
-        failure = self._failure if self.state == "failed" else None
+        ending = self.driver.ending(self.state)
         result = self._result if self.kind == "compaction" else None
+        committed = ending.status == OperationState.COMMITTED
         return OperationOutcome(
             operation_id=self.id,
-            status=self.state,
-            reason=self._reason,
-            error=(failure.error if failure is not None else self._commit_error) or None,
-            error_kind=failure.outcome if failure is not None else None,
-            retry_after=failure.retry_after if failure is not None else None,
-            cause=self._commit_cause if failure is None and self.state == "failed" else None,
-            entry=self._entry if self.state == "committed" else None,
-            result=result if self.state == "committed" else None,
+            **ending.fields(),
+            retry_after=ending.retry_after,
+            cause=self._commit_cause if ending.commit_failed else None,
+            entry=self._entry if committed else None,
+            result=result if committed else None,
             plan=getattr(self.job, "plan", None) if self.kind == "compaction" else None,
             tokens_saved=getattr(self.job, "tokens_saved", 0),
             from_extension=bool(getattr(self._result, "from_extension", False)),
@@ -751,32 +658,13 @@ class OperationRun:
             "tokens_before": plan.total_tokens,
             "summarized": len(plan.summarized_entry_ids),
         }
-        if self.state == "committed" and self._result is not None:
+        if self.state == OperationState.COMMITTED and self._result is not None:
             attrs["model"] = self._result.model
         return attrs
 
-    _commit_error: str | None = None
     _commit_cause: BaseException | None = None
     _unsynced = False
     _slot: Slot | None = None
-
-
-_ATTEMPT_EVENTS = frozenset(
-    {"summary_ready", "attempt_failed", "summary_overflow", "summary_passed", "summary_refused"}
-)
-
-
-def _attempt_outcome(taken: Step, delay_ms: int) -> tuple[Outcome, int]:
-    # What followed an attempt, read from the row the table took.
-    if taken.event in ("summary_ready", "summary_passed"):
-        return "ok", 0
-    if "sleep_retry" in taken.effects:
-        return "retry", delay_ms
-    if "ask_again" in taken.effects:
-        return "retry", 0
-    if "next_candidate" in taken.effects or "use_fallback" in taken.effects:
-        return "next_candidate", 0
-    return "failed", 0
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -23,6 +23,7 @@ from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError, StorageError
 from orchestrator._core.tokens import CompactionSettings
+from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
 from orchestrator._runtime.operation import OperationRun
@@ -190,11 +191,11 @@ def raise_for(outcome: OperationOutcome, what: str = "Compaction") -> OperationO
         ConflictError: Its commit met another writer's change (D27); the store's reason.
         StorageError: The disk refused its commit's write (full, a quota, an I/O error).
     """
-    if outcome.status == "cancelled":
+    if outcome.status == OperationState.CANCELLED:
         raise Cancelled(outcome.reason or f"{what} cancelled")
-    if outcome.status == "conflict":
+    if outcome.status == OperationState.CONFLICT:
         raise ConflictError(outcome.error or f"{what} conflicted with another writer")
-    if outcome.status == "failed":
+    if outcome.status == OperationState.FAILED:
         if outcome.cause is not None:
             refused = storage_failure(outcome.cause, outcome.error)
             if refused is not None:
@@ -281,15 +282,43 @@ async def summarize_branch(
     Raises:
         ModelError: every route failed (the session is unchanged).
     """
-    ports = _bare_ports(summarizer)
-    job = BranchJob(
+    _, result = await detached_branch_summary(
+        _bare_ports(summarizer),
         summarizer,
+        plan,
+        instructions=instructions,
+        replace_instructions=replace_instructions,
+        dry_run=True,
+    )
+    return result
+
+
+async def detached_branch_summary(
+    ports: Ports,
+    routes: SummaryRoutes,
+    plan: BranchPlan,
+    *,
+    instructions: str | None,
+    replace_instructions: bool,
+    dry_run: bool = False,
+    session_id: str | None = None,
+) -> tuple[str, BranchSummaryResult]:
+    """Summarize a branch through the operation table; attaching it is someone else's work.
+
+    Returns:
+        The operation's id and the result.
+
+    Raises:
+        ModelError: Every route failed.
+    """
+    job = BranchJob(
+        routes,
         plan,
         new_leaf_id=None,
         old_leaf_id=plan.old_leaf_id,
         instructions=instructions,
         replace_instructions=replace_instructions,
     )
-    run = OperationRun(ports, job, routes=summarizer, dry_run=True)
+    run = OperationRun(ports, job, routes=routes, dry_run=dry_run, session_id=session_id)
     raise_for(await run.run(), "Branch summarization")
-    return job.result(run.texts, run.models, run.written)
+    return run.id, job.result(run.texts, run.models, run.written)

@@ -30,6 +30,7 @@ from orchestrator._core.gate import (
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._core.redact import redact
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
+from orchestrator._lifecycle.names import OperationEvent
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
 from orchestrator._runtime.retry import RetryPolicy, check_summary_response
@@ -41,10 +42,10 @@ _log = logging.getLogger("orchestrator.models")
 
 RETRYABLE = frozenset({"transient", "timeout"})
 """Failure kinds a wait and another attempt may cure (D21)."""
-COMMIT_EVENTS: Mapping[str, str] = {
-    "ok": "entry_appended",
-    "conflict": "append_conflict",
-    "failed": "append_failed",
+COMMIT_EVENTS: Mapping[str, OperationEvent] = {
+    "ok": OperationEvent.ENTRY_APPENDED,
+    "conflict": OperationEvent.APPEND_CONFLICT,
+    "failed": OperationEvent.APPEND_FAILED,
 }
 """The commit's outcome to its event."""
 HOOK_EVENTS: Mapping[str, str] = {
@@ -207,9 +208,13 @@ def call_event(
         ``(event, facts, delay_ms)``; ``delay_ms`` is 0 unless the event is ``attempt_failed``.
     """
     if report.outcome == "ok":
-        return "summary_ready", Facts(more_parts=at.part + 1 < parts, gate_enabled=gate), 0
+        return (
+            OperationEvent.SUMMARY_READY,
+            Facts(more_parts=at.part + 1 < parts, gate_enabled=gate),
+            0,
+        )
     if report.outcome == "overflow":
-        return "summary_overflow", Facts(shrink_attempts=at.halvings), 0
+        return OperationEvent.SUMMARY_OVERFLOW, Facts(shrink_attempts=at.halvings), 0
     max_retries = policy.max_retries if policy.enabled else 0
     delay_ms = retry_delay_ms(policy.base_delay_ms, at.retries, report.retry_after)
     facts = Facts(
@@ -221,7 +226,7 @@ def call_event(
         delay_cap_ms=policy.max_delay_ms,
         more_candidates=not at.offline and at.candidate + 1 < candidates,
     )
-    return "attempt_failed", facts, delay_ms
+    return OperationEvent.ATTEMPT_FAILED, facts, delay_ms
 
 
 def check_event(
@@ -237,11 +242,11 @@ def check_event(
         fallback: The offline summarizer is configured as the last resort.
     """
     if report.outcome == "passed":
-        return "summary_passed", Facts(more_parts=at.part + 1 < parts)
+        return OperationEvent.SUMMARY_PASSED, Facts(more_parts=at.part + 1 < parts)
     check = str(report.data.get("check", ""))
     # The words `ask_again` tells the candidate, should the table choose it.
     at.refused = feedback_line(Verdict(check=check, reason=report.error or ""))
-    return "summary_refused", Facts(
+    return OperationEvent.SUMMARY_REFUSED, Facts(
         refused_check=check,
         refusals=at.refusals,
         more_candidates=not at.offline and at.candidate + 1 < candidates,

@@ -76,7 +76,7 @@ class OperationOutcome:
     """
 
     operation_id: str
-    status: str
+    status: str  # an OperationState; typed so once navigate.py and turn_compaction.py say so
     reason: str | None = None
     error: str | None = None
     error_kind: str | None = None
