@@ -120,7 +120,7 @@ class Navigator:
         self.operations = operations
         self.branch_reserve_tokens = branch_reserve_tokens
         self.turn_running = turn_running
-        self.effects: Mapping[str, Effect] = {}  # made by the first navigation (_effect_table)
+        self.effects: Mapping[str, Effect] = {}  # made by the first navigation (effect_table)
         self.machine: Interpreter | None = None
         self._request: _Request | None = None
         self._after_hooks: anyio.CancelScope | None = None
@@ -169,7 +169,7 @@ class Navigator:
             label=label,
         )
         self._request = request
-        self.effects = self.effects or self._effect_table()
+        self.effects = self.effects or self.effect_table()
         machine = Interpreter(
             self.ports.tables("navigation"), self.effects, observers=(weakly(self._record),)
         )
@@ -204,7 +204,8 @@ class Navigator:
                     self.machine = None
         return self._result(machine.state, request)
 
-    def _effect_table(self) -> Mapping[str, Effect]:
+    def effect_table(self) -> Mapping[str, Effect]:
+        """The navigation table's effects, by name, as this host performs them."""
         # Weakly bound: this table and the last navigation's machine are kept, and would make a
         # reference cycle holding the session until a full collection (see driver.weakly). Made
         # when first needed: most sessions never navigate.
