@@ -21,7 +21,6 @@ from orchestrator._core.classify import (
 from orchestrator._core.entries import Message
 from orchestrator._core.model import Usage
 from orchestrator._core.tokens import calculate_context_tokens, should_compact
-from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
 
 OVERFLOW_FAILED = (
@@ -157,21 +156,16 @@ def retry_after_hint_ms(reply: Mapping[str, Any] | None) -> int | None:
     return hint if type(hint) is int and hint > 0 else None
 
 
-def retry_delay_ms(
-    policy: RetryPolicy, retries_done: int, error: str, hint_ms: int | None = None
-) -> int:
-    """The wait before retrying the agent: ``baseDelayMs * 2^n``, raised to a retry-after hint.
+def retry_hint_s(error: str, hint_ms: int | None = None) -> float | None:
+    """The longest retry-after hint of a failed reply, in seconds, if it has one.
 
     The hint is the one in the error's words (as pi reads it) or the provider's header the
     route kept on the failed reply (``hint_ms``, its ``retryAfterMs``), whichever is longer.
+    The wait itself is :func:`~orchestrator._runtime.delays.retry_delay_ms`, one function for
+    the agent's retries and the summarizer's (D21).
     """
-    delay = int(policy.base_delay_ms * 2**retries_done)
-    hint = retry_after_from_text(error)
-    if hint is not None:
-        delay = max(delay, int(hint * 1000))
-    if hint_ms is not None:
-        delay = max(delay, hint_ms)
-    return delay
+    hints = [h for h in (retry_after_from_text(error), hint_ms and hint_ms / 1000) if h]
+    return max(hints) if hints else None
 
 
 def end_payload(outcome: OperationOutcome | None) -> dict[str, Any]:
