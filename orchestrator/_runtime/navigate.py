@@ -48,6 +48,7 @@ from orchestrator._runtime.navigation import (
     is_leaf_marker,
     navigation_target,
 )
+from orchestrator._runtime.navigation_core import AWAITING, navigation_effects, start_facts
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.outcomes import navigation_event
 from orchestrator._runtime.ports import Ports
@@ -64,9 +65,6 @@ _log = logging.getLogger("orchestrator")
 __all__ = ["BUSY", "ForkResult", "NavigationResult", "Navigator", "fork", "fork_to"]
 
 BUSY = "Cannot navigate while the agent is working; wait for the turn to end or abort it"
-
-# Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
-_AWAITING = frozenset({"run_hooks", "start_summary"})
 
 
 class _Request:
@@ -174,9 +172,7 @@ class Navigator:
             self.ports.tables("navigation"), self.effects, observers=(weakly(self._record),)
         )
         self.machine = machine
-        # Whether a running turn refuses it, or the same position makes it a no-op, is the
-        # table's choice: the loop steps `navigate` with these facts like any other event.
-        facts = Facts(turn_running=self.turn_running(), same_position=target_id == old_leaf)
+        facts = start_facts(working=self.turn_running(), target_id=target_id, old_leaf_id=old_leaf)
         with self.ports.tracer.navigation_span(session.session_id, target_id):
             try:
                 async with anyio.create_task_group() as group:
@@ -209,17 +205,7 @@ class Navigator:
         # Weakly bound: this table and the last navigation's machine are kept, and would make a
         # reference cycle holding the session until a full collection (see driver.weakly). Made
         # when first needed: most sessions never navigate.
-        effects: dict[str, Effect] = {
-            "collect_entries": self._collect_entries,
-            "run_hooks": self._run_hooks,
-            "start_summary": self._start_summary,
-            "cancel_summary": self._cancel_summary,
-            "stop_hooks": self._stop_hooks,
-            "switch_leaf": self._switch_leaf,
-            "switch_leaf_with_summary": self._switch_leaf_with_summary,
-            "rebuild_context": self._rebuild_context,
-            "emit_session_tree": self._emit_session_tree,
-        }
+        effects = navigation_effects(self)
         return {name: weakly(effect) for name, effect in effects.items()}
 
     def _start_deadline(self, machine: Interpreter, group: Any) -> Callable[[], None]:
@@ -257,7 +243,7 @@ class Navigator:
             taken = machine.step(next_event, facts)
             next_event = None
             for name in taken.effects:
-                if name in _AWAITING:
+                if name in AWAITING:
                     report = await machine.in_flight(group, self.effects[name])
                 else:
                     report = await machine.perform(name)
@@ -331,7 +317,7 @@ class Navigator:
 
     # -- the effect table -------------------------------------------------------------------------
 
-    async def _collect_entries(self) -> Report:
+    async def collect_entries(self) -> Report:
         request = self._current()
         entries, request.ancestor = collect_branch_entries(
             self._session().tree, request.old_leaf, request.target.target_id
@@ -342,7 +328,7 @@ class Navigator:
         request.entries = [entry for entry in entries if not is_leaf_marker(entry)]
         return Report(outcome="ok")
 
-    async def _run_hooks(self) -> Report:
+    async def run_hooks(self) -> Report:
         request = self._current()
         hook = await self.ports.run_hook(
             "session_before_tree",
@@ -373,7 +359,7 @@ class Navigator:
             return Report(outcome="supplied")
         return Report(outcome="done")
 
-    async def _start_summary(self) -> Report:
+    async def start_summary(self) -> Report:
         request = self._current()
         candidates = self.ports.routes.candidates
         window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
@@ -412,24 +398,24 @@ class Navigator:
         request.moved = outcome.entry is not None
         return Report(outcome=outcome.status)
 
-    async def _cancel_summary(self) -> None:
+    async def cancel_summary(self) -> None:
         self.operations.cancel()
         assert self.machine is not None
         await self.machine.wait_in_flight()
 
-    async def _stop_hooks(self) -> None:
+    async def stop_hooks(self) -> None:
         # A handler that never returns must not hold the navigation: it is cancelled like a
         # model call (D22); nothing was written before the hooks answered.
         assert self.machine is not None
         await self.machine.stop_in_flight()
 
-    async def _switch_leaf(self) -> Report:
+    async def switch_leaf(self) -> Report:
         request = self._current()
         apply_navigation(self._session(), request.target, old_leaf_id=request.old_leaf)
         request.moved = True
         return Report(outcome="ok")
 
-    async def _switch_leaf_with_summary(self) -> Report:
+    async def switch_leaf_with_summary(self) -> Report:
         request = self._current()
         supplied = request.supplied or {}
         request.summary_entry = apply_navigation(
@@ -444,10 +430,10 @@ class Navigator:
         request.moved = True
         return Report(outcome="ok")
 
-    async def _rebuild_context(self) -> None:
+    async def rebuild_context(self) -> None:
         self._session().context()
 
-    async def _emit_session_tree(self) -> None:
+    async def emit_session_tree(self) -> None:
         request, session = self._current(), self._session()
         summary_entry = request.summary_entry
         if request.label:
