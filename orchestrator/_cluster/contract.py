@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._core.errors import OrchestratorError
+from orchestrator._runtime.replies import Verdict
 
 TASK_QUEUE = "orchestrator-sessions"
 """The task queue every worker polls and every client starts session workflows on."""
@@ -484,6 +485,17 @@ class AgentReported:
     over_threshold: bool = False
     context_full: bool = False
     retries_ended: bool | None = None
+
+    @classmethod
+    def judged(cls, verdict: Verdict, messages: list[str]) -> AgentReported:
+        """The report of a run whose last reply ``verdict`` judged."""
+        return cls(messages=messages, **verdict.fields())
+
+    def verdict(self) -> Verdict:
+        """What the reply means, as the turn core reads it."""
+        return Verdict(
+            **{k: getattr(self, k) for k in Verdict.__dataclass_fields__},
+        )
 
 
 # -- tree navigation and fork ------------------------------------------------------------------

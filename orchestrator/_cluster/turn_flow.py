@@ -102,8 +102,8 @@ from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report, check_effects
-from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, Verdict, failed_attempt
-from orchestrator._runtime.turn_core import Effect, Ending, TurnCore, TurnTerms
+from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, failed_attempt
+from orchestrator._runtime.turn_core import Effect, Ending, TurnCore, TurnTerms, result_fields
 from orchestrator._runtime.types import TurnCounters
 
 T = TypeVar("T")
@@ -333,24 +333,17 @@ class TurnFlow:
         return call, lines
 
     async def _flush(self, compact_failed: dict[str, Any] | None = None) -> None:
-        call, lines = self._call(compact_failed=compact_failed)
-        try:
-            await workflow.execute_activity(
-                "journal_turn",
-                call,
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=DELIVER,
-            )
-        except BaseException:
-            self.journal.lost(lines)
-            raise
+        await self._deliver("journal_turn", compact_failed=compact_failed)
 
     async def _append(self, entries: list[NewEntry]) -> None:
-        call, lines = self._call(entries=entries)
+        await self._deliver("append", entries=entries)
+
+    async def _deliver(self, activity: str, **fields: Any) -> None:
+        """Run an idempotent turn activity, delivered again after a lost worker (DELIVER)."""
+        call, lines = self._call(**fields)
         try:
             await workflow.execute_activity(
-                "append",
+                activity,
                 call,
                 start_to_close_timeout=SHORT,
                 heartbeat_timeout=HEARTBEAT,
@@ -468,14 +461,7 @@ class TurnFlow:
         # What omit_failed_attempt may omit: this run's messages only, none when it reported
         # none (a lost worker), so an earlier run's reply is never taken for the failed one.
         self._attempt = list(zip(ids, messages, strict=True))
-        verdict = Verdict(
-            outcome=reported.outcome,
-            error=reported.error,
-            over_threshold=reported.over_threshold,
-            context_full=reported.context_full,
-            retries_ended=reported.retries_ended,
-        )
-        return self.core.take_reply(last[-1] if last else None, verdict)
+        return self.core.take_reply(last[-1] if last else None, reported.verdict())
 
     async def omit_failed_attempt(self) -> None:
         """Append the omissions of the failed attempt, under ids derived here."""
@@ -492,16 +478,7 @@ class TurnFlow:
 
     async def prune(self) -> int:
         """Run one prune operation (the operation table's prune rows); the tokens it saved."""
-        if self.journal.lines:
-            await self._flush()
-        op = Op(
-            session_id=self.session_id,
-            operation_id=workflow.uuid4().hex[:12],
-            kind="prune",
-            reason="threshold",
-        )
-        flow = self.flow = OperationFlow(self.operation, op)
-        outcome = await self._operation(flow)
+        outcome = await self._operation(await self._start_flow(kind="prune", reason="threshold"))
         return outcome.tokens_saved
 
     def _compaction_settings(self) -> CompactionSettings:
@@ -550,16 +527,7 @@ class TurnFlow:
 
     async def _compaction(self, reason: str, focus: str | None) -> Report | None:
         self.outcome = None
-        if self.journal.lines:
-            # The turn's steps so far go first, so the journal reads in order.
-            await self._flush()
-        op = Op(
-            session_id=self.session_id,
-            operation_id=workflow.uuid4().hex[:12],
-            reason=reason,
-            focus=focus,
-        )
-        flow = self.flow = OperationFlow(self.operation, op)
+        flow = await self._start_flow(reason=reason, focus=focus)
 
         async def work() -> Report:
             result = await self._operation(flow)
@@ -567,6 +535,14 @@ class TurnFlow:
             return Report(outcome=result.status)
 
         return await self._in_flight(work)
+
+    async def _start_flow(self, **op: Any) -> OperationFlow:
+        """A new operation's flow, once the turn's steps so far are journaled (in order)."""
+        if self.journal.lines:
+            await self._flush()
+        new = Op(session_id=self.session_id, operation_id=workflow.uuid4().hex[:12], **op)
+        flow = self.flow = OperationFlow(self.operation, new)
+        return flow
 
     async def _operation(self, flow: OperationFlow) -> CompressResult:
         """Run an operation with the events one process's operation runner emits."""
@@ -598,14 +574,7 @@ class TurnFlow:
             status=outcome.status,
             reason=outcome.reason,
             error=outcome.error,
-            result={
-                "summary": outcome.summary,
-                "firstKeptEntryId": outcome.first_kept_entry_id,
-                "tokensBefore": outcome.tokens_before,
-                "details": outcome.details,
-            }
-            if committed
-            else None,
+            result=result_fields(outcome) if committed else None,
             estimate_after=outcome.estimate_after,
         )
 

@@ -101,6 +101,10 @@ class Verdict:
     context_full: bool = False
     retries_ended: bool | None = None
 
+    def fields(self) -> dict[str, Any]:
+        """The verdict as keyword arguments (a record that carries it across a wire)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
 
 def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -> Verdict:
     """Name what the last assistant reply of an agent run means.

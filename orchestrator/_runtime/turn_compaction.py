@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator._runtime.driver import Report
-from orchestrator._runtime.turn_core import Ending
+from orchestrator._runtime.turn_core import Ending, result_fields
 from orchestrator._runtime.turn_host import Host
 from orchestrator._runtime.types import OperationOutcome
 
@@ -75,14 +75,7 @@ class TurnCompactions:
             status=outcome.status,
             reason=outcome.reason,
             error=outcome.error,
-            result=None
-            if result is None
-            else {
-                "summary": result.summary,
-                "firstKeptEntryId": result.first_kept_entry_id,
-                "tokensBefore": result.tokens_before,
-                "details": result.details,
-            },
+            result=None if result is None else result_fields(result),
             estimate_after=sum(self.host.session().context().estimates)
             if outcome.status == "committed"
             else None,

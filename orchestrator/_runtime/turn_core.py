@@ -419,6 +419,20 @@ class TurnCore:
         self.compactions.hand_manual(never_ended=never_ended)
 
 
+def result_fields(result: Any) -> dict[str, Any]:
+    """``auto_compaction_end``'s ``result`` for a committed compaction.
+
+    ``result`` is one process's ``CompactionResult`` or the cluster's ``CompressResult``: both
+    name these four fields alike (duck-typed: a protocol of four properties said no more).
+    """
+    return {
+        "summary": result.summary,
+        "firstKeptEntryId": result.first_kept_entry_id,
+        "tokensBefore": result.tokens_before,
+        "details": result.details,
+    }
+
+
 def end_payload(ending: Ending | None) -> dict[str, Any]:
     """The ``auto_compaction_end`` fields every ending shares."""
     result = ending.result if ending is not None else None
