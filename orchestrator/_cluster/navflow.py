@@ -50,6 +50,7 @@ from orchestrator._cluster.flow import DELIVER, HEARTBEAT, ONCE, SHORT, Operatio
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
+from orchestrator._lifecycle.names import NavigationEvent, NavigationState
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.navigation_core import AWAITING, navigation_effects, start_facts
 from orchestrator._runtime.outcomes import navigation_event
@@ -129,13 +130,13 @@ class NavigationFlow(TableFlow):
         target_id = self.nav.request.target_id
         facts = start_facts(working=working, target_id=target_id, old_leaf_id=old_leaf_id)
         try:
-            await self._loop("navigate", facts)
+            await self._loop(NavigationEvent.NAVIGATE, facts)
         except _Stopped:
             await self._flush()
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's cancel row (D22).
-            if not self.done and self.defn.rows_for(self.state, "cancel"):
-                await self._loop("cancel", Facts())
+            if not self.done and self.defn.rows_for(self.state, NavigationEvent.CANCEL):
+                await self._loop(NavigationEvent.CANCEL, Facts())
             raise
         return self._result()
 
@@ -283,7 +284,7 @@ class NavigationFlow(TableFlow):
         base = NavigateResult(navigation_id=nav.navigation_id, status=self.state, old_leaf_id=old)
         if self._stopped is not None:
             return _replace(base, status="failed", error=self._stopped, error_kind="conflict")
-        if self.state == "failed":
+        if self.state == NavigationState.FAILED:
             result = self._summary_result
             conflict = result is not None and result.status == "conflict"
             return _replace(
@@ -291,7 +292,7 @@ class NavigationFlow(TableFlow):
                 error=result.error if result is not None else None,
                 error_kind="conflict" if conflict else (result and result.error_kind) or "fatal",
             )
-        if self.state == "cancelled":
+        if self.state == NavigationState.CANCELLED:
             return _replace(base, aborted=self._summary_result is not None, new_leaf_id=old)
         if not self._moved:  # done by a row that moved nothing (the same position), or refused
             return _replace(base, new_leaf_id=old)

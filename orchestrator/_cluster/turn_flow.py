@@ -100,6 +100,7 @@ from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
+from orchestrator._lifecycle.names import TurnEvent
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, failed_attempt
@@ -108,7 +109,6 @@ from orchestrator._runtime.types import TurnCounters
 
 T = TypeVar("T")
 
-_ENDED = frozenset({"committed", "skipped", "cancelled", "failed", "conflict"})
 _STATUS = {"committed": "completed", "skipped": "skipped", "cancelled": "cancelled"}
 """``compaction_update``'s status for an operation's end (any other end: ``failed``)."""
 NEVER_RAN = "Compaction cancelled: the session closed before it ran"
@@ -212,8 +212,8 @@ class TurnFlow:
         except AgentRaisedError as failure:
             # As one process: the run settles through the abort row, then the caller hears
             # the agent's exception (-32603 on the wire), not a turn that merely ended.
-            if self.defn.rows_for(self.state, "abort"):
-                await self._loop("abort")
+            if self._listed(TurnEvent.ABORT):
+                await self._loop(TurnEvent.ABORT)
             while self.journal.lines:
                 await self._flush()
             raise ApplicationError(
@@ -229,8 +229,8 @@ class TurnFlow:
             raise unavailable from None
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's abort row (D22).
-            if self.defn.rows_for(self.state, "abort"):
-                await self._loop("abort")
+            if self._listed(TurnEvent.ABORT):
+                await self._loop(TurnEvent.ABORT)
             raise
         finally:
             self.running = False
@@ -267,8 +267,8 @@ class TurnFlow:
         self._interrupts.clear()
         self.core.follow_ups.clear()
         self.core.close_retry_streak()
-        if self.defn.rows_for(self.state, "activity_failed"):
-            await self._loop("activity_failed")
+        if self._listed(TurnEvent.ACTIVITY_FAILED):
+            await self._loop(TurnEvent.ACTIVITY_FAILED)
         if self.journal.lines:
             # Best effort: the store may be what failed (reading the journal then shows the
             # turn stopping short of rest, as after a crash).

@@ -32,6 +32,7 @@ from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._lifecycle.names import NavigationEvent, NavigationState
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import (
     Effect,
@@ -135,8 +136,12 @@ class Navigator:
         still run: a cancel then stops them, so a handler that never returns cannot hold the
         call; what was written stays written.
         """
-        if self.machine is not None and not self.machine.done and self.machine.listed("cancel"):
-            self.machine.interrupt("cancel")
+        if (
+            self.machine is not None
+            and not self.machine.done
+            and self.machine.listed(NavigationEvent.CANCEL)
+        ):
+            self.machine.interrupt(NavigationEvent.CANCEL)
         elif self._after_hooks is not None:
             cancel_scope(self._after_hooks)
 
@@ -178,7 +183,7 @@ class Navigator:
                 async with anyio.create_task_group() as group:
                     stop_timer = self._start_deadline(machine, group)
                     try:
-                        await self._loop(machine, group, "navigate", facts)
+                        await self._loop(machine, group, NavigationEvent.NAVIGATE, facts)
                     finally:
                         stop_timer()
             except BaseExceptionGroup as errors:
@@ -191,9 +196,9 @@ class Navigator:
                 # the table's cancel row, shielded, so nothing is attached and the session can be
                 # closed or navigate again (D22).
                 with anyio.CancelScope(shield=True):
-                    if not machine.done and machine.listed("cancel"):
+                    if not machine.done and machine.listed(NavigationEvent.CANCEL):
                         async with anyio.create_task_group() as group:
-                            await self._loop(machine, group, "cancel", NO_FACTS)
+                            await self._loop(machine, group, NavigationEvent.CANCEL, NO_FACTS)
                 raise
             finally:
                 if not machine.done:  # an error (a refused step) ended it: the navigation is over
@@ -220,9 +225,9 @@ class Navigator:
             return lambda: None
 
         def passed() -> None:
-            if not machine.done and machine.listed("deadline_passed"):
+            if not machine.done and machine.listed(NavigationEvent.DEADLINE_PASSED):
                 self._current().hook_timeout = seconds
-                machine.interrupt("deadline_passed")
+                machine.interrupt(NavigationEvent.DEADLINE_PASSED)
 
         stop = call_later(seconds, passed)
         if stop is not None:
@@ -264,9 +269,9 @@ class Navigator:
     def _result(self, state: str, request: _Request) -> NavigationResult:
         session = self._session()
         old = request.old_leaf
-        if state == "refused":
+        if state == NavigationState.REFUSED:
             raise SessionError(BUSY)
-        if state == "failed":
+        if state == NavigationState.FAILED:
             if request.hook_timeout is not None:
                 raise ModelError(
                     "session_before_tree handlers did not answer within "
@@ -284,7 +289,7 @@ class Navigator:
                 kind=(outcome.error_kind if outcome else None) or "fatal",
                 retry_after=outcome.retry_after if outcome else None,
             ) from (outcome.cause if outcome else None)
-        if state == "cancelled":
+        if state == NavigationState.CANCELLED:
             aborted = request.outcome is not None
             return NavigationResult(
                 cancelled=True, aborted=aborted, new_leaf_id=old, old_leaf_id=old

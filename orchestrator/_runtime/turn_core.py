@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from orchestrator._core.entries import Message
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
 from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.names import TurnEvent, TurnState
+from orchestrator._lifecycle.names import OperationState, TurnEvent, TurnState
 from orchestrator._runtime.compact_hooks import overflow_failed_payload
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report
@@ -46,7 +46,15 @@ from orchestrator._runtime.replies import (
 )
 from orchestrator._runtime.types import TurnCounters
 
-ENDED = frozenset({"committed", "skipped", "cancelled", "failed", "conflict"})
+ENDED = frozenset(
+    {
+        OperationState.COMMITTED,
+        OperationState.SKIPPED,
+        OperationState.CANCELLED,
+        OperationState.FAILED,
+        OperationState.CONFLICT,
+    }
+)
 """The statuses an operation ends in (anything else: it never ran to an end)."""
 
 Effect = Callable[[], Awaitable[Report | None]]
