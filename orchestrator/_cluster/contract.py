@@ -476,7 +476,8 @@ class AgentReported:
         messages: The messages the agent yielded, in order, each as JSON text.
         over_threshold: The context is over the compaction threshold after the reply.
         context_full: A truncated reply came back with the context full.
-        retries_ended: A retry streak ended (``True`` in success, ``False`` in failure).
+        retries_ended: No longer read (the turn table's rows end a retry streak); kept so the
+            histories recorded with it still decode.
     """
 
     outcome: str

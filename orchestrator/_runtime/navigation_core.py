@@ -17,6 +17,10 @@ Exceptions to the table, kept here so that they are in one place (house style 19
 * A ``cancel`` the current state does not list is dropped, not refused: it arrives while effects
   run. After the machine is done, a cancel stops only the ``session_tree`` handlers still running
   (what was written stays written), so a handler that never returns cannot hold the call.
+* The label is written inside ``emit_session_tree`` (on the summary entry when there is one,
+  else on the target, as pi labels): on the cluster the label and the ``session_tree`` handlers
+  are one activity, the label written whole or not at all before any handler runs, so a
+  separate effect would change every recorded history.
 """
 
 from __future__ import annotations

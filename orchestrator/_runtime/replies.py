@@ -91,15 +91,12 @@ class Verdict:
         error: The failure as one line (``""`` when there is none).
         over_threshold: The context is over the compaction threshold after the reply.
         context_full: A reply cut off by the length limit came back with the context full.
-        retries_ended: A retry streak ended here: ``True`` in success, ``False`` in failure,
-            ``None`` when the streak goes on (or there was none).
     """
 
     outcome: str
     error: str = ""
     over_threshold: bool = False
     context_full: bool = False
-    retries_ended: bool | None = None
 
     def fields(self) -> dict[str, Any]:
         """The verdict as keyword arguments (a record that carries it across a wire)."""
@@ -136,10 +133,10 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
             return Verdict(outcome="overflow", error=error)
         if is_transient_text(error):
             return Verdict(outcome="transient", error=error)
-        return Verdict(outcome="fatal", error=error, retries_ended=False)
+        return Verdict(outcome="fatal", error=error)
     if usage and silent_overflow(_usage(usage), window, str(stop)):
         error = "context overflow (usage exceeds the context window)"
-        return Verdict(outcome="overflow", error=error, retries_ended=True)
+        return Verdict(outcome="overflow", error=error)
     tokens = calculate_context_tokens(usage) if usage else 0
     over = not stale and should_compact(tokens, window, settings.compaction)
     if stop == "length":
@@ -149,9 +146,8 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
             error=error,
             over_threshold=over,
             context_full=over,
-            retries_ended=True,
         )
-    return Verdict(outcome="ok", over_threshold=over, retries_ended=True)
+    return Verdict(outcome="ok", over_threshold=over)
 
 
 def retry_after_hint_ms(reply: Mapping[str, Any] | None) -> int | None:

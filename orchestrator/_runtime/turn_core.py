@@ -20,6 +20,16 @@ Exceptions to the table, kept here so that they are in one place (house style 19
 * A request (``abort``, ``manual_compact``) the current state does not list is dropped, not
   refused: it arrives asynchronously, while effects run, and the state it was meant for may be
   gone by the time it is stepped (:meth:`TurnCore.at_rest`).
+* A run that ends with a retry streak still open (an abort, a manual compaction, an overflow
+  recovery that failed) closes it with ``auto_retry_end`` ``success: false``
+  (:meth:`TurnCore.close_retry_streak`, called by both hosts when a run ends): every
+  ``auto_retry_start`` has its end, whichever row stopped the run. A reply that ends a streak is
+  a row's effect (``end_retry_streak``, ``fail_retry_streak``).
+* Whether to prune reads the ``prune`` setting inside ``prune_tool_outputs``: as a guard it would
+  move the ``running`` -> ``pruning`` path every journal, trace and recorded history holds.
+* A prompt or a manual compaction during a tree navigation is refused by the one-process driver
+  (``TurnDriver._refuse_during_navigation``): the turn table does not know about navigations;
+  which machines may run together is for the session machine issue 34 asks for.
 """
 
 from __future__ import annotations
@@ -42,8 +52,8 @@ from orchestrator._runtime.replies import (
     Verdict,
     retry_after_hint_ms,
     retry_hint_s,
-    still_over,
 )
+from orchestrator._runtime.replies import still_over as still_over_message
 from orchestrator._runtime.types import TurnCounters
 
 ENDED = frozenset(
@@ -204,6 +214,8 @@ class TurnCore:
             "prune_tool_outputs": self._prune_tool_outputs,
             "emit_retry_start": self._emit_retry_start,
             "emit_retry_end": self._emit_retry_end,
+            "end_retry_streak": self._end_retry_streak,
+            "fail_retry_streak": self._fail_retry_streak,
             "sleep_retry": self._sleep_retry,
             "cancel_retry_wait": agent.stop_in_flight,
             "append_continue_message": agent.append_continue_message,
@@ -214,6 +226,7 @@ class TurnCore:
             "start_manual_compaction": self._manual,
             "cancel_compaction": compactions.cancel_compaction,
             "emit_compaction_end": self._emit_end,
+            "emit_compaction_still_over": self._emit_still_over,
             "emit_compaction_aborted": self._emit_aborted,
             "emit_compaction_failed": self._emit_compaction_failed,
             "emit_recovery_failed": self._emit_recovery_failed,
@@ -289,13 +302,17 @@ class TurnCore:
             t.last_error = verdict.error
             # The Retry-After header the route read, kept on the failed reply.
             t.last_retry_after_ms = retry_after_hint_ms(last[1] if last is not None else None)
-        if verdict.retries_ended is not None and t.retry_attempt > 0:
-            payload: dict[str, Any] = {"success": verdict.retries_ended, "attempt": t.retry_attempt}
-            if not verdict.retries_ended:
-                payload["finalError"] = t.last_error
-            self.agent.emit("auto_retry_end", **payload)
-            t.retry_attempt = 0
         return Report(outcome=verdict.outcome, error=verdict.error or None)
+
+    async def _end_retry_streak(self) -> None:
+        # The row says a reply came back that ends the streak; there may be none open.
+        t = self.counters
+        if t.retry_attempt > 0:
+            self.agent.emit("auto_retry_end", success=True, attempt=t.retry_attempt)
+            t.retry_attempt = 0
+
+    async def _fail_retry_streak(self) -> None:
+        self.close_retry_streak()
 
     def close_retry_streak(self) -> None:
         """End a retry streak the turn stopped in without a verdict (``success: false``).
@@ -370,23 +387,36 @@ class TurnCore:
         t.overflow_attempted = t.overflow_attempted or reason == "overflow"
         t.auto_compactions += 1  # D19 counts every automatic compaction, whatever its reason
         self.agent.emit("auto_compaction_start", reason=reason)
-        return await self.compactions.compaction(reason)
+        report = await self.compactions.compaction(reason)
+        if report is not None:
+            # Re-measured for the compaction_done rows: whether it got under the line (D19).
+            t.over_threshold = self._still_over(self.compactions.ending())
+        return report
+
+    def _still_over(self, ending: Ending | None) -> bool:
+        if ending is None or ending.status != "committed" or ending.estimate_after is None:
+            return False
+        terms = self.agent.terms()
+        return should_compact(ending.estimate_after, terms.context_window, terms.compaction)
 
     async def _manual(self) -> Report | None:
         return await self.compactions.compaction("manual")
 
     async def _emit_end(self) -> None:
+        self._end(still_over=False)
+
+    async def _emit_still_over(self) -> None:
+        self._end(still_over=True)
+
+    def _end(self, *, still_over: bool) -> None:
         ending = self.compactions.ending()
         payload = end_payload(ending)
         if ending is not None and ending.status == "committed":
             payload["willRetry"] = self.counters.will_retry
-            # D19: no second compaction in this turn; say so when it did not get under the line.
-            terms, estimate = self.agent.terms(), ending.estimate_after
-            if estimate is not None and should_compact(
-                estimate, terms.context_window, terms.compaction
-            ):
+            if still_over and ending.estimate_after is not None:
+                # D19: no second compaction in this turn; the row says it did not get under.
                 payload["stillOverThreshold"] = True
-                payload["errorMessage"] = still_over(estimate)
+                payload["errorMessage"] = still_over_message(ending.estimate_after)
         elif ending is not None and ending.status == "skipped":
             payload["skipped"] = True
             payload["reason"] = ending.reason
