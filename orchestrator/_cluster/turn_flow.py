@@ -1,11 +1,10 @@
 """The turn table hosted in a Temporal workflow: the same pure step, effects as activities.
 
-Theory of operation. :class:`TurnFlow` is the workflow-side twin of
-:class:`~orchestrator._runtime.turn.TurnDriver`. It holds the turn machine's state and the
-per-turn counters (D18, D19) and steps ``machines/turn.toml`` only through the pure
-:func:`~orchestrator._lifecycle.machine.step`, with the facts the one-process driver gives the
-guards. So whether a reply means prune, compact, retry, resume or stop is the table's decision
-on both hosts, and the turn rows of the journal read the same.
+Theory of operation. :class:`TurnFlow` is the workflow host of the turn driver written once in
+:mod:`~orchestrator._runtime.turn_core` (counters, facts, payloads, the effect binding), as
+:class:`~orchestrator._runtime.turn.TurnDriver` is the one-process host. It steps
+``machines/turn.toml`` only through the pure :func:`~orchestrator._lifecycle.machine.step`, so
+the decisions and the journal's turn rows are the same on both hosts.
 
 Effects that touch the world are activities. The agent's run is made once (a retry is the
 table's decision); the appends and the journal writes are idempotent and delivered again after
@@ -13,8 +12,8 @@ a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.
 
 * ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (a
   failed attempt is out of it once ``omit_failed_attempt`` wrote its omission) and reports the
-  messages it yielded and what the last
-  reply means (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
+  messages it yielded and what the last reply means
+  (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
   appends nothing: the ``append`` activity then appends the messages, each under an id the
   workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
   repeated after a worker died finds them instead of appending twice. The append is not
@@ -33,10 +32,8 @@ a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.
   ``cancel`` and waits until it settled through its own table.
 * ``sleep_retry`` is a workflow timer in flight; ``stop_agent`` / ``cancel_retry_wait`` cancel
   what is in flight and wait until it has settled.
-
 * ``prune_tool_outputs`` runs one prune operation (the operation table's prune rows, its
-  ``rewrite`` activity) when the worker prunes (D23), then re-measures the context as the
-  one-process driver does.
+  ``rewrite`` activity) when the worker prunes (D23); the core re-measures the context.
 
 Failures of the cluster. An activity that fails for good (its retries spent, or not
 retryable) raises out of whatever effect awaited it. The turn then steps ``activity_failed``
@@ -47,11 +44,11 @@ The request is answered ``Unavailable`` (``-32008``) when the cluster failed und
 timeout, a stopped worker, the store: :func:`~orchestrator._cluster.flow.infrastructure`),
 otherwise with the activity's own error, as before.
 
-Notifications. Where the one-process driver emits an event (``message``, ``auto_retry_*``,
-``auto_compaction_*``, ``compaction_update``, ``session_compact``, ``session_compact_failed``),
-the flow records it with the same payload in :attr:`TurnFlow.events`, numbered in the workflow
-run: the server reads them while the request runs (the workflow's ``events`` query) and from the
-request's answer, and sends each once, in order, as ``session.event`` notifications.
+Notifications. Where one process emits an event (``message``, ``auto_retry_*``,
+``auto_compaction_*``, ``compaction_update``, ``session_compact*``), the flow records it with
+the same payload in :attr:`TurnFlow.events`, numbered in the workflow run: the server reads
+them while the request runs (the ``events`` query) and from the request's answer, and sends
+each once, in order, as ``session.event`` notifications.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next turn activity (or a ``journal`` activity before a compaction starts and when the
@@ -105,7 +102,6 @@ from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, failed_attempt
 from orchestrator._runtime.turn_core import Effect, Ending, TurnCore, TurnTerms, result_fields
-from orchestrator._runtime.types import TurnCounters
 
 T = TypeVar("T")
 
@@ -158,11 +154,6 @@ class TurnFlow:
         self._event_seq = 0
 
     # -- requests ---------------------------------------------------------------------------------
-
-    @property
-    def counters(self) -> TurnCounters:
-        """The per-turn counters (D18, D19) and the last reply's measurements."""
-        return self.core.counters
 
     def facts(self) -> Facts:
         """What the turn table's guards read (the facts one process gives them)."""
@@ -465,7 +456,7 @@ class TurnFlow:
 
     async def omit_failed_attempt(self) -> None:
         """Append the omissions of the failed attempt, under ids derived here."""
-        reply_id = self.counters.last_reply_id
+        reply_id = self.core.counters.last_reply_id
         if reply_id is None:
             return
         self._calls += 1

@@ -192,7 +192,7 @@ class SessionWorkflow:
             turn.queue(request.text)
             return PromptResult(state=turn.state, queued=True)
         await turn.run(TurnEvent.USER_PROMPT, request.text)
-        reply = turn.counters.last_reply
+        reply = turn.core.counters.last_reply
         return PromptResult(
             state=turn.state,
             reply=None if reply is None else dict(reply),
