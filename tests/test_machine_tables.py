@@ -25,7 +25,8 @@ def test_threshold_path_prunes_compacts_and_auto_continues_once() -> None:
     turn = runner("turn")
     assert turn.fire("user_prompt").effects == ("start_turn", "call_agent")
     over = Facts(over_threshold=True)
-    assert turn.fire("agent_done", over).effects == ("prune_tool_outputs",)
+    # A reply ends any retry streak (D21): the row says so, not the agent's effect.
+    assert turn.fire("agent_done", over).effects == ("end_retry_streak", "prune_tool_outputs")
     assert turn.state == "pruning"
     assert turn.fire("pruned", over).effects == ("start_threshold_compaction",)
     assert turn.state == "compacting"
@@ -37,7 +38,7 @@ def test_threshold_path_prunes_compacts_and_auto_continues_once() -> None:
     assert turn.fire("resume").effects == ("call_agent",)
     # D19: still over the threshold in the same turn, but no second automatic compaction.
     again = turn.fire("agent_done", Facts(over_threshold=True, auto_compactions=1))
-    assert (again.dest, again.effects) == ("idle", ())
+    assert (again.dest, again.effects) == ("idle", ("end_retry_streak",))
 
 
 def test_under_the_threshold_the_turn_just_ends() -> None:
@@ -58,10 +59,14 @@ def test_threshold_compaction_without_auto_continue_ends_the_turn() -> None:
 
 def test_compaction_disabled_means_no_automatic_path() -> None:
     off = Facts(compaction_enabled=False, over_threshold=True, context_full=True)
-    for event in ("agent_done", "overflow", "reply_truncated"):
+    for event, effects in (
+        ("agent_done", ("end_retry_streak",)),
+        ("overflow", ()),
+        ("reply_truncated", ("end_retry_streak",)),
+    ):
         turn = runner("turn", "running")
         step = turn.fire(event, off)
-        assert (step.dest, step.effects) == ("idle", ())
+        assert (step.dest, step.effects) == ("idle", effects)
 
 
 def test_overflow_recovers_once_then_fails() -> None:
@@ -82,10 +87,10 @@ def test_overflow_recovers_once_then_fails() -> None:
 def test_a_length_stop_with_a_full_context_is_an_overflow() -> None:
     turn = runner("turn", "running")
     step = turn.fire("reply_truncated", Facts(context_full=True))
-    assert step.effects == ("omit_failed_attempt", "start_overflow_compaction")
+    assert step.effects == ("end_retry_streak", "omit_failed_attempt", "start_overflow_compaction")
     turn = runner("turn", "running")
     step = turn.fire("reply_truncated", Facts(context_full=True, overflow_attempted=True))
-    assert (step.dest, step.effects) == ("idle", ("emit_overflow_failed",))
+    assert (step.dest, step.effects) == ("idle", ("end_retry_streak", "emit_overflow_failed"))
 
 
 def test_a_length_stop_without_a_full_context_is_a_plain_reply() -> None:

@@ -24,6 +24,7 @@ import pytest
 from orchestrator._core.entries import Message
 from orchestrator._core.errors import Cancelled, SessionError, SessionLockedError, TransitionError
 from orchestrator._core.resources import data_dir
+from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import GUARDS, Facts
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine, step
@@ -64,7 +65,7 @@ def row(rows: Rows, source: str, event: str, dest: str, guard: str | None = None
         i
         for i, r in enumerate(rows)
         if (r["source"], r["event"], r["dest"]) == (source, event, dest)
-        and (guard is None or guard in r.get("guards", []))
+        and (guard is None or r.get("guards", []) == [guard])
     )
 
 
@@ -359,7 +360,7 @@ PERFORMED_BY: dict[str, set[str]] = {
         "emit_overflow_failed",
     },
     "auto_retry_start": {"emit_retry_start"},
-    "auto_retry_end": {"emit_retry_end", "call_agent"},  # success is known from the reply
+    "auto_retry_end": {"emit_retry_end", "end_retry_streak", "fail_retry_streak"},
 }
 FINAL = load_machine("operation").final
 
@@ -567,3 +568,49 @@ async def test_an_effect_that_waits_cannot_run_from_a_synchronous_call() -> None
     kit = Kit(sleep=HangingSleep())
     with pytest.raises(RuntimeError, match="turn effect sleep_retry waited"):
         kit.runtime.turn.machine.perform_now("sleep_retry")
+
+
+# -- decisions that moved into the table (issue 34) -------------------------------------------
+
+
+async def test_a_reply_ends_the_retry_streak_only_through_the_rows_effect() -> None:
+    # The agent's effect used to emit auto_retry_end(success) itself; now the agent_done row's
+    # end_retry_streak does. Without it the streak stays open until the run ends, which closes
+    # it as failed (a run leaves no streak open).
+    def no_end(rows: Rows) -> None:
+        rows[row(rows, "running", "agent_done", "idle")]["effects"].remove("end_retry_streak")
+
+    for defn, ends in [
+        (turn_table(), [{"success": True, "attempt": 1}]),
+        (
+            turn_table(no_end),
+            [{"success": False, "attempt": 1, "finalError": "503 service unavailable"}],
+        ),
+    ]:
+        kit = Kit(turns=[[error_reply("503 service unavailable")], [reply("fine")]])
+        result = await driven(kit, defn).prompt("hi")
+        assert reply_text(result) == "fine"
+        assert kit.of("auto_retry_end") == ends
+
+
+async def test_still_over_the_threshold_after_compacting_is_the_rows_choice() -> None:
+    # A threshold of 50 tokens: even the compacted context is over it (D19: not again). The
+    # driver re-measures; which end event says so is the row's effect.
+    def never_still_over(rows: Rows) -> None:
+        rows[:] = [r for r in rows if "emit_compaction_still_over" not in r.get("effects", [])]
+
+    tight = dataclasses.replace(
+        settings(),
+        context_window=20_000,
+        compaction=CompactionSettings(keep_recent_tokens=200, reserve_tokens=19_950),
+    )
+    for defn, flagged in [(turn_table(), True), (turn_table(never_still_over), False)]:
+        kit = Kit(
+            turns=[[reply("a long answer", tokens=20_000)], [reply("continued", tokens=10)]],
+            summaries=[summary()],
+            runtime_settings=tight,
+        )
+        await driven(kit, defn).prompt("hi")
+        (end,) = kit.of("auto_compaction_end")
+        assert end.get("stillOverThreshold", False) is flagged
+        assert ("errorMessage" in end) is flagged

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator._core.errors import OrchestratorError
 from orchestrator._runtime.driver import Report
+from orchestrator._runtime.replies import Verdict
 
 TASK_QUEUE = "orchestrator-sessions"
 """The task queue every worker polls and every client starts session workflows on."""
@@ -493,7 +494,8 @@ class AgentReported:
         messages: The messages the agent yielded, in order, each as JSON text.
         over_threshold: The context is over the compaction threshold after the reply.
         context_full: A truncated reply came back with the context full.
-        retries_ended: A retry streak ended (``True`` in success, ``False`` in failure).
+        retries_ended: No longer read (the turn table's rows end a retry streak); kept so the
+            histories recorded with it still decode.
     """
 
     outcome: str
@@ -502,6 +504,17 @@ class AgentReported:
     over_threshold: bool = False
     context_full: bool = False
     retries_ended: bool | None = None
+
+    @classmethod
+    def judged(cls, verdict: Verdict, messages: list[str]) -> AgentReported:
+        """The report of a run whose last reply ``verdict`` judged."""
+        return cls(messages=messages, **verdict.fields())
+
+    def verdict(self) -> Verdict:
+        """What the reply means, as the turn core reads it."""
+        return Verdict(
+            **{k: getattr(self, k) for k in Verdict.__dataclass_fields__},
+        )
 
 
 # -- tree navigation and fork ------------------------------------------------------------------

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio import workflow
@@ -50,11 +50,10 @@ from orchestrator._cluster.flow import DELIVER, HEARTBEAT, ONCE, SHORT, Operatio
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
+from orchestrator._lifecycle.names import NavigationEvent, NavigationState
 from orchestrator._runtime.driver import Report
+from orchestrator._runtime.navigation_core import AWAITING, navigation_effects, start_facts
 from orchestrator._runtime.outcomes import navigation_event
-
-# Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
-_AWAITING = frozenset({"run_hooks", "start_summary"})
 
 
 class _Stopped(Exception):
@@ -73,18 +72,7 @@ class NavigationFlow(TableFlow):
     def __init__(self, defn: MachineDef, operation: MachineDef, nav: Nav) -> None:
         self.operation = operation
         self.nav = nav
-        effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
-            "collect_entries": self._collect_entries,
-            "run_hooks": self._run_hooks,
-            "start_summary": self._start_summary,
-            "cancel_summary": self._cancel_summary,
-            "stop_hooks": self._stop_hooks,
-            "switch_leaf": self._switch_leaf,
-            "switch_leaf_with_summary": self._switch_leaf_with_summary,
-            "rebuild_context": self._nothing,
-            "emit_session_tree": self._emit_session_tree,
-        }
-        super().__init__(defn, effects, awaiting=_AWAITING, machine="navigation")
+        super().__init__(defn, navigation_effects(self), awaiting=AWAITING, machine="navigation")
         self.summary: OperationFlow | None = None
         self._summary_result: CompressResult | None = None
         self._summary_entry_id: str | None = None
@@ -125,7 +113,7 @@ class NavigationFlow(TableFlow):
             ActivityError: The target is unknown, or the session is not in the store.
             TransitionError: The table refused a step (a bug, not a model failure).
         """
-        facts = Facts(turn_running=True)
+        old_leaf_id: str | None = None  # not read while working: the table refuses first
         if not working:
             # Where the session is decides `same_position`; a refused navigation reads nothing.
             started: NavReported = await workflow.execute_activity(
@@ -138,15 +126,17 @@ class NavigationFlow(TableFlow):
             )
             assert started.nav is not None
             self.nav = started.nav
-            facts = Facts(same_position=self.nav.request.target_id == self.nav.old_leaf_id)
+            old_leaf_id = self.nav.old_leaf_id
+        target_id = self.nav.request.target_id
+        facts = start_facts(working=working, target_id=target_id, old_leaf_id=old_leaf_id)
         try:
-            await self._loop("navigate", facts)
+            await self._loop(NavigationEvent.NAVIGATE, facts)
         except _Stopped:
             await self._flush()
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's cancel row (D22).
-            if not self.done and self.defn.rows_for(self.state, "cancel"):
-                await self._loop("cancel", Facts())
+            if not self.done and self.defn.rows_for(self.state, NavigationEvent.CANCEL):
+                await self._loop(NavigationEvent.CANCEL, Facts())
             raise
         return self._result()
 
@@ -186,11 +176,11 @@ class NavigationFlow(TableFlow):
 
     # -- the effect table -------------------------------------------------------------------------
 
-    async def _collect_entries(self) -> Report:
+    async def collect_entries(self) -> Report:
         await self._activity("nav_collect", self._call(), deliver=True)
         return Report(outcome="ok")
 
-    async def _run_hooks(self) -> Report:
+    async def run_hooks(self) -> Report:
         try:
             reported = await self._activity("nav_hooks", self._call())
         except ActivityError:
@@ -199,7 +189,7 @@ class NavigationFlow(TableFlow):
             return Report(outcome="cancelled")
         return Report(outcome=reported.outcome)
 
-    async def _start_summary(self) -> Report:
+    async def start_summary(self) -> Report:
         await self._flush()  # the navigation's steps so far are journaled before the summary's
         op = Op(
             session_id=self.nav.session_id,
@@ -220,23 +210,23 @@ class NavigationFlow(TableFlow):
             self._moved = True
         return Report(outcome=result.status)
 
-    async def _cancel_summary(self) -> None:
+    async def cancel_summary(self) -> None:
         if self.summary is not None:
             self.summary.interrupt("cancel")
         task, self._in_flight = self._in_flight, None
         if task is not None and not task.done():
             await task
 
-    async def _stop_hooks(self) -> None:
+    async def stop_hooks(self) -> None:
         # A session_before_tree handler that never returns must not hold the navigation: its
         # activity is cancelled like a model call (D22) and settles before the step goes on;
         # nothing was written before the hooks answered.
         await self._stop_in_flight()
 
-    async def _switch_leaf(self) -> Report:
+    async def switch_leaf(self) -> Report:
         return await self._switch(with_summary=False)
 
-    async def _switch_leaf_with_summary(self) -> Report:
+    async def switch_leaf_with_summary(self) -> Report:
         return await self._switch(with_summary=True)
 
     async def _switch(self, *, with_summary: bool) -> Report:
@@ -253,10 +243,11 @@ class NavigationFlow(TableFlow):
         self._moved = True
         return Report(outcome="ok")
 
-    async def _nothing(self) -> None:
+    async def rebuild_context(self) -> None:
+        """Nothing to rebuild: each activity reads the session fresh."""
         return None
 
-    async def _emit_session_tree(self) -> None:
+    async def emit_session_tree(self) -> None:
         call = self._call(
             label_id=derived_id(self.nav.navigation_id, "label"),
             summary_entry_id=self._summary_entry_id,
@@ -293,7 +284,7 @@ class NavigationFlow(TableFlow):
         base = NavigateResult(navigation_id=nav.navigation_id, status=self.state, old_leaf_id=old)
         if self._stopped is not None:
             return _replace(base, status="failed", error=self._stopped, error_kind="conflict")
-        if self.state == "failed":
+        if self.state == NavigationState.FAILED:
             result = self._summary_result
             conflict = result is not None and result.status == "conflict"
             return _replace(
@@ -301,7 +292,7 @@ class NavigationFlow(TableFlow):
                 error=result.error if result is not None else None,
                 error_kind="conflict" if conflict else (result and result.error_kind) or "fatal",
             )
-        if self.state == "cancelled":
+        if self.state == NavigationState.CANCELLED:
             return _replace(base, aborted=self._summary_result is not None, new_leaf_id=old)
         if not self._moved:  # done by a row that moved nothing (the same position), or refused
             return _replace(base, new_leaf_id=old)

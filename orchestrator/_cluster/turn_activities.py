@@ -135,14 +135,7 @@ class TurnActivities:
             return AgentReported(outcome="stopped", messages=_as_json(yielded))
         reply = next((m for m in reversed(yielded) if m.get("role") == "assistant"), None)
         verdict = classify(reply, self.settings, stale=_stale(reply, context))
-        return AgentReported(
-            outcome=verdict.outcome,
-            error=verdict.error,
-            messages=_as_json(yielded),
-            over_threshold=verdict.over_threshold,
-            context_full=verdict.context_full,
-            retries_ended=verdict.retries_ended,
-        )
+        return AgentReported.judged(verdict, _as_json(yielded))
 
     @activity.defn(name="append")
     async def append(self, call: TurnCall) -> None:

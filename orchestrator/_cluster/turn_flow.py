@@ -1,11 +1,10 @@
 """The turn table hosted in a Temporal workflow: the same pure step, effects as activities.
 
-Theory of operation. :class:`TurnFlow` is the workflow-side twin of
-:class:`~orchestrator._runtime.turn.TurnDriver`. It holds the turn machine's state and the
-per-turn counters (D18, D19) and steps ``machines/turn.toml`` only through the pure
-:func:`~orchestrator._lifecycle.machine.step`, with the facts the one-process driver gives the
-guards. So whether a reply means prune, compact, retry, resume or stop is the table's decision
-on both hosts, and the turn rows of the journal read the same.
+Theory of operation. :class:`TurnFlow` is the workflow host of the turn driver written once in
+:mod:`~orchestrator._runtime.turn_core` (counters, facts, payloads, the effect binding), as
+:class:`~orchestrator._runtime.turn.TurnDriver` is the one-process host. It steps
+``machines/turn.toml`` only through the pure :func:`~orchestrator._lifecycle.machine.step`, so
+the decisions and the journal's turn rows are the same on both hosts.
 
 Effects that touch the world are activities. The agent's run is made once (a retry is the
 table's decision); the appends and the journal writes are idempotent and delivered again after
@@ -13,8 +12,8 @@ a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.
 
 * ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (a
   failed attempt is out of it once ``omit_failed_attempt`` wrote its omission) and reports the
-  messages it yielded and what the last
-  reply means (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
+  messages it yielded and what the last reply means
+  (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
   appends nothing: the ``append`` activity then appends the messages, each under an id the
   workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
   repeated after a worker died finds them instead of appending twice. The append is not
@@ -33,10 +32,8 @@ a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.
   ``cancel`` and waits until it settled through its own table.
 * ``sleep_retry`` is a workflow timer in flight; ``stop_agent`` / ``cancel_retry_wait`` cancel
   what is in flight and wait until it has settled.
-
 * ``prune_tool_outputs`` runs one prune operation (the operation table's prune rows, its
-  ``rewrite`` activity) when the worker prunes (D23), then re-measures the context as the
-  one-process driver does.
+  ``rewrite`` activity) when the worker prunes (D23); the core re-measures the context.
 
 Failures of the cluster. An activity that fails for good (its retries spent, or not
 retryable) raises out of whatever effect awaited it. The turn then steps ``activity_failed``
@@ -47,11 +44,11 @@ The request is answered ``Unavailable`` (``-32008``) when the cluster failed und
 timeout, a stopped worker, the store: :func:`~orchestrator._cluster.flow.infrastructure`),
 otherwise with the activity's own error, as before.
 
-Notifications. Where the one-process driver emits an event (``message``, ``auto_retry_*``,
-``auto_compaction_*``, ``compaction_update``, ``session_compact``, ``session_compact_failed``),
-the flow records it with the same payload in :attr:`TurnFlow.events`, numbered in the workflow
-run: the server reads them while the request runs (the workflow's ``events`` query) and from the
-request's answer, and sends each once, in order, as ``session.event`` notifications.
+Notifications. Where one process emits an event (``message``, ``auto_retry_*``,
+``auto_compaction_*``, ``compaction_update``, ``session_compact*``), the flow records it with
+the same payload in :attr:`TurnFlow.events`, numbered in the workflow run: the server reads
+them while the request runs (the ``events`` query) and from the request's answer, and sends
+each once, in order, as ``session.event`` notifications.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next turn activity (or a ``journal`` activity before a compaction starts and when the
@@ -64,7 +61,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -98,26 +94,17 @@ from orchestrator._cluster.flow import (
     lost_reason,
 )
 from orchestrator._cluster.stepping import JournalLines, stop_in_flight
-from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
+from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._runtime.compact_hooks import overflow_failed_payload, retries_after
+from orchestrator._lifecycle.names import TurnEvent
+from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report, check_effects
-from orchestrator._runtime.outcomes import turn_event
-from orchestrator._runtime.replies import (
-    AUTO_CONTINUE_TYPE,
-    OVERFLOW_FAILED,
-    failed_attempt,
-    retry_after_hint_ms,
-    retry_delay_ms,
-    still_over,
-)
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.types import TurnCounters
+from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, failed_attempt
+from orchestrator._runtime.turn_core import Effect, Ending, TurnCore, TurnTerms, result_fields
 
 T = TypeVar("T")
 
-_ENDED = frozenset({"committed", "skipped", "cancelled", "failed", "conflict"})
 _STATUS = {"committed": "completed", "skipped": "skipped", "cancelled": "cancelled"}
 """``compaction_update``'s status for an operation's end (any other end: ``failed``)."""
 NEVER_RAN = "Compaction cancelled: the session closed before it ran"
@@ -147,42 +134,16 @@ class TurnFlow:
         self.operation = operation
         self.session_id = session_id
         self.state = defn.initial
-        self.effects: Mapping[str, Callable[[], Awaitable[Report | None]]] = {
-            "start_turn": self._start_turn,
-            "call_agent": self._call_agent,
-            "stop_agent": self._stop_agent,
-            "omit_failed_attempt": self._omit_failed_attempt,
-            "prune_tool_outputs": self._prune_tool_outputs,
-            "emit_retry_start": self._emit_retry_start,
-            "emit_retry_end": self._emit_retry_end,
-            "sleep_retry": self._sleep_retry,
-            "cancel_retry_wait": self._stop_in_flight,
-            "append_continue_message": self._append_continue_message,
-            "resume_turn": self._resume_turn,
-            "close_session": self._nothing,
-            "start_threshold_compaction": lambda: self._automatic("threshold"),
-            "start_overflow_compaction": lambda: self._automatic("overflow"),
-            "start_manual_compaction": self._manual,
-            "cancel_compaction": self._cancel_compaction,
-            "emit_compaction_end": self._emit_compaction_end,
-            "emit_compaction_aborted": self._emit_compaction_aborted,
-            "emit_compaction_failed": lambda: self._emit_failure("Auto-compaction failed"),
-            "emit_recovery_failed": lambda: self._emit_failure("Context overflow recovery failed"),
-            "emit_overflow_failed": self._emit_overflow_failed,
-            "report_manual_result": self._report_manual_result,
-        }
+        self.core = TurnCore(self, self)
+        self.effects: Mapping[str, Effect] = self.core.effects()
         check_effects(defn, self.effects)
         self.policy = TurnPolicy(has_agent=False)
-        self.counters = TurnCounters()
         self.outcome: CompressResult | None = None
         self.manual: ManualCompaction | None = None
         self.flow: OperationFlow | None = None
         self.operations: list[str] = []
         self.running = False
-        self._prompt = ""
-        self._follow_ups: deque[str] = deque()
         self._attempt: list[tuple[str, dict[str, Any]]] = []  # the last run's messages, by id
-        self._retry_wait_ms = 0
         self._interrupts: list[str] = []
         self._task: asyncio.Task[Any] | None = None
         self._run_id = ""
@@ -195,23 +156,24 @@ class TurnFlow:
     # -- requests ---------------------------------------------------------------------------------
 
     def facts(self) -> Facts:
-        """What the turn table's guards read (as :meth:`TurnDriver.facts` gives them)."""
-        t, policy = self.counters, self.policy
-        return Facts(
-            compaction_enabled=policy.compaction_enabled,
-            over_threshold=t.over_threshold,
-            context_full=t.context_full,
-            overflow_attempted=t.overflow_attempted,
-            auto_compactions=t.auto_compactions,
-            retry_attempt=t.retry_attempt,
-            max_retries=policy.max_retries,
-            will_retry=t.will_retry,
+        """What the turn table's guards read (the facts one process gives them)."""
+        return self.core.facts()
+
+    def terms(self) -> TurnTerms:
+        """The worker's settings, as the turn's decisions read them."""
+        policy = self.policy
+        return TurnTerms(
+            compaction=self._compaction_settings(),
+            context_window=policy.context_window,
             auto_continue=policy.auto_continue,
+            max_retries=policy.max_retries,
+            base_delay_ms=policy.base_delay_ms,
+            prune=policy.prune,
         )
 
     def queue(self, text: str) -> None:
         """Keep a prompt sent while a run is in progress; the table may take it as a follow-up."""
-        self._follow_ups.append(text)
+        self.core.follow_ups.append(text)
 
     def interrupt(self, event: str) -> None:
         """Record ``abort`` or ``manual_compact``; the table decides what it means now."""
@@ -225,7 +187,7 @@ class TurnFlow:
             TransitionError: The table refused a step (a bug, not a model failure).
         """
         self.running = True
-        self._prompt = prompt
+        self.core.prompt = prompt
         # Every earlier request's answer carried its events: this run's start afresh.
         self.events = []
         self._run_id = workflow.uuid4().hex[:12]
@@ -237,12 +199,12 @@ class TurnFlow:
                 # meanwhile is stepped as it would have been a moment earlier.
                 await self._flush()
                 await self._loop(self._at_rest())
-            self._close_retry_streak()
+            self.core.close_retry_streak()
         except AgentRaisedError as failure:
             # As one process: the run settles through the abort row, then the caller hears
             # the agent's exception (-32603 on the wire), not a turn that merely ended.
-            if self.defn.rows_for(self.state, "abort"):
-                await self._loop("abort")
+            if self._listed(TurnEvent.ABORT):
+                await self._loop(TurnEvent.ABORT)
             while self.journal.lines:
                 await self._flush()
             raise ApplicationError(
@@ -258,13 +220,13 @@ class TurnFlow:
             raise unavailable from None
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's abort row (D22).
-            if self.defn.rows_for(self.state, "abort"):
-                await self._loop("abort")
+            if self._listed(TurnEvent.ABORT):
+                await self._loop(TurnEvent.ABORT)
             raise
         finally:
             self.running = False
             self._interrupts.clear()
-            self._follow_ups.clear()
+            self.core.follow_ups.clear()
             request, self.manual = self.manual, None
             if request is not None:
                 request.done = True
@@ -294,10 +256,10 @@ class TurnFlow:
         )
         # Nothing queued or asked for meanwhile runs: the caller is told the work stopped.
         self._interrupts.clear()
-        self._follow_ups.clear()
-        self._close_retry_streak()
-        if self.defn.rows_for(self.state, "activity_failed"):
-            await self._loop("activity_failed")
+        self.core.follow_ups.clear()
+        self.core.close_retry_streak()
+        if self._listed(TurnEvent.ACTIVITY_FAILED):
+            await self._loop(TurnEvent.ACTIVITY_FAILED)
         if self.journal.lines:
             # Best effort: the store may be what failed (reading the journal then shows the
             # turn stopping short of rest, as after a crash).
@@ -313,29 +275,18 @@ class TurnFlow:
             taken = step(self.defn, self.state, event, facts)
             self.state = taken.dest
             self.journal.add(taken.source, event, taken.dest, taken.effects, facts)
-            event = await self._perform(taken.effects)
+            event = await self.core.perform(taken.effects, self._perform, self._take_interrupt)
             if event is None:
                 event = self._at_rest()
 
-    async def _perform(self, effects: tuple[str, ...]) -> str | None:
-        event: str | None = None
-        for name in effects:
-            report = await self.effects[name]()
-            interrupt = self._take_interrupt()
-            if interrupt is not None:
-                return interrupt
-            if report is not None:
-                event = turn_event(name, report)
-        return event
+    async def _perform(self, name: str) -> Report | None:
+        return await self.effects[name]()
 
     def _at_rest(self) -> str | None:
-        interrupt = self._take_interrupt()
-        if interrupt is not None:
-            return interrupt
-        if self._follow_ups and self.defn.rows_for(self.state, "follow_up"):
-            self._prompt = self._follow_ups.popleft()
-            return "follow_up"
-        return None
+        return self.core.at_rest(self._take_interrupt(), self._listed)
+
+    def _listed(self, event: str) -> bool:
+        return bool(self.defn.rows_for(self.state, event))
 
     def _take_interrupt(self) -> str | None:
         # Requests the current state does not list mean nothing now (as in one process).
@@ -358,7 +309,8 @@ class TurnFlow:
             return task.result()
         return None
 
-    async def _stop_in_flight(self) -> None:
+    async def stop_in_flight(self) -> None:
+        """Cancel what is in flight (the retry wait) and wait until it settled."""
         task, self._task = self._task, None
         await stop_in_flight(task)
 
@@ -372,24 +324,17 @@ class TurnFlow:
         return call, lines
 
     async def _flush(self, compact_failed: dict[str, Any] | None = None) -> None:
-        call, lines = self._call(compact_failed=compact_failed)
-        try:
-            await workflow.execute_activity(
-                "journal_turn",
-                call,
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=DELIVER,
-            )
-        except BaseException:
-            self.journal.lost(lines)
-            raise
+        await self._deliver("journal_turn", compact_failed=compact_failed)
 
     async def _append(self, entries: list[NewEntry]) -> None:
-        call, lines = self._call(entries=entries)
+        await self._deliver("append", entries=entries)
+
+    async def _deliver(self, activity: str, **fields: Any) -> None:
+        """Run an idempotent turn activity, delivered again after a lost worker (DELIVER)."""
+        call, lines = self._call(**fields)
         try:
             await workflow.execute_activity(
-                "append",
+                activity,
                 call,
                 start_to_close_timeout=SHORT,
                 heartbeat_timeout=HEARTBEAT,
@@ -404,7 +349,7 @@ class TurnFlow:
 
     # -- notifications ----------------------------------------------------------------------------
 
-    def _emit(self, type_: str, **payload: Any) -> None:
+    def emit(self, type_: str, **payload: Any) -> None:
         """Record an event one process would emit here (``session.event`` on the wire).
 
         Numbered in the workflow run, so a server that reads them while the request runs
@@ -419,17 +364,9 @@ class TurnFlow:
 
     # -- the agent's side -------------------------------------------------------------------------
 
-    def _close_retry_streak(self) -> None:
-        # As one process (turn_agent.py): a streak the turn stopped in without a verdict ends
-        # here, so every auto_retry_start has its auto_retry_end.
-        if self.counters.retry_attempt > 0:
-            self._retry_failed()
-
-    async def _start_turn(self) -> None:
-        self._close_retry_streak()
-        self.counters = TurnCounters()
+    async def append_user(self, text: str) -> None:
+        """Append the user message under an id derived from the run (delivered again safely)."""
         self._attempt = []
-        text, self._prompt = self._prompt, ""
         message = json.dumps(
             {
                 "role": "user",
@@ -441,9 +378,10 @@ class TurnFlow:
         self._calls += 1
         entry = NewEntry(entry_id=self._new_id(f"user:{self._calls}"), message=message)
         await self._append([entry])
-        self._emit("message", entryId=entry.entry_id, role="user")
+        self.emit("message", entryId=entry.entry_id, role="user")
 
-    async def _call_agent(self) -> Report | None:
+    async def call_agent(self) -> Report | None:
+        """Run the agent (an activity) in flight, then append what it yielded."""
         self._calls += 1
         self._agent_call = self._calls
         reported = await self._in_flight(self._agent)
@@ -461,10 +399,11 @@ class TurnFlow:
             entries = [NewEntry(entry_id=i, message=m) for i, m in pairs]
             await self._append(entries)
             for entry_id, message in zip(ids, reported.messages, strict=True):
-                self._emit("message", entryId=entry_id, role=json.loads(message).get("role"))
+                self.emit("message", entryId=entry_id, role=json.loads(message).get("role"))
         return ids
 
-    async def _stop_agent(self) -> None:
+    async def stop_agent(self) -> None:
+        """Cancel the agent run; append the messages it completed before the cancel."""
         # The run reports what it completed before the cancel reached it (the activity waits
         # for that, WAIT_CANCELLATION_COMPLETED): kept, as one process keeps them (D22).
         task, self._task = self._task, None
@@ -508,34 +447,16 @@ class TurnFlow:
         return reported
 
     def _classified(self, reported: AgentReported, ids: list[str]) -> Report:
-        t = self.counters
         messages = [json.loads(m) for m in reported.messages]
-        pairs = zip(ids, messages, strict=True)
-        last = [(i, m) for i, m in pairs if m.get("role") == "assistant"]
+        last = [(i, m) for i, m in zip(ids, messages, strict=True) if m.get("role") == "assistant"]
         # What omit_failed_attempt may omit: this run's messages only, none when it reported
         # none (a lost worker), so an earlier run's reply is never taken for the failed one.
         self._attempt = list(zip(ids, messages, strict=True))
-        if last:
-            t.last_reply_id, t.last_reply = last[-1]
-        t.over_threshold, t.context_full = reported.over_threshold, reported.context_full
-        if reported.error:
-            t.last_error = reported.error
-            # The Retry-After header the route read, kept on the failed reply, as one process.
-            t.last_retry_after_ms = retry_after_hint_ms(last[-1][1] if last else None)
-        if reported.retries_ended is not None and t.retry_attempt > 0:
-            payload: dict[str, Any] = {
-                "success": reported.retries_ended,
-                "attempt": t.retry_attempt,
-            }
-            if not reported.retries_ended:
-                payload["finalError"] = t.last_error
-            self._emit("auto_retry_end", **payload)
-            t.retry_attempt = 0
-        return Report(outcome=reported.outcome, error=reported.error or None)
+        return self.core.take_reply(last[-1] if last else None, reported.verdict())
 
-    async def _omit_failed_attempt(self) -> None:
-        # As one process (turn_agent.py): the omission is written, under ids derived here.
-        reply_id = self.counters.last_reply_id
+    async def omit_failed_attempt(self) -> None:
+        """Append the omissions of the failed attempt, under ids derived here."""
+        reply_id = self.core.counters.last_reply_id
         if reply_id is None:
             return
         self._calls += 1
@@ -546,27 +467,10 @@ class TurnFlow:
         if entries:
             await self._append(entries)
 
-    async def _prune_tool_outputs(self) -> Report:
-        t, policy = self.counters, self.policy
-        if not policy.prune:
-            return Report(outcome="ok")
-        if self.journal.lines:
-            await self._flush()
-        op = Op(
-            session_id=self.session_id,
-            operation_id=workflow.uuid4().hex[:12],
-            kind="prune",
-            reason="threshold",
-        )
-        flow = self.flow = OperationFlow(self.operation, op)
-        outcome = await self._operation(flow)
-        if outcome.tokens_saved and t.last_reply is not None:
-            # Re-measure as the one-process driver does: the reply's usage less what was saved.
-            usage = t.last_reply.get("usage") or {}
-            tokens = max(0, calculate_context_tokens(usage) - outcome.tokens_saved)
-            settings = self._compaction_settings()
-            t.over_threshold = should_compact(tokens, policy.context_window, settings)
-        return Report(outcome="ok")
+    async def prune(self) -> int:
+        """Run one prune operation (the operation table's prune rows); the tokens it saved."""
+        outcome = await self._operation(await self._start_flow(kind="prune", reason="threshold"))
+        return outcome.tokens_saved
 
     def _compaction_settings(self) -> CompactionSettings:
         """What the worker's threshold is measured with (its reserve, or its set threshold)."""
@@ -578,44 +482,17 @@ class TurnFlow:
             threshold_tokens=policy.threshold_tokens,
         )
 
-    async def _emit_retry_start(self) -> None:
-        t, policy = self.counters, self.policy
-        retry = RetryPolicy(max_retries=policy.max_retries, base_delay_ms=policy.base_delay_ms)
-        self._retry_wait_ms = retry_delay_ms(
-            retry, t.retry_attempt, t.last_error, t.last_retry_after_ms
-        )
-        t.retry_attempt += 1
-        self._emit(
-            "auto_retry_start",
-            attempt=t.retry_attempt,
-            maxAttempts=policy.max_retries,
-            delayMs=self._retry_wait_ms,
-            errorMessage=t.last_error,
-        )
-
-    async def _emit_retry_end(self) -> None:
-        self._retry_failed()
-
-    def _retry_failed(self) -> None:
-        t = self.counters
-        self._emit(
-            "auto_retry_end",
-            success=False,
-            attempt=t.retry_attempt,
-            finalError=t.last_error or "aborted",
-        )
-        t.retry_attempt = 0
-
-    async def _sleep_retry(self) -> Report | None:
-        delay = self._retry_wait_ms / 1000
+    async def wait(self, delay_ms: int) -> Report | None:
+        """A workflow timer in flight before the retry."""
 
         async def wait() -> Report:
-            await workflow.sleep(delay)
+            await workflow.sleep(delay_ms / 1000)
             return Report(outcome="ok")
 
         return await self._in_flight(wait)
 
-    async def _append_continue_message(self) -> None:
+    async def append_continue_message(self) -> None:
+        """Append the D20 message under an id derived from the run."""
         self._calls += 1
         entry = NewEntry(
             entry_id=self._new_id(f"continue:{self._calls}"),
@@ -625,38 +502,23 @@ class TurnFlow:
         )
         await self._append([entry])
 
-    async def _resume_turn(self) -> Report:
-        return Report(outcome="ok")
-
-    async def _nothing(self) -> None:
+    async def close_session(self) -> None:
+        """Nothing to release: the workflow holds no session open."""
         return None
 
     # -- compactions ------------------------------------------------------------------------------
 
-    async def _automatic(self, reason: str) -> Report | None:
-        t = self.counters
-        t.will_retry = reason == "overflow"
-        t.overflow_attempted = t.overflow_attempted or reason == "overflow"
-        t.auto_compactions += 1  # D19 counts every automatic compaction, whatever its reason
-        self._emit("auto_compaction_start", reason=reason)
-        return await self._compaction(reason, None)
-
-    async def _manual(self) -> Report | None:
-        request = self.manual or ManualCompaction(focus=None)
-        return await self._compaction(request.reason, request.focus)
+    async def compaction(self, reason: str) -> Report | None:
+        """Run one compaction operation (a child flow of the operation table) in flight."""
+        focus = None
+        if reason == "manual":
+            request = self.manual or ManualCompaction(focus=None)
+            reason, focus = request.reason, request.focus
+        return await self._compaction(reason, focus)
 
     async def _compaction(self, reason: str, focus: str | None) -> Report | None:
         self.outcome = None
-        if self.journal.lines:
-            # The turn's steps so far go first, so the journal reads in order.
-            await self._flush()
-        op = Op(
-            session_id=self.session_id,
-            operation_id=workflow.uuid4().hex[:12],
-            reason=reason,
-            focus=focus,
-        )
-        flow = self.flow = OperationFlow(self.operation, op)
+        flow = await self._start_flow(reason=reason, focus=focus)
 
         async def work() -> Report:
             result = await self._operation(flow)
@@ -665,16 +527,24 @@ class TurnFlow:
 
         return await self._in_flight(work)
 
+    async def _start_flow(self, **op: Any) -> OperationFlow:
+        """A new operation's flow, once the turn's steps so far are journaled (in order)."""
+        if self.journal.lines:
+            await self._flush()
+        new = Op(session_id=self.session_id, operation_id=workflow.uuid4().hex[:12], **op)
+        flow = self.flow = OperationFlow(self.operation, new)
+        return flow
+
     async def _operation(self, flow: OperationFlow) -> CompressResult:
         """Run an operation with the events one process's operation runner emits."""
         op = flow.op
-        self._emit("compaction_update", id=op.operation_id, kind=op.kind, status="in_progress")
+        self.emit("compaction_update", id=op.operation_id, kind=op.kind, status="in_progress")
         outcome = await flow.run()
         self.operations.append(f"{outcome.operation_id}:{outcome.status}")
         status = _STATUS.get(outcome.status, "failed")
-        self._emit("compaction_update", id=op.operation_id, kind=op.kind, status=status)
+        self.emit("compaction_update", id=op.operation_id, kind=op.kind, status=status)
         if outcome.status == "committed" and op.kind == "compaction":
-            self._emit(
+            self.emit(
                 "session_compact",
                 entryId=outcome.entry_id,
                 fromExtension=outcome.from_extension,
@@ -682,49 +552,30 @@ class TurnFlow:
                 willRetry=retries_after(op.reason),
             )
         elif outcome.compact_failed is not None:
-            self._emit("session_compact_failed", **outcome.compact_failed)
+            self.emit("session_compact_failed", **outcome.compact_failed)
         return outcome
 
-    async def _emit_compaction_end(self) -> None:
+    def ending(self) -> Ending | None:
+        """How the last compaction ended (its estimate after a commit measured by the worker)."""
         outcome = self.outcome
-        payload = _end_payload(outcome)
-        if outcome is not None and outcome.status == "committed":
-            payload["willRetry"] = self.counters.will_retry
-            # D19: no second compaction in this turn; say so when it did not get under the line.
-            estimate = outcome.estimate_after
-            policy = self.policy
-            if estimate is not None and should_compact(
-                estimate, policy.context_window, self._compaction_settings()
-            ):
-                payload["stillOverThreshold"] = True
-                payload["errorMessage"] = still_over(estimate)
-        elif outcome is not None and outcome.status == "skipped":
-            payload["skipped"] = True
-            payload["reason"] = outcome.reason
-        self._emit("auto_compaction_end", **payload)
-
-    async def _emit_compaction_aborted(self) -> None:
-        self._emit("auto_compaction_end", **{**_end_payload(self.outcome), "aborted": True})
-
-    async def _emit_failure(self, what: str) -> None:
-        outcome = self.outcome
-        error = outcome.error if outcome is not None and outcome.error else "compaction failed"
-        self._emit("auto_compaction_end", **_end_payload(outcome), errorMessage=f"{what}: {error}")
-
-    async def _emit_overflow_failed(self) -> None:
-        self._emit(
-            "auto_compaction_end",
-            result=None,
-            aborted=False,
-            willRetry=False,
-            errorMessage=OVERFLOW_FAILED,
+        if outcome is None:
+            return None
+        committed = outcome.status == "committed"
+        return Ending(
+            status=outcome.status,
+            reason=outcome.reason,
+            error=outcome.error,
+            result=result_fields(outcome) if committed else None,
+            estimate_after=outcome.estimate_after,
         )
-        # As one process: the worker's hooks hear that recovery gave up (journal_turn runs them).
-        failed = overflow_failed_payload()
-        self._emit("session_compact_failed", **failed)
-        await self._flush(compact_failed=failed)
 
-    async def _cancel_compaction(self) -> None:
+    async def compact_failed(self, payload: Mapping[str, Any]) -> None:
+        """Record ``session_compact_failed``; the worker's hooks hear it with the journal."""
+        self.emit("session_compact_failed", **payload)
+        await self._flush(compact_failed=dict(payload))
+
+    async def cancel_compaction(self) -> None:
+        """Interrupt the compaction's flow with ``cancel`` and wait until it settled."""
         # The operation settles through its own table's cancel row, then reports as usual.
         task, self._task = self._task, None
         if task is None or task.done():
@@ -733,9 +584,10 @@ class TurnFlow:
             self.flow.interrupt("cancel")
         await task
 
-    async def _report_manual_result(self) -> None:
+    def hand_manual(self, *, never_ended: bool) -> None:
+        """Hand the manual compaction's outcome (``cancelled`` when it never ended) over."""
         outcome = self.outcome
-        if self.state == "idle" and (outcome is None or outcome.status not in _ENDED):
+        if never_ended:
             operation_id = outcome.operation_id if outcome else ""
             outcome = CompressResult(operation_id=operation_id, status="cancelled")
             self.outcome = outcome
@@ -743,16 +595,3 @@ class TurnFlow:
         if request is not None:
             request.outcome = outcome
             request.done = True
-
-
-def _end_payload(outcome: CompressResult | None) -> dict[str, Any]:
-    """The ``auto_compaction_end`` fields every ending shares (one process's ``end_payload``)."""
-    result = None
-    if outcome is not None and outcome.status == "committed":
-        result = {
-            "summary": outcome.summary,
-            "firstKeptEntryId": outcome.first_kept_entry_id,
-            "tokensBefore": outcome.tokens_before,
-            "details": outcome.details,
-        }
-    return {"result": result, "aborted": False, "willRetry": False}

@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
     from orchestrator._cluster.navflow import NavigationFlow
     from orchestrator._cluster.turn_flow import NEVER_RAN, ManualCompaction, TurnFlow
     from orchestrator._lifecycle.machine import load_machine
+    from orchestrator._lifecycle.names import NavigationEvent, TurnEvent, TurnState
 
 TURN_PATCH = "turn-table"
 """The patch that routes ``compress`` through the turn table (older histories did not)."""
@@ -195,8 +196,8 @@ class SessionWorkflow:
         if turn.running:
             turn.queue(request.text)
             return PromptResult(state=turn.state, queued=True)
-        await turn.run("user_prompt", request.text)
-        reply = turn.counters.last_reply
+        await turn.run(TurnEvent.USER_PROMPT, request.text)
+        reply = turn.core.counters.last_reply
         return PromptResult(
             state=turn.state,
             reply=None if reply is None else dict(reply),
@@ -243,11 +244,11 @@ class SessionWorkflow:
         self._refuse_when_busy(request)
         manual = turn.manual = ManualCompaction(focus=request.focus, reason=request.reason)
         if turn.running:
-            turn.interrupt("manual_compact")
+            turn.interrupt(TurnEvent.MANUAL_COMPACT)
             await workflow.wait_condition(lambda: manual.done)
         else:
             turn.policy = policy
-            await turn.run("manual_compact")
+            await turn.run(TurnEvent.MANUAL_COMPACT)
         outcome = manual.outcome or CompressResult(
             operation_id="", status="cancelled", reason=NEVER_RAN
         )
@@ -259,7 +260,9 @@ class SessionWorkflow:
     @compress.validator
     def _refuse_when_busy(self, request: CompressRequest) -> None:
         turn = self._turn
-        manual = turn is not None and (turn.manual is not None or turn.state == "manual_compacting")
+        manual = turn is not None and (
+            turn.manual is not None or turn.state == TurnState.MANUAL_COMPACTING
+        )
         if self._busy or manual:
             raise ApplicationError(BUSY_COMPACTING, type="Busy", non_retryable=True)
         if self._navigation is not None:
@@ -321,9 +324,9 @@ class SessionWorkflow:
         if self._flow is not None:
             self._flow.interrupt("cancel")
         if self._turn is not None:
-            self._turn.interrupt("abort")
+            self._turn.interrupt(TurnEvent.ABORT)
         if self._navigation is not None:
-            self._navigation.interrupt("cancel")
+            self._navigation.interrupt(NavigationEvent.CANCEL)
 
     @workflow.signal(name="close")
     def close(self) -> None:
@@ -349,7 +352,7 @@ class SessionWorkflow:
             flow = nav.summary  # a navigation's branch summary is the operation that runs
         return {
             "busy": self._working(),
-            "turnState": "idle" if turn is None else turn.state,
+            "turnState": TurnState.IDLE if turn is None else turn.state,
             "operation": None if flow is None else flow.op.operation_id,
             "operationState": None if flow is None else flow.state,
             "navigation": None if nav is None else nav.nav.navigation_id,

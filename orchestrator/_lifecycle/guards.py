@@ -33,7 +33,8 @@ class Facts:
         compaction_enabled: Automatic compaction is switched on (D5: ``enabled=false`` turns every
             automatic path off).
         over_threshold: The context is over the compaction threshold, measured after the reply
-            (or after pruning, when the driver re-measures).
+            (or after pruning, or after an automatic compaction committed, when the driver
+            re-measures).
         context_full: A reply stopped by the length limit came back with the context full, which
             D18 treats as an overflow.
         overflow_attempted: Overflow recovery already ran in this user turn (D18).
@@ -166,13 +167,16 @@ _TURN_EFFECTS = {
     "start_threshold_compaction": "emit auto_compaction_start(threshold), run one compaction (D19)",
     "start_overflow_compaction": "emit auto_compaction_start(overflow), compact to retry (D18)",
     "cancel_compaction": "cancel the compaction operation and wait until it has settled (D22)",
-    "emit_compaction_end": "emit auto_compaction_end; say so if still over the threshold (D19)",
+    "emit_compaction_end": "emit auto_compaction_end (skipped, with its reason, when it was)",
+    "emit_compaction_still_over": "emit auto_compaction_end with stillOverThreshold (D19)",
     "emit_compaction_aborted": "emit auto_compaction_end with aborted=true",
     "emit_compaction_failed": "emit auto_compaction_end with 'Auto-compaction failed: ...'",
     "emit_recovery_failed": "emit auto_compaction_end with 'Context overflow recovery failed: ...'",
     "emit_overflow_failed": "emit auto_compaction_end: recovery failed after one attempt (D18)",
     "emit_retry_start": "emit auto_retry_start with attempt, delay and error",
     "emit_retry_end": "emit auto_retry_end with the final error",
+    "end_retry_streak": "a reply came back: the retry streak, if one is open, ends (success=true)",
+    "fail_retry_streak": "the retry streak, if one is open, ends with the reply's error",
     "sleep_retry": "wait before retrying the agent (cancellable, D22)",
     "cancel_retry_wait": "cancel the retry wait only (D22)",
     "append_continue_message": "append the 'auto-continue' custom_message entry (D20)",

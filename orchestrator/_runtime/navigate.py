@@ -32,6 +32,7 @@ from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._lifecycle.names import NavigationEvent, NavigationState
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import (
     Effect,
@@ -48,6 +49,7 @@ from orchestrator._runtime.navigation import (
     is_leaf_marker,
     navigation_target,
 )
+from orchestrator._runtime.navigation_core import AWAITING, navigation_effects, start_facts
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.outcomes import navigation_event
 from orchestrator._runtime.ports import Ports
@@ -64,9 +66,6 @@ _log = logging.getLogger("orchestrator")
 __all__ = ["BUSY", "ForkResult", "NavigationResult", "Navigator", "fork", "fork_to"]
 
 BUSY = "Cannot navigate while the agent is working; wait for the turn to end or abort it"
-
-# Effects that await something slow run in flight, so a cancel can be stepped meanwhile.
-_AWAITING = frozenset({"run_hooks", "start_summary"})
 
 
 class _Request:
@@ -120,7 +119,7 @@ class Navigator:
         self.operations = operations
         self.branch_reserve_tokens = branch_reserve_tokens
         self.turn_running = turn_running
-        self.effects: Mapping[str, Effect] = {}  # made by the first navigation (_effect_table)
+        self.effects: Mapping[str, Effect] = {}  # made by the first navigation (effect_table)
         self.machine: Interpreter | None = None
         self._request: _Request | None = None
         self._after_hooks: anyio.CancelScope | None = None
@@ -137,8 +136,12 @@ class Navigator:
         still run: a cancel then stops them, so a handler that never returns cannot hold the
         call; what was written stays written.
         """
-        if self.machine is not None and not self.machine.done and self.machine.listed("cancel"):
-            self.machine.interrupt("cancel")
+        if (
+            self.machine is not None
+            and not self.machine.done
+            and self.machine.listed(NavigationEvent.CANCEL)
+        ):
+            self.machine.interrupt(NavigationEvent.CANCEL)
         elif self._after_hooks is not None:
             cancel_scope(self._after_hooks)
 
@@ -169,20 +172,18 @@ class Navigator:
             label=label,
         )
         self._request = request
-        self.effects = self.effects or self._effect_table()
+        self.effects = self.effects or self.effect_table()
         machine = Interpreter(
             self.ports.tables("navigation"), self.effects, observers=(weakly(self._record),)
         )
         self.machine = machine
-        # Whether a running turn refuses it, or the same position makes it a no-op, is the
-        # table's choice: the loop steps `navigate` with these facts like any other event.
-        facts = Facts(turn_running=self.turn_running(), same_position=target_id == old_leaf)
+        facts = start_facts(working=self.turn_running(), target_id=target_id, old_leaf_id=old_leaf)
         with self.ports.tracer.navigation_span(session.session_id, target_id):
             try:
                 async with anyio.create_task_group() as group:
                     stop_timer = self._start_deadline(machine, group)
                     try:
-                        await self._loop(machine, group, "navigate", facts)
+                        await self._loop(machine, group, NavigationEvent.NAVIGATE, facts)
                     finally:
                         stop_timer()
             except BaseExceptionGroup as errors:
@@ -195,30 +196,21 @@ class Navigator:
                 # the table's cancel row, shielded, so nothing is attached and the session can be
                 # closed or navigate again (D22).
                 with anyio.CancelScope(shield=True):
-                    if not machine.done and machine.listed("cancel"):
+                    if not machine.done and machine.listed(NavigationEvent.CANCEL):
                         async with anyio.create_task_group() as group:
-                            await self._loop(machine, group, "cancel", NO_FACTS)
+                            await self._loop(machine, group, NavigationEvent.CANCEL, NO_FACTS)
                 raise
             finally:
                 if not machine.done:  # an error (a refused step) ended it: the navigation is over
                     self.machine = None
         return self._result(machine.state, request)
 
-    def _effect_table(self) -> Mapping[str, Effect]:
+    def effect_table(self) -> Mapping[str, Effect]:
+        """The navigation table's effects, by name, as this host performs them."""
         # Weakly bound: this table and the last navigation's machine are kept, and would make a
         # reference cycle holding the session until a full collection (see driver.weakly). Made
         # when first needed: most sessions never navigate.
-        effects: dict[str, Effect] = {
-            "collect_entries": self._collect_entries,
-            "run_hooks": self._run_hooks,
-            "start_summary": self._start_summary,
-            "cancel_summary": self._cancel_summary,
-            "stop_hooks": self._stop_hooks,
-            "switch_leaf": self._switch_leaf,
-            "switch_leaf_with_summary": self._switch_leaf_with_summary,
-            "rebuild_context": self._rebuild_context,
-            "emit_session_tree": self._emit_session_tree,
-        }
+        effects = navigation_effects(self)
         return {name: weakly(effect) for name, effect in effects.items()}
 
     def _start_deadline(self, machine: Interpreter, group: Any) -> Callable[[], None]:
@@ -233,9 +225,9 @@ class Navigator:
             return lambda: None
 
         def passed() -> None:
-            if not machine.done and machine.listed("deadline_passed"):
+            if not machine.done and machine.listed(NavigationEvent.DEADLINE_PASSED):
                 self._current().hook_timeout = seconds
-                machine.interrupt("deadline_passed")
+                machine.interrupt(NavigationEvent.DEADLINE_PASSED)
 
         stop = call_later(seconds, passed)
         if stop is not None:
@@ -256,7 +248,7 @@ class Navigator:
             taken = machine.step(next_event, facts)
             next_event = None
             for name in taken.effects:
-                if name in _AWAITING:
+                if name in AWAITING:
                     report = await machine.in_flight(group, self.effects[name])
                 else:
                     report = await machine.perform(name)
@@ -277,9 +269,9 @@ class Navigator:
     def _result(self, state: str, request: _Request) -> NavigationResult:
         session = self._session()
         old = request.old_leaf
-        if state == "refused":
+        if state == NavigationState.REFUSED:
             raise SessionError(BUSY)
-        if state == "failed":
+        if state == NavigationState.FAILED:
             if request.hook_timeout is not None:
                 raise ModelError(
                     "session_before_tree handlers did not answer within "
@@ -297,7 +289,7 @@ class Navigator:
                 kind=(outcome.error_kind if outcome else None) or "fatal",
                 retry_after=outcome.retry_after if outcome else None,
             ) from (outcome.cause if outcome else None)
-        if state == "cancelled":
+        if state == NavigationState.CANCELLED:
             aborted = request.outcome is not None
             return NavigationResult(
                 cancelled=True, aborted=aborted, new_leaf_id=old, old_leaf_id=old
@@ -330,7 +322,7 @@ class Navigator:
 
     # -- the effect table -------------------------------------------------------------------------
 
-    async def _collect_entries(self) -> Report:
+    async def collect_entries(self) -> Report:
         request = self._current()
         entries, request.ancestor = collect_branch_entries(
             self._session().tree, request.old_leaf, request.target.target_id
@@ -341,7 +333,7 @@ class Navigator:
         request.entries = [entry for entry in entries if not is_leaf_marker(entry)]
         return Report(outcome="ok")
 
-    async def _run_hooks(self) -> Report:
+    async def run_hooks(self) -> Report:
         request = self._current()
         hook = await self.ports.run_hook(
             "session_before_tree",
@@ -372,7 +364,7 @@ class Navigator:
             return Report(outcome="supplied")
         return Report(outcome="done")
 
-    async def _start_summary(self) -> Report:
+    async def start_summary(self) -> Report:
         request = self._current()
         candidates = self.ports.routes.candidates
         window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
@@ -411,24 +403,24 @@ class Navigator:
         request.moved = outcome.entry is not None
         return Report(outcome=outcome.status)
 
-    async def _cancel_summary(self) -> None:
+    async def cancel_summary(self) -> None:
         self.operations.cancel()
         assert self.machine is not None
         await self.machine.wait_in_flight()
 
-    async def _stop_hooks(self) -> None:
+    async def stop_hooks(self) -> None:
         # A handler that never returns must not hold the navigation: it is cancelled like a
         # model call (D22); nothing was written before the hooks answered.
         assert self.machine is not None
         await self.machine.stop_in_flight()
 
-    async def _switch_leaf(self) -> Report:
+    async def switch_leaf(self) -> Report:
         request = self._current()
         apply_navigation(self._session(), request.target, old_leaf_id=request.old_leaf)
         request.moved = True
         return Report(outcome="ok")
 
-    async def _switch_leaf_with_summary(self) -> Report:
+    async def switch_leaf_with_summary(self) -> Report:
         request = self._current()
         supplied = request.supplied or {}
         request.summary_entry = apply_navigation(
@@ -443,10 +435,10 @@ class Navigator:
         request.moved = True
         return Report(outcome="ok")
 
-    async def _rebuild_context(self) -> None:
+    async def rebuild_context(self) -> None:
         self._session().context()
 
-    async def _emit_session_tree(self) -> None:
+    async def emit_session_tree(self) -> None:
         request, session = self._current(), self._session()
         summary_entry = request.summary_entry
         if request.label:

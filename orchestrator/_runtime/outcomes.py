@@ -30,7 +30,7 @@ from orchestrator._core.gate import (
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._core.redact import redact
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
-from orchestrator._lifecycle.names import OperationEvent
+from orchestrator._lifecycle.names import NavigationEvent, OperationEvent, TurnEvent
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
 from orchestrator._runtime.retry import RetryPolicy, check_summary_response
@@ -54,39 +54,39 @@ HOOK_EVENTS: Mapping[str, str] = {
     "cancelled": "hooks_cancelled",
 }
 """The hooks' outcome to its event (the operation and the navigation tables name them alike)."""
-_AGENT_EVENTS: Mapping[str, str] = {
-    "ok": "agent_done",
-    "overflow": "overflow",
-    "truncated": "reply_truncated",
-    "transient": "transient_error",
-    "fatal": "fatal_error",
+_AGENT_EVENTS: Mapping[str, TurnEvent] = {
+    "ok": TurnEvent.AGENT_DONE,
+    "overflow": TurnEvent.OVERFLOW,
+    "truncated": TurnEvent.REPLY_TRUNCATED,
+    "transient": TurnEvent.TRANSIENT_ERROR,
+    "fatal": TurnEvent.FATAL_ERROR,
 }
-_COMPACTION_EVENTS: Mapping[str, str] = {
-    "committed": "compaction_done",
-    "skipped": "compaction_skipped",
-    "cancelled": "compaction_cancelled",
+_COMPACTION_EVENTS: Mapping[str, TurnEvent] = {
+    "committed": TurnEvent.COMPACTION_DONE,
+    "skipped": TurnEvent.COMPACTION_SKIPPED,
+    "cancelled": TurnEvent.COMPACTION_CANCELLED,
 }
 _COMPACTIONS = frozenset(
     {"start_threshold_compaction", "start_overflow_compaction", "start_manual_compaction"}
 )
-_TURN_EVENTS: Mapping[str, str] = {
-    "prune_tool_outputs": "pruned",
-    "sleep_retry": "retry_wait_done",
-    "resume_turn": "resume",
+_TURN_EVENTS: Mapping[str, TurnEvent] = {
+    "prune_tool_outputs": TurnEvent.PRUNED,
+    "sleep_retry": TurnEvent.RETRY_WAIT_DONE,
+    "resume_turn": TurnEvent.RESUME,
 }
-_SUMMARY_EVENTS: Mapping[str, str] = {
-    "committed": "summary_committed",
-    "skipped": "summary_skipped",
-    "cancelled": "summary_cancelled",
+_SUMMARY_EVENTS: Mapping[str, NavigationEvent] = {
+    "committed": NavigationEvent.SUMMARY_COMMITTED,
+    "skipped": NavigationEvent.SUMMARY_SKIPPED,
+    "cancelled": NavigationEvent.SUMMARY_CANCELLED,
 }
 
 
-def turn_event(effect: str, report: Report) -> str:
+def turn_event(effect: str, report: Report) -> TurnEvent:
     """The turn table's event for what a turn effect reported."""
     if effect == "call_agent":
         return _AGENT_EVENTS[report.outcome]
     if effect in _COMPACTIONS:
-        return _COMPACTION_EVENTS.get(report.outcome, "compaction_failed")
+        return _COMPACTION_EVENTS.get(report.outcome, TurnEvent.COMPACTION_FAILED)
     return _TURN_EVENTS[effect]
 
 
@@ -102,13 +102,13 @@ def navigation_event(
         has_entries: The abandoned branch has entries to summarize (read after the hooks).
     """
     if effect == "collect_entries":
-        return "collected", NO_FACTS
+        return NavigationEvent.COLLECTED, NO_FACTS
     if effect == "run_hooks":
         facts = Facts(wants_summary=wants_summary, has_entries=has_entries)
         return HOOK_EVENTS[report.outcome], facts
     if effect == "start_summary":
-        return _SUMMARY_EVENTS.get(report.outcome, "summary_failed"), NO_FACTS
-    return "switched", NO_FACTS
+        return _SUMMARY_EVENTS.get(report.outcome, NavigationEvent.SUMMARY_FAILED), NO_FACTS
+    return NavigationEvent.SWITCHED, NO_FACTS
 
 
 @dataclass(slots=True)

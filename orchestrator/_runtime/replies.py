@@ -21,7 +21,6 @@ from orchestrator._core.classify import (
 from orchestrator._core.entries import Message
 from orchestrator._core.model import Usage
 from orchestrator._core.tokens import calculate_context_tokens, should_compact
-from orchestrator._runtime.retry import RetryPolicy
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
 
 OVERFLOW_FAILED = (
@@ -92,15 +91,16 @@ class Verdict:
         error: The failure as one line (``""`` when there is none).
         over_threshold: The context is over the compaction threshold after the reply.
         context_full: A reply cut off by the length limit came back with the context full.
-        retries_ended: A retry streak ended here: ``True`` in success, ``False`` in failure,
-            ``None`` when the streak goes on (or there was none).
     """
 
     outcome: str
     error: str = ""
     over_threshold: bool = False
     context_full: bool = False
-    retries_ended: bool | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The verdict as keyword arguments (a record that carries it across a wire)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -> Verdict:
@@ -133,10 +133,10 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
             return Verdict(outcome="overflow", error=error)
         if is_transient_text(error):
             return Verdict(outcome="transient", error=error)
-        return Verdict(outcome="fatal", error=error, retries_ended=False)
+        return Verdict(outcome="fatal", error=error)
     if usage and silent_overflow(_usage(usage), window, str(stop)):
         error = "context overflow (usage exceeds the context window)"
-        return Verdict(outcome="overflow", error=error, retries_ended=True)
+        return Verdict(outcome="overflow", error=error)
     tokens = calculate_context_tokens(usage) if usage else 0
     over = not stale and should_compact(tokens, window, settings.compaction)
     if stop == "length":
@@ -146,9 +146,8 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
             error=error,
             over_threshold=over,
             context_full=over,
-            retries_ended=True,
         )
-    return Verdict(outcome="ok", over_threshold=over, retries_ended=True)
+    return Verdict(outcome="ok", over_threshold=over)
 
 
 def retry_after_hint_ms(reply: Mapping[str, Any] | None) -> int | None:
@@ -157,21 +156,16 @@ def retry_after_hint_ms(reply: Mapping[str, Any] | None) -> int | None:
     return hint if type(hint) is int and hint > 0 else None
 
 
-def retry_delay_ms(
-    policy: RetryPolicy, retries_done: int, error: str, hint_ms: int | None = None
-) -> int:
-    """The wait before retrying the agent: ``baseDelayMs * 2^n``, raised to a retry-after hint.
+def retry_hint_s(error: str, hint_ms: int | None = None) -> float | None:
+    """The longest retry-after hint of a failed reply, in seconds, if it has one.
 
     The hint is the one in the error's words (as pi reads it) or the provider's header the
     route kept on the failed reply (``hint_ms``, its ``retryAfterMs``), whichever is longer.
+    The wait itself is :func:`~orchestrator._runtime.delays.retry_delay_ms`, one function for
+    the agent's retries and the summarizer's (D21).
     """
-    delay = int(policy.base_delay_ms * 2**retries_done)
-    hint = retry_after_from_text(error)
-    if hint is not None:
-        delay = max(delay, int(hint * 1000))
-    if hint_ms is not None:
-        delay = max(delay, hint_ms)
-    return delay
+    hints = [h for h in (retry_after_from_text(error), hint_ms and hint_ms / 1000) if h]
+    return max(hints) if hints else None
 
 
 def end_payload(outcome: OperationOutcome | None) -> dict[str, Any]:

@@ -40,7 +40,6 @@ concept in :mod:`~orchestrator._runtime.turn_agent` and
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -50,14 +49,15 @@ from anyio.abc import TaskGroup
 from orchestrator._core.errors import Cancelled, SessionError
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import Step
+from orchestrator._lifecycle.names import TurnEvent, TurnState
 from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.disk import ready_to_write
 from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error, weakly
 from orchestrator._runtime.operations import OperationRunner, raise_for
-from orchestrator._runtime.outcomes import turn_event
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.turn_agent import TurnAgent
 from orchestrator._runtime.turn_compaction import TurnCompactions
+from orchestrator._runtime.turn_core import TurnCore
 from orchestrator._runtime.turn_host import ManualRequest
 from orchestrator._runtime.types import (
     OperationOutcome,
@@ -97,16 +97,11 @@ class TurnDriver:
         self.operations = operations
         self.settings = settings
         self.navigating = navigating
-        self.agent_side = TurnAgent(self)
-        self.effects: Mapping[str, Effect] = {
-            **self.agent_side.effects(),
-            **TurnCompactions(self).effects(),
-        }
+        self.core = TurnCore(TurnAgent(self), TurnCompactions(self))
+        self.effects: Mapping[str, Effect] = self.core.effects()
         self.machine = Interpreter(
             ports.tables("turn"), self.effects, observers=(weakly(self._record),)
         )
-        self.counters = TurnCounters()
-        self._follow_ups: deque[str] = deque()
         self._stopping = False  # stop(): nothing queued or new starts any more
         self.manual: ManualRequest | None = None
         # No pass of the loop to take it when free: a thousand requests at once would each
@@ -137,20 +132,14 @@ class TurnDriver:
         """A run (a turn, or a manual compaction) is in progress."""
         return self._lock.locked()
 
+    @property
+    def counters(self) -> TurnCounters:
+        """The per-turn counters (D18, D19) and the last reply's measurements."""
+        return self.core.counters
+
     def facts(self) -> Facts:
         """What the turn table's guards read."""
-        t, settings = self.counters, self.settings
-        return Facts(
-            compaction_enabled=settings.compaction.enabled,
-            over_threshold=t.over_threshold,
-            context_full=t.context_full,
-            overflow_attempted=t.overflow_attempted,
-            auto_compactions=t.auto_compactions,
-            retry_attempt=t.retry_attempt,
-            max_retries=settings.retry.max_retries if settings.retry.enabled else 0,
-            will_retry=t.will_retry,
-            auto_continue=settings.compaction.auto_continue,
-        )
+        return self.core.facts()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -166,9 +155,9 @@ class TurnDriver:
         if self._stopping:
             raise SessionError("The session is stopping: no new turn starts")
         if self.busy:
-            self._follow_ups.append(text)
+            self.core.follow_ups.append(text)
             return TurnResult(queued=True, state=self.state)
-        await self._run("user_prompt", text)
+        await self._run(TurnEvent.USER_PROMPT, text)
         return TurnResult(reply=self.counters.last_reply, state=self.state)
 
     async def compact(self, focus: str | None, *, dry_run: bool) -> OperationOutcome:
@@ -181,15 +170,15 @@ class TurnDriver:
             ModelError: It failed.
         """
         self._refuse_during_navigation("compact")
-        if self.manual is not None or self.state == "manual_compacting":
+        if self.manual is not None or self.state == TurnState.MANUAL_COMPACTING:
             raise SessionError("A manual compaction is already running")
         request = ManualRequest(focus=focus, dry_run=dry_run)
         self.manual = request
         if self.busy:
-            self.machine.interrupt("manual_compact")
+            self.machine.interrupt(TurnEvent.MANUAL_COMPACT)
             await request.done.wait()
         else:
-            await self._run("manual_compact")
+            await self._run(TurnEvent.MANUAL_COMPACT)
         if request.outcome is None:
             raise Cancelled("Compaction cancelled: the session closed before it ran")
         return raise_for(request.outcome)
@@ -201,7 +190,7 @@ class TurnDriver:
     def abort(self) -> None:
         """Ask the run in progress to stop; the table decides what that means now (D22)."""
         if self.busy:
-            self.machine.interrupt("abort")
+            self.machine.interrupt(TurnEvent.ABORT)
 
     def stop(self) -> None:
         """Stop for good (a server shutting down): drop the queued prompts, start none again.
@@ -211,7 +200,7 @@ class TurnDriver:
         then aborted through the table like any abort.
         """
         self._stopping = True
-        self._follow_ups.clear()
+        self.core.follow_ups.clear()
         self.abort()
 
     def close(self) -> None:
@@ -231,7 +220,7 @@ class TurnDriver:
             )
         if self.busy:
             raise SessionError("Cannot close the session while a turn is running; abort it first")
-        taken = self.machine.step("close", self.facts())
+        taken = self.machine.step(TurnEvent.CLOSE, self.facts())
         for name in taken.effects:
             self.machine.perform_now(name)
 
@@ -239,7 +228,7 @@ class TurnDriver:
 
     async def _run(self, event: str, prompt: str = "") -> None:
         async with self._lock:
-            self.agent_side.prompt = prompt
+            self.core.prompt = prompt
             self._turns += 1
             session = self.session()
             # A turn's first steps never wait either: up to its first effect in flight (the
@@ -259,10 +248,10 @@ class TurnDriver:
                         self._turns += 1
                         self._slot = await start_slot()
             finally:
-                self.agent_side.close_retry_streak()  # the run is over: so is any streak in it
+                self.core.close_retry_streak()  # the run is over: so is any streak in it
                 self.let_slot_go()
                 self.machine.drop_interrupts()
-                self._follow_ups.clear()
+                self.core.follow_ups.clear()
                 request, self.manual = self.manual, None
                 if request is not None:
                     request.done.set()
@@ -300,35 +289,22 @@ class TurnDriver:
 
     async def _settle(self) -> None:
         with anyio.CancelScope(shield=True):
-            if self.machine.listed("abort"):
-                await self._loop("abort")
+            if self.machine.listed(TurnEvent.ABORT):
+                await self._loop(TurnEvent.ABORT)
 
     async def _loop(self, event: str | None) -> None:
+        machine = self.machine
         while event is not None:
-            taken = self.machine.step(event, self.facts())
-            event = await self._perform(taken.effects)
+            taken = machine.step(event, self.facts())
+            event = await self.core.perform(
+                taken.effects, machine.perform, machine.take_listed_interrupt
+            )
             if event is None:
                 event = self._at_rest()
 
-    async def _perform(self, effects: tuple[str, ...]) -> str | None:
-        event: str | None = None
-        for name in effects:
-            report = await self.machine.perform(name)
-            interrupt = self.machine.take_listed_interrupt()
-            if interrupt is not None:
-                return interrupt
-            if report is not None:
-                event = turn_event(name, report)
-        return event
-
     def _at_rest(self) -> str | None:
-        interrupt = self.machine.take_listed_interrupt()
-        if interrupt is not None:
-            return interrupt
-        if self._follow_ups and not self._stopping and self.machine.listed("follow_up"):
-            self.agent_side.prompt = self._follow_ups.popleft()
-            return "follow_up"
-        return None
+        # stop() empties the queue and refuses new prompts: nothing queued starts after it.
+        return self.core.at_rest(self.machine.take_listed_interrupt(), self.machine.listed)
 
     async def in_flight(self, work: Callable[[], Awaitable[Report]]) -> Report | None:
         """Run slow work in a child task, so a request can be stepped meanwhile.
@@ -364,13 +340,13 @@ class TurnDriver:
         # Closing is journaled only after records, with none left open (may_mark_close): the
         # next opening reads the journal from there on (issue 9), and a session opened and
         # closed again leaves no journal beside it.
-        if journal is not None and (step.event != "close" or journal.may_mark_close()):
+        if journal is not None and (step.event != TurnEvent.CLOSE or journal.may_mark_close()):
             # What the guards read, so the journal replays through the table (D31).
             facts = facts_delta(step.facts) if step.facts is not None else {}
             try:
                 journal.write_step(step, data={"facts": facts})
             except (OSError, SessionError) as error:
-                if step.event != "close":
+                if step.event != TurnEvent.CLOSE:
                     raise
                 # The mark only spares the next opening a read: closing goes on without it.
                 _log.warning("%s: the close was not journaled (%s)", journal.location, error)

@@ -4,7 +4,8 @@ The effects live by concept in :mod:`~orchestrator._runtime.turn_agent` (the age
 user message, the agent run, retry waits, continuing) and
 :mod:`~orchestrator._runtime.turn_compaction` (compactions and their events); each performs
 through this :class:`Host`, which the turn driver implements. The per-turn counters are the
-memory they share, as an operation's effects share their run's fields.
+memory they share (:class:`~orchestrator._runtime.turn_core.TurnCore`), as an operation's
+effects share their run's fields.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from orchestrator._runtime.admission import Slot
 from orchestrator._runtime.driver import Interpreter, Report
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.types import OperationOutcome, RuntimeSettings, TurnCounters
+from orchestrator._runtime.turn_core import TurnCore
+from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
 from orchestrator._store.session import Session
 
 
@@ -34,12 +36,12 @@ class ManualRequest:
 
 
 class Host(Protocol):
-    """What the compaction effects use of the turn driver."""
+    """What the agent and compaction sides use of the turn driver."""
 
     ports: Ports
     operations: OperationRunner
     settings: RuntimeSettings
-    counters: TurnCounters
+    core: TurnCore
     machine: Interpreter
     manual: ManualRequest | None
 
