@@ -33,7 +33,7 @@ def table_effects() -> set[str]:
     return {name for row in load_machine("operation").rows for name in row.effects}
 
 
-def test_every_effect_the_table_names_is_bound_on_both_hosts() -> None:
+def test_the_hosts_perform_the_io_effects_and_the_one_driver_the_rest() -> None:
     named = table_effects()
     flow = OperationFlow(load_machine("operation"), Op(session_id="s", operation_id="op"))
     job = SimpleNamespace(kind="prune", reason="prune", parts=())  # a job's planned side
