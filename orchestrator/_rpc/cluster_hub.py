@@ -33,6 +33,7 @@ holds it in memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -62,16 +63,7 @@ from orchestrator._core.errors import (
 from orchestrator._lifecycle.admission import CLOSE_WHILE_BUSY, NAVIGATE_WHILE_WORKING, admit
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.names import SessionEvent
-from orchestrator._rpc.host import (
-    Compacted,
-    Described,
-    Forked,
-    Navigation,
-    Opened,
-    Outlet,
-    Prompted,
-)
-from orchestrator._rpc.host import compress_answer as answer_compress
+from orchestrator._rpc import host
 from orchestrator._rpc.hosted import PARAMS as SUMMARY_PARAMS
 from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import (
@@ -124,40 +116,17 @@ async def _not_clustered(p: Params) -> Any:
     raise RpcError(METHOD_NOT_FOUND, NOT_CLUSTERED.format(method=p.method))
 
 
-class ClusterHost:
+class ClusterHost(host.Attached):
     """The sessions of the cluster: their workflows, and the shared store they are read from.
 
-    Args:
-        temporal: The Temporal server, ``HOST:PORT``.
-        database: The shared store (a PostgreSQL URL or a directory).
-        task_queue: Where the workers poll.
-        client: A connected client to use instead (tests).
+    Its arguments are :class:`ClusterHub`'s.
     """
 
-    def __init__(
-        self,
-        temporal: str,
-        database: str,
-        *,
-        task_queue: str = TASK_QUEUE,
-        client: ClusterClient | None = None,
-    ) -> None:
-        self.temporal = temporal
-        self.database = database
-        self.task_queue = task_queue
-        self._client = client
+    def __init__(self, temporal: str, database: str, task_queue: str, client: Any) -> None:
+        self.temporal, self.database, self.task_queue = temporal, database, task_queue
+        self._client: ClusterClient | None = client
         self._open: dict[str, str] = {}
         self._sent: dict[str, tuple[str, int]] = {}  # session: (workflow run, last event sent)
-        self._outlet: Outlet | None = None
-
-    def attach(self, outlet: Outlet) -> None:
-        self._outlet = outlet
-
-    @property
-    def outlet(self) -> Outlet:
-        if self._outlet is None:
-            raise RuntimeError("ClusterHost: attach() it to a hub first")
-        return self._outlet
 
     async def client(self) -> ClusterClient:
         """The cluster client, connected on first use."""
@@ -218,7 +187,7 @@ class ClusterHost:
         # The position a navigation recorded (a leaf marker) is the leaf, as in one process.
         return recorded_position(Session.from_store(cluster_store(self.database, session_id)))
 
-    async def _describe(self, session_id: str) -> Described:
+    async def _describe(self, session_id: str) -> host.Described:
         session = self._session(session_id)
         try:
             state = await (await self.client()).state(session_id)
@@ -226,7 +195,7 @@ class ClusterHost:
             state = {"busy": False, "unknown": True}
         busy = bool(state and state.get("busy"))
         described = (state or {}).get("turnState") or ("manual_compacting" if busy else "idle")
-        return Described(
+        return host.Described(
             session_id=session_id,
             path=self._open[session_id],
             entries=len(session.tree),
@@ -291,15 +260,15 @@ class ClusterHost:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    async def open(self, path: str, *, create: bool, peer: Peer | None) -> Opened:
+    async def open(self, path: str, *, create: bool, peer: Peer | None) -> host.Opened:
         session_id = self.open_id(path)
         session = self._session(session_id)
         problems = [
             {"line": x.line, "code": x.code, "message": x.message} for x in session.problems
         ]
-        return Opened(await self._describe(session_id), problems, [])
+        return host.Opened(await self._describe(session_id), problems, [])
 
-    async def sessions(self) -> list[Described]:
+    async def sessions(self) -> list[host.Described]:
         return [await self._describe(s) for s in sorted(self._open)]
 
     async def close(self, session_id: str) -> None:
@@ -309,21 +278,15 @@ class ClusterHost:
         self._open.pop(session_id, None)
         self.outlet.ended(session_id)
 
-    async def compress(self, session_id: str, focus: str | None) -> Compacted | str:
+    async def compress(self, session_id: str, focus: str | None) -> host.Compacted | str:
         self._session(session_id)
         client = await self.client()
         done = await self._forwarding(session_id, lambda: client.compress(session_id, focus))
         return compacted(done)
 
-    async def navigate(self, session_id: str, request: Navigation) -> dict[str, Any]:
+    async def navigate(self, session_id: str, request: host.Navigation) -> dict[str, Any]:
         self._session(session_id)
-        asked = NavigateRequest(
-            target_id=request.target_id,
-            summarize=request.summarize,
-            instructions=request.focus,
-            replace_instructions=request.replace_instructions,
-            label=request.label,
-        )
+        asked = NavigateRequest(**dataclasses.asdict(request))
         done = await (await self.client()).navigate(session_id, asked)
         answer = navigate_answer(done)
         if done.status == "done":
@@ -340,7 +303,7 @@ class ClusterHost:
             )
         return answer
 
-    async def fork(self, session_id: str, entry_id: str, path: str | None) -> Forked:
+    async def fork(self, session_id: str, entry_id: str, path: str | None) -> host.Forked:
         self._session(session_id)
         # A fork is named like a session to open: its id, or <id>.jsonl (default: a fresh id).
         new_id = session_id_of(path) if path else None
@@ -348,7 +311,7 @@ class ClusterHost:
             session_id, ForkRequest(entry_id=entry_id, new_session_id=new_id)
         )
         if done.cancelled or done.session_id is None:
-            return Forked(None, done.editor_text)
+            return host.Forked(None, done.editor_text)
         # Told on the forked session, as one process tells it, before the fork is opened.
         self.outlet.tell(
             session_id,
@@ -360,7 +323,7 @@ class ClusterHost:
             },
         )
         self._open[done.session_id] = path or done.session_id
-        return Forked(await self._describe(done.session_id), done.editor_text)
+        return host.Forked(await self._describe(done.session_id), done.editor_text)
 
     async def tree(self, session_id: str, peer: Peer | None) -> dict[str, Any]:
         session = self._session(session_id)
@@ -371,7 +334,7 @@ class ClusterHost:
             "nodes": tree_rows(session),
         }
 
-    async def prompt(self, session_id: str, text: str) -> Prompted:
+    async def prompt(self, session_id: str, text: str) -> host.Prompted:
         self._session(session_id)
         try:
             client = await self.client()
@@ -383,7 +346,7 @@ class ClusterHost:
         except NoAgentError:
             # The workers run the turns: --model is theirs (this server takes none).
             raise NoAgentError(NO_WORKER_AGENT) from None
-        return Prompted(result.state, result.reply, result.queued)
+        return host.Prompted(result.state, result.reply, result.queued)
 
     async def abort(self, session_id: str) -> bool:
         self._session(session_id)
@@ -414,7 +377,7 @@ class ClusterHub(RpcHub):
         task_queue: str = TASK_QUEUE,
         client: ClusterClient | None = None,
     ) -> None:
-        super().__init__(ClusterHost(temporal, database, task_queue=task_queue, client=client))
+        super().__init__(ClusterHost(temporal, database, task_queue, client))
 
     async def client(self) -> ClusterClient:
         """The cluster client, connected on first use."""
@@ -461,7 +424,7 @@ def navigate_answer(done: NavigateResult) -> dict[str, Any]:
     }
 
 
-def compacted(done: CompressResult) -> Compacted | str:
+def compacted(done: CompressResult) -> host.Compacted | str:
     """A workflow's compaction outcome: the entry committed, or why nothing was.
 
     Raises:
@@ -481,15 +444,9 @@ def compacted(done: CompressResult) -> Compacted | str:
         raise ModelError(done.error or "Compaction failed", kind=done.error_kind or "fatal")
     if done.status != "committed":
         return done.reason or "Nothing to compact"
-    return Compacted(
-        entry_id=done.entry_id,
-        summary=done.summary,
-        tokens_before=done.tokens_before,
-        first_kept_entry_id=done.first_kept_entry_id,
-        short_summary=done.short_summary,
-    )
+    return host.Compacted.of(done)
 
 
 def compress_answer(done: CompressResult) -> dict[str, Any]:
     """``session.compress``'s answer, as the one-process server gives it (see :func:`compacted`)."""
-    return answer_compress(compacted(done))
+    return host.compress_answer(compacted(done))

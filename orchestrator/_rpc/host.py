@@ -79,6 +79,11 @@ class Compacted:
     first_kept_entry_id: str | None
     short_summary: str | None
 
+    @classmethod
+    def of(cls, committed: Any) -> Compacted:
+        """The fields of the same names read from ``committed`` (a workflow's result)."""
+        return cls(**{name: getattr(committed, name) for name in cls.__dataclass_fields__})
+
 
 def compress_answer(done: Compacted | str) -> dict[str, Any]:
     """``session.compress``'s answer: the committed entry, or why nothing was committed."""
@@ -100,7 +105,7 @@ class Navigation:
 
     target_id: str
     summarize: bool
-    focus: str | None
+    instructions: str | None
     replace_instructions: bool
     label: str | None
 
@@ -130,7 +135,7 @@ def navigation_options(p: Params) -> Navigation:
     return Navigation(
         target_id=p.text("target_id"),
         summarize=summarize,
-        focus=focus,
+        instructions=focus,
         replace_instructions=replace,
         label=p.optional_text("label"),
     )
@@ -149,6 +154,23 @@ class Outlet(Protocol):
 
     def ended(self, session_id: str) -> None:
         """Tell its listeners the session closed; send no more."""
+
+
+class Attached:
+    """A host's link to its hub, made once by :meth:`attach` before any request."""
+
+    _outlet: Outlet | None = None
+
+    def attach(self, outlet: Outlet) -> None:
+        """Send events and endings to ``outlet`` (the hub)."""
+        self._outlet = outlet
+
+    @property
+    def outlet(self) -> Outlet:
+        """The hub this host tells (``RuntimeError`` before :meth:`attach`)."""
+        if self._outlet is None:
+            raise RuntimeError(f"{type(self).__name__}: attach() it to a hub first")
+        return self._outlet
 
 
 class SessionHost(Protocol):

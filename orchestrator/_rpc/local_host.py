@@ -29,12 +29,12 @@ from orchestrator._process.gc_policy import POLICY
 from orchestrator._process.preload import load_on_start
 from orchestrator._rpc.answers import AnswerCache, prepare_context, prepare_tree
 from orchestrator._rpc.host import (
+    Attached,
     Compacted,
     Described,
     Forked,
     Navigation,
     Opened,
-    Outlet,
     Prompted,
 )
 from orchestrator._rpc.hosted import HostedMethods, HostedOptions
@@ -152,7 +152,7 @@ def _raise_if_committed(runtime: AgentSession, before: str | None) -> None:
     )
 
 
-class LocalHost:
+class LocalHost(Attached):
     """The sessions of this process.
 
     Args:
@@ -168,7 +168,6 @@ class LocalHost:
         self._paths: dict[str, str] = {}
         self.rules: MachineDef = load_machine("session")
         """The session machine's table (tests put a modified copy here)."""
-        self._outlet: Outlet | None = None
         tracer = self.options.runtime_kwargs.get("tracer")
         # Summaries for sessions pi owns (integrations/pi): no session of ours is involved.
         self.hosted = HostedMethods(
@@ -180,15 +179,6 @@ class LocalHost:
                 tracer=tracer if isinstance(tracer, LifecycleTracer) else LifecycleTracer(None),
             )
         )
-
-    def attach(self, outlet: Outlet) -> None:
-        self._outlet = outlet
-
-    @property
-    def outlet(self) -> Outlet:
-        if self._outlet is None:
-            raise RuntimeError("LocalHost: attach() it to a hub first")
-        return self._outlet
 
     # -- registry ------------------------------------------------------------------------------
 
@@ -417,7 +407,7 @@ class LocalHost:
             result = await slot.runtime.navigate(
                 request.target_id,
                 summarize=request.summarize,
-                instructions=request.focus,
+                instructions=request.instructions,
                 replace_instructions=request.replace_instructions,
                 label=request.label,
             )
