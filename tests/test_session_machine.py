@@ -148,3 +148,24 @@ async def test_a_row_added_to_the_table_refuses_a_fork_the_server_admitted() -> 
     answers = [shipped, modified]
     assert answers[0]["result"]["cancelled"] is False
     assert answers[1]["error"] == {"code": BUSY, "message": BUSY_COMPACTING}
+
+
+def test_a_refusal_row_without_words_still_refuses() -> None:
+    def silent(rows: Rows) -> None:
+        for row in rows:
+            if row["event"] == "compact" and row["dest"] == "refused":
+                row.pop("effects", None)
+
+    manual = Facts(turn_running=True, compaction_running=True)
+    assert refusal(SessionEvent.COMPACT, manual, table(silent)) == "compact: refused"
+
+
+def test_a_host_answers_only_once_attached_to_a_hub() -> None:
+    from orchestrator._rpc.local_host import LocalHost
+
+    host = LocalHost(RuntimeOptions())
+    with pytest.raises(RuntimeError, match="LocalHost: attach"):
+        _ = host.outlet
+    hub = SessionHub(host.options)
+    assert hub.options is host.options
+    assert hub.host.outlet is hub
