@@ -28,6 +28,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from orchestrator._process.preload import load_on_start
 from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.host import SessionHost, compress_answer, navigation_options
 from orchestrator._rpc.local_host import NO_AGENT, SHUTTING_DOWN, LocalHost, RuntimeOptions, Slot
@@ -61,6 +62,7 @@ class RpcHub:
     """
 
     def __init__(self, host: SessionHost) -> None:
+        load_on_start()  # not in the middle of a request, where a descriptor shortage fails it
         self.host = host
         # (listener, peer, whether it takes the encoded line)
         self._listeners: list[tuple[Callable[[Any], None], Peer | None, bool]] = []

@@ -26,7 +26,6 @@ from orchestrator._lifecycle.load import MachineDef
 from orchestrator._lifecycle.machine import load_machine
 from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._process.gc_policy import POLICY
-from orchestrator._process.preload import load_on_start
 from orchestrator._rpc.answers import AnswerCache, prepare_context, prepare_tree
 from orchestrator._rpc.host import (
     Attached,
@@ -160,7 +159,6 @@ class LocalHost(Attached):
     """
 
     def __init__(self, options: RuntimeOptions | None = None) -> None:
-        load_on_start()  # not in the middle of a request, where a descriptor shortage fails it
         self.options = options or RuntimeOptions()
         self.slots: dict[str, Slot] = {}
         # The session id open from each path: opening 1,000 sessions compared every new path
