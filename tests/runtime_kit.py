@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from orchestrator._core.model import ModelResponse
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._rpc.hub import SessionHub
+from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import Dispatcher, Peer
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.retry import RetryPolicy
@@ -110,14 +110,17 @@ async def until(predicate: Any, steps: int = 10_000) -> None:
     raise AssertionError("condition never became true")
 
 
-class HubClient:
+H = TypeVar("H", bound=RpcHub)
+
+
+class HubClient(Generic[H]):
     """Calls a hub's methods through a dispatcher, as a client would (no transport).
 
     ``peer``: the connection the calls come from (``None``: in-process). ``events``: every
     ``session.event`` notification the hub forwarded.
     """
 
-    def __init__(self, hub: SessionHub, peer: Peer | None = None) -> None:
+    def __init__(self, hub: H, peer: Peer | None = None) -> None:
         self.hub = hub
         self.dispatcher = Dispatcher(hub.methods())
         self.ids = itertools.count(1)

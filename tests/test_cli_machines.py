@@ -20,8 +20,12 @@ def test_machines_renders_one_or_all(capsys: pytest.CaptureFixture[str]) -> None
     assert (code, out) == (0, render_table(load_machine("navigation")))
     code, out, _ = run(capsys, "machines")
     assert code == 0
-    assert out.count("stateDiagram-v2") == 3
+    assert out.count("stateDiagram-v2") == 4
     assert "### `operation`" in out
+    assert "### `session`" in out
+    assert "refuse_second_compaction" in out
+    code, out, _ = run(capsys, "machines", "session", "--table")
+    assert (code, out) == (0, render_table(load_machine("session")))
 
 
 def test_unknown_machine_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,7 +35,7 @@ def test_unknown_machine_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     err = capsys.readouterr().err
     assert err.startswith("usage: ")
     assert err.strip().endswith(
-        "error: unknown machine 'teleport'; known: navigation, operation, turn"
+        "error: unknown machine 'teleport'; known: navigation, operation, session, turn"
     )
 
 

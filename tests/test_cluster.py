@@ -24,12 +24,13 @@ from temporalio.worker import Replayer  # noqa: E402
 
 from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import BUSY_COMPACTING, CompressResult, entry_id_for  # noqa: E402
+from orchestrator._cluster.contract import CompressResult, entry_id_for  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._core.errors import ModelError, SessionError  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._lifecycle.admission import BUSY_COMPACTING  # noqa: E402
 from orchestrator._runtime.hooks import Hooks  # noqa: E402
 from orchestrator._runtime.operations import OperationRunner  # noqa: E402
 from orchestrator._runtime.ports import Ports  # noqa: E402

@@ -355,7 +355,10 @@ async def test_refusals_while_work_runs_are_the_one_process_servers(tmp_path: Pa
         )
         assert navigated["result"]["cancelled"] is True
         rows = cluster_rows(database, sid)
-        assert ("navigation", "idle", "navigate", "refused", {"turn_running": True}) in rows
+        # The session machine refused the navigation during the compaction in the update's
+        # validator: no navigation started, so only the admitted one left rows.
+        started = [r for r in rows if r[:3] == ("navigation", "idle", "navigate")]
+        assert [r[3] for r in started] == ["collecting"]
 
 
 async def test_bad_parameters_are_refused_as_by_one_server(

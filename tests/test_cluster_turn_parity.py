@@ -28,7 +28,7 @@ from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
-from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
+from orchestrator._rpc.hub import RpcHub, RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent, AgentInput  # noqa: E402
 from orchestrator._runtime.navigation import LEAF_MARKER  # noqa: E402
@@ -68,7 +68,7 @@ class Served:
 
     rpc: Dispatcher
     session_id: str
-    hub: SessionHub
+    hub: RpcHub
     peer: Peer = field(default_factory=Peer)
     notes: list[dict[str, Any]] = field(default_factory=list)
 

@@ -18,6 +18,7 @@ from orchestrator._cluster.flow import OperationFlow
 from orchestrator._cluster.navflow import NavigationFlow
 from orchestrator._cluster.turn_flow import TurnFlow
 from orchestrator._core.tokens import CompactionSettings
+from orchestrator._lifecycle.admission import REFUSALS
 from orchestrator._lifecycle.guards import EFFECTS
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
 from orchestrator._runtime.jobs import CompactionJob
@@ -65,9 +66,16 @@ def cluster(machine: str) -> Mapping[str, object]:
 HOSTS = {"one process": one_process, "cluster": cluster}
 
 
-def test_the_shipped_machines_are_the_three_hosted_ones() -> None:
+def test_the_shipped_machines_are_the_three_hosted_ones_and_the_session_table() -> None:
     # A new table needs its hosts' bindings checked here too.
-    assert shipped_machines() == ("navigation", "operation", "turn")
+    assert shipped_machines() == ("navigation", "operation", "session", "turn")
+
+
+def test_every_session_effect_is_bound_once_for_both_hosts() -> None:
+    # Both hosts step the session table through one function (_lifecycle/admission.py), whose
+    # only effects are the refusals' words.
+    assert named_effects("session") == set(REFUSALS)
+    assert set(REFUSALS) <= set(EFFECTS["session"])
 
 
 @pytest.mark.parametrize("machine", ["turn", "operation", "navigation"])

@@ -14,8 +14,8 @@ def runner(name: str, state: str | None = None) -> Runner:
     return Runner(load_machine(name), state=state)
 
 
-def test_the_three_machines_ship() -> None:
-    assert shipped_machines() == ("navigation", "operation", "turn")
+def test_the_four_machines_ship() -> None:
+    assert shipped_machines() == ("navigation", "operation", "session", "turn")
 
 
 # --- turn -----------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def test_mermaid_draws_every_transition_and_every_final_state(name: str) -> None
     assert len(lines) == 2 + arrows + len(defn.final)
 
 
-@pytest.mark.parametrize("name", ["turn", "operation", "navigation"])
+@pytest.mark.parametrize("name", ["turn", "operation", "navigation", "session"])
 def test_every_registered_effect_is_used_by_its_table(name: str) -> None:
     used = {effect for row in load_machine(name).rows for effect in row.effects}
     assert used == set(EFFECTS[name])

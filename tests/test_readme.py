@@ -19,7 +19,7 @@ BEGIN, END = "<!-- machines:begin -->", "<!-- machines:end -->"
 def generated() -> str:
     return "\n".join(
         render_markdown(load_machine(name))
-        for name in ("turn", "operation", "navigation")
+        for name in ("turn", "operation", "navigation", "session")
         if name in shipped_machines()
     )
 
@@ -35,7 +35,7 @@ def test_machine_diagrams_match_the_tables() -> None:
     assert text == with_diagrams(text), (
         "docs/machines.md diagrams are stale: python tests/test_readme.py --write"
     )
-    assert set(shipped_machines()) == {"turn", "operation", "navigation"}
+    assert set(shipped_machines()) == {"turn", "operation", "navigation", "session"}
 
 
 def test_readme_starts_with_install_and_test_commands() -> None:

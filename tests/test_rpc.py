@@ -62,7 +62,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def kit_client(kit: Kit) -> tuple[HubClient, str]:
+def kit_client(kit: Kit) -> tuple[HubClient[SessionHub], str]:
     hub = SessionHub(
         RuntimeOptions(
             summarizer=kit.summarizer,
@@ -73,7 +73,7 @@ def kit_client(kit: Kit) -> tuple[HubClient, str]:
     return HubClient(hub), hub.add(kit.runtime)
 
 
-def file_client(tmp_path: Path, **options: Any) -> HubClient:
+def file_client(tmp_path: Path, **options: Any) -> HubClient[SessionHub]:
     shutil.copy(EXAMPLE, tmp_path / "example.jsonl")
     return HubClient(SessionHub(RuntimeOptions(root=tmp_path, **options)))
 

@@ -446,11 +446,17 @@ async def test_a_client_that_hangs_up_its_unix_socket_cancels_its_waiting_work(
 class SlowOpenHub(SlowHub):
     """A hub whose file reading waits for the test (gate ``load``)."""
 
-    def _load(self, *args: Any) -> Any:
-        gate = self.gate("load")
-        gate.began.set()
-        gate.release.wait()
-        return super()._load(*args)
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        load = self.host._load
+
+        def slowly(*args: Any) -> Any:
+            gate = self.gate("load")
+            gate.began.set()
+            gate.release.wait()
+            return load(*args)
+
+        self.host._load = slowly  # type: ignore[method-assign,assignment]
 
 
 async def test_a_session_read_while_the_server_stops_is_not_lost(tmp_path: Path) -> None:

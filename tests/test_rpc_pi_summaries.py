@@ -101,7 +101,9 @@ TREE: dict[str, Any] = {
 OURS = summary_text("Ours: keep the plan, say why it failed.")
 
 
-def client(model: ScriptedModel | None = None, *, root: Path | None = None) -> HubClient:
+def client(
+    model: ScriptedModel | None = None, *, root: Path | None = None
+) -> HubClient[SessionHub]:
     model = model or ScriptedModel([OURS] * 4)
     clock = FakeClock()
     routes = SummaryRoutes(

@@ -19,7 +19,9 @@ from orchestrator._lifecycle.render import render_markdown, render_mermaid, rend
 def register(commands: Any) -> None:
     """Add ``machines`` and ``simulate``."""
     machines = commands.add_parser("machines", help="render the lifecycle machines")
-    machines.add_argument("name", nargs="?", help="turn, operation or navigation (default: all)")
+    machines.add_argument(
+        "name", nargs="?", help="turn, operation, navigation or session (default: all)"
+    )
     form = machines.add_mutually_exclusive_group()
     form.add_argument("--mermaid", action="store_true", help="Mermaid stateDiagram only")
     form.add_argument("--table", action="store_true", help="Markdown transition table only")

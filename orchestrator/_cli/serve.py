@@ -47,7 +47,7 @@ from orchestrator._core.errors import SessionError
 from orchestrator._process.gc_policy import POLICY, freeze_after_full_collections
 from orchestrator._process.signals import stop_signals
 from orchestrator._rpc import access
-from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+from orchestrator._rpc.hub import RpcHub, RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._runtime.driver import first_error
 from orchestrator._runtime.routes import RouteSettings, build_summarizer
@@ -215,7 +215,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster_hub(args: argparse.Namespace) -> SessionHub:
+def _cluster_hub(args: argparse.Namespace) -> RpcHub:
     """The hub backed by session workflows (``--temporal`` with ``--database``)."""
     if not (args.temporal and args.database):
         raise UsageError("--temporal and --database go together")
@@ -271,7 +271,7 @@ def _token(args: argparse.Namespace) -> tuple[str, Path, bool]:
 
 async def _run(
     args: argparse.Namespace,
-    hub: SessionHub,
+    hub: RpcHub,
     server: RpcServer,
     host: str | None,
     token: str | None,
@@ -324,10 +324,11 @@ async def _unwrapped() -> AsyncIterator[None]:
 
 
 async def _start(
-    args: argparse.Namespace, hub: SessionHub, host: str | None, token_file: Path | None
+    args: argparse.Namespace, hub: RpcHub, host: str | None, token_file: Path | None
 ) -> anyio.abc.Listener[anyio.abc.SocketStream] | None:
     """Open the sessions named at start, then listen (``None``: the server reads stdin)."""
     for path in args.sessions:
+        assert isinstance(hub, SessionHub)  # noqa: S101 - refused with --temporal above
         slot = hub.open(path, create=True)
         _say(f"session {slot.runtime.session.session_id}: {slot.path}")
         await anyio.lowlevel.checkpoint()  # where a stop signal meanwhile ends the start

@@ -22,6 +22,7 @@ import functools
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -45,7 +46,9 @@ from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from orchestrator._cluster.contract import (
     AGENT_RAISED,
+    BUSY_TYPE,
     HISTORY_BOUND,
+    NO_AGENT_TYPE,
     TASK_QUEUE,
     UNAVAILABLE,
     AgentRaisedError,
@@ -61,7 +64,13 @@ from orchestrator._cluster.contract import (
 )
 from orchestrator._cluster.flow import infrastructure, lost_reason
 from orchestrator._cluster.workflow import SessionWorkflow
-from orchestrator._core.errors import ConflictError, SessionError, UnavailableError
+from orchestrator._core.errors import (
+    BusyError,
+    ConflictError,
+    NoAgentError,
+    SessionError,
+    UnavailableError,
+)
 
 T = TypeVar("T")
 
@@ -155,8 +164,8 @@ class ClusterClient:
         """Compact ``session_id`` through its workflow and wait for the outcome.
 
         Raises:
-            SessionError: A compaction is already running in this session, or the workflow
-                refused the request (the message says why).
+            BusyError: The session machine refused it (a compaction or a navigation runs).
+            SessionError: The workflow refused the request (the message says why).
         """
         return await self._update(
             session_id, "compress", CompressRequest(focus=focus, reason=reason), CompressResult
@@ -166,8 +175,8 @@ class ClusterClient:
         """Run a turn for ``text`` in ``session_id``'s workflow and wait for its end.
 
         Raises:
-            SessionError: The worker has no agent, or the workflow refused the request (the
-                message says why).
+            NoAgentError: The worker has no agent.
+            BusyError: The session machine refused it (a navigation runs).
             AgentRaisedError: The agent raised; the turn settled through the abort row.
         """
         return await self._update(session_id, "prompt", PromptRequest(text=text), PromptResult)
@@ -176,7 +185,8 @@ class ClusterClient:
         """Navigate ``session_id``'s tree through its workflow and wait for the outcome.
 
         Raises:
-            SessionError: A navigation is already running, or the target is unknown.
+            BusyError: A navigation is already running.
+            SessionError: The target is unknown.
             ConflictError: The leaf move met another writer's change (D27).
         """
         return await self._update(session_id, "navigate", request, NavigateResult)
@@ -212,19 +222,7 @@ class ClusterClient:
                     rpc_timeout=self.rpc_timeout,
                 )
             except WorkflowUpdateFailedError as error:
-                cause = _application_error(error)
-                message = cause.message if cause is not None else str(error.cause or error)
-                if cause is not None and cause.type == "Conflict":
-                    raise ConflictError(message) from None
-                if cause is not None and cause.type == AGENT_RAISED:
-                    kind = str(cause.details[0]) if cause.details else "Exception"
-                    raise AgentRaisedError(kind, message) from None
-                if cause is not None and cause.type == UNAVAILABLE:
-                    raise UnavailableError(message) from None
-                lost = _lost_activity(error)
-                if lost is not None:
-                    raise UnavailableError(f"Cluster unavailable: {lost}") from None
-                raise SessionError(message) from None
+                raise _refusal(error) from None
             except RPCError as error:
                 with contextlib.suppress(Exception):
                     await start.workflow_handle()  # failed with the call: read, not reported
@@ -296,6 +294,31 @@ class ClusterClient:
             f"the Temporal server at {config.target_host} {_unreachable(error)}; "
             f"tried for {asked:g} s"
         )
+
+
+_BY_TYPE: dict[str, Callable[[str], Exception]] = {
+    "Conflict": ConflictError,
+    BUSY_TYPE: BusyError,
+    NO_AGENT_TYPE: NoAgentError,
+    UNAVAILABLE: UnavailableError,
+}
+"""The error each application error type of a failed update is raised as (by type, not words)."""
+
+
+def _refusal(error: WorkflowUpdateFailedError) -> Exception:
+    """What a failed update is raised as: its application error's type decides."""
+    cause = _application_error(error)
+    message = cause.message if cause is not None else str(error.cause or error)
+    kind = cause.type if cause is not None else None
+    if kind in _BY_TYPE:
+        return _BY_TYPE[kind](message)
+    if cause is not None and kind == AGENT_RAISED:
+        raised = str(cause.details[0]) if cause.details else "Exception"
+        return AgentRaisedError(raised, message)
+    lost = _lost_activity(error)
+    if lost is not None:
+        return UnavailableError(f"Cluster unavailable: {lost}")
+    return SessionError(message)
 
 
 def _lost_activity(error: WorkflowUpdateFailedError) -> str | None:

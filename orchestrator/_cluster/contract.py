@@ -23,16 +23,10 @@ TASK_QUEUE = "orchestrator-sessions"
 """The task queue every worker polls and every client starts session workflows on."""
 WORKFLOW_NAME = "session"
 """The workflow type; its id is the session id, so the fleet has one owner per session."""
-BUSY_COMPACTING = "A compaction is already running in this session"
-"""The answer to a second compaction while one runs (the same words as the one-process server)."""
-BUSY_NAVIGATING = "A navigation is already running in this session"
-"""The answer to a second navigation while one runs (the one-process server's words)."""
-PROMPT_WHILE_NAVIGATING = "Cannot prompt while a navigation is running"
-"""The answer to a prompt while a navigation runs (the one-process server's words)."""
+BUSY_TYPE = "Busy"
+"""The error type of a request the session machine refused (``BusyError``, ``-32001``)."""
 HISTORY_BOUND = 5000
 """History events after which a session workflow continues as new (when idle between requests)."""
-COMPACT_WHILE_NAVIGATING = "Cannot compact while a navigation is running"
-"""The answer to a compaction while a navigation runs (the one-process server's words)."""
 
 
 def entry_id_for(operation_id: str) -> str:

@@ -27,10 +27,11 @@ Histories recorded before turns were hosted ran ``compress`` straight through th
 table; :func:`temporalio.workflow.patched` keeps them replaying that way.
 
 Navigation is :class:`~orchestrator._cluster.navflow.NavigationFlow` (the navigation table, its
-branch summary an ``OperationFlow``); ``fork`` is one activity (hooks and the new session). One
-navigation at a time, and a compaction or a prompt is refused while one runs, with the
-one-process server's words; a navigation while a compaction or a turn runs is refused by the
-navigation table itself (its ``turn_running`` row), as in one process.
+branch summary an ``OperationFlow``); ``fork`` is one activity (hooks and the new session). Which
+requests may run together is the session machine's decision (``machines/session.toml``, stepped
+by the update validators and handlers here as the one-process server steps it): one navigation
+at a time, no compaction or prompt while one runs, no navigation while a compaction or a turn
+runs (the navigation table's ``turn_running`` row refuses it too, for histories recorded before).
 
 The operation itself is :class:`~orchestrator._cluster.flow.OperationFlow`: the shipped
 operation table stepped by the pure step, effects as activities. The tables are data the
@@ -50,12 +51,9 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from orchestrator._cluster.contract import (
-        BUSY_COMPACTING,
-        BUSY_NAVIGATING,
-        COMPACT_WHILE_NAVIGATING,
+        BUSY_TYPE,
         NO_AGENT,
         NO_AGENT_TYPE,
-        PROMPT_WHILE_NAVIGATING,
         WORKFLOW_NAME,
         CompressRequest,
         CompressResult,
@@ -75,8 +73,11 @@ with workflow.unsafe.imports_passed_through():
     from orchestrator._cluster.flow import ONCE as ONE_ATTEMPT
     from orchestrator._cluster.navflow import NavigationFlow
     from orchestrator._cluster.turn_flow import NEVER_RAN, ManualCompaction, TurnFlow
+    from orchestrator._core.errors import BusyError
+    from orchestrator._lifecycle.admission import admit
+    from orchestrator._lifecycle.guards import Facts
     from orchestrator._lifecycle.machine import load_machine
-    from orchestrator._lifecycle.names import NavigationEvent, TurnEvent, TurnState
+    from orchestrator._lifecycle.names import NavigationEvent, SessionEvent, TurnEvent, TurnState
 
 TURN_PATCH = "turn-table"
 """The patch that routes ``compress`` through the turn table (older histories did not)."""
@@ -109,6 +110,25 @@ class SessionWorkflow:
     def _turn_running(self) -> bool:
         """A compaction or a turn runs: the navigation table's ``turn_running`` fact."""
         return self._busy or (self._turn is not None and self._turn.running)
+
+    def _facts(self) -> Facts:
+        """What runs in this session, as the session machine's guards read it."""
+        turn = self._turn
+        manual = turn is not None and (
+            turn.manual is not None or turn.state == TurnState.MANUAL_COMPACTING
+        )
+        return Facts(
+            turn_running=self._turn_running(),
+            compaction_running=self._busy or manual,
+            navigation_running=self._navigation is not None,
+        )
+
+    def _admit(self, request: SessionEvent, facts: Facts | None = None) -> None:
+        """Step the session table (``machines/session.toml``); a refusal fails the update."""
+        try:
+            admit(request, facts or self._facts(), table=load_machine("session"))
+        except BusyError as refused:
+            raise ApplicationError(str(refused), type=BUSY_TYPE, non_retryable=True) from None
 
     @workflow.run
     async def run(self, start: SessionStart) -> dict[str, Any]:
@@ -190,8 +210,7 @@ class SessionWorkflow:
         policy = await self._turn_policy()
         if not policy.has_agent:
             raise ApplicationError(NO_AGENT, type=NO_AGENT_TYPE, non_retryable=True)
-        if self._navigation is not None:
-            raise ApplicationError(PROMPT_WHILE_NAVIGATING, type="Busy", non_retryable=True)
+        self._admit(SessionEvent.PROMPT)
         turn.policy = policy
         if turn.running:
             turn.queue(request.text)
@@ -259,14 +278,7 @@ class SessionWorkflow:
 
     @compress.validator
     def _refuse_when_busy(self, request: CompressRequest) -> None:
-        turn = self._turn
-        manual = turn is not None and (
-            turn.manual is not None or turn.state == TurnState.MANUAL_COMPACTING
-        )
-        if self._busy or manual:
-            raise ApplicationError(BUSY_COMPACTING, type="Busy", non_retryable=True)
-        if self._navigation is not None:
-            raise ApplicationError(COMPACT_WHILE_NAVIGATING, type="Busy", non_retryable=True)
+        self._admit(SessionEvent.COMPACT)
 
     @workflow.update(name="navigate")
     async def navigate(self, request: NavigateRequest) -> NavigateResult:
@@ -276,7 +288,9 @@ class SessionWorkflow:
             ApplicationError: ``Busy``: a navigation is already running in this session.
             ActivityError: The target is unknown, or the leaf move met another writer (D27).
         """
-        self._refuse_second_navigation(request)
+        # Two in the same workflow task: the second is refused here (no await since the check).
+        # A turn that runs is the navigation table's refusal (its turn_running row), as before.
+        self._admit(SessionEvent.NAVIGATE, Facts(navigation_running=self._navigation is not None))
         nav = Nav(
             session_id=workflow.info().workflow_id,
             navigation_id=workflow.uuid4().hex[:12],
@@ -294,8 +308,7 @@ class SessionWorkflow:
 
     @navigate.validator
     def _refuse_second_navigation(self, request: NavigateRequest) -> None:
-        if self._navigation is not None:
-            raise ApplicationError(BUSY_NAVIGATING, type="Busy", non_retryable=True)
+        self._admit(SessionEvent.NAVIGATE)
 
     @workflow.update(name="fork")
     async def fork(self, request: ForkRequest) -> ForkDone:

@@ -10,6 +10,8 @@ Each child names who is at fault::
     │   ├── EntryNotFoundError   an entry id the session does not hold
     │   ├── SessionLockedError   another process owns the session (D27)
     │   ├── ConflictError        the session changed since it was read; nothing written (D27)
+    │   ├── BusyError            something runs that may not run with this request now
+    │   ├── NoAgentError         a prompt to a host with no agent configured
     │   └── StorageError         the disk refused a read or write (full, a quota, read-only, EIO)
     ├── TransitionError    an event the table does not list for the current state: a caller bug
     ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
@@ -80,6 +82,22 @@ class ConflictError(SessionError):
 
     Another program (pi appends without asking) changed the session after the caller planned
     from it. Nothing was written.
+    """
+
+
+class BusyError(SessionError):
+    """The session machine refused a request: something runs that may not run with it.
+
+    ``machines/session.toml`` decides which operations may run together on one session (a
+    second manual compaction, a prompt during a navigation, a close while anything runs). The
+    JSON-RPC server answers ``-32001`` by this type, never by the message's words.
+    """
+
+
+class NoAgentError(SessionError):
+    """A prompt to a host that has no agent (a server or worker started without ``--model``).
+
+    The JSON-RPC server answers ``-32601`` (the method is not available there).
     """
 
 

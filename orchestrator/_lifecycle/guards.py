@@ -65,6 +65,9 @@ class Facts:
         wants_summary: The user asked for a branch summary.
         has_entries: The abandoned branch holds entries to summarize.
         turn_running: An agent turn (or a manual compaction) is in progress.
+        compaction_running: A manual compaction is in progress (the session machine).
+        navigation_running: A tree navigation is in progress (the session machine).
+        session_open: The server has the session open as its own (the session machine).
     """
 
     compaction_enabled: bool = True
@@ -94,6 +97,9 @@ class Facts:
     wants_summary: bool = False
     has_entries: bool = False
     turn_running: bool = False
+    compaction_running: bool = False
+    navigation_running: bool = False
+    session_open: bool = False
 
 
 Guard = Callable[[Facts], bool]
@@ -151,6 +157,9 @@ GUARDS: Mapping[str, Guard] = MappingProxyType(
         "retryable": lambda f: f.retryable,
         "same_position": lambda f: f.same_position,
         "turn_running": lambda f: f.turn_running,
+        "compaction_running": lambda f: f.compaction_running,
+        "navigation_running": lambda f: f.navigation_running,
+        "session_open": lambda f: f.session_open,
         "wants_summary": lambda f: f.wants_summary,
         "will_retry": lambda f: f.will_retry,
     }
@@ -217,11 +226,22 @@ _NAVIGATION_EFFECTS = {
     "emit_session_tree": "apply any label, run the session_tree hook, emit session_tree",
 }
 
+_SESSION_EFFECTS = {
+    "refuse_prompt_while_navigating": "refuse the prompt: a navigation runs (BusyError)",
+    "refuse_second_compaction": "refuse the compaction: a manual one runs (BusyError)",
+    "refuse_compaction_while_navigating": "refuse the compaction: a navigation runs (BusyError)",
+    "refuse_navigation_while_working": "refuse the navigation: a turn or compaction runs",
+    "refuse_second_navigation": "refuse the navigation: another one runs (BusyError)",
+    "refuse_hosted_on_open_session": "refuse pi's summary: the server has the session open",
+    "refuse_close_while_busy": "refuse to close: something runs (BusyError)",
+}
+
 EFFECTS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "turn": MappingProxyType(_TURN_EFFECTS),
         "operation": MappingProxyType(_OPERATION_EFFECTS),
         "navigation": MappingProxyType(_NAVIGATION_EFFECTS),
+        "session": MappingProxyType(_SESSION_EFFECTS),
     }
 )
 """Each machine's effect vocabulary: effect name to what the driver does for it."""
@@ -231,6 +251,7 @@ INTERRUPTS: Mapping[str, frozenset[str]] = MappingProxyType(
         "turn": frozenset({"abort", "manual_compact"}),
         "operation": frozenset({"cancel", "deadline_passed"}),
         "navigation": frozenset({"cancel", "deadline_passed"}),
+        "session": frozenset(),
     }
 )
 """The events a machine's host may request while an effect is in flight (``interrupt``)."""
@@ -240,6 +261,7 @@ STOPPING: Mapping[str, frozenset[str]] = MappingProxyType(
         "turn": frozenset({"stop_agent", "cancel_compaction", "cancel_retry_wait"}),
         "operation": frozenset({"stop_work"}),
         "navigation": frozenset({"stop_hooks"}),
+        "session": frozenset(),
     }
 )
 """The effects that cancel the work in flight (a row with one always stops it).

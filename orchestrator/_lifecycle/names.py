@@ -126,11 +126,31 @@ class NavigationEvent(StrEnum):
     SWITCHED = "switched"
 
 
+class SessionState(StrEnum):
+    """The states of ``machines/session.toml``."""
+
+    ASKED = "asked"
+    ADMITTED = "admitted"
+    REFUSED = "refused"
+
+
+class SessionEvent(StrEnum):
+    """The requests ``machines/session.toml`` admits or refuses."""
+
+    PROMPT = "prompt"
+    COMPACT = "compact"
+    NAVIGATE = "navigate"
+    FORK = "fork"
+    HOSTED = "hosted"
+    CLOSE = "close"
+
+
 VOCABULARY: Mapping[str, tuple[type[StrEnum], type[StrEnum]]] = MappingProxyType(
     {
         "turn": (TurnState, TurnEvent),
         "operation": (OperationState, OperationEvent),
         "navigation": (NavigationState, NavigationEvent),
+        "session": (SessionState, SessionEvent),
     }
 )
 """Each machine's (states, events) enums, by machine name."""

@@ -1,8 +1,9 @@
 """The JSON-RPC methods backed by the cluster: ``orchestrator serve --temporal`` (issue 10).
 
-Theory of operation. :class:`ClusterHub` answers the same methods, with the same parameters,
-answers and error codes, as :class:`~orchestrator._rpc.hub.SessionHub`, so a client cannot tell
-which host it talks to. The difference is where the work happens. This server owns nothing: a
+Theory of operation. :class:`ClusterHub` is the one hub (:class:`~orchestrator._rpc.hub.RpcHub`)
+over a :class:`ClusterHost`: the same methods, parameters, answers and error codes as
+:class:`~orchestrator._rpc.hub.SessionHub`, so a client cannot tell which host it talks to. The
+difference is where the work happens. This server owns nothing: a
 session's owner is its workflow (id = session id), on whichever worker holds it, so
 ``session.prompt`` and ``session.compress`` are updates to that workflow (the turn table decides
 what a turn does, there as here) and ``session.abort`` a signal, and two
@@ -32,6 +33,7 @@ holds it in memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -40,11 +42,6 @@ import anyio
 
 from orchestrator._cluster.client import ClusterClient
 from orchestrator._cluster.contract import (
-    BUSY_COMPACTING,
-    BUSY_NAVIGATING,
-    COMPACT_WHILE_NAVIGATING,
-    NO_AGENT,
-    PROMPT_WHILE_NAVIGATING,
     TASK_QUEUE,
     UNAVAILABLE_KIND,
     AgentRaisedError,
@@ -55,34 +52,37 @@ from orchestrator._cluster.contract import (
 )
 from orchestrator._cluster.stores import cluster_store
 from orchestrator._core.errors import (
+    BusyError,
     Cancelled,
     ConflictError,
     ModelError,
+    NoAgentError,
     SessionError,
     UnavailableError,
 )
-from orchestrator._rpc.hub import EVENT_METHOD, SessionHub, navigation_options
+from orchestrator._lifecycle.admission import CLOSE_WHILE_BUSY, NAVIGATE_WHILE_WORKING, admit
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.names import SessionEvent
+from orchestrator._rpc import host
+from orchestrator._rpc.hosted import PARAMS as SUMMARY_PARAMS
+from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import (
-    BUSY,
     CANCELLED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     Method,
     Params,
+    Peer,
     RpcError,
-    notification,
     one_line,
 )
-from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
 from orchestrator._runtime.navigation import recorded_position
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator._store.session import Session
 
-BUSY_ANSWERS = frozenset(
-    {BUSY_COMPACTING, BUSY_NAVIGATING, COMPACT_WHILE_NAVIGATING, PROMPT_WHILE_NAVIGATING}
-)
-"""Refusals a workflow gives while it works: ``-32001``, as one server gives them."""
+__all__ = ["CLOSE_WHILE_BUSY", "ClusterHost", "ClusterHub"]
+
 NO_WORKER_AGENT = "session.prompt: no agent configured (start the workers with --model)"
 """``session.prompt`` refused by a worker without an agent, as ``-32601``."""
 SHUTTING_DOWN_CLUSTER = (
@@ -116,29 +116,15 @@ async def _not_clustered(p: Params) -> Any:
     raise RpcError(METHOD_NOT_FOUND, NOT_CLUSTERED.format(method=p.method))
 
 
-class ClusterHub(SessionHub):
-    """The RPC methods over session workflows and a shared store.
+class ClusterHost(host.Attached):
+    """The sessions of the cluster: their workflows, and the shared store they are read from.
 
-    Args:
-        temporal: The Temporal server, ``HOST:PORT``.
-        database: The shared store (a PostgreSQL URL or a directory).
-        task_queue: Where the workers poll.
-        client: A connected client to use instead (tests).
+    Its arguments are :class:`ClusterHub`'s.
     """
 
-    def __init__(
-        self,
-        temporal: str,
-        database: str,
-        *,
-        task_queue: str = TASK_QUEUE,
-        client: ClusterClient | None = None,
-    ) -> None:
-        super().__init__()
-        self.temporal = temporal
-        self.database = database
-        self.task_queue = task_queue
-        self._client = client
+    def __init__(self, temporal: str, database: str, task_queue: str, client: Any) -> None:
+        self.temporal, self.database, self.task_queue = temporal, database, task_queue
+        self._client: ClusterClient | None = client
         self._open: dict[str, str] = {}
         self._sent: dict[str, tuple[str, int]] = {}  # session: (workflow run, last event sent)
 
@@ -165,6 +151,13 @@ class ClusterHub(SessionHub):
             raise RpcError(INVALID_PARAMS, f"{path}: no such session in the store")
         self._open[session_id] = path
         return session_id
+
+    def more_methods(self) -> dict[str, Method]:
+        """Pi's ``summary.*`` methods, refused (``-32601``): pi's sessions are not the cluster's."""
+        return {
+            name: Method(handler=_not_clustered, params=params)
+            for name, params in SUMMARY_PARAMS.items()
+        }
 
     def shutdown_error(self) -> RpcError:
         """The answer to each request still running when this server stops (``-32003``).
@@ -194,7 +187,7 @@ class ClusterHub(SessionHub):
         # The position a navigation recorded (a leaf marker) is the leaf, as in one process.
         return recorded_position(Session.from_store(cluster_store(self.database, session_id)))
 
-    async def _describe(self, session_id: str) -> dict[str, Any]:
+    async def _describe(self, session_id: str) -> host.Described:
         session = self._session(session_id)
         try:
             state = await (await self.client()).state(session_id)
@@ -202,14 +195,14 @@ class ClusterHub(SessionHub):
             state = {"busy": False, "unknown": True}
         busy = bool(state and state.get("busy"))
         described = (state or {}).get("turnState") or ("manual_compacting" if busy else "idle")
-        return {
-            "session_id": session_id,
-            "path": self._open[session_id],
-            "entries": len(session.tree),
-            "leafId": session.leaf_id,
-            "state": "unknown" if state and state.get("unknown") else described,
-            "busy": busy,
-        }
+        return host.Described(
+            session_id=session_id,
+            path=self._open[session_id],
+            entries=len(session.tree),
+            leaf_id=session.leaf_id,
+            state="unknown" if state and state.get("unknown") else described,
+            busy=busy,
+        )
 
     # -- notifications ----------------------------------------------------------------------------
 
@@ -221,12 +214,8 @@ class ClusterHub(SessionHub):
         for numbered in events:
             if numbered["seq"] > last:
                 last = numbered["seq"]
-                self._tell(session_id, numbered["event"])
+                self.outlet.tell(session_id, numbered["event"])
         self._sent[session_id] = (run, last)
-
-    def _tell(self, session_id: str, event: dict[str, Any]) -> None:
-        payload = {"session_id": session_id, "event": event}
-        self._publish(session_id, notification(EVENT_METHOD, payload))
 
     async def _fetch(self, session_id: str) -> None:
         """Ask the workflow for the events not sent yet (best effort: its answer has them all)."""
@@ -246,7 +235,7 @@ class ClusterHub(SessionHub):
         While the request runs, the events are read every :data:`EVENT_POLL_S` (a query: no
         history is written); the answer carries them all, so none is lost to a slow query.
         """
-        if not self._listened(session_id):
+        if not self.outlet.listened(session_id):
             return await request()
 
         async def poll() -> None:
@@ -269,83 +258,41 @@ class ClusterHub(SessionHub):
         self._deliver(session_id, result.events_run, result.events)
         return result
 
-    # -- methods ----------------------------------------------------------------------------------
+    # -- requests ---------------------------------------------------------------------------------
 
-    def methods(self) -> dict[str, Method]:
-        """The same method table as the one-process hub."""
-        table = super().methods()
-        handlers = {
-            "session.open": self._c_open,
-            "session.list": self._c_list,
-            "session.close": self._c_close,
-            "session.compress": self._c_compress,
-            "session.tree": self._c_tree,
-            "session.tree.navigate": self._c_navigate,
-            "session.fork": self._c_fork,
-            "session.prompt": self._c_prompt,
-            "session.abort": self._c_abort,
-            "session.context": self._c_context,
-        }
-        return {
-            name: Method(handler=handlers.get(name, _not_clustered), params=m.params)
-            for name, m in table.items()
-        }
-
-    async def _c_open(self, p: Params) -> dict[str, Any]:
-        session_id = self.open_id(p.text("path"))
-        if p.peer is not None:
-            p.peer.topics.add(session_id)
+    async def open(self, path: str, *, create: bool, peer: Peer | None) -> host.Opened:
+        session_id = self.open_id(path)
         session = self._session(session_id)
-        return {
-            **(await self._describe(session_id)),
-            "problems": [
-                {"line": x.line, "code": x.code, "message": x.message} for x in session.problems
-            ],
-            "settled": [],
-        }
+        problems = [
+            {"line": x.line, "code": x.code, "message": x.message} for x in session.problems
+        ]
+        return host.Opened(await self._describe(session_id), problems, [])
 
-    async def _c_list(self, p: Params) -> dict[str, Any]:
-        return {"sessions": [await self._describe(s) for s in sorted(self._open)]}
+    async def sessions(self) -> list[host.Described]:
+        return [await self._describe(s) for s in sorted(self._open)]
 
-    async def _c_close(self, p: Params) -> dict[str, Any]:
-        described = await self._describe(p.text("session_id"))
-        if described["busy"]:
-            raise RpcError(BUSY, "Session is busy; abort it or wait before closing")
-        self._open.pop(described["session_id"], None)
-        self._ended(described["session_id"])
-        return {"closed": True}
+    async def close(self, session_id: str) -> None:
+        described = await self._describe(session_id)
+        # The workflow says only whether it works: the session table refuses on either fact.
+        admit(SessionEvent.CLOSE, Facts(turn_running=described.busy))
+        self._open.pop(session_id, None)
+        self.outlet.ended(session_id)
 
-    async def _c_compress(self, p: Params) -> dict[str, Any]:
-        session_id = p.text("session_id")
+    async def compress(self, session_id: str, focus: str | None) -> host.Compacted | str:
         self._session(session_id)
-        try:
-            client = await self.client()
-            focus = p.optional_text("focus")
-            done = await self._forwarding(session_id, lambda: client.compress(session_id, focus))
-        except SessionError as error:
-            raise _busy_or(error) from None
-        return compress_answer(done)
+        client = await self.client()
+        done = await self._forwarding(session_id, lambda: client.compress(session_id, focus))
+        return compacted(done)
 
-    async def _c_navigate(self, p: Params) -> dict[str, Any]:
-        session_id = p.text("session_id")
+    async def navigate(self, session_id: str, request: host.Navigation) -> dict[str, Any]:
         self._session(session_id)
-        target, summarize, focus, replace, label = navigation_options(p)
-        request = NavigateRequest(
-            target_id=target,
-            summarize=summarize,
-            instructions=focus,
-            replace_instructions=replace,
-            label=label,
-        )
-        try:
-            done = await (await self.client()).navigate(session_id, request)
-        except SessionError as error:
-            raise _busy_or(error) from None
+        asked = NavigateRequest(**dataclasses.asdict(request))
+        done = await (await self.client()).navigate(session_id, asked)
         answer = navigate_answer(done)
         if done.status == "done":
             # The leaf moved: told as one process tells it (not its branch summary's
             # compaction_update: the answer does not carry that operation's id).
-            self._tell(
+            self.outlet.tell(
                 session_id,
                 {
                     "type": "session_tree",
@@ -356,25 +303,17 @@ class ClusterHub(SessionHub):
             )
         return answer
 
-    async def _c_fork(self, p: Params) -> dict[str, Any]:
-        session_id = p.text("session_id")
+    async def fork(self, session_id: str, entry_id: str, path: str | None) -> host.Forked:
         self._session(session_id)
-        entry_id = p.text("entry_id")
-        path = p.optional_text("path")
         # A fork is named like a session to open: its id, or <id>.jsonl (default: a fresh id).
         new_id = session_id_of(path) if path else None
         done = await (await self.client()).fork(
             session_id, ForkRequest(entry_id=entry_id, new_session_id=new_id)
         )
         if done.cancelled or done.session_id is None:
-            return {
-                "session_id": None,
-                "path": None,
-                "editorText": done.editor_text,
-                "cancelled": True,
-            }
+            return host.Forked(None, done.editor_text)
         # Told on the forked session, as one process tells it, before the fork is opened.
-        self._tell(
+        self.outlet.tell(
             session_id,
             {
                 "type": "session_fork",
@@ -384,13 +323,10 @@ class ClusterHub(SessionHub):
             },
         )
         self._open[done.session_id] = path or done.session_id
-        if p.peer is not None:
-            p.peer.topics.add(done.session_id)
-        described = await self._describe(done.session_id)
-        return {**described, "editorText": done.editor_text, "cancelled": False}
+        return host.Forked(await self._describe(done.session_id), done.editor_text)
 
-    async def _c_tree(self, p: Params) -> dict[str, Any]:
-        session = self._session(p.text("session_id"))
+    async def tree(self, session_id: str, peer: Peer | None) -> dict[str, Any]:
+        session = self._session(session_id)
         return {
             "sessionId": session.session_id,
             "name": session.tree.session_name(),
@@ -398,10 +334,8 @@ class ClusterHub(SessionHub):
             "nodes": tree_rows(session),
         }
 
-    async def _c_prompt(self, p: Params) -> dict[str, Any]:
-        session_id = p.text("session_id")
+    async def prompt(self, session_id: str, text: str) -> host.Prompted:
         self._session(session_id)
-        text = p.text("text")
         try:
             client = await self.client()
             result = await self._forwarding(session_id, lambda: client.prompt(session_id, text))
@@ -409,21 +343,45 @@ class ClusterHub(SessionHub):
             # One process lets the agent's exception reach the dispatcher: a bug, -32603.
             message = one_line(str(error)) or error.kind
             raise RpcError(INTERNAL_ERROR, f"Internal error: {error.kind}: {message}") from None
-        except SessionError as error:
-            if str(error) == NO_AGENT:
-                # The workers run the turns: --model is theirs (this server takes none).
-                raise RpcError(METHOD_NOT_FOUND, NO_WORKER_AGENT) from None
-            raise _busy_or(error) from None
-        return {"state": result.state, "reply": result.reply, "queued": result.queued}
+        except NoAgentError:
+            # The workers run the turns: --model is theirs (this server takes none).
+            raise NoAgentError(NO_WORKER_AGENT) from None
+        return host.Prompted(result.state, result.reply, result.queued)
 
-    async def _c_abort(self, p: Params) -> dict[str, Any]:
-        session_id = p.text("session_id")
+    async def abort(self, session_id: str) -> bool:
         self._session(session_id)
-        return {"aborted": await (await self.client()).abort(session_id)}
+        return await (await self.client()).abort(session_id)
 
-    async def _c_context(self, p: Params) -> dict[str, Any]:
-        session = self._session(p.text("session_id"))
+    async def context(self, session_id: str, peer: Peer | None) -> dict[str, Any]:
+        session = self._session(session_id)
         return context_report(session, session.leaf_id)
+
+
+class ClusterHub(RpcHub):
+    """The JSON-RPC methods over session workflows and a shared store.
+
+    Args:
+        temporal: The Temporal server, ``HOST:PORT``.
+        database: The shared store (a PostgreSQL URL or a directory).
+        task_queue: Where the workers poll.
+        client: A connected client to use instead (tests).
+    """
+
+    host: ClusterHost
+
+    def __init__(
+        self,
+        temporal: str,
+        database: str,
+        *,
+        task_queue: str = TASK_QUEUE,
+        client: ClusterClient | None = None,
+    ) -> None:
+        super().__init__(ClusterHost(temporal, database, task_queue, client))
+
+    async def client(self) -> ClusterClient:
+        """The cluster client, connected on first use."""
+        return await self.host.client()
 
 
 def session_id_of(path: str) -> str:
@@ -439,23 +397,16 @@ def session_id_of(path: str) -> str:
     return session_id
 
 
-def _busy_or(error: SessionError) -> Exception:
-    """A workflow's busy refusal as ``-32001``; any other refusal as it is."""
-    if str(error) in BUSY_ANSWERS:
-        return RpcError(BUSY, str(error))
-    return error
-
-
 def navigate_answer(done: NavigateResult) -> dict[str, Any]:
     """``session.tree.navigate``'s answer, as the one-process server gives it.
 
     Raises:
-        RpcError: A compaction runs (``-32001``, the navigation table refused).
+        BusyError: A compaction or a turn runs (the navigation table refused).
         ModelError: The branch summary failed; history and leaf are unchanged.
         ConflictError: Another writer changed the session first (D27); nothing was applied.
     """
     if done.status == "refused":
-        raise RpcError(BUSY, NAVIGATION_BUSY)
+        raise BusyError(NAVIGATE_WHILE_WORKING)
     if done.status == "failed":
         if done.error_kind == "conflict":
             raise ConflictError(done.error or "Branch summary conflicted with another writer")
@@ -473,8 +424,8 @@ def navigate_answer(done: NavigateResult) -> dict[str, Any]:
     }
 
 
-def compress_answer(done: CompressResult) -> dict[str, Any]:
-    """``session.compress``'s answer, as the one-process server gives it.
+def compacted(done: CompressResult) -> host.Compacted | str:
+    """A workflow's compaction outcome: the entry committed, or why nothing was.
 
     Raises:
         Cancelled: The compaction was cancelled (``abort``, or a hook).
@@ -492,12 +443,10 @@ def compress_answer(done: CompressResult) -> dict[str, Any]:
     if done.status == "failed":
         raise ModelError(done.error or "Compaction failed", kind=done.error_kind or "fatal")
     if done.status != "committed":
-        return {"compacted": False, "reason": done.reason or "Nothing to compact"}
-    return {
-        "compacted": True,
-        "entryId": done.entry_id,
-        "summary": done.summary,
-        "tokensBefore": done.tokens_before,
-        "firstKeptEntryId": done.first_kept_entry_id,
-        "shortSummary": done.short_summary,
-    }
+        return done.reason or "Nothing to compact"
+    return host.Compacted.of(done)
+
+
+def compress_answer(done: CompressResult) -> dict[str, Any]:
+    """``session.compress``'s answer, as the one-process server gives it (see :func:`compacted`)."""
+    return host.compress_answer(compacted(done))

@@ -51,7 +51,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from orchestrator._rpc.hub import SessionHub
+from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import (
     LIMIT,
     MAX_BATCH,
@@ -141,7 +141,7 @@ class Connection:
 
     def __init__(
         self,
-        hub: SessionHub,
+        hub: RpcHub,
         dispatcher: Dispatcher,
         limits: Limits,
         transport: Transport,

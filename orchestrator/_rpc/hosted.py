@@ -23,8 +23,9 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -35,8 +36,10 @@ from orchestrator._core.pi_preparation import (
     branch_plan_from_pi,
     compaction_plan_from_pi,
 )
+from orchestrator._lifecycle.admission import admit
+from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._rpc.protocol import (
-    BUSY,
     CANCELLED,
     INVALID_PARAMS,
     Method,
@@ -59,10 +62,16 @@ from orchestrator._telemetry.tracing import LifecycleTracer
 
 EARLY_CANCELS = 16
 """How many cancels of requests not started yet a connection may leave waiting."""
-_OWNED = (
-    "{method}: this server has {path} open (session.open); close it there first, or let pi's "
-    "own compaction run"
+_COMMON = frozenset({"session_file", "session_id", "preparation", "cancel_key"})
+_COMMON |= {"custom_instructions"}
+PARAMS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "summary.compact": _COMMON | {"reason", "will_retry"},
+        "summary.branch": _COMMON | {"replace_instructions"},
+        "summary.cancel": frozenset({"cancel_key"}),
+    }
 )
+"""The ``summary.*`` methods and the parameters each takes."""
 
 Key = tuple[int, str]
 
@@ -103,17 +112,12 @@ class HostedMethods:
 
     def methods(self) -> dict[str, Method]:
         """The method table rows."""
-        common = frozenset({"session_file", "session_id", "preparation", "cancel_key"})
-        common |= {"custom_instructions"}
-        return {
-            "summary.compact": Method(
-                handler=self._m_compact, params=common | {"reason", "will_retry"}
-            ),
-            "summary.branch": Method(
-                handler=self._m_branch, params=common | {"replace_instructions"}
-            ),
-            "summary.cancel": Method(handler=self._m_cancel, params=frozenset({"cancel_key"})),
+        handlers = {
+            "summary.compact": self._m_compact,
+            "summary.branch": self._m_branch,
+            "summary.cancel": self._m_cancel,
         }
+        return {name: Method(handler=handlers[name], params=PARAMS[name]) for name in PARAMS}
 
     # -- the methods ---------------------------------------------------------------------------
 
@@ -207,8 +211,9 @@ class HostedMethods:
                 require_session_file(path, shown)
             except SessionError as exc:
                 raise RpcError(INVALID_PARAMS, f"{p.method}: {exc}") from None
-            if options.owned(path):
-                raise RpcError(BUSY, _OWNED.format(method=p.method, path=shown))
+            # A session this server has open: the session machine's "hosted" rows decide.
+            facts = Facts(session_open=options.owned(path))
+            admit(SessionEvent.HOSTED, facts, method=p.method, path=shown)
             journal = Journal.open(path)
         routes = options.routes or default_routes(None, settings)
         ports = Ports(

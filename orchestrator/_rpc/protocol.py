@@ -60,9 +60,11 @@ from typing import Any
 import anyio
 
 from orchestrator._core.errors import (
+    BusyError,
     Cancelled,
     ConflictError,
     ModelError,
+    NoAgentError,
     OrchestratorError,
     SessionError,
     SessionLockedError,
@@ -154,6 +156,10 @@ def error_for(exc: BaseException, method: str = "") -> RpcError:
 def _session_error(exc: SessionError, message: str) -> RpcError:
     # Both are SessionErrors, but no parameter was wrong: the session is someone else's, or
     # changed under the operation (D27). Asking again later can succeed; nothing was applied.
+    if isinstance(exc, BusyError):
+        return RpcError(BUSY, message)
+    if isinstance(exc, NoAgentError):
+        return RpcError(METHOD_NOT_FOUND, message)
     if isinstance(exc, SessionLockedError):
         return RpcError(SESSION_LOCKED, message, {"kind": "locked", "applied": False})
     if isinstance(exc, ConflictError):

@@ -33,7 +33,7 @@ import anyio.abc
 
 from orchestrator._rpc import access
 from orchestrator._rpc.connection import Connection, Limits, send_quietly
-from orchestrator._rpc.hub import RuntimeOptions, SessionHub
+from orchestrator._rpc.hub import RpcHub, RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import (
     LIMIT,
     Dispatcher,
@@ -68,7 +68,7 @@ class RpcServer:
 
     def __init__(
         self,
-        hub: SessionHub,
+        hub: RpcHub,
         *,
         limits: Limits | None = None,
         log: Callable[[str], None] = _stderr,

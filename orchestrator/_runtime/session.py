@@ -6,20 +6,19 @@ three parts that take that record, never the façade: the turn driver
 (:mod:`~orchestrator._runtime.turn`, ``machines/turn.toml``), the operation runner
 (:mod:`~orchestrator._runtime.operations`, ``machines/operation.toml``) and the navigator
 (:mod:`~orchestrator._runtime.navigate`, ``machines/navigation.toml``). Each public method hands
-a request to one of them. Assigning ``session``, ``settings`` or ``summarizer`` rebuilds the
-ports, and the parts perform their next effects through the new ones.
+a request to one of them (its arguments checked by :mod:`~orchestrator._runtime.arguments`).
+Assigning ``session``, ``settings`` or ``summarizer`` rewires the parts (``wiring.py``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 
-from orchestrator._core.errors import SessionError
+from orchestrator._runtime import arguments as check
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
@@ -37,7 +36,7 @@ from orchestrator._runtime.types import (
     RuntimeSettings,
     TurnResult,
 )
-from orchestrator._runtime.wiring import Rewires, wire
+from orchestrator._runtime.wiring import Rewires, rebuild
 from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session, wall_clock_ms
 from orchestrator._store.settle import Settlement
@@ -50,8 +49,8 @@ class AgentSession:
     Args:
         session: The session to drive.
         agent: Runs turns (required for :meth:`prompt`).
-        summarizer: Summary routes (default: the agent's own model route when it has one, as
-            the seed says summaries use the current model route; else the offline summarizer).
+        summarizer: Summary routes (default: the agent's own model route when it has one,
+            as summaries use the current model route; else the offline summarizer).
         settings: Runtime settings.
         hooks: Hook registry (default: empty).
         journal: Lifecycle journal (default: none).
@@ -135,8 +134,6 @@ class AgentSession:
         """
         self.turn.close()
 
-    # -- wiring ----------------------------------------------------------------------------------
-
     session = Rewires[Session]()
     """The session driven (assigning another one rewires every driver to it)."""
     agent = Rewires[Agent | None]()
@@ -154,16 +151,8 @@ class AgentSession:
         self._wire(traced_routes(routes, self.tracer, short_summary=self._settings.short_summary))
 
     def _wire(self, routes: SummaryRoutes) -> None:
-        ports = dataclasses.replace(
-            self.ports,
-            session=self._session,
-            routes=routes,
-            agent=self._agent,
-            timeout_s=self._settings.model_timeout_s,
-            idle_s=self._settings.model_idle_timeout_s,
-            deadline_s=self._settings.operation_deadline_s,
-        )
-        parts = wire(ports, self._settings, getattr(self, "turn", None))
+        turn = getattr(self, "turn", None)
+        parts = rebuild(self.ports, routes, self._session, self._agent, self._settings, turn)
         self.ports, self.operations, self.turn, self.navigator = parts
 
     # -- observation -----------------------------------------------------------------------------
@@ -212,10 +201,8 @@ class AgentSession:
                 is closed.
             TypeError: ``text`` is not a string (nothing is written).
         """
-        self._require_open()
-        if not isinstance(text, str):
-            # It would be written to the session as the user's message, where pi reads a string.
-            raise TypeError(f"prompt() takes the user's text, a str, not {type(text).__name__}")
+        check.require_open(self._session, closed=self.closed)
+        check.require_prompt(text)
         return await self.turn.prompt(text)
 
     def abort(self) -> None:
@@ -249,15 +236,15 @@ class AgentSession:
         Raises:
             Cancelled: the compaction was cancelled (by ``abort_compaction`` or a hook).
             ModelError: the summary failed; the session is unchanged.
-            SessionError: a manual compaction or a tree navigation is already running.
+            SessionError: a manual compaction or a tree navigation is already running, or the
+                session is closed.
             ConflictError: another program wrote meanwhile; nothing was applied, and the
                 session is read again as the file is now, so asking again works (D27).
-            SessionError: the session is closed.
         """
-        self._require_open()
-        _require_text("compact", "focus", focus, optional=True)
+        check.require_open(self._session, closed=self.closed)
+        check.require_text("compact", "focus", focus, optional=True)
         if not dry_run:
-            self._require_writable()
+            check.require_writable(self._session)
         return await self.turn.compact(focus, dry_run=dry_run)
 
     async def navigate(
@@ -281,14 +268,10 @@ class AgentSession:
                 session is read again as the file is now (the leaf where that program left
                 it), so asking again works (D27).
         """
-        self._require_open()
-        _require_text("navigate", "target_id", target_id)
-        _require_text("navigate", "instructions", instructions, optional=True)
-        _require_text("navigate", "label", label, optional=True)
-        if self.navigator.running:
-            raise SessionError("Cannot navigate while a tree navigation is in progress")
+        check.require_open(self._session, closed=self.closed)
+        check.require_navigation(target_id, instructions, label, running=self.navigator.running)
         if summarize:
-            self._require_writable()
+            check.require_writable(self._session)
         return await self.navigator.navigate(
             target_id,
             summarize=summarize,
@@ -302,21 +285,6 @@ class AgentSession:
         """Whether :meth:`close` released the session (every later call is refused)."""
         return self.turn.machine.done
 
-    def _require_writable(self) -> None:
-        # A file whose header or side file refuses every append is known as such from its
-        # reading: say so before a summary is paid for, not after (the commit would refuse).
-        refusal = self._session.known_refusal()
-        if refusal is not None:
-            raise SessionError(refusal)
-
-    def _require_open(self) -> None:
-        # Closed, the session's lock is released: a call now would write to a file another
-        # process may own, and take the lock again with nothing left to release it (D27).
-        if self.closed:
-            raise SessionError(
-                f"{self._session.store.location}: the session is closed; open it again to use it"
-            )
-
     async def fork(self, entry_id: str, path: str | os.PathLike[str] | None = None) -> ForkResult:
         """Copy the path before a user message into a new session (pi's fork).
 
@@ -326,22 +294,6 @@ class AgentSession:
             SessionError: ``Invalid entry ID for forking``, the target file exists, or the
                 session is closed.
         """
-        self._require_open()
-        _require_text("fork", "entry_id", entry_id)
+        check.require_open(self._session, closed=self.closed)
+        check.require_text("fork", "entry_id", entry_id)
         return await fork_to(self.ports, entry_id, path, owner=self.owner)
-
-
-def _require_text(call: str, name: str, value: object, *, optional: bool = False) -> None:
-    """Refuse a text argument that is not a ``str`` before anything runs or is written.
-
-    An id or a label of another type would be written into the session, where pi reads a
-    string (a ``label`` entry of 5), or looked up and reported as a missing entry ("Entry None
-    not found"), which hides the caller's mistake.
-
-    Raises:
-        TypeError: ``value`` is not a ``str`` (nor ``None``, when ``optional``).
-    """
-    if isinstance(value, str) or (optional and value is None):
-        return
-    wanted = "a str or None" if optional else "a str"
-    raise TypeError(f"{call}() takes {name} as {wanted}, not {type(value).__name__}")

@@ -8,15 +8,18 @@ driver at them, so the turn machine keeps its state.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
+from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.navigate import Navigator
 from orchestrator._runtime.operations import OperationRunner
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.turn import TurnDriver
 from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._store.session import Session
 
 
 class Parts(NamedTuple):
@@ -50,6 +53,27 @@ def wire(ports: Ports, settings: RuntimeSettings, turn: TurnDriver | None = None
         navigating=lambda: (navigation := navigator_ref()) is not None and navigation.running,
     )
     return Parts(ports=ports, operations=operations, turn=driver, navigator=navigator)
+
+
+def rebuild(
+    ports: Ports,
+    routes: SummaryRoutes,
+    session: Session,
+    agent: Agent | None,
+    settings: RuntimeSettings,
+    turn: TurnDriver | None,
+) -> Parts:
+    """The parts over ``ports`` given new routes, session, agent and settings (see :func:`wire`)."""
+    fresh = dataclasses.replace(
+        ports,
+        session=session,
+        routes=routes,
+        agent=agent,
+        timeout_s=settings.model_timeout_s,
+        idle_s=settings.model_idle_timeout_s,
+        deadline_s=settings.operation_deadline_s,
+    )
+    return wire(fresh, settings, turn)
 
 
 T = TypeVar("T")
