@@ -58,14 +58,14 @@ if TYPE_CHECKING:
     from orchestrator._runtime.agent import Agent, AgentInput, ChatAgent, ToolSpec
     from orchestrator._runtime.events import Event, EventBus
     from orchestrator._runtime.hooks import Hooks
-    from orchestrator._runtime.operations import compact, summarize_branch
-    from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
-    from orchestrator._runtime.session import AgentSession
-    from orchestrator._runtime.summarize import (
+    from orchestrator._runtime.operation.retry import AttemptRecord, RetryPolicy
+    from orchestrator._runtime.operation.runner import compact, summarize_branch
+    from orchestrator._runtime.operation.summarize import (
         BranchSummaryResult,
         CompactionResult,
         SummaryRoutes,
     )
+    from orchestrator._runtime.session import AgentSession
     from orchestrator._runtime.types import (
         ForkResult,
         NavigationResult,
@@ -182,13 +182,13 @@ _EXPORTS: dict[str, str] = {
     "Agent": "orchestrator._runtime.agent",
     "AgentInput": "orchestrator._runtime.agent",
     "AgentSession": "orchestrator._runtime.session",
-    "AttemptRecord": "orchestrator._runtime.retry",
+    "AttemptRecord": "orchestrator._runtime.operation.retry",
     "BranchPlan": "orchestrator._core.branch_plan",
-    "BranchSummaryResult": "orchestrator._runtime.summarize",
+    "BranchSummaryResult": "orchestrator._runtime.operation.summarize",
     "Cancelled": "orchestrator._core.errors",
     "ChatAgent": "orchestrator._runtime.agent",
     "CompactionPlan": "orchestrator._core.compaction_plan",
-    "CompactionResult": "orchestrator._runtime.summarize",
+    "CompactionResult": "orchestrator._runtime.operation.summarize",
     "CompactionSettings": "orchestrator._core.tokens",
     "ContextBuilder": "orchestrator._core.context",
     "ContextTokens": "orchestrator._core.tokens",
@@ -219,7 +219,7 @@ _EXPORTS: dict[str, str] = {
     "Problem": "orchestrator._core.load_result",
     "PrunePlan": "orchestrator._core.prune",
     "RemoteSummaryModel": "orchestrator._models.remote",
-    "RetryPolicy": "orchestrator._runtime.retry",
+    "RetryPolicy": "orchestrator._runtime.operation.retry",
     "Runner": "orchestrator._lifecycle.machine",
     "RuntimeSettings": "orchestrator._runtime.types",
     "Session": "orchestrator._store.session",
@@ -232,7 +232,7 @@ _EXPORTS: dict[str, str] = {
     "SessionStore": "orchestrator._store.protocol",
     "SessionTree": "orchestrator._core.tree",
     "Step": "orchestrator._lifecycle.machine",
-    "SummaryRoutes": "orchestrator._runtime.summarize",
+    "SummaryRoutes": "orchestrator._runtime.operation.summarize",
     "ToolCall": "orchestrator._core.model",
     "ToolSpec": "orchestrator._runtime.agent",
     "TransitionError": "orchestrator._core.errors",
@@ -243,7 +243,7 @@ _EXPORTS: dict[str, str] = {
     "build_context": "orchestrator._core.context",
     "calculate_context_tokens": "orchestrator._core.tokens",
     "collect_branch_entries": "orchestrator._core.branch_plan",
-    "compact": "orchestrator._runtime.operations",
+    "compact": "orchestrator._runtime.operation.runner",
     "compaction_threshold": "orchestrator._core.tokens",
     "convert_to_llm": "orchestrator._core.messages",
     "estimate_context_tokens": "orchestrator._core.tokens",
@@ -262,7 +262,7 @@ _EXPORTS: dict[str, str] = {
     "serialize_conversation": "orchestrator._core.serialize",
     "settle_unfinished_operations": "orchestrator._store.settle",
     "should_compact": "orchestrator._core.tokens",
-    "summarize_branch": "orchestrator._runtime.operations",
+    "summarize_branch": "orchestrator._runtime.operation.runner",
 }
 
 

@@ -11,9 +11,9 @@ from orchestrator._core.tokens import CompactionSettings
 from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import Dispatcher, Peer
 from orchestrator._runtime.events import Event
-from orchestrator._runtime.retry import RetryPolicy
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session

@@ -119,7 +119,7 @@ async def test_many_compactions_asked_at_once_start_a_few_per_pass_of_the_loop(
 
 def count_plans(monkeypatch: pytest.MonkeyPatch, passes: Passes) -> list[int]:
     """The pass in which each compaction is planned, as they are (the list fills meanwhile)."""
-    from orchestrator._runtime import jobs
+    from orchestrator._runtime.operation import jobs
 
     planned_in_pass: list[int] = []
     real_job = jobs.CompactionJob
@@ -128,7 +128,7 @@ def count_plans(monkeypatch: pytest.MonkeyPatch, passes: Passes) -> list[int]:
         planned_in_pass.append(passes.count)
         return real_job(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("orchestrator._runtime.operations.CompactionJob", planning)
+    monkeypatch.setattr("orchestrator._runtime.operation.runner.CompactionJob", planning)
     return planned_in_pass
 
 
@@ -167,7 +167,7 @@ async def test_a_turn_hands_its_start_slot_to_the_compaction_it_starts(
         queued.append(passes.count)
         return await real_start()
 
-    monkeypatch.setattr("orchestrator._runtime.operations.start_slot", queueing)
+    monkeypatch.setattr("orchestrator._runtime.operation.runner.start_slot", queueing)
     await passes.compact_all(kits)
     assert len(planned_in_pass) == 12
     # The first three turns' compactions plan before the last turn takes its first steps.
@@ -198,7 +198,7 @@ async def test_an_ended_operation_is_freed_without_the_cyclic_collector(
     import gc
     import weakref
 
-    from orchestrator._runtime.operation import OperationRun
+    from orchestrator._runtime.operation.run import OperationRun
 
     runs: list[weakref.ref[OperationRun]] = []
     real_init = OperationRun.__init__
@@ -234,9 +234,9 @@ async def test_an_operation_takes_a_slot_again_when_its_model_answers(
         taken.append("slot")
         return await real_start()
 
-    monkeypatch.setattr("orchestrator._runtime.turn.start_slot", counting_start)
-    monkeypatch.setattr("orchestrator._runtime.operations.start_slot", counting_start)
-    monkeypatch.setattr("orchestrator._runtime.operation.start_slot", counting_start)
+    monkeypatch.setattr("orchestrator._runtime.turn.driver.start_slot", counting_start)
+    monkeypatch.setattr("orchestrator._runtime.operation.runner.start_slot", counting_start)
+    monkeypatch.setattr("orchestrator._runtime.operation.run.start_slot", counting_start)
     kit = await ready_kit()
     taken.clear()
     before = len(kit.model.requests)
@@ -259,8 +259,8 @@ async def test_a_compaction_whose_planning_fails_gives_its_slot_back(
     def failing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("planning failed")
 
-    monkeypatch.setattr("orchestrator._runtime.operations.CompactionJob", failing)
-    monkeypatch.setattr("orchestrator._runtime.operations.PruneJob", failing)
+    monkeypatch.setattr("orchestrator._runtime.operation.runner.CompactionJob", failing)
+    monkeypatch.setattr("orchestrator._runtime.operation.runner.PruneJob", failing)
     asks: list[Callable[[], Awaitable[object]]] = [
         kit.runtime.compact,
         lambda: kit.runtime.operations.compaction(reason="manual"),
@@ -282,9 +282,9 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
     # giving it back and queueing behind every other operation for it again.
     from orchestrator._core.model import ModelRequest
     from orchestrator._core.tokens import CompactionSettings
-    from orchestrator._runtime import operation
+    from orchestrator._runtime.operation import run as operation
+    from orchestrator._runtime.operation.summarize import SummaryRoutes
     from orchestrator._runtime.session import AgentSession
-    from orchestrator._runtime.summarize import SummaryRoutes
     from orchestrator._runtime.types import RuntimeSettings
     from orchestrator._store.session import Session
     from orchestrator.testing import FunctionModel, summary_text

@@ -21,7 +21,7 @@ from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.litellm import LiteLLMModel
 from orchestrator._runtime.agent import ChatAgent
-from orchestrator._runtime.retry import RetryPolicy
+from orchestrator._runtime.operation.retry import RetryPolicy
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session

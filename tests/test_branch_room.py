@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator._core.errors import ModelError
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator.testing import ScriptedModel
 from tests.runtime_kit import summary
 from tests.test_hook_results import conversation, navigation_kit

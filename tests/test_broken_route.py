@@ -15,9 +15,9 @@ import pytest
 
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
+from orchestrator._runtime.operation.summarize import Part, SummaryRoutes
 from orchestrator._runtime.outcomes import answer_of, attempt_summary
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import Journal
 from orchestrator._store.journal_records import operations

@@ -22,9 +22,9 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import CompressResult, entry_id_for  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._core.errors import ModelError, SessionError  # noqa: E402
@@ -32,10 +32,10 @@ from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._lifecycle.admission import BUSY_COMPACTING  # noqa: E402
 from orchestrator._runtime.hooks import Hooks  # noqa: E402
-from orchestrator._runtime.operations import OperationRunner  # noqa: E402
+from orchestrator._runtime.operation.retry import RetryPolicy  # noqa: E402
+from orchestrator._runtime.operation.runner import OperationRunner  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.ports import Ports  # noqa: E402
-from orchestrator._runtime.retry import RetryPolicy  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.journal import Journal  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402

@@ -18,13 +18,13 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.cache import Cached, SessionCache  # noqa: E402
 from orchestrator._cluster.contract import Call, JournalLine, Op, entry_id_for  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores, cluster_store  # noqa: E402
 from orchestrator._core.loading import read_session  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402

@@ -29,7 +29,7 @@ from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator.testing import (  # noqa: E402
     AgentHang,

@@ -88,7 +88,7 @@ def test_a_worker_with_a_model_runs_turns_with_it_as_serve_does(
 ) -> None:
     pytest.importorskip("temporalio", reason="the worker needs the 'cluster' extra")
     from orchestrator._cluster import worker as worker_module
-    from orchestrator._cluster.activities import SessionActivities
+    from orchestrator._cluster.operation.activities import SessionActivities
     from orchestrator._runtime.agent import ChatAgent
 
     seen: list[SessionActivities] = []

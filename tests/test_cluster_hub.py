@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import CompressResult  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
@@ -26,7 +26,7 @@ from orchestrator._rpc.cluster_hub import NO_WORKER_AGENT, ClusterHub, compress_
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent  # noqa: E402
-from orchestrator._runtime.routes import RouteSettings, build_summarizer  # noqa: E402
+from orchestrator._runtime.operation.routes import RouteSettings, build_summarizer  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402

@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.contract import JournalLine, Op, TurnCall  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores  # noqa: E402
-from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
+from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
 from orchestrator._models.offline import OfflineSummarizer  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.journal import Journal  # noqa: E402
 from tests.cluster_kit import Database  # noqa: E402

@@ -24,7 +24,6 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import (  # noqa: E402
     Nav,
@@ -32,7 +31,8 @@ from orchestrator._cluster.contract import (  # noqa: E402
     NavigateRequest,
     derived_id,
 )
-from orchestrator._cluster.tree_activities import TreeActivities  # noqa: E402
+from orchestrator._cluster.navigation.activities import TreeActivities  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
@@ -40,8 +40,8 @@ from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent  # noqa: E402
 from orchestrator._runtime.hooks import Hooks  # noqa: E402
-from orchestrator._runtime.navigation import LEAF_MARKER  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.navigation.moves import LEAF_MARKER  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator.testing import ScriptedAgent, reply, summary_text  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402

@@ -37,8 +37,6 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from temporalio.client import Client  # noqa: E402
 from temporalio.common import RetryPolicy as TemporalRetry  # noqa: E402
 
-from orchestrator._cluster import flow as flow_module  # noqa: E402
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import (  # noqa: E402
     Call,
@@ -50,8 +48,10 @@ from orchestrator._cluster.contract import (  # noqa: E402
     TurnCall,
     entry_id_for,
 )
-from orchestrator._cluster.tree_activities import TreeActivities  # noqa: E402
-from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
+from orchestrator._cluster.navigation.activities import TreeActivities  # noqa: E402
+from orchestrator._cluster.operation import flow as flow_module  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
+from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.entries import Entry  # noqa: E402
 from orchestrator._core.errors import StoreUnavailableError, UnavailableError  # noqa: E402

@@ -23,16 +23,16 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.hub import RpcHub, RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
 from orchestrator._runtime.agent import Agent, AgentInput  # noqa: E402
-from orchestrator._runtime.navigation import LEAF_MARKER  # noqa: E402
-from orchestrator._runtime.replies import OVERFLOW_FAILED  # noqa: E402
+from orchestrator._runtime.navigation.moves import LEAF_MARKER  # noqa: E402
+from orchestrator._runtime.turn.replies import OVERFLOW_FAILED  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator.testing import ScriptedAgent, error_reply, reply  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402

@@ -28,7 +28,6 @@ from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import (  # noqa: E402
     NO_AGENT,
@@ -39,17 +38,18 @@ from orchestrator._cluster.contract import (  # noqa: E402
     TurnCall,
     message_id_for,
 )
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores  # noqa: E402
-from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
+from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
 from orchestrator._core.errors import SessionError  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._runtime.agent import Agent, AgentInput  # noqa: E402
-from orchestrator._runtime.retry import RetryPolicy  # noqa: E402
+from orchestrator._runtime.operation.retry import RetryPolicy  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.session import AgentSession  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings, TurnResult  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator.testing import (  # noqa: E402

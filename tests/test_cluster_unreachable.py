@@ -23,12 +23,12 @@ import pytest
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
 from orchestrator._cli.main import main  # noqa: E402
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient, connect_temporal  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.protocol import UNAVAILABLE, Dispatcher  # noqa: E402
-from orchestrator._runtime.routes import RouteSettings, build_summarizer  # noqa: E402
+from orchestrator._runtime.operation.routes import RouteSettings, build_summarizer  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,

@@ -25,13 +25,13 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
 from orchestrator._cluster.contract import NavigateRequest  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.versioning import WorkerVersion, build_id, promote  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.resources import data_dir  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator.testing import summary_text  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,

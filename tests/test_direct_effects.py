@@ -27,12 +27,12 @@ from orchestrator._lifecycle.guards import GUARDS
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._runtime.driver import Interpreter, Report, direct_states
-from orchestrator._runtime.scripted_agent import reply
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator.testing import Hang, ScriptedModel
+from orchestrator.testing._agent import reply
 from tests.cli_kit import either_part
 from tests.runtime_kit import BIG, Kit, settings, summary, until
 from tests.sessions import split_turn

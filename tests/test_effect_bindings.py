@@ -14,18 +14,18 @@ from collections.abc import Mapping
 import pytest
 
 from orchestrator._cluster.contract import Nav, NavigateRequest, Op
-from orchestrator._cluster.flow import OperationFlow
-from orchestrator._cluster.navflow import NavigationFlow
-from orchestrator._cluster.turn_flow import TurnFlow
+from orchestrator._cluster.navigation.flow import NavigationFlow
+from orchestrator._cluster.operation.flow import OperationFlow
+from orchestrator._cluster.turn.flow import TurnFlow
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.admission import REFUSALS
 from orchestrator._lifecycle.guards import EFFECTS
 from orchestrator._lifecycle.machine import load_machine, shipped_machines
-from orchestrator._runtime.jobs import CompactionJob
-from orchestrator._runtime.operation import OperationRun
+from orchestrator._runtime.operation.jobs import CompactionJob
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.run import OperationRun
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import FakeClock
 from tests.runtime_kit import Kit
 from tests.sessions import two_turns_plan

@@ -449,7 +449,7 @@ async def test_planning_goes_to_a_worker_thread_only_to_build_the_context(
         planned_on_loop.append(threading.get_ident() == loop_thread)
         return plan_compaction(*args, **kwargs)
 
-    monkeypatch.setattr("orchestrator._runtime.jobs.plan_compaction", plan)
+    monkeypatch.setattr("orchestrator._runtime.operation.jobs.plan_compaction", plan)
     runtime = AgentSession.open(example, owner="test")
     try:
         assert runtime.session.context_is_live  # built at open

@@ -13,10 +13,10 @@ import pytest
 
 from orchestrator import OfflineSummarizer
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._runtime.jobs import CompactionJob, kept_messages
+from orchestrator._runtime.operation.jobs import CompactionJob, kept_messages
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.session import Session
 
 

@@ -269,7 +269,7 @@ def test_loading_litellm_reads_no_dotenv_file_from_the_working_directory(
 def test_importing_the_package_does_not_import_litellm() -> None:
     code = (
         "import sys, orchestrator, orchestrator._models.litellm, orchestrator.testing, "
-        "orchestrator._runtime.retry, orchestrator._models.remote; "
+        "orchestrator._runtime.operation.retry, orchestrator._models.remote; "
         "print('litellm' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

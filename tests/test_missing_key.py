@@ -15,8 +15,8 @@ import pytest
 from orchestrator._core.errors import ModelError
 from orchestrator._models.litellm import LiteLLMModel
 from orchestrator._models.remote import RemoteSummaryModel
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import FakeClock, LocalProvider, Reply
 from tests.cli_kit import run
 

@@ -31,7 +31,7 @@ from orchestrator._lifecycle.guards import GUARDS, Facts
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine, step
 from orchestrator._runtime.agent import AgentInput
-from orchestrator._runtime.navigate import BUSY
+from orchestrator._runtime.navigation.driver import BUSY
 from orchestrator._runtime.types import NavigationResult
 from orchestrator._runtime.wiring import wire
 from orchestrator.testing import AgentHang, Hang, reply, summary_text

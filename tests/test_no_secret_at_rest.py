@@ -20,8 +20,8 @@ from orchestrator._core.redact import REDACTED, redact, remember_secret
 from orchestrator._models.litellm import LiteLLMModel
 from orchestrator._runtime.agent import ChatAgent
 from orchestrator._runtime.events import Event
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.journal import journal_path
 from orchestrator._store.session import Session
 from orchestrator._telemetry.export import make_tracer_provider

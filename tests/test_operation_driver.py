@@ -19,10 +19,10 @@ from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import load_machine, step
 from orchestrator._rpc.protocol import error_for
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.scripted_agent import reply
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator.testing import Hang
+from orchestrator.testing._agent import reply
 from tests.runtime_kit import SUMMARY, Kit, settings
 
 pytestmark = pytest.mark.anyio

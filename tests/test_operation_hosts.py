@@ -1,8 +1,8 @@
 """The operation machine's two hosts bind the same effects, every one the table names (issue 34).
 
-:class:`~orchestrator._runtime.operation.OperationRun` (one process) and
-:class:`~orchestrator._cluster.flow.OperationFlow` (the Temporal workflow) perform the I/O
-effects; the shared :class:`~orchestrator._runtime.operation_driver.OperationDriver` performs the
+:class:`~orchestrator._runtime.operation.run.OperationRun` (one process) and
+:class:`~orchestrator._cluster.operation.flow.OperationFlow` (the Temporal workflow) perform the I/O
+effects; the shared :class:`~orchestrator._runtime.operation.driver.OperationDriver` performs the
 rest. A row naming an effect one host lacks would fail on that host only, at run time.
 """
 
@@ -15,18 +15,18 @@ import pytest
 pytest.importorskip("temporalio", reason="the cluster host needs the 'cluster' extra")
 
 from orchestrator._cluster.contract import Op  # noqa: E402
-from orchestrator._cluster.flow import OperationFlow  # noqa: E402
+from orchestrator._cluster.operation.flow import OperationFlow  # noqa: E402
 from orchestrator._core.errors import ConflictError  # noqa: E402
 from orchestrator._lifecycle.machine import load_machine  # noqa: E402
 from orchestrator._runtime.driver import Report  # noqa: E402
-from orchestrator._runtime.operation import OperationRun  # noqa: E402
-from orchestrator._runtime.operation_driver import (  # noqa: E402
+from orchestrator._runtime.operation.driver import (  # noqa: E402
     HOST_EFFECTS,
     OperationDriver,
     commit_failure,
 )
+from orchestrator._runtime.operation.run import OperationRun  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.ports import Ports  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 
 
 def table_effects() -> set[str]:

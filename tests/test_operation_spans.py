@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.session import Session
 from orchestrator._telemetry.export import exporter_of, make_tracer_provider
 from orchestrator._telemetry.tracing import LifecycleTracer

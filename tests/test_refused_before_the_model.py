@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator._core.errors import SessionError
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import ScriptedModel
 from tests.cli_kit import EXAMPLE
 from tests.runtime_kit import summary

@@ -12,8 +12,8 @@ import pytest
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest
 from orchestrator._models.remote import MISSING_SUMMARY, RemoteSummaryModel
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator.testing import LocalProvider, Reply
 from tests.cli_kit import EXAMPLE
 from tests.runtime_kit import UVLOOP

@@ -15,8 +15,8 @@ import pytest
 
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.offline import OfflineSummarizer
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session

@@ -8,14 +8,14 @@ import pytest
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import Model, ModelResponse
-from orchestrator._runtime.operations import compact
-from orchestrator._runtime.retry import (
+from orchestrator._runtime.operation.retry import (
     NO_MODEL,
     AttemptRecord,
     RetryPolicy,
     check_summary_response,
 )
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.runner import compact
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator.testing import FakeClock, ScriptedModel, summary_text
 from tests.sessions import two_turns_plan
 

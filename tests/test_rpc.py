@@ -46,7 +46,7 @@ from orchestrator._rpc.protocol import (
     error_for,
     one_line,
 )
-from orchestrator._runtime.navigate import BUSY as NAVIGATION_BUSY
+from orchestrator._runtime.navigation.driver import BUSY as NAVIGATION_BUSY
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator.testing import AgentHang, Hang, reply, summary_text
 from tests.runtime_kit import BIG, HubClient, Kit, summary, until

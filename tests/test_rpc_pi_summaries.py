@@ -30,8 +30,8 @@ from orchestrator._rpc.protocol import (
     MODEL_FAILED,
     Peer,
 )
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import journal_path
 from orchestrator.testing import FakeClock, Hang, ScriptedModel, summary_text

@@ -30,7 +30,7 @@ from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import FdTransport, LineReader, Overlong, StreamTransport
 from orchestrator._runtime.agent import ChatAgent
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, FunctionModel, ScriptedAgent
 from tests.cli_kit import pi_user_line

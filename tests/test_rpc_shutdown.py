@@ -284,9 +284,9 @@ async def test_a_prompt_queued_behind_a_compaction_never_starts_at_shutdown(
     # compaction's request unanswered, then started the queued prompt: a new model call and two
     # entries written after the signal.
     from orchestrator._core.model import ModelRequest, ModelResponse
-    from orchestrator._runtime.scripted_agent import reply
-    from orchestrator._runtime.summarize import SummaryRoutes
+    from orchestrator._runtime.operation.summarize import SummaryRoutes
     from orchestrator.testing import FakeClock, FunctionModel
+    from orchestrator.testing._agent import reply
 
     session = tmp_path / "s.jsonl"
     shutil.copy(EXAMPLE, session)

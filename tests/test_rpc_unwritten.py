@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator._core.model import ModelRequest
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator.testing import FunctionModel
 from tests.cli_kit import EXAMPLE
 from tests.runtime_kit import HubClient as Client

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator._core.errors import Cancelled, ModelError, OrchestratorError
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.replies import OVERFLOW_FAILED
+from orchestrator._runtime.turn.replies import OVERFLOW_FAILED
 from orchestrator.testing import error_reply, reply
 from tests.runtime_kit import BIG, Kit, settings, summary
 
@@ -179,7 +179,7 @@ async def test_d21_manual_compaction_uses_the_current_route_automatic_walks_the_
     None
 ):
     from orchestrator._core.errors import ModelError
-    from orchestrator._runtime.summarize import SummaryRoutes
+    from orchestrator._runtime.operation.summarize import SummaryRoutes
     from orchestrator.testing import ScriptedModel
 
     kit = Kit(

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from orchestrator._core.errors import ConflictError, SessionError, SessionLockedError
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, Hang, ScriptedModel, reply, summary_text
 from tests.runtime_kit import Kit, summary, until

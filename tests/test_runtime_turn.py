@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from orchestrator._core.errors import Cancelled, ConflictError, SessionError
-from orchestrator._runtime.replies import OVERFLOW_FAILED, failed_attempt
+from orchestrator._runtime.turn.replies import OVERFLOW_FAILED, failed_attempt
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, Hang, error_reply, reply
 from tests.runtime_kit import BIG, HangingSleep, Kit, settings, summary, until

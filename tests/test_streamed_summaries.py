@@ -19,8 +19,8 @@ import pytest
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest
 from orchestrator._models.litellm import LiteLLMModel
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.routes import RouteSettings, build_summarizer
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.routes import RouteSettings, build_summarizer
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator.testing import LocalProvider, Reply
@@ -150,7 +150,7 @@ def test_the_temporal_twin_lets_a_model_call_run_until_the_deadline() -> None:
     # Its call_model activity heartbeats every second (heartbeat.py) and was cut at the model
     # timeout plus 30 s; a streamed summary may now take most of the deadline.
     from orchestrator._cluster.contract import Policy
-    from orchestrator._cluster.flow import LONG_CALL, model_call_limit
+    from orchestrator._cluster.operation.flow import LONG_CALL, model_call_limit
 
     deadline = RuntimeSettings().operation_deadline_s
     assert model_call_limit(Policy(timeout_s=120.0, deadline_s=deadline)) == timedelta(seconds=930)

@@ -19,10 +19,14 @@ from orchestrator._core.model import Model, ModelRequest, ModelResponse, Usage
 from orchestrator._core.summary_request import PromptBudget, history_request
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.remote import RemoteSummaryModel
-from orchestrator._runtime.operations import compact, summarize_branch
-from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
+from orchestrator._runtime.operation.retry import AttemptRecord, RetryPolicy
+from orchestrator._runtime.operation.runner import compact, summarize_branch
+from orchestrator._runtime.operation.summarize import (
+    NO_BRANCH_CONTENT,
+    SummaryRoutes,
+    combined_usage,
+)
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import NO_BRANCH_CONTENT, SummaryRoutes, combined_usage
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 from orchestrator.testing import (

@@ -28,11 +28,11 @@ from orchestrator._lifecycle.guards import GUARDS
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._models.offline import OfflineSummarizer, summarize
-from orchestrator._runtime.jobs import CompactionJob
-from orchestrator._runtime.operation import OperationRun
+from orchestrator._runtime.operation.jobs import CompactionJob
+from orchestrator._runtime.operation.retry import AttemptRecord, RetryPolicy
+from orchestrator._runtime.operation.run import OperationRun
+from orchestrator._runtime.operation.summarize import CompactionResult, SummaryRoutes
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
-from orchestrator._runtime.summarize import CompactionResult, SummaryRoutes
 from orchestrator._store.session import Session
 from orchestrator.testing import FakeClock, ScriptedModel, summary_text
 from tests.sessions import two_turns_plan

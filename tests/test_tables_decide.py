@@ -21,11 +21,11 @@ from orchestrator._lifecycle.guards import GUARDS
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._runtime.driver import check_effects
-from orchestrator._runtime.jobs import CompactionJob
-from orchestrator._runtime.operation import OperationRun
+from orchestrator._runtime.operation.jobs import CompactionJob
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.run import OperationRun
+from orchestrator._runtime.operation.summarize import CompactionResult, SummaryRoutes
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.summarize import CompactionResult, SummaryRoutes
 from orchestrator.testing import FakeClock, ScriptedModel, summary_text
 from tests.sessions import two_turns_plan
 
@@ -174,7 +174,7 @@ def _operation_effects() -> set[str]:
 async def test_navigation_with_a_stricter_summary_guard_moves_the_leaf_without_a_summary() -> None:
     import dataclasses
 
-    from orchestrator._runtime.navigate import Navigator
+    from orchestrator._runtime.navigation.driver import Navigator
     from orchestrator.testing import reply
     from tests.runtime_kit import Kit, summary
 

@@ -30,9 +30,9 @@ from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine, step
 from orchestrator._runtime.agent import AgentInput
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.replies import OVERFLOW_FAILED
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.turn import TurnDriver
+from orchestrator._runtime.turn.driver import TurnDriver
+from orchestrator._runtime.turn.replies import OVERFLOW_FAILED
 from orchestrator._runtime.types import TurnResult
 from orchestrator._runtime.wiring import wire
 from orchestrator._store.owner import lock_path

@@ -17,13 +17,13 @@ import pytest
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
 from orchestrator._cli.main import main  # noqa: E402
-from orchestrator._cluster.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.cache import SessionCache  # noqa: E402
 from orchestrator._cluster.contract import NewEntry, TurnCall  # noqa: E402
+from orchestrator._cluster.navigation.activities import TreeActivities  # noqa: E402
+from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores, cluster_store  # noqa: E402
-from orchestrator._cluster.tree_activities import TreeActivities  # noqa: E402
-from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
+from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store import jsonl, postgres  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402

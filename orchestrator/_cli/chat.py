@@ -13,7 +13,7 @@ from orchestrator._cli.common import api_key_of, with_timeout
 from orchestrator._cli.pi_settings import compaction_enabled
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.agent import Agent, ChatAgent
-from orchestrator._runtime.routes import RouteSettings
+from orchestrator._runtime.operation.routes import RouteSettings
 from orchestrator._runtime.types import RuntimeSettings
 
 

@@ -42,13 +42,13 @@ from orchestrator._core.entries import CUSTOM, Entry
 from orchestrator._core.errors import SessionError
 from orchestrator._core.printable import printable
 from orchestrator._core.tokens import CompactionSettings, estimate_tokens
-from orchestrator._runtime.jobs import kept_messages
-from orchestrator._runtime.navigate import NavigationResult
-from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
-from orchestrator._runtime.retry import AttemptRecord
-from orchestrator._runtime.routes import RouteSettings, build_summarizer, close_routes
+from orchestrator._runtime.navigation.driver import NavigationResult
+from orchestrator._runtime.navigation.moves import LEAF_MARKER, position_is_recorded
+from orchestrator._runtime.operation.jobs import kept_messages
+from orchestrator._runtime.operation.retry import AttemptRecord
+from orchestrator._runtime.operation.routes import RouteSettings, build_summarizer, close_routes
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
 from orchestrator._store.files import refuse_folder_name
 from orchestrator._store.session import Session

@@ -50,7 +50,7 @@ from orchestrator._rpc import access
 from orchestrator._rpc.hub import RpcHub, RuntimeOptions, SessionHub
 from orchestrator._rpc.server import RpcServer
 from orchestrator._runtime.driver import first_error
-from orchestrator._runtime.routes import RouteSettings, build_summarizer
+from orchestrator._runtime.operation.routes import RouteSettings, build_summarizer
 
 Listener = TypeVar("Listener")
 

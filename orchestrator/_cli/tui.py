@@ -31,8 +31,8 @@ from orchestrator._core.entries import CUSTOM
 from orchestrator._core.errors import SessionError
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.agent import ChatAgent
-from orchestrator._runtime.navigation import LEAF_MARKER, position_is_recorded
-from orchestrator._runtime.routes import build_summarizer, candidate_models
+from orchestrator._runtime.navigation.moves import LEAF_MARKER, position_is_recorded
+from orchestrator._runtime.operation.routes import build_summarizer, candidate_models
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import RuntimeSettings
 

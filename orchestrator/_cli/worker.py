@@ -98,12 +98,12 @@ def _worker(args: argparse.Namespace) -> int:
         return _refuse(f"--database: {exc}")
     from orchestrator._cli.chat import chat_agent_factory, route_settings, runtime_settings
     from orchestrator._cli.pi_settings import first_model, with_pi_settings
-    from orchestrator._cluster.activities import SessionActivities
     from orchestrator._cluster.cache import SessionCache
+    from orchestrator._cluster.operation.activities import SessionActivities
     from orchestrator._cluster.stores import WorkerStores
     from orchestrator._cluster.versioning import WorkerVersion, build_id
     from orchestrator._cluster.worker import run_worker
-    from orchestrator._runtime.routes import build_summarizer
+    from orchestrator._runtime.operation.routes import build_summarizer
 
     args = with_pi_settings(args, first_model(args))
     routes = route_settings(args)

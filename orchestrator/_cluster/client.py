@@ -62,7 +62,7 @@ from orchestrator._cluster.contract import (
     PromptResult,
     SessionStart,
 )
-from orchestrator._cluster.flow import infrastructure, lost_reason
+from orchestrator._cluster.operation.flow import infrastructure, lost_reason
 from orchestrator._cluster.workflow import SessionWorkflow
 from orchestrator._core.errors import (
     BusyError,

@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator._core.errors import OrchestratorError
 from orchestrator._runtime.driver import Report
-from orchestrator._runtime.replies import Verdict
+from orchestrator._runtime.turn.replies import Verdict
 
 TASK_QUEUE = "orchestrator-sessions"
 """The task queue every worker polls and every client starts session workflows on."""
@@ -203,7 +203,7 @@ class Call:
         entry_id: The entry the commit appends (``commit``).
         status: The final state (``finish``).
         compact_failed: ``session_compact_failed``'s payload, when the compaction's ending
-            tells that hook (``finish``; :mod:`~orchestrator._runtime.compact_hooks`).
+            tells that hook (``finish``; :mod:`~orchestrator._runtime.operation.compact_hooks`).
     """
 
     op: Op

@@ -1,8 +1,8 @@
 """What the workflow-side hosts of the tables share: the journal in transit, work in flight.
 
-Each host (:class:`~orchestrator._cluster.flow.OperationFlow`,
-:class:`~orchestrator._cluster.navflow.NavigationFlow`,
-:class:`~orchestrator._cluster.turn_flow.TurnFlow`) steps its table with the pure step and
+Each host (:class:`~orchestrator._cluster.operation.flow.OperationFlow`,
+:class:`~orchestrator._cluster.navigation.flow.NavigationFlow`,
+:class:`~orchestrator._cluster.turn.flow.TurnFlow`) steps its table with the pure step and
 hands each step to the next activity as a :class:`~orchestrator._cluster.contract.JournalLine`.
 :class:`JournalLines` keeps the lines not yet handed over; when the activity carrying them is
 lost, I cannot know whether it wrote them, so they go back in front and the next activity

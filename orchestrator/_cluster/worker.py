@@ -22,10 +22,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from orchestrator._cluster.activities import SessionActivities
 from orchestrator._cluster.client import connect_temporal
 from orchestrator._cluster.contract import TASK_QUEUE
 from orchestrator._cluster.heartbeat import HEARTBEAT_EVERY
+from orchestrator._cluster.operation.activities import SessionActivities
 from orchestrator._cluster.stores import shown
 from orchestrator._cluster.versioning import WorkerVersion, promote
 from orchestrator._cluster.workflow import SessionWorkflow

@@ -13,7 +13,7 @@ grow without bound: past ``history_bound`` events, or when Temporal suggests it,
 continues as new once no request is in progress, carrying only its input (the session lives in
 the store; nothing of a turn carries over when none runs).
 
-Turns. The session's turn machine is a :class:`~orchestrator._cluster.turn_flow.TurnFlow`: the
+Turns. The session's turn machine is a :class:`~orchestrator._cluster.turn.flow.TurnFlow`: the
 shipped turn table stepped by the pure step, as the one-process turn driver steps it. A prompt
 runs a turn to its end (automatic compactions, overflow recovery and agent retries included, as
 the table decides); a prompt while a run is in progress is queued and the table takes it as a
@@ -26,14 +26,15 @@ in the same workflow task, by the handler itself, whose check-and-set runs witho
 Histories recorded before turns were hosted ran ``compress`` straight through the operation
 table; :func:`temporalio.workflow.patched` keeps them replaying that way.
 
-Navigation is :class:`~orchestrator._cluster.navflow.NavigationFlow` (the navigation table, its
-branch summary an ``OperationFlow``); ``fork`` is one activity (hooks and the new session). Which
-requests may run together is the session machine's decision (``machines/session.toml``, stepped
-by the update validators and handlers here as the one-process server steps it): one navigation
-at a time, no compaction or prompt while one runs, no navigation while a compaction or a turn
-runs (the navigation table's ``turn_running`` row refuses it too, for histories recorded before).
+Navigation is :class:`~orchestrator._cluster.navigation.flow.NavigationFlow` (the navigation table,
+its branch summary an ``OperationFlow``); ``fork`` is one activity (hooks and the new session).
+Which requests may run together is the session machine's decision (``machines/session.toml``,
+stepped by the update validators and handlers here as the one-process server steps it): one
+navigation at a time, no compaction or prompt while one runs, no navigation while a compaction or a
+turn runs (the navigation table's ``turn_running`` row refuses it too, for histories recorded
+before).
 
-The operation itself is :class:`~orchestrator._cluster.flow.OperationFlow`: the shipped
+The operation itself is :class:`~orchestrator._cluster.operation.flow.OperationFlow`: the shipped
 operation table stepped by the pure step, effects as activities. The tables are data the
 worker loaded (:func:`~orchestrator._cluster.worker.load_tables`) before any workflow ran, so
 the workflow reads no file and a replay steps exactly the table the history was made with.
@@ -69,10 +70,10 @@ with workflow.unsafe.imports_passed_through():
         SessionStart,
         TurnPolicy,
     )
-    from orchestrator._cluster.flow import HEARTBEAT, SHORT, OperationFlow
-    from orchestrator._cluster.flow import ONCE as ONE_ATTEMPT
-    from orchestrator._cluster.navflow import NavigationFlow
-    from orchestrator._cluster.turn_flow import NEVER_RAN, ManualCompaction, TurnFlow
+    from orchestrator._cluster.navigation.flow import NavigationFlow
+    from orchestrator._cluster.operation.flow import HEARTBEAT, SHORT, OperationFlow
+    from orchestrator._cluster.operation.flow import ONCE as ONE_ATTEMPT
+    from orchestrator._cluster.turn.flow import NEVER_RAN, ManualCompaction, TurnFlow
     from orchestrator._core.errors import BusyError
     from orchestrator._lifecycle.admission import admit
     from orchestrator._lifecycle.guards import Facts

@@ -77,7 +77,7 @@ from orchestrator._rpc.protocol import (
     RpcError,
     one_line,
 )
-from orchestrator._runtime.navigation import recorded_position
+from orchestrator._runtime.navigation.moves import recorded_position
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator._store.session import Session
 

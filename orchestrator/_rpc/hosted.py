@@ -3,7 +3,7 @@
 Theory of operation. pi's extension (``integrations/pi``) sends the preparation pi hands it in
 ``session_before_compact`` or ``session_before_tree``; I turn it into a plan
 (:mod:`~orchestrator._core.pi_preparation`), run it through the operation table for a session
-this server does not own (:mod:`~orchestrator._runtime.hosted`), and answer the summary,
+this server does not own (:mod:`~orchestrator._runtime.operation.hosted`), and answer the summary,
 ``details`` and ``usage`` that pi appends. Nothing here opens the session: pi holds the file,
 and the server writes only its journal beside it (``session_file``, when given), which it opens
 for the operation and closes after. A file the server has open itself (``session.open``) is
@@ -47,14 +47,14 @@ from orchestrator._rpc.protocol import (
     Peer,
     RpcError,
 )
-from orchestrator._runtime.hosted import (
+from orchestrator._runtime.operation.hosted import (
     REASONS,
     branch_budget,
     compact_hosted,
     summarize_branch_hosted,
 )
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.ports import Ports, default_routes, traced_routes
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.files import require_session_file
 from orchestrator._store.journal import Journal

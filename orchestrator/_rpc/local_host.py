@@ -49,8 +49,8 @@ from orchestrator._rpc.protocol import (
 from orchestrator._rpc.work import Stop
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import Event
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.files import refuse_folder_name, require_session_file, side_file_name
 from orchestrator._store.journal import Journal

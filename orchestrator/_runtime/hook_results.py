@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._runtime.summarize import CompactionResult
+from orchestrator._runtime.operation.summarize import CompactionResult
 
 
 @dataclass(slots=True)

@@ -1,12 +1,13 @@
 """What the effects report, turned into their table's events (D31).
 
-Both hosts of each table use these: the anyio drivers (:mod:`orchestrator._runtime.operation`,
-:mod:`~orchestrator._runtime.turn`, :mod:`~orchestrator._runtime.navigate`) and the Temporal
-workflow (:mod:`orchestrator._cluster.flow`, :mod:`~orchestrator._cluster.turn_flow`,
-:mod:`~orchestrator._cluster.navflow`). An effect performs and reports an outcome; these pure
-functions name the event that outcome fires and the facts its guards read, so the table makes
-the same decision, and the journal reads the same, on either host. :func:`attempt_summary` is
-the one model attempt both hosts make (the workflow makes it inside an activity).
+Both hosts of each table use these: the anyio drivers (:mod:`orchestrator._runtime.operation.run`,
+:mod:`~orchestrator._runtime.turn.driver`, :mod:`~orchestrator._runtime.navigation.driver`) and the
+Temporal workflow (:mod:`orchestrator._cluster.operation.flow`,
+:mod:`~orchestrator._cluster.turn.flow`, :mod:`~orchestrator._cluster.navigation.flow`). An effect
+performs and reports an outcome; these pure functions name the event that outcome fires and the
+facts its guards read, so the table makes the same decision, and the journal reads the same, on
+either host. :func:`attempt_summary` is the one model attempt both hosts make (the workflow makes it
+inside an activity).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.names import NavigationEvent, OperationEvent, TurnEvent
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
-from orchestrator._runtime.retry import RetryPolicy, check_summary_response
-from orchestrator._runtime.summarize import Part, request_for
+from orchestrator._runtime.operation.retry import RetryPolicy, check_summary_response
+from orchestrator._runtime.operation.summarize import Part, request_for
 
 T = TypeVar("T")
 

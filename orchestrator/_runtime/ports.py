@@ -23,7 +23,7 @@ from orchestrator._models.offline import OfflineSummarizer
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session, wall_clock_ms

@@ -1,12 +1,12 @@
 """The runtime façade: an agent session, its turns, compactions, navigation and forks.
 
 :class:`AgentSession` holds no lifecycle of its own. It builds one frozen record of ports (the
-session, the agent, the summary routes, hooks, events, journal, tracer, clock, sleep, ids) and
-three parts that take that record, never the façade: the turn driver
-(:mod:`~orchestrator._runtime.turn`, ``machines/turn.toml``), the operation runner
-(:mod:`~orchestrator._runtime.operations`, ``machines/operation.toml``) and the navigator
-(:mod:`~orchestrator._runtime.navigate`, ``machines/navigation.toml``). Each public method hands
-a request to one of them (its arguments checked by :mod:`~orchestrator._runtime.arguments`).
+session, the agent, the summary routes, hooks, events, journal, tracer, clock, sleep, ids) and three
+parts that take that record, never the façade: the turn driver
+(:mod:`~orchestrator._runtime.turn.driver`, ``machines/turn.toml``), the operation runner
+(:mod:`~orchestrator._runtime.operation.runner`, ``machines/operation.toml``) and the navigator
+(:mod:`~orchestrator._runtime.navigation.driver`, ``machines/navigation.toml``). Each public method
+hands a request to one of them (its arguments checked by :mod:`~orchestrator._runtime.arguments`).
 Assigning ``session``, ``settings`` or ``summarizer`` rewires the parts (``wiring.py``).
 """
 
@@ -22,13 +22,13 @@ from orchestrator._runtime import arguments as check
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.navigate import Navigator, fork_to
-from orchestrator._runtime.operation import OperationRun
-from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.navigation.driver import Navigator, fork_to
+from orchestrator._runtime.operation.run import OperationRun
+from orchestrator._runtime.operation.runner import OperationRunner
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.ports import Ports, default_routes, random_operation_id, traced_routes
 from orchestrator._runtime.reopen import open_runtime
-from orchestrator._runtime.summarize import SummaryRoutes
-from orchestrator._runtime.turn import TurnDriver
+from orchestrator._runtime.turn.driver import TurnDriver
 from orchestrator._runtime.types import (
     ForkResult,
     NavigationResult,
@@ -259,7 +259,7 @@ class AgentSession:
         """Move the leaf to ``target_id`` (before it, for a user message), maybe summarizing.
 
         With ``summarize`` the abandoned branch is summarized and attached at the new position
-        (D17); see :class:`~orchestrator._runtime.navigate.Navigator`.
+        (D17); see :class:`~orchestrator._runtime.navigation.driver.Navigator`.
 
         Raises:
             SessionError: a turn or another navigation is running, or the id is unknown.

@@ -12,8 +12,8 @@ from typing import Any
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry, Message
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.summarize import CompactionResult
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.summarize import CompactionResult
 from orchestrator._store.session import Session
 
 

@@ -13,11 +13,11 @@ import weakref
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
 from orchestrator._runtime.agent import Agent
-from orchestrator._runtime.navigate import Navigator
-from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.navigation.driver import Navigator
+from orchestrator._runtime.operation.runner import OperationRunner
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.summarize import SummaryRoutes
-from orchestrator._runtime.turn import TurnDriver
+from orchestrator._runtime.turn.driver import TurnDriver
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session
 

@@ -29,21 +29,21 @@ from orchestrator._core.model import ModelResponse
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.events import Event
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.retry import RetryPolicy
-from orchestrator._runtime.scripted_agent import (
+from orchestrator._runtime.operation.retry import RetryPolicy
+from orchestrator._runtime.operation.summarize import SummaryRoutes
+from orchestrator._runtime.session import AgentSession
+from orchestrator._runtime.types import RuntimeSettings
+from orchestrator._sim.scenario import Scenario, load_scenario
+from orchestrator._telemetry.export import make_tracer_provider
+from orchestrator._telemetry.tracing import LifecycleTracer
+from orchestrator.testing import FakeClock, Hang, ScriptedModel
+from orchestrator.testing._agent import (
     AgentHang,
     ScriptedAgent,
     error_reply,
     reply,
     tool_result,
 )
-from orchestrator._runtime.session import AgentSession
-from orchestrator._runtime.summarize import SummaryRoutes
-from orchestrator._runtime.types import RuntimeSettings
-from orchestrator._sim.scenario import Scenario, load_scenario
-from orchestrator._telemetry.export import make_tracer_provider
-from orchestrator._telemetry.tracing import LifecycleTracer
-from orchestrator.testing import FakeClock, Hang, ScriptedModel
 
 START_MS = 1_767_225_600_000
 

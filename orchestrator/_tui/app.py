@@ -37,7 +37,7 @@ from textual.worker import Worker, WorkerState
 from orchestrator._core.entries import role_of
 from orchestrator._core.errors import OrchestratorError
 from orchestrator._core.printable import terminal_safe
-from orchestrator._runtime.navigate import NavigationResult
+from orchestrator._runtime.navigation.driver import NavigationResult
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import TurnResult
 from orchestrator._tui.picker import UNAVAILABLE, TreePicker, entry_text

@@ -24,8 +24,8 @@ from orchestrator._core.errors import ModelError, SessionError
 from orchestrator._core.printable import terminal_safe
 from orchestrator._core.tree_drawing import tree_prefixes
 from orchestrator._runtime.events import Event
-from orchestrator._runtime.navigate import NavigationResult
-from orchestrator._runtime.navigation import navigation_target
+from orchestrator._runtime.navigation.driver import NavigationResult
+from orchestrator._runtime.navigation.moves import navigation_target
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.reports import describe_entry, edit_mark, short_summary_of, tree_rows
 from orchestrator._store.session import Session

@@ -29,7 +29,7 @@ import anyio
 import anyio.lowlevel
 
 from orchestrator._core.model import ModelRequest, ModelResponse
-from orchestrator._runtime.scripted_agent import (
+from orchestrator.testing._agent import (
     AgentHang,
     ScriptedAgent,
     error_reply,

@@ -58,8 +58,8 @@ from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction  
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._runtime.disk import disk_threads  # noqa: E402
+from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.session import AgentSession  # noqa: E402
-from orchestrator._runtime.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
 from orchestrator.testing import summary_text  # noqa: E402

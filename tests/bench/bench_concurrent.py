@@ -149,7 +149,7 @@ class Provider:
 
     def routes(self) -> Any:
         from orchestrator._models.remote import RemoteSummaryModel
-        from orchestrator._runtime.summarize import SummaryRoutes
+        from orchestrator._runtime.operation.summarize import SummaryRoutes
 
         if self.kind == "http":
             return SummaryRoutes(candidates=(RemoteSummaryModel(self.url),))

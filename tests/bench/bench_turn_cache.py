@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator._cluster.cache import SessionCache  # noqa: E402
 from orchestrator._cluster.contract import NewEntry, TurnCall  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores  # noqa: E402
-from orchestrator._cluster.turn_activities import TurnActivities  # noqa: E402
+from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
 from orchestrator._store import jsonl, postgres  # noqa: E402
 from tests.bench.bench_core import write_session  # noqa: E402

@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orchestrator._runtime.jobs as jobs
-import orchestrator._runtime.operation as operation
+import orchestrator._runtime.operation.jobs as jobs
+import orchestrator._runtime.operation.run as operation
 import orchestrator._runtime.outcomes as outcomes
 from orchestrator._core.compaction_plan import plan_compaction
 from orchestrator._runtime.disk import off_loop
-from orchestrator._runtime.summarize import request_for
+from orchestrator._runtime.operation.summarize import request_for
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.session import Session
 

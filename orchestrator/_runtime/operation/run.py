@@ -50,11 +50,10 @@ from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.admission import Slot, start_slot
-from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, direct_states
-from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob, Start
-from orchestrator._runtime.operation_driver import (
+from orchestrator._runtime.operation.compact_hooks import retries_after
+from orchestrator._runtime.operation.driver import (
     AWAITING,
     STATUS,
     OperationDriver,
@@ -62,11 +61,12 @@ from orchestrator._runtime.operation_driver import (
     ends_attempt,
     part_routes,
 )
+from orchestrator._runtime.operation.jobs import BranchJob, CompactionJob, PruneJob, Start
+from orchestrator._runtime.operation.retry import NO_MODEL
+from orchestrator._runtime.operation.summarize import Part, SummaryRoutes
 from orchestrator._runtime.outcomes import Attempt, attempt_summary
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.retry import NO_MODEL
 from orchestrator._runtime.soon import call_later, on_asyncio
-from orchestrator._runtime.summarize import Part, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
@@ -84,7 +84,7 @@ class _Early:
 
 
 class Job(Protocol):
-    """The kind-specific side of an operation (see :mod:`orchestrator._runtime.jobs`)."""
+    """The kind-specific side of an operation (see :mod:`orchestrator._runtime.operation.jobs`)."""
 
     kind: str
     reason: str

@@ -43,14 +43,14 @@ from orchestrator._runtime.driver import (
     weakly,
 )
 from orchestrator._runtime.hook_results import TreeChanges, tree_changes
-from orchestrator._runtime.navigation import (
+from orchestrator._runtime.navigation.core import AWAITING, navigation_effects, start_facts
+from orchestrator._runtime.navigation.moves import (
     NavigationTarget,
     apply_navigation,
     is_leaf_marker,
     navigation_target,
 )
-from orchestrator._runtime.navigation_core import AWAITING, navigation_effects, start_facts
-from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.operation.runner import OperationRunner
 from orchestrator._runtime.outcomes import navigation_event
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.soon import call_later

@@ -1,11 +1,11 @@
 """What each kind of operation plans, asks the hooks, and commits.
 
-The operation machine (``machines/operation.toml``) is shared by compactions, branch summaries
-and prunes; each starts with its own event (``prepared``, ``branch_planned``, ``prune_planned``)
-and only meets the rows that follow from it. A job holds the kind-specific parts of the effects:
-the planning that happens in ``preparing`` (pure), the hooks a compaction consults, the summary
-requests (:class:`~orchestrator._runtime.summarize.Part`), the entry the commit appends, and the
-payload of the result. The driver in :mod:`orchestrator._runtime.operation` decides nothing here
+The operation machine (``machines/operation.toml``) is shared by compactions, branch summaries and
+prunes; each starts with its own event (``prepared``, ``branch_planned``, ``prune_planned``) and
+only meets the rows that follow from it. A job holds the kind-specific parts of the effects: the
+planning that happens in ``preparing`` (pure), the hooks a compaction consults, the summary requests
+(:class:`~orchestrator._runtime.operation.summarize.Part`), the entry the commit appends, and the
+payload of the result. The driver in :mod:`orchestrator._runtime.operation.run` decides nothing here
 either: a job answers questions, the table chooses.
 """
 
@@ -25,11 +25,10 @@ from orchestrator._core.serialize import serialize_conversation
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.names import OperationEvent
-from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.hook_results import compacting_shape, supplied_compaction
-from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.summarize import (
+from orchestrator._runtime.operation.compact_hooks import retries_after
+from orchestrator._runtime.operation.summarize import (
     BranchSummaryResult,
     CompactionInputs,
     CompactionResult,
@@ -40,6 +39,7 @@ from orchestrator._runtime.summarize import (
     compaction_parts,
     compaction_result,
 )
+from orchestrator._runtime.ports import Ports
 from orchestrator._store.protocol import Tail
 from orchestrator._store.session import Session, branch_summary_fields
 

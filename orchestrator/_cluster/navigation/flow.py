@@ -1,9 +1,9 @@
 """The navigation table hosted in the session workflow: the same pure step, effects as activities.
 
 Theory of operation. :class:`NavigationFlow` is the workflow-side twin of the one-process
-:class:`~orchestrator._runtime.navigate.Navigator`. It steps ``machines/navigation.toml`` only
-through the pure :func:`~orchestrator._lifecycle.machine.step`, translating each effect's report
-into the next event exactly as the navigator does, so whether to summarize, attach a hook's
+:class:`~orchestrator._runtime.navigation.driver.Navigator`. It steps ``machines/navigation.toml``
+only through the pure :func:`~orchestrator._lifecycle.machine.step`, translating each effect's
+report into the next event exactly as the navigator does, so whether to summarize, attach a hook's
 summary, only move the leaf, or stop is the table's choice on both hosts.
 
 The first step's facts come from the store (``nav_start``: the leaf, and whether the target is
@@ -11,12 +11,13 @@ it) unless the session is working (a compaction, a turn), when the ``turn_runnin
 the navigation before anything is read. The effects:
 
 * ``collect_entries``, ``run_hooks``, ``switch_leaf``, ``switch_leaf_with_summary`` and
-  ``emit_session_tree`` are activities (:mod:`orchestrator._cluster.tree_activities`), one
+  ``emit_session_tree`` are activities (:mod:`orchestrator._cluster.navigation.activities`), one
   attempt each; the writes (the leaf move, the label) are idempotent by entry ids derived here
   from the navigation id, so they may be delivered again after a lost worker.
 * ``start_summary`` runs the branch summary as an operation, the shared
-  :class:`~orchestrator._cluster.flow.OperationFlow` over the operation table's branch-summary
-  rows (``Op.kind == "branch_summary"``); its commit attaches the summary at the new position.
+  :class:`~orchestrator._cluster.operation.flow.OperationFlow` over the operation table's
+  branch-summary rows (``Op.kind == "branch_summary"``); its commit attaches the summary at the new
+  position.
 * ``stop_hooks`` cancels a ``session_before_tree`` activity still in flight (its heartbeat
   delivers the cancel) and waits for it to settle.
 * ``cancel_summary`` interrupts that operation (its own ``cancel`` row stops the model call,
@@ -46,13 +47,13 @@ from orchestrator._cluster.contract import (
     Op,
     derived_id,
 )
-from orchestrator._cluster.flow import DELIVER, HEARTBEAT, ONCE, SHORT, OperationFlow
+from orchestrator._cluster.operation.flow import DELIVER, HEARTBEAT, ONCE, SHORT, OperationFlow
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._lifecycle.names import NavigationEvent, NavigationState
 from orchestrator._runtime.driver import Report
-from orchestrator._runtime.navigation_core import AWAITING, navigation_effects, start_facts
+from orchestrator._runtime.navigation.core import AWAITING, navigation_effects, start_facts
 from orchestrator._runtime.outcomes import navigation_event
 
 

@@ -10,7 +10,7 @@ Theory of operation. The table decides; this module performs. A run starts from 
 until the effects report nothing and no request is waiting: the machine rests. Each effect
 reports an outcome and never picks a state: ``call_agent`` reports how the agent's last reply
 ended (``ok``, ``overflow``, ``truncated``, ``transient``, ``fatal``, see
-:mod:`~orchestrator._runtime.replies`), a compaction its operation's status, a wait ``ok``, and
+:mod:`~orchestrator._runtime.turn.replies`), a compaction its operation's status, a wait ``ok``, and
 ``resume_turn`` that the agent may go on. Whether that means prune, compact, retry, resume or stop
 is the row's choice, with guards reading :meth:`TurnDriver.facts` (the per-turn counters of D18
 and D19 and the last reply's measurements).
@@ -32,9 +32,9 @@ row, shielded, so the machine rests in a state the next request can use.
 
 The driver takes the ports record, the operation runner and the settings, never the session
 façade; nothing here reads a clock or makes an id except through the ports. The effects live by
-concept in :mod:`~orchestrator._runtime.turn_agent` and
-:mod:`~orchestrator._runtime.turn_compaction`, and reach the driver only through
-:class:`~orchestrator._runtime.turn_host.Host`.
+concept in :mod:`~orchestrator._runtime.turn.agent_side` and
+:mod:`~orchestrator._runtime.turn.compaction_side`, and reach the driver only through
+:class:`~orchestrator._runtime.turn.host.Host`.
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ from orchestrator._lifecycle.names import TurnEvent, TurnState
 from orchestrator._runtime.admission import Slot, start_slot
 from orchestrator._runtime.disk import ready_to_write
 from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error, weakly
-from orchestrator._runtime.operations import OperationRunner, raise_for
+from orchestrator._runtime.operation.runner import OperationRunner, raise_for
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.turn_agent import TurnAgent
-from orchestrator._runtime.turn_compaction import TurnCompactions
-from orchestrator._runtime.turn_core import TurnCore
-from orchestrator._runtime.turn_host import ManualRequest
+from orchestrator._runtime.turn.agent_side import TurnAgent
+from orchestrator._runtime.turn.compaction_side import TurnCompactions
+from orchestrator._runtime.turn.core import TurnCore
+from orchestrator._runtime.turn.host import ManualRequest
 from orchestrator._runtime.types import (
     OperationOutcome,
     RuntimeSettings,

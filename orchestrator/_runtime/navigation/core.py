@@ -1,11 +1,11 @@
 """The navigation machine's driver, written once for both hosts (issue 34, house style 18).
 
 Theory of operation. ``machines/navigation.toml`` is run by the anyio navigator in one process
-(:mod:`orchestrator._runtime.navigate`) and by the Temporal workflow
-(:mod:`orchestrator._cluster.navflow`). What does not depend on how an effect is performed lives
-here, once: the facts of the first step, which effects run in flight, the binding of every effect
-name of the table to what performs it (:func:`navigation_effects`), and the translation of each
-effect's report into the next event and its facts
+(:mod:`orchestrator._runtime.navigation.driver`) and by the Temporal workflow
+(:mod:`orchestrator._cluster.navigation.flow`). What does not depend on how an effect is performed
+lives here, once: the facts of the first step, which effects run in flight, the binding of every
+effect name of the table to what performs it (:func:`navigation_effects`), and the translation of
+each effect's report into the next event and its facts
 (:func:`~orchestrator._runtime.outcomes.navigation_event`). A host implements
 :class:`NavigationSide` and nothing else: one process with anyio and the session in memory, the
 workflow with activities and a child operation flow.

@@ -29,11 +29,15 @@ from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import ModelError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._runtime.jobs import CompactionJob
-from orchestrator._runtime.operation import OperationRun
-from orchestrator._runtime.operations import detached_branch_summary, raise_for, routes_for
+from orchestrator._runtime.operation.jobs import CompactionJob
+from orchestrator._runtime.operation.run import OperationRun
+from orchestrator._runtime.operation.runner import detached_branch_summary, raise_for, routes_for
+from orchestrator._runtime.operation.summarize import (
+    BranchSummaryResult,
+    CompactionResult,
+    SummaryRoutes,
+)
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.summarize import BranchSummaryResult, CompactionResult, SummaryRoutes
 
 REASONS = frozenset({"manual", "threshold", "overflow"})
 """pi's compaction reasons; a manual one uses the current route only, the others every candidate."""

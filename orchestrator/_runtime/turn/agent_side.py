@@ -1,16 +1,16 @@
 """One process's agent side of the turn table: the user message, the agent, waits, omissions.
 
 The host-agnostic half of the turn (counters, retry waits, event payloads, the effect binding)
-is :mod:`~orchestrator._runtime.turn_core`; this is what one process performs for it
-(:class:`~orchestrator._runtime.turn_core.AgentSide`). ``call_agent`` runs
+is :mod:`~orchestrator._runtime.turn.core`; this is what one process performs for it
+(:class:`~orchestrator._runtime.turn.core.AgentSide`). ``call_agent`` runs
 the agent on the live context, appends what it yields, and reports how its last reply ended
-(:func:`~orchestrator._runtime.replies.classify`); ``wait`` sleeps and reports ``ok``.
+(:func:`~orchestrator._runtime.turn.replies.classify`); ``wait`` sleeps and reports ``ok``.
 ``omit_failed_attempt`` appends the
 ``context_edit`` entries that hide a failed attempt from the context, in the file, as pi 1.6 does
 before its overflow compaction (D18) and before a transient-error retry (D21): the retry's request
 is then the file's context, and a row without the effect sends the failed reply again. Which row
 follows is the table's choice. They perform through the driver's narrow
-:class:`~orchestrator._runtime.turn_host.Host` interface, never the façade.
+:class:`~orchestrator._runtime.turn.host.Host` interface, never the façade.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.prompts import render
 from orchestrator._runtime.agent import AgentInput
 from orchestrator._runtime.driver import Report
-from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, classify, failed_attempt
-from orchestrator._runtime.turn_core import TurnTerms
-from orchestrator._runtime.turn_host import Host
+from orchestrator._runtime.turn.core import TurnTerms
+from orchestrator._runtime.turn.host import Host
+from orchestrator._runtime.turn.replies import AUTO_CONTINUE_TYPE, classify, failed_attempt
 from orchestrator._store.session import Session
 
 _log = logging.getLogger("orchestrator.runtime")

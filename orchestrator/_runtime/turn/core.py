@@ -1,8 +1,8 @@
 """The turn machine's driver, written once for both hosts (issue 34, house style 18).
 
 Theory of operation. ``machines/turn.toml`` is run by two hosts: the anyio driver in one process
-(:mod:`orchestrator._runtime.turn`) and the Temporal workflow
-(:mod:`orchestrator._cluster.turn_flow`). Everything that does not depend on how an effect is
+(:mod:`orchestrator._runtime.turn.driver`) and the Temporal workflow
+(:mod:`orchestrator._cluster.turn.flow`). Everything that does not depend on how an effect is
 performed lives here, once: the per-turn counters and the facts the guards read, the queue of
 follow-up prompts, what an agent's reply means to the counters, the retry waits, the payloads of
 the ``auto_retry_*`` and ``auto_compaction_*`` events, the effects that only count or emit, and
@@ -43,17 +43,17 @@ from orchestrator._core.entries import Message
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.names import OperationState, TurnEvent, TurnState
-from orchestrator._runtime.compact_hooks import overflow_failed_payload
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report
+from orchestrator._runtime.operation.compact_hooks import overflow_failed_payload
 from orchestrator._runtime.outcomes import turn_event
-from orchestrator._runtime.replies import (
+from orchestrator._runtime.turn.replies import (
     OVERFLOW_FAILED,
     Verdict,
     retry_after_hint_ms,
     retry_hint_s,
 )
-from orchestrator._runtime.replies import still_over as still_over_message
+from orchestrator._runtime.turn.replies import still_over as still_over_message
 from orchestrator._runtime.types import TurnCounters
 
 ENDED = frozenset(
@@ -292,7 +292,7 @@ class TurnCore:
 
         Args:
             last: The last assistant reply's entry id and message, if the run yielded one.
-            verdict: What the reply means (:func:`~orchestrator._runtime.replies.classify`).
+            verdict: What the reply means (:func:`~orchestrator._runtime.turn.replies.classify`).
         """
         t = self.counters
         if last is not None:

@@ -1,19 +1,19 @@
 """The turn table hosted in a Temporal workflow: the same pure step, effects as activities.
 
 Theory of operation. :class:`TurnFlow` is the workflow host of the turn driver written once in
-:mod:`~orchestrator._runtime.turn_core` (counters, facts, payloads, the effect binding), as
-:class:`~orchestrator._runtime.turn.TurnDriver` is the one-process host. It steps
+:mod:`~orchestrator._runtime.turn.core` (counters, facts, payloads, the effect binding), as
+:class:`~orchestrator._runtime.turn.driver.TurnDriver` is the one-process host. It steps
 ``machines/turn.toml`` only through the pure :func:`~orchestrator._lifecycle.machine.step`, so
 the decisions and the journal's turn rows are the same on both hosts.
 
 Effects that touch the world are activities. The agent's run is made once (a retry is the
 table's decision); the appends and the journal writes are idempotent and delivered again after
-a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.DELIVER`):
+a lost worker or a dropped store connection (:data:`~orchestrator._cluster.operation.flow.DELIVER`):
 
 * ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (a
   failed attempt is out of it once ``omit_failed_attempt`` wrote its omission) and reports the
   messages it yielded and what the last reply means
-  (:func:`~orchestrator._runtime.replies.classify`, on the worker's settings). It
+  (:func:`~orchestrator._runtime.turn.replies.classify`, on the worker's settings). It
   appends nothing: the ``append`` activity then appends the messages, each under an id the
   workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
   repeated after a worker died finds them instead of appending twice. The append is not
@@ -25,9 +25,9 @@ a lost worker or a dropped store connection (:data:`~orchestrator._cluster.flow.
   the same way, and ``omit_failed_attempt`` the ``context_edit`` entries that omit a failed
   attempt (before an overflow compaction, D18, and a transient-error retry, D21), their targets
   chosen from the last run's messages as one process chooses them from the path
-  (:func:`~orchestrator._runtime.replies.failed_attempt`); a run that reported no messages (a
+  (:func:`~orchestrator._runtime.turn.replies.failed_attempt`); a run that reported no messages (a
   lost worker) has none to omit.
-* ``start_*_compaction`` runs one :class:`~orchestrator._cluster.flow.OperationFlow` (the
+* ``start_*_compaction`` runs one :class:`~orchestrator._cluster.operation.flow.OperationFlow` (the
   operation table, its own activities) in flight; ``cancel_compaction`` interrupts it with
   ``cancel`` and waits until it settled through its own table.
 * ``sleep_retry`` is a workflow timer in flight; ``stop_agent`` / ``cancel_retry_wait`` cancel
@@ -41,7 +41,7 @@ from the state it stands in: the table's rows end the turn (an automatic compact
 its failure, a manual one hands it to its caller), so the session is idle again and never left
 in a state nothing will step, which is what wedged it when planning was lost with its worker.
 The request is answered ``Unavailable`` (``-32008``) when the cluster failed under it (a
-timeout, a stopped worker, the store: :func:`~orchestrator._cluster.flow.infrastructure`),
+timeout, a stopped worker, the store: :func:`~orchestrator._cluster.operation.flow.infrastructure`),
 otherwise with the activity's own error, as before.
 
 Notifications. Where one process emits an event (``message``, ``auto_retry_*``,
@@ -82,7 +82,7 @@ from orchestrator._cluster.contract import (
     TurnPolicy,
     message_id_for,
 )
-from orchestrator._cluster.flow import (
+from orchestrator._cluster.operation.flow import (
     DELIVER,
     HEARTBEAT,
     LONG_CALL,
@@ -98,10 +98,10 @@ from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
 from orchestrator._lifecycle.names import TurnEvent
-from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report, check_effects
-from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, failed_attempt
-from orchestrator._runtime.turn_core import Effect, Ending, TurnCore, TurnTerms, result_fields
+from orchestrator._runtime.operation.compact_hooks import retries_after
+from orchestrator._runtime.turn.core import Effect, Ending, TurnCore, TurnTerms, result_fields
+from orchestrator._runtime.turn.replies import AUTO_CONTINUE_TYPE, failed_attempt
 
 T = TypeVar("T")
 

@@ -1,10 +1,10 @@
 """The operation machine's one driver: everything about an operation that is not I/O (D31).
 
-Theory of operation. ``machines/operation.toml`` decides; a *host* performs. There are two
-hosts: :class:`~orchestrator._runtime.operation.OperationRun` (one process, anyio) and
-:class:`~orchestrator._cluster.flow.OperationFlow` (a Temporal workflow, its effects activities).
-Each host owns only the effects that touch the world: consulting the hooks, calling a model,
-waiting, committing, telling the result hooks. Everything else is here, written once, as
+Theory of operation. ``machines/operation.toml`` decides; a *host* performs. There are two hosts:
+:class:`~orchestrator._runtime.operation.run.OperationRun` (one process, anyio) and
+:class:`~orchestrator._cluster.operation.flow.OperationFlow` (a Temporal workflow, its effects
+activities). Each host owns only the effects that touch the world: consulting the hooks, calling a
+model, waiting, committing, telling the result hooks. Everything else is here, written once, as
 httpcore keeps one implementation of a connection and derives its twin:
 
 * the counter effects (``next_candidate``, ``next_part``, ``shrink_request``, ``ask_again``,
@@ -26,21 +26,21 @@ keeps its exceptions the same way). Issue 34 listed these for the operation mach
   (the store's reason). This words an outcome the table chose; it chooses nothing.
 * **The candidate list per reason (D21)** is given to the operation, not chosen by it: the
   one-process runner and the worker hand a manual compaction and a branch summary the current
-  model's route only (:func:`~orchestrator._runtime.operations.routes_for`), an automatic one
+  model's route only (:func:`~orchestrator._runtime.operation.runner.routes_for`), an automatic one
   every candidate; the table then walks whatever list it has (``more_candidates``). A row
   cannot make this choice today because the Python API's :func:`~orchestrator.compact` runs as
   ``manual`` with the caller's own candidate list, which it walks.
 * **Speculative model calls.** A split turn's prefix request does not read the history
   summary, so the one-process host starts its first attempt alongside the history's
-  (:meth:`~orchestrator._runtime.operation.OperationRun._start_early`). No row asked for it: the
+  (:meth:`~orchestrator._runtime.operation.run.OperationRun._start_early`). No row asked for it: the
   table still decides, in order, what that answer means once its ``call_model`` row is taken,
   and an answer no row reaches is cancelled and dropped. It is a latency optimisation with no
   visible effect on the journal; the cluster host does not make it.
 * **``session_compact`` and ``session_compact_failed``.** The table decides how the operation
-  ends and names ``emit_result`` on every final row; which of pi's events that is follows from
-  the final state alone (:func:`~orchestrator._runtime.compact_hooks.compact_failed`, pi's own
-  wording), and only for a compaction that is not a dry run: a branch summary and a prune have
-  no such events in pi, and an automatic compaction with nothing to do emits none, as in pi.
+  ends and names ``emit_result`` on every final row; which of pi's events that is follows from the
+  final state alone (:func:`~orchestrator._runtime.operation.compact_hooks.compact_failed`, pi's own
+  wording), and only for a compaction that is not a dry run: a branch summary and a prune have no
+  such events in pi, and an automatic compaction with nothing to do emits none, as in pi.
 * **The "no room" refusal.** A summary request that cannot fit the summarizer's window is
   refused when the request is built (``Summarization refused: ...``), before any model is paid:
   it reaches the table as the attempt's ``fatal`` failure, and the ``attempt_failed`` rows
@@ -61,8 +61,9 @@ from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import OperationEvent, OperationState
-from orchestrator._runtime.compact_hooks import compact_failed
 from orchestrator._runtime.driver import Effect, Report
+from orchestrator._runtime.operation.compact_hooks import compact_failed
+from orchestrator._runtime.operation.retry import NO_MODEL, AttemptRecord, Outcome, RetryPolicy
 from orchestrator._runtime.outcomes import (
     COMMIT_EVENTS,
     HOOK_EVENTS,
@@ -74,7 +75,6 @@ from orchestrator._runtime.outcomes import (
     past_deadline,
     step_data,
 )
-from orchestrator._runtime.retry import NO_MODEL, AttemptRecord, Outcome, RetryPolicy
 
 AWAITING = frozenset({"run_hooks", "call_model", "sleep_retry"})
 """Effects that await something slow: run in flight, so an interrupt can be stepped meanwhile."""

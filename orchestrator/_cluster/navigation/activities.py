@@ -1,7 +1,7 @@
 """The activities of tree navigation and fork on the cluster (issue 10).
 
 Theory of operation. The navigation table (``machines/navigation.toml``) runs in the session
-workflow (:mod:`orchestrator._cluster.navflow`); what touches the store or runs a hook is an
+workflow (:mod:`orchestrator._cluster.navigation.flow`); what touches the store or runs a hook is an
 activity here, one per effect, and none decides anything:
 
 * ``nav_start``: where the session is (its leaf, and where it ends, D27) and where the target
@@ -19,9 +19,10 @@ activity here, one per effect, and none decides anything:
 * ``nav_finish``: the last journal lines of a navigation that wrote nothing.
 * ``fork``: ``session_before_fork``, the new session in the store, ``session_fork``.
 
-The branch summary itself is an operation (:class:`~orchestrator._cluster.flow.OperationFlow`
-over the shared activities with ``Op.kind == "branch_summary"``). Every activity first writes
-the journal lines it carries, as the operation's activities do.
+The branch summary itself is an operation
+(:class:`~orchestrator._cluster.operation.flow.OperationFlow` over the shared activities with
+``Op.kind == "branch_summary"``). Every activity first writes the journal lines it carries, as the
+operation's activities do.
 """
 
 from __future__ import annotations
@@ -53,14 +54,14 @@ from orchestrator._core.entries import BRANCH_SUMMARY, CUSTOM
 from orchestrator._core.errors import ConflictError, SessionError
 from orchestrator._runtime.hook_results import TreeChanges, tree_changes
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.navigation import (
+from orchestrator._runtime.navigation.moves import (
     LEAF_MARKER,
     navigation_target,
     position_is_recorded,
     recorded_position,
 )
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.summarize import SummaryRoutes
 from orchestrator._store.fork import branched_session, fork_target
 from orchestrator._store.protocol import Tail
 from orchestrator._store.session import Session, branch_summary_fields
@@ -83,7 +84,7 @@ class TreeActivities:
 
     Args:
         owner: The worker's operation activities
-            (:class:`~orchestrator._cluster.activities.SessionActivities`).
+            (:class:`~orchestrator._cluster.operation.activities.SessionActivities`).
     """
 
     def __init__(self, owner: Worker) -> None:

@@ -1,7 +1,7 @@
 """The operation table hosted in a Temporal workflow: the same pure step, effects as activities.
 
 Theory of operation. :class:`OperationFlow` is the workflow-side twin of
-:class:`~orchestrator._runtime.operation.OperationRun`. It holds the machine's state and steps
+:class:`~orchestrator._runtime.operation.run.OperationRun`. It holds the machine's state and steps
 it only through the pure :func:`~orchestrator._lifecycle.machine.step` over the shipped table;
 what an effect reports becomes the next event through the same functions the anyio driver uses
 (:mod:`orchestrator._runtime.outcomes`). So retries, candidate switches, halvings and how the
@@ -60,9 +60,9 @@ from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.driver import Report
-from orchestrator._runtime.operation_driver import AWAITING, OperationDriver
+from orchestrator._runtime.operation.driver import AWAITING, OperationDriver
+from orchestrator._runtime.operation.retry import RetryPolicy
 from orchestrator._runtime.outcomes import Attempt
-from orchestrator._runtime.retry import RetryPolicy
 
 ONCE = TemporalRetry(maximum_attempts=1)
 """Model calls and hooks: one attempt; the table decides what a failure means."""

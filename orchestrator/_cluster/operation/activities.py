@@ -1,10 +1,11 @@
 """The session workflow's activities: the effects that touch the world (issue 10).
 
 Theory of operation. Each activity performs one effect of the operation table and reports its
-outcome; none decides anything. Every activity first writes the journal lines it carries, then
-reads the session from the shared store *as it was when the operation planned* (the entries up
-to :attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
-:class:`~orchestrator._runtime.jobs.CompactionJob` the one-process host builds, and performs:
+outcome; none decides anything. Every activity first writes the journal lines it carries, then reads
+the session from the shared store *as it was when the operation planned* (the entries up to
+:attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
+:class:`~orchestrator._runtime.operation.jobs.CompactionJob` the one-process host builds, and
+performs:
 
 * ``prepare``: plan (pure) and say where the session ends; the start event and its facts.
 * ``run_hooks``: ``session_before_compact`` / ``session.compacting`` on this worker's hooks.
@@ -48,9 +49,9 @@ from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepar
 from orchestrator._cluster.delivery import redelivered, store_work, transient
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines
+from orchestrator._cluster.navigation.activities import TreeActivities
 from orchestrator._cluster.stores import WorkerStores, fixed_id, shown
-from orchestrator._cluster.tree_activities import TreeActivities
-from orchestrator._cluster.turn_activities import TurnActivities
+from orchestrator._cluster.turn.activities import TurnActivities
 from orchestrator._cluster.views import planned_view
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan
@@ -59,19 +60,19 @@ from orchestrator._core.errors import OrchestratorError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.agent import Agent
-from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
-from orchestrator._runtime.operation_driver import commit_failure
-from orchestrator._runtime.operations import routes_for
-from orchestrator._runtime.outcomes import attempt_summary
-from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.summarize import (
+from orchestrator._runtime.operation.compact_hooks import retries_after
+from orchestrator._runtime.operation.driver import commit_failure
+from orchestrator._runtime.operation.jobs import BranchJob, CompactionJob, PruneJob
+from orchestrator._runtime.operation.runner import routes_for
+from orchestrator._runtime.operation.summarize import (
     CompactionInputs,
     CompactionResult,
     SummaryRoutes,
     compaction_parts,
 )
+from orchestrator._runtime.outcomes import attempt_summary
+from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.locations import is_database_url
 from orchestrator._store.protocol import SessionStore, Tail

@@ -1,11 +1,11 @@
 """One process's compaction side of the turn table: run a compaction, cancel it, say how it ended.
 
 The host-agnostic half (the counters, the ``auto_compaction_*`` payloads, whether a manual
-result never ended) is :mod:`~orchestrator._runtime.turn_core`; this is what one process
-performs for it (:class:`~orchestrator._runtime.turn_core.CompactionSide`): the operation
+result never ended) is :mod:`~orchestrator._runtime.turn.core`; this is what one process
+performs for it (:class:`~orchestrator._runtime.turn.core.CompactionSide`): the operation
 machine (``machines/operation.toml``) run through the operation runner, stopped when a row says
 so, and its outcome handed to the manual caller. They perform through the driver's narrow
-:class:`~orchestrator._runtime.turn_host.Host` interface, never the façade.
+:class:`~orchestrator._runtime.turn.host.Host` interface, never the façade.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator._runtime.driver import Report
-from orchestrator._runtime.turn_core import Ending, result_fields
-from orchestrator._runtime.turn_host import Host
+from orchestrator._runtime.turn.core import Ending, result_fields
+from orchestrator._runtime.turn.host import Host
 from orchestrator._runtime.types import OperationOutcome
 
 

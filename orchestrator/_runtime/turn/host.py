@@ -1,10 +1,10 @@
 """What the turn table's effects share with the turn driver: a narrow interface, not the driver.
 
-The effects live by concept in :mod:`~orchestrator._runtime.turn_agent` (the agent's side: the
+The effects live by concept in :mod:`~orchestrator._runtime.turn.agent_side` (the agent's side: the
 user message, the agent run, retry waits, continuing) and
-:mod:`~orchestrator._runtime.turn_compaction` (compactions and their events); each performs
+:mod:`~orchestrator._runtime.turn.compaction_side` (compactions and their events); each performs
 through this :class:`Host`, which the turn driver implements. The per-turn counters are the
-memory they share (:class:`~orchestrator._runtime.turn_core.TurnCore`), as an operation's
+memory they share (:class:`~orchestrator._runtime.turn.core.TurnCore`), as an operation's
 effects share their run's fields.
 """
 
@@ -18,9 +18,9 @@ import anyio
 
 from orchestrator._runtime.admission import Slot
 from orchestrator._runtime.driver import Interpreter, Report
-from orchestrator._runtime.operations import OperationRunner
+from orchestrator._runtime.operation.runner import OperationRunner
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.turn_core import TurnCore
+from orchestrator._runtime.turn.core import TurnCore
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
 from orchestrator._store.session import Session
 

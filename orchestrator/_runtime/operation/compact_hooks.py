@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator._lifecycle.names import OperationState
-from orchestrator._runtime.replies import OVERFLOW_FAILED
+from orchestrator._runtime.turn.replies import OVERFLOW_FAILED
 
 _FAILED = {
     "manual": "Compaction failed",

@@ -1,14 +1,14 @@
 """The turn's activities: the agent, the appends and the turn journal (issue 10).
 
 Theory of operation. Each activity performs one effect of the turn table and reports; none
-decides anything (:mod:`orchestrator._cluster.turn_flow` steps the table):
+decides anything (:mod:`orchestrator._cluster.turn.flow` steps the table):
 
 * ``turn_policy``: what the workflow's guards need from this worker's settings, and whether it
   has an agent at all (a worker without ``--model`` refuses prompts, as ``serve`` without one).
 * ``call_agent``: one run of the worker's agent on the live context, made once (the table
   decides about retries), heartbeating while it waits. It appends nothing: it reports the
   messages the agent yielded and what the last reply means
-  (:func:`~orchestrator._runtime.replies.classify`, on this worker's window and thresholds).
+  (:func:`~orchestrator._runtime.turn.replies.classify`, on this worker's window and thresholds).
   Cancelled by the workflow (abort, compress), it reports the messages completed so far
   (outcome ``stopped``) instead of failing, so that they are kept as in one process; an agent
   that raises fails the activity with its exception's type and message.
@@ -58,7 +58,7 @@ from orchestrator._core.errors import ConflictError
 from orchestrator._core.prompts import render
 from orchestrator._runtime.agent import Agent, AgentInput
 from orchestrator._runtime.hooks import Hooks
-from orchestrator._runtime.replies import classify
+from orchestrator._runtime.turn.replies import classify
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session, wall_clock_ms
 

@@ -25,10 +25,14 @@ from orchestrator._core.errors import Cancelled, ConflictError, ModelError, Stor
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.admission import Slot, start_slot
-from orchestrator._runtime.jobs import BranchJob, CompactionJob, PruneJob
-from orchestrator._runtime.operation import OperationRun
+from orchestrator._runtime.operation.jobs import BranchJob, CompactionJob, PruneJob
+from orchestrator._runtime.operation.run import OperationRun
+from orchestrator._runtime.operation.summarize import (
+    BranchSummaryResult,
+    CompactionResult,
+    SummaryRoutes,
+)
 from orchestrator._runtime.ports import Ports
-from orchestrator._runtime.summarize import BranchSummaryResult, CompactionResult, SummaryRoutes
 from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.files import DISK_REFUSED
 from orchestrator._store.memory import MemoryStore

@@ -34,7 +34,7 @@ from orchestrator._core.summary_request import (
 )
 from orchestrator._core.tokens import is_token_count
 from orchestrator._models.offline import OfflineSummarizer
-from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
+from orchestrator._runtime.operation.retry import AttemptRecord, RetryPolicy
 from orchestrator._store.session import compaction_fields
 
 NO_PRIOR_HISTORY = "No prior history."

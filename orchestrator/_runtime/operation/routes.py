@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from orchestrator._core.model import Model, Purpose
 from orchestrator._models.offline import OfflineSummarizer
-from orchestrator._runtime.retry import AttemptRecord, RetryPolicy
-from orchestrator._runtime.summarize import SummaryRoutes
+from orchestrator._runtime.operation.retry import AttemptRecord, RetryPolicy
+from orchestrator._runtime.operation.summarize import SummaryRoutes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
