@@ -28,6 +28,11 @@ HISTORIES = Path(__file__).parent / "data" / "temporal"
 """Recorded workflow histories the replay tests replay (refreshed by ORCHESTRATOR_RECORD=1)."""
 
 
+TEST_DEPLOYMENT = "orchestrator-tests"
+"""The worker deployment the tests' versioned workers share, whatever their task queue: a
+deployment per queue would reach the dev server's limit of 100 a namespace in a few runs."""
+
+
 def temporal_address() -> str:
     """Where the Temporal server listens (``HOST:PORT``), or skip (locally) / fail (CI)."""
     return service_env(TEMPORAL, "a Temporal server")

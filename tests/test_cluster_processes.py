@@ -45,6 +45,7 @@ from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator.testing import LocalProvider, Reply  # noqa: E402
 from tests.cli_kit import either_part  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
+    TEST_DEPLOYMENT,
     Database,
     connected,
     queue_name,
@@ -108,6 +109,9 @@ class Processes:
                 database,
                 "--task-queue",
                 queue,
+                # One deployment for every test queue: the dev server allows 100 a namespace.
+                "--deployment",
+                TEST_DEPLOYMENT,
                 "--remote",
                 provider.url + "/summary",
                 "--keep-recent-tokens",

@@ -34,6 +34,7 @@ from orchestrator._core.resources import data_dir  # noqa: E402
 from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator.testing import summary_text  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
+    TEST_DEPLOYMENT,
     Database,
     connected,
     entries,
@@ -110,13 +111,13 @@ async def test_a_run_finishes_on_its_build_while_a_new_build_takes_new_sessions(
         on_a = SessionActivities(database.location, _summaries("A"), SETTINGS)
         on_b = SessionActivities(database.location, _summaries("B"), SETTINGS)
         async with build_worker(temporal, on_a, task_queue=queue, version=a):
-            await promote(temporal, a)
+            await promote(temporal, a, task_queue=queue)
             # Any request starts the session's run: a move to where its leaf already is.
             moved = await cluster.navigate(old_session, NavigateRequest(target_id=LEAF))
             assert moved.new_leaf_id == LEAF
             assert await _pinned_build(cluster, old_session) == "build-a"
             async with build_worker(temporal, on_b, task_queue=queue, version=b):
-                await promote(temporal, b)
+                await promote(temporal, b, task_queue=queue)
                 # The running session's compaction (workflow task and model call) stays on A.
                 old = await cluster.compress(old_session)
                 assert old.status == "committed", old
@@ -143,13 +144,13 @@ async def test_a_busy_session_moves_to_the_current_build_when_it_continues_as_ne
         on_a = SessionActivities(database.location, _summaries("A"), SETTINGS)
         on_b = SessionActivities(database.location, _summaries("B"), SETTINGS)
         async with build_worker(temporal, on_a, task_queue=queue, version=a):
-            await promote(temporal, a)
+            await promote(temporal, a, task_queue=queue)
             first = await cluster.compress(session)
             assert first.summary is not None
             assert "compacted on build A" in first.summary
             first_run = (await temporal.get_workflow_handle(session).describe()).run_id
             async with build_worker(temporal, on_b, task_queue=queue, version=b):
-                await promote(temporal, b)
+                await promote(temporal, b, task_queue=queue)
                 # Moves back and forth until the history passes its bound and the run
                 # continues as new (each navigation is a few dozen history events).
                 targets = [OTHER_TIP, LEAF] * 5
@@ -191,10 +192,15 @@ def _worker_ready_line(tmp_path: Path, queue: str, *extra: str) -> str:
 def test_the_worker_command_is_versioned_and_makes_its_build_current(tmp_path: Path) -> None:
     (tmp_path / "db").mkdir()
     queue = queue_name()
+    # Its own deployment, named after its task queue (the default).
     line = _worker_ready_line(tmp_path, queue)
     assert line.endswith(f"build {build_id()} (current)"), line
     line = _worker_ready_line(tmp_path, queue, "--no-promote")
     assert line.endswith(f"build {build_id()} (not made current)"), line
+    # A deployment shared by several queues: each worker finds its build current at once.
+    for shared in (queue_name(), queue_name()):
+        line = _worker_ready_line(tmp_path, shared, "--deployment", TEST_DEPLOYMENT)
+        assert line.endswith(f"build {build_id()} (current)"), line
     line = _worker_ready_line(tmp_path, queue_name(), "--unversioned")
     assert "build" not in line
     assert line.startswith("orchestrator worker: ready: worker on")

@@ -64,6 +64,11 @@ def register(commands: Any) -> None:
         help=f"MiB of stored sessions it keeps parsed at most (default: {MAX_MIB}; 0: no cache)",
     )
     worker.add_argument(
+        "--deployment",
+        metavar="NAME",
+        help="the Temporal worker deployment this build belongs to (default: the task queue)",
+    )
+    worker.add_argument(
         "--unversioned",
         action="store_true",
         help="poll without Temporal worker versioning (session runs are then not pinned to "
@@ -121,7 +126,8 @@ def _worker(args: argparse.Namespace) -> int:
     )
 
     # The deployment is the task queue's: fleets on two queues never promote over each other.
-    version = None if args.unversioned else WorkerVersion(args.task_queue, build_id())
+    deployment = args.deployment or args.task_queue
+    version = None if args.unversioned else WorkerVersion(deployment, build_id())
 
     def ready(text: str) -> None:
         print(f"orchestrator worker: ready: {text}", file=sys.stderr, flush=True)

@@ -22,10 +22,11 @@ versioning keeps each workflow run on the build it started on:
   workers may stop once its runs have drained. ``--no-promote`` starts a build without making it
   current (promote it later with ``temporal worker deployment set-current-version``).
 
-The deployment is named after the task queue, so two fleets on two queues never promote over
-each other. Workers built into a program (:func:`~orchestrator._cluster.worker.build_worker`)
-are unversioned unless given a :class:`WorkerVersion`; ``orchestrator worker`` is versioned
-unless started with ``--unversioned``.
+``orchestrator worker`` names the deployment after its task queue unless told otherwise
+(``--deployment``), so two fleets on two queues never promote over each other; one deployment may
+serve several queues (the tests share one, the dev server allowing 100 per namespace). Workers built
+into a program (:func:`~orchestrator._cluster.worker.build_worker`) are unversioned unless given a
+:class:`WorkerVersion`; ``orchestrator worker`` is versioned unless started with ``--unversioned``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ from orchestrator._core.resources import data_dir
 PROMOTE_WITHIN_S = 60.0
 """How long :func:`promote` waits for Temporal to know a new worker's version."""
 _PROMOTE_EVERY_S = 0.1
+_ASK_AGAIN = (
+    RPCStatusCode.NOT_FOUND,
+    RPCStatusCode.FAILED_PRECONDITION,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+)
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -115,12 +121,17 @@ def _version() -> str:
 
 
 async def promote(
-    client: Client, version: WorkerVersion, *, within_s: float = PROMOTE_WITHIN_S
+    client: Client,
+    version: WorkerVersion,
+    *,
+    task_queue: str,
+    within_s: float = PROMOTE_WITHIN_S,
 ) -> None:
     """Make ``version`` its deployment's current one: new workflow runs start on it.
 
     Temporal knows a version only once one of its workers has polled, a moment after the
-    worker starts, so a refusal that says it does not know it yet is asked again.
+    worker starts, so a refusal that says it does not know it yet is asked again. Returns once
+    ``task_queue`` (the one the worker polls) routes new runs to the version.
 
     Raises:
         UnavailableError: Temporal did not accept it within ``within_s`` (the last reason).
@@ -130,35 +141,40 @@ async def promote(
         deployment_name=version.deployment,
         build_id=version.build_id,
     )
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + within_s
-
-    def refused(reason: str) -> UnavailableError:
-        return UnavailableError(
-            f"Temporal did not make build {version.build_id} current in deployment "
-            f"{version.deployment}: {reason}"
-        )
-
-    while True:
-        try:
-            await client.workflow_service.set_worker_deployment_current_version(request)
-            break
-        except RPCError as error:
-            unknown = error.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION)
-            if not unknown or loop.time() >= give_up:
-                raise refused(error.message) from None
-        await asyncio.sleep(_PROMOTE_EVERY_S)
-    # The change reaches the task queue a moment later; until it has, a new run may still
-    # start on the previous build. Ready means the queue names this build current.
     describe = DescribeTaskQueueRequest(
         namespace=client.namespace,
-        task_queue=TaskQueue(name=version.deployment),
+        task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
     )
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + within_s
+    pause = _PROMOTE_EVERY_S
+    asked = False
     while True:
+        # Ready means the queue routes new runs to this build: already so when a worker of the
+        # same build made it current (a fleet starting), else once the change has reached it.
         queue = await client.workflow_service.describe_task_queue(describe)
         if queue.versioning_info.current_deployment_version.build_id == version.build_id:
             return
+        if not asked:
+            try:
+                await client.workflow_service.set_worker_deployment_current_version(request)
+                asked = True
+            except RPCError as error:
+                # Not known yet (no poll seen), or Temporal's rate limit on deployment changes.
+                if error.status not in _ASK_AGAIN:
+                    raise _refused(version, error.message) from None
+                reason = error.message
+        else:
+            reason = f"task queue {task_queue} still routes to another build"
         if loop.time() >= give_up:
-            raise refused(f"task queue {version.deployment} still routes to another build")
-        await asyncio.sleep(_PROMOTE_EVERY_S)
+            raise _refused(version, reason)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def _refused(version: WorkerVersion, reason: str) -> UnavailableError:
+    return UnavailableError(
+        f"Temporal did not make build {version.build_id} current in deployment "
+        f"{version.deployment}: {reason}"
+    )

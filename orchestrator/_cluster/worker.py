@@ -134,7 +134,7 @@ async def run_worker(
         build = ""
         if version is not None:
             if make_current:
-                await promote(client, version)
+                await promote(client, version, task_queue=task_queue)
             state = "current" if make_current else "not made current"
             build = f", build {version.build_id} ({state})"
         if ready is not None:
