@@ -244,7 +244,9 @@ async def test_the_server_runs_at_most_total_heavy_jobs(
     await hub.gate("p0").started()
     await hub.gate("p1").started()
     await anyio.wait_all_tasks_blocked()
-    assert hub.ran == ["p0", "p1"]
+    # Three connections read at once: which of the first two the server took first is the
+    # scheduler's choice; that the third waits for a slot is the promise.
+    assert sorted(hub.ran) == ["p0", "p1"]
     assert hub.fair.running == 2
     hub.gate("p0").release.set()
     await hub.gate("p2").started()
