@@ -97,7 +97,7 @@ from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._lifecycle.names import TurnEvent
+from orchestrator._lifecycle.names import OperationState, TurnEvent
 from orchestrator._runtime.compact_hooks import retries_after
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.replies import AUTO_CONTINUE_TYPE, failed_attempt
@@ -250,7 +250,7 @@ class TurnFlow:
         flow = self.flow
         self.outcome = CompressResult(
             operation_id=flow.op.operation_id if flow is not None and not flow.done else "",
-            status="failed",
+            status=OperationState.FAILED,
             error=reason,
             error_kind=UNAVAILABLE_KIND if infrastructure(error) else "fatal",
         )
@@ -589,7 +589,7 @@ class TurnFlow:
         outcome = self.outcome
         if never_ended:
             operation_id = outcome.operation_id if outcome else ""
-            outcome = CompressResult(operation_id=operation_id, status="cancelled")
+            outcome = CompressResult(operation_id=operation_id, status=OperationState.CANCELLED)
             self.outcome = outcome
         request, self.manual = self.manual, None
         if request is not None:

@@ -77,7 +77,13 @@ with workflow.unsafe.imports_passed_through():
     from orchestrator._lifecycle.admission import admit
     from orchestrator._lifecycle.guards import Facts
     from orchestrator._lifecycle.machine import load_machine
-    from orchestrator._lifecycle.names import NavigationEvent, SessionEvent, TurnEvent, TurnState
+    from orchestrator._lifecycle.names import (
+        NavigationEvent,
+        OperationState,
+        SessionEvent,
+        TurnEvent,
+        TurnState,
+    )
 
 TURN_PATCH = "turn-table"
 """The patch that routes ``compress`` through the turn table (older histories did not)."""
@@ -269,7 +275,7 @@ class SessionWorkflow:
             turn.policy = policy
             await turn.run(TurnEvent.MANUAL_COMPACT)
         outcome = manual.outcome or CompressResult(
-            operation_id="", status="cancelled", reason=NEVER_RAN
+            operation_id="", status=OperationState.CANCELLED, reason=NEVER_RAN
         )
         # The run's events so far: the server sends those it has not sent before the answer.
         return dataclasses.replace(

@@ -32,7 +32,7 @@ from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.guards import NO_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._lifecycle.names import NavigationEvent, NavigationState
+from orchestrator._lifecycle.names import NavigationEvent, NavigationState, OperationState
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import (
     Effect,
@@ -279,7 +279,7 @@ class Navigator:
                     kind="timeout",
                 )
             outcome = request.outcome
-            if outcome is not None and outcome.status == "conflict":
+            if outcome is not None and outcome.status == OperationState.CONFLICT:
                 # Another program wrote meanwhile (D27): the store's reason, not a model failure.
                 raise ConflictError(
                     outcome.error or "Branch summary conflicted with another writer"
@@ -374,7 +374,7 @@ class Navigator:
             # written, as a compaction's request that leaves no room is (summary_request.py).
             request.outcome = OperationOutcome(
                 operation_id="",
-                status="failed",
+                status=OperationState.FAILED,
                 error=(
                     f"Summarization refused: the summarizer's context window ({window} tokens) "
                     f"leaves no room for the branch after the {self.branch_reserve_tokens} "

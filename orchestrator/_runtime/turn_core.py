@@ -411,13 +411,13 @@ class TurnCore:
     def _end(self, *, still_over: bool) -> None:
         ending = self.compactions.ending()
         payload = end_payload(ending)
-        if ending is not None and ending.status == "committed":
+        if ending is not None and ending.status == OperationState.COMMITTED:
             payload["willRetry"] = self.counters.will_retry
             if still_over and ending.estimate_after is not None:
                 # D19: no second compaction in this turn; the row says it did not get under.
                 payload["stillOverThreshold"] = True
                 payload["errorMessage"] = still_over_message(ending.estimate_after)
-        elif ending is not None and ending.status == "skipped":
+        elif ending is not None and ending.status == OperationState.SKIPPED:
             payload["skipped"] = True
             payload["reason"] = ending.reason
         self.agent.emit("auto_compaction_end", **payload)
