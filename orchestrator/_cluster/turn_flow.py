@@ -95,7 +95,7 @@ from orchestrator._cluster.flow import (
 )
 from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import MachineDef, step
 from orchestrator._lifecycle.names import OperationState, TurnEvent
 from orchestrator._runtime.compact_hooks import retries_after
@@ -155,7 +155,7 @@ class TurnFlow:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def facts(self) -> Facts:
+    def facts(self) -> TurnFacts:
         """What the turn table's guards read (the facts one process gives them)."""
         return self.core.facts()
 

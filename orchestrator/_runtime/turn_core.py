@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from orchestrator._core.entries import Message
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.names import OperationState, TurnEvent, TurnState
 from orchestrator._runtime.compact_hooks import overflow_failed_payload
 from orchestrator._runtime.delays import retry_delay_ms
@@ -234,10 +234,10 @@ class TurnCore:
             "report_manual_result": self._report_manual_result,
         }
 
-    def facts(self) -> Facts:
+    def facts(self) -> TurnFacts:
         """What the turn table's guards read."""
         t, terms = self.counters, self.agent.terms()
-        return Facts(
+        return TurnFacts(
             compaction_enabled=terms.compaction.enabled,
             over_threshold=t.over_threshold,
             context_full=t.context_full,
