@@ -10,6 +10,7 @@ from orchestrator._lifecycle.guards import (
     NO_TURN_FACTS,
     NavigationFacts,
     OperationFacts,
+    SessionFacts,
     TurnFacts,
 )
 from orchestrator._lifecycle.machine import Runner, load_machine, shipped_machines
@@ -353,3 +354,14 @@ def test_every_registered_guard_is_used_by_its_table(name: str) -> None:
 
 def test_every_machine_has_its_own_guard_registry() -> None:
     assert set(GUARDS) == set(shipped_machines()) == set(EFFECTS)
+    for name, registry in GUARDS.items():
+        assert registry.machine == name
+        assert len(registry) == len(set(registry)) > 0
+    assert GUARDS["session"].facts is SessionFacts
+    assert repr(GUARDS["navigation"]) == (
+        "GuardSet('navigation', NavigationFacts, "
+        "['has_entries', 'same_position', 'turn_running', 'wants_summary'])"
+    )
+    # A name two machines share reads each machine's own record.
+    assert GUARDS["turn"]["retries_left"](TurnFacts(retry_attempt=2, max_retries=2)) is False
+    assert GUARDS["operation"]["retries_left"](OperationFacts(retry_attempt=1, max_retries=2))
