@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator._cli.journal import register, transition_line
 from orchestrator._core.errors import SessionError
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._store.journal import Journal, journal_path
 from orchestrator._store.journal_records import JournalRecord
@@ -36,7 +36,7 @@ def operation(journal: Journal, op_id: str, kind: str, events: list[str], **data
 
     runner.subscribe(observe)
     for event in events:
-        runner.fire(event, Facts(has_work=True))
+        runner.fire(event, OperationFacts(has_work=True))
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from orchestrator._core.errors import (  # noqa: E402
     StoreUnavailableError,
     UnavailableError,
 )
+from orchestrator._lifecycle.names import OperationState  # noqa: E402
 from orchestrator._rpc.cluster_hub import compress_answer  # noqa: E402
 
 pytestmark = pytest.mark.anyio
@@ -126,7 +127,7 @@ async def test_a_redelivery_resends_its_journal_lines() -> None:
 def test_a_manual_compaction_the_cluster_could_not_carry_out_is_unavailable() -> None:
     done = CompressResult(
         operation_id="op",
-        status="failed",
+        status=OperationState.FAILED,
         error="prepare: the worker running it stopped answering (no heartbeat)",
         error_kind=UNAVAILABLE_KIND,
     )

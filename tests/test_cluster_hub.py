@@ -22,6 +22,7 @@ from orchestrator._cluster.operation.activities import SessionActivities  # noqa
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.errors import Cancelled, ConflictError, ModelError  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
+from orchestrator._lifecycle.names import OperationState  # noqa: E402
 from orchestrator._rpc.cluster_hub import NO_WORKER_AGENT, ClusterHub, compress_answer  # noqa: E402
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub  # noqa: E402
 from orchestrator._rpc.protocol import Dispatcher, Peer  # noqa: E402
@@ -118,15 +119,21 @@ async def test_the_cluster_server_answers_as_a_one_process_server(tmp_path: Path
 
 
 def test_compress_answers_map_every_ending_as_the_one_process_server_does() -> None:
-    skipped = CompressResult(status="skipped", reason="Nothing to compact", operation_id="op")
+    skipped = CompressResult(
+        status=OperationState.SKIPPED, reason="Nothing to compact", operation_id="op"
+    )
     assert compress_answer(skipped) == {"compacted": False, "reason": "Nothing to compact"}
     with pytest.raises(Cancelled):
-        compress_answer(CompressResult(status="cancelled", operation_id="op"))
+        compress_answer(CompressResult(status=OperationState.CANCELLED, operation_id="op"))
     with pytest.raises(ConflictError):
-        compress_answer(CompressResult(status="conflict", error="moved", operation_id="op"))
+        compress_answer(
+            CompressResult(status=OperationState.CONFLICT, error="moved", operation_id="op")
+        )
     with pytest.raises(ModelError) as failed:
         compress_answer(
-            CompressResult(status="failed", error="x", error_kind="transient", operation_id="op")
+            CompressResult(
+                status=OperationState.FAILED, error="x", error_kind="transient", operation_id="op"
+            )
         )
     assert failed.value.kind == "transient"
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator._core.errors import SessionError
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.journal import Journal, journal_path
@@ -46,7 +46,7 @@ def drive(journal: Journal, op_id: str, kind: str, events: list[str], **data: ob
         journal.record(step, operation_id=op_id, kind=kind, data=data)
 
     runner.subscribe(observe)
-    facts = Facts(has_work=True)
+    facts = OperationFacts(has_work=True)
     for event in events:
         runner.fire(event, facts)
     return runner
@@ -361,7 +361,7 @@ def test_observer_records_each_step_with_its_data() -> None:
         journal.observer(operation_id="op", kind="compaction", data=lambda s: planned.get(s.dest))
     )
     for event in TO_COMMITTING:
-        runner.fire(event, Facts(has_work=True))
+        runner.fire(event, OperationFacts(has_work=True))
     turn = Runner(load_machine("turn"), observers=[journal.observer()])
     turn.fire("user_prompt")
     records = journal.records()

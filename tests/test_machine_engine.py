@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator._core.errors import DefinitionError, TransitionError
-from orchestrator._lifecycle.guards import GUARDS, Facts
+from orchestrator._lifecycle.guards import (
+    TURN_GUARDS,
+    GuardSet,
+    NavigationFacts,
+    OperationFacts,
+    SessionFacts,
+    TurnFacts,
+)
 from orchestrator._lifecycle.machine import MachineDef, Runner, Step, load_machine, step
 from orchestrator._lifecycle.render import main, render_markdown, render_mermaid, render_table
 
@@ -53,14 +60,14 @@ EFFECTS = ("poke", "prod")
 
 
 def mini(text: str = MINI) -> MachineDef:
-    return MachineDef.parse(text, source="mini.toml", effects=EFFECTS)
+    return MachineDef.parse(text, source="mini.toml", guards=TURN_GUARDS, effects=EFFECTS)
 
 
 def load_bad(tmp_path: Path, text: str) -> str:
     path = tmp_path / "bad.toml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(DefinitionError) as caught:
-        MachineDef.load(path, effects=EFFECTS)
+        MachineDef.load(path, guards=TURN_GUARDS, effects=EFFECTS)
     assert str(caught.value).startswith(f"{path}: ")
     return str(caught.value)
 
@@ -80,7 +87,7 @@ def test_mini_loads_with_states_rows_and_events_in_file_order() -> None:
 def test_load_reads_a_file(tmp_path: Path) -> None:
     path = tmp_path / "mini.toml"
     path.write_text(MINI, encoding="utf-8")
-    assert MachineDef.load(path, effects=EFFECTS).source == str(path)
+    assert MachineDef.load(path, guards=TURN_GUARDS, effects=EFFECTS).source == str(path)
 
 
 # --- one test per loading rule ----------------------------------------------------------------
@@ -197,9 +204,40 @@ def test_a_machine_without_a_registered_effect_vocabulary_is_refused() -> None:
 
 
 def test_a_custom_guard_registry_is_honoured() -> None:
-    guards = {**GUARDS, "sunny": lambda f: f.has_entries}
+    def sunny(f: NavigationFacts) -> bool:
+        return f.has_entries
+
+    guards = GuardSet("mini", NavigationFacts, {"sunny": sunny, "context_full": lambda f: False})
     defn = MachineDef.parse(MINI.replace("over_threshold", "sunny"), guards=guards, effects=EFFECTS)
-    assert step(defn, "a", "go", Facts(has_entries=True)).dest == "b"
+    assert step(defn, "a", "go", NavigationFacts(has_entries=True)).dest == "b"
+    assert Runner(defn).fire("go").dest == "a"  # the omitted facts are the registry's record
+    with pytest.raises(TypeError, match="mini: guards read NavigationFacts, not TurnFacts"):
+        step(defn, "a", "go", TurnFacts())
+
+
+def test_a_machine_without_a_guard_registry_is_refused() -> None:
+    with pytest.raises(DefinitionError, match="mini.toml: no guard registry for machine 'mini'"):
+        MachineDef.parse(MINI, source="mini.toml", effects=EFFECTS)
+
+
+def test_a_table_naming_another_machines_guard_fails_at_load(tmp_path: Path) -> None:
+    turn = Path(load_machine("turn").source).read_text(encoding="utf-8")
+    path = tmp_path / "turn.toml"
+    path.write_text(turn.replace('guards = ["will_retry"]', 'guards = ["has_work"]', 1))
+    with pytest.raises(DefinitionError) as caught:
+        MachineDef.load(path)
+    assert str(path) in str(caught.value)
+    assert "names guard 'has_work' of the operation machine; turn guards read TurnFacts" in str(
+        caught.value
+    )
+
+
+def test_another_machines_facts_are_refused_at_the_step() -> None:
+    turn = load_machine("turn")
+    with pytest.raises(TypeError, match="turn: guards read TurnFacts, not OperationFacts"):
+        step(turn, "idle", "user_prompt", OperationFacts())
+    with pytest.raises(TypeError, match="turn: guards read TurnFacts, not SessionFacts"):
+        Runner(turn).fire("user_prompt", SessionFacts())
 
 
 # --- the runner -------------------------------------------------------------------------------
@@ -207,17 +245,17 @@ def test_a_custom_guard_registry_is_honoured() -> None:
 
 def test_first_row_whose_guards_hold_wins() -> None:
     runner = Runner(mini())
-    stay = runner.fire("go", Facts(over_threshold=False))
+    stay = runner.fire("go", TurnFacts(over_threshold=False))
     assert stay == Step(machine="mini", source="a", event="go", dest="a", effects=("poke", "prod"))
     assert runner.state == "a"
-    moved = runner.fire("go", Facts(over_threshold=True, context_full=True))
+    moved = runner.fire("go", TurnFacts(over_threshold=True, context_full=True))
     assert (moved.dest, moved.effects) == ("b", ("poke",))
     assert runner.state == "b"
 
 
 def test_an_unlisted_event_raises_and_leaves_the_state_unchanged() -> None:
     runner = Runner(mini())
-    runner.fire("go", Facts(over_threshold=True))
+    runner.fire("go", TurnFacts(over_threshold=True))
     with pytest.raises(TransitionError) as caught:
         runner.fire("go")
     assert (caught.value.machine, caught.value.state, caught.value.event) == ("mini", "b", "go")
@@ -235,17 +273,17 @@ def test_an_unknown_event_raises_transition_error_not_attribute_error() -> None:
 def test_an_event_whose_guards_all_fail_is_refused_with_the_state_unchanged() -> None:
     runner = Runner(mini())
     with pytest.raises(TransitionError, match="can't go when in a"):
-        runner.fire("go", Facts(over_threshold=False, context_full=True))
+        runner.fire("go", TurnFacts(over_threshold=False, context_full=True))
     assert runner.state == "a"
     with pytest.raises(TransitionError):
-        step(runner.defn, "a", "go", Facts(context_full=True))
+        step(runner.defn, "a", "go", TurnFacts(context_full=True))
 
 
 def test_observers_see_every_step_in_order_and_not_refusals() -> None:
     seen: list[Step] = []
     late: list[Step] = []
     runner = Runner(mini(), observers=[seen.append])
-    runner.fire("go", Facts(over_threshold=True))
+    runner.fire("go", TurnFacts(over_threshold=True))
     runner.subscribe(late.append)
     with pytest.raises(TransitionError):
         runner.fire("go")

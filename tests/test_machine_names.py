@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator._core.errors import DefinitionError
+from orchestrator._lifecycle.guards import GuardSet, TurnFacts
 from orchestrator._lifecycle.load import MachineDef
 from orchestrator._lifecycle.names import VOCABULARY, OperationState, TurnEvent
 
@@ -71,5 +72,5 @@ source = "a"
 event = "go"
 dest = "b"
 """
-    defn = MachineDef.parse(text, effects=())
+    defn = MachineDef.parse(text, guards=GuardSet("made_up", TurnFacts, {}), effects=())
     assert defn.initial == "a"

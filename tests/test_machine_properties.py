@@ -1,9 +1,10 @@
 """Properties of the shipped tables.
 
-For every machine, every state and every event, with random facts: firing either moves to the
-destination of the first listed row whose guards hold (checked against an oracle written here from
-the raw rows and the guard registry), or raises TransitionError with the state unchanged. The
-transitions-backed Runner and the pure ``step`` must agree.
+For every machine, every state and every event, with random facts of that machine's own record:
+firing either moves to the destination of the first listed row whose guards hold (checked against
+an oracle written here from the raw rows and the machine's guard registry), or raises
+TransitionError with the state unchanged. The transitions-backed Runner and the pure ``step`` must
+agree.
 """
 
 import random
@@ -17,23 +18,37 @@ from hypothesis import strategies as st
 
 from orchestrator._core.errors import TransitionError
 from orchestrator._lifecycle.guards import GUARDS, Facts
-from orchestrator._lifecycle.machine import MachineDef, Row, Runner, Step, load_machine, step
+from orchestrator._lifecycle.machine import (
+    MachineDef,
+    Row,
+    Runner,
+    Step,
+    load_machine,
+    shipped_machines,
+    step,
+)
 
-MACHINES = ("turn", "operation", "navigation")
+MACHINES = shipped_machines()
 
 
 def _field_strategy(name: str, kind: object) -> st.SearchStrategy[object]:
     if kind == "bool":
         return st.booleans()
+    if kind == "str":
+        return st.sampled_from(["", "length"])
     if name in ("delay_ms", "max_delay_ms"):
         # Cluster around the 30 s limit so both sides of delay_within_limit are drawn.
         return st.sampled_from([0, 1_000, 29_999, 30_000, 30_001, 60_000])
     return st.integers(min_value=0, max_value=4)
 
 
-facts_strategy = st.builds(
-    Facts, **{f.name: _field_strategy(f.name, f.type) for f in fields(Facts)}
-)
+def facts_strategy(machine: str) -> st.SearchStrategy[Facts]:
+    """Every field of ``machine``'s own facts record, drawn at random."""
+    record = GUARDS[machine].facts
+    drawn: st.SearchStrategy[Facts] = st.builds(
+        record, **{f.name: _field_strategy(f.name, f.type) for f in fields(record)}
+    )
+    return drawn
 
 
 def oracle(defn: MachineDef, state: str, event: str, facts: Facts) -> Row | None:
@@ -41,8 +56,9 @@ def oracle(defn: MachineDef, state: str, event: str, facts: Facts) -> Row | None
     for row in defn.rows:
         if row.event != event or state not in row.sources:
             continue
-        if all(GUARDS[g](facts) for g in row.guards) and not any(
-            GUARDS[g](facts) for g in row.unless
+        guards = GUARDS[defn.name]
+        if all(guards[g](facts) for g in row.guards) and not any(
+            guards[g](facts) for g in row.unless
         ):
             return row
     return None
@@ -108,9 +124,12 @@ def check_one(pool: Pool, state: str, event: str, facts: Facts) -> None:
 
 @pytest.mark.parametrize("name", MACHINES)
 @settings(max_examples=20, deadline=None)
-@given(facts=facts_strategy)
-def test_every_state_and_event_is_a_listed_move_or_a_refusal(name: str, facts: Facts) -> None:
+@given(data=st.data())
+def test_every_state_and_event_is_a_listed_move_or_a_refusal(
+    name: str, data: st.DataObject
+) -> None:
     pool = POOLS[name]
+    facts = data.draw(facts_strategy(name))
     for state in pool.defn.states:
         for event in pool.defn.events:
             check_one(pool, state, event, facts)
@@ -125,7 +144,7 @@ def test_random_walks_stay_on_the_table(name: str, data: st.DataObject) -> None:
     log: list[Step] = []
     runner.subscribe(log.append)
     moves = data.draw(
-        st.lists(st.tuples(st.sampled_from(defn.events), facts_strategy), max_size=25)
+        st.lists(st.tuples(st.sampled_from(defn.events), facts_strategy(name)), max_size=25)
     )
     for event, facts in moves:
         before = runner.state
@@ -143,25 +162,30 @@ def test_random_walks_stay_on_the_table(name: str, data: st.DataObject) -> None:
     assert all(s.source in defn.states and s.dest in defn.states for s in log)
 
 
-def _random_facts(count: int) -> list[Facts]:
+def _random_facts(machine: str, count: int) -> list[Facts]:
     # Seeded, so the witness search is the same on every run.
     rng = random.Random(4)
 
-    def value(f: Field[Any]) -> bool | int:
+    def value(f: Field[Any]) -> bool | int | str:
         if f.type == "bool":
             return rng.random() < 0.5
+        if f.type == "str":
+            return rng.choice(["", "length"])
         if f.name.endswith("delay_ms"):
             return rng.choice([0, 1, 3, 4, 30_000, 60_000])
         return rng.randint(0, 4)
 
+    record = GUARDS[machine].facts
+
     def one() -> Facts:
-        values: dict[str, Any] = {f.name: value(f) for f in fields(Facts)}
-        return Facts(**values)
+        values: dict[str, Any] = {f.name: value(f) for f in fields(record)}
+        made: Facts = record(**values)
+        return made
 
     return [one() for _ in range(count)]
 
 
-WITNESSES = _random_facts(2_000)
+WITNESSES = {name: _random_facts(name, 2_000) for name in MACHINES}
 
 
 @pytest.mark.parametrize("name", MACHINES)
@@ -170,6 +194,6 @@ def test_every_row_can_fire_for_some_facts(name: str) -> None:
     defn = load_machine(name)
     for row in defn.rows:
         for source in row.sources:
-            assert any(oracle(defn, source, row.event, facts) == row for facts in WITNESSES), (
-                f"row #{row.index + 1} ({source} -{row.event}->) never fires"
-            )
+            assert any(
+                oracle(defn, source, row.event, facts) == row for facts in WITNESSES[name]
+            ), f"row #{row.index + 1} ({source} -{row.event}->) never fires"

@@ -3,11 +3,18 @@
 import pytest
 
 from orchestrator._core.errors import TransitionError
-from orchestrator._lifecycle.guards import EFFECTS, GUARDS, Facts
+from orchestrator._lifecycle.guards import (
+    EFFECTS,
+    GUARDS,
+    NO_NAVIGATION_FACTS,
+    NO_TURN_FACTS,
+    NavigationFacts,
+    OperationFacts,
+    SessionFacts,
+    TurnFacts,
+)
 from orchestrator._lifecycle.machine import Runner, load_machine, shipped_machines
 from orchestrator._lifecycle.render import guard_label, render_mermaid
-
-NO = Facts()
 
 
 def runner(name: str, state: str | None = None) -> Runner:
@@ -24,41 +31,41 @@ def test_the_four_machines_ship() -> None:
 def test_threshold_path_prunes_compacts_and_auto_continues_once() -> None:
     turn = runner("turn")
     assert turn.fire("user_prompt").effects == ("start_turn", "call_agent")
-    over = Facts(over_threshold=True)
+    over = TurnFacts(over_threshold=True)
     # A reply ends any retry streak (D21): the row says so, not the agent's effect.
     assert turn.fire("agent_done", over).effects == ("end_retry_streak", "prune_tool_outputs")
     assert turn.state == "pruning"
     assert turn.fire("pruned", over).effects == ("start_threshold_compaction",)
     assert turn.state == "compacting"
-    done = turn.fire("compaction_done", Facts(auto_continue=True))
+    done = turn.fire("compaction_done", TurnFacts(auto_continue=True))
     assert (done.dest, done.effects) == (
         "continuing",
         ("emit_compaction_end", "append_continue_message", "resume_turn"),  # D20
     )
     assert turn.fire("resume").effects == ("call_agent",)
     # D19: still over the threshold in the same turn, but no second automatic compaction.
-    again = turn.fire("agent_done", Facts(over_threshold=True, auto_compactions=1))
+    again = turn.fire("agent_done", TurnFacts(over_threshold=True, auto_compactions=1))
     assert (again.dest, again.effects) == ("idle", ("end_retry_streak",))
 
 
 def test_under_the_threshold_the_turn_just_ends() -> None:
     turn = runner("turn", "running")
-    assert turn.fire("agent_done", NO).dest == "idle"
+    assert turn.fire("agent_done", NO_TURN_FACTS).dest == "idle"
 
 
 def test_pruning_alone_can_be_enough() -> None:
     turn = runner("turn", "pruning")
-    assert turn.fire("pruned", Facts(over_threshold=False)).dest == "idle"
+    assert turn.fire("pruned", TurnFacts(over_threshold=False)).dest == "idle"
 
 
 def test_threshold_compaction_without_auto_continue_ends_the_turn() -> None:
     turn = runner("turn", "compacting")
-    step = turn.fire("compaction_done", Facts(auto_continue=False))
+    step = turn.fire("compaction_done", TurnFacts(auto_continue=False))
     assert (step.dest, step.effects) == ("idle", ("emit_compaction_end",))
 
 
 def test_compaction_disabled_means_no_automatic_path() -> None:
-    off = Facts(compaction_enabled=False, over_threshold=True, context_full=True)
+    off = TurnFacts(compaction_enabled=False, over_threshold=True, context_full=True)
     for event, effects in (
         ("agent_done", ("end_retry_streak",)),
         ("overflow", ()),
@@ -72,38 +79,38 @@ def test_compaction_disabled_means_no_automatic_path() -> None:
 def test_overflow_recovers_once_then_fails() -> None:
     turn = runner("turn")
     turn.fire("user_prompt")
-    first = turn.fire("overflow", NO)
+    first = turn.fire("overflow", NO_TURN_FACTS)
     assert (first.dest, first.effects) == (
         "compacting",
         ("omit_failed_attempt", "start_overflow_compaction"),
     )
-    retry = turn.fire("compaction_done", Facts(will_retry=True, auto_continue=False))
+    retry = turn.fire("compaction_done", TurnFacts(will_retry=True, auto_continue=False))
     assert (retry.dest, retry.effects) == ("continuing", ("emit_compaction_end", "resume_turn"))
     turn.fire("resume")
-    second = turn.fire("overflow", Facts(overflow_attempted=True))
+    second = turn.fire("overflow", TurnFacts(overflow_attempted=True))
     assert (second.dest, second.effects) == ("idle", ("emit_overflow_failed",))
 
 
 def test_a_length_stop_with_a_full_context_is_an_overflow() -> None:
     turn = runner("turn", "running")
-    step = turn.fire("reply_truncated", Facts(context_full=True))
+    step = turn.fire("reply_truncated", TurnFacts(context_full=True))
     assert step.effects == ("end_retry_streak", "omit_failed_attempt", "start_overflow_compaction")
     turn = runner("turn", "running")
-    step = turn.fire("reply_truncated", Facts(context_full=True, overflow_attempted=True))
+    step = turn.fire("reply_truncated", TurnFacts(context_full=True, overflow_attempted=True))
     assert (step.dest, step.effects) == ("idle", ("end_retry_streak", "emit_overflow_failed"))
 
 
 def test_a_length_stop_without_a_full_context_is_a_plain_reply() -> None:
     turn = runner("turn", "running")
-    assert turn.fire("reply_truncated", NO).dest == "idle"
+    assert turn.fire("reply_truncated", NO_TURN_FACTS).dest == "idle"
     turn = runner("turn", "running")
-    assert turn.fire("reply_truncated", Facts(over_threshold=True)).dest == "pruning"
+    assert turn.fire("reply_truncated", TurnFacts(over_threshold=True)).dest == "pruning"
 
 
 def test_failed_compactions_say_which_kind_failed() -> None:
-    overflow = runner("turn", "compacting").fire("compaction_failed", Facts(will_retry=True))
+    overflow = runner("turn", "compacting").fire("compaction_failed", TurnFacts(will_retry=True))
     assert overflow.effects == ("emit_recovery_failed",)
-    threshold = runner("turn", "compacting").fire("compaction_failed", NO)
+    threshold = runner("turn", "compacting").fire("compaction_failed", NO_TURN_FACTS)
     assert threshold.effects == ("emit_compaction_failed",)
     for event in ("compaction_cancelled", "compaction_skipped"):
         assert runner("turn", "compacting").fire(event).dest == "idle"
@@ -111,15 +118,15 @@ def test_failed_compactions_say_which_kind_failed() -> None:
 
 def test_transient_errors_retry_until_the_budget_runs_out() -> None:
     turn = runner("turn", "running")
-    wait = turn.fire("transient_error", Facts(retry_attempt=0, max_retries=2))
+    wait = turn.fire("transient_error", TurnFacts(retry_attempt=0, max_retries=2))
     assert (wait.dest, wait.effects) == (
         "retrying",
         ("emit_retry_start", "omit_failed_attempt", "sleep_retry"),
     )
     assert turn.fire("retry_wait_done").effects == ("call_agent",)
-    turn.fire("transient_error", Facts(retry_attempt=1, max_retries=2))
+    turn.fire("transient_error", TurnFacts(retry_attempt=1, max_retries=2))
     turn.fire("retry_wait_done")
-    out = turn.fire("transient_error", Facts(retry_attempt=2, max_retries=2))
+    out = turn.fire("transient_error", TurnFacts(retry_attempt=2, max_retries=2))
     assert (out.dest, out.effects) == ("idle", ("emit_retry_end",))
 
 
@@ -156,7 +163,7 @@ def test_manual_compaction_stops_work_first_and_never_resumes(
     assert (step.dest, step.effects) == ("manual_compacting", (*stop, "start_manual_compaction"))
     for event in ("compaction_done", "compaction_skipped", "compaction_failed"):
         manual = runner("turn", "manual_compacting")
-        end = manual.fire(event, Facts(will_retry=True, auto_continue=True))
+        end = manual.fire(event, TurnFacts(will_retry=True, auto_continue=True))
         # D22: no resume, and a manual compaction emits no auto_compaction events (as in pi).
         assert (end.dest, end.effects) == ("idle", ("report_manual_result",))
 
@@ -180,7 +187,7 @@ def test_closing_is_final() -> None:
 
 def test_operation_happy_path_commits_one_entry() -> None:
     op = runner("operation")
-    assert op.fire("prepared", Facts(has_work=True)).effects == ("run_hooks",)
+    assert op.fire("prepared", OperationFacts(has_work=True)).effects == ("run_hooks",)
     assert op.fire("hooks_done").effects == ("call_model",)
     assert op.fire("summary_ready").effects == ("append_entry",)
     assert op.fire("entry_appended").effects == ("rebuild_context", "emit_result")
@@ -190,7 +197,7 @@ def test_operation_happy_path_commits_one_entry() -> None:
 
 def test_nothing_to_compact_is_skipped_without_a_model_call() -> None:
     op = runner("operation")
-    step = op.fire("prepared", Facts(has_work=False))
+    step = op.fire("prepared", OperationFacts(has_work=False))
     assert (step.dest, step.effects) == ("skipped", ("emit_result",))
 
 
@@ -202,34 +209,36 @@ def test_hooks_can_cancel_or_supply_the_result() -> None:
 
 def test_candidates_and_retries() -> None:
     op = runner("operation", "summarizing")
-    short = Facts(retryable=True, retry_attempt=0, delay_ms=2_000, more_candidates=True)
+    short = OperationFacts(retryable=True, retry_attempt=0, delay_ms=2_000, more_candidates=True)
     assert op.fire("attempt_failed", short).dest == "waiting_retry"
     assert op.fire("wait_done").effects == ("call_model",)
-    long = Facts(retryable=True, retry_attempt=1, delay_ms=60_000, more_candidates=True)
+    long = OperationFacts(retryable=True, retry_attempt=1, delay_ms=60_000, more_candidates=True)
     switch = op.fire("attempt_failed", long)
     assert (switch.dest, switch.effects) == ("summarizing", ("next_candidate", "call_model"))
-    last = Facts(retryable=True, retry_attempt=0, delay_ms=60_000, more_candidates=False)
+    last = OperationFacts(retryable=True, retry_attempt=0, delay_ms=60_000, more_candidates=False)
     assert op.fire("attempt_failed", last).dest == "waiting_retry"
     op.fire("wait_done")
-    spent = Facts(retryable=True, retry_attempt=3, max_retries=3, more_candidates=False)
+    spent = OperationFacts(retryable=True, retry_attempt=3, max_retries=3, more_candidates=False)
     assert op.fire("attempt_failed", spent).dest == "failed"
 
 
 def test_a_fatal_error_moves_on_to_the_next_candidate() -> None:
     op = runner("operation", "summarizing")
-    assert op.fire("attempt_failed", Facts(retryable=False, more_candidates=True)).effects == (
+    assert op.fire(
+        "attempt_failed", OperationFacts(retryable=False, more_candidates=True)
+    ).effects == (
         "next_candidate",
         "call_model",
     )
-    assert op.fire("attempt_failed", Facts(retryable=False)).dest == "failed"
+    assert op.fire("attempt_failed", OperationFacts(retryable=False)).dest == "failed"
 
 
 def test_summarizer_overflow_halves_three_times_then_fails() -> None:
     op = runner("operation", "summarizing")
     for attempts in range(3):
-        step = op.fire("summary_overflow", Facts(shrink_attempts=attempts))
+        step = op.fire("summary_overflow", OperationFacts(shrink_attempts=attempts))
         assert step.effects == ("shrink_request", "call_model")
-    assert op.fire("summary_overflow", Facts(shrink_attempts=3)).dest == "failed"
+    assert op.fire("summary_overflow", OperationFacts(shrink_attempts=3)).dest == "failed"
 
 
 @pytest.mark.parametrize("state", ["preparing", "consulting_hooks", "summarizing", "waiting_retry"])
@@ -249,9 +258,9 @@ def test_a_half_done_operation_settles_on_reopen_without_a_model_call() -> None:
     for state in ("preparing", "consulting_hooks", "summarizing", "waiting_retry"):
         step = runner("operation", state).fire("reopened")
         assert (step.dest, step.effects) == ("cancelled", ())
-    assert runner("operation", "committing").fire("reopened", Facts(entry_present=True)).dest == (
-        "committed"
-    )
+    assert runner("operation", "committing").fire(
+        "reopened", OperationFacts(entry_present=True)
+    ).dest == ("committed")
     assert runner("operation", "committing").fire("reopened").dest == "failed"
 
 
@@ -260,7 +269,7 @@ def test_a_half_done_operation_settles_on_reopen_without_a_model_call() -> None:
 
 def test_navigating_to_the_current_leaf_does_nothing() -> None:
     nav = runner("navigation")
-    step = nav.fire("navigate", Facts(same_position=True))
+    step = nav.fire("navigate", NavigationFacts(same_position=True))
     assert (step.dest, step.effects) == ("done", ())
 
 
@@ -268,16 +277,16 @@ def test_navigation_without_a_summary() -> None:
     nav = runner("navigation")
     assert nav.fire("navigate").effects == ("collect_entries",)
     assert nav.fire("collected").effects == ("run_hooks",)
-    assert nav.fire("hooks_done", Facts(wants_summary=False, has_entries=True)).effects == (
-        "switch_leaf",
-    )
+    assert nav.fire(
+        "hooks_done", NavigationFacts(wants_summary=False, has_entries=True)
+    ).effects == ("switch_leaf",)
     assert nav.fire("switched").effects == ("rebuild_context", "emit_session_tree")
     assert nav.state == "done"
 
 
 def test_navigation_with_a_summary() -> None:
     nav = runner("navigation", "consulting_hooks")
-    wants = Facts(wants_summary=True, has_entries=True)
+    wants = NavigationFacts(wants_summary=True, has_entries=True)
     assert nav.fire("hooks_done", wants).effects == ("start_summary",)
     step = nav.fire("summary_committed")
     assert (step.dest, step.effects) == ("done", ("rebuild_context", "emit_session_tree"))
@@ -285,7 +294,7 @@ def test_navigation_with_a_summary() -> None:
 
 def test_a_summary_of_nothing_is_a_plain_move() -> None:
     nav = runner("navigation", "consulting_hooks")
-    assert nav.fire("hooks_done", Facts(wants_summary=True, has_entries=False)).dest == (
+    assert nav.fire("hooks_done", NavigationFacts(wants_summary=True, has_entries=False)).dest == (
         "switching_leaf"
     )
     assert runner("navigation", "summarizing").fire("summary_skipped").effects == ("switch_leaf",)
@@ -293,10 +302,10 @@ def test_a_summary_of_nothing_is_a_plain_move() -> None:
 
 def test_a_hook_summary_is_used_only_when_asked_for() -> None:
     asked = runner("navigation", "consulting_hooks").fire(
-        "hook_supplied", Facts(wants_summary=True)
+        "hook_supplied", NavigationFacts(wants_summary=True)
     )
     assert asked.effects == ("switch_leaf_with_summary",)
-    unasked = runner("navigation", "consulting_hooks").fire("hook_supplied", NO)
+    unasked = runner("navigation", "consulting_hooks").fire("hook_supplied", NO_NAVIGATION_FACTS)
     assert unasked.effects == ("switch_leaf",)
 
 
@@ -336,11 +345,23 @@ def test_every_registered_effect_is_used_by_its_table(name: str) -> None:
     assert used == set(EFFECTS[name])
 
 
-def test_every_registered_guard_is_used_by_some_table() -> None:
-    used = {
-        guard
-        for name in shipped_machines()
-        for row in load_machine(name).rows
-        for guard in (*row.guards, *row.unless)
-    }
-    assert used == set(GUARDS)
+@pytest.mark.parametrize("name", shipped_machines())
+def test_every_registered_guard_is_used_by_its_table(name: str) -> None:
+    used = {guard for row in load_machine(name).rows for guard in (*row.guards, *row.unless)}
+    assert used == set(GUARDS[name])
+    assert load_machine(name).guards is GUARDS[name]
+
+
+def test_every_machine_has_its_own_guard_registry() -> None:
+    assert set(GUARDS) == set(shipped_machines()) == set(EFFECTS)
+    for name, registry in GUARDS.items():
+        assert registry.machine == name
+        assert len(registry) == len(set(registry)) > 0
+    assert GUARDS["session"].facts is SessionFacts
+    assert repr(GUARDS["navigation"]) == (
+        "GuardSet('navigation', NavigationFacts, "
+        "['has_entries', 'same_position', 'turn_running', 'wants_summary'])"
+    )
+    # A name two machines share reads each machine's own record.
+    assert GUARDS["turn"]["retries_left"](TurnFacts(retry_attempt=2, max_retries=2)) is False
+    assert GUARDS["operation"]["retries_left"](OperationFacts(retry_attempt=1, max_retries=2))

@@ -27,7 +27,7 @@ from orchestrator._core.entries import Message
 from orchestrator._core.errors import SessionError, TransitionError
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._core.resources import data_dir
-from orchestrator._lifecycle.guards import GUARDS, Facts
+from orchestrator._lifecycle.guards import NavigationFacts
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine, step
 from orchestrator._runtime.agent import AgentInput
@@ -55,7 +55,7 @@ def nav_table(edit: Callable[[Rows], None] | None = None) -> MachineDef:
     text = (data_dir("machines") / "navigation.toml").read_text(encoding="utf-8")
     data = tomllib.loads(text)
     edit(data["transitions"])
-    return build(data, source="modified navigation.toml", guards=GUARDS, effects=None)
+    return build(data, source="modified navigation.toml", guards=None, effects=None)
 
 
 def row(rows: Rows, source: str, event: str, dest: str, guard: str | None = None) -> int:
@@ -480,7 +480,7 @@ async def test_nothing_happens_outside_the_navigation_table() -> None:
     state = table.initial
     for record in records:
         assert record.source == (table.initial if state in table.final else state)
-        taken = step(table, record.source, record.event, Facts(**record.data["facts"]))
+        taken = step(table, record.source, record.event, NavigationFacts(**record.data["facts"]))
         assert (taken.dest, taken.effects) == (record.dest, record.effects)
         state = taken.dest
     assert state in table.final

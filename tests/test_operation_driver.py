@@ -16,7 +16,7 @@ from trio.testing import MockClock
 
 from orchestrator._core.errors import ConflictError, ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import load_machine, step
 from orchestrator._rpc.protocol import error_for
 from orchestrator._runtime.operation.retry import RetryPolicy
@@ -177,7 +177,9 @@ async def test_nothing_happens_outside_the_operation_table() -> None:
     assert records
     table = load_machine("operation")
     for record in records:
-        taken = step(table, record.source, record.event, Facts(**record.data.get("facts", {})))
+        taken = step(
+            table, record.source, record.event, OperationFacts(**record.data.get("facts", {}))
+        )
         assert (taken.dest, taken.effects) == (record.dest, record.effects)
 
 

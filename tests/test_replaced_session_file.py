@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import AgentSession, SummaryRoutes
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._store.journal import Journal
 from orchestrator._store.settle import Settlement, settle_unfinished_operations
@@ -53,7 +53,7 @@ def left_open(path: Path, session_id: str | None, events: list[str], **data: obj
 
     runner.subscribe(observe)
     for event in events:
-        runner.fire(event, Facts(has_work=True))
+        runner.fire(event, OperationFacts(has_work=True))
     journal.close()
 
 

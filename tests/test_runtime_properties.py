@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from orchestrator._core.errors import Cancelled, ModelError
 from orchestrator._core.model import ModelResponse
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import load_machine, step
 from orchestrator._store.memory import MemoryStore
 from orchestrator._store.session import Session
@@ -181,7 +181,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         table = load_machine("turn")
         for record in self.kit.journal.records():
             if record.machine == "turn":
-                facts = Facts(**record.data["facts"])
+                facts = TurnFacts(**record.data["facts"])
                 taken = step(table, record.source, record.event, facts)
                 assert (taken.dest, taken.effects) == (record.dest, record.effects), record
 

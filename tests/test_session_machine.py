@@ -26,7 +26,7 @@ from orchestrator._lifecycle.admission import (
     REFUSALS,
     admit,
 )
-from orchestrator._lifecycle.guards import EFFECTS, GUARDS, Facts
+from orchestrator._lifecycle.guards import EFFECTS, SessionFacts
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._lifecycle.names import SessionEvent
@@ -50,10 +50,12 @@ def table(edit: Callable[[Rows], None]) -> MachineDef:
     """A copy of the shipped session table with ``edit`` applied to its rows."""
     data = tomllib.loads((data_dir("machines") / "session.toml").read_text(encoding="utf-8"))
     edit(data["transitions"])
-    return build(data, source="modified session.toml", guards=GUARDS, effects=None)
+    return build(data, source="modified session.toml", guards=None, effects=None)
 
 
-def refusal(request: SessionEvent, facts: Facts, defn: MachineDef | None = None) -> str | None:
+def refusal(
+    request: SessionEvent, facts: SessionFacts, defn: MachineDef | None = None
+) -> str | None:
     try:
         admit(request, facts, table=defn, method="summary.compact", path="s.jsonl")
     except BusyError as refused:
@@ -62,8 +64,8 @@ def refusal(request: SessionEvent, facts: Facts, defn: MachineDef | None = None)
 
 
 def test_the_shipped_table_refuses_what_the_servers_refused() -> None:
-    turn, nav = Facts(turn_running=True), Facts(navigation_running=True)
-    manual = Facts(turn_running=True, compaction_running=True)
+    turn, nav = SessionFacts(turn_running=True), SessionFacts(navigation_running=True)
+    manual = SessionFacts(turn_running=True, compaction_running=True)
     assert refusal(SessionEvent.PROMPT, turn) is None  # queued by the turn table
     assert refusal(SessionEvent.PROMPT, nav) == PROMPT_WHILE_NAVIGATING
     assert refusal(SessionEvent.COMPACT, turn) is None  # stops the turn (D22)
@@ -71,16 +73,16 @@ def test_the_shipped_table_refuses_what_the_servers_refused() -> None:
     assert refusal(SessionEvent.COMPACT, nav) == COMPACT_WHILE_NAVIGATING
     assert refusal(SessionEvent.NAVIGATE, turn) == NAVIGATE_WHILE_WORKING
     assert refusal(SessionEvent.NAVIGATE, nav) == BUSY_NAVIGATING
-    assert refusal(SessionEvent.NAVIGATE, Facts()) is None
-    for facts in (turn, nav, manual, Facts()):
+    assert refusal(SessionEvent.NAVIGATE, SessionFacts()) is None
+    for facts in (turn, nav, manual, SessionFacts()):
         assert refusal(SessionEvent.FORK, facts) is None
-    for facts in (turn, nav, Facts(compaction_running=True)):
+    for facts in (turn, nav, SessionFacts(compaction_running=True)):
         assert refusal(SessionEvent.CLOSE, facts) == CLOSE_WHILE_BUSY
-    assert refusal(SessionEvent.CLOSE, Facts()) is None
-    assert refusal(SessionEvent.HOSTED, Facts(session_open=True)) == HOSTED_ON_OPEN_SESSION.format(
-        method="summary.compact", path="s.jsonl"
-    )
-    assert refusal(SessionEvent.HOSTED, Facts()) is None
+    assert refusal(SessionEvent.CLOSE, SessionFacts()) is None
+    assert refusal(
+        SessionEvent.HOSTED, SessionFacts(session_open=True)
+    ) == HOSTED_ON_OPEN_SESSION.format(method="summary.compact", path="s.jsonl")
+    assert refusal(SessionEvent.HOSTED, SessionFacts()) is None
 
 
 def test_every_refusal_effect_has_its_words_and_every_event_its_rows() -> None:
@@ -94,7 +96,7 @@ def test_without_a_refusal_row_the_request_is_admitted() -> None:
     def drop_second_compaction(rows: Rows) -> None:
         rows[:] = [r for r in rows if r.get("guards") != ["compaction_running"]]
 
-    manual = Facts(turn_running=True, compaction_running=True)
+    manual = SessionFacts(turn_running=True, compaction_running=True)
     assert refusal(SessionEvent.COMPACT, manual) == BUSY_COMPACTING
     assert refusal(SessionEvent.COMPACT, manual, table(drop_second_compaction)) is None
 
@@ -156,7 +158,7 @@ def test_a_refusal_row_without_words_still_refuses() -> None:
             if row["event"] == "compact" and row["dest"] == "refused":
                 row.pop("effects", None)
 
-    manual = Facts(turn_running=True, compaction_running=True)
+    manual = SessionFacts(turn_running=True, compaction_running=True)
     assert refusal(SessionEvent.COMPACT, manual, table(silent)) == "compact: refused"
 
 

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from orchestrator._core.errors import DefinitionError
-from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import load_machine, step
 from orchestrator._sim.scenario import load_scenario
 from orchestrator._sim.simulate import simulate
@@ -50,7 +49,7 @@ def test_recorded_trace_replays_through_the_tables(scenario: Path) -> None:
     for t in transitions(TRACES / f"{scenario.stem}.jsonl"):
         defn = load_machine(t["machine"])
         if "facts" in t:
-            taken = step(defn, t["from"], t["trigger"], Facts(**json.loads(t["facts"])))
+            taken = step(defn, t["from"], t["trigger"], defn.guards.facts(**json.loads(t["facts"])))
             assert taken.dest == t["to"], t
             assert list(taken.effects) == list(t["effects"]), t
         else:  # a settlement on reopen: the table must list that move

@@ -24,7 +24,6 @@ from orchestrator._core.summary_request import (
     turn_prefix_request,
 )
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._lifecycle.guards import GUARDS
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._models.offline import OfflineSummarizer, summarize
@@ -218,7 +217,7 @@ def table(edit: Callable[[Rows], None] | None = None) -> MachineDef:
         return load_machine("operation")
     data = tomllib.loads((data_dir("machines") / "operation.toml").read_text(encoding="utf-8"))
     edit(data["transitions"])
-    return build(data, source="modified operation.toml", guards=GUARDS, effects=None)
+    return build(data, source="modified operation.toml", guards=None, effects=None)
 
 
 def drop(event: str, effect: str) -> Callable[[Rows], None]:

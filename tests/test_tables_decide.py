@@ -17,7 +17,6 @@ import pytest
 from orchestrator._core.errors import DefinitionError, ModelError, TransitionError
 from orchestrator._core.resources import data_dir
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._lifecycle.guards import GUARDS
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._runtime.driver import check_effects
@@ -45,7 +44,7 @@ def table(name: str, edit: Callable[[Rows], None] | None = None) -> MachineDef:
         return load_machine(name)
     data = tomllib.loads((data_dir("machines") / f"{name}.toml").read_text(encoding="utf-8"))
     edit(data["transitions"])
-    return build(data, source=f"modified {name}.toml", guards=GUARDS, effects=None)
+    return build(data, source=f"modified {name}.toml", guards=None, effects=None)
 
 
 def index(rows: Rows, source: str, event: str, dest: str) -> int:

@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode, get_current_span
 
 from orchestrator._core.errors import Cancelled, ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
 from orchestrator._telemetry.export import (
     JsonLinesSpanExporter,
@@ -90,7 +90,7 @@ def compaction_story(tracer: LifecycleTracer) -> None:
     with tracer.turn_span("session-1", 3):
         turn.fire("user_prompt")
         with tracer.operation_span("compaction", "op-1", "threshold") as op:
-            operation.fire("prepared", Facts(has_work=True))
+            operation.fire("prepared", OperationFacts(has_work=True))
             operation.fire("hooks_done")
             with tracer.model_span(SUMMARY, "anthropic/claude") as call:
                 call.record_response(

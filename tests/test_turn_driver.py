@@ -25,7 +25,7 @@ from orchestrator._core.entries import Message
 from orchestrator._core.errors import Cancelled, SessionError, SessionLockedError, TransitionError
 from orchestrator._core.resources import data_dir
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._lifecycle.guards import GUARDS, Facts
+from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine, step
 from orchestrator._runtime.agent import AgentInput
@@ -57,7 +57,7 @@ def turn_table(edit: Callable[[Rows], None] | None = None) -> MachineDef:
         return load_machine("turn")
     data = tomllib.loads((data_dir("machines") / "turn.toml").read_text(encoding="utf-8"))
     edit(data["transitions"])
-    return build(data, source="modified turn.toml", guards=GUARDS, effects=None)
+    return build(data, source="modified turn.toml", guards=None, effects=None)
 
 
 def row(rows: Rows, source: str, event: str, dest: str, guard: str | None = None) -> int:
@@ -512,7 +512,7 @@ async def test_nothing_happens_outside_the_turn_table() -> None:
     ]
     table = load_machine("turn")
     for record in records:
-        taken = step(table, record.source, record.event, Facts(**record.data["facts"]))
+        taken = step(table, record.source, record.event, TurnFacts(**record.data["facts"]))
         assert (taken.dest, taken.effects) == (record.dest, record.effects)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._core.errors import OrchestratorError
+from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.turn.replies import Verdict
 
@@ -103,7 +104,7 @@ class CompressResult:
     """
 
     operation_id: str
-    status: str
+    status: OperationState
     reason: str | None = None
     error: str | None = None
     error_kind: str | None = None

@@ -154,7 +154,7 @@ class TableFlow(ABC):
                 if self._interrupts:
                     pending = self._interrupts.pop(0)
                     if self.defn.rows_for(self.state, pending):
-                        event, facts, data = pending, Facts(), NO_DATA
+                        event, facts, data = pending, self.defn.guards.facts(), NO_DATA
                         break
                 if report is not None:
                     event, facts, data = self._translate(name, report)

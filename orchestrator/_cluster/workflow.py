@@ -76,9 +76,15 @@ with workflow.unsafe.imports_passed_through():
     from orchestrator._cluster.turn.flow import NEVER_RAN, ManualCompaction, TurnFlow
     from orchestrator._core.errors import BusyError
     from orchestrator._lifecycle.admission import admit
-    from orchestrator._lifecycle.guards import Facts
+    from orchestrator._lifecycle.guards import SessionFacts
     from orchestrator._lifecycle.machine import load_machine
-    from orchestrator._lifecycle.names import NavigationEvent, SessionEvent, TurnEvent, TurnState
+    from orchestrator._lifecycle.names import (
+        NavigationEvent,
+        OperationState,
+        SessionEvent,
+        TurnEvent,
+        TurnState,
+    )
 
 TURN_PATCH = "turn-table"
 """The patch that routes ``compress`` through the turn table (older histories did not)."""
@@ -112,19 +118,19 @@ class SessionWorkflow:
         """A compaction or a turn runs: the navigation table's ``turn_running`` fact."""
         return self._busy or (self._turn is not None and self._turn.running)
 
-    def _facts(self) -> Facts:
+    def _facts(self) -> SessionFacts:
         """What runs in this session, as the session machine's guards read it."""
         turn = self._turn
         manual = turn is not None and (
             turn.manual is not None or turn.state == TurnState.MANUAL_COMPACTING
         )
-        return Facts(
+        return SessionFacts(
             turn_running=self._turn_running(),
             compaction_running=self._busy or manual,
             navigation_running=self._navigation is not None,
         )
 
-    def _admit(self, request: SessionEvent, facts: Facts | None = None) -> None:
+    def _admit(self, request: SessionEvent, facts: SessionFacts | None = None) -> None:
         """Step the session table (``machines/session.toml``); a refusal fails the update."""
         try:
             admit(request, facts or self._facts(), table=load_machine("session"))
@@ -270,7 +276,7 @@ class SessionWorkflow:
             turn.policy = policy
             await turn.run(TurnEvent.MANUAL_COMPACT)
         outcome = manual.outcome or CompressResult(
-            operation_id="", status="cancelled", reason=NEVER_RAN
+            operation_id="", status=OperationState.CANCELLED, reason=NEVER_RAN
         )
         # The run's events so far: the server sends those it has not sent before the answer.
         return dataclasses.replace(
@@ -291,7 +297,9 @@ class SessionWorkflow:
         """
         # Two in the same workflow task: the second is refused here (no await since the check).
         # A turn that runs is the navigation table's refusal (its turn_running row), as before.
-        self._admit(SessionEvent.NAVIGATE, Facts(navigation_running=self._navigation is not None))
+        self._admit(
+            SessionEvent.NAVIGATE, SessionFacts(navigation_running=self._navigation is not None)
+        )
         nav = Nav(
             session_id=workflow.info().workflow_id,
             navigation_id=workflow.uuid4().hex[:12],

@@ -1,11 +1,12 @@
 """The session machine (``machines/session.toml``): which operations may run together.
 
-Each request to a session (a prompt, a manual compaction, a navigation, a fork, a hosted pi
-summary, closing) steps the table once from ``asked``, with :class:`Facts` saying what already
-runs there. An ``admitted`` request goes to its own machine; a ``refused`` one raises
-:class:`~orchestrator._core.errors.BusyError` with the words its refusal effect names (the
-JSON-RPC server answers ``-32001`` by that type). Both hosts decide here: the one-process server
-from what its sessions run, the session workflow from what it hosts.
+Each request to a session (a prompt, a manual compaction, a navigation, a fork, a hosted pi summary,
+closing) steps the table once from ``asked``, with
+:class:`~orchestrator._lifecycle.guards.SessionFacts` saying what already runs there. An
+``admitted`` request goes to its own machine; a ``refused`` one raises
+:class:`~orchestrator._core.errors.BusyError` with the words its refusal effect names (the JSON-RPC
+server answers ``-32001`` by that type). Both hosts decide here: the one-process server from what
+its sessions run, the session workflow from what it hosts.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from orchestrator._core.errors import BusyError
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import SessionFacts
 from orchestrator._lifecycle.load import MachineDef
 from orchestrator._lifecycle.machine import load_machine, step
 from orchestrator._lifecycle.names import SessionEvent, SessionState
@@ -47,7 +48,7 @@ REFUSALS: Mapping[str, str] = MappingProxyType(
 
 
 def admit(
-    request: SessionEvent, facts: Facts, *, table: MachineDef | None = None, **words: str
+    request: SessionEvent, facts: SessionFacts, *, table: MachineDef | None = None, **words: str
 ) -> None:
     """Step the session table for ``request``; return when admitted.
 

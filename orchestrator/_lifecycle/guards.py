@@ -4,30 +4,52 @@ A table in ``machines/*.toml`` never holds an expression. Its rows name guards a
 this module is the registry those names resolve against, so a table cannot
 run code we did not write and a typo fails at load instead of at the worst moment.
 
-*Guards* are pure predicates over :class:`Facts`, the frozen record the caller passes with each
-event. They read nothing else: no clock, no file, no session. That keeps the machines
-deterministic, so a recorded trace replays through them, and so they could run unchanged inside a
-durable-workflow engine.
+*Guards* are pure predicates over the frozen facts record the caller passes with each event, one
+record type per machine (:class:`TurnFacts`, :class:`OperationFacts`, :class:`NavigationFacts`,
+:class:`SessionFacts`). They read nothing else: no clock, no file, no session. That keeps the
+machines deterministic, so a recorded trace replays through them, and so they could run unchanged
+inside a durable-workflow engine.
 
 *Effects* are only names here. The engine returns the effect names of the transition it took and
 the runtime driver performs them, in order. Each machine has its own vocabulary, with one line per
 effect saying what the driver is expected to do.
 
-I chose one flat ``Facts`` record for all three machines rather than one per machine: guards are
-tiny, the fields do not collide, and a property test can draw every field at random with
-``hypothesis.strategies.builds(Facts)``. A machine simply ignores the fields it does not use.
+Each machine has its own record and its own guard registry (:data:`GUARDS`, by machine name).
+One flat record for every machine was simpler to write, but it let a driver set a field no guard
+of its machine reads (the fact was silently ignored) and a table name a guard of another machine
+(it would read a default that nothing ever sets). Split, a driver builds only the facts its table
+can read, mypy checks each guard against its machine's fields, the loader refuses a table that
+names another machine's guard, and the engine refuses facts of the wrong machine at the step. Two
+names mean the same thing in two machines and are registered in both (``retries_left`` in the
+turn and the operation, ``turn_running`` in the navigation and the session); each record carries
+its own copy of the fields they read. A property test still draws every field of a record at
+random with ``hypothesis.strategies.builds``.
+
+A field keeps its name in every record that has it, and its default: journals and traces record
+the facts as the fields that differ from the defaults, so a journal written when the record was
+one flat ``Facts`` reads back unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+# D14: halve the summary request at most this many times.
+MAX_SHRINK_ATTEMPTS = 3
+
+# D32: a candidate whose summary the gate refused is asked again once, told why.
+MAX_REFUSALS_PER_CANDIDATE = 1
+
+# D19: at most one automatic compaction per user turn.
+MAX_AUTO_COMPACTIONS_PER_TURN = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Facts:
-    """What the driver knows when it fires an event. Guards read these fields and nothing else.
+class TurnFacts:
+    """What the turn driver knows when it fires an event (``machines/turn.toml``).
 
     Attributes:
         compaction_enabled: Automatic compaction is switched on (D5: ``enabled=false`` turns every
@@ -43,8 +65,28 @@ class Facts:
         max_retries: The retry budget (``retry.maxRetries``).
         will_retry: The compaction in progress was started to retry the turn after an overflow.
         auto_continue: After a threshold compaction, continue with the D20 custom message.
+    """
+
+    compaction_enabled: bool = True
+    over_threshold: bool = False
+    context_full: bool = False
+    overflow_attempted: bool = False
+    auto_compactions: int = 0
+    retry_attempt: int = 0
+    max_retries: int = 3
+    will_retry: bool = False
+    auto_continue: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationFacts:
+    """What the operation driver knows when it fires an event (``machines/operation.toml``).
+
+    Attributes:
         has_work: Preparation found something to compact or summarize (D12).
         retryable: The failed summarizer attempt is a transient error worth retrying (D21).
+        retry_attempt: Retries already made with the current candidate model.
+        max_retries: The retry budget (``retry.maxRetries``).
         delay_ms: The delay the next retry would wait (``baseDelayMs * 2^attempt``, raised to any
             retry-after hint).
         max_delay_ms: Above this delay, move to the next candidate model instead (D21: 30 s).
@@ -57,30 +99,17 @@ class Facts:
             turn prefix of a split turn, the short summary).
         gate_enabled: Summaries are checked before they are committed (D32). Off by default, so
             a journal written before the gate replays through the rows it took.
-        refused_check: The gate check the summary failed (D32), for the journal and the trace.
+        refused_check: The gate check the summary failed (D32). No guard reads it: it rides
+            with the step so the journal and the trace say which check refused.
         refusals: Times the gate already refused this candidate's answer to this request.
         fallback_left: The offline summarizer is configured and not yet asked (D32).
         entry_present: On reopen, the operation's committed entry is already in the file (D24).
-        same_position: The navigation target is the current leaf.
-        wants_summary: The user asked for a branch summary.
-        has_entries: The abandoned branch holds entries to summarize.
-        turn_running: An agent turn (or a manual compaction) is in progress.
-        compaction_running: A manual compaction is in progress (the session machine).
-        navigation_running: A tree navigation is in progress (the session machine).
-        session_open: The server has the session open as its own (the session machine).
     """
 
-    compaction_enabled: bool = True
-    over_threshold: bool = False
-    context_full: bool = False
-    overflow_attempted: bool = False
-    auto_compactions: int = 0
-    retry_attempt: int = 0
-    max_retries: int = 3
-    will_retry: bool = False
-    auto_continue: bool = True
     has_work: bool = True
     retryable: bool = False
+    retry_attempt: int = 0
+    max_retries: int = 3
     delay_ms: int = 0
     max_delay_ms: int = 30_000
     delay_cap_ms: int = 60_000
@@ -93,36 +122,96 @@ class Facts:
     refusals: int = 0
     fallback_left: bool = False
     entry_present: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NavigationFacts:
+    """What the navigation driver knows when it fires an event (``machines/navigation.toml``).
+
+    Attributes:
+        same_position: The navigation target is the current leaf.
+        wants_summary: The user asked for a branch summary.
+        has_entries: The abandoned branch holds entries to summarize.
+        turn_running: An agent turn (or a manual compaction) is in progress.
+    """
+
     same_position: bool = False
     wants_summary: bool = False
     has_entries: bool = False
+    turn_running: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionFacts:
+    """What a host knows when it asks the session machine to admit a request (``session.toml``).
+
+    Attributes:
+        turn_running: An agent turn (or a manual compaction) is in progress.
+        compaction_running: A manual compaction is in progress.
+        navigation_running: A tree navigation is in progress.
+        session_open: The server has the session open as its own.
+    """
+
     turn_running: bool = False
     compaction_running: bool = False
     navigation_running: bool = False
     session_open: bool = False
 
 
-Guard = Callable[[Facts], bool]
+Facts = TurnFacts | OperationFacts | NavigationFacts | SessionFacts
+"""Any machine's facts record (what the engine steps with; a machine takes only its own)."""
 
-# D14: halve the summary request at most this many times.
-MAX_SHRINK_ATTEMPTS = 3
+F = TypeVar("F", TurnFacts, OperationFacts, NavigationFacts, SessionFacts)
 
-# D32: a candidate whose summary the gate refused is asked again once, told why.
-MAX_REFUSALS_PER_CANDIDATE = 1
-
-# D19: at most one automatic compaction per user turn.
-MAX_AUTO_COMPACTIONS_PER_TURN = 1
+Guard = Callable[[Any], bool]
+"""A guard as the engine calls it; each registry below types its guards on its own record."""
 
 
-NO_FACTS = Facts()
-"""The facts of an event whose rows read none (one shared value: a step records no delta)."""
+class GuardSet(Mapping[str, Callable[[F], bool]], Generic[F]):
+    """One machine's guard registry: guard name to predicate, and the facts record they read.
+
+    Args:
+        machine: The machine these guards belong to.
+        facts: The record type its guards read (the engine refuses any other).
+        guards: Guard name to predicate.
+    """
+
+    __slots__ = ("_guards", "facts", "machine")
+    machine: str
+    facts: type[F]
+    _guards: Mapping[str, Callable[[F], bool]]
+
+    def __init__(self, machine: str, facts: type[F], guards: Mapping[str, Callable[[F], bool]]):
+        self.machine = machine
+        self.facts = facts
+        self._guards = MappingProxyType(dict(guards))
+
+    def __getitem__(self, name: str) -> Callable[[F], bool]:
+        return self._guards[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._guards)
+
+    def __len__(self) -> int:
+        return len(self._guards)
+
+    def __repr__(self) -> str:
+        return f"GuardSet({self.machine!r}, {self.facts.__name__}, {sorted(self._guards)})"
 
 
-def _may_auto_compact(facts: Facts) -> bool:
+# The facts of an event whose rows read none: one shared value per record, so a trace or a
+# journal sees at once that there is no delta to record.
+NO_TURN_FACTS = TurnFacts()
+NO_OPERATION_FACTS = OperationFacts()
+NO_NAVIGATION_FACTS = NavigationFacts()
+NO_SESSION_FACTS = SessionFacts()
+
+
+def _may_auto_compact(facts: TurnFacts) -> bool:
     return facts.compaction_enabled and facts.auto_compactions < MAX_AUTO_COMPACTIONS_PER_TURN
 
 
-def _may_recover_overflow(facts: Facts) -> bool:
+def _may_recover_overflow(facts: TurnFacts) -> bool:
     # D18: one overflow recovery per user turn. D19: at most one automatic compaction per turn,
     # whatever its reason; an overflow after this turn's threshold compaction ends the turn with
     # guidance rather than compacting a second time (no compaction loops).
@@ -133,38 +222,80 @@ def _may_recover_overflow(facts: Facts) -> bool:
     )
 
 
-GUARDS: Mapping[str, Guard] = MappingProxyType(
+def _turn_retries_left(f: TurnFacts) -> bool:
+    return f.retry_attempt < f.max_retries
+
+
+def _operation_retries_left(f: OperationFacts) -> bool:
+    return f.retry_attempt < f.max_retries
+
+
+TURN_GUARDS: GuardSet[TurnFacts] = GuardSet(
+    "turn",
+    TurnFacts,
     {
         "auto_continue": lambda f: f.auto_continue,
         "compaction_enabled": lambda f: f.compaction_enabled,
         "context_full": lambda f: f.context_full,
+        "may_auto_compact": _may_auto_compact,
+        "may_recover_overflow": _may_recover_overflow,
+        "over_threshold": lambda f: f.over_threshold,
+        "retries_left": _turn_retries_left,
+        "will_retry": lambda f: f.will_retry,
+    },
+)
+
+OPERATION_GUARDS: GuardSet[OperationFacts] = GuardSet(
+    "operation",
+    OperationFacts,
+    {
         "delay_within_cap": lambda f: f.delay_ms <= f.delay_cap_ms,
         "delay_within_limit": lambda f: f.delay_ms <= f.max_delay_ms,
         "entry_present": lambda f: f.entry_present,
         "fallback_left": lambda f: f.fallback_left,
         "gate_enabled": lambda f: f.gate_enabled,
-        "has_entries": lambda f: f.has_entries,
         "has_work": lambda f: f.has_work,
         "may_ask_again": lambda f: f.refusals < MAX_REFUSALS_PER_CANDIDATE,
-        "may_auto_compact": _may_auto_compact,
-        "may_recover_overflow": _may_recover_overflow,
         "may_shrink": lambda f: f.shrink_attempts < MAX_SHRINK_ATTEMPTS,
         "more_candidates": lambda f: f.more_candidates,
         "more_parts": lambda f: f.more_parts,
         "needs_model": lambda f: f.needs_model,
-        "over_threshold": lambda f: f.over_threshold,
-        "retries_left": lambda f: f.retry_attempt < f.max_retries,
+        "retries_left": _operation_retries_left,
         "retryable": lambda f: f.retryable,
+    },
+)
+
+NAVIGATION_GUARDS: GuardSet[NavigationFacts] = GuardSet(
+    "navigation",
+    NavigationFacts,
+    {
+        "has_entries": lambda f: f.has_entries,
         "same_position": lambda f: f.same_position,
         "turn_running": lambda f: f.turn_running,
+        "wants_summary": lambda f: f.wants_summary,
+    },
+)
+
+SESSION_GUARDS: GuardSet[SessionFacts] = GuardSet(
+    "session",
+    SessionFacts,
+    {
         "compaction_running": lambda f: f.compaction_running,
         "navigation_running": lambda f: f.navigation_running,
         "session_open": lambda f: f.session_open,
-        "wants_summary": lambda f: f.wants_summary,
-        "will_retry": lambda f: f.will_retry,
+        "turn_running": lambda f: f.turn_running,
+    },
+)
+
+GUARDS: Mapping[str, GuardSet[Any]] = MappingProxyType(
+    {
+        "turn": TURN_GUARDS,
+        "operation": OPERATION_GUARDS,
+        "navigation": NAVIGATION_GUARDS,
+        "session": SESSION_GUARDS,
     }
 )
-"""Every guard a table may name, by name."""
+"""Each machine's guard registry, by machine name: the guards its table may name."""
 
 
 _TURN_EFFECTS = {

@@ -3,11 +3,11 @@
 :mod:`orchestrator._lifecycle.machine` steps what this module loads. The checks:
 unknown keys anywhere, an initial state that does not exist, a row naming an undeclared state, a
 state unreachable from the initial one, a trap (a non-final state with no path to a final one), a
-final state with outgoing rows, a guard not in the registry or an effect outside the machine's
-vocabulary, a state or event the code's enums do not know (:mod:`orchestrator._lifecycle.names`),
-a row shadowed by an earlier unguarded row, and names that would collide with what
-``transitions`` adds to its model. Each failure is a ``DefinitionError`` naming the file and the
-rule.
+final state with outgoing rows, a guard not in the machine's own registry (another machine's
+guard is named as such) or an effect outside the machine's vocabulary, a state or event the code's
+enums do not know (:mod:`orchestrator._lifecycle.names`), a row shadowed by an earlier unguarded
+row, and names that would collide with what ``transitions`` adds to its model. Each failure is a
+``DefinitionError`` naming the file and the rule.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from orchestrator._core.errors import DefinitionError
-from orchestrator._lifecycle.guards import EFFECTS, GUARDS, Facts, Guard
+from orchestrator._lifecycle.guards import EFFECTS, GUARDS, Facts, GuardSet
 from orchestrator._lifecycle.names import vocabulary_problem
 
 NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -65,7 +65,8 @@ class MachineDef:
         final: The final states.
         states: State name to its explanation, in file order.
         rows: The transition rows, in file order.
-        guards: The guard registry the rows were checked against.
+        guards: The guard registry the rows were checked against; its ``facts`` is the record
+            type :meth:`holds` accepts.
     """
 
     name: str
@@ -75,7 +76,7 @@ class MachineDef:
     final: frozenset[str]
     states: Mapping[str, str]
     rows: tuple[Row, ...]
-    guards: Mapping[str, Guard]
+    guards: GuardSet[Any]
     _answering: Mapping[tuple[str, str], tuple[Row, ...]] = field(
         init=False, repr=False, compare=False
     )
@@ -97,14 +98,15 @@ class MachineDef:
         cls,
         path: Path,
         *,
-        guards: Mapping[str, Guard] = GUARDS,
+        guards: GuardSet[Any] | None = None,
         effects: Iterable[str] | None = None,
     ) -> MachineDef:
         """Read and validate one table file.
 
         Args:
             path: The TOML file.
-            guards: The guard registry; defaults to :data:`orchestrator._lifecycle.guards.GUARDS`.
+            guards: The guard registry; defaults to the one registered in
+                :data:`orchestrator._lifecycle.guards.GUARDS` under the table's machine name.
             effects: The allowed effect names; defaults to the vocabulary registered in
                 :data:`orchestrator._lifecycle.guards.EFFECTS` under the table's machine name.
 
@@ -126,7 +128,7 @@ class MachineDef:
         text: str,
         *,
         source: str = "<string>",
-        guards: Mapping[str, Guard] = GUARDS,
+        guards: GuardSet[Any] | None = None,
         effects: Iterable[str] | None = None,
     ) -> MachineDef:
         """Validate a table given as TOML text. Same contract as :meth:`load`.
@@ -160,8 +162,24 @@ class MachineDef:
                 return False
         return not any(guards[name](facts) for name in row.unless)
 
+    def check_facts(self, facts: Facts) -> None:
+        """Refuse another machine's facts record: its guards would read fields it lacks.
+
+        Raises:
+            TypeError: ``facts`` is not this machine's record type.
+        """
+        if not isinstance(facts, self.guards.facts):
+            raise TypeError(
+                f"{self.name}: guards read {self.guards.facts.__name__}, not {type(facts).__name__}"
+            )
+
     def select(self, state: str, event: str, facts: Facts) -> Row | None:
-        """Return the row that ``event`` takes in ``state``, or None when it is refused."""
+        """Return the row that ``event`` takes in ``state``, or None when it is refused.
+
+        Raises:
+            TypeError: ``facts`` is another machine's record.
+        """
+        self.check_facts(facts)
         for row in self._answering.get((state, event), ()):
             if self.holds(row, facts):
                 return row
@@ -240,7 +258,7 @@ def build(
     data: Mapping[str, Any],
     *,
     source: str,
-    guards: Mapping[str, Guard],
+    guards: GuardSet[Any] | None,
     effects: Iterable[str] | None,
 ) -> MachineDef:
     """Build and validate a definition from parsed TOML.
@@ -261,6 +279,10 @@ def build(
         if name not in EFFECTS:
             _fail(source, f"no effect vocabulary registered for machine {name!r}")
         effects = EFFECTS[name]
+    if guards is None:
+        if name not in GUARDS:
+            _fail(source, f"no guard registry for machine {name!r}")
+        guards = GUARDS[name]
     defn = MachineDef(
         name=name,
         source=source,
@@ -310,9 +332,20 @@ def _check_row(defn: MachineDef, row: Row, effects: frozenset[str]) -> None:
     if unknown_states:
         _fail(defn.source, f"{where} names undeclared state {unknown_states[0]!r}")
     if unknown_guards:
-        _fail(defn.source, f"{where} names unregistered guard {unknown_guards[0]!r}")
+        _fail(defn.source, f"{where} {_guard_problem(defn, unknown_guards[0])}")
     if unknown_effects:
         _fail(defn.source, f"{where} names unregistered effect {unknown_effects[0]!r}")
+
+
+def _guard_problem(defn: MachineDef, guard: str) -> str:
+    # A guard of another machine reads fields this machine's facts do not have: say whose it is.
+    owners = sorted(m for m, registry in GUARDS.items() if guard in registry and m != defn.name)
+    if owners:
+        return (
+            f"names guard {guard!r} of the {' and '.join(owners)} machine; "
+            f"{defn.name} guards read {defn.guards.facts.__name__}"
+        )
+    return f"names unregistered guard {guard!r}"
 
 
 def _closure(start: Iterable[str], edges: Mapping[str, set[str]]) -> set[str]:

@@ -30,18 +30,19 @@
 # Validation at load. I reject unknown keys anywhere; an initial state that does not
 # exist; a row naming an undeclared state; a state unreachable from the initial one; a trap (a
 # non-final state with no path to a final one); a final state with outgoing rows; a guard not in
-# the guard registry or an effect not in the machine's effect vocabulary; a row that can never
+# the machine's own guard registry (another machine's guard reads another record) or an effect not
+# in the machine's effect vocabulary; a row that can never
 # fire because an earlier unguarded row for the same (state, event) always wins; and event or
 # state names that would collide with the attributes ``transitions`` adds to its model.
 #
 # Binding. The rows are loaded into a synchronous ``transitions.Machine`` with
 # ``auto_transitions=False`` (no hidden ``to_<state>`` events) and ``send_event=True``, so each
-# condition receives the ``Facts`` passed with the event. I dispatch with ``model.trigger(name)``
-# because a model attribute with an event's name would silently shadow the generated method.
-# transitions tries rows in the order they were added, which is file order, and an ``after``
-# callback per row tells me which row fired. The pure :func:`step` makes the same choice without
-# ``transitions``; a property test checks that the two always agree, and replay can use the pure
-# one.
+# condition receives the facts record passed with the event (the machine's own record type). I
+# dispatch with ``model.trigger(name)`` because a model attribute with an event's name would
+# silently shadow the generated method. transitions tries rows in the order they were added, which
+# is file order, and an ``after`` callback per row tells me which row fired. The pure :func:`step`
+# makes the same choice without ``transitions``; a property test checks that the two always agree,
+# and replay can use the pure one.
 #
 # States and events are plain strings here rather than enums: the table is the source of truth,
 # and an enum built at runtime from it would give no static checking anyway.
@@ -108,6 +109,7 @@ def step(
 
     Raises:
         TransitionError: The table has no row for this state and event whose guards hold.
+        TypeError: ``facts`` is another machine's record.
     """
     row = defn.select(state, event, facts)
     if row is None:
@@ -221,7 +223,8 @@ class Runner:
 
         Args:
             event: The event name.
-            facts: What the guards read; defaults to ``Facts()``.
+            facts: What the guards read; defaults to the machine's record with every field at its
+                default.
 
         Returns:
             The step, whose ``effects`` the driver must now perform in order.
@@ -229,12 +232,16 @@ class Runner:
         Raises:
             TransitionError: The table lists no row for this event in the current state, or every
                 listed row has a failing guard. The state is unchanged.
+            TypeError: ``facts`` is another machine's record.
         """
+        if facts is None:
+            facts = self._defn.guards.facts()
+        self._defn.check_facts(facts)
         source = self.state
         if not self._defn.rows_for(source, event):
             raise TransitionError(self._defn.name, source, event)
         self._taken = None
-        self._model.trigger(event, facts=Facts() if facts is None else facts)
+        self._model.trigger(event, facts=facts)
         row, self._taken = self._taken, None
         if row is None:
             raise TransitionError(self._defn.name, source, event)

@@ -61,7 +61,7 @@ from orchestrator._core.errors import (
     UnavailableError,
 )
 from orchestrator._lifecycle.admission import CLOSE_WHILE_BUSY, NAVIGATE_WHILE_WORKING, admit
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import SessionFacts
 from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._rpc import host
 from orchestrator._rpc.hosted import PARAMS as SUMMARY_PARAMS
@@ -274,7 +274,7 @@ class ClusterHost(host.Attached):
     async def close(self, session_id: str) -> None:
         described = await self._describe(session_id)
         # The workflow says only whether it works: the session table refuses on either fact.
-        admit(SessionEvent.CLOSE, Facts(turn_running=described.busy))
+        admit(SessionEvent.CLOSE, SessionFacts(turn_running=described.busy))
         self._open.pop(session_id, None)
         self.outlet.ended(session_id)
 

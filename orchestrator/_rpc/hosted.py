@@ -37,7 +37,7 @@ from orchestrator._core.pi_preparation import (
     compaction_plan_from_pi,
 )
 from orchestrator._lifecycle.admission import admit
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import SessionFacts
 from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._rpc.protocol import (
     CANCELLED,
@@ -212,7 +212,7 @@ class HostedMethods:
             except SessionError as exc:
                 raise RpcError(INVALID_PARAMS, f"{p.method}: {exc}") from None
             # A session this server has open: the session machine's "hosted" rows decide.
-            facts = Facts(session_open=options.owned(path))
+            facts = SessionFacts(session_open=options.owned(path))
             admit(SessionEvent.HOSTED, facts, method=p.method, path=shown)
             journal = Journal.open(path)
         routes = options.routes or default_routes(None, settings)

@@ -21,7 +21,7 @@ import anyio
 
 from orchestrator._core.errors import NoAgentError, SessionError
 from orchestrator._lifecycle.admission import admit
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import SessionFacts
 from orchestrator._lifecycle.load import MachineDef
 from orchestrator._lifecycle.machine import load_machine
 from orchestrator._lifecycle.names import SessionEvent
@@ -108,10 +108,10 @@ class Slot:
     def __post_init__(self) -> None:
         self.answers = AnswerCache(self.runtime)
 
-    def facts(self) -> Facts:
+    def facts(self) -> SessionFacts:
         """What runs in the session, as the session machine's guards read it."""
         compacting = SessionEvent.COMPACT in self.running
-        return Facts(
+        return SessionFacts(
             turn_running=self.runtime.is_busy or compacting,
             compaction_running=compacting,
             navigation_running=SessionEvent.NAVIGATE in self.running,

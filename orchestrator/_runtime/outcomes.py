@@ -30,7 +30,11 @@ from orchestrator._core.gate import (
 )
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._core.redact import redact
-from orchestrator._lifecycle.guards import NO_FACTS, Facts
+from orchestrator._lifecycle.guards import (
+    NO_NAVIGATION_FACTS,
+    NavigationFacts,
+    OperationFacts,
+)
 from orchestrator._lifecycle.names import NavigationEvent, OperationEvent, TurnEvent
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
@@ -93,7 +97,7 @@ def turn_event(effect: str, report: Report) -> TurnEvent:
 
 def navigation_event(
     effect: str, report: Report, *, wants_summary: bool, has_entries: bool
-) -> tuple[str, Facts]:
+) -> tuple[str, NavigationFacts]:
     """The navigation table's event for what a navigation effect reported, and its facts.
 
     Args:
@@ -103,13 +107,15 @@ def navigation_event(
         has_entries: The abandoned branch has entries to summarize (read after the hooks).
     """
     if effect == "collect_entries":
-        return NavigationEvent.COLLECTED, NO_FACTS
+        return NavigationEvent.COLLECTED, NO_NAVIGATION_FACTS
     if effect == "run_hooks":
-        facts = Facts(wants_summary=wants_summary, has_entries=has_entries)
+        facts = NavigationFacts(wants_summary=wants_summary, has_entries=has_entries)
         return HOOK_EVENTS[report.outcome], facts
     if effect == "start_summary":
-        return _SUMMARY_EVENTS.get(report.outcome, NavigationEvent.SUMMARY_FAILED), NO_FACTS
-    return NavigationEvent.SWITCHED, NO_FACTS
+        return _SUMMARY_EVENTS.get(
+            report.outcome, NavigationEvent.SUMMARY_FAILED
+        ), NO_NAVIGATION_FACTS
+    return NavigationEvent.SWITCHED, NO_NAVIGATION_FACTS
 
 
 @dataclass(slots=True)
@@ -194,7 +200,7 @@ def call_event(
     candidates: int,
     policy: RetryPolicy,
     gate: bool = False,
-) -> tuple[str, Facts, int]:
+) -> tuple[str, OperationFacts, int]:
     """The event a model attempt's report fires, its facts, and the wait a retry would take.
 
     Args:
@@ -211,14 +217,14 @@ def call_event(
     if report.outcome == "ok":
         return (
             OperationEvent.SUMMARY_READY,
-            Facts(more_parts=at.part + 1 < parts, gate_enabled=gate),
+            OperationFacts(more_parts=at.part + 1 < parts, gate_enabled=gate),
             0,
         )
     if report.outcome == "overflow":
-        return OperationEvent.SUMMARY_OVERFLOW, Facts(shrink_attempts=at.halvings), 0
+        return OperationEvent.SUMMARY_OVERFLOW, OperationFacts(shrink_attempts=at.halvings), 0
     max_retries = policy.max_retries if policy.enabled else 0
     delay_ms = retry_delay_ms(policy.base_delay_ms, at.retries, report.retry_after)
-    facts = Facts(
+    facts = OperationFacts(
         retryable=report.outcome in RETRYABLE,
         retry_attempt=at.retries,
         max_retries=max_retries,
@@ -232,7 +238,7 @@ def call_event(
 
 def check_event(
     report: Report, at: Attempts, *, parts: int, candidates: int, fallback: bool
-) -> tuple[str, Facts]:
+) -> tuple[str, OperationFacts]:
     """The event ``check_summary``'s report fires, and its facts (D32).
 
     Args:
@@ -243,11 +249,11 @@ def check_event(
         fallback: The offline summarizer is configured as the last resort.
     """
     if report.outcome == "passed":
-        return OperationEvent.SUMMARY_PASSED, Facts(more_parts=at.part + 1 < parts)
+        return OperationEvent.SUMMARY_PASSED, OperationFacts(more_parts=at.part + 1 < parts)
     check = str(report.data.get("check", ""))
     # The words `ask_again` tells the candidate, should the table choose it.
     at.refused = feedback_line(Verdict(check=check, reason=report.error or ""))
-    return OperationEvent.SUMMARY_REFUSED, Facts(
+    return OperationEvent.SUMMARY_REFUSED, OperationFacts(
         refused_check=check,
         refusals=at.refusals,
         more_candidates=not at.offline and at.candidate + 1 < candidates,

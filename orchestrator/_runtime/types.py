@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry, Message
 from orchestrator._core.tokens import CompactionSettings
+from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.operation.retry import RetryPolicy
 from orchestrator._runtime.operation.summarize import CompactionResult
 from orchestrator._store.session import Session
@@ -76,7 +77,7 @@ class OperationOutcome:
     """
 
     operation_id: str
-    status: str  # an OperationState; typed so once navigate.py and turn_compaction.py say so
+    status: OperationState
     reason: str | None = None
     error: str | None = None
     error_kind: str | None = None

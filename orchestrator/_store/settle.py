@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
 
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import MachineDef, Step, step
 from orchestrator._store.journal import Journal
 from orchestrator._store.journal_records import JournaledOperation
@@ -146,7 +146,7 @@ def _settling_step(
     The step keeps ``op``'s own last state as its source, so the journal reads as it happened.
     """
     origin = settles_from(defn, op.state)
-    taken = step(defn, origin, SETTLE_EVENT, Facts(entry_present=applied))
+    taken = step(defn, origin, SETTLE_EVENT, OperationFacts(entry_present=applied))
     if origin == op.state:
         return taken, None
     note = (

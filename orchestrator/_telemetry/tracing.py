@@ -62,7 +62,13 @@ from opentelemetry.util.types import AttributeValue
 from orchestrator._core.errors import Cancelled, ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._core.redact import redact
-from orchestrator._lifecycle.guards import NO_FACTS, Facts
+from orchestrator._lifecycle.guards import (
+    NO_NAVIGATION_FACTS,
+    NO_OPERATION_FACTS,
+    NO_SESSION_FACTS,
+    NO_TURN_FACTS,
+    Facts,
+)
 from orchestrator._lifecycle.machine import Step
 
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
@@ -189,17 +195,29 @@ def _attribute(value: Any) -> AttributeValue:
     return str(value)
 
 
-_FACT_DEFAULTS = tuple((f.name, getattr(Facts(), f.name)) for f in dataclasses.fields(Facts))
-"""Each field of :class:`Facts` with its default, read once (every machine step asks)."""
+_BLANK_FACTS: dict[type, Facts] = {
+    type(blank): blank
+    for blank in (NO_TURN_FACTS, NO_OPERATION_FACTS, NO_NAVIGATION_FACTS, NO_SESSION_FACTS)
+}
+_FACT_DEFAULTS = {
+    kind: tuple((f.name, getattr(blank, f.name)) for f in dataclasses.fields(blank))
+    for kind, blank in _BLANK_FACTS.items()
+}
+"""Each facts record's fields with their defaults, read once (every machine step asks)."""
 
 
 def facts_delta(facts: Facts) -> dict[str, Any]:
-    """The fields of ``facts`` that differ from :class:`Facts`' defaults."""
-    if facts is NO_FACTS:
+    """The fields of ``facts`` that differ from its record's defaults.
+
+    The field names are the same in every record that has them, so a journal line reads the same
+    as when all machines shared one flat record.
+    """
+    kind = type(facts)
+    if facts is _BLANK_FACTS[kind]:
         return {}  # most steps of an operation: no field to compare
     return {
         name: value
-        for name, default in _FACT_DEFAULTS
+        for name, default in _FACT_DEFAULTS[kind]
         if (value := getattr(facts, name)) != default
     }
 

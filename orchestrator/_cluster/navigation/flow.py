@@ -49,7 +49,7 @@ from orchestrator._cluster.contract import (
 )
 from orchestrator._cluster.operation.flow import DELIVER, HEARTBEAT, ONCE, SHORT, OperationFlow
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import NavigationFacts
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._lifecycle.names import NavigationEvent, NavigationState
 from orchestrator._runtime.driver import Report
@@ -137,16 +137,18 @@ class NavigationFlow(TableFlow):
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's cancel row (D22).
             if not self.done and self.defn.rows_for(self.state, NavigationEvent.CANCEL):
-                await self._loop(NavigationEvent.CANCEL, Facts())
+                await self._loop(NavigationEvent.CANCEL, NavigationFacts())
             raise
         return self._result()
 
-    async def _loop(self, event: str | None, facts: Facts) -> None:
+    async def _loop(self, event: str | None, facts: NavigationFacts) -> None:
         await self._steps(event, facts, NO_DATA)
         self._interrupts.clear()
         await self._flush()
 
-    def _translate(self, effect: str, report: Report) -> tuple[str, Facts, Mapping[str, Any]]:
+    def _translate(
+        self, effect: str, report: Report
+    ) -> tuple[str, NavigationFacts, Mapping[str, Any]]:
         nav = self.nav
         event, facts = navigation_event(
             effect, report, wants_summary=nav.request.summarize, has_entries=nav.entry_count > 0

@@ -56,7 +56,7 @@ from orchestrator._cluster.contract import (
 )
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._core.gate import GateSpec
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.driver import Report
@@ -169,18 +169,20 @@ class OperationFlow(TableFlow):
         if self.policy.deadline_s is not None:
             deadline = asyncio.ensure_future(self._deadline(self.policy.deadline_s))
         try:
-            await self._loop(prepared.event, Facts(**prepared.facts), prepared.data)
+            await self._loop(prepared.event, OperationFacts(**prepared.facts), prepared.data)
         except asyncio.CancelledError:
             # The workflow was cancelled: settle through the table's cancel row (D22).
             if not self.done and self.defn.rows_for(self.state, OperationEvent.CANCEL):
-                await self._loop(OperationEvent.CANCEL, Facts(), NO_DATA)
+                await self._loop(OperationEvent.CANCEL, OperationFacts(), NO_DATA)
             raise
         finally:
             if deadline is not None:
                 deadline.cancel()
         return self._outcome()
 
-    async def _loop(self, event: str | None, facts: Facts, data: Mapping[str, Any]) -> None:
+    async def _loop(
+        self, event: str | None, facts: OperationFacts, data: Mapping[str, Any]
+    ) -> None:
         await self._steps(event, facts, data)
         if self.journal.lines:
             await self._flush()
@@ -196,7 +198,7 @@ class OperationFlow(TableFlow):
             kept["entryId"] = self._entry_id
         return kept
 
-    def _translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
+    def _translate(self, effect: str, report: Report) -> tuple[str, OperationFacts, dict[str, Any]]:
         return self.driver.translate(effect, report)
 
     async def _deadline(self, seconds: float) -> None:

@@ -95,9 +95,9 @@ from orchestrator._cluster.operation.flow import (
 )
 from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._lifecycle.names import TurnEvent
+from orchestrator._lifecycle.names import OperationState, TurnEvent
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.operation.compact_hooks import retries_after
 from orchestrator._runtime.turn.core import Effect, Ending, TurnCore, TurnTerms, result_fields
@@ -155,7 +155,7 @@ class TurnFlow:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def facts(self) -> Facts:
+    def facts(self) -> TurnFacts:
         """What the turn table's guards read (the facts one process gives them)."""
         return self.core.facts()
 
@@ -250,7 +250,7 @@ class TurnFlow:
         flow = self.flow
         self.outcome = CompressResult(
             operation_id=flow.op.operation_id if flow is not None and not flow.done else "",
-            status="failed",
+            status=OperationState.FAILED,
             error=reason,
             error_kind=UNAVAILABLE_KIND if infrastructure(error) else "fatal",
         )
@@ -589,7 +589,7 @@ class TurnFlow:
         outcome = self.outcome
         if never_ended:
             operation_id = outcome.operation_id if outcome else ""
-            outcome = CompressResult(operation_id=operation_id, status="cancelled")
+            outcome = CompressResult(operation_id=operation_id, status=OperationState.CANCELLED)
             self.outcome = outcome
         request, self.manual = self.manual, None
         if request is not None:

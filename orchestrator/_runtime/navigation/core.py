@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import NavigationFacts
 from orchestrator._runtime.driver import Report
 
 Effect = Callable[[], Awaitable[Report | None]]
@@ -92,11 +92,11 @@ def navigation_effects(side: NavigationSide) -> dict[str, Effect]:
     }
 
 
-def start_facts(*, working: bool, target_id: str, old_leaf_id: str | None) -> Facts:
+def start_facts(*, working: bool, target_id: str, old_leaf_id: str | None) -> NavigationFacts:
     """The facts ``navigate`` is stepped with: the session working, the same position.
 
     Whether a running turn refuses the navigation, or the same position makes it a no-op, is the
     table's choice (its ``turn_running`` and ``same_position`` rows, in the table's order). A
     host that has not read where the session is passes ``old_leaf_id=None`` for no position.
     """
-    return Facts(turn_running=working, same_position=target_id == old_leaf_id)
+    return NavigationFacts(turn_running=working, same_position=target_id == old_leaf_id)

@@ -30,9 +30,9 @@ from orchestrator._core.branch_plan import collect_branch_entries, prepare_branc
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
-from orchestrator._lifecycle.guards import NO_FACTS, Facts
+from orchestrator._lifecycle.guards import NO_NAVIGATION_FACTS, NavigationFacts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._lifecycle.names import NavigationEvent, NavigationState
+from orchestrator._lifecycle.names import NavigationEvent, NavigationState, OperationState
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import (
     Effect,
@@ -198,7 +198,9 @@ class Navigator:
                 with anyio.CancelScope(shield=True):
                     if not machine.done and machine.listed(NavigationEvent.CANCEL):
                         async with anyio.create_task_group() as group:
-                            await self._loop(machine, group, NavigationEvent.CANCEL, NO_FACTS)
+                            await self._loop(
+                                machine, group, NavigationEvent.CANCEL, NO_NAVIGATION_FACTS
+                            )
                 raise
             finally:
                 if not machine.done:  # an error (a refused step) ended it: the navigation is over
@@ -242,7 +244,9 @@ class Navigator:
         group.start_soon(wait)
         return lambda: cancel_scope(timer)
 
-    async def _loop(self, machine: Interpreter, group: Any, event: str, facts: Facts) -> None:
+    async def _loop(
+        self, machine: Interpreter, group: Any, event: str, facts: NavigationFacts
+    ) -> None:
         next_event: str | None = event
         while next_event is not None:
             taken = machine.step(next_event, facts)
@@ -254,13 +258,13 @@ class Navigator:
                     report = await machine.perform(name)
                 interrupt = machine.take_interrupt()
                 if interrupt is not None and machine.listed(interrupt):
-                    next_event, facts = interrupt, NO_FACTS
+                    next_event, facts = interrupt, NO_NAVIGATION_FACTS
                     break
                 if report is not None:
                     next_event, facts = self._translate(name, report)
         machine.drop_interrupts()
 
-    def _translate(self, effect: str, report: Report) -> tuple[str, Facts]:
+    def _translate(self, effect: str, report: Report) -> tuple[str, NavigationFacts]:
         request = self._current()
         return navigation_event(
             effect, report, wants_summary=request.summarize, has_entries=bool(request.entries)
@@ -279,7 +283,7 @@ class Navigator:
                     kind="timeout",
                 )
             outcome = request.outcome
-            if outcome is not None and outcome.status == "conflict":
+            if outcome is not None and outcome.status == OperationState.CONFLICT:
                 # Another program wrote meanwhile (D27): the store's reason, not a model failure.
                 raise ConflictError(
                     outcome.error or "Branch summary conflicted with another writer"
@@ -374,7 +378,7 @@ class Navigator:
             # written, as a compaction's request that leaves no room is (summary_request.py).
             request.outcome = OperationOutcome(
                 operation_id="",
-                status="failed",
+                status=OperationState.FAILED,
                 error=(
                     f"Summarization refused: the summarizer's context window ({window} tokens) "
                     f"leaves no room for the branch after the {self.branch_reserve_tokens} "

@@ -58,7 +58,7 @@ from typing import Any
 
 from orchestrator._core.errors import ConflictError, ModelError
 from orchestrator._core.gate import GateSpec
-from orchestrator._lifecycle.guards import NO_FACTS, Facts
+from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, OperationFacts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.driver import Effect, Report
@@ -244,7 +244,7 @@ class OperationDriver:
 
     # -- outcomes into events -------------------------------------------------------------------
 
-    def translate(self, effect: str, report: Report) -> tuple[str, Facts, dict[str, Any]]:
+    def translate(self, effect: str, report: Report) -> tuple[str, OperationFacts, dict[str, Any]]:
         """The event ``effect``'s report fires, the facts its guards read, and its data."""
         data = step_data(report)
         if effect == "run_hooks":
@@ -252,7 +252,7 @@ class OperationDriver:
                 self.skipped = str(report.data.get("reason"))
             # Only the hook_supplied rows read the gate: the other journal lines stay as before.
             gate = self.gate and report.outcome == "supplied"
-            facts = Facts(needs_model=bool(self.routes), gate_enabled=gate)
+            facts = OperationFacts(needs_model=bool(self.routes), gate_enabled=gate)
             return HOOK_EVENTS[report.outcome], facts, data
         if effect == "check_hook_summary":
             return *self._after_hook_check(report), data
@@ -281,20 +281,22 @@ class OperationDriver:
             )
             return event, facts, data
         if effect == "sleep_retry":
-            return OperationEvent.WAIT_DONE, NO_FACTS, data
-        return COMMIT_EVENTS[report.outcome], NO_FACTS, data
+            return OperationEvent.WAIT_DONE, NO_OPERATION_FACTS, data
+        return COMMIT_EVENTS[report.outcome], NO_OPERATION_FACTS, data
 
-    def _after_hook_check(self, report: Report) -> tuple[OperationEvent, Facts]:
+    def _after_hook_check(self, report: Report) -> tuple[OperationEvent, OperationFacts]:
         # The hook's summary judged (D32): a refusal is the operation's failure, should no
         # model be there to write one instead; the table decides which.
         if report.outcome == "passed":
-            return OperationEvent.SUMMARY_PASSED, NO_FACTS
+            return OperationEvent.SUMMARY_PASSED, NO_OPERATION_FACTS
         check = str(report.data.get("check", ""))
         self.refused.append((self.at.part, check))
         error = f"the summary a hook supplied was refused ({check}): {report.error}"
         self.failure = Report(outcome="refused", error=error, data=dict(report.data))
         can_ask = bool(self.routes) and self.routes[0] > 0
-        return OperationEvent.SUMMARY_REFUSED, Facts(refused_check=check, needs_model=can_ask)
+        return OperationEvent.SUMMARY_REFUSED, OperationFacts(
+            refused_check=check, needs_model=can_ask
+        )
 
     def journal_data(self, source: str, data: Mapping[str, Any]) -> dict[str, Any]:
         """What a step's journal line keeps of its data (the first names the reason)."""

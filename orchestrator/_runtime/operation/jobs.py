@@ -23,7 +23,7 @@ from orchestrator._core.gate import GateSpec
 from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.serialize import serialize_conversation
 from orchestrator._core.tokens import CompactionSettings
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.names import OperationEvent
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.hook_results import compacting_shape, supplied_compaction
@@ -55,7 +55,7 @@ class Start:
     """
 
     event: str
-    facts: Facts
+    facts: OperationFacts
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -156,12 +156,12 @@ class CompactionJob:
         if self.plan is None:
             return Start(
                 event=OperationEvent.PREPARED,
-                facts=Facts(has_work=False),
+                facts=OperationFacts(has_work=False),
                 data={"reason": self.skip_reason},
             )
         return Start(
             event=OperationEvent.PREPARED,
-            facts=Facts(has_work=True),
+            facts=OperationFacts(has_work=True),
             data={
                 "firstKeptEntryId": self.plan.first_kept_entry_id,
                 "tokensBefore": self.plan.tokens_before,
@@ -301,7 +301,7 @@ class BranchJob:
         """``branch_planned``; a branch without messages needs no model."""
         return Start(
             event=OperationEvent.BRANCH_PLANNED,
-            facts=Facts(needs_model=bool(self.parts)),
+            facts=OperationFacts(needs_model=bool(self.parts)),
             data={"oldLeafId": self.old_leaf_id},
         )
 
@@ -365,12 +365,12 @@ class PruneJob:
         if not self.plan.candidates:
             return Start(
                 event=OperationEvent.PRUNE_PLANNED,
-                facts=Facts(has_work=False),
+                facts=OperationFacts(has_work=False),
                 data={"reason": "nothing to prune"},
             )
         return Start(
             event=OperationEvent.PRUNE_PLANNED,
-            facts=Facts(has_work=True),
+            facts=OperationFacts(has_work=True),
             data={"tokensSaved": self.plan.tokens_saved},
         )
 

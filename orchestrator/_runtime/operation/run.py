@@ -46,7 +46,7 @@ from anyio.abc import TaskGroup
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ModelError, OrchestratorError
 from orchestrator._core.model import Model
-from orchestrator._lifecycle.guards import NO_FACTS, Facts
+from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, OperationFacts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.admission import Slot, start_slot
@@ -285,7 +285,7 @@ class OperationRun:
         self,
         group: TaskGroup | None,
         event: str | None,
-        facts: Facts,
+        facts: OperationFacts,
         data: Mapping[str, Any],
         *,
         settling: bool = True,
@@ -335,7 +335,9 @@ class OperationRun:
         early = self._early.get(at.part)
         return early if early is not None and early.done.is_set() else None
 
-    def _annotate(self, event: str, facts: Facts, data: Mapping[str, Any]) -> dict[str, Any]:
+    def _annotate(
+        self, event: str, facts: OperationFacts, data: Mapping[str, Any]
+    ) -> dict[str, Any]:
         # Entering committing fixes what the commit writes, so its ids are journaled first.
         row = self.machine.defn.select(self.state, event, facts)
         out = dict(data)
@@ -356,8 +358,8 @@ class OperationRun:
         driver = self.driver
         return self.job.result(driver.texts, driver.models, driver.written)
 
-    def _facts(self) -> Facts:
-        return NO_FACTS
+    def _facts(self) -> OperationFacts:
+        return NO_OPERATION_FACTS
 
     async def _deadline(self, scope: anyio.CancelScope, seconds: float) -> None:
         # The whole operation's deadline (waits and retries included) on the event loop's clock.

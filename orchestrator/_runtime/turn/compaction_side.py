@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.turn.core import Ending, result_fields
 from orchestrator._runtime.turn.host import Host
@@ -77,7 +78,7 @@ class TurnCompactions:
             error=outcome.error,
             result=None if result is None else result_fields(result),
             estimate_after=sum(self.host.session().context().estimates)
-            if outcome.status == "committed"
+            if outcome.status == OperationState.COMMITTED
             else None,
         )
 
@@ -95,7 +96,7 @@ class TurnCompactions:
         outcome = host.core.counters.outcome
         if never_ended:
             operation_id = outcome.operation_id if outcome else ""
-            outcome = OperationOutcome(operation_id=operation_id, status="cancelled")
+            outcome = OperationOutcome(operation_id=operation_id, status=OperationState.CANCELLED)
             host.core.counters.outcome = outcome
         request, host.manual = host.manual, None
         if request is not None:

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from orchestrator._core.entries import Message
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.names import OperationState, TurnEvent, TurnState
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report
@@ -234,10 +234,10 @@ class TurnCore:
             "report_manual_result": self._report_manual_result,
         }
 
-    def facts(self) -> Facts:
+    def facts(self) -> TurnFacts:
         """What the turn table's guards read."""
         t, terms = self.counters, self.agent.terms()
-        return Facts(
+        return TurnFacts(
             compaction_enabled=terms.compaction.enabled,
             over_threshold=t.over_threshold,
             context_full=t.context_full,
@@ -411,13 +411,13 @@ class TurnCore:
     def _end(self, *, still_over: bool) -> None:
         ending = self.compactions.ending()
         payload = end_payload(ending)
-        if ending is not None and ending.status == "committed":
+        if ending is not None and ending.status == OperationState.COMMITTED:
             payload["willRetry"] = self.counters.will_retry
             if still_over and ending.estimate_after is not None:
                 # D19: no second compaction in this turn; the row says it did not get under.
                 payload["stillOverThreshold"] = True
                 payload["errorMessage"] = still_over_message(ending.estimate_after)
-        elif ending is not None and ending.status == "skipped":
+        elif ending is not None and ending.status == OperationState.SKIPPED:
             payload["skipped"] = True
             payload["reason"] = ending.reason
         self.agent.emit("auto_compaction_end", **payload)

@@ -47,7 +47,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from orchestrator._core.errors import Cancelled, SessionError
-from orchestrator._lifecycle.guards import Facts
+from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import TurnEvent, TurnState
 from orchestrator._runtime.admission import Slot, start_slot
@@ -137,7 +137,7 @@ class TurnDriver:
         """The per-turn counters (D18, D19) and the last reply's measurements."""
         return self.core.counters
 
-    def facts(self) -> Facts:
+    def facts(self) -> TurnFacts:
         """What the turn table's guards read."""
         return self.core.facts()
 
