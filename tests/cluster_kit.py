@@ -10,6 +10,7 @@ never meet.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -28,9 +29,17 @@ HISTORIES = Path(__file__).parent / "data" / "temporal"
 """Recorded workflow histories the replay tests replay (refreshed by ORCHESTRATOR_RECORD=1)."""
 
 
-TEST_DEPLOYMENT = "orchestrator-tests"
-"""The worker deployment the tests' versioned workers share, whatever their task queue: a
-deployment per queue would reach the dev server's limit of 100 a namespace in a few runs."""
+@functools.cache
+def deployment_for_tests() -> str:
+    """The worker deployment the tests' versioned worker processes share, whatever their queue.
+
+    One per build: a deployment per queue would reach the dev server's limit of 100 a namespace
+    in a few runs, and one name for every build would refuse a new build as current while an
+    earlier build's queues are still active (a run just before, or another checkout's).
+    """
+    from orchestrator._cluster.versioning import build_id
+
+    return f"orchestrator-tests-{build_id().rsplit('-', 1)[1]}"
 
 
 def temporal_address() -> str:

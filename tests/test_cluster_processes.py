@@ -45,9 +45,9 @@ from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator.testing import LocalProvider, Reply  # noqa: E402
 from tests.cli_kit import either_part  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
-    TEST_DEPLOYMENT,
     Database,
     connected,
+    deployment_for_tests,
     queue_name,
     save_history,
     temporal_address,
@@ -109,9 +109,9 @@ class Processes:
                 database,
                 "--task-queue",
                 queue,
-                # One deployment for every test queue: the dev server allows 100 a namespace.
+                # One deployment for every test queue (cluster_kit.deployment_for_tests).
                 "--deployment",
-                TEST_DEPLOYMENT,
+                deployment_for_tests(),
                 "--remote",
                 provider.url + "/summary",
                 "--keep-recent-tokens",

@@ -34,9 +34,9 @@ from orchestrator._core.resources import data_dir  # noqa: E402
 from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator.testing import summary_text  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
-    TEST_DEPLOYMENT,
     Database,
     connected,
+    deployment_for_tests,
     entries,
     queue_name,
     temporal_address,
@@ -199,7 +199,7 @@ def test_the_worker_command_is_versioned_and_makes_its_build_current(tmp_path: P
     assert line.endswith(f"build {build_id()} (not made current)"), line
     # A deployment shared by several queues: each worker finds its build current at once.
     for shared in (queue_name(), queue_name()):
-        line = _worker_ready_line(tmp_path, shared, "--deployment", TEST_DEPLOYMENT)
+        line = _worker_ready_line(tmp_path, shared, "--deployment", deployment_for_tests())
         assert line.endswith(f"build {build_id()} (current)"), line
     line = _worker_ready_line(tmp_path, queue_name(), "--unversioned")
     assert "build" not in line
