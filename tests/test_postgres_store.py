@@ -13,7 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,16 +135,13 @@ def test_a_header_naming_another_session_is_refused(pg_url: str) -> None:
         assert not store.exists()
 
 
-def test_a_killed_owner_leaves_the_session_free(pg_url: str) -> None:
-    from orchestrator._store.postgres import PostgresStore
-
-    with PostgresStore(pg_url) as store:
-        store.append([_header()])
+@contextmanager
+def owner_killed_after(pg_url: str, owning: str) -> Iterator[None]:
+    """Run ``owning`` (a store taking ownership) in a child process; SIGKILL it after the block."""
     code = (
         "import sys, time\n"
         "from orchestrator._store.postgres import PostgresStore\n"
-        "store = PostgresStore(sys.argv[1], 's-1')\n"
-        "store.own('doomed worker')\n"
+        f"{owning}"
         "print('owned', flush=True)\n"
         "time.sleep(600)\n"
     )
@@ -153,14 +151,24 @@ def test_a_killed_owner_leaves_the_session_free(pg_url: str) -> None:
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "owned"
-        with PostgresStore(pg_url, "s-1") as store:
-            with pytest.raises(SessionLockedError, match="doomed worker"):
-                store.own("survivor")
+        yield
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def test_a_killed_owner_leaves_the_session_free(pg_url: str) -> None:
+    from orchestrator._store.postgres import PostgresStore
+
+    with PostgresStore(pg_url) as store:
+        store.append([_header()])
+    owning = "store = PostgresStore(sys.argv[1], 's-1')\nstore.own('doomed worker')\n"
+    with owner_killed_after(pg_url, owning):
+        with PostgresStore(pg_url, "s-1") as store:
+            with pytest.raises(SessionLockedError, match="doomed worker"):
+                store.own("survivor")
     # The server ends the dead client's connection, and with it the lock.
     survivor = PostgresStore(pg_url, "s-1")
     while True:
@@ -592,28 +600,14 @@ def test_a_killed_owners_row_is_cleared_by_the_next_owner(pg_url: str) -> None:
     # Issue 36: the lock goes with a killed owner's connection, its row in session_owners did not.
     from orchestrator._store.postgres import PostgresStore
 
-    code = (
-        "import sys, time\n"
-        "from orchestrator._store.postgres import PostgresStore\n"
+    owning = (
         "from tests.test_postgres_store import _header\n"
         "store = PostgresStore(sys.argv[1])\n"
         "store.own('orchestrator import')\n"
         "store.append([_header('s-killed')])\n"
-        "print('owned', flush=True)\n"
-        "time.sleep(600)\n"
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, pg_url], stdout=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "owned"
+    with owner_killed_after(pg_url, owning):
         assert _owner_rows(pg_url) == [("s-killed", "orchestrator import")]
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
     assert _owner_rows(pg_url) == [("s-killed", "orchestrator import")]  # left behind
     import psycopg
 
