@@ -30,6 +30,7 @@ from orchestrator._cluster.contract import NavigateRequest  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.versioning import WorkerVersion, build_id, promote  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
+from orchestrator._core.errors import UnavailableError  # noqa: E402
 from orchestrator._core.resources import data_dir  # noqa: E402
 from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator.testing import summary_text  # noqa: E402
@@ -204,3 +205,15 @@ def test_the_worker_command_is_versioned_and_makes_its_build_current(tmp_path: P
     line = _worker_ready_line(tmp_path, queue_name(), "--unversioned")
     assert "build" not in line
     assert line.startswith("orchestrator worker: ready: worker on")
+
+
+async def test_a_build_no_worker_runs_is_refused_in_one_line() -> None:
+    # Temporal knows a version only once its workers poll: promote asks again, then gives up
+    # saying why (the worker command exits 2 with this line).
+    queue = queue_name()
+    async with connected() as temporal:
+        with pytest.raises(UnavailableError) as refused:
+            await promote(temporal, WorkerVersion(queue, "nobody"), task_queue=queue, within_s=0.3)
+    message = str(refused.value)
+    assert message.startswith(f"Temporal did not make build nobody current in deployment {queue}: ")
+    assert "\n" not in message

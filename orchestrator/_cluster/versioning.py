@@ -58,6 +58,7 @@ _ASK_AGAIN = (
     RPCStatusCode.NOT_FOUND,
     RPCStatusCode.FAILED_PRECONDITION,
     RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.UNAVAILABLE,
 )
 
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -151,10 +152,21 @@ async def promote(
     pause = _PROMOTE_EVERY_S
     asked = False
     while True:
+        reason = f"task queue {task_queue} still routes to another build"
         # Ready means the queue routes new runs to this build: already so when a worker of the
         # same build made it current (a fleet starting), else once the change has reached it.
-        queue = await client.workflow_service.describe_task_queue(describe)
-        if queue.versioning_info.current_deployment_version.build_id == version.build_id:
+        try:
+            routed = (
+                await client.workflow_service.describe_task_queue(describe)
+            ).versioning_info.current_deployment_version
+        except RPCError as error:
+            if error.status not in _ASK_AGAIN:
+                raise _refused(version, error.message) from None
+            routed = None
+        if routed is not None and (routed.deployment_name, routed.build_id) == (
+            version.deployment,
+            version.build_id,
+        ):
             return
         if not asked:
             try:
@@ -165,8 +177,6 @@ async def promote(
                 if error.status not in _ASK_AGAIN:
                     raise _refused(version, error.message) from None
                 reason = error.message
-        else:
-            reason = f"task queue {task_queue} still routes to another build"
         if loop.time() >= give_up:
             raise _refused(version, reason)
         await asyncio.sleep(pause)
