@@ -28,6 +28,7 @@ from orchestrator._rpc.protocol import CANCELLED, LIMIT, Method, Params, Peer, R
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import StreamTransport
 from orchestrator._rpc.work import Stop, encode_in_steps
+from orchestrator._runtime import ports
 from orchestrator._store.reports import context_report
 
 pytestmark = pytest.mark.anyio
@@ -483,3 +484,26 @@ async def test_a_session_read_while_the_server_stops_is_not_lost(tmp_path: Path)
     again.close_all()
     pipe.to_server.close()
     pipe.incoming.close()
+
+
+async def test_a_fork_and_a_navigation_of_a_big_session_run_as_heavy_work(
+    hub: SlowHub, connect: Callable[..., Pipe], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Their copy, walks and context ran on the event loop: 4 forks of a 200,000-entry session
+    # stopped every other client for 8.8 s, a navigation for 1.3 s (bench_fairness.py).
+    monkeypatch.setattr(ports, "HEAVY_ENTRIES", 0)  # the example counts as big
+    pipe = connect()
+    await pipe.send((1, "session.open", {"path": "example.jsonl"}))
+    session_id = (await pipe.answer(1))["result"]["session_id"]
+    opened = hub.fair.started
+    await pipe.send(
+        (2, "session.fork", {"session_id": session_id, "entry_id": "ec48c90d", "path": "f.jsonl"})
+    )
+    assert "result" in await pipe.answer(2)
+    assert hub.fair.started == opened + 1  # the copy and its write
+    session = hub.runtime(session_id).session
+    target = session.tree.entries[6]["id"]
+    await pipe.send((3, "session.tree.navigate", {"session_id": session_id, "target_id": target}))
+    assert (await pipe.answer(3))["result"]["newLeafId"] == target
+    assert hub.fair.started == opened + 3  # the branch's walk and the new context
+    assert hub.fair.running == 0

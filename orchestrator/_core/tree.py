@@ -64,6 +64,20 @@ class SessionTree:
             self._index_all(entries or [])
         self.leaf_id = self.entries[-1]["id"] if self.entries else None
 
+    def snapshot(self) -> SessionTree:
+        """A copy that appends to this tree leave unchanged, for work in another thread.
+
+        Entries are shared, not copied: an entry is never changed once in a tree (a change is
+        a new entry). The index is copied (a few milliseconds for 200,000 entries), so the
+        copy can be walked while this tree grows.
+        """
+        copy = SessionTree(
+            self.header, list(self.entries), EntryIndex(by_id=dict(self.by_id), linear=self._linear)
+        )
+        copy.leaf_id = self.leaf_id
+        copy._labels = dict(self._labels) if self._labels is not None else None
+        return copy
+
     # -- indexing ----------------------------------------------------------------------------
 
     def _index(self, entry: Entry) -> None:

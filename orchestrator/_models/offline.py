@@ -31,6 +31,8 @@ import math
 import re
 from collections.abc import Callable
 
+import anyio
+
 from orchestrator._core.errors import ModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage
 from orchestrator._core.prompts import render
@@ -398,6 +400,10 @@ def _block_lines(text: str | None) -> list[str]:
     return [line.removeprefix("- ") for line in (text or "").splitlines() if line.strip()]
 
 
+IN_THREAD_CHARS = 200_000
+"""From this many characters of prompt, the summary is written in a worker thread."""
+
+
 class OfflineSummarizer:
     """A :class:`~orchestrator._core.model.Model` that summarizes without calling any model."""
 
@@ -410,7 +416,13 @@ class OfflineSummarizer:
         Raises:
             ModelError: the request is a chat turn (``kind="fatal"``).
         """
-        text = summarize(request)
+        if len(request.prompt) < IN_THREAD_CHARS:
+            text = summarize(request)
+        else:
+            # Reading a long conversation takes a CPU-bound half second: in a worker thread,
+            # so that a server's other clients are answered meanwhile. An abort does not wait
+            # for it: the reading is pure, and its result is dropped.
+            text = await anyio.to_thread.run_sync(summarize, request, abandon_on_cancel=True)
         prompt_chars = utf16_len(request.system) + utf16_len(request.prompt)
         usage = Usage(input=math.ceil(prompt_chars / 4), output=math.ceil(utf16_len(text) / 4))
         return ModelResponse(

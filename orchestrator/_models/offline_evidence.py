@@ -273,6 +273,16 @@ class Evidence:
     """What the conversation ends with: "request", "reply", "call" or "" (nothing of note)."""
     answers_earlier: bool = False
     """Assistant text comes before any request: it answers what the previous summary left open."""
+    settled_upto: int = 0
+    """Every call before this index is settled: a reply or a result looks only after it (each
+    call is passed once over the whole conversation, not once per reply)."""
+
+    def unsettled(self) -> Iterator[Call]:
+        """The calls still waiting for their outcome, oldest first."""
+        calls = self.calls
+        while self.settled_upto < len(calls) and calls[self.settled_upto].settled():
+            self.settled_upto += 1
+        return (call for call in calls[self.settled_upto :] if not call.settled())
 
     def files(self) -> tuple[list[str], list[str]]:
         """Paths read (and not changed) and paths changed, each sorted."""
@@ -348,9 +358,8 @@ def _read_user(facts: Evidence, text: str) -> None:
 def _read_assistant(facts: Evidence, text: str) -> None:
     facts.replies.append(text)
     facts.last = "reply"
-    for call in facts.calls:
-        if not call.settled():
-            call.report = text
+    for call in facts.unsettled():
+        call.report = text
     if facts.requests:
         request = facts.requests[-1]
         if not request.answered and "?" in request.text and text.strip():
@@ -366,7 +375,7 @@ def _read_assistant(facts: Evidence, text: str) -> None:
 
 
 def _read_tool_result(facts: Evidence, text: str) -> None:
-    waiting = next((call for call in facts.calls if not call.settled()), None)
+    waiting = next(facts.unsettled(), None)
     if waiting is not None:
         waiting.result = text
     # A file's contents are not errors, even when the code in it mentions some.

@@ -12,7 +12,7 @@ compaction asked for is running before the turn machine has taken it).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -257,7 +257,7 @@ class LocalHost(Attached):
             if open_id is not None:
                 slot = self.slots[open_id]
                 return lambda stop: slot
-            arguments = self.options.arguments()
+            arguments = {**self.options.arguments(), "offload": self._offload(str(resolved))}
             return lambda stop: self._load(path, resolved, create, arguments)
 
         # A server stopping meanwhile does not lose a session read: the thread's result is
@@ -282,6 +282,15 @@ class LocalHost(Attached):
             return AgentSession.open(resolved, owner=SERVER_OWNER, **arguments)
         except (OSError, SessionError) as exc:
             _reraise_path_error(path, exc)
+
+    def _offload(self, key: str) -> Callable[[Callable[[], Any]], Awaitable[Any]]:
+        """How a session's work that grows with it runs: as the server's heavy work (fair.py)."""
+        fair = self.outlet.fair
+
+        async def offload(work: Callable[[], Any]) -> Any:
+            return await fair.run(None, key, lambda: lambda stop: work())
+
+        return offload
 
     def _register(self, runtime: AgentSession, path: str) -> Slot:
         """Add a runtime :meth:`_load` made (closing it when its id is open already)."""
@@ -433,7 +442,8 @@ class LocalHost(Attached):
             if isinstance(new.store, JsonlStore)
             else Journal.in_memory()
         )
-        forked = AgentSession(new, journal=journal, **self.options.arguments())
+        offload = self._offload(new.store.location)
+        forked = AgentSession(new, journal=journal, offload=offload, **self.options.arguments())
         return Forked(self.slots[self.add(forked)].describe(), result.editor_text)
 
     async def prompt(self, session_id: str, text: str) -> Prompted:

@@ -13,7 +13,7 @@ import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -29,6 +29,19 @@ from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session, wall_clock_ms
 from orchestrator._telemetry.traced_model import TracedModel
 from orchestrator._telemetry.tracing import LifecycleTracer
+
+T = TypeVar("T")
+
+
+HEAVY_ENTRIES = 5_000
+"""From this many entries, work that grows with the session (a fork's copy, a navigation's new
+context) runs through :attr:`Ports.offload`; below, on the event loop, where the thread's start
+would cost more than the work."""
+
+
+async def in_thread(work: Callable[[], T]) -> T:
+    """Run ``work`` in a worker thread; a cancellation waits for it (nothing half done)."""
+    return await anyio.to_thread.run_sync(work)
 
 
 def random_operation_id() -> str:
@@ -83,6 +96,8 @@ class Ports:
         deadline_s: Per operation, seconds, over all its calls and waits (``None``: no limit).
         tables: Where the machine tables come from, by name (tests pass modified copies to
             show that the behaviour follows the table).
+        offload: Runs work that grows with the session off the event loop (default: a worker
+            thread; the server passes its bounded, fair scheduler, ``_rpc/fair.py``).
     """
 
     session: Session | None
@@ -99,6 +114,14 @@ class Ports:
     idle_s: float | None = None
     deadline_s: float | None = None
     tables: Callable[[str], MachineDef] = load_machine
+    offload: Callable[[Callable[[], Any]], Awaitable[Any]] = in_thread
+
+    async def heavy(self, size: int, work: Callable[[], T]) -> T:
+        """``work``, which grows with ``size`` entries: off the loop from :data:`HEAVY_ENTRIES`."""
+        if size < HEAVY_ENTRIES:
+            return work()
+        result: T = await self.offload(work)
+        return result
 
     async def run_hook(self, name: str, payload: dict[str, Any]) -> Mapping[str, Any] | None:
         """Run a hook; a handler's exception becomes a ``hook_error`` event (D25)."""

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from orchestrator._runtime import arguments as check
+from orchestrator._runtime import ports as _ports
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import EventBus
 from orchestrator._runtime.hooks import Hooks
@@ -60,6 +61,7 @@ class AgentSession:
         operation_ids: Source of operation ids (default: random; simulations pass a counter).
         events: The event bus (default: a new one). Passed to :meth:`open` with listeners
             already subscribed, it lets them hear what opening emits (``operation_settled``).
+        offload: Runs a fork's copy and a navigation's context off the loop (big sessions).
     """
 
     ports: Ports
@@ -81,6 +83,7 @@ class AgentSession:
         clock_ms: Callable[[], int] = wall_clock_ms,
         operation_ids: Callable[[], str] | None = None,
         events: EventBus | None = None,
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]] = _ports.in_thread,
     ) -> None:
         self._session, self._agent = session, agent
         # A runtime compacts: its contexts keep what summary requests need measured as they
@@ -103,6 +106,7 @@ class AgentSession:
             clock_ms=clock_ms,
             sleep=sleep,
             ids=operation_ids or random_operation_id,
+            offload=offload,
         )
         self.summarizer = summarizer or default_routes(agent, settings)
 

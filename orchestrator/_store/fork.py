@@ -34,17 +34,21 @@ def branched_session(
     *,
     clock: Callable[[], int] | None = None,
     session_id: str | None = None,
+    tree: SessionTree | None = None,
 ) -> Session:
     """Create a new session in ``store`` holding ``source``'s path to ``leaf_id``.
 
     ``leaf_id=None`` gives an empty session (forking from a root user message). ``session_id``
     names the new session (default: a fresh UUID), e.g. the id a database store was opened with.
+    ``tree``: the source's tree to read (default: its own), a :meth:`~SessionTree.snapshot` for
+    a fork made in a worker thread while the source may grow.
 
     Raises:
         SessionError: ``Entry <id> not found`` when the leaf is unknown.
     """
     now = clock or source._clock
-    path = source.tree.path(leaf_id) if leaf_id is not None else []
+    tree = tree if tree is not None else source.tree
+    path = tree.path(leaf_id) if leaf_id is not None else []
     if leaf_id is not None and not path:
         raise EntryNotFoundError(leaf_id)
     header = new_header(
@@ -56,13 +60,13 @@ def branched_session(
     if isinstance(store, JsonlStore) and isinstance(source.store, JsonlStore):
         # A fork of a private session is private too: it holds the same conversation.
         store.private_like = source.store.path
-    tree = SessionTree(header, copy_path(path))
-    session = Session(store, tree, persisted=False, clock=now, random_hex=source._random_hex)
-    on_path = {e["id"] for e in tree.entries}
-    for target, label in source.tree.labels.items():
+    copied = SessionTree(header, copy_path(path))
+    session = Session(store, copied, persisted=False, clock=now, random_hex=source._random_hex)
+    on_path = {e["id"] for e in copied.entries}
+    for target, label in tree.labels.items():
         if target in on_path:
             session.append_entry(LABEL, {"targetId": target, "label": label})
-    if any(role_of(e) == "assistant" for e in tree.entries):
+    if any(role_of(e) == "assistant" for e in copied.entries):
         session.flush()
     return session
 

@@ -357,6 +357,23 @@ class Session:
             self._builder_leaf = self.tree.leaf_id
         return self._builder.context()
 
+    def build_context(self) -> tuple[ContextBuilder, str | None]:
+        """Build the active leaf's context without keeping it: work for another thread.
+
+        It only reads the tree (a walk of the path, then each entry), so the event loop may go
+        on meanwhile; :meth:`take_context` then keeps it, on the loop. Reading while the loop
+        appends is safe entry by entry, and the taker checks that the leaf did not move.
+        """
+        leaf = self.tree.leaf_id
+        path = self.tree.path(leaf) if leaf is not None else []
+        return ContextBuilder(path, measured=self._keep_measured), leaf
+
+    def take_context(self, built: tuple[ContextBuilder, str | None]) -> None:
+        """Keep a context :meth:`build_context` built, if the leaf is still the one it was for."""
+        builder, leaf = built
+        if leaf == self.tree.leaf_id and not self._builder_current():
+            self._builder, self._builder_leaf = builder, leaf
+
     def keep_measured(self) -> None:
         """Keep the active context measured for summary requests, now and after every rebuild.
 

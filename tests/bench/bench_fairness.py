@@ -5,6 +5,8 @@ Run on demand (not part of the test run)::
     python tests/bench/bench_fairness.py                      # 200k entries, 64 session.context
     python tests/bench/bench_fairness.py --entries 300000 --method session.tree
     python tests/bench/bench_fairness.py --leave 2            # the flooding client leaves after 2 s
+    python tests/bench/bench_fairness.py --method session.fork --requests 8
+    python tests/bench/bench_fairness.py --method session.tree.navigate --requests 8
 
 The session is a linear pi file written by ``bench_core.write_session`` (user prompts, assistant
 messages with tool calls, tool results of 200 B to ~6 KB; 200k entries are 122 MB), kept in the
@@ -128,6 +130,26 @@ class Poller:
         )
 
 
+def params(args: argparse.Namespace, session_id: str, i: int) -> dict[str, Any]:
+    """The flood's requests: a fork of the last user message into a new file each time, a
+    navigation to the last user message and back, or the method with the session alone."""
+    if args.method == "session.fork":
+        return {"session_id": session_id, "entry_id": args.targets[0], "path": f"fork-{i}.jsonl"}
+    if args.method == "session.tree.navigate":
+        return {"session_id": session_id, "target_id": args.targets[i % 2]}
+    return {"session_id": session_id}
+
+
+def targets(session: Path) -> list[str]:
+    """The ids of the last user message and of the last entry (read from the file's end)."""
+    with session.open("rb") as file:
+        file.seek(max(0, session.stat().st_size - (1 << 20)))
+        lines = file.read().splitlines()[1:]
+    entries = [json.loads(line) for line in lines]
+    users = [e["id"] for e in entries if e.get("message", {}).get("role") == "user"]
+    return [users[-1], entries[-1]["id"]]
+
+
 async def flood(
     stream: anyio.abc.ByteStream, session_id: str, args: argparse.Namespace
 ) -> tuple[int, int, int, float]:
@@ -137,7 +159,7 @@ async def flood(
     client takes little of the two cores the server runs on.
     """
     payload = b"".join(
-        request(1000 + i, args.method, {"session_id": session_id}) for i in range(args.requests)
+        request(1000 + i, args.method, params(args, session_id, i)) for i in range(args.requests)
     )
     started = time.perf_counter()
     await stream.send(payload)
@@ -153,6 +175,9 @@ async def flood(
             start = 0
             while (end := chunk.find(b"\n", start)) >= 0:
                 head += chunk[start : min(end, start + 300)]
+                if head.find(b'"method"', 0, 40) >= 0:  # a notification (the session's events)
+                    head, start = b"", end + 1
+                    continue
                 answers += 1
                 if head.find(b'"error"', 0, 200) >= 0:
                     errors += 1
@@ -214,6 +239,9 @@ def main() -> None:
     session = folder / f"s{args.entries}.jsonl"
     if not session.exists():
         write_session(session, args.entries)
+    args.targets = targets(session)
+    for old in folder.glob("fork-*.jsonl"):
+        old.unlink()
     socket_path = folder / f"serve-{os.getpid()}.sock"
     command = [sys.executable, "-m", "orchestrator", "serve"]
     command += ["--socket", str(socket_path), "--dir", str(folder)]

@@ -327,9 +327,12 @@ class Navigator:
     # -- the effect table -------------------------------------------------------------------------
 
     async def collect_entries(self) -> Report:
-        request = self._current()
-        entries, request.ancestor = collect_branch_entries(
-            self._session().tree, request.old_leaf, request.target.target_id
+        request, tree = self._current(), self._session().tree
+        # Two walks of paths that grow with the session: off the loop on a big one. Nothing
+        # appends meanwhile: the session table admits no turn or compaction beside a navigation.
+        entries, request.ancestor = await self.ports.heavy(
+            len(tree),
+            lambda: collect_branch_entries(tree, request.old_leaf, request.target.target_id),
         )
         # A leaf marker records where an earlier navigation left the leaf; it is no content of
         # the branch. A branch of markers only is nothing to summarize: a plain move (row 9),
@@ -440,7 +443,10 @@ class Navigator:
         return Report(outcome="ok")
 
     async def rebuild_context(self) -> None:
-        self._session().context()
+        # The whole path's context: on a big session, off the loop (Ports.heavy), kept here.
+        session = self._session()
+        if not session.context_is_live:
+            session.take_context(await self.ports.heavy(len(session.tree), session.build_context))
 
     async def emit_session_tree(self) -> None:
         request, session = self._current(), self._session()
@@ -539,7 +545,10 @@ async def fork(ports: Ports, entry_id: str, store: SessionStore) -> ForkResult:
     )
     if hook and hook.get("cancel"):
         return ForkResult(cancelled=True, editor_text=editor_text)
-    new = branched_session(session, leaf, store)
+    # The copy and its write grow with the path: off the loop on a big session, reading a
+    # snapshot of the tree that appends meanwhile (a fork runs beside a turn) leave alone.
+    tree = session.tree.snapshot()
+    new = await ports.heavy(len(tree), lambda: branched_session(session, leaf, store, tree=tree))
     await ports.run_hook(
         "session_fork",
         {"type": "session_fork", "previousSessionFile": session.store.location},
