@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import INVALID_PARAMS
+from orchestrator._rpc.protocol import INVALID_PARAMS, RpcError
 from tests.cli_kit import EXAMPLE
 from tests.runtime_kit import HubClient as Client
 
@@ -101,3 +101,46 @@ async def test_a_name_ending_in_a_slash_names_a_folder_and_is_refused(tmp_path: 
     assert (error["code"], error["message"]) == (INVALID_PARAMS, f"f.jsonl/: {folder}")
     await client.call("session.close", session_id=opened["session_id"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.jsonl", "s.jsonl"]
+
+
+def test_a_link_loop_is_told_by_the_error_type_not_its_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was found by "loop" in the message, which another error could contain and another
+    # Python could word differently: 3.11 and 3.12 raise RuntimeError, 3.13 OSError(ELOOP).
+    import errno
+    import os
+
+    from orchestrator._rpc import paths
+
+    loop = "a.jsonl: symbolic link loop (following its links never reaches a file)"
+    raised: list[BaseException] = [
+        RuntimeError("Symlink loop from 'a.jsonl'"),
+        OSError(errno.ELOOP, os.strerror(errno.ELOOP)),
+        OSError(errno.ENAMETOOLONG, "File name too long (a loop of words)"),
+    ]
+    answers = []
+    for error in raised:
+
+        def fail(self: Path, strict: bool = False, error: BaseException = error) -> Path:
+            raise error
+
+        monkeypatch.setattr(Path, "resolve", fail)
+        with pytest.raises(RpcError) as caught:
+            paths.resolve("a.jsonl", tmp_path)
+        answers.append((caught.value.code, str(caught.value)))
+    assert answers == [
+        (INVALID_PARAMS, loop),
+        (INVALID_PARAMS, loop),
+        (INVALID_PARAMS, "a.jsonl: [Errno 36] File name too long (a loop of words)"),
+    ]
+
+
+def test_an_unknown_home_folder_is_the_callers_path_not_a_loop(tmp_path: Path) -> None:
+    from orchestrator._rpc import paths
+
+    with pytest.raises(RpcError) as caught:
+        paths.resolve("~no-such-user-here/s.jsonl", tmp_path)
+    assert caught.value.code == INVALID_PARAMS
+    assert str(caught.value).startswith("~no-such-user-here/s.jsonl: ")
+    assert "loop" not in str(caught.value)
