@@ -27,7 +27,7 @@ from orchestrator._models import offline
 from orchestrator._models.offline_evidence import Call, read_conversation
 from orchestrator._runtime import ports
 from orchestrator._runtime.session import AgentSession
-from orchestrator._store import jsonl
+from orchestrator._store import jsonl_io
 from orchestrator._store.fork import branched_session, fork_target
 from orchestrator._store.jsonl import JsonlStore
 from orchestrator._store.session import Session
@@ -199,7 +199,7 @@ def test_a_fork_writes_its_file_without_a_second_copy_of_it(
     # written in batches of 500 lines here, so that 4,000 entries make several.
     from tests.bench.bench_core import write_session
 
-    monkeypatch.setattr(jsonl, "_LINES_PER_WRITE", 500, raising=False)
+    monkeypatch.setattr(jsonl_io, "LINES_PER_WRITE", 500)
 
     source = tmp_path / "s.jsonl"
     write_session(source, 4_000)

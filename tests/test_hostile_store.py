@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator._core.errors import ConflictError, SessionError
-from orchestrator._store import jsonl
+from orchestrator._store import jsonl, jsonl_io
 from orchestrator._store.jsonl import JsonlStore, write_pi_line
 from tests.cli_kit import run
 
@@ -53,7 +53,7 @@ def test_repairing_a_long_torn_line_reads_and_copies_each_byte_once(
         read.append(length)
         return _Counted(real_pread(fd, length, offset))
 
-    monkeypatch.setattr(jsonl, "_CHUNK", 16)
+    monkeypatch.setattr(jsonl_io, "CHUNK", 16)
     _Counted.copied = 0
     with JsonlStore(path) as store:
         monkeypatch.setattr(os, "pread", pread)
@@ -164,13 +164,13 @@ def test_a_rewrite_does_not_replace_what_pi_appended_while_the_copy_was_written(
     with JsonlStore(path) as store:
         loaded = store.load()
         expect = store.tail()
-        write_temporary = JsonlStore._write_temporary
+        write_temporary = jsonl_io.write_temporary
 
-        def slow_copy(self: JsonlStore, *args: Any) -> Path:
+        def slow_copy(*args: Any) -> Path:
             _pi_appends(path)
-            return write_temporary(self, *args)
+            return write_temporary(*args)
 
-        monkeypatch.setattr(JsonlStore, "_write_temporary", slow_copy)
+        monkeypatch.setattr(jsonl, "write_temporary", slow_copy)
         assert loaded.header is not None
         with pytest.raises(ConflictError):
             store.rewrite(loaded.header, loaded.entries, expect=expect)

@@ -1,12 +1,15 @@
 """The JSONL file store: pi's session file, durable appends, atomic rewrites, one writer.
 
+Its byte-level pieces (line encoding, chunked reads, temporary files) are in
+:mod:`~orchestrator._store.jsonl_io`; ``write_pi_line`` and ``read_outline`` are re-exported here.
+
 Theory of operation (decisions D3 and D4):
 
 * **Reading never writes.** :meth:`JsonlStore.load` reads the bytes and parses them with
   :func:`~orchestrator._core.loading.parse_session_bytes`; damage becomes a list of problems.
 * **The first write checks the file.** The first append, rewrite or tail repair takes the writer
   lock, moves a torn last line aside (into ``<path>.corrupt``, appended, never overwritten, as a
-  line of its own so that two torn lines kept there stay two; see :func:`_as_fragment`) and
+  line of its own so that two torn lines kept there stay two; see :func:`as_fragment`) and
   looks at what the file holds. A damaged file may still be appended to, since appending keeps
   every byte, but never rewritten, since a rewrite keeps only what loaded. pi overwrites such a
   file with a fresh header; I refuse and say why.
@@ -50,12 +53,11 @@ Theory of operation (decisions D3 and D4):
 
 from __future__ import annotations
 
-import errno
-import json
+__all__ = ["JsonlStore", "read_outline", "write_pi_line"]
+
 import os
 import stat
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from stat import S_ISREG
 from types import TracebackType
@@ -75,245 +77,30 @@ from orchestrator._core.migration import RandomHex, header_version, uuid_hex
 from orchestrator._store.dirsync import fsync_dir
 from orchestrator._store.files import (
     mode_like,
-    only_regular,
     open_side_file,
     os_failure,
     session_file,
     side_file_name,
 )
+from orchestrator._store.jsonl_io import (
+    corrupt_fragment,
+    default_owner,
+    file_signature,
+    link_new,
+    open_session_file,
+    parse_file,
+    read_chunks,
+    read_last_line,
+    read_outline,
+    refuse_shared,
+    remove_temporaries,
+    write_pi_line,
+    write_temporary,
+)
 from orchestrator._store.owner import OwnerLock
 from orchestrator._store.protocol import FsyncPolicy
 from orchestrator._store.tail import changed, check_tail, tail_after, tail_of_file
 from orchestrator._store.whole import append_whole
-
-_CHUNK = 1 << 16
-_LINES_PER_WRITE = 4096
-"""Lines joined for one write of a whole file: a few megabytes, never the file twice."""
-
-
-def write_pi_line(entry: Entry) -> bytes:
-    """Serialize one entry as the line pi writes (``JSON.stringify`` plus a newline), in UTF-8.
-
-    Compact separators and raw (unescaped) non-ASCII, like ``JSON.stringify``. A lone surrogate
-    is written as a backslash-u escape, as ``JSON.stringify`` does, so the line is valid UTF-8.
-    Known difference: Python spells some floats differently (``1e-07`` for ``1e-7``); both read
-    back as the same number.
-
-    Args:
-        entry: The entry (or header) to write.
-
-    Returns:
-        The line, ending in a newline.
-
-    Raises:
-        SessionError: The entry holds something JSON cannot carry (NaN, infinity, a set...),
-            which pi could not read back.
-    """
-    try:
-        text = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SessionError(f"entry {entry.get('id')!r} cannot be written as JSON: {exc}") from exc
-    return (text + "\n").encode("utf-8", "backslashreplace")
-
-
-def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
-    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-
-
-def _open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
-    """Open the session file itself, refusing anything but a regular file.
-
-    ``O_NONBLOCK`` keeps the open from waiting: a named pipe opened for reading waits for a
-    writer for ever (and a signal does not end the wait: the call is restarted). It changes
-    nothing for a regular file. A pipe or a device (``/dev/zero`` reads without end) is refused.
-
-    Raises:
-        OSError: The open failed (the caller says why, in one line).
-        SessionError: The path names something that is not a regular file.
-    """
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    return only_regular(fd, f"{path}: not a regular file; a session is a file of JSON lines")
-
-
-def _refuse_shared(path: Path, names: int) -> None:
-    """Refuse to write a session file that has other names too (hard links; module docstring).
-
-    Raises:
-        SessionError: ``names`` is more than one.
-    """
-    if names > 1:
-        raise SessionError(
-            f"{path}: has {names} names (hard links); refusing to change it: an append changes "
-            "every name, but the lock and the journal are per name, so a writer under another "
-            "name would not be kept out (copy it to give it one name)"
-        )
-
-
-def _temporary_name(path: Path, token: str) -> str:
-    """The name of a temporary file that will replace (or become) ``path``: hidden, beside it."""
-    return f".{path.name}.{token}.tmp"
-
-
-def _remove_temporaries(path: Path) -> None:
-    """Remove the temporary files of ``path``'s rewrites that a killed owner left behind.
-
-    Only regular files named exactly as :func:`_temporary_name` names them (eight hex digits)
-    go; the caller holds the session's lock, under which alone they are written. A folder that
-    cannot be listed, or a file that cannot be removed, is left as it is: litter, not harm.
-    """
-    prefix, suffix = f".{path.name}.", ".tmp"  # as _temporary_name names them
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return
-    for name in names:
-        token = name[len(prefix) : -len(suffix)]
-        if not (name.startswith(prefix) and name.endswith(suffix) and _is_token(token)):
-            continue
-        leftover = path.parent / name
-        try:
-            if S_ISREG(os.lstat(leftover).st_mode):
-                leftover.unlink()
-        except OSError:
-            pass
-
-
-def _is_token(text: str) -> bool:
-    return len(text) == 8 and all(c in "0123456789abcdef" for c in text)
-
-
-def _as_fragment(side: int, moved: bytes) -> bytes:
-    """A torn line as the ``.corrupt`` file keeps it: a line of its own, ending in a newline.
-
-    Kept as moved, the fragments of two crashes ran together (``{"a":"torn1{"b":"torn2``) and
-    nobody could tell where one ended. Each now ends in a newline, and one is put before it when
-    the file ends without one (a fragment kept before fragments ended in newlines). A torn line
-    holds no newline (it is what follows the last one), so the newlines are only separators.
-    """
-    size = os.fstat(side).st_size
-    apart = b"\n" if size and os.pread(side, 1, size - 1) != b"\n" else b""
-    return apart + moved + b"\n"
-
-
-def _link_new(temporary: Path, path: Path) -> None:
-    """Give the whole file ``temporary`` the new name ``path``, never replacing what is there.
-
-    A hard link fails when the name exists, where a rename would replace it. A file system
-    without hard links (FAT, some network shares) gets a rename instead, after a last look: the
-    owner lock keeps other stores of ours out, so only a program that ignores it could slip in.
-
-    Raises:
-        SessionError: ``path`` already exists, or the folder refuses the name.
-    """
-    try:
-        os.link(temporary, path)
-        return
-    except FileExistsError:
-        raise SessionError(f"{path}: already exists") from None
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise os_failure(path, "create it", exc) from exc
-    if os.path.lexists(path):
-        raise SessionError(f"{path}: already exists")
-    try:
-        os.rename(temporary, path)
-    except OSError as exc:
-        raise os_failure(path, "create it", exc) from exc
-
-
-def _chunks(fd: int) -> Iterator[bytes]:
-    """The bytes of an open descriptor from where it is to the end, 64 KB at a time.
-
-    A load parses these as they come (:func:`read_session_chunks`): a whole-file read held the
-    file in fresh memory, one page fault per 4 KB, the dearest part of loading a big file on a
-    virtual machine (issue 9). A chunk is freed once split, and the next read reuses its memory.
-    """
-    while chunk := os.read(fd, _CHUNK):
-        yield chunk
-
-
-def _parse_file(
-    path: Path, random_hex: RandomHex, *, outline: bool
-) -> tuple[os.stat_result, ParsedSession, bytearray] | None:
-    """Parse the file at ``path``: its stat, the parse (its tail set) and its last byte.
-
-    ``None`` when there is no file. A file is read a chunk at a time (see
-    :func:`~orchestrator._core.loading.read_session_chunks`, and ``outline`` there).
-
-    Raises:
-        SessionError: The file cannot be read (permissions, a folder...).
-    """
-    try:
-        fd = _open_session_file(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise os_failure(path, "read it", exc) from exc
-    last = bytearray()  # the last byte parsed
-    try:
-        stat = os.fstat(fd)
-        parsed = read_session_chunks(
-            _last_byte_into(last, _chunks(fd)),
-            size=stat.st_size,
-            random_hex=random_hex,
-            outline=outline,
-        )
-        # The end of the bytes just parsed, read back through the same descriptor: a file
-        # is only appended to in place (rewrites are renames), so they are the same bytes.
-        parsed.result.tail = tail_of_file(fd, os.lseek(fd, 0, os.SEEK_CUR))
-    except OSError as exc:
-        raise os_failure(path, "read it", exc) from exc
-    finally:
-        os.close(fd)
-    return stat, parsed, last
-
-
-def read_outline(path: str | os.PathLike[str]) -> LoadResult:
-    """The session file at ``path`` read for its problems and tree only (``check``).
-
-    Each entry keeps its id, parent, type and references
-    (:func:`~orchestrator._core.reading.outline_of`); the problems are those a full load finds.
-    Nothing is kept for a later write: an outline must never be written back. A missing file
-    reads as empty, as :meth:`JsonlStore.load` reads it.
-
-    Raises:
-        SessionError: The file cannot be read (permissions, a folder...).
-    """
-    read = _parse_file(session_file(path), uuid_hex, outline=True)
-    return LoadResult(header=None) if read is None else read[1].result
-
-
-def _last_byte_into(last: bytearray, chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """``chunks``, keeping the last byte seen in ``last`` (a load learns how the file ends)."""
-    for chunk in chunks:
-        if chunk:
-            last[:] = chunk[-1:]
-        yield chunk
-
-
-def _read_last_line(fd: int, size: int) -> tuple[int, bytes]:
-    """Return ``(offset, bytes)`` of the file from just before its last newline to the end.
-
-    The pieces read backwards are joined once at the end: prepending each to the bytes so far
-    copied the whole line again per 64 KB, and repairing a torn line of 200 MB took minutes
-    with the lock held. Now every byte is read once and copied once.
-    """
-    position, pieces = size, []
-    while position > 0:
-        start = max(0, position - _CHUNK)
-        piece = os.pread(fd, position - start, start)
-        pieces.append(piece)
-        position = start
-        if b"\n" in piece:
-            break
-    pieces.reverse()
-    return position, b"".join(pieces)
-
-
-def _default_owner() -> str:
-    """The name a store that writes without :meth:`JsonlStore.own` gives its lock."""
-    name = Path(sys.argv[0]).name if sys.argv else ""
-    return name if name and not name.startswith("-") else "python"
 
 
 class JsonlStore:
@@ -430,7 +217,7 @@ class JsonlStore:
         try:
             if self.path.stat().st_size > 0:
                 return True
-            fd = _open_session_file(self.path, os.O_RDONLY)
+            fd = open_session_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return False
         except (OSError, SessionError):
@@ -457,13 +244,13 @@ class JsonlStore:
             self._close_fd()
             self._state = None
         self._clean_stamp = None
-        read = _parse_file(self.path, self._random_hex, outline=False)
+        read = parse_file(self.path, self._random_hex, outline=False)
         if read is None:
             self._loaded, self._end = None, EMPTY_TAIL
             return LoadResult(header=None)
         stat, parsed, last = read
         self._end = parsed.result.tail
-        self._loaded = (_signature(stat), parsed)
+        self._loaded = (file_signature(stat), parsed)
         if self._end.length == stat.st_size and (not last or last.endswith(b"\n")):
             self._clean_stamp = self._loaded[0]
         return parsed.result
@@ -479,7 +266,7 @@ class JsonlStore:
             SessionError: The file cannot be read.
         """
         try:
-            return _signature(os.stat(self.path))
+            return file_signature(os.stat(self.path))
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -518,7 +305,7 @@ class JsonlStore:
         if self._fd is not None:
             return tail_of_file(self._fd, os.fstat(self._fd).st_size)
         try:
-            fd = _open_session_file(self.path, os.O_RDONLY)
+            fd = open_session_file(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return EMPTY_TAIL
         except OSError as exc:
@@ -548,7 +335,7 @@ class JsonlStore:
         try:
             named = os.stat(self.path)
             if S_ISREG(named.st_mode):  # a folder has names too (its entries' ".."): not ours
-                _refuse_shared(self.path, named.st_nlink)
+                refuse_shared(self.path, named.st_nlink)
         except OSError:
             pass  # a new session (one name, when created), or one the load reports in a line
         except SessionError:
@@ -641,7 +428,7 @@ class JsonlStore:
             raise SessionError(refusal)
         delta = self._repair_once(fd)
         self._clean_stamp = None
-        temporary = self._write_temporary(data, self.path.stat().st_mode & 0o7777)
+        temporary = write_temporary(self.path, data, self.path.stat().st_mode & 0o7777)
         try:
             if checked is not None:
                 # Writing and fsyncing the copy took a while: what pi appended meanwhile would
@@ -673,18 +460,20 @@ class JsonlStore:
                 ".corrupt, or a rewrite's .NAME.tmp): another session's would be written over it"
             )
         if self._use_lock:
-            self._lock(_default_owner())
+            self._lock(default_owner())
         if expect is not None:
             check_tail(self.location, expect, EMPTY_TAIL)
         like = self.private_like
-        temporary = self._write_temporary(data, None, 0o666 if like is None else mode_like(like))
+        temporary = write_temporary(
+            self.path, data, None, 0o666 if like is None else mode_like(like)
+        )
         try:
-            _link_new(temporary, self.path)
+            link_new(temporary, self.path)
         finally:
             temporary.unlink(missing_ok=True)
         fsync_dir(self.path.parent)
         try:
-            self._fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND)
+            self._fd = open_session_file(self.path, os.O_RDWR | os.O_APPEND)
         except OSError as exc:
             raise os_failure(self.path, "write it", exc) from exc
         return self._written_whole(header, entries, sum(map(len, data)))
@@ -753,7 +542,7 @@ class JsonlStore:
             return
         self._owner_lock.acquire(owner)
         if self._owner_lock.took_over:
-            _remove_temporaries(self.path)
+            remove_temporaries(self.path)
 
     def _writer(self) -> int:
         if self._fd is None:
@@ -764,25 +553,25 @@ class JsonlStore:
     def _open_writer(self) -> None:
         """Lock, open for appending and learn what the file holds (the tail is repaired later)."""
         if self._use_lock:
-            self._lock(_default_owner())
+            self._lock(default_owner())
         created = not self.path.exists()
         try:
-            fd = _open_session_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            fd = open_session_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
             raise os_failure(self.path, "write it", exc) from exc
         try:
             if created and self._policy != "never":
                 fsync_dir(self.path.parent)  # a new file's name is durable only this way
             stat = os.fstat(fd)
-            _refuse_shared(self.path, stat.st_nlink)
+            refuse_shared(self.path, stat.st_nlink)
             loaded = self._loaded
             # Parsing a big file twice is wasteful: reuse the last load if the file is unchanged.
             # A torn tail does not matter for that: the refusals ignore it.
-            if loaded is not None and loaded[0] == _signature(stat):
+            if loaded is not None and loaded[0] == file_signature(stat):
                 state = loaded[1]
             else:
                 state = read_session_chunks(
-                    _chunks(fd), size=stat.st_size, random_hex=self._random_hex
+                    read_chunks(fd), size=stat.st_size, random_hex=self._random_hex
                 )
         except BaseException:
             os.close(fd)
@@ -849,7 +638,7 @@ class JsonlStore:
         modification time): an append changes the size, a rewrite by rename the inode, and any
         write the modification time.
         """
-        return self._clean_stamp is not None and _signature(held) == self._clean_stamp
+        return self._clean_stamp is not None and file_signature(held) == self._clean_stamp
 
     def _repair_once(self, fd: int) -> int:
         """Repair the tail before the first write; returns the change in length."""
@@ -862,7 +651,7 @@ class JsonlStore:
     def _repair(self, fd: int) -> tuple[bytes, int]:
         self._clean_stamp = None
         size = os.fstat(fd).st_size
-        offset, last = _read_last_line(fd, size)
+        offset, last = read_last_line(fd, size)
         plan = plan_tail_repair(last)
         if plan is None:
             return b"", 0
@@ -873,7 +662,7 @@ class JsonlStore:
             flags, doing = os.O_RDWR | os.O_APPEND | os.O_CREAT, "keep the torn line"
             side = open_side_file(self.corrupt_path, flags, doing, mode_like(self.path))
             try:
-                append_whole(side, self.corrupt_path, _as_fragment(side, plan.moved), doing)
+                append_whole(side, self.corrupt_path, corrupt_fragment(side, plan.moved), doing)
                 os.fsync(side)  # the copy must be durable before the original is cut
             finally:
                 os.close(side)
@@ -893,39 +682,6 @@ class JsonlStore:
             # the tail before our next append.
             self._close_fd()
             raise
-
-    def _write_temporary(self, data: list[bytes], mode: int | None, create: int = 0o666) -> Path:
-        """A fsynced file holding the lines ``data`` beside the session, ``mode`` when given.
-
-        ``None`` keeps the mode the umask gives a new file made with ``create``, as pi's
-        ``writeFileSync`` would with the default ``0o666``.
-        """
-        directory = self.path.parent
-        import secrets  # here, not at the top: reading a session never needs it
-
-        temporary = directory / _temporary_name(self.path, secrets.token_hex(4))
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, create)
-        except OSError as exc:
-            doing = "write a temporary file in its folder to replace it"
-            raise os_failure(self.path, doing, exc) from exc
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)  # the original's
-            for start in range(0, len(data), _LINES_PER_WRITE):
-                view = memoryview(b"".join(data[start : start + _LINES_PER_WRITE]))
-                written = 0
-                while written < len(view):
-                    written += os.write(fd, view[written:])
-            os.fsync(fd)
-        except BaseException as exc:
-            os.close(fd)
-            temporary.unlink(missing_ok=True)
-            if isinstance(exc, OSError):  # a full disk, a quota: say which file
-                raise os_failure(self.path, "write it", exc) from exc
-            raise
-        os.close(fd)
-        return temporary
 
     def _close_fd(self) -> None:
         if self._fd is not None:
