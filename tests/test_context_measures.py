@@ -17,7 +17,7 @@ from orchestrator import CompactionPlan, CompactionSettings, plan_compaction
 from orchestrator._core import measures
 from orchestrator._core.context import ContextBuilder
 from orchestrator._core.entries import COMPACTION
-from orchestrator._core.serialize import MeasuredMessages
+from orchestrator._core.measured_messages import MeasuredMessages
 from orchestrator._core.tokens import estimate_tokens
 from tests.sessions import SessionBuilder
 from tests.test_context_restart import MeasuringBuilder, fields

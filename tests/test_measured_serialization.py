@@ -25,6 +25,7 @@ from orchestrator._core.context import FILE_TOOLS, ContextBuilder, ContextIndex
 from orchestrator._core.entries import Message
 from orchestrator._core.errors import ModelError
 from orchestrator._core.js_json import js_json
+from orchestrator._core.measured_messages import MeasuredMessages
 from orchestrator._core.messages import to_llm_messages
 from orchestrator._core.model import ModelRequest
 from orchestrator._core.serialize import (
@@ -33,7 +34,6 @@ from orchestrator._core.serialize import (
     SHAPE_SHORT_RESULT,
     SHAPE_TEXT_AND_CALL,
     SHAPE_USER_TEXT,
-    MeasuredMessages,
     measure,
     measure_shaped,
     serial_step,

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 from orchestrator._core.entries import Entry, Message
+from orchestrator._core.measured_messages import MeasuredMessages
 from orchestrator._core.measures import Measures, OnDemand
-from orchestrator._core.serialize import MeasuredMessages
 from orchestrator._core.window import Window
 
 T = TypeVar("T")

@@ -34,13 +34,10 @@ from dataclasses import dataclass
 
 from orchestrator._core.entries import Message
 from orchestrator._core.errors import ModelError
+from orchestrator._core.measured_messages import MeasuredMessages
 from orchestrator._core.model import ModelRequest, Purpose
 from orchestrator._core.prompts import render
-from orchestrator._core.serialize import (
-    PARAGRAPH_SEPARATOR,
-    MeasuredMessages,
-    serialize_conversation,
-)
+from orchestrator._core.serialize import PARAGRAPH_SEPARATOR, serialize_conversation
 from orchestrator._core.utf16 import utf16_len, utf16_tail
 
 BRANCH_MAX_TOKENS = 2048
