@@ -184,7 +184,7 @@ async def events_per_compaction(args: argparse.Namespace, ids: list[str]) -> flo
     return statistics.mean(counts) if counts else float("nan")
 
 
-def storage(database: str) -> dict[str, float]:
+def storage(database: str) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(database) as conn:
@@ -194,10 +194,26 @@ def storage(database: str) -> dict[str, float]:
             "SELECT pg_total_relation_size('session_lines'),"
             " pg_total_relation_size('journal_lines')"
         ).fetchone()
+        # A journal line written twice: the same step of the same run of a machine.
+        twice = conn.execute(
+            "SELECT count(*) - count(DISTINCT (session_id, l->>'machine',"
+            " coalesce(l->>'operationId', ''), coalesce(l->'data'->>'runId', ''),"
+            " l->'data'->>'step', l->>'from', l->>'event', l->>'to'))"
+            " FROM (SELECT session_id, line::jsonb AS l FROM journal_lines) AS lines"
+        ).fetchone()
+        # The steps not every compaction took (a retried call, a conflict), and how often.
+        steps = conn.execute(
+            "SELECT l->>'machine', l->>'from', l->>'event', l->>'to', count(*)"
+            " FROM (SELECT line::jsonb AS l FROM journal_lines) AS lines GROUP BY 1, 2, 3, 4"
+        ).fetchall()
     assert entries is not None
     assert journal is not None
     assert size is not None
+    assert twice is not None
+    most = max((row[4] for row in steps), default=0)
     return {
+        "journal_twice": twice[0],
+        "uncommon_steps": {" ".join(row[:4]): row[4] for row in steps if row[4] != most},
         "lines": entries[0],
         "journal": journal[0],
         "bytes_per_line": size[0] / max(entries[0], 1),
