@@ -14,10 +14,16 @@ again after a lost worker or a dropped store connection, see
 :mod:`~orchestrator._cluster.delivery`): ``prepare`` only reads; the commit's entry id is
 derived from the operation id here, before it runs, so a second delivery finds the entry and
 appends nothing; ``finish`` and the journal lines skip the steps already written. That is
-delivery, not a decision. Every activity heartbeats (:data:`HEARTBEAT`), so a dead worker is
-noticed in seconds, not after the activity's time limit. Effects that only move counters
-(``next_candidate``, ``next_part``, ``shrink_request``) are workflow code; waits are workflow
-timers; ``rebuild_context`` has nothing to do (each activity reads the store afresh).
+delivery, not a decision. Everything but the model call is a *local* activity
+(:mod:`~orchestrator._cluster.local`: one history event each); the model call is a regular one
+that heartbeats (:data:`HEARTBEAT`), so a dead worker's call is noticed in seconds, and the
+operation's first call also makes the first attempt of every later independent request (a
+split turn's prefix), as one process does: one activity, and the table takes each answer when
+it reaches that request. Effects that only move counters (``next_candidate``, ``next_part``,
+``shrink_request``) are workflow code; waits are workflow timers; ``rebuild_context`` has
+nothing to do (each activity reads the store afresh). The operation's deadline is no timer: it
+bounds what awaits (the model call's schedule-to-close time, the hooks, the waits), and an
+effect that ends past it steps ``deadline_passed``.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next activity, which writes it (durably) before performing its effect, so the commit's
@@ -25,9 +31,9 @@ entry id is journaled before the commit (D24), and no journal activity of its ow
 When an activity is lost (its worker died) I cannot know whether it wrote its lines, so the
 next activity resends them and the writer skips those it finds.
 
-Interrupts. ``abort`` (a signal) and the operation deadline (a workflow timer) only record an
-event; the loop steps it through the table like any other, and the row's ``stop_work``
-cancels the activity in flight and waits for it to settle (D22). Temporal's cancellation of the
+Interrupts. ``abort`` (a signal) and the operation deadline only record an event; the loop
+steps it through the table like any other, and the row's ``stop_work`` cancels the activity in
+flight and waits for it to settle (D22). Temporal's cancellation of the
 workflow reaches this loop as that same ``cancel`` (the workflow aborts its work, then ends).
 """
 

@@ -51,8 +51,9 @@ them while the request runs (the ``events`` query) and from the request's answer
 each once, in order, as ``session.event`` notifications.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
-with the next turn activity (or a ``journal`` activity before a compaction starts and when the
-machine rests), written as a ``turn`` record with the facts the guards read, as in one process.
+with the next turn activity (with a compaction's ``prepare`` when one starts, and a local
+``journal_turn`` activity when the machine rests), written as a ``turn`` record with the facts
+the guards read, as in one process.
 """
 
 from __future__ import annotations
