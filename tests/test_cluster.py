@@ -161,6 +161,39 @@ async def test_a_manual_compaction_commits_one_entry_whose_id_the_operation_fixe
     assert result.summary == new[0]["summary"]
 
 
+async def test_a_plain_compaction_s_whole_history_has_at_most_24_events(
+    cluster_database: Database,
+) -> None:
+    """Lean histories (issue 36): the workflow's whole run for one manual compaction of a split
+    turn (start, the update, both summaries, the commit, the idle end) on the real server.
+
+    It was 72 events: every phase an activity (three events, and a workflow task's three),
+    a timer for the deadline, a patch marker. Planning, hooks, the commit and the journal are
+    local activities now (one marker each), the deadline bounds the model call instead of a
+    timer, and the split turn's prefix is asked alongside the history summary, as one process
+    asks it: the model calls stay one regular, heartbeating activity, so a lost worker's call
+    fails over as before (tests/test_cluster_processes.py).
+    """
+    summarizer = routes(scripted("a", {"history": [HISTORY], "turn_prefix": [PREFIX]}))
+    async with connected() as client:
+        result, session_id, history = await run_cluster(
+            client, cluster_database, summarizer, "manual"
+        )
+    assert result.status == "committed"
+    assert result.summary is not None
+    assert PREFIX in result.summary  # both requests answered
+    events = json.loads(history)["events"]
+    assert len(events) <= 24, [e["eventType"] for e in events]
+    scheduled = [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in events
+        if "activityTaskScheduledEventAttributes" in e
+    ]
+    assert scheduled == ["call_model"]
+    timers = [e for e in events if "timerStartedEventAttributes" in e]
+    assert len(timers) == 1  # the idle end's: no timer for the deadline
+
+
 async def test_threshold_walks_the_candidates_and_retries_as_the_table_says(
     tmp_path: Path, cluster_database: Database
 ) -> None:

@@ -53,7 +53,7 @@ def test_a_turn_activity_closes_the_journal_it_wrote(tmp_path: Path, kept: list[
     stores = WorkerStores(database.location)
     try:
         call = TurnCall(session_id=session_id, run_id="r1", journal=lines())
-        TurnActivities(stores, RuntimeSettings())._write_journal(call)
+        TurnActivities(stores, RuntimeSettings()).write_journal(call)
     finally:
         stores.close()
     assert kept, "the activity opened no journal"

@@ -83,11 +83,11 @@ class FlakyStore(SessionActivities):
     down = True
     attempts = 0
 
-    def _prepare(self, op: Op) -> Prepared:
+    def _prepare(self, op: Op, turn: TurnCall | None = None) -> Prepared:
         if self.down:
             type(self).attempts += 1
             raise StoreUnavailableError("postgresql://db: cannot connect: Connection refused")
-        return super()._prepare(op)
+        return super()._prepare(op, turn)
 
 
 @asynccontextmanager

@@ -73,13 +73,11 @@ async def test_a_recorded_history_replays(path: Path) -> None:
 async def test_a_table_changed_under_a_history_does_not_replay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Drop the row that moves from the history summary to the turn prefix: the workflow now
-    # commits after the first summary, which is not what the history recorded.
+    # Drop the row that asks the model once the hooks are done: the workflow now commits
+    # without a model call, which is not what the history recorded.
     table = load_machine("operation")
     rows = tuple(
-        r
-        for r in table.rows
-        if not (r.event == "summary_ready" and r.effects[:1] == ("next_part",))
+        r for r in table.rows if not (r.event == "hooks_done" and r.effects == ("call_model",))
     )
     changed = dataclasses.replace(table, rows=rows)
 

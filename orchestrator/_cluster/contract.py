@@ -205,6 +205,11 @@ class Call:
         status: The final state (``finish``).
         compact_failed: ``session_compact_failed``'s payload, when the compaction's ending
             tells that hook (``finish``; :mod:`~orchestrator._runtime.operation.compact_hooks`).
+        early: Also start the first attempt of every later independent request (a split turn's
+            prefix) alongside this one, as one process does (``call_model``, the operation's
+            first call).
+        turn: The steps of the turn that started the operation not yet journaled, written
+            first (``prepare``), so no activity of their own is needed.
     """
 
     op: Op
@@ -221,6 +226,8 @@ class Call:
     entry_id: str | None = None
     status: str | None = None
     compact_failed: dict[str, Any] | None = None
+    early: bool = False
+    turn: TurnCall | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,6 +301,8 @@ class Reported:
         result: The committed compaction's fields (``commit``).
         tokens_saved: Context tokens the prune saved (``rewrite``).
         gate: What the summary is checked against (``call_model``, ``ok``; D32).
+        early: The first attempts of later requests started alongside (``call_model`` with
+            ``early``), by the request's index.
     """
 
     outcome: str
@@ -307,6 +316,7 @@ class Reported:
     result: dict[str, Any] | None = None
     tokens_saved: int = 0
     gate: dict[str, Any] | None = None
+    early: dict[str, Reported] = field(default_factory=dict)
 
     @classmethod
     def of(cls, report: Report, **extra: Any) -> Reported:

@@ -89,7 +89,13 @@ async def store_work(work: Callable[..., T], *args: Any, once: bool = False) -> 
 
 
 def redelivered(call: C) -> C:
-    """``call`` as a resend when this is not its first attempt (its lines may be written)."""
-    if activity.info().attempt > 1 and not call.resend:
+    """``call`` as a resend when its lines may be written already.
+
+    So it is after a first attempt, and for a local activity at every attempt: one lost with
+    its worker is run again, from attempt 1, by the worker that takes the workflow task over
+    (its result was never recorded), and nothing tells that run from the first.
+    """
+    info = activity.info()
+    if (info.attempt > 1 or info.is_local) and not call.resend:
         return dataclasses.replace(call, resend=True)
     return call

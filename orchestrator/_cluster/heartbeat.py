@@ -16,7 +16,14 @@ SDK's throttle, 0.8 of the heartbeat timeout by default, would leave little marg
 
 @contextlib.asynccontextmanager
 async def heartbeating(every_s: float = HEARTBEAT_EVERY.total_seconds()) -> AsyncIterator[None]:
-    """Heartbeat while the body awaits, so a dead worker is noticed and a cancel delivered."""
+    """Heartbeat while the body awaits, so a dead worker is noticed and a cancel delivered.
+
+    A local activity has no heartbeat: it runs inside its workflow task, whose timeout notices
+    a dead worker, and its cancel comes with the task.
+    """
+    if activity.info().is_local:
+        yield
+        return
 
     async def beat() -> None:
         while True:

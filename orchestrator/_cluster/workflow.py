@@ -23,8 +23,9 @@ resumed. One manual compaction at a time: a second ``compress`` while one is ask
 is refused by the validator (the refusal is not written to the history) and, should two arrive
 in the same workflow task, by the handler itself, whose check-and-set runs without an await.
 
-Histories recorded before turns were hosted ran ``compress`` straight through the operation
-table; :func:`temporalio.workflow.patched` keeps them replaying that way.
+No ``workflow.patched`` branch keeps an older shape of the workflow: every worker build is
+versioned (:mod:`~orchestrator._cluster.versioning`), so a run only ever meets the code and tables
+it started with, and a change of shape is a new build (docs/scale-out.md).
 
 Navigation is :class:`~orchestrator._cluster.navigation.flow.NavigationFlow` (the navigation table,
 its branch summary an ``OperationFlow``); ``fork`` is one activity (hooks and the new session).
@@ -64,12 +65,12 @@ with workflow.unsafe.imports_passed_through():
         Nav,
         NavigateRequest,
         NavigateResult,
-        Op,
         PromptRequest,
         PromptResult,
         SessionStart,
         TurnPolicy,
     )
+    from orchestrator._cluster.local import run_local
     from orchestrator._cluster.navigation.flow import NavigationFlow
     from orchestrator._cluster.operation.flow import HEARTBEAT, SHORT, OperationFlow
     from orchestrator._cluster.operation.flow import ONCE as ONE_ATTEMPT
@@ -86,17 +87,12 @@ with workflow.unsafe.imports_passed_through():
         TurnState,
     )
 
-TURN_PATCH = "turn-table"
-"""The patch that routes ``compress`` through the turn table (older histories did not)."""
-
 
 @workflow.defn(name=WORKFLOW_NAME)
 class SessionWorkflow:
     """One session's lifecycle, hosted by Temporal."""
 
     def __init__(self) -> None:
-        self._flow: OperationFlow | None = None
-        self._busy = False
         self._navigation: NavigationFlow | None = None
         self._closing = False
         self._bound = 0
@@ -112,11 +108,15 @@ class SessionWorkflow:
         return self._turn
 
     def _working(self) -> bool:
-        return self._busy or self._turn_running() or self._navigation is not None
+        return self._turn_running() or self._navigation is not None
+
+    def _idle(self) -> bool:
+        """Nothing runs and no request is being taken (a fork, a queued prompt included)."""
+        return not self._working() and workflow.all_handlers_finished()
 
     def _turn_running(self) -> bool:
         """A compaction or a turn runs: the navigation table's ``turn_running`` fact."""
-        return self._busy or (self._turn is not None and self._turn.running)
+        return self._turn is not None and self._turn.running
 
     def _facts(self) -> SessionFacts:
         """What runs in this session, as the session machine's guards read it."""
@@ -126,7 +126,7 @@ class SessionWorkflow:
         )
         return SessionFacts(
             turn_running=self._turn_running(),
-            compaction_running=self._busy or manual,
+            compaction_running=manual,
             navigation_running=self._navigation is not None,
         )
 
@@ -154,15 +154,18 @@ class SessionWorkflow:
         idle = timedelta(seconds=start.idle_s)
         self._bound = start.history_bound
         while not self._closing:
-            try:
-                await workflow.wait_condition(
-                    lambda: self._working() or self._closing or self._history_full(),
-                    timeout=idle,
-                )
-            except TimeoutError:
-                if not self._working():
-                    break
-            await workflow.wait_condition(lambda: not self._working())
+            if self._idle():
+                # No idle timer while a request is being taken (the one that started this run
+                # is, before this loop first runs): it would be cancelled at once.
+                try:
+                    await workflow.wait_condition(
+                        lambda: not self._idle() or self._closing or self._history_full(),
+                        timeout=idle,
+                    )
+                except TimeoutError:
+                    if self._idle():
+                        break
+            await workflow.wait_condition(self._idle)
             if self._history_full() and not self._closing:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 # The next run starts on the deployment's current build: a busy session
@@ -197,12 +200,8 @@ class SessionWorkflow:
     async def _turn_policy(self) -> TurnPolicy:
         """The worker's turn settings, asked once per run (recorded in the history)."""
         if self._policy is None:
-            policy: TurnPolicy = await workflow.execute_activity(
-                "turn_policy",
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                result_type=TurnPolicy,
-            )
+            # A local activity: the worker's settings, recorded as one marker event.
+            policy: TurnPolicy = await run_local("turn_policy", limit=SHORT, result_type=TurnPolicy)
             self._policy = self._policy or policy
         return self._policy
 
@@ -245,25 +244,6 @@ class SessionWorkflow:
             ApplicationError: ``Busy``: a compaction is already running in this session.
         """
         self._refuse_when_busy(request)
-        if workflow.patched(TURN_PATCH):
-            return await self._compress_through_the_turn_table(request)
-        self._busy = True
-        try:
-            op = Op(
-                session_id=workflow.info().workflow_id,
-                operation_id=workflow.uuid4().hex[:12],
-                reason=request.reason,
-                focus=request.focus,
-            )
-            self._flow = OperationFlow(load_machine("operation"), op)
-            result = await self._flow.run()
-            self._done.append(f"{result.operation_id}:{result.status}")
-            return result
-        finally:
-            self._busy = False
-            self._flow = None
-
-    async def _compress_through_the_turn_table(self, request: CompressRequest) -> CompressResult:
         turn = self._turns()
         policy = await self._turn_policy()
         # From here to the run (or the interrupt) nothing awaits: check and act at once.
@@ -343,8 +323,6 @@ class SessionWorkflow:
     @workflow.signal(name="abort")
     def abort(self) -> None:
         """Stop the work in progress, if any; the tables decide what that means (D22)."""
-        if self._flow is not None:
-            self._flow.interrupt("cancel")
         if self._turn is not None:
             self._turn.interrupt(TurnEvent.ABORT)
         if self._navigation is not None:
@@ -367,8 +345,9 @@ class SessionWorkflow:
     @workflow.query(name="state")
     def state(self) -> dict[str, Any]:
         """What the session is doing: the turn's, operation's and navigation's machine states."""
-        flow, turn, nav = self._flow, self._turn, self._navigation
-        if flow is None and turn is not None and turn.flow is not None and not turn.flow.done:
+        flow: OperationFlow | None = None
+        turn, nav = self._turn, self._navigation
+        if turn is not None and turn.flow is not None and not turn.flow.done:
             flow = turn.flow
         if flow is None and nav is not None and nav.summary is not None:
             flow = nav.summary  # a navigation's branch summary is the operation that runs

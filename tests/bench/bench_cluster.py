@@ -14,6 +14,14 @@ second, the workers' peak RSS (VmHWM), and the database's rows and bytes per sto
 (``session_lines`` and ``journal_lines``, indexes and TOAST included), and the machine's load
 average sampled during the run (``/proc/loadavg``: other work on the machine shows there).
 
+Per compaction (issue 36): the events of its workflow's history (``--histories`` sessions'
+histories, fetched once their workflows completed, so start and idle end included), the
+Temporal server's CPU (``/proc/PID/stat`` of the process listening on the server's port, read
+before and after; ``--temporal-pid`` names it instead) and the workers' CPU, and the
+throughput; ``--one-process`` adds the same compactions in one process (bench_concurrent's
+runtime path, file sessions, the same provider) for comparison. On a shared machine the wall
+time depends on the other jobs; the CPU time much less.
+
 ``--profile DIR`` runs each worker under cProfile and stops it with SIGINT, leaving
 ``DIR/worker-W-I.prof`` to read with ``pstats``.
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -40,6 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.bench.bench_concurrent import Provider  # noqa: E402
 from tests.bench.bench_core import write_session  # noqa: E402
+from tests.cluster_kit import deployment_for_tests  # noqa: E402
+from tests.services import fresh_schema_url  # noqa: E402
 
 
 def import_sessions(database: str, count: int, entries: int) -> list[str]:
@@ -102,7 +113,9 @@ def start_workers(count: int, args: argparse.Namespace, url: str, queue: str) ->
                 [sys.executable, *profile, "-m", "orchestrator", "worker",
                  "--temporal", args.temporal,
                  "--database", args.database, "--task-queue", queue, "--remote", url,
-                 "--keep-recent-tokens", "2000", "--timeout", "600"],
+                 "--keep-recent-tokens", str(KEEP_RECENT), "--timeout", "600",
+                 # The dev server allows 100 deployments a namespace: the tests' one.
+                 "--deployment", deployment_for_tests()],
                 stderr=stderr, stdout=subprocess.DEVNULL,
             )  # fmt: skip
         workers.append((process, log))
@@ -127,7 +140,51 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def storage(database: str) -> dict[str, float]:
+def listener_pid(address: str) -> int | None:
+    """The pid of the process listening on ``address``'s TCP port (the Temporal server)."""
+    port = int(address.rpartition(":")[2])
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                    inodes.add(fields[9])
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    return int(proc.name)
+    return None
+
+
+def server_background(args: argparse.Namespace, seconds: float = 10.0) -> float:
+    """The Temporal server's CPU seconds per second with no benchmark traffic (others' work:
+    the machine and its server are shared), sampled just before a run."""
+    if not args.temporal_pid:
+        return 0.0
+    before = cpu_s(args.temporal_pid)
+    time.sleep(seconds)
+    return (cpu_s(args.temporal_pid) - before) / seconds
+
+
+async def events_per_compaction(args: argparse.Namespace, ids: list[str]) -> float:
+    """The mean event count of the first sessions' histories, once their workflows ended."""
+    from temporalio.client import Client
+
+    client = await Client.connect(args.temporal)
+    counts = []
+    for session_id in ids[: args.histories]:
+        handle = client.get_workflow_handle(session_id)
+        await handle.result()  # the run ends after its idle time: its whole history
+        counts.append(len((await handle.fetch_history()).events))
+    return statistics.mean(counts) if counts else float("nan")
+
+
+def storage(database: str) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(database) as conn:
@@ -137,10 +194,26 @@ def storage(database: str) -> dict[str, float]:
             "SELECT pg_total_relation_size('session_lines'),"
             " pg_total_relation_size('journal_lines')"
         ).fetchone()
+        # A journal line written twice: the same step of the same run of a machine.
+        twice = conn.execute(
+            "SELECT count(*) - count(DISTINCT (session_id, l->>'machine',"
+            " coalesce(l->>'operationId', ''), coalesce(l->'data'->>'runId', ''),"
+            " l->'data'->>'step', l->>'from', l->>'event', l->>'to'))"
+            " FROM (SELECT session_id, line::jsonb AS l FROM journal_lines) AS lines"
+        ).fetchone()
+        # The steps not every compaction took (a retried call, a conflict), and how often.
+        steps = conn.execute(
+            "SELECT l->>'machine', l->>'from', l->>'event', l->>'to', count(*)"
+            " FROM (SELECT line::jsonb AS l FROM journal_lines) AS lines GROUP BY 1, 2, 3, 4"
+        ).fetchall()
     assert entries is not None
     assert journal is not None
     assert size is not None
+    assert twice is not None
+    most = max((row[4] for row in steps), default=0)
     return {
+        "journal_twice": twice[0],
+        "uncommon_steps": {" ".join(row[:4]): row[4] for row in steps if row[4] != most},
         "lines": entries[0],
         "journal": journal[0],
         "bytes_per_line": size[0] / max(entries[0], 1),
@@ -153,7 +226,7 @@ async def compress_all(
 ) -> tuple[list[float], list[str]]:
     from orchestrator._cluster.client import ClusterClient
 
-    cluster = await ClusterClient.connect(args.temporal, task_queue=queue, idle_s=5)
+    cluster = await ClusterClient.connect(args.temporal, task_queue=queue, idle_s=IDLE_S)
     latencies: list[float] = []
     failures: list[str] = []
 
@@ -173,20 +246,32 @@ async def compress_all(
     return latencies, failures
 
 
+KEEP_RECENT = 2000
+"""The compaction's kept tokens, on the workers and in one process alike."""
+IDLE_S = 2.0
+"""How long a session workflow waits for more work before it completes (its history ends)."""
+
+
 def run(args: argparse.Namespace, workers: int) -> None:
     ids = import_sessions(args.database, args.sessions, args.entries)
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     with Provider("http", args.latency, args.sessions * 2) as provider:
         started_workers = start_workers(workers, args, provider.url, queue)
         try:
+            background = server_background(args)
             server = cpu_s(args.temporal_pid) if args.temporal_pid else 0.0
+            idle = [cpu_s(p.pid) for p, _ in started_workers]
             with LoadSampler() as load:
                 begin = time.perf_counter()
                 latencies, failures = asyncio.run(compress_all(args, ids, queue))
                 wall = time.perf_counter() - begin
+                # The workflows end after their idle time: that work counts too.
+                time.sleep(IDLE_S + 1)
             rss = [peak_rss_mib(p.pid) for p, _ in started_workers]
-            cpu = [cpu_s(p.pid) for p, _ in started_workers]
+            cpu = [cpu_s(p.pid) - c for (p, _), c in zip(started_workers, idle, strict=True)]
+            span = time.perf_counter() - begin
             server = (cpu_s(args.temporal_pid) - server) if args.temporal_pid else float("nan")
+            events = asyncio.run(events_per_compaction(args, ids))
         finally:
             for process, _ in started_workers:
                 process.send_signal(signal.SIGINT if args.profile else signal.SIGTERM)
@@ -207,6 +292,60 @@ def run(args: argparse.Namespace, workers: int) -> None:
         f"Temporal server CPU {server:.0f} s",
         flush=True,
     )
+    done = len(latencies)
+    own = server - background * span
+    print(
+        f"  per compaction: {events:.1f} history events, Temporal server CPU "
+        f"{server / done * 1e3:.1f} ms ({own / done * 1e3:.1f} ms less the server's background "
+        f"of {background * 1e3:.0f} ms/s), workers' CPU {sum(cpu) / done * 1e3:.1f} ms; "
+        f"{done / wall:.1f} compactions/s",
+        flush=True,
+    )
+
+
+def one_process(args: argparse.Namespace) -> None:
+    """The same compactions in one process: file sessions, the same provider and settings."""
+    import anyio
+
+    from orchestrator._core.tokens import CompactionSettings
+    from orchestrator._runtime.session import AgentSession
+    from orchestrator._runtime.types import RuntimeSettings
+    from tests.bench.bench_concurrent import write_sessions
+
+    settings = RuntimeSettings(compaction=CompactionSettings(keep_recent_tokens=KEEP_RECENT))
+    outcomes: list[str] = []
+
+    async def compact_all(provider: Provider) -> tuple[float, float]:
+        routes = provider.routes()
+        sessions = [
+            AgentSession.open(path, owner="bench", summarizer=routes, settings=settings)
+            for path in paths
+        ]
+
+        async def one(session: Any) -> None:
+            outcomes.append(str((await session.compact()).status))
+
+        own = cpu_s(os.getpid())
+        begin = time.perf_counter()
+        async with anyio.create_task_group() as group:
+            for session in sessions:
+                group.start_soon(one, session)
+        wall, used = time.perf_counter() - begin, cpu_s(os.getpid()) - own
+        for session in sessions:
+            session.close()
+        return wall, used
+
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = write_sessions(Path(scratch), args.sessions, args.entries)
+        with Provider("http", args.latency, args.sessions * 2) as provider:
+            wall, used = anyio.run(compact_all, provider)
+    done = outcomes.count("committed")
+    print(
+        f"one process sessions={args.sessions} L={args.latency}s: {done} committed "
+        f"({len(outcomes)} run); per compaction: no history, CPU {used / done * 1e3:.1f} ms; "
+        f"{done / wall:.1f} compactions/s (wall {wall:.1f} s)",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -219,11 +358,20 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--profile", help="run the workers under cProfile, output here")
     parser.add_argument("--temporal-pid", type=int, help="the dev server's pid, for its CPU")
+    parser.add_argument("--histories", type=int, default=20, help="histories to count")
+    parser.add_argument("--one-process", action="store_true", help="also one process")
     args = parser.parse_args()
     if not args.temporal or not args.database:
         parser.error("--temporal and --database are needed (or the ORCHESTRATOR_TEST_* variables)")
+    if args.temporal_pid is None:
+        args.temporal_pid = listener_pid(args.temporal)
+    print(f"Temporal server pid {args.temporal_pid}", flush=True)
+    if args.one_process:
+        one_process(args)
     for count in (int(w) for w in args.workers.split(",")):
-        run(args, count)
+        # Each run in a schema of its own, dropped after (the tests' way: tests/services.py).
+        with fresh_schema_url(args.database) as url:
+            run(argparse.Namespace(**{**vars(args), "database": url}), count)
 
 
 if __name__ == "__main__":

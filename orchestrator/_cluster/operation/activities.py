@@ -36,6 +36,7 @@ own transaction, whatever the cache held.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -45,7 +46,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orchestrator._cluster.cache import Cached
-from orchestrator._cluster.contract import Call, JournalLine, Op, Policy, Prepared, Reported
+from orchestrator._cluster.contract import (
+    Call,
+    JournalLine,
+    Op,
+    Policy,
+    Prepared,
+    Reported,
+    TurnCall,
+)
 from orchestrator._cluster.delivery import redelivered, store_work, transient
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines
@@ -57,6 +66,7 @@ from orchestrator._core.branch_plan import collect_branch_entries, prepare_branc
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import OrchestratorError
+from orchestrator._core.model import Model
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
 from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.agent import Agent
@@ -68,6 +78,7 @@ from orchestrator._runtime.operation.runner import routes_for
 from orchestrator._runtime.operation.summarize import (
     CompactionInputs,
     CompactionResult,
+    Part,
     SummaryRoutes,
     compaction_parts,
 )
@@ -148,12 +159,13 @@ class SessionActivities:
         It only reads, so a worker lost meanwhile or a connection dropped under it is delivered
         again; a session that cannot be planned fails at once (the same at every attempt).
         """
-        return await store_work(self._prepare, call.op, once=True)
+        turn = redelivered(call.turn) if call.turn is not None else None
+        return await store_work(self._prepare, call.op, turn, once=True)
 
     @activity.defn(name="run_hooks")
     async def run_hooks(self, call: Call) -> Reported:
         """Consult the hooks; report their outcome, the requests and how they shaped them."""
-        job = await store_work(self._journal_then_job, call)
+        job = await store_work(self._journal_then_job, redelivered(call))
         assert isinstance(job, CompactionJob), "only a compaction consults hooks here"
         # The hooks get the session as read; its connection goes back to the pool meanwhile.
         _close(job)
@@ -189,16 +201,36 @@ class SessionActivities:
         model = self.routes.fallback if call.offline else part.routes[call.candidate]
         if model is None:
             return Reported(outcome="fatal", error="no offline fallback", purpose=part.purpose)
+        # A split turn's prefix does not depend on the history summary: the operation's first
+        # call also makes the first attempt of every later independent request, as one process
+        # does (run.py's _start_early). The table still takes each result, in order, when its
+        # request is reached; one activity for both costs the history one activity, not two.
+        early = [
+            (index, later)
+            for index, later in enumerate(job.parts)
+            if call.early and index > call.part and later.independent and later.routes
+        ]
         async with heartbeating():
-            attempt = await attempt_summary(
-                part,
-                model,
-                call.halvings,
-                call.texts,
-                self.settings.model_timeout_s,
-                call.feedback,
-                idle_s=self.settings.model_idle_timeout_s,
+            attempts = await asyncio.gather(
+                self._attempt(part, model, call),
+                *(self._attempt(later, later.routes[0], Call(op=call.op)) for _, later in early),
             )
+        first, *others = attempts
+        return dataclasses.replace(
+            first,
+            early={str(index): got for (index, _), got in zip(early, others, strict=True)},
+        )
+
+    async def _attempt(self, part: Part, model: Model, call: Call) -> Reported:
+        attempt = await attempt_summary(
+            part,
+            model,
+            call.halvings,
+            call.texts,
+            self.settings.model_timeout_s,
+            call.feedback,
+            idle_s=self.settings.model_idle_timeout_s,
+        )
         gate = attempt.gate.as_json() if attempt.gate is not None else None
         return Reported.of(attempt.report, text=attempt.text, purpose=part.purpose, gate=gate)
 
@@ -246,7 +278,9 @@ class SessionActivities:
 
     # -- the work ---------------------------------------------------------------------------------
 
-    def _prepare(self, op: Op) -> Prepared:
+    def _prepare(self, op: Op, turn: TurnCall | None = None) -> Prepared:
+        if turn is not None:
+            self.turns.write_journal(turn)  # the turn's steps before the operation's (in order)
         session, cached = self._session(op.session_id, must_exist=True)
         with contextlib.closing(session.store):
             if op.branch is not None:

@@ -14,10 +14,16 @@ again after a lost worker or a dropped store connection, see
 :mod:`~orchestrator._cluster.delivery`): ``prepare`` only reads; the commit's entry id is
 derived from the operation id here, before it runs, so a second delivery finds the entry and
 appends nothing; ``finish`` and the journal lines skip the steps already written. That is
-delivery, not a decision. Every activity heartbeats (:data:`HEARTBEAT`), so a dead worker is
-noticed in seconds, not after the activity's time limit. Effects that only move counters
-(``next_candidate``, ``next_part``, ``shrink_request``) are workflow code; waits are workflow
-timers; ``rebuild_context`` has nothing to do (each activity reads the store afresh).
+delivery, not a decision. Everything but the model call is a *local* activity
+(:mod:`~orchestrator._cluster.local`: one history event each); the model call is a regular one
+that heartbeats (:data:`HEARTBEAT`), so a dead worker's call is noticed in seconds, and the
+operation's first call also makes the first attempt of every later independent request (a
+split turn's prefix), as one process does: one activity, and the table takes each answer when
+it reaches that request. Effects that only move counters (``next_candidate``, ``next_part``,
+``shrink_request``) are workflow code; waits are workflow timers; ``rebuild_context`` has
+nothing to do (each activity reads the store afresh). The operation's deadline is no timer: it
+bounds what awaits (the model call's schedule-to-close time, the hooks, the waits), and an
+effect that ends past it steps ``deadline_passed``.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
 with the next activity, which writes it (durably) before performing its effect, so the commit's
@@ -25,9 +31,9 @@ entry id is journaled before the commit (D24), and no journal activity of its ow
 When an activity is lost (its worker died) I cannot know whether it wrote its lines, so the
 next activity resends them and the writer skips those it finds.
 
-Interrupts. ``abort`` (a signal) and the operation deadline (a workflow timer) only record an
-event; the loop steps it through the table like any other, and the row's ``stop_work``
-cancels the activity in flight and waits for it to settle (D22). Temporal's cancellation of the
+Interrupts. ``abort`` (a signal) and the operation deadline only record an event; the loop
+steps it through the table like any other, and the row's ``stop_work`` cancels the activity in
+flight and waits for it to settle (D22). Temporal's cancellation of the
 workflow reaches this loop as that same ``cancel`` (the workflow aborts its work, then ends).
 """
 
@@ -35,8 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -52,8 +58,10 @@ from orchestrator._cluster.contract import (
     Policy,
     Prepared,
     Reported,
+    TurnCall,
     entry_id_for,
 )
+from orchestrator._cluster.local import run_local
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import OperationFacts
@@ -77,10 +85,17 @@ SHORT = timedelta(seconds=60)
 """Time limit of an activity that does not call a model."""
 LONG_CALL = timedelta(minutes=10)
 """Time limit of a model call when the operation has no deadline (and of an agent's turn)."""
-SETTLE_PATCH = "activity-failed"
-"""The patch that settles a failed activity (the turn table's ``activity_failed`` rows, a lost
-``finish`` standing): a history recorded before it failed the request there instead, and
-replays that way."""
+MIN_LEFT = timedelta(milliseconds=1)
+"""The shortest time limit given to work that starts as the deadline passes (Temporal refuses
+zero, which means no limit)."""
+
+
+Carry = Callable[[], tuple[TurnCall | None, Callable[[], None]]]
+"""Gives the steps a turn hands its operation's ``prepare``, and what to call if they were lost."""
+
+
+def _nothing_lost() -> None:
+    return None
 
 
 def model_call_limit(policy: Policy) -> timedelta:
@@ -102,10 +117,13 @@ class OperationFlow(TableFlow):
     Args:
         defn: The operation table.
         op: The operation (its id chosen by the workflow, deterministically).
+        carry: The steps of the turn that starts the operation, not yet journaled: ``prepare``
+            writes them first; called once, it gives them and what to do if they were lost.
     """
 
-    def __init__(self, defn: MachineDef, op: Op) -> None:
+    def __init__(self, defn: MachineDef, op: Op, carry: Carry | None = None) -> None:
         self.op = op
+        self._carry = carry
         # Every decision that is not I/O, shared with the one-process host (operation_driver.py).
         self.driver = OperationDriver(kind=op.kind, reason=op.reason)
         effects = self.driver.effects(
@@ -128,6 +146,8 @@ class OperationFlow(TableFlow):
         self._pruned_ids: list[str] = []
         self._tokens_saved = 0
         self._compact_failed: dict[str, Any] | None = None
+        self._deadline_at: datetime | None = None
+        self._early: dict[int, Reported] = {}
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -137,14 +157,18 @@ class OperationFlow(TableFlow):
         Raises:
             TransitionError: The table refused a step (a bug, not a model failure).
         """
-        prepared: Prepared = await workflow.execute_activity(
-            "prepare",
-            Call(op=self.op),
-            result_type=Prepared,
-            start_to_close_timeout=SHORT,
-            heartbeat_timeout=HEARTBEAT,
-            retry_policy=DELIVER,
-        )
+        turn, lost = self._carry() if self._carry is not None else (None, _nothing_lost)
+        try:
+            prepared: Prepared = await run_local(
+                "prepare",
+                Call(op=self.op, turn=turn),
+                result_type=Prepared,
+                limit=SHORT,
+                retry=DELIVER,
+            )
+        except BaseException:
+            lost()  # the turn's steps go back, to be written with its next activity
+            raise
         self.policy = policy = prepared.policy
         driver = self.driver
         driver.policy = RetryPolicy(
@@ -165,9 +189,8 @@ class OperationFlow(TableFlow):
             expect_length=prepared.expect_length,
             planned=True,
         )
-        deadline = None
         if self.policy.deadline_s is not None:
-            deadline = asyncio.ensure_future(self._deadline(self.policy.deadline_s))
+            self._deadline_at = workflow.now() + timedelta(seconds=self.policy.deadline_s)
         try:
             await self._loop(prepared.event, OperationFacts(**prepared.facts), prepared.data)
         except asyncio.CancelledError:
@@ -175,9 +198,6 @@ class OperationFlow(TableFlow):
             if not self.done and self.defn.rows_for(self.state, OperationEvent.CANCEL):
                 await self._loop(OperationEvent.CANCEL, OperationFacts(), NO_DATA)
             raise
-        finally:
-            if deadline is not None:
-                deadline.cancel()
         return self._outcome()
 
     async def _loop(
@@ -201,10 +221,26 @@ class OperationFlow(TableFlow):
     def _translate(self, effect: str, report: Report) -> tuple[str, OperationFacts, dict[str, Any]]:
         return self.driver.translate(effect, report)
 
-    async def _deadline(self, seconds: float) -> None:
-        await workflow.sleep(seconds)
-        if not self.done and self.defn.rows_for(self.state, OperationEvent.DEADLINE_PASSED):
-            self.driver.deadline_passed(seconds)
+    def _left(self, limit: timedelta) -> timedelta:
+        """``limit``, or less: what is left before the operation's deadline."""
+        if self._deadline_at is None:
+            return limit
+        return max(min(limit, self._deadline_at - workflow.now()), MIN_LEFT)
+
+    def _check_deadline(self) -> None:
+        """Step ``deadline_passed`` next if the deadline has passed where the table lists it.
+
+        No timer runs for the deadline (two history events each operation): what awaits is
+        bounded by it instead (:meth:`_left`), and each effect that awaited looks at the clock
+        when it ends, so the table hears of the deadline as early as a timer would tell it.
+        """
+        at = self._deadline_at
+        if at is None or workflow.now() < at or self.done:
+            return
+        if self.defn.rows_for(self.state, OperationEvent.DEADLINE_PASSED):
+            self._deadline_at = None  # once
+            assert self.policy.deadline_s is not None
+            self.driver.deadline_passed(self.policy.deadline_s)
             self.interrupt(OperationEvent.DEADLINE_PASSED)
 
     # -- the effect table -------------------------------------------------------------------------
@@ -212,20 +248,21 @@ class OperationFlow(TableFlow):
     async def _run_hooks(self) -> Report:
         lines, resend = self.journal.take()
         try:
-            reported: Reported = await workflow.execute_activity(
+            reported: Reported = await run_local(
                 "run_hooks",
                 Call(op=self.op, journal=lines, resend=resend),
                 result_type=Reported,
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=ONCE,
+                limit=self._left(SHORT),
+                retry=ONCE,
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as error:
             self.journal.lost(lines)
+            self._check_deadline()
             # A hook that cannot be consulted cancels, as a hook's own failure would not: the
             # compaction must not go ahead without the hooks that might have refused it.
             return Report(outcome="cancelled", data={"reason": lost_reason(error, "hooks")})
+        self._check_deadline()
         if reported.op is not None:
             self.op = reported.op
         self.driver.routes = list(reported.routes)  # the hooks made the requests
@@ -238,6 +275,12 @@ class OperationFlow(TableFlow):
         at, missing = driver.at, driver.no_model()
         if missing is not None:
             return missing
+        refusals = sum(1 for index, _ in driver.refused if index == at.part)
+        first = not (at.candidate or at.retries or at.halvings or refusals or at.offline)
+        early = self._early.pop(at.part, None) if first else None
+        if early is not None:
+            # Started alongside the operation's first call (a split turn's prefix).
+            return self._accept(early)
         lines, resend = self.journal.take()
         try:
             reported: Reported = await workflow.execute_activity(
@@ -252,22 +295,31 @@ class OperationFlow(TableFlow):
                     feedback=at.feedback,
                     offline=at.offline,
                     texts=dict(driver.texts),
+                    early=first and at.part == 0,
                 ),
                 result_type=Reported,
                 start_to_close_timeout=model_call_limit(self.policy),
+                schedule_to_close_timeout=self._left(model_call_limit(self.policy)),
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=ONCE,
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as error:
             self.journal.lost(lines)
+            self._check_deadline()
             # The worker died or the call hung: a transient failure the table may retry.
             return Report(outcome="timeout", error=lost_reason(error, "model call"))
+        self._check_deadline()
+        self._early.update((int(index), got) for index, got in reported.early.items())
+        return self._accept(reported)
+
+    def _accept(self, reported: Reported) -> Report:
         gate = GateSpec.from_json(reported.gate) if reported.gate is not None else None
-        return driver.accept(Attempt(reported.report(), reported.text, gate), reported.purpose)
+        return self.driver.accept(Attempt(reported.report(), reported.text, gate), reported.purpose)
 
     async def _sleep_retry(self) -> Report:
-        await workflow.sleep(self.driver.retry_wait_s())
+        await workflow.sleep(self._left(timedelta(seconds=self.driver.retry_wait_s())))
+        self._check_deadline()
         return Report(outcome="ok")
 
     async def _append_entry(self) -> Report:
@@ -292,13 +344,12 @@ class OperationFlow(TableFlow):
         # Delivered again after a lost worker: the commit finds its entry, a prune its work.
         lines, resend = self.journal.take()
         try:
-            reported: Reported = await workflow.execute_activity(
+            reported: Reported = await run_local(
                 activity,
                 dataclasses.replace(call, journal=lines, resend=resend),
                 result_type=Reported,
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=DELIVER,
+                limit=SHORT,
+                retry=DELIVER,
             )
         except ActivityError as error:
             self.journal.lost(lines)
@@ -340,16 +391,13 @@ class OperationFlow(TableFlow):
         """
         lines, resend = self.journal.take()
         try:
-            await workflow.execute_activity(
+            await run_local(
                 "finish",
                 dataclasses.replace(call, journal=lines, resend=resend),
-                start_to_close_timeout=SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=DELIVER,
+                limit=SHORT,
+                retry=DELIVER,
             )
         except ActivityError as error:
-            if not workflow.patched(SETTLE_PATCH):
-                raise
             workflow.logger.warning("%s; the outcome stands", lost_reason(error, "finish"))
 
     def _outcome(self) -> CompressResult:

@@ -145,7 +145,7 @@ class TurnActivities:
     @activity.defn(name="journal_turn")
     async def journal_turn(self, call: TurnCall) -> None:
         """Write the turn steps not yet written; tell ``session_compact_failed`` if asked."""
-        await store_work(self._write_journal, redelivered(call))
+        await store_work(self.write_journal, redelivered(call))
         if call.compact_failed is not None:
             await self.hooks.run(
                 "session_compact_failed",
@@ -156,7 +156,7 @@ class TurnActivities:
     # -- the work ---------------------------------------------------------------------------------
 
     def _context(self, call: TurnCall) -> tuple[SessionContext, list[Message]]:
-        self._write_journal(call)
+        self.write_journal(call)
         session, _ = self.stores.session(call.session_id)
         with contextlib.closing(session.store):
             context = session.context()
@@ -167,7 +167,7 @@ class TurnActivities:
         return context, messages
 
     def _append(self, call: TurnCall) -> None:
-        self._write_journal(call)
+        self.write_journal(call)
         next_id = [""]
         session, cached = self.stores.session(call.session_id, random_hex=lambda: next_id[0])
         with contextlib.closing(session.store):
@@ -192,7 +192,7 @@ class TurnActivities:
             call.session_id
         )  # an unconditional write: its stamp vouches for nothing
 
-    def _write_journal(self, call: TurnCall) -> None:
+    def write_journal(self, call: TurnCall) -> None:
         if not call.journal:
             return
         with self.stores.journal(call.session_id) as journal:

@@ -51,8 +51,9 @@ them while the request runs (the ``events`` query) and from the request's answer
 each once, in order, as ``session.event`` notifications.
 
 Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
-with the next turn activity (or a ``journal`` activity before a compaction starts and when the
-machine rests), written as a ``turn`` record with the facts the guards read, as in one process.
+with the next turn activity (with a compaction's ``prepare`` when one starts, and a local
+``journal_turn`` activity when the machine rests), written as a ``turn`` record with the facts
+the guards read, as in one process.
 """
 
 from __future__ import annotations
@@ -82,12 +83,12 @@ from orchestrator._cluster.contract import (
     TurnPolicy,
     message_id_for,
 )
+from orchestrator._cluster.local import run_local
 from orchestrator._cluster.operation.flow import (
     DELIVER,
     HEARTBEAT,
     LONG_CALL,
     ONCE,
-    SETTLE_PATCH,
     SHORT,
     OperationFlow,
     infrastructure,
@@ -233,8 +234,6 @@ class TurnFlow:
 
     async def _settle(self, error: ActivityError) -> ApplicationError | None:
         """Settle a failed activity; the ``Unavailable`` error to raise instead, if any."""
-        if not workflow.patched(SETTLE_PATCH):
-            return None  # a history recorded before: the request failed here, the turn stood
         reason = await self._activity_failed(error)
         if not infrastructure(error):
             return None
@@ -324,15 +323,20 @@ class TurnFlow:
         return call, lines
 
     async def _flush(self, compact_failed: dict[str, Any] | None = None) -> None:
-        await self._deliver("journal_turn", compact_failed=compact_failed)
+        # A local activity: journal lines alone need no durability of their own in the history
+        # (one marker event, not an activity's three and a workflow task's three).
+        await self._deliver("journal_turn", local=True, compact_failed=compact_failed)
 
     async def _append(self, entries: list[NewEntry]) -> None:
         await self._deliver("append", entries=entries)
 
-    async def _deliver(self, activity: str, **fields: Any) -> None:
+    async def _deliver(self, activity: str, *, local: bool = False, **fields: Any) -> None:
         """Run an idempotent turn activity, delivered again after a lost worker (DELIVER)."""
         call, lines = self._call(**fields)
         try:
+            if local:
+                await run_local(activity, call, limit=SHORT, retry=DELIVER)
+                return
             await workflow.execute_activity(
                 activity,
                 call,
@@ -528,12 +532,17 @@ class TurnFlow:
         return await self._in_flight(work)
 
     async def _start_flow(self, **op: Any) -> OperationFlow:
-        """A new operation's flow, once the turn's steps so far are journaled (in order)."""
-        if self.journal.lines:
-            await self._flush()
+        """A new operation's flow; the turn's steps so far ride with its ``prepare`` (in order)."""
         new = Op(session_id=self.session_id, operation_id=workflow.uuid4().hex[:12], **op)
-        flow = self.flow = OperationFlow(self.operation, new)
+        flow = self.flow = OperationFlow(self.operation, new, carry=self._carried)
         return flow
+
+    def _carried(self) -> tuple[TurnCall | None, Callable[[], None]]:
+        """The turn's steps not yet journaled, for ``prepare``; and what to do if it was lost."""
+        if not self.journal.lines:
+            return None, lambda: None
+        call, lines = self._call()
+        return call, lambda: self.journal.lost(lines)
 
     async def _operation(self, flow: OperationFlow) -> CompressResult:
         """Run an operation with the events one process's operation runner emits."""
