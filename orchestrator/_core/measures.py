@@ -2,10 +2,11 @@
 
 A summary request serializes the newest messages that fit its budget, and the context keeps,
 per message, its serialized length (as running sums), its shape and the parts it is written
-from (see :class:`~orchestrator._core.measured_messages.MeasuredMessages`). Measuring them at every push
-cost a fifth to a third of building a context, and most contexts are never summarized: an
-inspection command (``plan``, ``context``) builds one and prints it. So :class:`Measures` holds
-the numbers of the first ``measured`` messages and measures the rest when asked, in order.
+from (see :class:`~orchestrator._core.measured_messages.MeasuredMessages`). Measuring them at
+every push cost a fifth to a third of building a context, and most contexts are never
+summarized: an inspection command (``plan``, ``context``) builds one and prints it. So
+:class:`Measures` holds the numbers of the first ``measured`` messages and measures the rest
+when asked, in order.
 
 A process that will summarize (the runtime, on opening a session) asks for every message once;
 the builder then measures each message as it takes it in (``eager``), as it always did, so a
