@@ -50,11 +50,12 @@ from orchestrator._core.errors import Cancelled, SessionError
 from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import TurnEvent, TurnState
-from orchestrator._runtime.admission import Slot, start_slot
+from orchestrator._runtime.admission import Slot
 from orchestrator._runtime.disk import ready_to_write
-from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error, weakly
+from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
 from orchestrator._runtime.operation.runner import OperationRunner, raise_for
 from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.scheduler import weakly
 from orchestrator._runtime.turn.agent_side import TurnAgent
 from orchestrator._runtime.turn.compaction_side import TurnCompactions
 from orchestrator._runtime.turn.core import TurnCore
@@ -108,7 +109,6 @@ class TurnDriver:
         # wait a pass for nothing (issue 9).
         self._lock = anyio.Lock(fast_acquire=True)
         self._group: TaskGroup | None = None
-        self._slot: Slot | None = None
         self._turns = 0
 
     def rewire(
@@ -234,7 +234,7 @@ class TurnDriver:
             # A turn's first steps never wait either: up to its first effect in flight (the
             # agent, a compaction) it holds a start slot, so a thousand turns asked for at once
             # do not all take their first steps in one pass of the loop (admission.py).
-            self._slot = await start_slot()
+            await self.machine.scheduler.take_slot()
             try:
                 # A session given to the constructor: its journal and file opened, once, in a
                 # worker thread (disk.py); AgentSession.open opened them already.
@@ -246,7 +246,7 @@ class TurnDriver:
                     late = self._late_request()
                     if late is not None:
                         self._turns += 1
-                        self._slot = await start_slot()
+                        await self.machine.scheduler.take_slot()
             finally:
                 self.core.close_retry_streak()  # the run is over: so is any streak in it
                 self.let_slot_go()
@@ -312,16 +312,14 @@ class TurnDriver:
         Returns:
             The work's report, or ``None`` when a request was stepped first.
         """
-        self.let_slot_go()  # the work waits for something slow, or takes a slot of its own
         if self._group is None:
+            self.let_slot_go()  # the work waits for something slow, or takes a slot of its own
             return await work()
         return await self.machine.in_flight(self._group, work)
 
     def let_slot_go(self) -> None:
         """Give back the start slot of the turn's first steps, if still held (idempotent)."""
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            slot.release()
+        self.machine.scheduler.let_slot_go()
 
     def hand_slot(self) -> Slot | None:
         """Hand the start slot of the turn's first steps, if still held, to whoever goes on.
@@ -331,8 +329,7 @@ class TurnDriver:
         every turn asked for meanwhile, and a thousand compactions asked for at once would all
         take their turn's first steps before the first of them planned (admission.py).
         """
-        slot, self._slot = self._slot, None
-        return slot
+        return self.machine.scheduler.hand_slot()
 
     def _record(self, step: Step, data: Mapping[str, Any]) -> None:
         del data
