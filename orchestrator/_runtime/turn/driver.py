@@ -91,13 +91,10 @@ class TurnDriver:
         ports: Ports,
         operations: OperationRunner,
         settings: RuntimeSettings,
-        *,
-        navigating: Callable[[], bool] = lambda: False,
     ) -> None:
         self.ports = ports
         self.operations = operations
         self.settings = settings
-        self.navigating = navigating
         self.core = TurnCore(TurnAgent(self), TurnCompactions(self))
         self.effects: Mapping[str, Effect] = self.core.effects()
         self.machine = Interpreter(
@@ -111,16 +108,9 @@ class TurnDriver:
         self._group: TaskGroup | None = None
         self._turns = 0
 
-    def rewire(
-        self,
-        ports: Ports,
-        operations: OperationRunner,
-        settings: RuntimeSettings,
-        navigating: Callable[[], bool],
-    ) -> None:
+    def rewire(self, ports: Ports, operations: OperationRunner, settings: RuntimeSettings) -> None:
         """Perform later effects through new ports (the session's routes or settings changed)."""
         self.ports, self.operations, self.settings = ports, operations, settings
-        self.navigating = navigating
 
     @property
     def state(self) -> str:
@@ -131,6 +121,11 @@ class TurnDriver:
     def busy(self) -> bool:
         """A run (a turn, or a manual compaction) is in progress."""
         return self._lock.locked()
+
+    @property
+    def compacting(self) -> bool:
+        """A manual compaction is asked for or running (the session table's fact)."""
+        return self.manual is not None or self.state == TurnState.MANUAL_COMPACTING
 
     @property
     def counters(self) -> TurnCounters:
@@ -146,12 +141,12 @@ class TurnDriver:
     async def prompt(self, text: str) -> TurnResult:
         """Run a turn for ``text`` to its end; while a run is in progress, queue it instead.
 
+        Whether the prompt may run beside what runs in the session is the session table's
+        choice, asked before (:func:`~orchestrator._runtime.wiring.admit`).
+
         Raises:
-            SessionError: There is no agent, or a tree navigation is in progress.
+            SessionError: The session is stopping.
         """
-        if self.ports.agent is None:
-            raise SessionError("this session has no agent; pass agent= to AgentSession")
-        self._refuse_during_navigation("prompt")
         if self._stopping:
             raise SessionError("The session is stopping: no new turn starts")
         if self.busy:
@@ -163,15 +158,14 @@ class TurnDriver:
     async def compact(self, focus: str | None, *, dry_run: bool) -> OperationOutcome:
         """Ask for a manual compaction and wait for its outcome.
 
+        A second manual compaction, or one during a navigation, is the session table's refusal,
+        asked before (:func:`~orchestrator._runtime.wiring.admit`).
+
         Raises:
-            SessionError: A manual compaction or a tree navigation is already running, or the
-                commit conflicted.
+            SessionError: The commit conflicted.
             Cancelled: It was cancelled, or it never ran (the run ended first).
             ModelError: It failed.
         """
-        self._refuse_during_navigation("compact")
-        if self.manual is not None or self.state == TurnState.MANUAL_COMPACTING:
-            raise SessionError("A manual compaction is already running")
         request = ManualRequest(focus=focus, dry_run=dry_run)
         self.manual = request
         if self.busy:
@@ -182,10 +176,6 @@ class TurnDriver:
         if request.outcome is None:
             raise Cancelled("Compaction cancelled: the session closed before it ran")
         return raise_for(request.outcome)
-
-    def _refuse_during_navigation(self, what: str) -> None:
-        if self.navigating():
-            raise SessionError(f"Cannot {what} while a tree navigation is in progress")
 
     def abort(self) -> None:
         """Ask the run in progress to stop; the table decides what that means now (D22)."""
@@ -206,20 +196,15 @@ class TurnDriver:
     def close(self) -> None:
         """Step ``close`` through the table; its effect releases the session.
 
+        Closing while a run or a navigation is in progress is the session table's refusal,
+        asked before (:func:`~orchestrator._runtime.wiring.admit`): the turn machine may be idle
+        while the navigation machine still commits a branch summary (D22, D27).
+
         Raises:
-            SessionError: A run or a tree navigation is in progress (abort it first).
             TransitionError: The table does not list ``close`` in the current state.
         """
         if self.machine.done:
             return
-        if self.navigating():
-            # The turn machine is idle, but the navigation machine may still commit a branch
-            # summary: releasing the session under it would let it write unowned (D22, D27).
-            raise SessionError(
-                "Cannot close the session while a tree navigation is in progress; abort it first"
-            )
-        if self.busy:
-            raise SessionError("Cannot close the session while a turn is running; abort it first")
         taken = self.machine.step(TurnEvent.CLOSE, self.facts())
         for name in taken.effects:
             self.machine.perform_now(name)
