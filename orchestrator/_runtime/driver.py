@@ -74,7 +74,7 @@ class TableHost(Protocol):
         """Take one step (and journal it); the row's effects."""
         ...
 
-    async def perform(self, name: str) -> Report | None:
+    def perform(self, name: str) -> Awaitable[Report | None]:
         """Perform one effect; its report, or ``None`` (nothing to report, or interrupted)."""
         ...
 
@@ -201,9 +201,9 @@ class Interpreter:
             observer(taken, data or {})
         return taken
 
-    async def perform(self, name: str) -> Report | None:
-        """Perform one effect of the table and return its report."""
-        return await self._effects[name]()
+    def perform(self, name: str) -> Awaitable[Report | None]:
+        """Perform one effect of the table: its report, awaited (no coroutine of its own)."""
+        return self._effects[name]()
 
     def perform_now(self, name: str) -> Report | None:
         """Perform an effect that completes without waiting, from a synchronous call (``close``).
@@ -257,9 +257,9 @@ class Interpreter:
         """Forget pending interrupts (the run that they were meant for has ended)."""
         self.scheduler.drop()
 
-    async def in_flight(
+    def in_flight(
         self, group: TaskGroup | None, work: Effect, *, again: bool = False
-    ) -> Report | None:
+    ) -> Awaitable[Report | None]:
         """Run an awaiting effect until it reports or an interrupt the state lists arrives.
 
         See :meth:`~orchestrator._runtime.scheduler.Scheduler.run` (``again``: take a start
@@ -268,7 +268,7 @@ class Interpreter:
         Returns:
             The effect's report, or ``None`` when an interrupt arrived first.
         """
-        return await self.scheduler.run(work, self.state, group, again=again)
+        return self.scheduler.run(work, self.state, group, again=again)
 
     async def wait_in_flight(self) -> None:
         """Wait, shielded, until the effect in flight (if any) has reported on its own."""

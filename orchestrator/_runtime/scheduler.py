@@ -220,10 +220,21 @@ class Scheduler:
         """
         held = self.slot is not None
         self.let_slot_go()
-        if state in self._direct:
-            report = await self._in_this_task(work, state)
-        else:
+        if state not in self._direct:
             report = await self._in_child(work, state, group)
+        else:
+            # In this task: a listed interrupt cancels the work at once (the module comment).
+            scope = anyio.CancelScope()
+            if self._wanted(state):
+                # Asked for already: the work starts cancelled, as a child task would be at once.
+                cancel_scope(scope)
+            self._in_task = scope
+            report = None  # cancelled by an interrupt: the loop steps it
+            try:
+                with scope:
+                    report = await work()
+            finally:
+                self._in_task = None
         if again and held:
             self.slot = await admission.start_slot()
         return report
@@ -255,19 +266,6 @@ class Scheduler:
             report: T = flight.report
             return report
         return None
-
-    async def _in_this_task(self, work: Callable[[], Awaitable[T]], state: str) -> T | None:
-        scope = anyio.CancelScope()
-        if self._wanted(state):
-            # Asked for already: the work starts cancelled, as a child task would be at once.
-            cancel_scope(scope)
-        self._in_task = scope
-        try:
-            with scope:
-                return await work()
-        finally:
-            self._in_task = None
-        return None  # cancelled by an interrupt: the loop steps it
 
     async def settle(self) -> None:
         """Wait, shielded, until the work in flight (if any) has reported on its own."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -258,12 +258,12 @@ class Navigator:
         """Take one step; the row's effects."""
         return self._machine().step(event, facts, data).effects
 
-    async def perform(self, name: str) -> Report | None:
+    def perform(self, name: str) -> Awaitable[Report | None]:
         """Perform one effect; the slow ones in flight, so a cancel can be stepped meanwhile."""
         machine = self._machine()
         if name in AWAITING:
-            return await machine.in_flight(self._group, self.effects[name])
-        return await machine.perform(name)
+            return machine.in_flight(self._group, self.effects[name])
+        return machine.perform(name)
 
     def interrupted(self) -> tuple[str, Facts] | None:
         """The oldest pending interrupt, if the table lists it now."""

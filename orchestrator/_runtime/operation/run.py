@@ -301,13 +301,13 @@ class OperationRun:
         self._report_attempt(taken)
         return taken.effects
 
-    async def perform(self, name: str) -> Report | None:
+    def perform(self, name: str) -> Awaitable[Report | None]:
         """Perform one effect; one that waits runs in flight, its start slot given back."""
         if self._settling or not self._awaits(name):
-            return await self.machine.perform(name)
+            return self.machine.perform(name)
         # What follows the wait (the answer's steps, the commit's records) never waits either:
         # it takes a start slot again (admission.py).
-        return await self.machine.in_flight(self._group, self.effects[name], again=True)
+        return self.machine.in_flight(self._group, self.effects[name], again=True)
 
     def interrupted(self) -> tuple[str, Facts] | None:
         """The oldest pending interrupt, if the table lists it now."""
