@@ -135,19 +135,19 @@ async def fork_during_a_compaction(rules: MachineDef) -> dict[str, Any]:
     return answer
 
 
-async def test_a_row_added_to_the_table_refuses_a_fork_the_server_admitted() -> None:
-    def no_fork_while_compacting(rows: Rows) -> None:
+def no_fork_while(guard: str, effect: str) -> Callable[[Rows], None]:
+    """An edit that adds a row refusing a fork while ``guard`` holds, before the fork's rows."""
+
+    def edit(rows: Rows) -> None:
         first = next(i for i, r in enumerate(rows) if r["event"] == "fork")
-        rows.insert(
-            first,
-            {
-                "source": "asked",
-                "event": "fork",
-                "dest": "refused",
-                "guards": ["compaction_running"],
-                "effects": ["refuse_second_compaction"],
-            },
-        )
+        row = {"source": "asked", "event": "fork", "dest": "refused", "guards": [guard]}
+        rows.insert(first, {**row, "effects": [effect]})
+
+    return edit
+
+
+async def test_a_row_added_to_the_table_refuses_a_fork_the_server_admitted() -> None:
+    no_fork_while_compacting = no_fork_while("compaction_running", "refuse_second_compaction")
 
     shipped = await fork_during_a_compaction(load_machine("session"))
     modified = await fork_during_a_compaction(table(no_fork_while_compacting))
@@ -216,18 +216,7 @@ async def while_navigating(rules: MachineDef, call: str) -> str | None:
 
 
 async def test_a_row_added_to_the_table_refuses_a_direct_fork_that_ran() -> None:
-    def no_fork_while_navigating(rows: Rows) -> None:
-        first = next(i for i, r in enumerate(rows) if r["event"] == "fork")
-        rows.insert(
-            first,
-            {
-                "source": "asked",
-                "event": "fork",
-                "dest": "refused",
-                "guards": ["navigation_running"],
-                "effects": ["refuse_second_navigation"],
-            },
-        )
+    no_fork_while_navigating = no_fork_while("navigation_running", "refuse_second_navigation")
 
     assert await while_navigating(load_machine("session"), "fork") is None
     refused = await while_navigating(table(no_fork_while_navigating), "fork")
