@@ -37,9 +37,7 @@ from orchestrator._core.errors import DefinitionError
 from orchestrator._lifecycle.guards import EFFECTS, Facts
 from orchestrator._lifecycle.machine import MachineDef, Step, step
 from orchestrator._runtime.scheduler import Scheduler, per_table
-from orchestrator._runtime.scheduler import cancel_scope as cancel_scope
-from orchestrator._runtime.scheduler import direct_states as direct_states
-from orchestrator._runtime.scheduler import weakly as weakly
+from orchestrator._runtime.scheduler import cancel_scope as cancel_scope  # outcomes.py
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

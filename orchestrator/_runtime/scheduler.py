@@ -174,7 +174,7 @@ class Scheduler:
         self._pending.append(event)
         self._wake.set()
         if self._in_task is not None and self.defn.rows_for(state, event):
-            # The row will stop the work (direct_states): stop it now, so the loop can step.
+            # The row will stop the work (see direct_states): stop it now, so the loop can step.
             cancel_scope(self._in_task)
 
     def take(self) -> str | None:

@@ -210,7 +210,7 @@ class Navigator:
     def effect_table(self) -> Mapping[str, Effect]:
         """The navigation table's effects, by name, as this host performs them."""
         # Weakly bound: this table and the last navigation's machine are kept, and would make a
-        # reference cycle holding the session until a full collection (see driver.weakly). Made
+        # reference cycle holding the session until a full collection (see scheduler.weakly). Made
         # when first needed: most sessions never navigate.
         effects = navigation_effects(self)
         return {name: weakly(effect) for name, effect in effects.items()}

@@ -246,7 +246,7 @@ class OperationRun:
         # A task group costs a compaction's loop more than its plan's bookkeeping: only an
         # operation that may start a child task opens one. That is a later request started
         # early (a split turn's prefix), trio's deadline timer, or work in flight in a state
-        # the table does not let run in this task (driver.direct_states).
+        # the table does not let run in this task (scheduler.direct_states).
         if self.job.starts_early():
             return True
         if self.ports.deadline_s is not None and not on_asyncio():
