@@ -1,9 +1,8 @@
 """The runtime façade: an agent session, its turns, compactions, navigation and forks.
 
-:class:`AgentSession` holds no lifecycle of its own. It builds one frozen record of ports and
-three parts that take it, never the façade: the turn driver, the operation runner and the navigator
-(rebuilt by ``wiring.py``). Each public method checks its arguments, asks the session table whether
-the request may run beside what runs (``machines/session.toml``) and hands it to one part.
+:class:`AgentSession` holds no lifecycle: it builds a frozen record of ports and three parts that
+take it, never the façade (turn driver, operation runner, navigator; ``wiring.py``). Each public
+method checks its arguments, asks the session table (``machines/session.toml``), then hands it on.
 """
 
 from __future__ import annotations
@@ -213,10 +212,7 @@ class AgentSession:
         self.turn.abort()
 
     def stop(self) -> None:
-        """Stop for good (a server shutting down); ``prompt`` then raises.
-
-        The active work is aborted; the prompts queued behind it are dropped.
-        """
+        """Stop for good (a server shutting down): abort, drop queued prompts, start no turn."""
         self.turn.stop()
         self.navigator.cancel()
 
