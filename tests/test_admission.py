@@ -234,9 +234,9 @@ async def test_an_operation_takes_a_slot_again_when_its_model_answers(
         taken.append("slot")
         return await real_start()
 
-    monkeypatch.setattr("orchestrator._runtime.turn.driver.start_slot", counting_start)
+    # The turn and the operation take their slots through the scheduler layer (admission's).
+    monkeypatch.setattr(admission, "start_slot", counting_start)
     monkeypatch.setattr("orchestrator._runtime.operation.runner.start_slot", counting_start)
-    monkeypatch.setattr("orchestrator._runtime.operation.run.start_slot", counting_start)
     kit = await ready_kit()
     taken.clear()
     before = len(kit.model.requests)
@@ -282,7 +282,6 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
     # giving it back and queueing behind every other operation for it again.
     from orchestrator._core.model import ModelRequest
     from orchestrator._core.tokens import CompactionSettings
-    from orchestrator._runtime.operation import run as operation
     from orchestrator._runtime.operation.summarize import SummaryRoutes
     from orchestrator._runtime.session import AgentSession
     from orchestrator._runtime.types import RuntimeSettings
@@ -310,7 +309,7 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
         taken.append("slot")
         return await start_slot()
 
-    monkeypatch.setattr(operation, "start_slot", counted)
+    monkeypatch.setattr(admission, "start_slot", counted)  # the scheduler layer's
     runtime = AgentSession(
         session,
         summarizer=SummaryRoutes(candidates=(FunctionModel(answer),), reserve_tokens=2000),
@@ -322,8 +321,9 @@ async def test_a_split_turns_prefix_answered_early_is_taken_without_queueing_aga
     assert outcome.status == "committed"
     assert outcome.plan is not None
     assert outcome.plan.is_split_turn
-    # Once after the history's answer, once after the commit's disk work (none for the prefix).
-    assert len(taken) == 2
+    # Once for the turn's first steps, once after the history's answer, once after the
+    # commit's disk work (none for the prefix).
+    assert len(taken) == 3
 
 
 async def test_a_free_turn_takes_its_first_step_without_waiting_a_pass_of_the_loop() -> None:

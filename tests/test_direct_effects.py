@@ -2,7 +2,7 @@
 
 An awaiting effect (a model call, a retry wait, the agent, a compaction inside a turn) used to run
 in a child task, so that an interrupt could be stepped while it waited. Where every row an
-interrupt can take stops that work first (``driver.direct_states``), the interrupt cancels the
+interrupt can take stops that work first (``scheduler.direct_states``), the interrupt cancels the
 work itself and the loop steps it afterwards; the work runs in the loop's task, with no child
 task, event and loop passes to start it and hear from it. These tests pin down which states
 qualify, that the work really runs in the caller's task there, and that interrupting it still
@@ -25,8 +25,9 @@ from orchestrator._core.resources import data_dir
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
-from orchestrator._runtime.driver import Interpreter, Report, direct_states
+from orchestrator._runtime.driver import Interpreter, Report
 from orchestrator._runtime.operation.summarize import SummaryRoutes
+from orchestrator._runtime.scheduler import direct_states
 from orchestrator._runtime.session import AgentSession
 from orchestrator._runtime.types import RuntimeSettings
 from orchestrator._store.session import Session

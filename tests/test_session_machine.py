@@ -1,13 +1,15 @@
 """The session machine (``machines/session.toml``) decides which requests run together.
 
-The tables decide (D31) for this machine too: the hub asks the table, so a modified copy of it
-changes what a server admits, with no change to the code.
+The tables decide (D31) for this machine too: the hub and the Python API ask the table, so a
+modified copy of it changes what a server admits and what an ``AgentSession`` call does, with no
+change to the code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -20,6 +22,7 @@ from orchestrator._lifecycle.admission import (
     BUSY_NAVIGATING,
     CLOSE_WHILE_BUSY,
     COMPACT_WHILE_NAVIGATING,
+    DIRECT_REFUSALS,
     HOSTED_ON_OPEN_SESSION,
     NAVIGATE_WHILE_WORKING,
     PROMPT_WHILE_NAVIGATING,
@@ -32,6 +35,7 @@ from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import BUSY
+from orchestrator._runtime.wiring import wire
 from orchestrator.testing import Hang, reply
 from tests.runtime_kit import BIG, HubClient, Kit, until
 from tests.runtime_kit import settings as runtime_settings
@@ -131,19 +135,19 @@ async def fork_during_a_compaction(rules: MachineDef) -> dict[str, Any]:
     return answer
 
 
-async def test_a_row_added_to_the_table_refuses_a_fork_the_server_admitted() -> None:
-    def no_fork_while_compacting(rows: Rows) -> None:
+def no_fork_while(guard: str, effect: str) -> Callable[[Rows], None]:
+    """An edit that adds a row refusing a fork while ``guard`` holds, before the fork's rows."""
+
+    def edit(rows: Rows) -> None:
         first = next(i for i, r in enumerate(rows) if r["event"] == "fork")
-        rows.insert(
-            first,
-            {
-                "source": "asked",
-                "event": "fork",
-                "dest": "refused",
-                "guards": ["compaction_running"],
-                "effects": ["refuse_second_compaction"],
-            },
-        )
+        row = {"source": "asked", "event": "fork", "dest": "refused", "guards": [guard]}
+        rows.insert(first, {**row, "effects": [effect]})
+
+    return edit
+
+
+async def test_a_row_added_to_the_table_refuses_a_fork_the_server_admitted() -> None:
+    no_fork_while_compacting = no_fork_while("compaction_running", "refuse_second_compaction")
 
     shipped = await fork_during_a_compaction(load_machine("session"))
     modified = await fork_during_a_compaction(table(no_fork_while_compacting))
@@ -171,3 +175,65 @@ def test_a_host_answers_only_once_attached_to_a_hub() -> None:
     hub = SessionHub(host.options)
     assert hub.options is host.options
     assert hub.host.outlet is hub
+
+
+async def while_navigating(rules: MachineDef, call: str) -> str | None:
+    """What a direct ``AgentSession`` call answers while a branch summary hangs, under ``rules``.
+
+    ``None`` when it ran; else the refusal's words.
+    """
+    kit = Kit(turns=[[reply("one")], [reply("two")]], summaries=[Hang()])
+    runtime = kit.runtime
+    ports = dataclasses.replace(
+        runtime.ports, tables=lambda name: rules if name == "session" else load_machine(name)
+    )
+    runtime.ports, runtime.operations, runtime.turn, runtime.navigator = wire(
+        ports, runtime.settings, runtime.turn
+    )
+    await runtime.prompt("first question")
+    await runtime.prompt("second question")
+    first = kit.session.tree.entries[0]["id"]
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "fork": lambda: runtime.fork(first),
+        "compact": runtime.compact,
+    }
+    answer: list[str | None] = []
+
+    async def interfere() -> None:
+        await until(lambda: len(kit.model.requests) == 1)
+        try:
+            await calls[call]()
+            answer.append(None)
+        except BusyError as refused:  # a SessionError, as the Python API always raised
+            answer.append(str(refused))
+        runtime.abort_branch_summary()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: runtime.navigate(first, summarize=True))
+        group.start_soon(interfere)
+    assert not runtime.is_navigating
+    return answer[0]
+
+
+async def test_a_row_added_to_the_table_refuses_a_direct_fork_that_ran() -> None:
+    no_fork_while_navigating = no_fork_while("navigation_running", "refuse_second_navigation")
+
+    assert await while_navigating(load_machine("session"), "fork") is None
+    refused = await while_navigating(table(no_fork_while_navigating), "fork")
+    assert refused == DIRECT_REFUSALS["refuse_second_navigation"]
+
+
+async def test_the_python_api_keeps_its_words_for_the_same_refusal() -> None:
+    def reworded(rows: Rows) -> None:
+        row = next(
+            r
+            for r in rows
+            if r["event"] == "compact" and "navigation_running" in r.get("guards", [])
+        )
+        row["effects"] = ["refuse_second_compaction"]  # the refusal the row names, not the code
+
+    shipped = await while_navigating(load_machine("session"), "compact")
+    assert shipped == "Cannot compact while a tree navigation is in progress"
+    assert await while_navigating(table(reworded), "compact") == (
+        "A manual compaction is already running"
+    )

@@ -406,9 +406,7 @@ class Recorder:
         operations.compaction = logged_compaction  # type: ignore[method-assign]
         operations.prune = logged_prune  # type: ignore[method-assign]
         kit.runtime.ports = dataclasses.replace(kit.runtime.ports, sleep=logged_sleep)
-        kit.runtime.turn.rewire(
-            kit.runtime.ports, operations, kit.runtime.settings, kit.runtime.turn.navigating
-        )
+        kit.runtime.turn.rewire(kit.runtime.ports, operations, kit.runtime.settings)
 
     def _writes(self, entries: Any) -> None:
         if self.in_operation:

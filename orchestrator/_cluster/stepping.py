@@ -8,9 +8,12 @@ hands each step to the next activity as a :class:`~orchestrator._cluster.contrac
 lost, I cannot know whether it wrote them, so they go back in front and the next activity
 resends them (the writer skips those it finds).
 
-:class:`TableFlow` is the loop the operation and navigation hosts share: step, perform each
-effect (the slow ones in flight, so an interrupt can be stepped meanwhile), translate the report
-into the next event. Everything here is deterministic workflow code: no clock, no id, no I/O.
+:class:`TableFlow` is what the operation and navigation hosts share: it runs the one loop every
+host runs (:func:`~orchestrator._runtime.driver.run_table`: step, perform each effect, translate
+the report into the next event) and only says how a step is journaled (a line for the next
+activity) and how an effect waits (the slow ones in flight, as an asyncio task the workflow
+waits on, so an interrupt can be stepped meanwhile). Everything here is deterministic workflow
+code: no clock, no id, no I/O.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 from temporalio import workflow
@@ -27,12 +29,12 @@ from temporalio.exceptions import ActivityError
 
 from orchestrator._cluster.contract import JournalLine
 from orchestrator._lifecycle.guards import Facts
-from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._runtime.driver import Report, check_effects
+from orchestrator._lifecycle.machine import MachineDef
+from orchestrator._lifecycle.machine import step as take_step
+from orchestrator._runtime.driver import NO_DATA, Report, check_effects, run_table
 from orchestrator._telemetry.tracing import facts_delta
 
-NO_DATA: Mapping[str, Any] = MappingProxyType({})
-"""The data of a step that carries none."""
+__all__ = ["NO_DATA", "JournalLines", "TableFlow", "stop_in_flight"]
 
 
 class JournalLines:
@@ -143,23 +145,20 @@ class TableFlow(ABC):
 
     async def _steps(self, event: str | None, facts: Facts, data: Mapping[str, Any]) -> None:
         """Step ``event`` and what its effects report until the table rests."""
-        while event is not None:
-            taken = step(self.defn, self.state, event, facts)
-            self.state = taken.dest
-            kept = self._journal_data(taken.source, taken.dest, data)
-            self.journal.add(taken.source, event, taken.dest, taken.effects, facts, kept)
-            event = None
-            for name in taken.effects:
-                report = await self._perform(name)
-                if self._interrupts:
-                    pending = self._interrupts.pop(0)
-                    if self.defn.rows_for(self.state, pending):
-                        event, facts, data = pending, self.defn.guards.facts(), NO_DATA
-                        break
-                if report is not None:
-                    event, facts, data = self._translate(name, report)
+        await run_table(self, event, facts, data)
 
-    async def _perform(self, name: str) -> Report | None:
+    # -- the loop's words (driver.TableHost) ------------------------------------------------------
+
+    async def step(self, event: str, facts: Facts, data: Mapping[str, Any]) -> tuple[str, ...]:
+        """Take one step and keep its journal line; the row's effects."""
+        taken = take_step(self.defn, self.state, event, facts)
+        self.state = taken.dest
+        kept = self._journal_data(taken.source, taken.dest, data)
+        self.journal.add(taken.source, event, taken.dest, taken.effects, facts, kept)
+        return taken.effects
+
+    async def perform(self, name: str) -> Report | None:
+        """Perform one effect; a slow one as a task, until it reports or an interrupt came."""
         if name not in self.awaiting:
             return await self.effects[name]()
         task = asyncio.ensure_future(self.effects[name]())
@@ -169,6 +168,18 @@ class TableFlow(ABC):
             self._in_flight = None
             return task.result()
         return None
+
+    def interrupted(self) -> tuple[str, Facts] | None:
+        """The oldest pending interrupt (removed), if the table lists it now."""
+        if self._interrupts:
+            pending = self._interrupts.pop(0)
+            if self.defn.rows_for(self.state, pending):
+                return pending, self.defn.guards.facts()
+        return None
+
+    def translate(self, effect: str, report: Report) -> tuple[str, Facts, Mapping[str, Any]]:
+        """The event ``effect``'s report fires (the host's :meth:`_translate`)."""
+        return self._translate(effect, report)
 
     async def _stop_in_flight(self) -> None:
         task, self._in_flight = self._in_flight, None

@@ -364,7 +364,8 @@ _SESSION_EFFECTS = {
     "refuse_navigation_while_working": "refuse the navigation: a turn or compaction runs",
     "refuse_second_navigation": "refuse the navigation: another one runs (BusyError)",
     "refuse_hosted_on_open_session": "refuse pi's summary: the server has the session open",
-    "refuse_close_while_busy": "refuse to close: something runs (BusyError)",
+    "refuse_close_while_busy": "refuse to close: a turn or a compaction runs (BusyError)",
+    "refuse_close_while_navigating": "refuse to close: a navigation runs (BusyError)",
 }
 
 EFFECTS: Mapping[str, Mapping[str, str]] = MappingProxyType(

@@ -51,28 +51,26 @@ def require_open(session: Session, *, closed: bool) -> None:
         )
 
 
-def require_prompt(text: object) -> None:
-    """Refuse a prompt that is not a ``str``: it would be written as the user's message.
+def require_prompt(text: object, *, agent: object) -> None:
+    """Refuse a prompt that is not a ``str``, or one to a session with no agent to answer it.
 
     Raises:
         TypeError: ``text`` is not a string (nothing is written).
+        SessionError: no agent was given.
     """
     if not isinstance(text, str):
         # Written to the session as the user's message, where pi reads a string.
         raise TypeError(f"prompt() takes the user's text, a str, not {type(text).__name__}")
+    if agent is None:
+        raise SessionError("this session has no agent; pass agent= to AgentSession")
 
 
-def require_navigation(
-    target_id: object, instructions: object, label: object, *, running: bool
-) -> None:
-    """Refuse a navigation's arguments, or a second navigation through the Python API.
+def require_navigation(target_id: object, instructions: object, label: object) -> None:
+    """Refuse a navigation's arguments of the wrong type.
 
     Raises:
         TypeError: an argument of the wrong type (nothing runs).
-        SessionError: a navigation is already in progress.
     """
     require_text("navigate", "target_id", target_id)
     require_text("navigate", "instructions", instructions, optional=True)
     require_text("navigate", "label", label, optional=True)
-    if running:
-        raise SessionError("Cannot navigate while a tree navigation is in progress")

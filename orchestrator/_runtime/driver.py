@@ -6,45 +6,38 @@ Theory of operation. A machine's table decides; a driver performs. The loop is
     for each effect: report = await effects[name]()             # performs one thing, reports
     event, facts = translate(effect, report)                    # the machine's own vocabulary
 
-and :class:`Interpreter` holds the parts of that loop that do not depend on the machine: the
-current state, the explicit effect table (checked against the TOML when the interpreter is built,
-so a row naming an effect nobody performs fails at once), the observers that journal and trace
-every step, and interrupts.
+and :func:`run_table` is that loop, written once for every host that runs it: the anyio drivers
+of one process (the operation run, the navigator) and the Temporal workflow's table flows. A host
+is a :class:`TableHost`: it steps (journaling the step its own way), performs an effect (the slow
+ones in flight, so that an interrupt can be stepped meanwhile), says which interrupt came, and
+translates a report. An interrupt the table lists in the current state is stepped before the
+row's remaining effects; its row's own stop effect settles the work in flight (D22).
 
-Interrupts. A cancel request (``abort``, ``cancel``, ``manual_compact``) can arrive while an effect
-is awaiting a model, a wait or an agent. The request only records the event and wakes the loop;
-the loop steps the event through the table like any other, and the row's own stop effect
-(``stop_work``, ``stop_agent``, ``cancel_compaction``, ``cancel_retry_wait``) cancels the effect
-in flight and waits until it has settled. So an awaiting effect runs in a child task with its
-own cancel scope, and the loop waits for whichever comes first: its report or an interrupt.
+:class:`Interpreter` is the anyio host's machine: the current state, the explicit effect table
+(checked against the TOML when the interpreter is built, so a row naming an effect nobody
+performs fails at once) and the observers that journal and trace every step. How its effects wait
+on the event loop (a child task or the loop's own, start slots, what keeps a thousand sessions'
+memory and lag low) is the scheduler layer's (:mod:`~orchestrator._runtime.scheduler`).
 
-Where the table leaves no choice, no child task is needed: in a state where every row an
-interrupt can take starts with stopping the work in flight (:data:`STOPPING`), the work would be
-cancelled as soon as the interrupt is stepped, so the loop awaits it in its own task, under a
-cancel scope the interrupt cancels at once; the loop then steps the interrupt, and the row's stop
-effect finds the work settled already. That is every awaiting state of an operation and of a
-turn but two (a turn's prune and its continuation, where an interrupt does not stop the work).
-A child task, its event and the loop passes to start it and hear from it cost a compaction about
-a tenth of its CPU on the event loop, with a thousand of them at once (issue 9).
-
-Nothing here reads a clock or makes an id; a host that is not anyio (a durable workflow) can run
-the same :func:`~orchestrator._lifecycle.machine.step` with the effects as activities.
+Nothing here reads a clock or makes an id; a host that is not anyio (a durable workflow) runs
+the same :func:`~orchestrator._lifecycle.machine.step` and the same loop, with the effects as
+activities.
 """
 
 from __future__ import annotations
 
-import math
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from types import MappingProxyType
+from typing import Any, Protocol
 
-import anyio
 from anyio.abc import TaskGroup
 
 from orchestrator._core.errors import DefinitionError
-from orchestrator._lifecycle.guards import EFFECTS, INTERRUPTS, STOPPING, Facts
+from orchestrator._lifecycle.guards import EFFECTS, Facts
 from orchestrator._lifecycle.machine import MachineDef, Step, step
+from orchestrator._runtime.scheduler import Scheduler, per_table
+from orchestrator._runtime.scheduler import cancel_scope as cancel_scope  # outcomes.py
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,36 +61,45 @@ class Report:
 Effect = Callable[[], Awaitable[Report | None]]
 StepObserver = Callable[[Step, Mapping[str, Any]], None]
 
-P = ParamSpec("P")
-R = TypeVar("R")
+NO_DATA: Mapping[str, Any] = MappingProxyType({})
+"""The data of a step that carries none."""
 
 
-def weakly(method: Callable[P, R]) -> Callable[P, R]:
-    """The bound ``method``, without keeping its object alive.
+class TableHost(Protocol):
+    """What :func:`run_table` asks of a host: its own way to step, perform and translate."""
 
-    A driver that lives as long as its session (the turn driver, the navigator) gives its
-    interpreter its own bound methods, and the interpreter is its attribute: a reference cycle,
-    which reference counting never frees. Such a cycle holds the driver's session, every entry
-    of it, until a full collection; and the loader puts what it parses in the oldest generation
-    without counting it (``_core.loading.gc_paused``), so CPython may never see a reason to run
-    one (60 sessions of 10k entries opened, compacted and closed in turn kept 1.4 GB). What the
-    driver hands its own interpreter goes through this instead.
+    async def step(self, event: str, facts: Facts, data: Mapping[str, Any]) -> tuple[str, ...]:
+        """Take one step (and journal it); the row's effects."""
+        ...
 
-    Raises:
-        ReferenceError: The object was freed (its interpreter outlived it).
-    """
-    bound: Any = method
-    owner, function = weakref.ref(bound.__self__), bound.__func__  # one weakref per object
-    name = function.__qualname__
+    def perform(self, name: str) -> Awaitable[Report | None]:
+        """Perform one effect; its report, or ``None`` (nothing to report, or interrupted)."""
+        ...
 
-    def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        target = owner()
-        if target is None:
-            raise ReferenceError(f"{name}: its object was freed")
-        result: R = function(target, *args, **kwargs)
-        return result
+    def interrupted(self) -> tuple[str, Facts] | None:
+        """The oldest pending interrupt (removed), with its facts, if the table lists it now."""
+        ...
 
-    return call
+    def translate(self, effect: str, report: Report) -> tuple[str, Facts, Mapping[str, Any]]:
+        """The event ``effect``'s report fires, the facts its guards read, and its data."""
+        ...
+
+
+async def run_table(
+    host: TableHost, event: str | None, facts: Facts, data: Mapping[str, Any] = NO_DATA
+) -> None:
+    """Step ``event`` and what the effects report until the table rests (the module's loop)."""
+    while event is not None:
+        effects = await host.step(event, facts, data)
+        event = None
+        for name in effects:
+            report = await host.perform(name)
+            interrupt = host.interrupted()
+            if interrupt is not None:
+                (event, facts), data = interrupt, NO_DATA
+                break
+            if report is not None:
+                event, facts, data = host.translate(name, report)
 
 
 def check_effects(defn: MachineDef, effects: Mapping[str, object]) -> None:
@@ -108,67 +110,22 @@ def check_effects(defn: MachineDef, effects: Mapping[str, object]) -> None:
             implements a name outside the machine's vocabulary.
     """
     names = frozenset(effects)
-    key = (id(defn), names)
-    if _CHECKED.get(key) is defn:
-        return  # a driver is built per operation: the same table and names checked already
+    # A driver is built per operation: the same table and names are checked once.
+    per_table(defn, names, lambda: _check_effects(defn, names))
+
+
+def _check_effects(defn: MachineDef, names: frozenset[str]) -> bool:
     used = {name for row in defn.rows for name in row.effects}
     missing = sorted(used - names)
     if missing:
         raise DefinitionError(f"{defn.source}: no driver effect for {', '.join(missing)}")
     vocabulary = EFFECTS.get(defn.name, {})
-    unknown = sorted(set(effects) - set(vocabulary))
+    unknown = sorted(names - set(vocabulary))
     if unknown:
         raise DefinitionError(
             f"{defn.name} driver implements effects outside its vocabulary: {', '.join(unknown)}"
         )
-    if len(_CHECKED) > 256:  # tables built by tests come and go: keep the memory bounded
-        _CHECKED.clear()
-    _CHECKED[key] = defn  # holding the table keeps its id from being reused by another
-
-
-_CHECKED: dict[tuple[int, frozenset[str]], MachineDef] = {}
-
-
-def direct_states(defn: MachineDef) -> frozenset[str]:
-    """The states where work in flight may run in the loop's own task (see the module comment).
-
-    Those where every row of every interrupt the host may request (:data:`INTERRUPTS`) performs
-    a stop effect (:data:`STOPPING`): stepping the interrupt always cancels the work, so it may
-    as well be cancelled when the interrupt arrives. A machine whose interrupts are not declared
-    has no such state.
-    """
-    known = _DIRECT.get(id(defn))
-    if known is not None and known[0] is defn:
-        return known[1]
-    interrupts = INTERRUPTS.get(defn.name)
-    stopping = STOPPING.get(defn.name, frozenset())
-    states: frozenset[str] = frozenset()
-    if interrupts is not None:
-        states = frozenset(
-            state
-            for state in defn.states
-            if all(
-                stopping.intersection(row.effects)
-                for event in interrupts
-                for row in defn.rows_for(state, event)
-            )
-        )
-    if len(_DIRECT) > 256:  # tables built by tests come and go: keep the memory bounded
-        _DIRECT.clear()
-    _DIRECT[id(defn)] = (defn, states)  # holding the table keeps its id from being reused
-    return states
-
-
-_DIRECT: dict[int, tuple[MachineDef, frozenset[str]]] = {}
-
-
-def cancel_scope(scope: anyio.CancelScope) -> None:
-    """Cancel ``scope``. A deadline in the past cancels like ``scope.cancel()`` on every backend.
-
-    I use it because anyio 4.16's trio backend calls trio<0.25's ``cancel()`` with an argument it
-    does not take.
-    """
-    scope.deadline = -math.inf
+    return True
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -181,13 +138,6 @@ def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(first, BaseExceptionGroup) and first.exceptions:
         first = first.exceptions[0]
     return first
-
-
-@dataclass(slots=True)
-class _InFlight:
-    scope: anyio.CancelScope
-    done: anyio.Event
-    report: Report | None = None
 
 
 class Interpreter:
@@ -214,14 +164,9 @@ class Interpreter:
         check_effects(defn, effects)
         self.defn = defn
         self.state = defn.initial if state is None else state
+        self.scheduler = Scheduler(defn)
         self._effects = effects
         self._observers = tuple(observers)
-        self._pending: list[str] = []
-        self._wake = anyio.Event()
-        self._in_flight: _InFlight | None = None
-        self._direct = direct_states(defn)
-        self._interrupts = INTERRUPTS.get(defn.name)
-        self._in_task: anyio.CancelScope | None = None
 
     @property
     def done(self) -> bool:
@@ -236,8 +181,7 @@ class Interpreter:
         """
         self._effects = {}
         self._observers = ()
-        self._in_flight = None
-        self._in_task = None
+        self.scheduler.let_go()
 
     def listed(self, event: str) -> bool:
         """Whether the table lists ``event`` for the current state (guards not evaluated)."""
@@ -255,9 +199,9 @@ class Interpreter:
             observer(taken, data or {})
         return taken
 
-    async def perform(self, name: str) -> Report | None:
-        """Perform one effect of the table and return its report."""
-        return await self._effects[name]()
+    def perform(self, name: str) -> Awaitable[Report | None]:
+        """Perform one effect of the table: its report, awaited (no coroutine of its own)."""
+        return self._effects[name]()
 
     def perform_now(self, name: str) -> Report | None:
         """Perform an effect that completes without waiting, from a synchronous call (``close``).
@@ -276,26 +220,28 @@ class Interpreter:
         coroutine.close()
         raise RuntimeError(f"{self.defn.name} effect {name} waited inside a synchronous call")
 
-    # -- interrupts -------------------------------------------------------------------------------
+    # -- interrupts and work in flight (the scheduler's) ------------------------------------------
 
     def interrupt(self, event: str) -> None:
         """Record an interrupt request and wake the loop; the table decides what it means.
 
         Raises:
-            ValueError: The machine declares its interrupts and ``event`` is not one of them (a
-                driver bug: work awaited in the loop's own task could not be interrupted by it).
+            ValueError: The machine declares its interrupts and ``event`` is not one of them.
         """
-        if self._interrupts is not None and event not in self._interrupts:
-            raise ValueError(f"{self.defn.name}: {event!r} is not an interrupt of this machine")
-        self._pending.append(event)
-        self._wake.set()
-        if self._in_task is not None and self.listed(event):
-            # The row will stop the work (direct_states): stop it now, so the loop can step.
-            cancel_scope(self._in_task)
+        self.scheduler.request(event, self.state)
 
     def take_interrupt(self) -> str | None:
         """The oldest pending interrupt, if any (removed)."""
-        return self._pending.pop(0) if self._pending else None
+        return self.scheduler.take()
+
+    def interrupted(self, facts: Facts) -> tuple[str, Facts] | None:
+        """The oldest pending interrupt (removed), with ``facts``, if the table lists it now.
+
+        One the table does not list here is dropped, and the effect's report goes on
+        (:meth:`TableHost.interrupted`).
+        """
+        event = self.scheduler.take()
+        return (event, facts) if event is not None and self.listed(event) else None
 
     def take_listed_interrupt(self) -> str | None:
         """The oldest pending interrupt the table lists in the current state, if any.
@@ -303,86 +249,29 @@ class Interpreter:
         Interrupts before it that the table does not list here are dropped: a request with no
         row in this state means nothing now (an abort that arrives once the turn has ended).
         """
-        while self._pending:
-            event = self._pending.pop(0)
-            if self.listed(event):
-                return event
-        return None
-
-    def _wanted(self) -> bool:
-        return any(self.listed(event) for event in self._pending)
+        return self.scheduler.take_listed(self.state)
 
     def drop_interrupts(self) -> None:
         """Forget pending interrupts (the run that they were meant for has ended)."""
-        self._pending.clear()
+        self.scheduler.drop()
 
-    async def in_flight(self, group: TaskGroup | None, work: Effect) -> Report | None:
-        """Run an awaiting effect until it reports or an interrupt arrives.
+    def in_flight(
+        self, group: TaskGroup | None, work: Effect, *, again: bool = False
+    ) -> Awaitable[Report | None]:
+        """Run an awaiting effect until it reports or an interrupt the state lists arrives.
 
-        Only an interrupt the table lists in the current state ends the wait; one it does not
-        list leaves the effect to report. In a state of :func:`direct_states` the effect runs in
-        this task and a listed interrupt cancels it at once; elsewhere it runs in a child task of
-        ``group``.
+        See :meth:`~orchestrator._runtime.scheduler.Scheduler.run` (``again``: take a start
+        slot again after the wait, when one was held).
 
         Returns:
-            The effect's report, or ``None`` when an interrupt arrived first (the effect was
-            cancelled, or, in a child task, keeps running until a stop effect calls
-            :meth:`stop_in_flight`).
+            The effect's report, or ``None`` when an interrupt arrived first.
         """
-        if self.state in self._direct:
-            return await self._in_this_task(work)
-        if group is None:
-            raise RuntimeError(
-                f"{self.defn.name}: work in flight in {self.state} needs a task group"
-            )
-        flight = _InFlight(scope=anyio.CancelScope(), done=anyio.Event())
-
-        async def run() -> None:
-            try:
-                with flight.scope:
-                    flight.report = await work()
-            finally:
-                flight.done.set()
-                self._wake.set()
-
-        self._in_flight = flight
-        group.start_soon(run)
-        while not flight.done.is_set() and not self._wanted():
-            self._wake = anyio.Event()
-            if flight.done.is_set() or self._wanted():
-                break
-            await self._wake.wait()
-        if flight.done.is_set():
-            self._in_flight = None
-            return flight.report
-        return None
-
-    async def _in_this_task(self, work: Effect) -> Report | None:
-        scope = anyio.CancelScope()
-        if self._wanted():
-            # Asked for already: the work starts cancelled, as a child task would be at once.
-            cancel_scope(scope)
-        self._in_task = scope
-        try:
-            with scope:
-                report = await work()
-                return report
-        finally:
-            self._in_task = None
-        return None  # cancelled by an interrupt: the loop steps it
+        return self.scheduler.run(work, self.state, group, again=again)
 
     async def wait_in_flight(self) -> None:
         """Wait, shielded, until the effect in flight (if any) has reported on its own."""
-        flight, self._in_flight = self._in_flight, None
-        if flight is not None:
-            with anyio.CancelScope(shield=True):
-                await flight.done.wait()
+        await self.scheduler.settle()
 
     async def stop_in_flight(self) -> None:
         """Cancel the effect in flight, if any, and wait until it has settled."""
-        flight, self._in_flight = self._in_flight, None
-        if flight is None:
-            return
-        cancel_scope(flight.scope)
-        with anyio.CancelScope(shield=True):
-            await flight.done.wait()
+        await self.scheduler.stop()

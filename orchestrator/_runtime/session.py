@@ -1,13 +1,8 @@
 """The runtime façade: an agent session, its turns, compactions, navigation and forks.
 
-:class:`AgentSession` holds no lifecycle of its own. It builds one frozen record of ports (the
-session, the agent, the summary routes, hooks, events, journal, tracer, clock, sleep, ids) and three
-parts that take that record, never the façade: the turn driver
-(:mod:`~orchestrator._runtime.turn.driver`, ``machines/turn.toml``), the operation runner
-(:mod:`~orchestrator._runtime.operation.runner`, ``machines/operation.toml``) and the navigator
-(:mod:`~orchestrator._runtime.navigation.driver`, ``machines/navigation.toml``). Each public method
-hands a request to one of them (its arguments checked by :mod:`~orchestrator._runtime.arguments`).
-Assigning ``session``, ``settings`` or ``summarizer`` rewires the parts (``wiring.py``).
+:class:`AgentSession` holds no lifecycle: it builds a frozen record of ports and three parts that
+take it, never the façade (turn driver, operation runner, navigator; ``wiring.py``). Each public
+method checks its arguments, asks the session table (``machines/session.toml``), then hands it on.
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._runtime import arguments as check
 from orchestrator._runtime import ports as _ports
 from orchestrator._runtime.agent import Agent
@@ -37,7 +33,7 @@ from orchestrator._runtime.types import (
     RuntimeSettings,
     TurnResult,
 )
-from orchestrator._runtime.wiring import Rewires, rebuild
+from orchestrator._runtime.wiring import Rewires, admit, rebuild
 from orchestrator._store.journal import Journal
 from orchestrator._store.session import Session, wall_clock_ms
 from orchestrator._store.settle import Settlement
@@ -136,6 +132,7 @@ class AgentSession:
         Raises:
             SessionError: A turn or a tree navigation is running (abort it first).
         """
+        admit(SessionEvent.CLOSE, self.ports, self.turn, self.navigator)
         self.turn.close()
 
     session = Rewires[Session]()
@@ -206,7 +203,8 @@ class AgentSession:
             TypeError: ``text`` is not a string (nothing is written).
         """
         check.require_open(self._session, closed=self.closed)
-        check.require_prompt(text)
+        check.require_prompt(text, agent=self._agent)
+        admit(SessionEvent.PROMPT, self.ports, self.turn, self.navigator)
         return await self.turn.prompt(text)
 
     def abort(self) -> None:
@@ -214,11 +212,7 @@ class AgentSession:
         self.turn.abort()
 
     def stop(self) -> None:
-        """Stop for good (a server shutting down).
-
-        The active work is aborted, the prompts queued behind it are dropped, and no turn
-        starts again (``prompt`` then raises).
-        """
+        """Stop for good (a server shutting down): abort, drop queued prompts, start no turn."""
         self.turn.stop()
         self.navigator.cancel()
 
@@ -249,6 +243,7 @@ class AgentSession:
         check.require_text("compact", "focus", focus, optional=True)
         if not dry_run:
             check.require_writable(self._session)
+        admit(SessionEvent.COMPACT, self.ports, self.turn, self.navigator)
         return await self.turn.compact(focus, dry_run=dry_run)
 
     async def navigate(
@@ -273,7 +268,8 @@ class AgentSession:
                 it), so asking again works (D27).
         """
         check.require_open(self._session, closed=self.closed)
-        check.require_navigation(target_id, instructions, label, running=self.navigator.running)
+        check.require_navigation(target_id, instructions, label)
+        admit(SessionEvent.NAVIGATE, self.ports, self.turn, self.navigator)
         if summarize:
             check.require_writable(self._session)
         return await self.navigator.navigate(
@@ -300,4 +296,5 @@ class AgentSession:
         """
         check.require_open(self._session, closed=self.closed)
         check.require_text("fork", "entry_id", entry_id)
+        admit(SessionEvent.FORK, self.ports, self.turn, self.navigator)
         return await fork_to(self.ports, entry_id, path, owner=self.owner)

@@ -3,7 +3,9 @@
 The turn driver, the operation runner and the navigator each take the ports record, never the
 session façade. When the façade's ports change (new summary routes, settings, session or agent),
 :func:`wire` builds a new operation runner and navigator over them and points the existing turn
-driver at them, so the turn machine keeps its state.
+driver at them, so the turn machine keeps its state. Which of them may run together is the
+session table's choice (``machines/session.toml``), asked by :func:`admit` before a request is
+handed to one of them, from what they run now.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import dataclasses
 import weakref
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
+from orchestrator._lifecycle.admission import DIRECT_REFUSALS
+from orchestrator._lifecycle.admission import admit as admit_to
+from orchestrator._lifecycle.guards import SessionFacts
+from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.navigation.driver import Navigator
 from orchestrator._runtime.operation.runner import OperationRunner
@@ -35,9 +41,9 @@ def wire(ports: Ports, settings: RuntimeSettings, turn: TurnDriver | None = None
     """Build the parts over ``ports`` (keeping ``turn``, rewired, when there is one)."""
     operations = OperationRunner(ports, settings.compaction)
     driver = turn or TurnDriver(ports, operations, settings)
-    # Each asks after the other, through a weak reference: held strongly, the two would make a
-    # reference cycle holding the session until a full collection (see driver.weakly). One that
-    # was freed is not running.
+    # The navigator asks after the turn through a weak reference: held strongly, the two would
+    # make a reference cycle holding the session until a full collection (see
+    # scheduler.weakly). One that was freed is not running.
     turn_ref = weakref.ref(driver)
     navigator = Navigator(
         ports,
@@ -45,14 +51,31 @@ def wire(ports: Ports, settings: RuntimeSettings, turn: TurnDriver | None = None
         branch_reserve_tokens=settings.branch_reserve_tokens,
         turn_running=lambda: (turn := turn_ref()) is not None and turn.busy,
     )
-    navigator_ref = weakref.ref(navigator)
-    driver.rewire(
-        ports,
-        operations,
-        settings,
-        navigating=lambda: (navigation := navigator_ref()) is not None and navigation.running,
-    )
+    driver.rewire(ports, operations, settings)
     return Parts(ports=ports, operations=operations, turn=driver, navigator=navigator)
+
+
+def admit(request: SessionEvent, ports: Ports, turn: TurnDriver, navigator: Navigator) -> None:
+    """Step the session table for a Python caller's request, from what the parts run now.
+
+    A navigation asks only whether another one runs: a running turn is the navigation table's
+    own refusal (its ``turn_running`` row, journaled), as on the cluster. Closing a closed
+    session asks nothing: it does nothing.
+
+    Raises:
+        BusyError: The table refused, in the words the Python API has always used.
+    """
+    if request == SessionEvent.CLOSE and turn.machine.done:
+        return
+    navigating = navigator.running
+    facts = SessionFacts(navigation_running=navigating)
+    if request != SessionEvent.NAVIGATE:
+        facts = SessionFacts(
+            turn_running=turn.busy,
+            compaction_running=turn.compacting,
+            navigation_running=navigating,
+        )
+    admit_to(request, facts, table=ports.tables("session"), refusals=DIRECT_REFUSALS)
 
 
 def rebuild(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +30,17 @@ from orchestrator._core.branch_plan import collect_branch_entries, prepare_branc
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, ModelError, SessionError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
-from orchestrator._lifecycle.guards import NO_NAVIGATION_FACTS, NavigationFacts
+from orchestrator._lifecycle.guards import NO_NAVIGATION_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import NavigationEvent, NavigationState, OperationState
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import (
+    NO_DATA,
     Effect,
     Interpreter,
     Report,
-    cancel_scope,
     first_error,
-    weakly,
+    run_table,
 )
 from orchestrator._runtime.hook_results import TreeChanges, tree_changes
 from orchestrator._runtime.navigation.core import AWAITING, navigation_effects, start_facts
@@ -53,6 +53,7 @@ from orchestrator._runtime.navigation.moves import (
 from orchestrator._runtime.operation.runner import OperationRunner
 from orchestrator._runtime.outcomes import navigation_event
 from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.scheduler import cancel_scope, weakly
 from orchestrator._runtime.soon import call_later
 from orchestrator._runtime.types import ForkResult, NavigationResult, OperationOutcome
 from orchestrator._store.fork import branched_session, fork_path, fork_target
@@ -123,6 +124,7 @@ class Navigator:
         self.machine: Interpreter | None = None
         self._request: _Request | None = None
         self._after_hooks: anyio.CancelScope | None = None
+        self._group: Any = None
 
     @property
     def running(self) -> bool:
@@ -183,7 +185,7 @@ class Navigator:
                 async with anyio.create_task_group() as group:
                     stop_timer = self._start_deadline(machine, group)
                     try:
-                        await self._loop(machine, group, NavigationEvent.NAVIGATE, facts)
+                        await self._loop(group, NavigationEvent.NAVIGATE, facts)
                     finally:
                         stop_timer()
             except BaseExceptionGroup as errors:
@@ -198,9 +200,7 @@ class Navigator:
                 with anyio.CancelScope(shield=True):
                     if not machine.done and machine.listed(NavigationEvent.CANCEL):
                         async with anyio.create_task_group() as group:
-                            await self._loop(
-                                machine, group, NavigationEvent.CANCEL, NO_NAVIGATION_FACTS
-                            )
+                            await self._loop(group, NavigationEvent.CANCEL, NO_NAVIGATION_FACTS)
                 raise
             finally:
                 if not machine.done:  # an error (a refused step) ended it: the navigation is over
@@ -210,7 +210,7 @@ class Navigator:
     def effect_table(self) -> Mapping[str, Effect]:
         """The navigation table's effects, by name, as this host performs them."""
         # Weakly bound: this table and the last navigation's machine are kept, and would make a
-        # reference cycle holding the session until a full collection (see driver.weakly). Made
+        # reference cycle holding the session until a full collection (see scheduler.weakly). Made
         # when first needed: most sessions never navigate.
         effects = navigation_effects(self)
         return {name: weakly(effect) for name, effect in effects.items()}
@@ -244,31 +244,42 @@ class Navigator:
         group.start_soon(wait)
         return lambda: cancel_scope(timer)
 
-    async def _loop(
-        self, machine: Interpreter, group: Any, event: str, facts: NavigationFacts
-    ) -> None:
-        next_event: str | None = event
-        while next_event is not None:
-            taken = machine.step(next_event, facts)
-            next_event = None
-            for name in taken.effects:
-                if name in AWAITING:
-                    report = await machine.in_flight(group, self.effects[name])
-                else:
-                    report = await machine.perform(name)
-                interrupt = machine.take_interrupt()
-                if interrupt is not None and machine.listed(interrupt):
-                    next_event, facts = interrupt, NO_NAVIGATION_FACTS
-                    break
-                if report is not None:
-                    next_event, facts = self._translate(name, report)
-        machine.drop_interrupts()
+    async def _loop(self, group: Any, event: str, facts: Facts) -> None:
+        self._group = group
+        try:
+            await run_table(self, event, facts)
+        finally:
+            self._group = None
+        self._machine().drop_interrupts()
 
-    def _translate(self, effect: str, report: Report) -> tuple[str, NavigationFacts]:
+    # -- the loop's words (driver.TableHost) ------------------------------------------------------
+
+    async def step(self, event: str, facts: Facts, data: Mapping[str, Any]) -> tuple[str, ...]:
+        """Take one step; the row's effects."""
+        return self._machine().step(event, facts, data).effects
+
+    def perform(self, name: str) -> Awaitable[Report | None]:
+        """Perform one effect; the slow ones in flight, so a cancel can be stepped meanwhile."""
+        machine = self._machine()
+        if name in AWAITING:
+            return machine.in_flight(self._group, self.effects[name])
+        return machine.perform(name)
+
+    def interrupted(self) -> tuple[str, Facts] | None:
+        """The oldest pending interrupt, if the table lists it now."""
+        return self._machine().interrupted(NO_NAVIGATION_FACTS)
+
+    def translate(self, effect: str, report: Report) -> tuple[str, Facts, Mapping[str, Any]]:
+        """The event ``effect``'s report fires (the navigation core's words)."""
         request = self._current()
-        return navigation_event(
+        event, facts = navigation_event(
             effect, report, wants_summary=request.summarize, has_entries=bool(request.entries)
         )
+        return event, facts, NO_DATA
+
+    def _machine(self) -> Interpreter:
+        assert self.machine is not None
+        return self.machine
 
     def _result(self, state: str, request: _Request) -> NavigationResult:
         session = self._session()

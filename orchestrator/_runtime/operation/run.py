@@ -46,12 +46,12 @@ from anyio.abc import TaskGroup
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ModelError, OrchestratorError
 from orchestrator._core.model import Model
-from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, OperationFacts
+from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, Facts, OperationFacts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import OperationEvent, OperationState
-from orchestrator._runtime.admission import Slot, start_slot
+from orchestrator._runtime.admission import Slot
 from orchestrator._runtime.disk import off_loop
-from orchestrator._runtime.driver import Effect, Interpreter, Report, cancel_scope, direct_states
+from orchestrator._runtime.driver import Effect, Interpreter, Report, run_table
 from orchestrator._runtime.operation.compact_hooks import retries_after
 from orchestrator._runtime.operation.driver import (
     AWAITING,
@@ -66,6 +66,7 @@ from orchestrator._runtime.operation.retry import NO_MODEL
 from orchestrator._runtime.operation.summarize import Part, SummaryRoutes
 from orchestrator._runtime.outcomes import Attempt, attempt_summary
 from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.scheduler import cancel_scope, direct_states
 from orchestrator._runtime.soon import call_later, on_asyncio
 from orchestrator._runtime.types import OperationOutcome
 from orchestrator._store.session import Session
@@ -160,6 +161,7 @@ class OperationRun:
         self._started = False
         self._group: Any = None
         self._early: dict[int, _Early] = {}
+        self._scheduler = self.machine.scheduler
 
     @property
     def state(self) -> OperationState:
@@ -203,12 +205,11 @@ class OperationRun:
         Raises:
             TransitionError: The table refused a step (a bug, not a model failure).
         """
-        self._slot = slot
+        self.machine.scheduler.slot = slot
         try:
             return await self._run()
         finally:
-            if self._slot is not None:
-                self._slot.release()
+            self._scheduler.let_slot_go()
 
     async def _run(self) -> OperationOutcome:
         start = self.job.start()
@@ -232,7 +233,7 @@ class OperationRun:
                 with anyio.CancelScope(shield=True):
                     if self.machine.listed(OperationEvent.CANCEL):
                         cancel = OperationEvent.CANCEL
-                        await self._loop(None, cancel, self._facts(), {}, settling=True)
+                        await self._loop(cancel, self._facts(), {}, settling=True)
                 raise
             outcome = self.outcome()
             span.set(**_span_attributes(outcome), **self._branch_span_attributes())
@@ -245,7 +246,7 @@ class OperationRun:
         # A task group costs a compaction's loop more than its plan's bookkeeping: only an
         # operation that may start a child task opens one. That is a later request started
         # early (a split turn's prefix), trio's deadline timer, or work in flight in a state
-        # the table does not let run in this task (driver.direct_states).
+        # the table does not let run in this task (scheduler.direct_states).
         if self.job.starts_early():
             return True
         if self.ports.deadline_s is not None and not on_asyncio():
@@ -264,7 +265,7 @@ class OperationRun:
                 assert group is not None  # _needs_children
                 group.start_soon(self._deadline, timer, seconds)
         try:
-            await self._loop(group, start.event, start.facts, start.data, settling=False)
+            await self._loop(start.event, start.facts, start.data, settling=False)
         finally:
             self._drop_early()
             cancel_scope(timer)
@@ -282,40 +283,39 @@ class OperationRun:
         self._group = None
 
     async def _loop(
-        self,
-        group: TaskGroup | None,
-        event: str | None,
-        facts: OperationFacts,
-        data: Mapping[str, Any],
-        *,
-        settling: bool = True,
+        self, event: str, facts: OperationFacts, data: Mapping[str, Any], *, settling: bool
     ) -> None:
         # Settling (after a cancel from outside) performs every effect in place, shielded.
-        while event is not None:
-            taken = self.machine.step(event, facts, self._annotate(event, facts, data))
-            if self._unsynced and not self._commits_in_thread(taken):
-                await self._sync_journal()
-            self._report_attempt(taken)
-            event = None
-            for name in taken.effects:
-                if not settling and self._awaits(name):
-                    admitted = self._slot is not None
-                    if self._slot is not None:
-                        self._slot.release()  # waiting now: let the next operation start
-                    report = await self.machine.in_flight(group, self.effects[name])
-                    if admitted:
-                        # What follows until the next wait (the answer's steps, the commit's
-                        # records) never waits either: it takes a slot too (admission.py).
-                        self._slot = await start_slot()
-                else:
-                    report = await self.machine.perform(name)
-                interrupt = self.machine.take_interrupt()
-                if interrupt is not None and self.machine.listed(interrupt):
-                    event, facts, data = interrupt, self._facts(), {}
-                    break
-                if report is not None:
-                    event, facts, data = self.driver.translate(name, report)
+        self._settling = settling
+        await run_table(self, event, facts, data)
         self.machine.drop_interrupts()
+
+    # -- the loop's words (driver.TableHost) ------------------------------------------------------
+
+    async def step(self, event: str, facts: Facts, data: Mapping[str, Any]) -> tuple[str, ...]:
+        """Take one step, its commit's ids journaled first; the row's effects."""
+        assert isinstance(facts, OperationFacts)
+        taken = self.machine.step(event, facts, self._annotate(event, facts, data))
+        if self._unsynced and not self._commits_in_thread(taken):
+            await self._sync_journal()
+        self._report_attempt(taken)
+        return taken.effects
+
+    def perform(self, name: str) -> Awaitable[Report | None]:
+        """Perform one effect; one that waits runs in flight, its start slot given back."""
+        if self._settling or not self._awaits(name):
+            return self.machine.perform(name)
+        # What follows the wait (the answer's steps, the commit's records) never waits either:
+        # it takes a start slot again (admission.py).
+        return self.machine.in_flight(self._group, self.effects[name], again=True)
+
+    def interrupted(self) -> tuple[str, Facts] | None:
+        """The oldest pending interrupt, if the table lists it now."""
+        return self.machine.interrupted(NO_OPERATION_FACTS)
+
+    def translate(self, effect: str, report: Report) -> tuple[str, Facts, Mapping[str, Any]]:
+        """The event ``effect``'s report fires (the operation driver's words)."""
+        return self.driver.translate(effect, report)
 
     def _awaits(self, name: str) -> bool:
         # Consulting hooks that nobody registered returns at once: no child task for it.
@@ -516,15 +516,15 @@ class OperationRun:
         # meanwhile (held through it, eight slots allowed eight commits at a time, about a
         # thousand a second: the bound of the thousand compactions, issue 9), and is taken
         # again for what follows (admission.py).
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            slot.release()
+        scheduler = self._scheduler
+        held = scheduler.slot is not None
+        scheduler.let_slot_go()
         with anyio.CancelScope(shield=True):  # committing takes no cancel (the table says so)
             await off_loop(session, commit)
-            if slot is not None:
+            if held:
                 # Before taking the entry back: a batch of commits comes back from the disk at
                 # once, and their adoptions (each O(kept entries)) must not all run in one pass.
-                self._slot = await start_slot()
+                await scheduler.take_slot()
             session.adopt(entry)
 
     def _read_again(self) -> None:
@@ -666,7 +666,7 @@ class OperationRun:
 
     _commit_cause: BaseException | None = None
     _unsynced = False
-    _slot: Slot | None = None
+    _settling = False
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:

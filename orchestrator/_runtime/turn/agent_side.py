@@ -42,7 +42,7 @@ class TurnAgent:
     def __init__(self, host: Host) -> None:
         # The driver holds these effects; holding the driver back strongly would make a cycle
         # that keeps it and its whole session alive until a full collection (see
-        # orchestrator._runtime.driver.weakly).
+        # orchestrator._runtime.scheduler.weakly).
         self.host: Host = weakref.proxy(host)
 
     @property

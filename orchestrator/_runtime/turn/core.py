@@ -27,9 +27,11 @@ Exceptions to the table, kept here so that they are in one place (house style 19
   a row's effect (``end_retry_streak``, ``fail_retry_streak``).
 * Whether to prune reads the ``prune`` setting inside ``prune_tool_outputs``: as a guard it would
   move the ``running`` -> ``pruning`` path every journal, trace and recorded history holds.
-* A prompt or a manual compaction during a tree navigation is refused by the one-process driver
-  (``TurnDriver._refuse_during_navigation``): the turn table does not know about navigations;
-  which machines may run together is for the session machine issue 34 asks for.
+
+What may run beside a turn (a prompt or a manual compaction during a tree navigation, a second
+manual compaction, closing while anything runs) is not this table's: every host asks the session
+table first (``machines/session.toml``; :func:`~orchestrator._runtime.wiring.admit` in one
+process).
 """
 
 from __future__ import annotations

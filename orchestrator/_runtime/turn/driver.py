@@ -50,11 +50,12 @@ from orchestrator._core.errors import Cancelled, SessionError
 from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import TurnEvent, TurnState
-from orchestrator._runtime.admission import Slot, start_slot
+from orchestrator._runtime.admission import Slot
 from orchestrator._runtime.disk import ready_to_write
-from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error, weakly
+from orchestrator._runtime.driver import Effect, Interpreter, Report, first_error
 from orchestrator._runtime.operation.runner import OperationRunner, raise_for
 from orchestrator._runtime.ports import Ports
+from orchestrator._runtime.scheduler import weakly
 from orchestrator._runtime.turn.agent_side import TurnAgent
 from orchestrator._runtime.turn.compaction_side import TurnCompactions
 from orchestrator._runtime.turn.core import TurnCore
@@ -90,13 +91,10 @@ class TurnDriver:
         ports: Ports,
         operations: OperationRunner,
         settings: RuntimeSettings,
-        *,
-        navigating: Callable[[], bool] = lambda: False,
     ) -> None:
         self.ports = ports
         self.operations = operations
         self.settings = settings
-        self.navigating = navigating
         self.core = TurnCore(TurnAgent(self), TurnCompactions(self))
         self.effects: Mapping[str, Effect] = self.core.effects()
         self.machine = Interpreter(
@@ -108,19 +106,11 @@ class TurnDriver:
         # wait a pass for nothing (issue 9).
         self._lock = anyio.Lock(fast_acquire=True)
         self._group: TaskGroup | None = None
-        self._slot: Slot | None = None
         self._turns = 0
 
-    def rewire(
-        self,
-        ports: Ports,
-        operations: OperationRunner,
-        settings: RuntimeSettings,
-        navigating: Callable[[], bool],
-    ) -> None:
+    def rewire(self, ports: Ports, operations: OperationRunner, settings: RuntimeSettings) -> None:
         """Perform later effects through new ports (the session's routes or settings changed)."""
         self.ports, self.operations, self.settings = ports, operations, settings
-        self.navigating = navigating
 
     @property
     def state(self) -> str:
@@ -131,6 +121,11 @@ class TurnDriver:
     def busy(self) -> bool:
         """A run (a turn, or a manual compaction) is in progress."""
         return self._lock.locked()
+
+    @property
+    def compacting(self) -> bool:
+        """A manual compaction is asked for or running (the session table's fact)."""
+        return self.manual is not None or self.state == TurnState.MANUAL_COMPACTING
 
     @property
     def counters(self) -> TurnCounters:
@@ -146,12 +141,12 @@ class TurnDriver:
     async def prompt(self, text: str) -> TurnResult:
         """Run a turn for ``text`` to its end; while a run is in progress, queue it instead.
 
+        Whether the prompt may run beside what runs in the session is the session table's
+        choice, asked before (:func:`~orchestrator._runtime.wiring.admit`).
+
         Raises:
-            SessionError: There is no agent, or a tree navigation is in progress.
+            SessionError: The session is stopping.
         """
-        if self.ports.agent is None:
-            raise SessionError("this session has no agent; pass agent= to AgentSession")
-        self._refuse_during_navigation("prompt")
         if self._stopping:
             raise SessionError("The session is stopping: no new turn starts")
         if self.busy:
@@ -163,15 +158,14 @@ class TurnDriver:
     async def compact(self, focus: str | None, *, dry_run: bool) -> OperationOutcome:
         """Ask for a manual compaction and wait for its outcome.
 
+        A second manual compaction, or one during a navigation, is the session table's refusal,
+        asked before (:func:`~orchestrator._runtime.wiring.admit`).
+
         Raises:
-            SessionError: A manual compaction or a tree navigation is already running, or the
-                commit conflicted.
+            SessionError: The commit conflicted.
             Cancelled: It was cancelled, or it never ran (the run ended first).
             ModelError: It failed.
         """
-        self._refuse_during_navigation("compact")
-        if self.manual is not None or self.state == TurnState.MANUAL_COMPACTING:
-            raise SessionError("A manual compaction is already running")
         request = ManualRequest(focus=focus, dry_run=dry_run)
         self.manual = request
         if self.busy:
@@ -182,10 +176,6 @@ class TurnDriver:
         if request.outcome is None:
             raise Cancelled("Compaction cancelled: the session closed before it ran")
         return raise_for(request.outcome)
-
-    def _refuse_during_navigation(self, what: str) -> None:
-        if self.navigating():
-            raise SessionError(f"Cannot {what} while a tree navigation is in progress")
 
     def abort(self) -> None:
         """Ask the run in progress to stop; the table decides what that means now (D22)."""
@@ -206,20 +196,15 @@ class TurnDriver:
     def close(self) -> None:
         """Step ``close`` through the table; its effect releases the session.
 
+        Closing while a run or a navigation is in progress is the session table's refusal,
+        asked before (:func:`~orchestrator._runtime.wiring.admit`): the turn machine may be idle
+        while the navigation machine still commits a branch summary (D22, D27).
+
         Raises:
-            SessionError: A run or a tree navigation is in progress (abort it first).
             TransitionError: The table does not list ``close`` in the current state.
         """
         if self.machine.done:
             return
-        if self.navigating():
-            # The turn machine is idle, but the navigation machine may still commit a branch
-            # summary: releasing the session under it would let it write unowned (D22, D27).
-            raise SessionError(
-                "Cannot close the session while a tree navigation is in progress; abort it first"
-            )
-        if self.busy:
-            raise SessionError("Cannot close the session while a turn is running; abort it first")
         taken = self.machine.step(TurnEvent.CLOSE, self.facts())
         for name in taken.effects:
             self.machine.perform_now(name)
@@ -234,7 +219,7 @@ class TurnDriver:
             # A turn's first steps never wait either: up to its first effect in flight (the
             # agent, a compaction) it holds a start slot, so a thousand turns asked for at once
             # do not all take their first steps in one pass of the loop (admission.py).
-            self._slot = await start_slot()
+            await self.machine.scheduler.take_slot()
             try:
                 # A session given to the constructor: its journal and file opened, once, in a
                 # worker thread (disk.py); AgentSession.open opened them already.
@@ -246,7 +231,7 @@ class TurnDriver:
                     late = self._late_request()
                     if late is not None:
                         self._turns += 1
-                        self._slot = await start_slot()
+                        await self.machine.scheduler.take_slot()
             finally:
                 self.core.close_retry_streak()  # the run is over: so is any streak in it
                 self.let_slot_go()
@@ -312,16 +297,14 @@ class TurnDriver:
         Returns:
             The work's report, or ``None`` when a request was stepped first.
         """
-        self.let_slot_go()  # the work waits for something slow, or takes a slot of its own
         if self._group is None:
+            self.let_slot_go()  # the work waits for something slow, or takes a slot of its own
             return await work()
         return await self.machine.in_flight(self._group, work)
 
     def let_slot_go(self) -> None:
         """Give back the start slot of the turn's first steps, if still held (idempotent)."""
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            slot.release()
+        self.machine.scheduler.let_slot_go()
 
     def hand_slot(self) -> Slot | None:
         """Hand the start slot of the turn's first steps, if still held, to whoever goes on.
@@ -331,8 +314,7 @@ class TurnDriver:
         every turn asked for meanwhile, and a thousand compactions asked for at once would all
         take their turn's first steps before the first of them planned (admission.py).
         """
-        slot, self._slot = self._slot, None
-        return slot
+        return self.machine.scheduler.hand_slot()
 
     def _record(self, step: Step, data: Mapping[str, Any]) -> None:
         del data
