@@ -266,6 +266,7 @@ def test_navigate_sizes_the_branch_with_the_files_reserve_unless_given(
     code, out, err = run(capsys, *move)
     assert (code, out) == (1, "")
     assert "leaves no room for the branch after the 2000000 tokens kept free" in err
+    assert "pi's setting branchSummary.reserveTokens, navigate --reserve-tokens" in err
     assert example.read_bytes() == before
     code, out, err = run(capsys, *move, "--reserve-tokens", "1000", "--json")
     assert code == 0, err

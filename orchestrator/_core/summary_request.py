@@ -46,6 +46,23 @@ BRANCH_MAX_TOKENS = 2048
 FALLBACK_CONTEXT_WINDOW = 128_000
 """The window assumed for a summarizer that does not say (pi's fallback)."""
 
+
+def no_room_for_branch(window: int, reserve_tokens: int) -> str:
+    """Why a branch summary is refused when the reserve takes the summarizer's whole window.
+
+    It names the settings a user changes: pi's ``branchSummary.reserveTokens`` (its settings
+    files, which the command line and a pi extension read), ``navigate --reserve-tokens``, or
+    ``branch_reserve_tokens`` of ``RuntimeSettings`` (the Python API). It named only the last.
+    """
+    return (
+        f"Summarization refused: the summarizer's context window ({window} tokens) leaves no "
+        f"room for the branch after the {reserve_tokens} tokens kept free "
+        "(pi's setting branchSummary.reserveTokens, navigate --reserve-tokens, or "
+        "RuntimeSettings.branch_reserve_tokens); use a summarizer with a larger window or keep "
+        "fewer tokens free"
+    )
+
+
 MAX_HALVINGS = 3
 """How many times a caller may halve the budget after the summarizer reports an overflow."""
 

@@ -29,7 +29,7 @@ import anyio
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import ConflictError, ModelError, SessionError
-from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
+from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW, no_room_for_branch
 from orchestrator._lifecycle.guards import NO_NAVIGATION_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
 from orchestrator._lifecycle.names import NavigationEvent, NavigationState, OperationState
@@ -393,12 +393,7 @@ class Navigator:
             request.outcome = OperationOutcome(
                 operation_id="",
                 status=OperationState.FAILED,
-                error=(
-                    f"Summarization refused: the summarizer's context window ({window} tokens) "
-                    f"leaves no room for the branch after the {self.branch_reserve_tokens} "
-                    "tokens kept free (branch_reserve_tokens); use a summarizer with a larger "
-                    "window or keep fewer tokens free"
-                ),
+                error=no_room_for_branch(window, self.branch_reserve_tokens),
                 error_kind="fatal",
             )
             return Report(outcome="failed")

@@ -27,7 +27,7 @@ from anyio.lowlevel import checkpoint
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import ModelError
-from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW
+from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW, no_room_for_branch
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.operation.jobs import CompactionJob
 from orchestrator._runtime.operation.run import OperationRun
@@ -54,10 +54,7 @@ def branch_budget(routes: SummaryRoutes, reserve_tokens: int) -> int:
     window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
     if window <= reserve_tokens:
         raise ModelError(
-            f"Summarization refused: the summarizer's context window ({window} tokens) leaves "
-            f"no room for the branch after the {reserve_tokens} tokens kept free "
-            "(branch_reserve_tokens); use a summarizer with a larger window or keep fewer "
-            "tokens free",
+            no_room_for_branch(window, reserve_tokens),
             kind="fatal",
         )
     return max(1, window - reserve_tokens)
