@@ -433,7 +433,9 @@ def _failures(span: Span) -> Iterator[None]:
         span.record_exception(exc, attributes=redacted)
         kind = exc.kind if isinstance(exc, ModelError) else type(exc).__name__
         span.set_attribute(ERROR_TYPE, kind)
-        span.set_status(Status(StatusCode.ERROR, redact(f"{type(exc).__name__}: {exc}")))
+        # "ModelError" whatever its kind's class (error.type names the kind): as it always read.
+        name = "ModelError" if isinstance(exc, ModelError) else type(exc).__name__
+        span.set_status(Status(StatusCode.ERROR, redact(f"{name}: {exc}")))
         raise
     except BaseException:
         # anyio/trio cancellation and KeyboardInterrupt are not failures of the traced work.
