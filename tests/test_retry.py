@@ -6,7 +6,12 @@ import anyio
 import pytest
 
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    EmptyReplyError,
+    FatalModelError,
+    ModelError,
+    TruncatedReplyError,
+)
 from orchestrator._core.model import Model, ModelResponse
 from orchestrator._runtime.operation.retry import (
     NO_MODEL,
@@ -247,14 +252,14 @@ async def test_cancelling_during_a_retry_wait_interrupts_it() -> None:
 def test_check_summary_response() -> None:
     ok = ModelResponse(text="fine")
     assert check_summary_response(ok) is ok
-    for response, kind in [
-        (ModelResponse(text=""), "empty"),
-        (ModelResponse(text=" \t\n"), "empty"),
-        (ModelResponse(text="cut", stop_reason="length"), "truncated"),
-        (ModelResponse(text="x", stop_reason="error"), "fatal"),
-        (ModelResponse(text="x", stop_reason="aborted"), "fatal"),
+    for response, failure, kind in [
+        (ModelResponse(text=""), EmptyReplyError, "empty"),
+        (ModelResponse(text=" \t\n"), EmptyReplyError, "empty"),
+        (ModelResponse(text="cut", stop_reason="length"), TruncatedReplyError, "truncated"),
+        (ModelResponse(text="x", stop_reason="error"), FatalModelError, "fatal"),
+        (ModelResponse(text="x", stop_reason="aborted"), FatalModelError, "fatal"),
     ]:
-        with pytest.raises(ModelError) as caught:
+        with pytest.raises(failure) as caught:
             check_summary_response(response)
         assert caught.value.kind == kind
 
