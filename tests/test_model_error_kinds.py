@@ -104,7 +104,10 @@ def test_the_old_keyword_still_builds_the_kinds_class() -> None:
         assert (type(error), error.kind, error.retry_after) == (cls, kind, 3.0)
     assert type(ModelError("no kind said")) is FatalModelError
     assert type(TransientModelError("x", kind="timeout")) is ModelTimeoutError
-    with pytest.raises(ValueError, match="ContextOverflowError cannot be of kind 'transient'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^ContextOverflowError cannot be of kind 'transient' \(a TransientModelError\)$",
+    ):
         ContextOverflowError("x", kind="transient")
 
 

@@ -171,7 +171,7 @@ class ModelError(OrchestratorError):
 
     def __new__(
         cls,
-        message: str = "",
+        message: str,
         *,
         kind: str | None = None,
         retry_after: float | None = None,
@@ -183,14 +183,14 @@ class ModelError(OrchestratorError):
         if kind is not None:
             target = error_class(kind)
             if not issubclass(target, cls):
-                raise ValueError(f"{cls.__name__} cannot be of kind {kind!r}")
+                raise ValueError(f"{cls.__name__} cannot be of kind {kind!r} (a {target.__name__})")
         elif cls is ModelError:
             target = FatalModelError
         return cast(Self, super().__new__(target, message))
 
     def __init__(
         self,
-        message: str = "",
+        message: str,
         *,
         kind: str | None = None,
         retry_after: float | None = None,
