@@ -15,8 +15,8 @@ from orchestrator._core.classify import (
 )
 from orchestrator._core.errors import (
     ContextOverflowError,
+    EmptyReplyError,
     FatalModelError,
-    ModelError,
     TransientModelError,
 )
 from orchestrator._core.model import Usage
@@ -256,7 +256,7 @@ def test_classify_timeout_and_plain_errors() -> None:
 
 
 def test_classify_keeps_model_errors() -> None:
-    error = ModelError("x", kind="empty")
+    error = EmptyReplyError("x")
     assert classify_exception(error) is error
 
 

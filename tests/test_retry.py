@@ -7,9 +7,11 @@ import pytest
 
 from orchestrator._core.compaction_plan import CompactionPlan
 from orchestrator._core.errors import (
+    ContextOverflowError,
     EmptyReplyError,
     FatalModelError,
     ModelError,
+    TransientModelError,
     TruncatedReplyError,
 )
 from orchestrator._core.model import Model, ModelResponse
@@ -33,7 +35,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 def transient(retry_after: float | None = None) -> ModelError:
-    return ModelError("503 Service Unavailable", kind="transient", retry_after=retry_after)
+    return TransientModelError("503 Service Unavailable", retry_after=retry_after)
 
 
 def a_plan() -> CompactionPlan:
@@ -145,7 +147,7 @@ async def test_last_candidate_may_wait_past_30_seconds_up_to_max_delay() -> None
 
 async def test_overflow_is_never_retried_nor_passed_on() -> None:
     clock = FakeClock()
-    overflow = ModelError("prompt is too long", kind="overflow")
+    overflow = ContextOverflowError("prompt is too long")
     first = ScriptedModel([overflow], name="a")
     second = ScriptedModel(["unused"], name="b")
     # Overflow is answered by halving the request (D14), on the same candidate, never by
