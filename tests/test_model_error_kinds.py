@@ -26,11 +26,13 @@ from orchestrator._core.errors import (
     TransientModelError,
     TruncatedReplyError,
     error_class,
+    error_name,
     model_error,
 )
 from orchestrator._core.model import ModelRequest
 from orchestrator._lifecycle.names import OperationState
 from orchestrator._rpc.cluster_hub import compacted, navigate_answer
+from orchestrator._rpc.protocol import error_for
 from orchestrator._runtime.agent import AgentInput, ChatAgent, error_message
 from orchestrator._runtime.operation.runner import raise_for
 from orchestrator._runtime.outcomes import RETRYABLE
@@ -179,6 +181,18 @@ def test_a_failed_replys_kind_is_judged_by_its_class() -> None:
 def test_an_error_reply_records_the_classs_word() -> None:
     message = error_message(ModelTimeoutError("slow", retry_after=2.5), 0)
     assert (message["errorKind"], message["retryAfterMs"]) == ("timeout", 2500)
+
+
+def test_records_that_name_the_class_still_say_model_error() -> None:
+    # A failed reply with no text was written "ModelError" before the kinds had classes.
+    for cls in KINDS.values():
+        message = error_message(cls(""), 0)
+        assert (message["errorMessage"], message["errorKind"]) == ("ModelError", cls.kind)
+        answer = error_for(cls(""))
+        assert (str(answer), answer.data) == ("ModelError", {"kind": cls.kind})
+        assert error_name(cls("x")) == "ModelError"
+    assert error_name(ValueError("x")) == "ValueError"
+    assert error_message(ValueError(""), 0)["errorMessage"] == "ValueError"
 
 
 @pytest.mark.anyio

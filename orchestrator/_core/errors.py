@@ -292,6 +292,16 @@ def error_class(kind: str) -> type[ModelError]:
         raise ValueError(f"unknown model error kind {kind!r}; the kinds are {known}") from None
 
 
+def error_name(error: BaseException) -> str:
+    """The error's class name as our records write it: ``ModelError`` for any model failure.
+
+    A span's status, a simulation report's line and a failed reply's ``errorMessage`` (when the
+    error has no text) named the class before the kinds had classes of their own; the kind is
+    written beside them, so they keep the name they had and nothing recorded changes.
+    """
+    return "ModelError" if isinstance(error, ModelError) else type(error).__name__
+
+
 def model_error(
     kind: str, message: str, *, retry_after: float | None = None, status: int | None = None
 ) -> ModelError:

@@ -24,7 +24,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from orchestrator._core.errors import Cancelled, ModelError, OrchestratorError, model_error
+from orchestrator._core.errors import (
+    Cancelled,
+    ModelError,
+    OrchestratorError,
+    error_name,
+    model_error,
+)
 from orchestrator._core.model import ModelResponse
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.events import Event
@@ -338,9 +344,7 @@ class Simulation:
                     f"{' with summary' if nav.summary_entry else ''}"
                 )
         except (Cancelled, ModelError) as error:
-            # "ModelError" whatever its kind's class: the report's lines read as they always did.
-            name = "ModelError" if isinstance(error, ModelError) else type(error).__name__
-            self.report.outcomes.append(f"{kind}: {name}: {error}")
+            self.report.outcomes.append(f"{kind}: {error_name(error)}: {error}")
 
     def _target(self, spec: str) -> str:
         kind, _, number = spec.partition(":")
