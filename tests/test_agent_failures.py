@@ -16,7 +16,12 @@ import pytest
 from trio.testing import MockClock
 
 import orchestrator._models.litellm as litellm_model
-from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.errors import (
+    Cancelled,
+    ContextOverflowError,
+    ModelError,
+    TransientModelError,
+)
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._models.litellm import LiteLLMModel
@@ -60,7 +65,7 @@ async def test_a_transient_model_error_is_retried_even_when_its_words_say_nothin
     # The route found a 502 by its status; the text alone would read as fatal.
     clock = FakeClock()
     model = ScriptedModel(
-        [ModelError("litellm.BadGatewayError: boom", kind="transient"), ModelResponse(text="ok")]
+        [TransientModelError("litellm.BadGatewayError: boom"), ModelResponse(text="ok")]
     )
     runtime = runtime_for(model, clock)
     seen: list[Any] = []
@@ -76,7 +81,7 @@ async def test_a_transient_model_error_is_retried_even_when_its_words_say_nothin
 
 async def test_an_overflow_model_error_takes_the_overflow_row_even_when_its_words_do_not() -> None:
     clock = FakeClock()
-    model = ScriptedModel([ModelError("litellm.ContextWindowExceededError: boom", kind="overflow")])
+    model = ScriptedModel([ContextOverflowError("litellm.ContextWindowExceededError: boom")])
     runtime = runtime_for(model, clock)
     seen: list[Any] = []
     runtime.events.subscribe(seen.append)

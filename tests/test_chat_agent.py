@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import TransientModelError
 from orchestrator._core.model import ModelResponse, ToolCall
 from orchestrator._models.litellm import LiteLLMModel
 from orchestrator._runtime.agent import AgentInput, ChatAgent, ToolSpec
@@ -95,7 +95,7 @@ async def test_tool_calls_run_and_the_loop_ends_on_a_plain_reply() -> None:
 
 
 async def test_a_provider_failure_becomes_an_error_reply() -> None:
-    agent = ChatAgent(model=ScriptedModel([ModelError("503 overloaded", kind="transient")]))
+    agent = ChatAgent(model=ScriptedModel([TransientModelError("503 overloaded")]))
     [reply] = await collect(agent, [{"role": "user", "content": "go", "timestamp": 1}])
     assert reply["stopReason"] == "error"
     assert reply["errorMessage"] == "503 overloaded"

@@ -13,7 +13,12 @@ from orchestrator._core.classify import (
     retry_after_from_text,
     silent_overflow,
 )
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    ContextOverflowError,
+    EmptyReplyError,
+    FatalModelError,
+    TransientModelError,
+)
 from orchestrator._core.model import Usage
 
 # One positive example per pattern, in the table's order (pi's isContextOverflow).
@@ -216,6 +221,7 @@ class Timeout(Exception):
 
 def test_classify_typed_overflow() -> None:
     error = classify_exception(ContextWindowExceededError("anything"))
+    assert isinstance(error, ContextOverflowError)
     assert (error.kind, error.status) == ("overflow", 400)
 
 
@@ -226,6 +232,7 @@ def test_classify_bad_request_by_text() -> None:
 
 def test_classify_rate_limit_with_headers() -> None:
     error = classify_exception(RateLimitError("slow down", {"retry-after": "7"}))
+    assert type(error) is TransientModelError
     assert (error.kind, error.retry_after, error.status) == ("transient", 7.0, 429)
 
 
@@ -245,10 +252,11 @@ def test_classify_timeout_and_plain_errors() -> None:
     assert str(classify_exception(Timeout())) == "Timeout"
     assert classify_exception(OSError("connection refused")).kind == "transient"
     assert classify_exception(ValueError("bad")).kind == "fatal"
+    assert type(classify_exception(ValueError("bad"))) is FatalModelError
 
 
 def test_classify_keeps_model_errors() -> None:
-    error = ModelError("x", kind="empty")
+    error = EmptyReplyError("x")
     assert classify_exception(error) is error
 
 

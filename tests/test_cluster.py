@@ -27,7 +27,12 @@ from orchestrator._cluster.contract import CompressResult, entry_id_for  # noqa:
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402
-from orchestrator._core.errors import ModelError, SessionError  # noqa: E402
+from orchestrator._core.errors import (  # noqa: E402
+    ContextOverflowError,
+    FatalModelError,
+    SessionError,
+    TransientModelError,
+)
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._core.tokens import CompactionSettings  # noqa: E402
 from orchestrator._lifecycle.admission import BUSY_COMPACTING  # noqa: E402
@@ -201,7 +206,7 @@ async def test_threshold_walks_the_candidates_and_retries_as_the_table_says(
         first = scripted(
             "a",
             {
-                "history": [ModelError("down", kind="transient"), ModelError("bad", kind="fatal")],
+                "history": [TransientModelError("down"), FatalModelError("bad")],
                 "turn_prefix": [PREFIX],
             },
         )
@@ -219,7 +224,7 @@ async def test_a_summarizer_overflow_halves_the_request(
     tmp_path: Path, cluster_database: Database
 ) -> None:
     def make() -> SummaryRoutes:
-        overflow = ModelError("prompt is too long", kind="overflow")
+        overflow = ContextOverflowError("prompt is too long")
         return routes(scripted("a", {"history": [overflow, HISTORY], "turn_prefix": [PREFIX]}))
 
     result, _ = await same_steps_on_both_hosts(
@@ -232,7 +237,7 @@ async def test_every_candidate_failing_ends_failed_and_the_session_is_unchanged(
     tmp_path: Path, cluster_database: Database
 ) -> None:
     def make() -> SummaryRoutes:
-        fatal = ModelError("no", kind="fatal")
+        fatal = FatalModelError("no")
         return routes(scripted("a", {"history": [fatal], "turn_prefix": [PREFIX]}))
 
     result, session_id = await same_steps_on_both_hosts(
@@ -367,7 +372,7 @@ def last_id(path: Path) -> str:
 
 def writes_meanwhile(name: str, path: Callable[[], Path]) -> FunctionModel:
     """A summarizer busy once (a 429), then answering while another program appends (D27)."""
-    busy = [ModelError("429 Too Many Requests", kind="transient")]
+    busy = [TransientModelError("429 Too Many Requests")]
 
     async def answer(request: ModelRequest) -> str:
         if request.purpose != "history":

@@ -11,7 +11,13 @@ import anyio
 import pytest
 
 import orchestrator._models.litellm as litellm_model
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    ContextOverflowError,
+    EmptyReplyError,
+    FatalModelError,
+    ModelTimeoutError,
+    TransientModelError,
+)
 from orchestrator._core.model import ModelRequest, ToolCall, Usage
 from orchestrator._models.litellm import LiteLLMModel, response_from_litellm
 from orchestrator.testing import LocalProvider, Reply
@@ -96,7 +102,7 @@ def test_arguments_pass_reasoning_tools_and_no_retries() -> None:
 
 async def test_rate_limit_is_transient_with_retry_after(provider: LocalProvider) -> None:
     provider.push(Reply.rate_limited(retry_after=7))
-    with pytest.raises(ModelError) as caught:
+    with pytest.raises(TransientModelError) as caught:
         await model_for(provider).complete(REQUEST)
     error = caught.value
     assert (error.kind, error.retry_after, error.status) == ("transient", 7.0, 429)
@@ -107,7 +113,7 @@ async def test_rate_limit_is_transient_with_retry_after(provider: LocalProvider)
 @pytest.mark.parametrize("status", [500, 502, 503])
 async def test_server_errors_are_transient(provider: LocalProvider, status: int) -> None:
     provider.push(Reply.error(status, "upstream trouble"))
-    with pytest.raises(ModelError) as caught:
+    with pytest.raises(TransientModelError) as caught:
         await model_for(provider).complete(REQUEST)
     assert (caught.value.kind, caught.value.status) == ("transient", status)
     assert len(provider.requests) == 1
@@ -118,7 +124,7 @@ async def test_server_errors_are_transient(provider: LocalProvider, status: int)
 )
 async def test_overflow_wordings(provider: LocalProvider, reply: Reply) -> None:
     provider.push(reply)
-    with pytest.raises(ModelError) as caught:
+    with pytest.raises(ContextOverflowError) as caught:
         await model_for(provider).complete(REQUEST)
     assert caught.value.kind == "overflow"
     assert len(provider.requests) == 1
@@ -126,7 +132,7 @@ async def test_overflow_wordings(provider: LocalProvider, reply: Reply) -> None:
 
 async def test_other_client_errors_are_fatal(provider: LocalProvider) -> None:
     provider.push(Reply.error(401, "Incorrect API key provided"))
-    with pytest.raises(ModelError) as caught:
+    with pytest.raises(FatalModelError) as caught:
         await model_for(provider).complete(REQUEST)
     assert (caught.value.kind, caught.value.status) == ("fatal", 401)
 
@@ -142,7 +148,7 @@ async def test_length_and_empty_are_reported_not_judged(provider: LocalProvider)
 
 async def test_malformed_body_is_a_model_error(provider: LocalProvider) -> None:
     provider.push(Reply.malformed())
-    with pytest.raises(ModelError) as caught:
+    with pytest.raises(TransientModelError) as caught:
         await model_for(provider).complete(REQUEST)
     # litellm reports an unparsable body as a 500: worth one more try.
     assert caught.value.kind == "transient"
@@ -152,7 +158,7 @@ async def test_malformed_body_is_a_model_error(provider: LocalProvider) -> None:
 async def test_refused_connection_is_transient() -> None:
     with LocalProvider() as stopped:
         model = model_for(stopped)
-    with pytest.raises(ModelError) as caught:
+    with pytest.raises(TransientModelError) as caught:
         await model.complete(REQUEST)
     assert caught.value.kind == "transient"
 
@@ -302,7 +308,7 @@ def test_an_answer_without_a_choice_is_an_empty_failure_not_an_index_error() -> 
         SimpleNamespace(choices=None, model="m"),
         SimpleNamespace(choices=[SimpleNamespace(message=None, finish_reason="stop")], model=""),
     ):
-        with pytest.raises(ModelError, match="answered with no message") as caught:
+        with pytest.raises(EmptyReplyError, match="answered with no message") as caught:
             response_from_litellm(raw, fallback_model="fallback")
         assert caught.value.kind == "empty"
 
@@ -349,7 +355,8 @@ async def test_a_provider_that_goes_silent_fails_at_the_idle_timeout(
     provider: LocalProvider, reply: Reply
 ) -> None:
     provider.push(reply)
-    with pytest.raises(ModelError, match=r"openai/test-model: nothing received for 0\.3 s") as c:
+    silent = r"openai/test-model: nothing received for 0\.3 s"
+    with pytest.raises(ModelTimeoutError, match=silent) as c:
         await model_for(provider).complete(quiet_after(0.3))
     assert c.value.kind == "timeout"
     assert len(provider.requests) == 1

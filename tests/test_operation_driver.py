@@ -14,7 +14,12 @@ import anyio
 import pytest
 from trio.testing import MockClock
 
-from orchestrator._core.errors import ConflictError, ModelError
+from orchestrator._core.errors import (
+    ConflictError,
+    ContextOverflowError,
+    ModelError,
+    TransientModelError,
+)
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import load_machine, step
@@ -63,7 +68,7 @@ def busy_kit(summaries: list[Any], **retry: Any) -> Kit:
 
 
 async def test_a_failed_manual_compaction_keeps_the_failure_kind_and_retry_after() -> None:
-    busy = ModelError("429 Too Many Requests", kind="transient", retry_after=7.0)
+    busy = TransientModelError("429 Too Many Requests", retry_after=7.0)
     kit = busy_kit([busy, busy], max_retries=1, base_delay_ms=1000)
     await two_turns(kit)
     with pytest.raises(ModelError) as caught:
@@ -146,8 +151,8 @@ PERFORMED_BY = {
 
 
 async def test_nothing_happens_outside_the_operation_table() -> None:
-    transient = ModelError("503", kind="transient")
-    overflow = ModelError("prompt is too long", kind="overflow")
+    transient = TransientModelError("503")
+    overflow = ContextOverflowError("prompt is too long")
     kit = busy_kit([transient, overflow, SUMMARY], max_retries=2, base_delay_ms=1000)
     await two_turns(kit)
     recorder = Recorder(kit)
@@ -204,7 +209,7 @@ async def test_the_operation_deadline_ends_a_hung_call_cleanly() -> None:
 
 
 async def test_the_operation_deadline_cancels_a_retry_wait() -> None:
-    busy = ModelError("429", kind="transient", retry_after=20.0)
+    busy = TransientModelError("429", retry_after=20.0)
     kit = busy_kit([busy, SUMMARY], max_retries=1)
     await two_turns(kit)
     kit.runtime.summarizer = SummaryRoutes(
@@ -256,7 +261,7 @@ async def _summary() -> ModelResponse:
 
 async def test_a_manual_compaction_that_conflicts_says_why_not_cancelled() -> None:
     # A 429 retried away first: the conflict, not that old failure, is what the caller hears.
-    busy = ModelError("429 Too Many Requests", kind="transient")
+    busy = TransientModelError("429 Too Many Requests")
     kit = busy_kit([busy, SUMMARY], max_retries=1, base_delay_ms=10)
     await two_turns(kit)
     session = kit.session
@@ -287,7 +292,7 @@ async def test_a_manual_compaction_that_conflicts_says_why_not_cancelled() -> No
 
 async def test_the_deadline_failure_names_the_last_attempts_own_failure() -> None:
     # "did not finish within 10 s" alone hid the provider's 503 that every attempt met.
-    unavailable = ModelError("503 Service Unavailable", kind="transient")
+    unavailable = TransientModelError("503 Service Unavailable")
     kit = busy_kit([unavailable, Hang()], max_retries=2, base_delay_ms=1000)
     await two_turns(kit)
     kit.runtime.settings = dataclasses.replace(

@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import FatalModelError, ModelError, TransientModelError
 from orchestrator._core.model import ModelRequest
 from orchestrator._models.remote import MISSING_SUMMARY, RemoteSummaryModel
 from orchestrator._runtime.operation.summarize import SummaryRoutes
@@ -68,24 +68,29 @@ async def test_posts_system_prompt_and_prompt(provider: LocalProvider) -> None:
 
 
 @pytest.mark.parametrize(
-    ("reply", "message", "kind", "retry_after"),
+    ("reply", "message", "failure", "retry_after"),
     [
-        (Reply.rate_limited(retry_after=3), "(429 Too Many Requests)", "transient", 3.0),
-        (Reply.error(500, "x"), "(500 Internal Server Error)", "transient", None),
-        (Reply.error(503, "x"), "(503 Service Unavailable)", "transient", None),
-        (Reply.error(400, "x"), "(400 Bad Request)", "fatal", None),
-        (Reply.error(404, "x"), "(404 Not Found)", "fatal", None),
+        (Reply.rate_limited(retry_after=3), "(429 Too Many Requests)", TransientModelError, 3.0),
+        (Reply.error(500, "x"), "(500 Internal Server Error)", TransientModelError, None),
+        (Reply.error(503, "x"), "(503 Service Unavailable)", TransientModelError, None),
+        (Reply.error(400, "x"), "(400 Bad Request)", FatalModelError, None),
+        (Reply.error(404, "x"), "(404 Not Found)", FatalModelError, None),
     ],
 )
 async def test_non_2xx(
-    provider: LocalProvider, reply: Reply, message: str, kind: str, retry_after: float | None
+    provider: LocalProvider,
+    reply: Reply,
+    message: str,
+    failure: type[ModelError],
+    retry_after: float | None,
 ) -> None:
     provider.push(reply)
     with pytest.raises(ModelError) as caught:
         async with remote(provider) as model:
             await model.complete(REQUEST)
     assert str(caught.value) == f"Remote compaction failed {message}"
-    assert (caught.value.kind, caught.value.retry_after) == (kind, retry_after)
+    assert type(caught.value) is failure
+    assert (caught.value.kind, caught.value.retry_after) == (failure.kind, retry_after)
     assert caught.value.status == reply.status
     assert len(provider.requests) == 1
 
@@ -102,7 +107,7 @@ async def test_non_2xx(
 )
 async def test_missing_summary(provider: LocalProvider, reply: Reply) -> None:
     provider.push(reply)
-    with pytest.raises(ModelError, match=f"^{MISSING_SUMMARY}$") as caught:
+    with pytest.raises(FatalModelError, match=f"^{MISSING_SUMMARY}$") as caught:
         async with remote(provider) as model:
             await model.complete(REQUEST)
     assert caught.value.kind == "fatal"
@@ -111,7 +116,7 @@ async def test_missing_summary(provider: LocalProvider, reply: Reply) -> None:
 async def test_refused_connection_is_transient() -> None:
     with LocalProvider() as stopped:
         model = remote(stopped)
-    with pytest.raises(ModelError) as caught:
+    with pytest.raises(TransientModelError) as caught:
         await model.complete(REQUEST)
     assert caught.value.kind == "transient"
     assert caught.value.__cause__ is not None

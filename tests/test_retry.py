@@ -6,7 +6,14 @@ import anyio
 import pytest
 
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    ContextOverflowError,
+    EmptyReplyError,
+    FatalModelError,
+    ModelError,
+    TransientModelError,
+    TruncatedReplyError,
+)
 from orchestrator._core.model import Model, ModelResponse
 from orchestrator._runtime.operation.retry import (
     NO_MODEL,
@@ -28,7 +35,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 def transient(retry_after: float | None = None) -> ModelError:
-    return ModelError("503 Service Unavailable", kind="transient", retry_after=retry_after)
+    return TransientModelError("503 Service Unavailable", retry_after=retry_after)
 
 
 def a_plan() -> CompactionPlan:
@@ -140,7 +147,7 @@ async def test_last_candidate_may_wait_past_30_seconds_up_to_max_delay() -> None
 
 async def test_overflow_is_never_retried_nor_passed_on() -> None:
     clock = FakeClock()
-    overflow = ModelError("prompt is too long", kind="overflow")
+    overflow = ContextOverflowError("prompt is too long")
     first = ScriptedModel([overflow], name="a")
     second = ScriptedModel(["unused"], name="b")
     # Overflow is answered by halving the request (D14), on the same candidate, never by
@@ -247,14 +254,14 @@ async def test_cancelling_during_a_retry_wait_interrupts_it() -> None:
 def test_check_summary_response() -> None:
     ok = ModelResponse(text="fine")
     assert check_summary_response(ok) is ok
-    for response, kind in [
-        (ModelResponse(text=""), "empty"),
-        (ModelResponse(text=" \t\n"), "empty"),
-        (ModelResponse(text="cut", stop_reason="length"), "truncated"),
-        (ModelResponse(text="x", stop_reason="error"), "fatal"),
-        (ModelResponse(text="x", stop_reason="aborted"), "fatal"),
+    for response, failure, kind in [
+        (ModelResponse(text=""), EmptyReplyError, "empty"),
+        (ModelResponse(text=" \t\n"), EmptyReplyError, "empty"),
+        (ModelResponse(text="cut", stop_reason="length"), TruncatedReplyError, "truncated"),
+        (ModelResponse(text="x", stop_reason="error"), FatalModelError, "fatal"),
+        (ModelResponse(text="x", stop_reason="aborted"), FatalModelError, "fatal"),
     ]:
-        with pytest.raises(ModelError) as caught:
+        with pytest.raises(failure) as caught:
             check_summary_response(response)
         assert caught.value.kind == kind
 

@@ -19,10 +19,12 @@ from orchestrator._core.errors import (
     Cancelled,
     ConflictError,
     DefinitionError,
+    FatalModelError,
     ModelError,
     OrchestratorError,
     SessionError,
     SessionLockedError,
+    TransientModelError,
     TransitionError,
 )
 from orchestrator._rpc.hub import NO_AGENT, RuntimeOptions, SessionHub
@@ -212,7 +214,7 @@ async def test_batches_answer_in_order_and_omit_notifications() -> None:
     ("error", "code"),
     [
         (Cancelled("Compaction cancelled"), CANCELLED),
-        (ModelError("rate\nlimited", kind="transient"), MODEL_FAILED),
+        (TransientModelError("rate\nlimited"), MODEL_FAILED),
         (SessionLockedError("held"), SESSION_LOCKED),
         (ConflictError("changed since it was read"), CONFLICT),
         (SessionError("Entry x not found"), INVALID_PARAMS),
@@ -263,9 +265,7 @@ def _hidden_while_handling(number: int) -> None:
 
 
 def _model_error_from(number: int) -> None:
-    raise ModelError("[Errno] commit failed", kind="fatal") from OSError(
-        number, os.strerror(number)
-    )
+    raise FatalModelError("[Errno] commit failed") from OSError(number, os.strerror(number))
 
 
 @pytest.mark.parametrize("number", [errno.EMFILE, errno.ENFILE])
@@ -427,7 +427,7 @@ async def test_d12_nothing_to_compact_is_a_result_not_an_error() -> None:
 
 
 async def test_compress_model_failure_is_32002_and_changes_nothing() -> None:
-    kit = compactable_kit(ModelError("provider exploded", kind="fatal"))
+    kit = compactable_kit(FatalModelError("provider exploded"))
     client, sid = kit_client(kit)
     await kit.runtime.prompt(BIG)
     await kit.runtime.prompt(BIG)
@@ -635,7 +635,7 @@ async def test_navigation_in_progress_blocks_other_work_and_abort_cancels_it() -
 
 
 async def test_navigate_summary_failure_is_32002() -> None:
-    kit = nav_kit(ModelError("no summary today", kind="fatal"))
+    kit = nav_kit(FatalModelError("no summary today"))
     client, sid = kit_client(kit)
     ids = await conversation(kit)
     error = await client.error(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator._core.errors import Cancelled, ModelError, OrchestratorError
+from orchestrator._core.errors import Cancelled, FatalModelError, ModelError, OrchestratorError
 from orchestrator._runtime.hooks import Hooks
 from orchestrator._runtime.turn.replies import OVERFLOW_FAILED
 from orchestrator.testing import error_reply, reply
@@ -178,7 +178,6 @@ async def test_preserve_data_is_inherited_across_compactions() -> None:
 async def test_d21_manual_compaction_uses_the_current_route_automatic_walks_the_candidates() -> (
     None
 ):
-    from orchestrator._core.errors import ModelError
     from orchestrator._runtime.operation.summarize import SummaryRoutes
     from orchestrator.testing import ScriptedModel
 
@@ -192,7 +191,7 @@ async def test_d21_manual_compaction_uses_the_current_route_automatic_walks_the_
         runtime_settings=settings(adaptive_keep=False),
     )
     current = ScriptedModel(
-        [ModelError("bad request", kind="fatal"), ModelError("bad request", kind="fatal")],
+        [FatalModelError("bad request"), FatalModelError("bad request")],
         name="current",
     )
     fallback = ScriptedModel([summary()], name="fallback")
@@ -276,7 +275,7 @@ async def test_overflow_recovery_hooks_say_overflow_and_will_retry() -> None:
 
 
 async def test_a_failed_overflow_compaction_tells_session_compact_failed() -> None:
-    kit = overflow_kit([ModelError("boom", kind="fatal")])
+    kit = overflow_kit([FatalModelError("boom")])
     seen = listen(kit, "session_compact_failed")
     await two_turns(kit)
     expected = {
@@ -294,7 +293,7 @@ async def test_a_failed_overflow_compaction_tells_session_compact_failed() -> No
 async def test_a_failed_threshold_compaction_says_auto_compaction_failed() -> None:
     kit = Kit(
         turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)]],
-        summaries=[ModelError("boom", kind="fatal")],
+        summaries=[FatalModelError("boom")],
         runtime_settings=settings(adaptive_keep=False),
     )
     seen = listen(kit, "session_compact_failed")
@@ -326,7 +325,7 @@ async def test_a_cancelled_compaction_is_aborted_without_an_error_message() -> N
 
 
 async def test_a_failed_manual_compaction_says_compaction_failed() -> None:
-    kit = make_kit([ModelError("boom", kind="fatal")])
+    kit = make_kit([FatalModelError("boom")])
     seen = listen(kit, "session_compact_failed")
     await two_turns(kit)
     with pytest.raises(ModelError):

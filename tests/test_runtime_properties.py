@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.errors import Cancelled, FatalModelError, ModelError
 from orchestrator._core.model import ModelResponse
 from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import load_machine, step
@@ -47,7 +47,7 @@ OUTCOMES = {
 }
 SUMMARIES: dict[str, Callable[[], ModelResponse | ModelError]] = {
     "ok": summary,
-    "fatal": lambda: ModelError("summarizer down", kind="fatal"),
+    "fatal": lambda: FatalModelError("summarizer down"),
     "empty": lambda: summary("   "),
 }
 

@@ -9,7 +9,13 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator._core.errors import Cancelled, ConflictError, SessionError
+from orchestrator._core.errors import (
+    Cancelled,
+    ConflictError,
+    FatalModelError,
+    SessionError,
+    TransientModelError,
+)
 from orchestrator._runtime.turn.replies import OVERFLOW_FAILED, failed_attempt
 from orchestrator._store.session import Session
 from orchestrator.testing import AgentHang, Hang, error_reply, reply
@@ -239,11 +245,10 @@ async def test_d18_second_overflow_in_the_same_turn_fails_with_guidance() -> Non
 
 
 async def test_overflow_recovery_failure_is_reported_and_nothing_applied() -> None:
-    from orchestrator._core.errors import ModelError
 
     kit = Kit(
         turns=[[reply("first", tokens=2000)], [error_reply("request_too_large")]],
-        summaries=[ModelError("boom", kind="fatal")],
+        summaries=[FatalModelError("boom")],
         runtime_settings=settings(adaptive_keep=False),
     )
     await kit.runtime.prompt(BIG)
@@ -255,11 +260,10 @@ async def test_overflow_recovery_failure_is_reported_and_nothing_applied() -> No
 
 
 async def test_threshold_failure_says_auto_compaction_failed() -> None:
-    from orchestrator._core.errors import ModelError
 
     kit = Kit(
         turns=[[reply("first", tokens=2000)], [reply("second", tokens=9500)]],
-        summaries=[ModelError("nope", kind="fatal")],
+        summaries=[FatalModelError("nope")],
         runtime_settings=settings(adaptive_keep=False),
     )
     await kit.runtime.prompt(BIG)
@@ -481,13 +485,12 @@ async def test_a_second_manual_compaction_is_refused_while_one_runs() -> None:
 async def test_the_providers_retry_after_header_sets_the_turns_wait() -> None:
     # The route read "retry-after: 7" from the header, but the error reply kept only the words,
     # so the turn waited its 2 s backoff and asked again too soon.
-    from orchestrator._core.errors import ModelError
     from orchestrator._core.model import ModelResponse
     from orchestrator._runtime.agent import ChatAgent
     from orchestrator.testing import ScriptedModel
 
     kit = Kit()
-    limited = ModelError("429 Too Many Requests", kind="transient", retry_after=7.0)
+    limited = TransientModelError("429 Too Many Requests", retry_after=7.0)
     kit.runtime.agent = ChatAgent(model=ScriptedModel([limited, ModelResponse(text="ok")]))
     await kit.runtime.prompt("hi")
     [start] = kit.of("auto_retry_start")

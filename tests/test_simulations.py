@@ -99,6 +99,11 @@ def test_bad_scenarios_fail_at_load(tmp_path: Path) -> None:
         ('[scenario]\nname="x"\n[hooks]\nsession_before_compact="maybe"\n', "behaviour"),
         ('[scenario]\nname="x"\n[crash]\nmachine="turn"\n', "needs machine and to"),
         ("not toml [", "cannot read scenario"),
+        (
+            '[scenario]\nname="x"\n[summarizer]\n'
+            'primary=[{text="ok"}, {error="503", kind="flaky"}]\n',
+            "summarizer primary answer 2: unknown model error kind 'flaky'; the kinds are ",
+        ),
     ]:
         bad.write_text(text)
         with pytest.raises(DefinitionError, match=message):

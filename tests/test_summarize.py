@@ -14,7 +14,12 @@ import pytest
 
 from orchestrator._core.branch_plan import plan_branch_summary, prepare_branch_entries
 from orchestrator._core.compaction_plan import CompactionPlan, plan_compaction
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    ContextOverflowError,
+    FatalModelError,
+    ModelError,
+    TransientModelError,
+)
 from orchestrator._core.model import Model, ModelRequest, ModelResponse, Usage
 from orchestrator._core.summary_request import PromptBudget, history_request
 from orchestrator._core.tokens import CompactionSettings
@@ -143,7 +148,7 @@ async def test_split_turn_summaries_run_concurrently() -> None:
 
 async def test_both_halves_of_a_split_turn_failing_raise_one_model_error() -> None:
     async def fail(request: ModelRequest) -> str:
-        raise ModelError(f"{request.purpose} down", kind="fatal")
+        raise FatalModelError(f"{request.purpose} down")
 
     s = split_turn()
     plan = the_plan(s, CompactionSettings(keep_recent_tokens=150, adaptive_keep=False))
@@ -194,7 +199,7 @@ async def test_d14_summarizer_overflow_halves_the_request() -> None:
         if PromptBudget(context_window=w).prompt_tokens(1600) >= room
     )
     model = ScriptedModel(
-        [ModelError("context_length_exceeded", kind="overflow"), summary_text("OK")],
+        [ContextOverflowError("context_length_exceeded"), summary_text("OK")],
         context_window=window,
     )
     result = await compact(plan, summarizer(model))
@@ -206,7 +211,7 @@ async def test_d14_summarizer_overflow_halves_the_request() -> None:
 
 
 async def test_d14_gives_up_after_three_halvings() -> None:
-    overflow = ModelError("context_length_exceeded", kind="overflow")
+    overflow = ContextOverflowError("context_length_exceeded")
     model = ScriptedModel([overflow] * 4)
     with pytest.raises(ModelError, match="context_length_exceeded"):
         await compact(the_plan(conversation()), summarizer(model))
@@ -232,7 +237,7 @@ async def test_d15_empty_or_truncated_summaries_are_failures(
 async def test_retries_and_candidate_switch_are_reported() -> None:
     attempts: list[tuple[str, str]] = []
     first = ScriptedModel(
-        [ModelError("503", kind="transient"), ModelError("503", kind="transient", retry_after=45)],
+        [TransientModelError("503"), TransientModelError("503", retry_after=45)],
         name="first",
     )
     second = ScriptedModel([summary_text("from the second")], name="second")
@@ -249,8 +254,8 @@ async def test_retries_and_candidate_switch_are_reported() -> None:
 
 async def test_all_candidates_failing_raise_the_last_error() -> None:
     records: list[AttemptRecord] = []
-    a = ScriptedModel([ModelError("bad key", kind="fatal")], name="a")
-    b = ScriptedModel([ModelError("also down", kind="fatal")], name="b")
+    a = ScriptedModel([FatalModelError("bad key")], name="a")
+    b = ScriptedModel([FatalModelError("also down")], name="b")
     with pytest.raises(ModelError, match="also down"):
         await compact(
             the_plan(conversation()), summarizer(a, b, on_attempt=lambda r, p: records.append(r))

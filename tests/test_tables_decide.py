@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator._core.errors import DefinitionError, ModelError, TransitionError
+from orchestrator._core.errors import (
+    ContextOverflowError,
+    DefinitionError,
+    ModelError,
+    TransientModelError,
+    TransitionError,
+)
 from orchestrator._core.resources import data_dir
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.load import build
@@ -66,7 +72,7 @@ async def compact_with(defn: MachineDef, *models: ScriptedModel, clock: FakeCloc
 
 
 def transient() -> ModelError:
-    return ModelError("503 Service Unavailable", kind="transient")
+    return TransientModelError("503 Service Unavailable")
 
 
 async def test_without_the_retry_row_a_transient_error_goes_to_the_next_candidate() -> None:
@@ -91,7 +97,7 @@ async def test_without_the_shrink_row_an_overflow_fails_the_operation() -> None:
     def drop_shrink(rows: Rows) -> None:
         del rows[index(rows, "summarizing", "summary_overflow", "summarizing")]
 
-    overflow = ModelError("prompt is too long", kind="overflow")
+    overflow = ContextOverflowError("prompt is too long")
     model = ScriptedModel([overflow, summary_text("fits now")], name="scripted/a")
     shipped = await compact_with(table("operation"), model, clock=FakeClock())
     assert shipped.status == "committed"

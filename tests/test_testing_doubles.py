@@ -5,7 +5,7 @@ import anyio.lowlevel
 import pytest
 
 import orchestrator.testing as testing
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import ModelError, TransientModelError
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator.testing import Delay, FakeClock, FunctionModel, Hang, ScriptedModel
 
@@ -55,7 +55,7 @@ async def test_fake_clock_sleep_is_a_cancellation_point() -> None:
 async def test_scripted_model_plays_its_script_in_order() -> None:
     clock = FakeClock()
     reply = ModelResponse(text="exact", stop_reason="length")
-    error = ModelError("boom", kind="transient")
+    error = TransientModelError("boom")
     model = ScriptedModel(
         ["plain", reply, error, Delay(seconds=7, then="late")],
         name="s/one",

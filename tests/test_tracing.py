@@ -15,7 +15,12 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode, get_current_span
 
-from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.errors import (
+    Cancelled,
+    ContextOverflowError,
+    ModelError,
+    TransientModelError,
+)
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage
 from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import Runner, Step, load_machine
@@ -256,7 +261,7 @@ def test_model_error_sets_error_status_and_kind(
     tracer, exporter = memory
     with tracer.operation_span("compaction", "op-2"):
         with pytest.raises(ModelError), tracer.model_span(SUMMARY, "m"):
-            raise ModelError("prompt is too long", kind="overflow")
+            raise ContextOverflowError("prompt is too long")
     spans = by_name(exporter.get_finished_spans())
     call, op = spans["summarize m"], spans["orchestrator.compaction"]
     assert call.status.status_code is StatusCode.ERROR
@@ -446,7 +451,7 @@ def test_read_trace_makes_two_runs_of_a_story_equal(tmp_path: Path) -> None:
         tracer = LifecycleTracer(provider)
         compaction_story(tracer)
         with pytest.raises(ModelError), tracer.model_span(CHAT, "m"):
-            raise ModelError("rate limited", kind="transient")
+            raise TransientModelError("rate limited")
         provider.shutdown()
         return tmp_path / f"{name}.jsonl"
 

@@ -12,7 +12,7 @@ from textual.pilot import Pilot
 from textual.widgets import OptionList, Static
 
 from orchestrator._cli.tui import build_runtime, keep_position, register
-from orchestrator._core.errors import ModelError, SessionError
+from orchestrator._core.errors import FatalModelError, ModelError, SessionError
 from orchestrator._store.session import Session
 from orchestrator._tui.app import TreeApp
 from orchestrator._tui.picker import UNAVAILABLE, PickerState, TreePicker, entry_text
@@ -268,7 +268,7 @@ async def test_quitting_during_the_summary_settles_it_and_the_session_closes() -
 
 
 async def test_a_failed_summary_is_reported_and_nothing_changes() -> None:
-    kit = nav_kit(summaries=[ModelError("bad key", kind="fatal")])
+    kit = nav_kit(summaries=[FatalModelError("bad key")])
     ids = await conversation(kit)
     app = TreeApp(kit.runtime)
     async with app.run_test(size=SIZE) as pilot:

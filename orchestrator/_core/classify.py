@@ -26,7 +26,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    ContextOverflowError,
+    FatalModelError,
+    ModelError,
+    TransientModelError,
+)
 from orchestrator._core.model import Usage
 
 # pi (PM) patterns, then oh-my-pi's (OMP) llama.cpp and HTTP-413 additions. I keep the union:
@@ -219,8 +224,9 @@ def classify_exception(exc: BaseException) -> ModelError:
     because providers often send an overflow as a plain 400.
 
     Returns:
-        A ``ModelError`` whose ``kind`` is ``overflow``, ``transient`` or ``fatal`` (a missing
-        or rejected key is ``fatal``, whatever its status says: see the module docstring).
+        A :class:`ContextOverflowError`, :class:`TransientModelError` or
+        :class:`FatalModelError` (a missing or rejected key is fatal, whatever its status
+        says: see the module docstring).
     """
     if isinstance(exc, ModelError):
         return exc
@@ -229,9 +235,9 @@ def classify_exception(exc: BaseException) -> ModelError:
     status = _status_of(exc)
     message = text or type(exc).__name__
     if names & _AUTH_CLASSES or status in _AUTH_STATUSES or MISSING_KEY_RE.search(text):
-        return ModelError(message, kind="fatal", status=status)
+        return FatalModelError(message, status=status)
     if names & _OVERFLOW_CLASSES or is_context_overflow_text(text):
-        return ModelError(message, kind="overflow", status=status)
+        return ContextOverflowError(message, status=status)
     transient = (
         bool(names & _TRANSIENT_CLASSES)
         or status in {408, 429}
@@ -241,8 +247,8 @@ def classify_exception(exc: BaseException) -> ModelError:
         retry_after = retry_after_from_headers(_headers_of(exc))
         if retry_after is None:
             retry_after = retry_after_from_text(text)
-        return ModelError(message, kind="transient", retry_after=retry_after, status=status)
-    return ModelError(message, kind="fatal", status=status)
+        return TransientModelError(message, retry_after=retry_after, status=status)
+    return FatalModelError(message, status=status)
 
 
 def _status_of(exc: BaseException) -> int | None:

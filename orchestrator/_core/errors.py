@@ -15,6 +15,13 @@ Each child names who is at fault::
     │   └── StorageError         the disk refused a read or write (full, a quota, read-only, EIO)
     ├── TransitionError    an event the table does not list for the current state: a caller bug
     ├── ModelError         the model provider failed (wraps its exception with ``from exc``)
+    │   ├── FatalModelError      not worth asking again (a rejected key, a bad request)
+    │   ├── TransientModelError  worth asking again after a wait (429, 5xx, a dropped link)
+    │   │   └── ModelTimeoutError    no answer in time: retried as a transient failure is
+    │   ├── ContextOverflowError the context is too long for the model: compact, never retry
+    │   ├── TruncatedReplyError  the answer stopped at the length limit
+    │   ├── EmptyReplyError      the answer carried no usable text
+    │   └── SummaryRefusedError  the summary gate refused every summary there was (D32)
     ├── UnavailableError   a service the cluster needs (the Temporal server) cannot be reached
     │   └── StoreUnavailableError   the PostgreSQL store cannot be reached (also a SessionError)
     └── Cancelled          the operation was cancelled on request; nothing was applied
@@ -28,8 +35,9 @@ Errors are raised, never returned, and never used for control flow inside the co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar, Self, cast
 
 from orchestrator._core.redact import redact
 
@@ -137,33 +145,175 @@ class TransitionError(OrchestratorError):
 
 
 class ModelError(OrchestratorError):
-    """A model call failed.
+    """A model call failed; its class says which way (the kinds below).
+
+    Catch ``ModelError`` for any model failure, or one of its children for one kind. Each child
+    names its kind in :attr:`kind`, the word the journal, the Temporal results, the simulation
+    scenarios, the traces and ``--json`` carry (those records keep the text they always had).
+
+    ``ModelError(message, kind="transient")`` is still accepted, as it was before the kinds had
+    classes, and builds the class of that kind (a :class:`TransientModelError` here); a bare
+    ``ModelError(message)`` is a :class:`FatalModelError`. So a route that raises the old way is
+    classified as before, by type. An unknown kind is a :class:`ValueError`.
 
     The message is redacted (:func:`~orchestrator._core.redact.redact`): a provider's text that
     echoes the key, an ``Authorization`` header or anything shaped like a key keeps
     ``[redacted]`` in its place.
 
     Attributes:
-        kind: ``"overflow"`` (context too long: never retried, compact instead),
-            ``"transient"`` (worth retrying), ``"truncated"`` (stopped by the length limit),
-            ``"empty"`` (no usable text) or ``"fatal"``.
+        kind: ``"overflow"``, ``"transient"``, ``"timeout"``, ``"truncated"``, ``"empty"``,
+            ``"refused"`` or ``"fatal"``: the class's kind, fixed by the class.
         retry_after: Seconds the provider asked us to wait, when it said so.
         status: HTTP status when known.
     """
+
+    kind: ClassVar[str] = "fatal"
+
+    def __new__(
+        cls,
+        message: str,
+        *,
+        kind: str | None = None,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> Self:
+        # Every instance is of exactly one kind's class, so `except TransientModelError` and
+        # `isinstance` see what a route built the old way (`kind=`) as well as the new way.
+        target: type[ModelError] = cls
+        if kind is not None:
+            target = error_class(kind)
+            if not issubclass(target, cls):
+                raise ValueError(f"{cls.__name__} cannot be of kind {kind!r} (a {target.__name__})")
+        elif cls is ModelError:
+            target = FatalModelError
+        return cast(Self, super().__new__(target, message))
 
     def __init__(
         self,
         message: str,
         *,
-        kind: str = "fatal",
+        kind: str | None = None,
         retry_after: float | None = None,
         status: int | None = None,
     ) -> None:
         # A provider's text may echo the key it was sent: never kept (redact.py).
         super().__init__(redact(message))
-        self.kind = kind
         self.retry_after = retry_after
         self.status = status
+
+
+class FatalModelError(ModelError):
+    """A model failure that asking again will not cure (``kind == "fatal"``).
+
+    A rejected key, a bad request, a route that answered nonsense: the operation fails.
+    """
+
+    kind: ClassVar[str] = "fatal"
+
+
+class TransientModelError(ModelError):
+    """A model failure a wait and another attempt may cure (``kind == "transient"``, D21).
+
+    A 429, a 5xx, a dropped connection. ``retry_after`` holds the provider's hint, if any.
+    """
+
+    kind: ClassVar[str] = "transient"
+
+
+class ModelTimeoutError(TransientModelError):
+    """The model did not answer in time (``kind == "timeout"``).
+
+    A child of :class:`TransientModelError` because both tables retry it as one: a timeout is
+    the same "ask again later" as a 503, only with its own word in the records.
+    """
+
+    kind: ClassVar[str] = "timeout"
+
+
+class ContextOverflowError(ModelError):
+    """The request is longer than the model's context window (``kind == "overflow"``).
+
+    Never retried as it is: the turn compacts and tries once more; a summary request is halved
+    (D14).
+    """
+
+    kind: ClassVar[str] = "overflow"
+
+
+class TruncatedReplyError(ModelError):
+    """The answer stopped at the length limit (``kind == "truncated"``)."""
+
+    kind: ClassVar[str] = "truncated"
+
+
+class EmptyReplyError(ModelError):
+    """The answer carried no usable text (``kind == "empty"``)."""
+
+    kind: ClassVar[str] = "empty"
+
+
+class SummaryRefusedError(ModelError):
+    """The summary gate refused the summary and nothing else could write one (D32).
+
+    ``kind == "refused"``; the message names the check that failed.
+    """
+
+    kind: ClassVar[str] = "refused"
+
+
+MODEL_ERRORS: Mapping[str, type[ModelError]] = MappingProxyType(
+    {
+        c.kind: c
+        for c in (
+            FatalModelError,
+            TransientModelError,
+            ModelTimeoutError,
+            ContextOverflowError,
+            TruncatedReplyError,
+            EmptyReplyError,
+            SummaryRefusedError,
+        )
+    }
+)
+"""Each kind's word to its class: how a kind read back from a record becomes a type again."""
+
+
+def error_class(kind: str) -> type[ModelError]:
+    """The :class:`ModelError` class of a kind's word.
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`MODEL_ERRORS` (a record from elsewhere, or
+            a typo): the message names the known kinds.
+    """
+    try:
+        return MODEL_ERRORS[kind]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(MODEL_ERRORS))
+        raise ValueError(f"unknown model error kind {kind!r}; the kinds are {known}") from None
+
+
+def error_name(error: BaseException) -> str:
+    """The error's class name as our records write it: ``ModelError`` for any model failure.
+
+    A span's status, a simulation report's line and a failed reply's ``errorMessage`` (when the
+    error has no text) named the class before the kinds had classes of their own; the kind is
+    written beside them, so they keep the name they had and nothing recorded changes.
+    """
+    return "ModelError" if isinstance(error, ModelError) else type(error).__name__
+
+
+def model_error(
+    kind: str, message: str, *, retry_after: float | None = None, status: int | None = None
+) -> ModelError:
+    """Rebuild a model failure from its recorded kind, message and hints.
+
+    Where a failure crossed a record (a Temporal activity's result, an operation's report, a
+    scenario file) only its kind's word is left; this gives back the class a route raised.
+
+    Raises:
+        ValueError: an unknown kind (see :func:`error_class`).
+    """
+    return error_class(kind)(message, retry_after=retry_after, status=status)
 
 
 class UnavailableError(OrchestratorError):

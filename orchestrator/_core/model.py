@@ -2,9 +2,11 @@
 
 Every model route (litellm, the remote summary endpoint, the offline summarizer, scripted test
 models) implements :class:`Model`: one async method taking a :class:`ModelRequest` and returning a
-:class:`ModelResponse`. Failures are raised as :class:`~orchestrator.ModelError` with a ``kind``
-("overflow", "transient", "truncated", "empty", "fatal"), never returned. Retries and candidate
-switching live above this interface (decision D21): an adapter makes exactly one attempt.
+:class:`ModelResponse`. Failures are raised, never returned, as a :class:`~orchestrator.ModelError`
+of the failure's class (:class:`~orchestrator.TransientModelError`,
+:class:`~orchestrator.ContextOverflowError`, :class:`~orchestrator.FatalModelError` ...), each
+naming its ``kind``. Retries and candidate switching live above this interface (decision D21):
+an adapter makes exactly one attempt.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ still reports an overflow (the estimate is only an estimate), the caller retries
 :meth:`PromptBudget.halve`, at most :data:`MAX_HALVINGS` times; it keeps that count, because it
 owns the retry loop. When the window is so small that the instructions leave less than
 :data:`MIN_CONVERSATION_TOKENS` for a conversation that does not fit whole, I refuse with a
-:class:`ModelError` instead of sending a request that could only summarize an elision marker.
+:class:`FatalModelError` instead of sending a request that could only summarize an elision marker.
 
 The finishing helpers put file lists on summaries (D16) and merge a split turn (pi's layout).
 """
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator._core.entries import Message
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import FatalModelError
 from orchestrator._core.measured_messages import MeasuredMessages
 from orchestrator._core.model import ModelRequest, Purpose
 from orchestrator._core.prompts import render
@@ -319,12 +319,11 @@ def _request(
         room = budget.prompt_tokens(max_tokens) * 4 - frame
         max_tokens = budget.output_tokens(max_tokens)
         if length > room and room < MIN_CONVERSATION_TOKENS * 4:
-            raise ModelError(
+            raise FatalModelError(
                 f"Summarization refused: the summarizer's context window ({budget.window} "
                 f"tokens) leaves {max(0, room) // 4} tokens for the conversation after the "
                 f"instructions (~{math.ceil(frame / 4)} tokens) and a {max_tokens}-token "
-                f"summary; use a summarizer with a larger window",
-                kind="fatal",
+                f"summary; use a summarizer with a larger window"
             )
         conversation = _elided(run, whole, length, room)
     prompt = "".join(["<conversation>\n", *conversation, "\n</conversation>\n\n", after])

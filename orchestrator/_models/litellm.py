@@ -41,7 +41,11 @@ from types import ModuleType
 from typing import Any
 
 from orchestrator._core.classify import classify_exception
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    EmptyReplyError,
+    ModelTimeoutError,
+    TransientModelError,
+)
 from orchestrator._core.model import ModelRequest, ModelResponse, ToolCall, Usage
 from orchestrator._core.redact import remember_secret
 
@@ -225,7 +229,9 @@ class LiteLLMModel:
             The reply, with pi's stop reason and usage.
 
         Raises:
-            ModelError: the provider failed; ``kind`` is ``overflow``, ``transient`` or ``fatal``.
+            ModelError: the provider failed: a :class:`ContextOverflowError`,
+                :class:`TransientModelError` (:class:`ModelTimeoutError` for a silent stream) or
+                :class:`FatalModelError`.
         """
         litellm = _load_litellm()
         if not request.tools:
@@ -261,8 +267,8 @@ class LiteLLMModel:
         return pieces.response()
 
 
-def _silent(model: str, idle: float) -> ModelError:
-    return ModelError(f"{model}: nothing received for {idle:g} s", kind="timeout")
+def _silent(model: str, idle: float) -> ModelTimeoutError:
+    return ModelTimeoutError(f"{model}: nothing received for {idle:g} s")
 
 
 class _Pieces:
@@ -297,13 +303,11 @@ class _Pieces:
         """The assembled reply.
 
         Raises:
-            ModelError: ``transient``: the stream carried nothing of the provider's (a body
+            TransientModelError: the stream carried nothing of the provider's (a body
                 that is not server-sent events: litellm then makes up an empty ``stop``).
         """
         if not self.heard:
-            raise ModelError(
-                f"{self.model}: the provider's stream carried no answer", kind="transient"
-            )
+            raise TransientModelError(f"{self.model}: the provider's stream carried no answer")
         return ModelResponse(
             text="".join(self.text),
             stop_reason=_FINISH_REASONS.get(str(self.finish_reason), "stop"),
@@ -321,7 +325,7 @@ def response_from_litellm(raw: Any, *, fallback_model: str = "") -> ModelRespons
         A :class:`ModelResponse`; ``input`` excludes cached prompt tokens, as pi counts them.
 
     Raises:
-        ModelError: ``empty``: the provider answered without a choice (``"choices": []``) or a
+        EmptyReplyError: the provider answered without a choice (``"choices": []``) or a
             message, which is the provider's failure, not a bug here to surface as IndexError.
     """
     choices = getattr(raw, "choices", None) or ()
@@ -329,9 +333,7 @@ def response_from_litellm(raw: Any, *, fallback_model: str = "") -> ModelRespons
     message = getattr(choice, "message", None)
     if choice is None or message is None:
         model = getattr(raw, "model", None) or fallback_model
-        raise ModelError(
-            f"{model}: the provider answered with no message (no choices)", kind="empty"
-        )
+        raise EmptyReplyError(f"{model}: the provider answered with no message (no choices)")
     hidden = getattr(raw, "_hidden_params", None) or {}
     return ModelResponse(
         text=_text_of(getattr(message, "content", None)),

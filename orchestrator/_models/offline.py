@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import anyio
 
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import FatalModelError
 from orchestrator._core.model import ModelRequest, ModelResponse, Usage
 from orchestrator._core.prompts import render
 from orchestrator._core.utf16 import utf16_head, utf16_len
@@ -366,20 +366,19 @@ def summarize(request: ModelRequest) -> str:
     """The offline summary for a summary request (pure; see the module docstring).
 
     Raises:
-        ModelError: the request is a chat turn, which this route cannot answer.
+        FatalModelError: the request is a chat turn, which this route cannot answer.
     """
     if request.purpose == "chat":
-        raise ModelError("the offline summarizer only writes summaries", kind="fatal")
+        raise FatalModelError("the offline summarizer only writes summaries")
     conversation, rest = _split_prompt(request.prompt)
     facts = read_conversation(conversation)
     previous = _previous(facts, rest)
     if request.purpose == "branch" and render("branch_summary") not in rest:
         # The instructions replaced the prompt: they may ask for anything, and an extractive
         # summarizer cannot follow them. Saying so beats a summary that ignores them.
-        raise ModelError(
+        raise FatalModelError(
             "the offline summarizer cannot follow replacement instructions; give them as "
-            "focus (without replacing the prompt) or summarize with a model",
-            kind="fatal",
+            "focus (without replacing the prompt) or summarize with a model"
         )
     context = _block_lines(block(rest, "additional-context"))
     asked = re.search(r"\n\nAdditional focus: (.*)\Z", rest, re.DOTALL)
@@ -414,7 +413,7 @@ class OfflineSummarizer:
         """Summarize ``request`` extractively.
 
         Raises:
-            ModelError: the request is a chat turn (``kind="fatal"``).
+            FatalModelError: the request is a chat turn.
         """
         if len(request.prompt) < IN_THREAD_CHARS:
             text = summarize(request)

@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from orchestrator._core.classify import classify_exception, retry_after_from_headers
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import FatalModelError, ModelError, TransientModelError
 from orchestrator._core.model import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
@@ -53,9 +53,8 @@ bytes keep coming) is refused at this size, before it takes the server's memory.
 
 def _too_large(size: int | None) -> ModelError:
     sent = f"{size} bytes" if size is not None else "more"
-    return ModelError(
-        f"Remote compaction response too large ({sent}; at most {MAX_ANSWER_BYTES} bytes are read)",
-        kind="fatal",
+    return FatalModelError(
+        f"Remote compaction response too large ({sent}; at most {MAX_ANSWER_BYTES} bytes are read)"
     )
 
 
@@ -94,7 +93,8 @@ class RemoteSummaryModel:
 
         Raises:
             ModelError: ``Remote compaction failed (<status> <reason>)`` on a non-2xx answer
-                (``transient`` for 429 and 5xx, else ``fatal``), ``Remote compaction response
+                (a :class:`TransientModelError` for 429 and 5xx, else a
+                :class:`FatalModelError`), ``Remote compaction response
                 missing summary`` when the body has no string ``summary``, or the classified
                 transport error.
         """
@@ -104,9 +104,9 @@ class RemoteSummaryModel:
         status = answer.status
         if not 200 <= status < 300:
             transient = status == 429 or status >= 500
-            raise ModelError(
+            failure = TransientModelError if transient else FatalModelError
+            raise failure(
                 f"Remote compaction failed ({status} {_reason(status)})",
-                kind="transient" if transient else "fatal",
                 retry_after=retry_after_from_headers(answer.headers) if transient else None,
                 status=status,
             )
@@ -233,9 +233,9 @@ class _Http1Route:
         except TooLargeError as exc:
             raise _too_large(exc.size) from exc
         except (TransportError, TimeoutError) as exc:  # httpx's NetworkError, TimeoutException
-            raise ModelError(str(exc), kind="transient") from exc
+            raise TransientModelError(str(exc)) from exc
         except BadAnswerError as exc:
-            raise ModelError(f"Remote compaction failed: {exc}", kind="fatal") from exc
+            raise FatalModelError(f"Remote compaction failed: {exc}") from exc
         return _Answer(status, headers, content)
 
     async def aclose(self) -> None:
@@ -344,8 +344,8 @@ def _summary_of(answer: _Answer) -> str:
     try:
         payload: Any = json.loads(answer.body)
     except ValueError as exc:
-        raise ModelError(MISSING_SUMMARY, status=answer.status) from exc
+        raise FatalModelError(MISSING_SUMMARY, status=answer.status) from exc
     summary = payload.get("summary") if isinstance(payload, dict) else None
     if not isinstance(summary, str):
-        raise ModelError(MISSING_SUMMARY, status=answer.status)
+        raise FatalModelError(MISSING_SUMMARY, status=answer.status)
     return summary

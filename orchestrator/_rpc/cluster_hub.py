@@ -55,10 +55,10 @@ from orchestrator._core.errors import (
     BusyError,
     Cancelled,
     ConflictError,
-    ModelError,
     NoAgentError,
     SessionError,
     UnavailableError,
+    model_error,
 )
 from orchestrator._lifecycle.admission import CLOSE_WHILE_BUSY, NAVIGATE_WHILE_WORKING, admit
 from orchestrator._lifecycle.guards import SessionFacts
@@ -410,9 +410,7 @@ def navigate_answer(done: NavigateResult) -> dict[str, Any]:
     if done.status == "failed":
         if done.error_kind == "conflict":
             raise ConflictError(done.error or "Branch summary conflicted with another writer")
-        raise ModelError(
-            done.error or "Branch summarization failed", kind=done.error_kind or "fatal"
-        )
+        raise model_error(done.error_kind or "fatal", done.error or "Branch summarization failed")
     return {
         "cancelled": done.status == "cancelled",
         "aborted": done.aborted,
@@ -441,7 +439,7 @@ def compacted(done: CompressResult) -> host.Compacted | str:
     if done.status == "failed" and done.error_kind == UNAVAILABLE_KIND:
         raise UnavailableError(f"Cluster unavailable: {done.error}; nothing was applied")
     if done.status == "failed":
-        raise ModelError(done.error or "Compaction failed", kind=done.error_kind or "fatal")
+        raise model_error(done.error_kind or "fatal", done.error or "Compaction failed")
     if done.status != "committed":
         return done.reason or "Nothing to compact"
     return host.Compacted.of(done)

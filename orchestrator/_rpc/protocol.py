@@ -71,6 +71,7 @@ from orchestrator._core.errors import (
     StorageError,
     TransitionError,
     UnavailableError,
+    error_name,
 )
 from orchestrator._core.utf16 import escape_lone_surrogates
 from orchestrator._rpc.work import Encoded, Stop
@@ -130,7 +131,7 @@ def error_for(exc: BaseException, method: str = "") -> RpcError:
     """
     if isinstance(exc, RpcError):
         return exc
-    message = one_line(str(exc)) or type(exc).__name__
+    message = one_line(str(exc)) or error_name(exc)
     if isinstance(exc, Cancelled):
         return RpcError(CANCELLED, message)
     shortage = out_of_files(method or "the request", exc)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from orchestrator._core.context import ModelRef
 from orchestrator._core.entries import Message
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import ModelError, ModelTimeoutError, error_name
 from orchestrator._core.messages import convert_to_llm
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._core.system_prompt import current_system_message, system_text
@@ -92,7 +92,7 @@ def error_message(
         "model": model,
         "usage": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0},
         "stopReason": "error",
-        "errorMessage": str(error) or type(error).__name__,
+        "errorMessage": str(error) or error_name(error),
         "timestamp": now_ms,
     }
     if isinstance(error, ModelError):
@@ -213,9 +213,7 @@ class ChatAgent:
             self.timeout_s, answer_of(self.model, request), sibling_timer=sibling
         )
         if response is None:
-            raise ModelError(
-                f"{self.model.name}: no answer after {self.timeout_s:g} s", kind="timeout"
-            )
+            raise ModelTimeoutError(f"{self.model.name}: no answer after {self.timeout_s:g} s")
         return response
 
     async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:

@@ -19,7 +19,14 @@ from typing import Any, TypeVar
 
 import anyio
 
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    MODEL_ERRORS,
+    ContextOverflowError,
+    FatalModelError,
+    ModelError,
+    ModelTimeoutError,
+    TransientModelError,
+)
 from orchestrator._core.gate import (
     GateSpec,
     Verdict,
@@ -45,8 +52,9 @@ T = TypeVar("T")
 
 _log = logging.getLogger("orchestrator.models")
 
-RETRYABLE = frozenset({"transient", "timeout"})
-"""Failure kinds a wait and another attempt may cure (D21)."""
+RETRYABLE = frozenset(k for k, c in MODEL_ERRORS.items() if issubclass(c, TransientModelError))
+"""Failure kinds a wait and another attempt may cure (D21): the :class:`TransientModelError`
+kinds (``transient`` and ``timeout``), as a report carries them across a host's records."""
 COMMIT_EVENTS: Mapping[str, OperationEvent] = {
     "ok": OperationEvent.ENTRY_APPENDED,
     "conflict": OperationEvent.APPEND_CONFLICT,
@@ -220,7 +228,7 @@ def call_event(
             OperationFacts(more_parts=at.part + 1 < parts, gate_enabled=gate),
             0,
         )
-    if report.outcome == "overflow":
+    if report.outcome == ContextOverflowError.kind:
         return OperationEvent.SUMMARY_OVERFLOW, OperationFacts(shrink_attempts=at.halvings), 0
     max_retries = policy.max_retries if policy.enabled else 0
     delay_ms = retry_delay_ms(policy.base_delay_ms, at.retries, report.retry_after)
@@ -322,7 +330,7 @@ async def attempt_summary(
         response = await within(limit, answer_of(model, request), sibling_timer=sibling)
         if response is None:
             failure = f"{model.name}: no answer after {limit:g} s"
-            return Attempt(Report(outcome="timeout", error=failure))
+            return Attempt(Report(outcome=ModelTimeoutError.kind, error=failure))
         response = check_summary_response(response, request.max_tokens)
     except ModelError as error:
         report = Report(outcome=error.kind, retry_after=error.retry_after, error=str(error))
@@ -335,7 +343,7 @@ async def attempt_summary(
         # bug must not hide behind the failure's one line.
         _log.exception("summary route %s raised", model.name)
         failure = redact(f"{model.name}: {type(error).__name__}: {error}")
-        return Attempt(Report(outcome="fatal", error=failure))
+        return Attempt(Report(outcome=FatalModelError.kind, error=failure))
     replaced = replaced_input(str(request.messages[-1].get("content", "")))
     gate = GateSpec(
         purpose=part.purpose,
@@ -362,9 +370,8 @@ async def answer_of(model: Model, request: ModelRequest) -> ModelResponse:
     """
     response: object = await model.complete(request)
     if not isinstance(response, ModelResponse):
-        raise ModelError(
-            f"{model.name}: returned {type(response).__name__}, not a ModelResponse",
-            kind="fatal",
+        raise FatalModelError(
+            f"{model.name}: returned {type(response).__name__}, not a ModelResponse"
         )
     return response
 

@@ -62,8 +62,9 @@ class OperationOutcome:
         status: ``committed``, ``skipped``, ``cancelled``, ``failed`` or ``conflict``.
         reason: Why it was skipped (D12) or cancelled by a hook.
         error: The failure as one line.
-        error_kind: The last model failure's kind (``transient``, ``overflow``, ``fatal``,
-            ``empty``, ``truncated``, ``timeout``), when a model failure ended it.
+        error_kind: The ``kind`` of the last model failure's class (``transient``, ``overflow``,
+            ``fatal``, ``empty``, ``truncated``, ``timeout``, ``refused``), when a model failure
+            ended it; :func:`~orchestrator._core.errors.model_error` rebuilds the class.
         retry_after: The provider's retry-after hint of that failure, in seconds.
         cause: What made the commit fail (an ``OSError`` of the disk: full, a descriptor
             shortage), when that ended it; a surface tells the server's limit from a failure.

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator._core.errors import DefinitionError
+from orchestrator._core.errors import DefinitionError, error_class
 
 _TOP = frozenset({"scenario", "settings", "turns", "summarizer", "actions", "hooks", "crash"})
 _SETTINGS = frozenset(
@@ -112,6 +112,18 @@ def _actions(raw: Any, source: str) -> tuple[dict[str, Any], ...]:
     return actions
 
 
+def _check_kinds(summarizer: dict[str, tuple[dict[str, Any], ...]], source: str) -> None:
+    # A scripted failure's kind becomes its ModelError class when the simulation runs: an unknown
+    # one is refused here, naming the route and the answer, before anything runs.
+    for route, answers in summarizer.items():
+        for number, answer in enumerate(answers, 1):
+            if "error" in answer:
+                try:
+                    error_class(str(answer.get("kind", "fatal")))
+                except ValueError as exc:
+                    raise _fail(source, f"summarizer {route} answer {number}: {exc}") from None
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and check a scenario file.
 
@@ -141,6 +153,8 @@ def load_scenario(path: str | Path) -> Scenario:
     for name, behaviour in hooks.items():
         if behaviour not in _HOOK_BEHAVIOURS:
             raise _fail(source, f"hook {name}: behaviour must be one of {sorted(_HOOK_BEHAVIOURS)}")
+    summarizer = {k: tuple(dict(i) for i in v) for k, v in (raw.get("summarizer") or {}).items()}
+    _check_kinds(summarizer, source)
     crash = raw.get("crash")
     if crash is not None and not (
         {"machine", "to"} <= set(crash) or crash.get("after") == "commit"
@@ -151,7 +165,7 @@ def load_scenario(path: str | Path) -> Scenario:
         doc=str(head.get("doc", "")),
         settings=settings,
         turns=tuple(tuple(dict(s) for s in t.get("steps", ())) for t in raw.get("turns") or ()),
-        summarizer={k: tuple(dict(i) for i in v) for k, v in (raw.get("summarizer") or {}).items()},
+        summarizer=summarizer,
         actions=actions,
         hooks=hooks,
         crash={str(k): str(v) for k, v in crash.items()} if crash else None,

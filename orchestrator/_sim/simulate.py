@@ -24,7 +24,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from orchestrator._core.errors import Cancelled, ModelError, OrchestratorError
+from orchestrator._core.errors import (
+    Cancelled,
+    ModelError,
+    OrchestratorError,
+    error_name,
+    model_error,
+)
 from orchestrator._core.model import ModelResponse
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.events import Event
@@ -100,9 +106,9 @@ def _answer(item: dict[str, Any]) -> Any:
         return Hang()
     if "error" in item:
         retry_after = item.get("retry_after")
-        return ModelError(
+        return model_error(
+            str(item.get("kind", "fatal")),
             str(item["error"]),
-            kind=str(item.get("kind", "fatal")),
             retry_after=float(retry_after) if retry_after is not None else None,
         )
     return ModelResponse(
@@ -338,7 +344,7 @@ class Simulation:
                     f"{' with summary' if nav.summary_entry else ''}"
                 )
         except (Cancelled, ModelError) as error:
-            self.report.outcomes.append(f"{kind}: {type(error).__name__}: {error}")
+            self.report.outcomes.append(f"{kind}: {error_name(error)}: {error}")
 
     def _target(self, spec: str) -> str:
         kind, _, number = spec.partition(":")

@@ -59,7 +59,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from orchestrator._core.errors import Cancelled, ModelError
+from orchestrator._core.errors import Cancelled, ModelError, error_name
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._core.redact import redact
 from orchestrator._lifecycle.guards import (
@@ -433,7 +433,7 @@ def _failures(span: Span) -> Iterator[None]:
         span.record_exception(exc, attributes=redacted)
         kind = exc.kind if isinstance(exc, ModelError) else type(exc).__name__
         span.set_attribute(ERROR_TYPE, kind)
-        span.set_status(Status(StatusCode.ERROR, redact(f"{type(exc).__name__}: {exc}")))
+        span.set_status(Status(StatusCode.ERROR, redact(f"{error_name(exc)}: {exc}")))
         raise
     except BaseException:
         # anyio/trio cancellation and KeyboardInterrupt are not failures of the traced work.

@@ -28,7 +28,7 @@ import anyio
 
 from orchestrator._core.branch_plan import collect_branch_entries, prepare_branch_entries
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ConflictError, ModelError, SessionError
+from orchestrator._core.errors import ConflictError, ModelTimeoutError, SessionError, model_error
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW, no_room_for_branch
 from orchestrator._lifecycle.guards import NO_NAVIGATION_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
@@ -288,10 +288,9 @@ class Navigator:
             raise SessionError(BUSY)
         if state == NavigationState.FAILED:
             if request.hook_timeout is not None:
-                raise ModelError(
+                raise ModelTimeoutError(
                     "session_before_tree handlers did not answer within "
                     f"{request.hook_timeout:g} s",
-                    kind="timeout",
                 )
             outcome = request.outcome
             if outcome is not None and outcome.status == OperationState.CONFLICT:
@@ -299,9 +298,9 @@ class Navigator:
                 raise ConflictError(
                     outcome.error or "Branch summary conflicted with another writer"
                 )
-            raise ModelError(
+            raise model_error(
+                (outcome.error_kind if outcome else None) or "fatal",
                 (outcome.error if outcome else None) or "Branch summarization failed",
-                kind=(outcome.error_kind if outcome else None) or "fatal",
                 retry_after=outcome.retry_after if outcome else None,
             ) from (outcome.cause if outcome else None)
         if state == NavigationState.CANCELLED:

@@ -56,7 +56,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator._core.errors import ConflictError, ModelError
+from orchestrator._core.errors import ConflictError, model_error
 from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, OperationFacts
 from orchestrator._lifecycle.machine import Step
@@ -349,8 +349,8 @@ class OperationDriver:
         failure = self.failure if outcome != "ok" else None
         error = None
         if failure is not None:
-            error = ModelError(
-                failure.error or "", kind=failure.outcome, retry_after=failure.retry_after
+            error = model_error(
+                failure.outcome, failure.error or "", retry_after=failure.retry_after
             )
         check = None
         if failure is not None and failure.outcome == "refused":

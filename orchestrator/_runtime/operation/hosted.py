@@ -26,7 +26,7 @@ from anyio.lowlevel import checkpoint
 
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import FatalModelError
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW, no_room_for_branch
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._runtime.operation.jobs import CompactionJob
@@ -47,16 +47,13 @@ def branch_budget(routes: SummaryRoutes, reserve_tokens: int) -> int:
     """The tokens of the abandoned branch the summarizer may read (as our navigator computes it).
 
     Raises:
-        ModelError: The first route's window leaves no room after the reserve (``fatal``);
+        FatalModelError: The first route's window leaves no room after the reserve;
             nothing is summarized, as for a navigation of ours.
     """
     candidates = routes.candidates
     window = (candidates[0].context_window if candidates else 0) or FALLBACK_CONTEXT_WINDOW
     if window <= reserve_tokens:
-        raise ModelError(
-            no_room_for_branch(window, reserve_tokens),
-            kind="fatal",
-        )
+        raise FatalModelError(no_room_for_branch(window, reserve_tokens))
     return max(1, window - reserve_tokens)
 
 

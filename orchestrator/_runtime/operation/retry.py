@@ -17,7 +17,12 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator._core.errors import ModelError
+from orchestrator._core.errors import (
+    EmptyReplyError,
+    FatalModelError,
+    ModelError,
+    TruncatedReplyError,
+)
 from orchestrator._core.model import ModelResponse
 from orchestrator._core.utf16 import utf16_len
 
@@ -91,20 +96,21 @@ def check_summary_response(response: ModelResponse, max_tokens: int = 0) -> Mode
         ``response`` unchanged when it is usable.
 
     Raises:
-        ModelError: ``kind="fatal"`` for an error or aborted stop and for a summary more than
-            :data:`OVER_BUDGET` times its budget, ``"truncated"`` for a ``length`` stop,
-            ``"empty"`` for empty or whitespace-only text.
+        FatalModelError: An error or aborted stop, or a summary more than :data:`OVER_BUDGET`
+            times its budget.
+        TruncatedReplyError: A ``length`` stop.
+        EmptyReplyError: Empty or whitespace-only text.
     """
     if response.stop_reason in ("error", "aborted"):
-        raise ModelError(f"Summarization failed: stop reason {response.stop_reason}")
+        raise FatalModelError(f"Summarization failed: stop reason {response.stop_reason}")
     if response.stop_reason == "length":
-        raise ModelError("Summarization failed: output truncated", kind="truncated")
+        raise TruncatedReplyError("Summarization failed: output truncated")
     if not response.text.strip():
-        raise ModelError("Summarization failed: empty summary", kind="empty")
+        raise EmptyReplyError("Summarization failed: empty summary")
     if max_tokens > 0:
         estimated = math.ceil(utf16_len(response.text) / 4)
         if estimated > OVER_BUDGET * max_tokens:
-            raise ModelError(
+            raise FatalModelError(
                 f"Summarization failed: the summary is about {estimated} tokens, more than "
                 f"{OVER_BUDGET} times its budget of {max_tokens}"
             )

@@ -21,7 +21,7 @@ from anyio.lowlevel import RunVar
 
 from orchestrator._core.branch_plan import BranchPlan
 from orchestrator._core.compaction_plan import CompactionPlan
-from orchestrator._core.errors import Cancelled, ConflictError, ModelError, StorageError
+from orchestrator._core.errors import Cancelled, ConflictError, StorageError, model_error
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.names import OperationState
 from orchestrator._runtime.admission import Slot, start_slot
@@ -204,9 +204,9 @@ def raise_for(outcome: OperationOutcome, what: str = "Compaction") -> OperationO
             refused = storage_failure(outcome.cause, outcome.error)
             if refused is not None:
                 raise refused
-        raise ModelError(
+        raise model_error(
+            outcome.error_kind or "fatal",
             outcome.error or f"{what} failed",
-            kind=outcome.error_kind or "fatal",
             retry_after=outcome.retry_after,
         ) from outcome.cause
     return outcome

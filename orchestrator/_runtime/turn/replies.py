@@ -19,6 +19,7 @@ from orchestrator._core.classify import (
     silent_overflow,
 )
 from orchestrator._core.entries import Message
+from orchestrator._core.errors import MODEL_ERRORS, ContextOverflowError, TransientModelError
 from orchestrator._core.model import Usage
 from orchestrator._core.tokens import calculate_context_tokens, should_compact
 from orchestrator._runtime.types import OperationOutcome, RuntimeSettings
@@ -77,9 +78,19 @@ def failed_attempt(messages: Iterable[tuple[str, Message]], reply_id: str) -> li
     return targets
 
 
-# A ModelError's kind, as recorded on a failed reply, to the turn's outcome. A timeout is
-# transient, as in the operation table; other kinds are judged by the text.
-_KIND_OUTCOMES = {"overflow": "overflow", "transient": "transient", "timeout": "transient"}
+def _named_outcome(kind: object) -> str | None:
+    """The turn's outcome for a ModelError's kind as recorded on a failed reply (``errorKind``).
+
+    Its class decides: a :class:`ModelTimeoutError` is a :class:`TransientModelError`, as in
+    the operation table. Other kinds, and a word we do not know (the field is in a session file
+    anyone may have written, so it is not refused), are judged by the text.
+    """
+    named = MODEL_ERRORS.get(kind) if isinstance(kind, str) else None
+    if named is not None and issubclass(named, ContextOverflowError):
+        return "overflow"
+    if named is not None and issubclass(named, TransientModelError):
+        return "transient"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,7 +137,7 @@ def classify(reply: Message | None, settings: RuntimeSettings, *, stale: bool) -
         # provider class or status may say overflow or transient where the words do not. "fatal"
         # is also ModelError's default, so then the text still gets its say (pi's messages have
         # no kind at all).
-        named = _KIND_OUTCOMES.get(str(reply.get("errorKind")))
+        named = _named_outcome(reply.get("errorKind"))
         if named is not None:
             return Verdict(outcome=named, error=error)
         if is_context_overflow_text(error):
