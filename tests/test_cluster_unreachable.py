@@ -325,3 +325,45 @@ async def test_a_server_whose_database_went_away_answers_unavailable(pg_url: str
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+
+
+@pytest.mark.anyio
+async def test_after_a_blip_the_operation_id_finds_the_outcome_of_the_work_that_went_on(
+    stored: Stored,
+) -> None:
+    database, session_id, _ = stored
+    queue = queue_name()  # no worker yet: the compaction waits to be accepted
+    async with relayed() as (proxy, address), connected() as direct:
+        client = await ClusterClient.connect(
+            address, give_up_after=timedelta(seconds=3), task_queue=queue, idle_s=0.2
+        )
+        rpc = Dispatcher(ClusterHub(address, database.location, client=client).methods())
+        assert "result" in await call(rpc, "session.open", path=session_id)
+        pending = asyncio.ensure_future(
+            call(rpc, "session.compress", session_id=session_id, operationId="blip-1")
+        )
+        while not await _running(direct, session_id):
+            await asyncio.sleep(0.05)
+        proxy.cut()
+        error = (await pending)["error"]
+        assert error["code"] == UNAVAILABLE
+        assert error["data"] == {"kind": "unavailable", "operationId": "blip-1"}
+        # Still unreachable: asking is unavailable too, with the id.
+        asked = await call(rpc, "session.operation", session_id=session_id, operationId="blip-1")
+        assert asked["error"]["code"] == UNAVAILABLE
+        assert asked["error"]["data"] == {"kind": "unavailable", "operationId": "blip-1"}
+        # Temporal is back and a worker takes the update: the work went on; the id finds it.
+        await proxy.start()
+        acts = SessionActivities(database.location, build_summarizer(RouteSettings()), SETTINGS)
+        async with build_worker(direct, acts, task_queue=queue):
+            while True:
+                answer = await call(
+                    rpc, "session.operation", session_id=session_id, operationId="blip-1"
+                )
+                if answer["result"]["state"] != "running":
+                    break
+                await asyncio.sleep(0.05)
+    done = answer["result"]
+    assert done["state"] == "done", done
+    assert done["result"]["operationId"] == "blip-1"
+    assert [e["id"] for e in database.new_compactions(session_id)] == [done["result"]["entryId"]]

@@ -300,9 +300,9 @@ class Params:
         value: str | None = self._get(name, (str,), "a string", None)
         return value
 
-    def flag(self, name: str) -> bool:
-        """An optional boolean (absent or ``null``: false)."""
-        value: bool = self._get(name, (bool,), "a boolean", False)
+    def flag(self, name: str, default: bool = False) -> bool:
+        """An optional boolean (absent or ``null``: ``default``)."""
+        value: bool = self._get(name, (bool,), "a boolean", default)
         return value
 
     def obj(self, name: str) -> dict[str, Any]:
