@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anyio
 import anyio.abc
@@ -219,7 +220,11 @@ async def test_tcp_compress_with_notifications(tmp_path: Path) -> None:
         group.cancel_scope.cancel()
     hub.close_all()
     assert compressed["result"]["compacted"] is True
-    assert again["result"] == {"compacted": False, "reason": "Already compacted"}
+    assert again["result"] == {
+        "compacted": False,
+        "reason": "Already compacted",
+        "operationId": again["result"]["operationId"],
+    }
     # Events emitted before the answer are written before it.
     assert updates == ["in_progress", "completed"]
     assert {n["params"]["session_id"] for n in peer.notifications} == {sid}
@@ -298,7 +303,7 @@ async def test_tcp_a_conflict_and_a_locked_session_have_their_own_codes(tmp_path
         holder.close()
         hub.close_all()
     assert conflict["code"] == -32007
-    assert conflict["data"] == {"kind": "conflict", "applied": False}
+    assert conflict["data"] == {"kind": "conflict", "applied": False, "operationId": ANY}
     assert "the session changed since it was read" in conflict["message"]
     assert "now at entry c0ffee01" in conflict["message"]
     assert after_pi.endswith(b'typed in pi meanwhile","timestamp":1}}\n')  # nothing after it
