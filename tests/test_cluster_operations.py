@@ -10,6 +10,7 @@ the id) is in tests/test_cluster_unreachable.py.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -19,6 +20,7 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 
 from temporalio.client import WorkflowExecutionStatus  # noqa: E402
 
+from orchestrator._cli.main import main  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.operations import UNKNOWN_OPERATION  # noqa: E402
@@ -65,7 +67,7 @@ async def operation(rpc: Dispatcher, session_id: str, operation_id: str) -> dict
 
 
 async def test_a_compaction_whose_caller_left_is_found_by_another_server(
-    cluster_database: Database,
+    cluster_database: Database, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gate = Gate()
     async with cluster_serving(cluster_database, routes(FunctionModel(gate.answer))) as remote:
@@ -107,6 +109,19 @@ async def test_a_compaction_whose_caller_left_is_found_by_another_server(
         unknown = await call(third, "session.operation", session_id=sid, operationId="never")
         assert unknown["error"]["code"] == UNKNOWN_OPERATION
         assert unknown["error"]["data"] == {"operationId": "never"}
+        # The command line asks Temporal directly, as any server does.
+        asked = ["operation", f"{sid}.jsonl", "gone-1", "--temporal", temporal_address()]
+        assert await anyio.to_thread.run_sync(main, [*asked, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == done
+        assert await anyio.to_thread.run_sync(main, asked) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            "operation gone-1: done",
+            f"compacted: entry {entry['id']} (tokens before: {entry['tokensBefore']})",
+        ]
+        assert await anyio.to_thread.run_sync(main, [*asked[:2], "never", *asked[3:]]) == 1
+        assert capsys.readouterr().err == (
+            f"orchestrator operation: operation never is not known in session {sid}\n"
+        )
 
 
 async def test_without_waiting_on_the_cluster_and_a_cancelled_outcome_recalled(

@@ -298,28 +298,7 @@ class ClusterHost(host.Attached):
         Raises:
             UnavailableError: The Temporal server cannot be reached.
         """
-        client = await self.client()
-        for name, hub_method in _UPDATES.items():
-            if method is not None and method != hub_method:
-                continue
-            found = await client.recall(session_id, name, operation_id)
-            if found is None:
-                continue
-            recalled = Operation(
-                session_id=session_id, operation_id=operation_id, method=hub_method, asked=""
-            )
-            if not found.done:
-                return recalled.as_json()
-            try:
-                if found.error is not None:
-                    raise found.error
-                answer = _ANSWERS[name](found.result)
-            except Exception as exc:  # noqa: BLE001 - the error the original call was answered
-                recalled.end(error=with_id(error_for(exc, hub_method), operation_id))
-            else:
-                recalled.end({**answer, OPERATION_ID: operation_id})
-            return recalled.as_json()
-        return None
+        return await recall_operation(await self.client(), session_id, operation_id, method)
 
     async def navigate(
         self, session_id: str, request: host.Navigation, *, operation_id: str | None = None
@@ -489,6 +468,47 @@ def compacted(done: CompressResult) -> host.Compacted | str:
 def compress_answer(done: CompressResult) -> dict[str, Any]:
     """``session.compress``'s answer, as the one-process server gives it (see :func:`compacted`)."""
     return host.compress_answer(compacted(done))
+
+
+async def recall_operation(
+    client: ClusterClient, session_id: str, operation_id: str, method: str | None = None
+) -> dict[str, Any] | None:
+    """``session.operation``'s answer from the cluster: the update named by ``operation_id``.
+
+    Args:
+        client: The cluster.
+        session_id: The session (its workflow's id).
+        operation_id: The operation's id.
+        method: The method that asked for it, when known (else each operation's is tried).
+
+    Returns:
+        ``{operationId, state, result | error}`` as the original call would have been
+        answered; ``None`` when no run of the session's workflow knows the id.
+
+    Raises:
+        UnavailableError: The Temporal server cannot be reached.
+    """
+    for name, hub_method in _UPDATES.items():
+        if method is not None and method != hub_method:
+            continue
+        found = await client.recall(session_id, name, operation_id)
+        if found is None:
+            continue
+        recalled = Operation(
+            session_id=session_id, operation_id=operation_id, method=hub_method, asked=""
+        )
+        if not found.done:
+            return recalled.as_json()
+        try:
+            if found.error is not None:
+                raise found.error
+            answer = _ANSWERS[name](found.result)
+        except Exception as exc:  # noqa: BLE001 - the error the original call was answered
+            recalled.end(error=with_id(error_for(exc, hub_method), operation_id))
+        else:
+            recalled.end({**answer, OPERATION_ID: operation_id})
+        return recalled.as_json()
+    return None
 
 
 _UPDATES = {"compress": "session.compress", "navigate": "session.tree.navigate"}
