@@ -28,8 +28,10 @@ code    name                when
                             file descriptors for the request: then nothing was applied)
 -32006  unauthorized        the connection did not start with the server's token
 -32007  conflict            another program changed the session meanwhile; nothing was applied
+-32008  unavailable         the cluster (Temporal, its store) cannot be reached or failed
 -32009  storage             the server's disk refused a write (full, a quota, read-only, an I/O
                             error); the message names the file
+-32010  unknown operation   ``session.operation`` for an id the server does not know
 ======  ==================  ================================================================
 
 Messages are one line (whitespace collapsed), so a client can show them as they are.
