@@ -17,10 +17,10 @@ every event. Several connections may follow one session; when it closes, each ge
 ``session_closed`` event and no more. A listener that raises is skipped, never allowed to break
 the session that emitted the event.
 
-``session.compress`` and ``session.tree.navigate`` are operations (:mod:`~orchestrator._rpc.operations`):
-each has an id the caller gets at once (``"wait": false``) or in its answer and errors, and
-``session.operation`` returns how it stands, or its outcome, from the hub's book (or the host's
-``recall``: the cluster's workflow update).
+``session.compress`` and ``session.tree.navigate`` are operations
+(:mod:`~orchestrator._rpc.operations`): each has an id the caller gets at once (``"wait":
+false``) or in its answer and errors, and ``session.operation`` returns how it stands, or its
+outcome, from the hub's book (or the host's ``recall``: the cluster's workflow update).
 
 Which requests may run together on one session (one manual compaction at a time, nothing but a
 fork during a navigation, no close while anything runs: ``-32001``) is the session machine's
