@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from orchestrator._cli.main import main
 from orchestrator._cli.operation import _Connection
-from tests.test_rpc_server import EXAMPLE, REPO, SERVE
+from tests.test_rpc_server import EXAMPLE, socket_server
 
 
 def one_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -34,17 +33,8 @@ def test_the_operation_command_asks_the_server_that_ran_it(
     session = tmp_path / "s.jsonl"
     shutil.copy(EXAMPLE, session)
     sock = tmp_path / "serve.sock"
-    process = subprocess.Popen(
-        [*SERVE, "--socket", str(sock), str(session)],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process = socket_server(session, sock)
     try:
-        assert process.stderr is not None
-        while b"listening on" not in process.stderr.readline():
-            assert process.poll() is None, "the server ended before it listened"
         with _Connection(sock) as server:
             sid = server.call("session.list", {})["sessions"][0]["session_id"]
             done = server.call("session.compress", {"session_id": sid, "operationId": "cli-1"})
@@ -61,7 +51,7 @@ def test_the_operation_command_asks_the_server_that_ran_it(
         assert one_line(capsys) == (
             f"orchestrator operation: operation nobody is not known in session {sid}: "
             f"session.operation: no operation nobody in session {sid} (never asked for here, "
-            "or forgotten: a server keeps the last 1000 for an hour)"
+            "or forgotten: a server keeps the last 1000 for 1 h)"
         )
         assert main(["operation", "other.jsonl", "cli-1", "--socket", str(sock)]) == 1
         assert one_line(capsys) == (

@@ -29,6 +29,7 @@ from orchestrator.testing import FunctionModel, summary_text  # noqa: E402
 from tests.cluster_kit import Database, temporal_address  # noqa: E402
 from tests.test_cluster import routes  # noqa: E402
 from tests.test_cluster_navigation import Cluster, call, cluster_serving  # noqa: E402
+from tests.test_rpc_operations import compacted  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -87,19 +88,7 @@ async def test_a_compaction_whose_caller_left_is_found_by_another_server(
         while (done := await operation(rpc, sid, "gone-1"))["state"] == "running":
             await anyio.sleep(0.05)
         [entry] = cluster_database.new_compactions(sid)
-        assert done == {
-            "operationId": "gone-1",
-            "state": "done",
-            "result": {
-                "compacted": True,
-                "entryId": entry["id"],
-                "summary": entry["summary"],
-                "tokensBefore": entry["tokensBefore"],
-                "firstKeptEntryId": entry["firstKeptEntryId"],
-                "shortSummary": None,
-                "operationId": "gone-1",
-            },
-        }
+        assert done == compacted(entry, "gone-1")
         # The run idles out (idle_s 0.2): a third server still finds the outcome in it.
         handle = remote.client.get_workflow_handle(sid)
         while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:

@@ -35,27 +35,9 @@ async def ready_to_compact(*summaries: Any) -> tuple[Any, HubClient[Any], str]:
     return kit, client, sid
 
 
-async def settled(client: HubClient[Any], sid: str, operation_id: str) -> dict[str, Any]:
-    """``session.operation``'s answer once the operation no longer runs."""
-    while True:
-        answer: dict[str, Any] = await client.call(
-            "session.operation", session_id=sid, operationId=operation_id
-        )
-        if answer["state"] != "running":
-            return answer
-        await anyio.sleep(0)
-
-
-async def test_compress_without_waiting_answers_the_id_and_the_outcome_comes_later() -> None:
-    kit, client, sid = await ready_to_compact()
-    started = await client.call("session.compress", session_id=sid, wait=False)
-    operation_id = started["operationId"]
-    assert started == {"operationId": operation_id, "state": "running"}
-    assert len(operation_id) == 32
-    done = await settled(client, sid, operation_id)
-    entry = kit.session.tree.entries[-1]
-    assert entry["type"] == "compaction"
-    assert done == {
+def compacted(entry: dict[str, Any], operation_id: str) -> dict[str, Any]:
+    """``session.operation``'s answer for a compaction that committed ``entry``."""
+    return {
         "operationId": operation_id,
         "state": "done",
         "result": {
@@ -68,6 +50,30 @@ async def test_compress_without_waiting_answers_the_id_and_the_outcome_comes_lat
             "operationId": operation_id,
         },
     }
+
+
+async def settled(client: HubClient[Any], sid: str, operation_id: str) -> dict[str, Any]:
+    """``session.operation``'s answer once the operation no longer runs."""
+    while True:
+        answer: dict[str, Any] = await client.call(
+            "session.operation", session_id=sid, operationId=operation_id
+        )
+        if answer["state"] != "running":
+            return answer
+        await anyio.sleep(0)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_compress_without_waiting_answers_the_id_and_the_outcome_comes_later() -> None:
+    kit, client, sid = await ready_to_compact()
+    started = await client.call("session.compress", session_id=sid, wait=False)
+    operation_id = started["operationId"]
+    assert started == {"operationId": operation_id, "state": "running"}
+    assert len(operation_id) == 32
+    done = await settled(client, sid, operation_id)
+    entry = kit.session.tree.entries[-1]
+    assert entry["type"] == "compaction"
+    assert done == compacted(entry, operation_id)
     # Asked again, the same outcome: nothing ran twice.
     assert await settled(client, sid, operation_id) == done
     assert len(kit.model.requests) == 1
@@ -106,7 +112,7 @@ async def test_unknown_and_malformed_ids_are_refused_clearly() -> None:
     assert unknown == {
         "code": UNKNOWN_OPERATION,
         "message": f"session.operation: no operation nobody in session {sid} (never asked for "
-        "here, or forgotten: a server keeps the last 1000 for an hour)",
+        "here, or forgotten: a server keeps the last 1000 for 1 h)",
         "data": {"operationId": "nobody"},
     }
     missing = await client.error("session.operation", session_id=sid)

@@ -44,13 +44,13 @@ from orchestrator._rpc.operations import (
     OPERATION_ID,
     REFUSED_BEFORE_START,
     RUNNING,
-    UNKNOWN_OPERATION,
     Background,
     Operation,
     OperationBook,
     asked_of,
     new_id,
     requested_id,
+    unknown,
     with_id,
 )
 from orchestrator._rpc.protocol import (
@@ -357,12 +357,7 @@ class RpcHub:
             if recalled is not None:
                 return recalled
         if operation is None:
-            raise RpcError(
-                UNKNOWN_OPERATION,
-                f"{p.method}: no operation {operation_id} in session {session_id} (never "
-                "asked for here, or forgotten: a server keeps the last 1000 for an hour)",
-                {OPERATION_ID: operation_id},
-            )
+            raise unknown(p.method, session_id, operation_id)
         return operation.as_json()
 
     async def _fork(self, p: Params) -> dict[str, Any]:

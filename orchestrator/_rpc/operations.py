@@ -83,11 +83,22 @@ def new_id() -> str:
 
 
 def with_id(error: RpcError, operation_id: str) -> RpcError:
-    """``error`` with ``operationId`` in its ``data`` (an object; made one when absent)."""
+    """``error`` with ``operationId`` in its ``data``.
+
+    Made an object when it had none: every error this server sends has an object or nothing.
+    """
     data = error.data if isinstance(error.data, dict) else {}
-    if error.data is not None and not isinstance(error.data, dict):
-        data = {"detail": error.data}
     return RpcError(error.code, str(error), {**data, OPERATION_ID: operation_id})
+
+
+def unknown(method: str, session_id: str, operation_id: str) -> RpcError:
+    """The ``-32010`` for an id no operation of the session has (here)."""
+    return RpcError(
+        UNKNOWN_OPERATION,
+        f"{method}: no operation {operation_id} in session {session_id} (never asked for here, "
+        f"or forgotten: a server keeps the last {KEPT} for {KEPT_S / 3600:g} h)",
+        {OPERATION_ID: operation_id},
+    )
 
 
 def error_json(error: RpcError) -> dict[str, Any]:
