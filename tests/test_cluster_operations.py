@@ -28,7 +28,12 @@ from orchestrator._rpc.protocol import CANCELLED, Dispatcher  # noqa: E402
 from orchestrator.testing import FunctionModel, summary_text  # noqa: E402
 from tests.cluster_kit import Database, temporal_address  # noqa: E402
 from tests.test_cluster import routes  # noqa: E402
-from tests.test_cluster_navigation import Cluster, call, cluster_serving  # noqa: E402
+from tests.test_cluster_navigation import (  # noqa: E402
+    ASSISTANT,
+    Cluster,
+    call,
+    cluster_serving,
+)
 from tests.test_rpc_operations import compacted  # noqa: E402
 
 pytestmark = pytest.mark.anyio
@@ -134,3 +139,35 @@ async def test_without_waiting_on_the_cluster_and_a_cancelled_outcome_recalled(
         # Another server reads the same outcome from the workflow's update.
         assert await operation(await another_server(remote), sid, operation_id) == here
         assert cluster_database.new_compactions(sid) == []
+
+
+async def test_navigations_are_recalled_with_their_answer_or_their_error(
+    cluster_database: Database,
+) -> None:
+    gate = Gate()
+    gate.released.set()
+    async with cluster_serving(cluster_database, routes(FunctionModel(gate.answer))) as remote:
+        sid = remote.session_id
+        moved = await call(
+            remote.rpc, "session.tree.navigate", session_id=sid, target_id=ASSISTANT, wait=False
+        )
+        operation_id = moved["result"]["operationId"]
+        while (here := await operation(remote.rpc, sid, operation_id))["state"] == "running":
+            await anyio.sleep(0.05)
+        assert here["state"] == "done"
+        assert here["result"]["newLeafId"] == ASSISTANT
+        refused = await call(
+            remote.rpc, "session.tree.navigate", session_id=sid, target_id="nope", operationId="n"
+        )
+        assert refused["error"] == {
+            "code": -32602,
+            "message": "Entry nope not found",
+            "data": {"operationId": "n"},
+        }
+        elsewhere = await another_server(remote)
+        assert await operation(elsewhere, sid, operation_id) == here
+        assert await operation(elsewhere, sid, "n") == {
+            "operationId": "n",
+            "state": "failed",
+            "error": refused["error"],
+        }
