@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
 from orchestrator._cli.main import main
 from orchestrator._cli.operation import _Connection
+from orchestrator._core.errors import SessionError
 from tests.test_rpc_server import EXAMPLE, socket_server
 
 
@@ -92,3 +95,42 @@ def test_the_operation_command_wants_one_place_to_ask(capsys: pytest.CaptureFixt
         main(["operation", "s", "id"])
     assert usage.value.code == 2
     assert "one of the arguments --socket --temporal is required" in capsys.readouterr().err
+
+
+def test_a_server_that_sends_events_first_or_hangs_up_is_read_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "fake.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen()
+
+        def serve() -> None:
+            accepted, _ = listener.accept()
+            with accepted:
+                accepted.recv(65536)
+                event = {"jsonrpc": "2.0", "method": "session.event", "params": {}}
+                answer = {"jsonrpc": "2.0", "id": 1, "result": {"sessions": []}}
+                accepted.sendall(json.dumps(event).encode() + b"\n")
+                accepted.sendall(json.dumps(answer).encode() + b"\n")
+                accepted.recv(65536)  # the second request: hung up on
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        try:
+            with _Connection(path) as server:
+                assert server.call("session.list", {}) == {"sessions": []}
+                with pytest.raises(SessionError) as closed:
+                    server.call("session.list", {})
+        finally:
+            thread.join()
+    assert str(closed.value) == f"{path}: the server closed the connection"
+
+
+def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in (
+        (["operation", "s", "", "--socket", "x"], "the operation id is empty"),
+        (["operation", "/", "id", "--temporal", "127.0.0.1:1"], "'/': not a session id"),
+    ):
+        with pytest.raises(SystemExit) as usage:
+            main(argv)
+        assert usage.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")

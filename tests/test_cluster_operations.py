@@ -100,6 +100,10 @@ async def test_a_compaction_whose_caller_left_is_found_by_another_server(
             await anyio.sleep(0.05)
         third = await another_server(remote)
         assert await operation(third, sid, "gone-1") == done
+        # A later run (another compaction): "gone-1" is found in the run before it.
+        later = await call(third, "session.compress", session_id=sid, operationId="later-1")
+        assert later["result"]["operationId"] == "later-1"
+        assert await operation(await another_server(remote), sid, "gone-1") == done
         unknown = await call(third, "session.operation", session_id=sid, operationId="never")
         assert unknown["error"]["code"] == UNKNOWN_OPERATION
         assert unknown["error"]["data"] == {"operationId": "never"}

@@ -216,3 +216,18 @@ def test_the_book_forgets_the_oldest_ended_operations_past_its_bounds() -> None:
     operation.end(error=RpcError(BUSY, "busy"))
     stale.ended(operation)
     assert stale.find("s", "old") is None
+
+
+async def test_an_operation_running_in_the_background_ends_with_the_server() -> None:
+    kit, client, sid = await ready_to_compact(Hang())
+    started = await client.call("session.compress", session_id=sid, wait=False)
+    await until(lambda: len(kit.model.requests) == 1)
+    client.hub.abort_all()  # the server stopping
+    stopped = await settled(client, sid, started["operationId"])
+    assert stopped["state"] == "cancelled"
+    assert stopped["error"]["data"] == {
+        "kind": "shutdown",
+        "applied": False,
+        "operationId": started["operationId"],
+    }
+    assert kit.session.tree.entries[-1]["type"] != "compaction"

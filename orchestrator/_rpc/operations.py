@@ -252,6 +252,3 @@ class Background:
         """Cancel every piece still running."""
         for scope in self._scopes:
             scope.cancel()
-
-    def __len__(self) -> int:
-        return len(self._scopes)
