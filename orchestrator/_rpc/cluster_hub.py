@@ -16,6 +16,12 @@ error codes.
 A worker without an agent (no ``--model``) refuses ``session.prompt`` with ``-32601``, as a
 server started without ``--model`` does.
 
+Operations. A ``session.compress`` or ``session.tree.navigate`` is the workflow update named
+by its operation id (``compress:ID``, ``navigate:ID``; :mod:`~orchestrator._rpc.operations`):
+Temporal keeps its outcome with the workflow run, so ``session.operation`` on any server
+(:func:`recall_operation`) finds it, also after the server that asked for it died or lost
+Temporal for a while.
+
 Notifications. While ``session.prompt`` or ``session.compress`` runs, the server asks the
 workflow for the events recorded since the last it sent (the ``events`` query, every
 :data:`EVENT_POLL_S`), and the answer carries them all: each is sent once, in order, before the

@@ -4,7 +4,7 @@ Two hosts implement it: :class:`~orchestrator._rpc.local_host.LocalHost` (the se
 process, one :class:`~orchestrator._runtime.session.AgentSession` each) and
 :class:`~orchestrator._rpc.cluster_hub.ClusterHost` (session workflows reached through the
 cluster client, read from the shared store). The hub (:mod:`~orchestrator._rpc.hub`) writes the
-ten ``session.*`` methods once over either: it checks the parameters, asks the host, follows the
+eleven ``session.*`` methods once over either: it checks the parameters, asks the host, follows the
 sessions a connection opened and shapes the answers. A host refuses by raising from the one error
 hierarchy (a :class:`~orchestrator._core.errors.BusyError` when the session machine refuses, a
 :class:`~orchestrator._core.errors.NoAgentError` without an agent), and the dispatcher maps the
@@ -226,7 +226,7 @@ class SessionHost(Protocol):
         """Stop what runs in the session; whether anything did."""
 
     def more_methods(self) -> dict[str, Method]:
-        """Methods beyond the ten (pi's ``summary.*``, or their refusals)."""
+        """Methods beyond the eleven (pi's ``summary.*``, or their refusals)."""
 
     def shutdown_error(self) -> RpcError:
         """The answer to each request still running when the server stops."""
