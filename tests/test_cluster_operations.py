@@ -11,6 +11,7 @@ the id) is in tests/test_cluster_unreachable.py.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import anyio
@@ -20,7 +21,8 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 
 from temporalio.client import WorkflowExecutionStatus  # noqa: E402
 
-from orchestrator._cli.main import main  # noqa: E402
+from orchestrator._cli.operation import ask_cluster  # noqa: E402
+from orchestrator._core.errors import SessionError  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
 from orchestrator._rpc.operations import UNKNOWN_OPERATION  # noqa: E402
@@ -37,6 +39,7 @@ from tests.test_cluster_navigation import (  # noqa: E402
 from tests.test_rpc_operations import compacted  # noqa: E402
 
 pytestmark = pytest.mark.anyio
+COMMAND = (sys.executable, "-m", "orchestrator", "operation")
 
 
 @pytest.fixture
@@ -73,7 +76,7 @@ async def operation(rpc: Dispatcher, session_id: str, operation_id: str) -> dict
 
 
 async def test_a_compaction_whose_caller_left_is_found_by_another_server(
-    cluster_database: Database, capsys: pytest.CaptureFixture[str]
+    cluster_database: Database,
 ) -> None:
     gate = Gate()
     async with cluster_serving(cluster_database, routes(FunctionModel(gate.answer))) as remote:
@@ -108,17 +111,23 @@ async def test_a_compaction_whose_caller_left_is_found_by_another_server(
         assert unknown["error"]["code"] == UNKNOWN_OPERATION
         assert unknown["error"]["data"] == {"operationId": "never"}
         # The command line asks Temporal directly, as any server does.
-        asked = ["operation", f"{sid}.jsonl", "gone-1", "--temporal", temporal_address()]
-        assert await anyio.to_thread.run_sync(main, [*asked, "--json"]) == 0
-        assert json.loads(capsys.readouterr().out) == done
-        assert await anyio.to_thread.run_sync(main, asked) == 0
-        assert capsys.readouterr().out.splitlines() == [
+        asked = [*COMMAND, f"{sid}.jsonl", "gone-1", "--temporal", temporal_address()]
+        shown = await anyio.run_process([*asked, "--json"])
+        assert json.loads(shown.stdout) == done
+        shown = await anyio.run_process(asked)
+        assert shown.stdout.decode().splitlines() == [
             "operation gone-1: done",
             f"compacted: entry {entry['id']} (tokens before: {entry['tokensBefore']})",
         ]
-        assert await anyio.to_thread.run_sync(main, [*asked[:2], "never", *asked[3:]]) == 1
-        assert capsys.readouterr().err == (
-            f"orchestrator operation: operation never is not known in session {sid}\n"
+        assert await ask_cluster(temporal_address(), sid, "gone-1") == done
+        with pytest.raises(SessionError) as never:
+            await ask_cluster(temporal_address(), sid, "never")
+        assert str(never.value) == f"operation never is not known in session {sid}"
+        refused = await anyio.run_process([*asked[:5], "never", *asked[6:]], check=False)
+        assert (refused.returncode, refused.stdout, refused.stderr.decode()) == (
+            1,
+            b"",
+            f"orchestrator operation: operation never is not known in session {sid}\n",
         )
 
 

@@ -93,22 +93,31 @@ def _from_cluster(args: argparse.Namespace) -> dict[str, Any]:
     require_cluster()
     import anyio
 
-    from orchestrator._cluster.client import ClusterClient
-    from orchestrator._rpc.cluster_hub import recall_operation, session_id_of
+    from orchestrator._rpc.cluster_hub import session_id_of
     from orchestrator._rpc.protocol import RpcError
 
     try:
         session_id = session_id_of(args.session)
     except RpcError as error:
         raise UsageError(str(error)) from None
+    answer: dict[str, Any] = anyio.run(ask_cluster, args.temporal, session_id, args.id)
+    return answer
 
-    async def ask() -> dict[str, Any] | None:
-        client = await ClusterClient.connect(args.temporal)
-        return await recall_operation(client, session_id, args.id)
 
-    answer = anyio.run(ask)
+async def ask_cluster(temporal: str, session_id: str, operation_id: str) -> dict[str, Any]:
+    """``session.operation``'s answer, asked of the Temporal server at ``temporal``.
+
+    Raises:
+        SessionError: No run of the session's workflow knows the id.
+        UnavailableError: The Temporal server cannot be reached.
+    """
+    from orchestrator._cluster.client import ClusterClient
+    from orchestrator._rpc.cluster_hub import recall_operation
+
+    client = await ClusterClient.connect(temporal)
+    answer = await recall_operation(client, session_id, operation_id)
     if answer is None:
-        raise SessionError(UNKNOWN.format(id=args.id, session=session_id))
+        raise SessionError(UNKNOWN.format(id=operation_id, session=session_id))
     return answer
 
 
