@@ -116,6 +116,20 @@ class Database:
         return [e for e in self.entries(session_id) if e["id"] not in known]
 
 
+def sans_operation_id(answer: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC answer (or its result or error) with its operation's id, which each server
+    makes up, named ``<id>``: in the result, or in the error's ``data``."""
+    out = dict(answer)
+    for key in ("result", "error"):
+        if isinstance(out.get(key), dict):
+            out[key] = sans_operation_id(out[key])
+    if isinstance(out.get("data"), dict):
+        out["data"] = sans_operation_id(out["data"])
+    if isinstance(out.get("operationId"), str):
+        out["operationId"] = "<id>"
+    return out
+
+
 def example_id() -> str:
     """The shipped example session's id (its header's)."""
     header: dict[str, Any] = json.loads(EXAMPLE.read_text(encoding="utf-8").splitlines()[0])

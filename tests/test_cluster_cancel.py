@@ -38,7 +38,12 @@ from orchestrator.testing import (  # noqa: E402
     reply,
     summary_text,
 )
-from tests.cluster_kit import Database, local_copy, save_history  # noqa: E402
+from tests.cluster_kit import (  # noqa: E402
+    Database,
+    local_copy,
+    sans_operation_id,
+    save_history,
+)
 from tests.test_cluster import SETTINGS, routes  # noqa: E402
 from tests.test_cluster_navigation import (  # noqa: E402
     OLD_LEAF,
@@ -171,7 +176,7 @@ async def test_cancelling_the_workflow_mid_compaction_aborts_it_and_the_next_one
         answer, history = await cancelled_on_the_cluster(
             remote, "session.compress", {}, "operationState", "summarizing"
         )
-        assert answer["error"] == local["error"]
+        assert sans_operation_id(answer["error"]) == sans_operation_id(local["error"])
         assert answer["error"]["code"] == -32003
         assert model.cancelled == 1
         assert cluster_database.new_compactions(sid) == []
@@ -239,7 +244,7 @@ async def test_cancelling_the_workflow_mid_branch_summary_leaves_the_leaf_and_th
         answer, _ = await cancelled_on_the_cluster(
             remote, "session.tree.navigate", params, "operationState", "summarizing"
         )
-        assert answer == local
+        assert sans_operation_id(answer) == sans_operation_id(local)
         assert answer["result"]["cancelled"] is answer["result"]["aborted"] is True
         assert answer["result"]["newLeafId"] == OLD_LEAF
         assert model.cancelled == 1

@@ -49,6 +49,7 @@ from tests.cluster_kit import (  # noqa: E402
     connected,
     local_copy,
     queue_name,
+    sans_operation_id,
     save_history,
     temporal_address,
 )
@@ -168,9 +169,10 @@ NAVIGATIONS: list[dict[str, Any]] = [
 
 
 def comparable(answer: dict[str, Any], tree: dict[str, Any]) -> dict[str, Any]:
-    """An answer with the ids the hosts choose differently (new entries) named by their role."""
+    """An answer with the ids the hosts choose differently (new entries, the operation's) named
+    by their role."""
     new = {n["id"] for n in tree["nodes"]} - KNOWN
-    out = dict(answer)
+    out = sans_operation_id(answer)
     for key in ("newLeafId", "oldLeafId", "summaryEntryId"):
         if out.get(key) in new:
             out[key] = "<new>"
@@ -289,7 +291,7 @@ async def test_abort_while_summarizing_cancels_and_writes_nothing(
         answer = await during(
             remote, abort, "session.tree.navigate", target_id=OTHER_TIP, summarize=True
         )
-        assert answer["result"] == {
+        assert sans_operation_id(answer["result"]) == {
             "cancelled": True,
             "aborted": True,
             "editorText": None,
@@ -297,6 +299,7 @@ async def test_abort_while_summarizing_cancels_and_writes_nothing(
             "oldLeafId": OLD_LEAF,
             "summaryEntryId": None,
             "shortSummary": None,
+            "operationId": "<id>",
         }
         assert cluster_database.entries(remote.session_id) == before
         rows = cluster_rows(cluster_database, remote.session_id)
@@ -318,7 +321,8 @@ async def test_refusals_while_work_runs_are_the_one_process_servers(tmp_path: Pa
         async def navigate_while_compacting() -> None:
             await wait_for(remote, "operationState", "summarizing")
             refused = await call(rpc, "session.tree.navigate", session_id=sid, target_id=ASSISTANT)
-            assert refused["error"] == {
+            assert sans_operation_id(refused["error"]) == {
+                "data": {"operationId": "<id>"},
                 "code": -32001,
                 "message": "Cannot navigate while the agent is working; wait for the turn "
                 "to end or abort it",
@@ -331,12 +335,14 @@ async def test_refusals_while_work_runs_are_the_one_process_servers(tmp_path: Pa
         async def others_while_navigating() -> None:
             await wait_for(remote, "navigationState", "summarizing")
             again = await call(rpc, "session.tree.navigate", session_id=sid, target_id=ASSISTANT)
-            assert again["error"] == {
+            assert sans_operation_id(again["error"]) == {
+                "data": {"operationId": "<id>"},
                 "code": -32001,
                 "message": "A navigation is already running in this session",
             }
             compress = await call(rpc, "session.compress", session_id=sid)
-            assert compress["error"] == {
+            assert sans_operation_id(compress["error"]) == {
+                "data": {"operationId": "<id>"},
                 "code": -32001,
                 "message": "Cannot compact while a navigation is running",
             }
@@ -378,7 +384,10 @@ async def test_bad_parameters_are_refused_as_by_one_server(
         ):
             one = await call(local, method, session_id=local_id, **params)
             two = await call(remote.rpc, method, session_id=remote.session_id, **params)
-            assert two["error"] == one["error"], (method, params)
+            assert sans_operation_id(two["error"]) == sans_operation_id(one["error"]), (
+                method,
+                params,
+            )
 
 
 async def test_hooks_on_the_worker_cancel_or_supply_the_summary(tmp_path: Path) -> None:
@@ -613,7 +622,11 @@ async def test_another_writer_first_makes_the_move_a_conflict_with_nothing_appli
                 remote.rpc, "session.tree.navigate", session_id=remote.session_id, **params
             )
             assert answer["error"]["code"] == -32007, params
-            assert answer["error"]["data"] == {"kind": "conflict", "applied": False}
+            assert sans_operation_id(answer["error"])["data"] == {
+                "kind": "conflict",
+                "applied": False,
+                "operationId": "<id>",
+            }
             after = cluster_database.entries(remote.session_id)
             assert [e["id"] for e in after[: len(before)]] == [e["id"] for e in before]
             assert [e.get("customType") for e in after[len(before) :]] == ["elsewhere"]

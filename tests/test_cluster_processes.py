@@ -49,6 +49,7 @@ from tests.cluster_kit import (  # noqa: E402
     connected,
     deployment_for_tests,
     queue_name,
+    sans_operation_id,
     save_history,
     temporal_address,
 )
@@ -300,7 +301,11 @@ def test_two_clients_compress_one_session_through_two_servers_one_compaction(
     wait_until(lambda: summary_calls(provider) == 1, one)
     rpc(two, 2, "session.compress", session_id=session_id)
     refused = answer(two, 2)
-    assert refused["error"] == {"code": -32001, "message": BUSY_COMPACTING}
+    assert sans_operation_id(refused["error"]) == {
+        "code": -32001,
+        "message": BUSY_COMPACTING,
+        "data": {"operationId": "<id>"},
+    }
     provider.release()
     done = answer(one, 2)["result"]
     assert set(done) == {
@@ -310,6 +315,7 @@ def test_two_clients_compress_one_session_through_two_servers_one_compaction(
         "tokensBefore",
         "firstKeptEntryId",
         "shortSummary",
+        "operationId",
     }
     assert [e["id"] for e in cluster_database.new_compactions(session_id)] == [done["entryId"]]
     assert summary_calls(provider) == 1
@@ -360,13 +366,13 @@ def test_sigterm_to_the_front_end_says_the_forwarded_work_goes_on(
     # The server owns no work: stopping it must not tell its client "cancelled, nothing
     # applied" (as one process does) while the workflow goes on and commits the compaction.
     session_id, (server,) = held_summary(cluster_database, provider, processes, 1, 1)
-    rpc(server, 2, "session.compress", session_id=session_id)
+    rpc(server, 2, "session.compress", session_id=session_id, operationId="sigterm-1")
     wait_until(lambda: summary_calls(provider) == 1, server)
     server.send_signal(signal.SIGTERM)
     assert answer(server, 2)["error"] == {
         "code": -32003,
         "message": SHUTTING_DOWN_CLUSTER,
-        "data": {"kind": "shutdown", "applied": None},
+        "data": {"kind": "shutdown", "applied": None, "operationId": "sigterm-1"},
     }
     assert server.wait() == 0
     provider.release()

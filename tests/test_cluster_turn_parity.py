@@ -89,7 +89,7 @@ class Served:
         return seen
 
 
-IDS = ("entryId", "id", "previousSessionFile", "newSessionFile")
+IDS = ("entryId", "id", "previousSessionFile", "newSessionFile", "operationId")
 """Keys whose values each host makes up (entry and operation ids, where sessions are)."""
 
 

@@ -33,6 +33,7 @@ from tests.cluster_kit import (  # noqa: E402
     Database,
     connected,
     queue_name,
+    sans_operation_id,
     temporal_address,
 )
 from tests.services import database_base_url  # noqa: E402
@@ -151,10 +152,11 @@ async def test_a_server_whose_temporal_is_not_there_answers_unavailable(stored: 
     for method in ("session.compress", "session.abort", "session.prompt"):
         params = {"text": "hi"} if method == "session.prompt" else {}
         error = (await call(rpc, method, session_id=session_id, **params))["error"]
-        assert error == {
+        operation = {"operationId": "<id>"} if method == "session.compress" else {}
+        assert sans_operation_id(error) == {
             "code": UNAVAILABLE,
             "message": "the Temporal server at 127.0.0.1:1 cannot be reached (Connection refused)",
-            "data": {"kind": "unavailable"},
+            "data": {"kind": "unavailable", **operation},
         }
     assert database.entries(session_id) == before
 
@@ -228,7 +230,7 @@ async def test_a_temporal_server_that_goes_away_mid_request_is_unavailable_not_a
         proxy.cut()
         error = (await pending)["error"]
         assert error["code"] == UNAVAILABLE
-        assert error["data"] == {"kind": "unavailable"}
+        assert sans_operation_id(error)["data"] == {"kind": "unavailable", "operationId": "<id>"}
         assert error["message"].startswith(f"the Temporal server at {address} cannot be reached")
         assert error["message"].endswith("; tried for 3 s")
         for method in ("session.compress", "session.abort"):
@@ -318,10 +320,53 @@ async def test_a_server_whose_database_went_away_answers_unavailable(pg_url: str
         ):
             error = (await call(rpc, method, **params))["error"]
             assert error["code"] == UNAVAILABLE, (method, error)
-            assert error["data"] == {"kind": "unavailable"}
+            operation = {"operationId": "<id>"} if method == "session.compress" else {}
+            assert sans_operation_id(error)["data"] == {"kind": "unavailable", **operation}
             assert f"{parts.username}@{relay}" in error["message"]
             assert "cannot connect" in error["message"]
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+
+
+@pytest.mark.anyio
+async def test_after_a_blip_the_operation_id_finds_the_outcome_of_the_work_that_went_on(
+    stored: Stored,
+) -> None:
+    database, session_id, _ = stored
+    queue = queue_name()  # no worker yet: the compaction waits to be accepted
+    async with relayed() as (proxy, address), connected() as direct:
+        client = await ClusterClient.connect(
+            address, give_up_after=timedelta(seconds=3), task_queue=queue, idle_s=0.2
+        )
+        rpc = Dispatcher(ClusterHub(address, database.location, client=client).methods())
+        assert "result" in await call(rpc, "session.open", path=session_id)
+        pending = asyncio.ensure_future(
+            call(rpc, "session.compress", session_id=session_id, operationId="blip-1")
+        )
+        while not await _running(direct, session_id):
+            await asyncio.sleep(0.05)
+        proxy.cut()
+        error = (await pending)["error"]
+        assert error["code"] == UNAVAILABLE
+        assert error["data"] == {"kind": "unavailable", "operationId": "blip-1"}
+        # Still unreachable: asking is unavailable too, with the id.
+        asked = await call(rpc, "session.operation", session_id=session_id, operationId="blip-1")
+        assert asked["error"]["code"] == UNAVAILABLE
+        assert asked["error"]["data"] == {"kind": "unavailable", "operationId": "blip-1"}
+        # Temporal is back and a worker takes the update: the work went on; the id finds it.
+        await proxy.start()
+        acts = SessionActivities(database.location, build_summarizer(RouteSettings()), SETTINGS)
+        async with build_worker(direct, acts, task_queue=queue):
+            while True:
+                answer = await call(
+                    rpc, "session.operation", session_id=session_id, operationId="blip-1"
+                )
+                if answer["result"]["state"] != "running":
+                    break
+                await asyncio.sleep(0.05)
+    done = answer["result"]
+    assert done["state"] == "done", done
+    assert done["result"]["operationId"] == "blip-1"
+    assert [e["id"] for e in database.new_compactions(session_id)] == [done["result"]["entryId"]]

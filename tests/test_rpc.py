@@ -9,6 +9,7 @@ import shutil
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anyio
 import pytest
@@ -403,6 +404,7 @@ async def test_compress_commits_and_reports_the_summary() -> None:
         "tokensBefore": entry["tokensBefore"],
         "firstKeptEntryId": entry["firstKeptEntryId"],
         "shortSummary": None,  # not asked for (RuntimeSettings.short_summary)
+        "operationId": ANY,  # the server's (tests/test_rpc_operations.py)
     }
     assert "Preserve decisions and unresolved constraints" in kit.model.requests[0].prompt
     statuses = [
@@ -414,7 +416,7 @@ async def test_compress_commits_and_reports_the_summary() -> None:
     assert "transition" not in client.event_types()
     assert {m["params"]["session_id"] for m in client.events} == {sid}
     again = await client.call("session.compress", session_id=sid)
-    assert again == {"compacted": False, "reason": "Already compacted"}
+    assert again == {"compacted": False, "reason": "Already compacted", "operationId": ANY}
 
 
 async def test_d12_nothing_to_compact_is_a_result_not_an_error() -> None:
@@ -422,7 +424,11 @@ async def test_d12_nothing_to_compact_is_a_result_not_an_error() -> None:
     client, sid = kit_client(kit)
     await kit.runtime.prompt("short")
     result = await client.call("session.compress", session_id=sid)
-    assert result == {"compacted": False, "reason": "Nothing to compact (session too small)"}
+    assert result == {
+        "compacted": False,
+        "reason": "Nothing to compact (session too small)",
+        "operationId": ANY,
+    }
     assert kit.model.requests == []
 
 
@@ -456,11 +462,14 @@ async def test_compress_cancelled_by_abort_is_32003_and_changes_nothing() -> Non
         assert second == {
             "code": BUSY,
             "message": "A compaction is already running in this session",
+            "data": {"operationId": ANY},
         }
         closing = await client.error("session.close", session_id=sid)
         assert closing["code"] == BUSY
         assert await client.call("session.abort", session_id=sid) == {"aborted": True}
-    assert answers == [{"code": CANCELLED, "message": "Compaction cancelled"}]
+    assert answers == [
+        {"code": CANCELLED, "message": "Compaction cancelled", "data": {"operationId": ANY}}
+    ]
     assert (kit.session.tree.entries, kit.session.leaf_id) == (before, leaf)
 
 
@@ -555,7 +564,11 @@ async def test_navigate_refusals() -> None:
     client, sid = kit_client(kit)
     ids = await conversation(kit)
     error = await client.error("session.tree.navigate", session_id=sid, target_id="nope")
-    assert error == {"code": INVALID_PARAMS, "message": "Entry nope not found"}
+    assert error == {
+        "code": INVALID_PARAMS,
+        "message": "Entry nope not found",
+        "data": {"operationId": ANY},
+    }
     error = await client.error(
         "session.tree.navigate", session_id=sid, target_id=ids["a1"], summarize="yes"
     )
@@ -564,7 +577,11 @@ async def test_navigate_refusals() -> None:
         group.start_soon(kit.runtime.prompt, "third")
         await until(lambda: kit.runtime.state == "running")
         error = await client.error("session.tree.navigate", session_id=sid, target_id=ids["a1"])
-        assert error == {"code": BUSY, "message": NAVIGATION_BUSY}
+        assert error == {
+            "code": BUSY,
+            "message": NAVIGATION_BUSY,
+            "data": {"operationId": ANY},
+        }
         await client.call("session.abort", session_id=sid)
     assert (await client.call("session.abort", session_id=sid)) == {"aborted": False}
 
@@ -668,7 +685,11 @@ async def test_fork_opens_and_registers_the_new_session(tmp_path: Path) -> None:
     assert listed == [sid, forked["session_id"]]
     # The fork is a session like the others (its path is small: nothing to compact).
     compressed = await client.call("session.compress", session_id=forked["session_id"])
-    assert compressed == {"compacted": False, "reason": "Nothing to compact (session too small)"}
+    assert compressed == {
+        "compacted": False,
+        "reason": "Nothing to compact (session too small)",
+        "operationId": ANY,
+    }
 
 
 async def test_a_fork_at_the_first_user_message_is_written_at_once(tmp_path: Path) -> None:
@@ -889,7 +910,7 @@ async def test_a_skipped_compress_reports_skipped_not_completed(tmp_path: Path) 
     assert (await client.call("session.compress", session_id=sid))["compacted"] is True
     client.events.clear()
     again = await client.call("session.compress", session_id=sid)
-    assert again == {"compacted": False, "reason": "Already compacted"}
+    assert again == {"compacted": False, "reason": "Already compacted", "operationId": ANY}
     statuses = [
         m["params"]["event"]["status"]
         for m in client.events

@@ -10,10 +10,11 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anyio
 import anyio.abc
@@ -219,7 +220,11 @@ async def test_tcp_compress_with_notifications(tmp_path: Path) -> None:
         group.cancel_scope.cancel()
     hub.close_all()
     assert compressed["result"]["compacted"] is True
-    assert again["result"] == {"compacted": False, "reason": "Already compacted"}
+    assert again["result"] == {
+        "compacted": False,
+        "reason": "Already compacted",
+        "operationId": again["result"]["operationId"],
+    }
     # Events emitted before the answer are written before it.
     assert updates == ["in_progress", "completed"]
     assert {n["params"]["session_id"] for n in peer.notifications} == {sid}
@@ -298,7 +303,7 @@ async def test_tcp_a_conflict_and_a_locked_session_have_their_own_codes(tmp_path
         holder.close()
         hub.close_all()
     assert conflict["code"] == -32007
-    assert conflict["data"] == {"kind": "conflict", "applied": False}
+    assert conflict["data"] == {"kind": "conflict", "applied": False, "operationId": ANY}
     assert "the session changed since it was read" in conflict["message"]
     assert "now at entry c0ffee01" in conflict["message"]
     assert after_pi.endswith(b'typed in pi meanwhile","timestamp":1}}\n')  # nothing after it
@@ -449,23 +454,33 @@ async def test_a_stop_signal_while_the_sessions_open_stops_the_start_cleanly(
     assert not any(runtime_dir.iterdir())  # the token file is gone with its folder
 
 
-async def test_a_server_started_under_nohup_outlives_its_terminal(tmp_path: Path) -> None:
-    """SIGHUP, ignored by ``nohup``, stopped the server all the same (its receiver undid it)."""
-    session = tmp_path / "s.jsonl"
-    shutil.copy(EXAMPLE, session)
-    path = tmp_path / "serve.sock"
+def socket_server(
+    session: Path, path: Path, preexec_fn: Callable[[], object] | None = None
+) -> subprocess.Popen[bytes]:
+    """``orchestrator serve --socket PATH SESSION`` in a process of its own, once it listens."""
     process = subprocess.Popen(
         [*SERVE, "--socket", str(path), str(session)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
+        preexec_fn=preexec_fn,
     )
+    assert process.stderr is not None
+    while b"listening on" not in process.stderr.readline():
+        assert process.poll() is None, "the server ended before it listened"
+    return process
+
+
+async def test_a_server_started_under_nohup_outlives_its_terminal(tmp_path: Path) -> None:
+    """SIGHUP, ignored by ``nohup``, stopped the server all the same (its receiver undid it)."""
+    session = tmp_path / "s.jsonl"
+    shutil.copy(EXAMPLE, session)
+    path = tmp_path / "serve.sock"
+    # SIGHUP ignored, as nohup does.
+    process = socket_server(session, path, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     try:
         assert process.stderr is not None
-        while b"listening on" not in process.stderr.readline():
-            assert process.poll() is None, "the server ended before it listened"
         # Still ignored once it serves (Linux says so for each process): no receiver undid it.
         status = Path(f"/proc/{process.pid}/status").read_text()
         found = re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.M)

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anyio
 import pytest
@@ -34,6 +35,11 @@ SHUTDOWN_ERROR = {
     "message": "Server shutting down: the operation was cancelled; the session file is unchanged",
     "data": {"kind": "shutdown", "applied": False},
 }
+OPERATION_SHUTDOWN_ERROR = {
+    **SHUTDOWN_ERROR,
+    "data": {"kind": "shutdown", "applied": False, "operationId": ANY},
+}
+"""An operation's (``session.compress``): with its id, as every error of an operation."""
 
 
 @pytest.fixture
@@ -105,7 +111,7 @@ async def test_a_request_running_at_shutdown_is_answered_before_the_connection_c
                 rest = await read_all(err)
             assert await process.wait() == 0
     *events, answer = messages  # the answer is the last line before the connection closed
-    assert answer == {"jsonrpc": "2.0", "id": 2, "error": SHUTDOWN_ERROR}
+    assert answer == {"jsonrpc": "2.0", "id": 2, "error": OPERATION_SHUTDOWN_ERROR}
     kinds = [e["params"]["event"]["type"] for e in events]
     assert kinds == ["compaction_update", "session_compact_failed"], kinds
     assert events[0]["params"]["event"]["status"] == "cancelled"
@@ -219,7 +225,12 @@ async def test_a_compaction_cancelled_after_its_commit_is_not_called_unchanged(
         "message": (
             f"Cancelled after its commit: the compaction entry {last['id']} is in the session"
         ),
-        "data": {"kind": "cancelled_after_commit", "applied": True, "entryId": last["id"]},
+        "data": {
+            "kind": "cancelled_after_commit",
+            "applied": True,
+            "entryId": last["id"],
+            "operationId": ANY,
+        },
     }
 
 
@@ -318,6 +329,6 @@ async def test_a_prompt_queued_behind_a_compaction_never_starts_at_shutdown(
         group.cancel_scope.cancel()
     hub.close_all()
     answers = {m["id"]: m for m in messages if isinstance(m, dict) and "id" in m}
-    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "error": SHUTDOWN_ERROR}
+    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "error": OPERATION_SHUTDOWN_ERROR}
     assert agent.remaining == 1  # the queued prompt never ran
     assert session.read_bytes() == before

@@ -23,9 +23,14 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -68,6 +73,7 @@ from orchestrator._core.errors import (
     BusyError,
     ConflictError,
     NoAgentError,
+    OutcomeUnknownError,
     SessionError,
     UnavailableError,
 )
@@ -159,17 +165,24 @@ class ClusterClient:
         return cls(await connect_temporal(address, give_up_after=give_up_after), **kwargs)
 
     async def compress(
-        self, session_id: str, focus: str | None = None, *, reason: str = "manual"
+        self,
+        session_id: str,
+        focus: str | None = None,
+        *,
+        reason: str = "manual",
+        operation_id: str | None = None,
     ) -> CompressResult:
         """Compact ``session_id`` through its workflow and wait for the outcome.
+
+        ``operation_id`` names the update (default: a fresh one): asked again under the same
+        id, the workflow attaches to the update already admitted, and :meth:`recall` finds it.
 
         Raises:
             BusyError: The session machine refused it (a compaction or a navigation runs).
             SessionError: The workflow refused the request (the message says why).
         """
-        return await self._update(
-            session_id, "compress", CompressRequest(focus=focus, reason=reason), CompressResult
-        )
+        request = CompressRequest(focus=focus, reason=reason)
+        return await self._update(session_id, "compress", request, CompressResult, operation_id)
 
     async def prompt(self, session_id: str, text: str) -> PromptResult:
         """Run a turn for ``text`` in ``session_id``'s workflow and wait for its end.
@@ -181,15 +194,19 @@ class ClusterClient:
         """
         return await self._update(session_id, "prompt", PromptRequest(text=text), PromptResult)
 
-    async def navigate(self, session_id: str, request: NavigateRequest) -> NavigateResult:
+    async def navigate(
+        self, session_id: str, request: NavigateRequest, *, operation_id: str | None = None
+    ) -> NavigateResult:
         """Navigate ``session_id``'s tree through its workflow and wait for the outcome.
+
+        ``operation_id`` names the update, as for :meth:`compress`.
 
         Raises:
             BusyError: A navigation is already running.
             SessionError: The target is unknown.
             ConflictError: The leaf move met another writer's change (D27).
         """
-        return await self._update(session_id, "navigate", request, NavigateResult)
+        return await self._update(session_id, "navigate", request, NavigateResult, operation_id)
 
     async def fork(self, session_id: str, request: ForkRequest) -> ForkDone:
         """Fork ``session_id`` before a user message into a new session in the store.
@@ -199,9 +216,20 @@ class ClusterClient:
         """
         return await self._update(session_id, "fork", request, ForkDone)
 
-    async def _update(self, session_id: str, name: str, argument: Any, result_type: type[T]) -> T:
-        """Update-with-start ``name``; sent again, same update id, when the server gave up."""
-        update_id = uuid.uuid4().hex
+    async def _update(
+        self,
+        session_id: str,
+        name: str,
+        argument: Any,
+        result_type: type[T],
+        operation_id: str | None = None,
+    ) -> T:
+        """Update-with-start ``name``; sent again, same update id, when the server gave up.
+
+        The update id is ``NAME:OPERATION_ID`` (:func:`update_id`), so that :meth:`recall`
+        knows the result's type from the id alone.
+        """
+        update_id = update_id_of(name, operation_id or uuid.uuid4().hex)
         while True:
             start = WithStartWorkflowOperation(
                 SessionWorkflow.run,
@@ -226,7 +254,8 @@ class ClusterClient:
             except RPCError as error:
                 with contextlib.suppress(Exception):
                     await start.workflow_handle()  # failed with the call: read, not reported
-                raise self._unavailable(error) from None
+                # Sent or not, taken or not: only the cluster knows now (recall asks it later).
+                raise self._unavailable(error, lost=True) from None
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 # The start's own outcome is settled by now; read it, so that a start that
                 # failed with the call is not reported later as an exception nobody read.
@@ -237,6 +266,66 @@ class ClusterClient:
                     raise  # the caller cancelled: not a timeout
                 continue  # no worker accepted it in time: ask again for the same update
             return result
+
+    async def recall(self, session_id: str, name: str, operation_id: str) -> Recalled | None:
+        """The update ``name`` asked for under ``operation_id``: still running, or its outcome.
+
+        Temporal keeps an update's outcome with its workflow run (after the run completed too,
+        for the namespace's retention), so any server finds it, whoever asked for it. The
+        session's current run is asked first, then its earlier runs (a run that idled out or
+        continued as new), newest first, :data:`RUNS_ASKED` at most.
+
+        Returns:
+            ``None`` when no run of the session's workflow knows the update; else
+            ``Recalled(done=False)`` while it runs, or its result (or the error it failed
+            with, as :meth:`compress` and :meth:`navigate` raise it) once it ended.
+
+        Raises:
+            UnavailableError: The Temporal server cannot be reached.
+        """
+        update_id = update_id_of(name, operation_id)
+        result_type = _RESULT_TYPES[name]
+        try:
+            found = await self._poll_update(session_id, "", update_id, result_type)  # current
+            query = f"WorkflowId = '{_quoted(session_id)}'"
+            if found is None:
+                async for run in self.client.list_workflows(query, limit=RUNS_ASKED):
+                    found = await self._poll_update(session_id, run.run_id, update_id, result_type)
+                    if found is not None:
+                        break
+        except RPCError as error:
+            raise self._unavailable(error) from None
+        return found
+
+    async def _poll_update(
+        self, session_id: str, run_id: str, update_id: str, result_type: type[Any]
+    ) -> Recalled | None:
+        """What one run knows of the update (``None``: nothing), asked without waiting."""
+        request = PollWorkflowExecutionUpdateRequest(
+            namespace=self.client.namespace,
+            update_ref=UpdateRef(
+                workflow_execution=WorkflowExecution(workflow_id=session_id, run_id=run_id),
+                update_id=update_id,
+            ),
+            identity=self.client.identity,
+            wait_policy=WaitPolicy(lifecycle_stage=_ADMITTED),
+        )
+        try:
+            answer = await self.client.workflow_service.poll_workflow_execution_update(
+                request, retry=True, timeout=QUERY_TIMEOUT
+            )
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        if not answer.HasField("outcome"):
+            return Recalled(done=False)
+        converter = self.client.data_converter
+        if answer.outcome.HasField("failure"):
+            failure = await converter.decode_failure(answer.outcome.failure)
+            return Recalled(done=True, error=_refusal(WorkflowUpdateFailedError(failure)))
+        [result] = await converter.decode(answer.outcome.success.payloads, [result_type])
+        return Recalled(done=True, result=result)
 
     async def state(self, session_id: str) -> dict[str, Any] | None:
         """What the session's workflow is doing, or ``None`` when none is running.
@@ -283,17 +372,54 @@ class ClusterClient:
         await self.client.get_workflow_handle(session_id).signal(SessionWorkflow.abort)
         return True
 
-    def _unavailable(self, error: RPCError) -> Exception:
-        """A call's failure: the server not answering as :class:`UnavailableError`."""
+    def _unavailable(self, error: RPCError, *, lost: bool = False) -> Exception:
+        """A call's failure: the server not answering as :class:`UnavailableError`.
+
+        ``lost``: the call asked for work, which may have been taken: an
+        :class:`OutcomeUnknownError`, so that its outcome is asked for later.
+        """
         if error.status != RPCStatusCode.UNAVAILABLE:
             return error
         config = self.client.service_client.config
         retry = config.retry_config or RetryConfig()
         asked = (retry.max_elapsed_time_millis or 0) / 1000
-        return UnavailableError(
+        kind = OutcomeUnknownError if lost else UnavailableError
+        return kind(
             f"the Temporal server at {config.target_host} {_unreachable(error)}; "
             f"tried for {asked:g} s"
         )
+
+
+RUNS_ASKED = 20
+"""The most runs of a session's workflow :meth:`ClusterClient.recall` asks, newest first."""
+_ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+_RESULT_TYPES: dict[str, type[Any]] = {"compress": CompressResult, "navigate": NavigateResult}
+"""The updates :meth:`ClusterClient.recall` finds, and the type of each one's result."""
+
+
+def update_id_of(name: str, operation_id: str) -> str:
+    """The update id of the operation ``operation_id`` asked for as update ``name``."""
+    return f"{name}:{operation_id}"
+
+
+def _quoted(text: str) -> str:
+    """``text`` inside a visibility query's single quotes."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What :meth:`ClusterClient.recall` found of an update.
+
+    Attributes:
+        done: It ended (else it still runs).
+        result: Its result, when it ended with one.
+        error: What it failed with, as the call that asked for it raises it.
+    """
+
+    done: bool
+    result: Any = None
+    error: Exception | None = None
 
 
 _BY_TYPE: dict[str, Callable[[str], Exception]] = {

@@ -324,6 +324,14 @@ class UnavailableError(OrchestratorError):
     """
 
 
+class OutcomeUnknownError(UnavailableError):
+    """The cluster stopped answering while a request was sent: it may have been taken.
+
+    The work it asked for may go on in the cluster; ``session.operation`` asks the cluster for
+    its outcome later (docs/scale-out.md).
+    """
+
+
 class StoreUnavailableError(SessionError, UnavailableError):
     """A PostgreSQL store cannot be reached: a connection attempt failed, nothing was written.
 

@@ -16,6 +16,12 @@ error codes.
 A worker without an agent (no ``--model``) refuses ``session.prompt`` with ``-32601``, as a
 server started without ``--model`` does.
 
+Operations. A ``session.compress`` or ``session.tree.navigate`` is the workflow update named
+by its operation id (``compress:ID``, ``navigate:ID``; :mod:`~orchestrator._rpc.operations`):
+Temporal keeps its outcome with the workflow run, so ``session.operation`` on any server
+(:func:`recall_operation`) finds it, also after the server that asked for it died or lost
+Temporal for a while.
+
 Notifications. While ``session.prompt`` or ``session.compress`` runs, the server asks the
 workflow for the events recorded since the last it sent (the ``events`` query, every
 :data:`EVENT_POLL_S`), and the answer carries them all: each is sent once, in order, before the
@@ -66,6 +72,7 @@ from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._rpc import host
 from orchestrator._rpc.hosted import PARAMS as SUMMARY_PARAMS
 from orchestrator._rpc.hub import RpcHub
+from orchestrator._rpc.operations import OPERATION_ID, Operation, with_id
 from orchestrator._rpc.protocol import (
     CANCELLED,
     INTERNAL_ERROR,
@@ -75,6 +82,7 @@ from orchestrator._rpc.protocol import (
     Params,
     Peer,
     RpcError,
+    error_for,
     one_line,
 )
 from orchestrator._runtime.navigation.moves import recorded_position
@@ -278,16 +286,32 @@ class ClusterHost(host.Attached):
         self._open.pop(session_id, None)
         self.outlet.ended(session_id)
 
-    async def compress(self, session_id: str, focus: str | None) -> host.Compacted | str:
+    async def compress(
+        self, session_id: str, focus: str | None, *, operation_id: str | None = None
+    ) -> host.Compacted | str:
         self._session(session_id)
         client = await self.client()
-        done = await self._forwarding(session_id, lambda: client.compress(session_id, focus))
+        done = await self._forwarding(
+            session_id, lambda: client.compress(session_id, focus, operation_id=operation_id)
+        )
         return compacted(done)
 
-    async def navigate(self, session_id: str, request: host.Navigation) -> dict[str, Any]:
+    async def recall(
+        self, session_id: str, operation_id: str, method: str | None
+    ) -> dict[str, Any] | None:
+        """Ask the cluster: the operation's update, whichever server asked for it (client.py).
+
+        Raises:
+            UnavailableError: The Temporal server cannot be reached.
+        """
+        return await recall_operation(await self.client(), session_id, operation_id, method)
+
+    async def navigate(
+        self, session_id: str, request: host.Navigation, *, operation_id: str | None = None
+    ) -> dict[str, Any]:
         self._session(session_id)
         asked = NavigateRequest(**dataclasses.asdict(request))
-        done = await (await self.client()).navigate(session_id, asked)
+        done = await (await self.client()).navigate(session_id, asked, operation_id=operation_id)
         answer = navigate_answer(done)
         if done.status == "done":
             # The leaf moved: told as one process tells it (not its branch summary's
@@ -448,3 +472,53 @@ def compacted(done: CompressResult) -> host.Compacted | str:
 def compress_answer(done: CompressResult) -> dict[str, Any]:
     """``session.compress``'s answer, as the one-process server gives it (see :func:`compacted`)."""
     return host.compress_answer(compacted(done))
+
+
+async def recall_operation(
+    client: ClusterClient, session_id: str, operation_id: str, method: str | None = None
+) -> dict[str, Any] | None:
+    """``session.operation``'s answer from the cluster: the update named by ``operation_id``.
+
+    Args:
+        client: The cluster.
+        session_id: The session (its workflow's id).
+        operation_id: The operation's id.
+        method: The method that asked for it, when known (else each operation's is tried).
+
+    Returns:
+        ``{operationId, state, result | error}`` as the original call would have been
+        answered; ``None`` when no run of the session's workflow knows the id.
+
+    Raises:
+        UnavailableError: The Temporal server cannot be reached.
+    """
+    for name, hub_method in _UPDATES.items():
+        if method is not None and method != hub_method:
+            continue
+        found = await client.recall(session_id, name, operation_id)
+        if found is None:
+            continue
+        recalled = Operation(
+            session_id=session_id, operation_id=operation_id, method=hub_method, asked=""
+        )
+        if not found.done:
+            return recalled.as_json()
+        try:
+            if found.error is not None:
+                raise found.error
+            answer = _ANSWERS[name](found.result)
+        except Exception as exc:  # noqa: BLE001 - the error the original call was answered
+            recalled.end(error=with_id(error_for(exc, hub_method), operation_id))
+        else:
+            recalled.end({**answer, OPERATION_ID: operation_id})
+        return recalled.as_json()
+    return None
+
+
+_UPDATES = {"compress": "session.compress", "navigate": "session.tree.navigate"}
+"""The workflow updates that are operations, and the method that asks for each."""
+_ANSWERS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "compress": compress_answer,
+    "navigate": navigate_answer,
+}
+"""How each update's result is answered (or raised), as its method answers it."""

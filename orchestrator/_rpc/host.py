@@ -4,7 +4,7 @@ Two hosts implement it: :class:`~orchestrator._rpc.local_host.LocalHost` (the se
 process, one :class:`~orchestrator._runtime.session.AgentSession` each) and
 :class:`~orchestrator._rpc.cluster_hub.ClusterHost` (session workflows reached through the
 cluster client, read from the shared store). The hub (:mod:`~orchestrator._rpc.hub`) writes the
-ten ``session.*`` methods once over either: it checks the parameters, asks the host, follows the
+eleven ``session.*`` methods once over either: it checks the parameters, asks the host, follows the
 sessions a connection opened and shapes the answers. A host refuses by raising from the one error
 hierarchy (a :class:`~orchestrator._core.errors.BusyError` when the session machine refuses, a
 :class:`~orchestrator._core.errors.NoAgentError` without an agent), and the dispatcher maps the
@@ -191,8 +191,10 @@ class SessionHost(Protocol):
     async def close(self, session_id: str) -> None:
         """Close a session (``BusyError`` while anything runs there)."""
 
-    async def compress(self, session_id: str, focus: str | None) -> Compacted | str:
-        """Compact now: the entry committed, or why nothing was."""
+    async def compress(
+        self, session_id: str, focus: str | None, *, operation_id: str | None = None
+    ) -> Compacted | str:
+        """Compact now: the entry committed, or why nothing was (``operation_id``: its id)."""
 
     async def tree(self, session_id: str, peer: Peer | None) -> Any:
         """``session.tree``'s answer."""
@@ -200,8 +202,19 @@ class SessionHost(Protocol):
     async def context(self, session_id: str, peer: Peer | None) -> Any:
         """``session.context``'s answer."""
 
-    async def navigate(self, session_id: str, request: Navigation) -> dict[str, Any]:
-        """Move the leaf; ``session.tree.navigate``'s answer."""
+    async def navigate(
+        self, session_id: str, request: Navigation, *, operation_id: str | None = None
+    ) -> dict[str, Any]:
+        """Move the leaf; ``session.tree.navigate``'s answer (``operation_id``: its id)."""
+
+    async def recall(
+        self, session_id: str, operation_id: str, method: str | None
+    ) -> dict[str, Any] | None:
+        """``session.operation``'s answer for an operation the hub's book does not settle.
+
+        ``method`` is the one that asked for it, when the book knows. ``None``: nothing here
+        knows more than the book (one process: the book is all there is).
+        """
 
     async def fork(self, session_id: str, entry_id: str, path: str | None) -> Forked:
         """Fork before a user message into a new session, open here once made."""
@@ -213,7 +226,7 @@ class SessionHost(Protocol):
         """Stop what runs in the session; whether anything did."""
 
     def more_methods(self) -> dict[str, Method]:
-        """Methods beyond the ten (pi's ``summary.*``, or their refusals)."""
+        """Methods beyond the eleven (pi's ``summary.*``, or their refusals)."""
 
     def shutdown_error(self) -> RpcError:
         """The answer to each request still running when the server stops."""

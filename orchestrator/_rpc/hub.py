@@ -17,6 +17,11 @@ every event. Several connections may follow one session; when it closes, each ge
 ``session_closed`` event and no more. A listener that raises is skipped, never allowed to break
 the session that emitted the event.
 
+``session.compress`` and ``session.tree.navigate`` are operations
+(:mod:`~orchestrator._rpc.operations`): each has an id the caller gets at once (``"wait":
+false``) or in its answer and errors, and ``session.operation`` returns how it stands, or its
+outcome, from the hub's book (or the host's ``recall``: the cluster's workflow update).
+
 Which requests may run together on one session (one manual compaction at a time, nothing but a
 fork during a navigation, no close while anything runs: ``-32001``) is the session machine's
 decision (``machines/session.toml``), taken by each host where its sessions run.
@@ -25,14 +30,39 @@ decision (``machines/session.toml``), taken by each host where its sessions run.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
+
+from orchestrator._core.errors import OutcomeUnknownError
 from orchestrator._process.preload import load_on_start
 from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.host import SessionHost, compress_answer, navigation_options
 from orchestrator._rpc.local_host import NO_AGENT, SHUTTING_DOWN, LocalHost, RuntimeOptions, Slot
-from orchestrator._rpc.protocol import Method, Params, Peer, RpcError, encode, notification
+from orchestrator._rpc.operations import (
+    OPERATION_ID,
+    REFUSED_BEFORE_START,
+    RUNNING,
+    Background,
+    Operation,
+    OperationBook,
+    asked_of,
+    new_id,
+    requested_id,
+    unknown,
+    with_id,
+)
+from orchestrator._rpc.protocol import (
+    INVALID_PARAMS,
+    Method,
+    Params,
+    Peer,
+    RpcError,
+    encode,
+    error_for,
+    notification,
+)
 from orchestrator._runtime.session import AgentSession
 
 __all__ = [
@@ -50,6 +80,8 @@ SESSION_CLOSED = "session_closed"
 """The last event of a session, sent to every connection receiving its events when it closes."""
 
 Listener = Callable[[dict[str, Any]], None]
+Work = Callable[[str], Awaitable[dict[str, Any]]]
+"""An operation's work, given its id: the method's answer."""
 LineListener = Callable[[str], None]
 """Receives each notification already encoded as one line of JSON (no newline)."""
 
@@ -68,6 +100,10 @@ class RpcHub:
         self._listeners: list[tuple[Callable[[Any], None], Peer | None, bool]] = []
         self.fair = Fairness()
         """The bounds of the work that grows with a session (open, context, tree)."""
+        self.book = OperationBook()
+        """The operations asked for here and their outcomes (``session.operation``)."""
+        self.background = Background()
+        """The operations asked for with ``"wait": false``, running."""
         host.attach(self)
 
     # -- listeners -----------------------------------------------------------------------------
@@ -143,6 +179,7 @@ class RpcHub:
     def abort_all(self) -> None:
         """Stop the work running in every session (shutdown)."""
         self.host.abort_all()
+        self.background.cancel_all()
 
     def close_all(self) -> None:
         """Close (or forget) every session."""
@@ -153,18 +190,22 @@ class RpcHub:
     def methods(self) -> dict[str, Method]:
         """The method table for a :class:`Dispatcher`."""
         sid = frozenset({"session_id"})
+        operation = frozenset({OPERATION_ID, "wait"})
         return {
             "session.open": Method(
                 handler=self._open, params=frozenset({"path", "create"}), heavy=True
             ),
             "session.list": Method(handler=self._list),
             "session.close": Method(handler=self._close, params=sid),
-            "session.compress": Method(handler=self._compress, params=sid | {"focus"}),
+            "session.compress": Method(handler=self._compress, params=sid | operation | {"focus"}),
             "session.tree": Method(handler=self._tree, params=sid, heavy=True),
             "session.tree.navigate": Method(
                 handler=self._navigate,
-                params=sid | {"target_id", "summarize", "focus", "replace_instructions", "label"},
+                params=sid
+                | operation
+                | {"target_id", "summarize", "focus", "replace_instructions", "label"},
             ),
+            "session.operation": Method(handler=self._operation, params=sid | {OPERATION_ID}),
             "session.fork": Method(handler=self._fork, params=sid | {"entry_id", "path"}),
             "session.prompt": Method(handler=self._prompt, params=sid | {"text"}),
             "session.abort": Method(handler=self._abort, params=sid),
@@ -194,9 +235,16 @@ class RpcHub:
         return {"closed": True}
 
     async def _compress(self, p: Params) -> dict[str, Any]:
-        return compress_answer(
-            await self.host.compress(p.text("session_id"), p.optional_text("focus"))
-        )
+        def checked() -> Work:
+            session_id, focus = p.text("session_id"), p.optional_text("focus")
+
+            async def work(operation_id: str) -> dict[str, Any]:
+                done = await self.host.compress(session_id, focus, operation_id=operation_id)
+                return compress_answer(done)
+
+            return work
+
+        return await self._operate(p, checked)
 
     async def _tree(self, p: Params) -> Any:
         return await self.host.tree(p.text("session_id"), p.peer)
@@ -205,8 +253,112 @@ class RpcHub:
         return await self.host.context(p.text("session_id"), p.peer)
 
     async def _navigate(self, p: Params) -> dict[str, Any]:
+        def checked() -> Work:
+            session_id, options = p.text("session_id"), navigation_options(p)
+            return lambda operation_id: self.host.navigate(
+                session_id, options, operation_id=operation_id
+            )
+
+        return await self._operate(p, checked)
+
+    # -- operations (operations.py) ------------------------------------------------------------
+
+    async def _operate(self, p: Params, checked: Callable[[], Work]) -> dict[str, Any]:
+        """Run an operation: its answer, or ``{operationId, state}`` at once with ``wait: false``.
+
+        The id (the client's ``operationId``, else a new one) is in the answer and in every
+        error's ``data``, a bad parameter's too (``checked`` reads the method's parameters and
+        returns its work). The same id with the same parameters is the same operation again.
+
+        Raises:
+            RpcError: The operation's error, with ``data.operationId``.
+        """
+        operation_id = new_id()
+        try:
+            operation_id = requested_id(p) or operation_id
+            wait = p.flag("wait", default=True)
+            work = checked()
+            session_id = p.text("session_id")
+            operation = self.book.find(session_id, operation_id)
+            again = operation is not None and (operation.method, operation.asked) == (
+                p.method,
+                asked_of(p),
+            )
+            if operation is None or not again or _refused_before_start(operation):
+                operation = self.book.begin(session_id, operation_id, p.method, asked_of(p))
+                if not wait:
+                    ran = operation
+                    self.background.start(lambda: self._quietly(ran, work))
+                    return operation.as_json()
+                await self._run(operation, work)
+        except RpcError as error:
+            raise with_id(error, operation_id) from None
+        if not wait:
+            return operation.as_json()
+        if operation.state == RUNNING:
+            await operation.ended.wait()  # asked again while it runs: its outcome, when it comes
+        if operation.error is not None:
+            raise operation.error
+        answer: dict[str, Any] = operation.result
+        return answer
+
+    async def _run(self, operation: Operation, work: Work) -> None:
+        """Run ``work`` and record how it ended in the book.
+
+        Raises:
+            RpcError: The server stopping cancelled it: its shutdown error.
+        """
+        operation_id = operation.operation_id
+        try:
+            result = await work(operation_id)
+        except anyio.get_cancelled_exc_class():
+            # Answered as the dispatcher would, with the id: the cancellation ends here.
+            error = with_id(self.host.shutdown_error(), operation_id)
+            self._ended(operation, error=error)
+            raise error from None
+        except Exception as exc:  # noqa: BLE001 - recorded, then answered as the error it is
+            operation.unsure = isinstance(exc, OutcomeUnknownError)
+            self._ended(operation, error=with_id(error_for(exc, operation.method), operation_id))
+        else:
+            self._ended(operation, result={**result, OPERATION_ID: operation_id})
+
+    async def _quietly(self, operation: Operation, work: Work) -> None:
+        """:meth:`_run` in the background: how it ended is in the book, raised to no one."""
+        try:
+            await self._run(operation, work)
+        except RpcError:
+            pass
+
+    def _ended(
+        self, operation: Operation, result: Any = None, error: RpcError | None = None
+    ) -> None:
+        operation.end(result, error)
+        self.book.ended(operation)
+
+    async def _operation(self, p: Params) -> dict[str, Any]:
+        """``session.operation``: how an operation of the session stands, or its outcome.
+
+        Raises:
+            RpcError: No such operation (``-32010``), or a missing or malformed id (``-32602``).
+        """
         session_id = p.text("session_id")
-        return await self.host.navigate(session_id, navigation_options(p))
+        operation_id = requested_id(p)
+        if operation_id is None:
+            raise RpcError(INVALID_PARAMS, f"{p.method}: missing parameter '{OPERATION_ID}'")
+        operation = self.book.find(session_id, operation_id)
+        if operation is None or operation.unsure:
+            # The cluster may know what this server does not (another server asked, or the
+            # answer was lost with the connection to Temporal).
+            method = None if operation is None else operation.method
+            try:
+                recalled = await self.host.recall(session_id, operation_id, method)
+            except Exception as exc:  # noqa: BLE001 - answered as the error it is, with the id
+                raise with_id(error_for(exc, p.method), operation_id) from None
+            if recalled is not None:
+                return recalled
+        if operation is None:
+            raise unknown(p.method, session_id, operation_id)
+        return operation.as_json()
 
     async def _fork(self, p: Params) -> dict[str, Any]:
         session_id, entry_id = p.text("session_id"), p.text("entry_id")
@@ -229,6 +381,12 @@ class RpcHub:
 
     async def _abort(self, p: Params) -> dict[str, Any]:
         return {"aborted": await self.host.abort(p.text("session_id"))}
+
+
+def _refused_before_start(operation: Operation) -> bool:
+    """Whether an operation ended refused before its work started (its id is free again)."""
+    error = operation.error
+    return operation.state != RUNNING and error is not None and error.code in REFUSED_BEFORE_START
 
 
 class SessionHub(RpcHub):

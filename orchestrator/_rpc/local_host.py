@@ -373,7 +373,9 @@ class LocalHost(Attached):
         admit(SessionEvent.CLOSE, slot.facts(), table=self.rules)
         self._close(session_id)
 
-    async def compress(self, session_id: str, focus: str | None) -> Compacted | str:
+    async def compress(
+        self, session_id: str, focus: str | None, *, operation_id: str | None = None
+    ) -> Compacted | str:
         slot = self.slot(session_id)
         admit(SessionEvent.COMPACT, slot.facts(), table=self.rules)
         slot.running.add(SessionEvent.COMPACT)
@@ -396,6 +398,12 @@ class LocalHost(Attached):
             short_summary=result.short_summary,
         )
 
+    async def recall(
+        self, session_id: str, operation_id: str, method: str | None
+    ) -> dict[str, Any] | None:
+        """Nothing beyond the hub's book: an operation runs, and ends, in this process."""
+        return None
+
     async def tree(self, session_id: str, peer: Peer | None) -> Any:
         # Prepared in the connection's turn, so that a session.open sent before it has run.
         prepare = lambda: prepare_tree(self.slot(session_id).answers)  # noqa: E731
@@ -405,7 +413,9 @@ class LocalHost(Attached):
         prepare = lambda: prepare_context(self.slot(session_id).answers)  # noqa: E731
         return await self.outlet.fair.run(peer, session_id, prepare)
 
-    async def navigate(self, session_id: str, request: Navigation) -> dict[str, Any]:
+    async def navigate(
+        self, session_id: str, request: Navigation, *, operation_id: str | None = None
+    ) -> dict[str, Any]:
         slot = self.slot(session_id)
         admit(SessionEvent.NAVIGATE, slot.facts(), table=self.rules)
         slot.running.add(SessionEvent.NAVIGATE)

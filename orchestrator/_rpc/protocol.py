@@ -28,8 +28,10 @@ code    name                when
                             file descriptors for the request: then nothing was applied)
 -32006  unauthorized        the connection did not start with the server's token
 -32007  conflict            another program changed the session meanwhile; nothing was applied
+-32008  unavailable         the cluster (Temporal, its store) cannot be reached or failed
 -32009  storage             the server's disk refused a write (full, a quota, read-only, an I/O
                             error); the message names the file
+-32010  unknown operation   ``session.operation`` for an id the server does not know
 ======  ==================  ================================================================
 
 Messages are one line (whitespace collapsed), so a client can show them as they are.
@@ -301,9 +303,9 @@ class Params:
         value: str | None = self._get(name, (str,), "a string", None)
         return value
 
-    def flag(self, name: str) -> bool:
-        """An optional boolean (absent or ``null``: false)."""
-        value: bool = self._get(name, (bool,), "a boolean", False)
+    def flag(self, name: str, default: bool = False) -> bool:
+        """An optional boolean (absent or ``null``: ``default``)."""
+        value: bool = self._get(name, (bool,), "a boolean", default)
         return value
 
     def obj(self, name: str) -> dict[str, Any]:
