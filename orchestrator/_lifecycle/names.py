@@ -145,6 +145,34 @@ class SessionEvent(StrEnum):
     CLOSE = "close"
 
 
+class ReportOutcome(StrEnum):
+    """What an effect reports (``Report.outcome``): its result in words, never a state.
+
+    Each machine's driver translates an outcome into one of its events (``outcomes.py``,
+    ``operation/driver.py``, ``navigation/core.py``); the words are shared by the machines, so
+    they are one type. A model failure's outcome is its error class's kind
+    (:data:`~orchestrator._core.errors.MODEL_ERRORS`).
+    """
+
+    OK = "ok"
+    TRANSIENT = "transient"
+    TIMEOUT = "timeout"
+    OVERFLOW = "overflow"
+    TRUNCATED = "truncated"
+    EMPTY = "empty"
+    FATAL = "fatal"
+    REFUSED = "refused"
+    CANCELLED = "cancelled"
+    CONFLICT = "conflict"
+    FAILED = "failed"
+    DONE = "done"
+    SUPPLIED = "supplied"
+    PASSED = "passed"
+    STOPPED = "stopped"
+    COMMITTED = "committed"
+    SKIPPED = "skipped"
+
+
 VOCABULARY: Mapping[str, tuple[type[StrEnum], type[StrEnum]]] = MappingProxyType(
     {
         "turn": (TurnState, TurnEvent),

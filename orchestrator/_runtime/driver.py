@@ -36,6 +36,7 @@ from anyio.abc import TaskGroup
 from orchestrator._core.errors import DefinitionError
 from orchestrator._lifecycle.guards import EFFECTS, Facts
 from orchestrator._lifecycle.machine import MachineDef, Step, step
+from orchestrator._lifecycle.names import ReportOutcome
 from orchestrator._runtime.scheduler import Scheduler, per_table
 from orchestrator._runtime.scheduler import cancel_scope as cancel_scope  # outcomes.py
 
@@ -52,7 +53,7 @@ class Report:
         data: Small facts for the journal (ids, model names).
     """
 
-    outcome: str
+    outcome: ReportOutcome
     retry_after: float | None = None
     error: str | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
