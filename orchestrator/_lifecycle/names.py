@@ -8,6 +8,10 @@ does not know, or that drops a state the code still names. Events may be missing
 mutated test table without a row, say): an event nobody answers is refused at run time as any
 other refused event is.
 
+What an effect reports before its machine translates it into an event is one more enum,
+:class:`ReportOutcome`, shared by the machines (it names no table word, so the loader does not
+check it; each driver's translation maps it to its events).
+
 Members are :class:`enum.StrEnum`, so each equals its name as a plain string: the journal, the
 traces, the JSON-RPC answers and the Temporal payloads keep the same text.
 """

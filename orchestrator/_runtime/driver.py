@@ -46,8 +46,9 @@ class Report:
     """What an effect reports: an outcome in the machine's vocabulary, never a state.
 
     Attributes:
-        outcome: ``ok``, ``transient``, ``overflow``, ``truncated``, ``empty``, ``fatal``,
-            ``cancelled``, ``conflict``, ``failed``, or a hook's ``done`` / ``supplied`` ...
+        outcome: A :class:`~orchestrator._lifecycle.names.ReportOutcome`: ``ok``,
+            ``transient``, ``overflow``, ``truncated``, ``empty``, ``fatal``, ``cancelled``,
+            ``conflict``, ``failed``, or a hook's ``done`` / ``supplied`` ...
         retry_after: A provider's retry-after hint in seconds (``transient`` only).
         error: The failure as one line.
         data: Small facts for the journal (ids, model names).
