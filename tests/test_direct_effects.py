@@ -25,6 +25,7 @@ from orchestrator._core.resources import data_dir
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
+from orchestrator._lifecycle.names import ReportOutcome
 from orchestrator._runtime.driver import Interpreter, Report
 from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.scheduler import direct_states
@@ -167,7 +168,7 @@ async def test_an_interrupt_asked_for_before_the_work_starts_cancels_it_at_once(
             await anyio.sleep_forever()
         finally:
             seen.append("cancelled")
-        return Report(outcome="ok")  # pragma: no cover - never reached
+        return Report(outcome=ReportOutcome.OK)  # pragma: no cover - never reached
 
     async with anyio.create_task_group() as group:
         assert await machine.in_flight(group, work) is None
@@ -181,11 +182,11 @@ async def test_work_that_finishes_before_the_cancel_lands_still_reports() -> Non
 
     async def work() -> Report:
         machine.interrupt("deadline_passed")  # from inside: lands at the next checkpoint
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async with anyio.create_task_group() as group:
         report = await machine.in_flight(group, work)
-    assert report == Report(outcome="ok")
+    assert report == Report(outcome=ReportOutcome.OK)
     assert machine.take_listed_interrupt() == "deadline_passed"  # the loop still steps it
 
 
@@ -195,7 +196,7 @@ async def test_an_interrupt_the_state_does_not_list_leaves_the_work_to_report() 
     async def work() -> Report:
         machine.interrupt("manual_compact")  # listed in running: stops the agent
         await anyio.lowlevel.checkpoint()
-        return Report(outcome="ok")  # pragma: no cover - cancelled at the checkpoint
+        return Report(outcome=ReportOutcome.OK)  # pragma: no cover - cancelled at the checkpoint
 
     async with anyio.create_task_group() as group:
         assert await machine.in_flight(group, work) is None
@@ -205,10 +206,10 @@ async def test_an_interrupt_the_state_does_not_list_leaves_the_work_to_report() 
     async def commit() -> Report:
         quiet.interrupt("cancel")
         await anyio.lowlevel.checkpoint()
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async with anyio.create_task_group() as group:
-        assert await quiet.in_flight(group, commit) == Report(outcome="ok")
+        assert await quiet.in_flight(group, commit) == Report(outcome=ReportOutcome.OK)
 
 
 def test_an_event_the_machine_does_not_declare_as_an_interrupt_is_refused() -> None:

@@ -18,6 +18,7 @@ from orchestrator._cluster.contract import Op  # noqa: E402
 from orchestrator._cluster.operation.flow import OperationFlow  # noqa: E402
 from orchestrator._core.errors import ConflictError  # noqa: E402
 from orchestrator._lifecycle.machine import load_machine  # noqa: E402
+from orchestrator._lifecycle.names import ReportOutcome
 from orchestrator._runtime.driver import Report  # noqa: E402
 from orchestrator._runtime.operation.driver import (  # noqa: E402
     HOST_EFFECTS,
@@ -63,7 +64,9 @@ def test_a_host_missing_an_io_effect_is_refused() -> None:
 def test_a_conflict_reports_the_commit_after_a_cured_failure() -> None:
     # The drift of issue 34, at the driver: one place words the ending for both hosts.
     driver = OperationDriver(kind="compaction", reason="threshold", routes=[1])
-    driver.translate("call_model", Report(outcome="transient", error="429 Too Many Requests"))
+    driver.translate(
+        "call_model", Report(outcome=ReportOutcome.TRANSIENT, error="429 Too Many Requests")
+    )
     driver.committed(commit_failure(ConflictError("the session changed since it was read")))
     ending = driver.ending("conflict")
     assert ending.error == "the session changed since it was read; nothing was applied"

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from orchestrator._lifecycle.machine import load_machine
+from orchestrator._lifecycle.names import ReportOutcome
 from orchestrator._runtime import scheduler
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.scheduler import Scheduler, direct_states, per_table, weakly
@@ -39,7 +40,7 @@ async def test_work_in_a_child_task_is_stopped_by_the_rows_stop_effect() -> None
             await anyio.sleep_forever()
         finally:
             seen.append("stopped")
-        return Report(outcome="ok")  # pragma: no cover - never reached
+        return Report(outcome=ReportOutcome.OK)  # pragma: no cover - never reached
 
     async def abort_soon() -> None:
         await anyio.wait_all_tasks_blocked()
@@ -64,7 +65,7 @@ async def test_settle_waits_for_the_work_in_flight_to_report_on_its_own() -> Non
     async def prune() -> Report:
         await release.wait()
         seen.append("reported")
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def abort_then_release() -> None:
         await anyio.wait_all_tasks_blocked()
@@ -82,7 +83,7 @@ async def test_settle_waits_for_the_work_in_flight_to_report_on_its_own() -> Non
 
 async def test_work_that_needs_a_child_task_and_has_no_group_is_a_driver_bug() -> None:
     async def prune() -> Report:  # pragma: no cover - never started
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     with pytest.raises(RuntimeError, match="turn: work in flight in pruning needs a task group"):
         await Scheduler(load_machine("turn")).run(prune, "pruning", None)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator._core.errors import OrchestratorError
-from orchestrator._lifecycle.names import OperationState
+from orchestrator._lifecycle.names import OperationState, ReportOutcome
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.turn.replies import Verdict
 
@@ -332,7 +332,10 @@ class Reported:
     def report(self) -> Report:
         """The :class:`~orchestrator._runtime.driver.Report` the tables' translation reads."""
         return Report(
-            outcome=self.outcome, retry_after=self.retry_after, error=self.error, data=self.data
+            outcome=ReportOutcome(self.outcome),
+            retry_after=self.retry_after,
+            error=self.error,
+            data=self.data,
         )
 
 

@@ -8,6 +8,10 @@ does not know, or that drops a state the code still names. Events may be missing
 mutated test table without a row, say): an event nobody answers is refused at run time as any
 other refused event is.
 
+What an effect reports before its machine translates it into an event is one more enum,
+:class:`ReportOutcome`, shared by the machines (it names no table word, so the loader does not
+check it; each driver's translation maps it to its events).
+
 Members are :class:`enum.StrEnum`, so each equals its name as a plain string: the journal, the
 traces, the JSON-RPC answers and the Temporal payloads keep the same text.
 """
@@ -143,6 +147,34 @@ class SessionEvent(StrEnum):
     FORK = "fork"
     HOSTED = "hosted"
     CLOSE = "close"
+
+
+class ReportOutcome(StrEnum):
+    """What an effect reports (``Report.outcome``): its result in words, never a state.
+
+    Each machine's driver translates an outcome into one of its events (``outcomes.py``,
+    ``operation/driver.py``, ``navigation/core.py``); the words are shared by the machines, so
+    they are one type. A model failure's outcome is its error class's kind
+    (:data:`~orchestrator._core.errors.MODEL_ERRORS`).
+    """
+
+    OK = "ok"
+    TRANSIENT = "transient"
+    TIMEOUT = "timeout"
+    OVERFLOW = "overflow"
+    TRUNCATED = "truncated"
+    EMPTY = "empty"
+    FATAL = "fatal"
+    REFUSED = "refused"
+    CANCELLED = "cancelled"
+    CONFLICT = "conflict"
+    FAILED = "failed"
+    DONE = "done"
+    SUPPLIED = "supplied"
+    PASSED = "passed"
+    STOPPED = "stopped"
+    COMMITTED = "committed"
+    SKIPPED = "skipped"
 
 
 VOCABULARY: Mapping[str, tuple[type[StrEnum], type[StrEnum]]] = MappingProxyType(

@@ -36,6 +36,7 @@ from anyio.abc import TaskGroup
 from orchestrator._core.errors import DefinitionError
 from orchestrator._lifecycle.guards import EFFECTS, Facts
 from orchestrator._lifecycle.machine import MachineDef, Step, step
+from orchestrator._lifecycle.names import ReportOutcome
 from orchestrator._runtime.scheduler import Scheduler, per_table
 from orchestrator._runtime.scheduler import cancel_scope as cancel_scope  # outcomes.py
 
@@ -45,14 +46,15 @@ class Report:
     """What an effect reports: an outcome in the machine's vocabulary, never a state.
 
     Attributes:
-        outcome: ``ok``, ``transient``, ``overflow``, ``truncated``, ``empty``, ``fatal``,
-            ``cancelled``, ``conflict``, ``failed``, or a hook's ``done`` / ``supplied`` ...
+        outcome: A :class:`~orchestrator._lifecycle.names.ReportOutcome`: ``ok``,
+            ``transient``, ``overflow``, ``truncated``, ``empty``, ``fatal``, ``cancelled``,
+            ``conflict``, ``failed``, or a hook's ``done`` / ``supplied`` ...
         retry_after: A provider's retry-after hint in seconds (``transient`` only).
         error: The failure as one line.
         data: Small facts for the journal (ids, model names).
     """
 
-    outcome: str
+    outcome: ReportOutcome
     retry_after: float | None = None
     error: str | None = None
     data: Mapping[str, Any] = field(default_factory=dict)

@@ -42,7 +42,7 @@ from orchestrator._lifecycle.guards import (
     NavigationFacts,
     OperationFacts,
 )
-from orchestrator._lifecycle.names import NavigationEvent, OperationEvent, TurnEvent
+from orchestrator._lifecycle.names import NavigationEvent, OperationEvent, ReportOutcome, TurnEvent
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
 from orchestrator._runtime.operation.retry import RetryPolicy, check_summary_response
@@ -273,8 +273,10 @@ def check_report(text: str, spec: GateSpec | None) -> Report:
     """The ``check_summary`` effect, on either host: the gate's verdict as a report (D32)."""
     verdict = check_summary(text, spec or GateSpec(purpose="history"))
     if verdict.passed:
-        return Report(outcome="passed")
-    return Report(outcome="refused", error=verdict.reason, data={"check": verdict.check})
+        return Report(outcome=ReportOutcome.PASSED)
+    return Report(
+        outcome=ReportOutcome.REFUSED, error=verdict.reason, data={"check": verdict.check}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,10 +332,12 @@ async def attempt_summary(
         response = await within(limit, answer_of(model, request), sibling_timer=sibling)
         if response is None:
             failure = f"{model.name}: no answer after {limit:g} s"
-            return Attempt(Report(outcome=ModelTimeoutError.kind, error=failure))
+            return Attempt(Report(outcome=ReportOutcome(ModelTimeoutError.kind), error=failure))
         response = check_summary_response(response, request.max_tokens)
     except ModelError as error:
-        report = Report(outcome=error.kind, retry_after=error.retry_after, error=str(error))
+        report = Report(
+            outcome=ReportOutcome(error.kind), retry_after=error.retry_after, error=str(error)
+        )
         return Attempt(report)
     except Exception as error:  # noqa: BLE001 - cancellation (a BaseException) passes untouched
         # A route that raises anything else is broken (an IndexError on an odd answer, a bug):
@@ -343,7 +347,7 @@ async def attempt_summary(
         # bug must not hide behind the failure's one line.
         _log.exception("summary route %s raised", model.name)
         failure = redact(f"{model.name}: {type(error).__name__}: {error}")
-        return Attempt(Report(outcome=FatalModelError.kind, error=failure))
+        return Attempt(Report(outcome=ReportOutcome(FatalModelError.kind), error=failure))
     replaced = replaced_input(str(request.messages[-1].get("content", "")))
     gate = GateSpec(
         purpose=part.purpose,
@@ -359,7 +363,7 @@ async def attempt_summary(
         "inputHash": text_hash(replaced),
         "usage": response.usage.as_pi(),  # written on the entry, as pi 1.x writes it
     }
-    return Attempt(Report(outcome="ok", data=data), response.text.strip(), gate)
+    return Attempt(Report(outcome=ReportOutcome.OK, data=data), response.text.strip(), gate)
 
 
 async def answer_of(model: Model, request: ModelRequest) -> ModelResponse:

@@ -51,7 +51,7 @@ from orchestrator._cluster.operation.flow import DELIVER, HEARTBEAT, ONCE, SHORT
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._lifecycle.guards import NavigationFacts
 from orchestrator._lifecycle.machine import MachineDef
-from orchestrator._lifecycle.names import NavigationEvent, NavigationState
+from orchestrator._lifecycle.names import NavigationEvent, NavigationState, ReportOutcome
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.navigation.core import AWAITING, navigation_effects, start_facts
 from orchestrator._runtime.outcomes import navigation_event
@@ -181,7 +181,7 @@ class NavigationFlow(TableFlow):
 
     async def collect_entries(self) -> Report:
         await self._activity("nav_collect", self._call(), deliver=True)
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def run_hooks(self) -> Report:
         try:
@@ -189,8 +189,8 @@ class NavigationFlow(TableFlow):
         except ActivityError:
             # Hooks that cannot be consulted cancel: the move must not go ahead without the
             # hooks that might have refused it (as an operation's hooks do).
-            return Report(outcome="cancelled")
-        return Report(outcome=reported.outcome)
+            return Report(outcome=ReportOutcome.CANCELLED)
+        return Report(outcome=ReportOutcome(reported.outcome))
 
     async def start_summary(self) -> Report:
         await self._flush()  # the navigation's steps so far are journaled before the summary's
@@ -211,7 +211,7 @@ class NavigationFlow(TableFlow):
             self._summary_entry_id = result.entry_id
             self._short_summary = result.short_summary
             self._moved = True
-        return Report(outcome=result.status)
+        return Report(outcome=ReportOutcome(result.status))
 
     async def cancel_summary(self) -> None:
         if self.summary is not None:
@@ -244,7 +244,7 @@ class NavigationFlow(TableFlow):
             self._summary_entry_id = entry_id
             self._from_extension = True
         self._moved = True
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def rebuild_context(self) -> None:
         """Nothing to rebuild: each activity reads the session fresh."""

@@ -66,7 +66,7 @@ from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import MachineDef
-from orchestrator._lifecycle.names import OperationEvent, OperationState
+from orchestrator._lifecycle.names import OperationEvent, OperationState, ReportOutcome
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.operation.driver import AWAITING, OperationDriver
 from orchestrator._runtime.operation.retry import RetryPolicy
@@ -261,7 +261,9 @@ class OperationFlow(TableFlow):
             self._check_deadline()
             # A hook that cannot be consulted cancels, as a hook's own failure would not: the
             # compaction must not go ahead without the hooks that might have refused it.
-            return Report(outcome="cancelled", data={"reason": lost_reason(error, "hooks")})
+            return Report(
+                outcome=ReportOutcome.CANCELLED, data={"reason": lost_reason(error, "hooks")}
+            )
         self._check_deadline()
         if reported.op is not None:
             self.op = reported.op
@@ -308,7 +310,7 @@ class OperationFlow(TableFlow):
             self.journal.lost(lines)
             self._check_deadline()
             # The worker died or the call hung: a transient failure the table may retry.
-            return Report(outcome="timeout", error=lost_reason(error, "model call"))
+            return Report(outcome=ReportOutcome.TIMEOUT, error=lost_reason(error, "model call"))
         self._check_deadline()
         self._early.update((int(index), got) for index, got in reported.early.items())
         return self._accept(reported)
@@ -320,7 +322,7 @@ class OperationFlow(TableFlow):
     async def _sleep_retry(self) -> Report:
         await workflow.sleep(self._left(timedelta(seconds=self.driver.retry_wait_s())))
         self._check_deadline()
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def _append_entry(self) -> Report:
         driver = self.driver

@@ -98,7 +98,7 @@ from orchestrator._cluster.stepping import JournalLines, stop_in_flight
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._lifecycle.names import OperationState, TurnEvent
+from orchestrator._lifecycle.names import OperationState, ReportOutcome, TurnEvent
 from orchestrator._runtime.driver import Report, check_effects
 from orchestrator._runtime.operation.compact_hooks import retries_after
 from orchestrator._runtime.turn.core import Effect, Ending, TurnCore, TurnTerms, result_fields
@@ -491,7 +491,7 @@ class TurnFlow:
 
         async def wait() -> Report:
             await workflow.sleep(delay_ms / 1000)
-            return Report(outcome="ok")
+            return Report(outcome=ReportOutcome.OK)
 
         return await self._in_flight(wait)
 
@@ -527,7 +527,7 @@ class TurnFlow:
         async def work() -> Report:
             result = await self._operation(flow)
             self.outcome = result
-            return Report(outcome=result.status)
+            return Report(outcome=ReportOutcome(result.status))
 
         return await self._in_flight(work)
 

@@ -32,7 +32,12 @@ from orchestrator._core.errors import ConflictError, ModelTimeoutError, SessionE
 from orchestrator._core.summary_request import FALLBACK_CONTEXT_WINDOW, no_room_for_branch
 from orchestrator._lifecycle.guards import NO_NAVIGATION_FACTS, Facts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._lifecycle.names import NavigationEvent, NavigationState, OperationState
+from orchestrator._lifecycle.names import (
+    NavigationEvent,
+    NavigationState,
+    OperationState,
+    ReportOutcome,
+)
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import (
     NO_DATA,
@@ -348,7 +353,7 @@ class Navigator:
         # the branch. A branch of markers only is nothing to summarize: a plain move (row 9),
         # not a "No content to summarize" entry (pi, which writes no markers, has none there).
         request.entries = [entry for entry in entries if not is_leaf_marker(entry)]
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def run_hooks(self) -> Report:
         request = self._current()
@@ -369,7 +374,7 @@ class Navigator:
             },
         )
         if hook and hook.get("cancel"):
-            return Report(outcome="cancelled")
+            return Report(outcome=ReportOutcome.CANCELLED)
         checked = tree_changes(hook)
         self.ports.hook_result_problems("session_before_tree", checked.problems)
         changes: TreeChanges = checked.value
@@ -378,8 +383,8 @@ class Navigator:
         )
         if changes.supplied is not None:
             request.supplied = changes.supplied
-            return Report(outcome="supplied")
-        return Report(outcome="done")
+            return Report(outcome=ReportOutcome.SUPPLIED)
+        return Report(outcome=ReportOutcome.DONE)
 
     async def start_summary(self) -> Report:
         request = self._current()
@@ -395,7 +400,7 @@ class Navigator:
                 error=no_room_for_branch(window, self.branch_reserve_tokens),
                 error_kind="fatal",
             )
-            return Report(outcome="failed")
+            return Report(outcome=ReportOutcome.FAILED)
         plan = prepare_branch_entries(
             request.entries,
             max(1, window - self.branch_reserve_tokens),
@@ -413,7 +418,7 @@ class Navigator:
         request.outcome = outcome
         request.summary_entry = outcome.entry
         request.moved = outcome.entry is not None
-        return Report(outcome=outcome.status)
+        return Report(outcome=ReportOutcome(outcome.status))
 
     async def cancel_summary(self) -> None:
         self.operations.cancel()
@@ -430,7 +435,7 @@ class Navigator:
         request = self._current()
         apply_navigation(self._session(), request.target, old_leaf_id=request.old_leaf)
         request.moved = True
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def switch_leaf_with_summary(self) -> Report:
         request = self._current()
@@ -445,7 +450,7 @@ class Navigator:
         )
         request.from_extension = True
         request.moved = True
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def rebuild_context(self) -> None:
         # The whole path's context: on a big session, off the loop (Ports.heavy), kept here.

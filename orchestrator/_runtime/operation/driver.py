@@ -60,7 +60,7 @@ from orchestrator._core.errors import ConflictError, model_error
 from orchestrator._core.gate import GateSpec
 from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, OperationFacts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._lifecycle.names import OperationEvent, OperationState
+from orchestrator._lifecycle.names import OperationEvent, OperationState, ReportOutcome
 from orchestrator._runtime.driver import Effect, Report
 from orchestrator._runtime.operation.compact_hooks import compact_failed
 from orchestrator._runtime.operation.retry import NO_MODEL, AttemptRecord, Outcome, RetryPolicy
@@ -114,8 +114,8 @@ _ATTEMPT_EVENTS = frozenset(
 def commit_failure(error: BaseException) -> Report:
     """The commit's report when the store refused it: a conflict (D27) or a failure."""
     if isinstance(error, ConflictError):
-        return Report(outcome="conflict", error=f"{error}; nothing was applied")
-    return Report(outcome="failed", error=str(error) or type(error).__name__)
+        return Report(outcome=ReportOutcome.CONFLICT, error=f"{error}; nothing was applied")
+    return Report(outcome=ReportOutcome.FAILED, error=str(error) or type(error).__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,9 @@ class OperationDriver:
     texts: dict[str, str] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     written: dict[str, dict[str, Any]] = field(default_factory=dict)
-    answer: Attempt = field(default_factory=lambda: Attempt(Report(outcome="cancelled")))
+    answer: Attempt = field(
+        default_factory=lambda: Attempt(Report(outcome=ReportOutcome.CANCELLED))
+    )
     refused: list[tuple[int, str]] = field(default_factory=list)  # (request, failed check)
     skipped: str | None = None  # why skipped, or cancelled by a hook
     commit_error: str | None = None
@@ -201,11 +203,11 @@ class OperationDriver:
         """``call_model``'s report when the request has no candidate left to ask, else None."""
         if self.at.offline or self.at.candidate < self.routes[self.at.part]:
             return None
-        return Report(outcome="fatal", error=NO_MODEL)
+        return Report(outcome=ReportOutcome.FATAL, error=NO_MODEL)
 
     def hook_supplied(self, text: str, gate: GateSpec) -> None:
         """Keep the summary a hook supplied: the gate may judge it next (D32)."""
-        self.answer = Attempt(Report(outcome="supplied"), text, gate)
+        self.answer = Attempt(Report(outcome=ReportOutcome.SUPPLIED), text, gate)
 
     def accept(self, attempt: Attempt, purpose: str) -> Report:
         """Keep ``call_model``'s attempt (the gate judges it next); returns its report."""
@@ -240,7 +242,9 @@ class OperationDriver:
     def deadline_passed(self, seconds: float) -> None:
         """Record the deadline's failure, with the last attempt's own (D22)."""
         what = f"{self.kind.replace('_', ' ')} did not finish within {seconds:g} s"
-        self.failure = Report(outcome="timeout", error=past_deadline(what, self.failure))
+        self.failure = Report(
+            outcome=ReportOutcome.TIMEOUT, error=past_deadline(what, self.failure)
+        )
 
     # -- outcomes into events -------------------------------------------------------------------
 
@@ -292,7 +296,7 @@ class OperationDriver:
         check = str(report.data.get("check", ""))
         self.refused.append((self.at.part, check))
         error = f"the summary a hook supplied was refused ({check}): {report.error}"
-        self.failure = Report(outcome="refused", error=error, data=dict(report.data))
+        self.failure = Report(outcome=ReportOutcome.REFUSED, error=error, data=dict(report.data))
         can_ask = bool(self.routes) and self.routes[0] > 0
         return OperationEvent.SUMMARY_REFUSED, OperationFacts(
             refused_check=check, needs_model=can_ask

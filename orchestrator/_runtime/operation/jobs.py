@@ -24,7 +24,7 @@ from orchestrator._core.prune import PrunePlan, apply_prune, plan_prune
 from orchestrator._core.serialize import serialize_conversation
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import OperationFacts
-from orchestrator._lifecycle.names import OperationEvent
+from orchestrator._lifecycle.names import OperationEvent, ReportOutcome
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.hook_results import compacting_shape, supplied_compaction
 from orchestrator._runtime.operation.compact_hooks import retries_after
@@ -179,7 +179,7 @@ class CompactionJob:
         if not self.hooks_wait():
             # Nobody listens: no payload to build, and the summary requests as they are.
             self.parts = compaction_parts(self.plan, self.routes, self.inputs)
-            return Report(outcome="done")
+            return Report(outcome=ReportOutcome.DONE)
         hook = await self.ports.run_hook(
             "session_before_compact",
             {
@@ -192,7 +192,7 @@ class CompactionJob:
             },
         )
         if hook and hook.get("cancel"):
-            return Report(outcome="cancelled", data={"reason": "Compaction cancelled"})
+            return Report(outcome=ReportOutcome.CANCELLED, data={"reason": "Compaction cancelled"})
         session = self.ports.session
         offered = hook.get("compaction") if hook else None
         # The id a supplied compaction keeps from must be on the branch it was planned from.
@@ -206,7 +206,7 @@ class CompactionJob:
             # The requests as without the hook: the table may refuse its summary (D32) and
             # have a model write one instead.
             self.parts = compaction_parts(self.plan, self.routes, self.inputs)
-            return Report(outcome="supplied")
+            return Report(outcome=ReportOutcome.SUPPLIED)
         messages = list(self.plan.messages_to_summarize) + list(self.plan.turn_prefix_messages)
         shaping = await self.ports.run_hook(
             "session.compacting",
@@ -226,7 +226,7 @@ class CompactionJob:
             kept_messages=self.inputs.kept_messages,
         )
         self.parts = compaction_parts(self.plan, self.routes, self.inputs)
-        return Report(outcome="done")
+        return Report(outcome=ReportOutcome.DONE)
 
     def hook_summary(self) -> tuple[str, GateSpec]:
         """The summary a hook supplied, and what the gate checks it against (D32)."""

@@ -48,7 +48,7 @@ from orchestrator._core.errors import ModelError, OrchestratorError
 from orchestrator._core.model import Model
 from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, Facts, OperationFacts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._lifecycle.names import OperationEvent, OperationState
+from orchestrator._lifecycle.names import OperationEvent, OperationState, ReportOutcome
 from orchestrator._runtime.admission import Slot
 from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, run_table
@@ -81,7 +81,9 @@ class _Early:
 
     scope: anyio.CancelScope
     done: anyio.Event
-    attempt: Attempt = field(default_factory=lambda: Attempt(Report(outcome="cancelled")))
+    attempt: Attempt = field(
+        default_factory=lambda: Attempt(Report(outcome=ReportOutcome.CANCELLED))
+    )
 
 
 class Job(Protocol):
@@ -395,7 +397,7 @@ class OperationRun:
     async def _call_model(self) -> Report:
         part, model = self._route()
         if model is None:
-            return Report(outcome="fatal", error=NO_MODEL)
+            return Report(outcome=ReportOutcome.FATAL, error=NO_MODEL)
         at = self._at
         first = not (at.candidate or at.retries or at.halvings or at.refusals or at.offline)
         if first and self._at.part == 0:
@@ -445,7 +447,7 @@ class OperationRun:
 
     async def _sleep_retry(self) -> Report:
         await self.routes.sleep(self.driver.retry_wait_s())
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def _stop_work(self) -> None:
         self._drop_early()
@@ -465,7 +467,7 @@ class OperationRun:
     async def _append_entry(self) -> Report:
         session, entry = self.ports.session, self._entry
         if self.dry_run or session is None or entry is None:
-            return Report(outcome="ok")
+            return Report(outcome=ReportOutcome.OK)
         return await self._commit(self._append(session, entry), {"entryId": entry["id"]})
 
     async def _append(self, session: Session, entry: Entry) -> None:
@@ -479,7 +481,7 @@ class OperationRun:
 
     async def _rewrite_entries(self) -> Report:
         if self.dry_run:
-            return Report(outcome="ok")
+            return Report(outcome=ReportOutcome.OK)
         return await self._commit(self._rewrite(), {"entryIds": [e["id"] for e in self._pruned]})
 
     async def _rewrite(self) -> None:
@@ -495,7 +497,7 @@ class OperationRun:
             else:
                 self._commit_cause = error
             return report
-        return Report(outcome="ok", data=data)
+        return Report(outcome=ReportOutcome.OK, data=data)
 
     async def _write_in_thread(self, session: Session, entry: Entry) -> None:
         # In one worker-thread call, in this order: the journal's record of the entry's id made

@@ -22,6 +22,7 @@ from typing import Any
 from orchestrator._core.entries import CONTEXT_EDIT, MESSAGE, Message
 from orchestrator._core.errors import ConflictError, OrchestratorError
 from orchestrator._core.prompts import render
+from orchestrator._lifecycle.names import ReportOutcome
 from orchestrator._runtime.agent import AgentInput
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.turn.core import TurnTerms
@@ -170,7 +171,7 @@ class TurnAgent:
 
         async def wait() -> Report:
             await self.host.ports.sleep(delay_ms / 1000)
-            return Report(outcome="ok")
+            return Report(outcome=ReportOutcome.OK)
 
         return await self.host.in_flight(wait)
 

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator._lifecycle.names import OperationState
+from orchestrator._lifecycle.names import OperationState, ReportOutcome
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.turn.core import Ending, result_fields
 from orchestrator._runtime.turn.host import Host
@@ -46,7 +46,7 @@ class TurnCompactions:
                 reason=reason, focus=focus, dry_run=dry_run, slot=slot
             )
             host.core.counters.outcome = outcome
-            return Report(outcome=outcome.status)
+            return Report(outcome=ReportOutcome(outcome.status))
 
         try:
             return await host.in_flight(work)

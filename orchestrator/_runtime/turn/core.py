@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from orchestrator._core.entries import Message
 from orchestrator._core.tokens import CompactionSettings, calculate_context_tokens, should_compact
 from orchestrator._lifecycle.guards import TurnFacts
-from orchestrator._lifecycle.names import OperationState, TurnEvent, TurnState
+from orchestrator._lifecycle.names import OperationState, ReportOutcome, TurnEvent, TurnState
 from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report
 from orchestrator._runtime.operation.compact_hooks import overflow_failed_payload
@@ -304,7 +304,7 @@ class TurnCore:
             t.last_error = verdict.error
             # The Retry-After header the route read, kept on the failed reply.
             t.last_retry_after_ms = retry_after_hint_ms(last[1] if last is not None else None)
-        return Report(outcome=verdict.outcome, error=verdict.error or None)
+        return Report(outcome=ReportOutcome(verdict.outcome), error=verdict.error or None)
 
     async def _end_retry_streak(self) -> None:
         # The row says a reply came back that ends the streak; there may be none open.
@@ -334,14 +334,14 @@ class TurnCore:
     async def _prune_tool_outputs(self) -> Report:
         t, terms = self.counters, self.agent.terms()
         if not terms.prune:
-            return Report(outcome="ok")
+            return Report(outcome=ReportOutcome.OK)
         saved = await self.agent.prune()
         if saved and t.last_reply is not None:
             # Re-measured as the reply's usage less what the prune saved.
             usage = t.last_reply.get("usage") or {}
             tokens = max(0, calculate_context_tokens(usage) - saved)
             t.over_threshold = should_compact(tokens, terms.context_window, terms.compaction)
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     async def _emit_retry_start(self) -> None:
         t, terms = self.counters, self.agent.terms()
@@ -373,7 +373,7 @@ class TurnCore:
         return await self.agent.wait(self.retry_wait_ms)
 
     async def _resume_turn(self) -> Report:
-        return Report(outcome="ok")
+        return Report(outcome=ReportOutcome.OK)
 
     # -- compactions ------------------------------------------------------------------------------
 
