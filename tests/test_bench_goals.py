@@ -193,6 +193,7 @@ def _header(**changes: object) -> Header:
         "load_before": (0.5, 0.4, 0.3),
         "load_after": (1.0, 0.6, 0.4),
         "rounds": 2,
+        "groups": GROUPS,
         "settings": Settings(),
     }
     return Header(**{**fields, **changes})  # type: ignore[arg-type]
@@ -263,10 +264,25 @@ def test_json_says_the_same_as_the_table() -> None:
 
 
 def test_settings_other_than_the_issues_are_flagged() -> None:
-    assert settings_line(Settings(runs=3)).startswith("sizes: ")
-    assert "runs per round: 3" in settings_line(Settings(runs=3))
-    assert "the scripts' own" in settings_line(Settings())
-    assert settings_line(Settings(sessions=50)).startswith("sizes (NOT issue 37's): ")
+    assert settings_line(Settings(runs=3), GROUPS) == (
+        "sizes: vs pi 10000, 40000, 60000; big 200000; one compaction 10000, L = 0.2 s; "
+        "1000 sessions of 300 entries, L = 1 s; runs per round: 3"
+    )
+    # Some of the issue's vs-pi sizes are the issue's goals at those sizes.
+    assert settings_line(Settings(sizes=(10_000,)), ["vs-pi"]) == (
+        "sizes: vs pi 10000; runs per round: the scripts' own"
+    )
+    for changed, group in [
+        (Settings(sizes=(2_000, 10_000)), "vs-pi"),
+        (Settings(big=20_000), "big"),
+        (Settings(compaction=1_000), "compaction"),
+        (Settings(latency=0.5), "compaction"),
+        (Settings(sessions=50), "concurrent"),
+        (Settings(entries=100), "concurrent"),
+    ]:
+        assert settings_line(changed, [group]).startswith("sizes (NOT issue 37's): ")
+        others = [other for other in GROUPS if other != group]
+        assert settings_line(changed, others).startswith("sizes: ")
 
 
 def test_the_processor_comes_from_cpuinfo_or_lscpu() -> None:
@@ -320,12 +336,14 @@ def test_the_header_from_probes() -> None:
     assert (header.node, header.pi) == ("v22.23.5", "1.6.0")
     assert header.load_before == (0.25, 0.5, 0.75)
     assert header.load_after is None
+    assert header.groups == GROUPS
     assert header.python.count(".") == 2
 
 
 def test_the_header_says_what_it_could_not_find() -> None:
     lscpu = "Model name: Intel Xeon\n"
-    header = gather_header(_probes({"lscpu": lscpu}), 1, Settings())
+    header = gather_header(_probes({"lscpu": lscpu}), 1, Settings(), ["big"])
+    assert header.groups == ("big",)
     assert (header.commit, header.dirty, header.processor) == ("unknown", False, "Intel Xeon")
     assert header.node.startswith("absent")
     assert gather_header(_probes({}), 1, Settings()).processor == "unknown"

@@ -217,7 +217,7 @@ def main(argv: list[str]) -> None:
     args = options().parse_args(argv)
     settings = settings_of(args)
     probes = real_probes(ROOT, versions)
-    header = gather_header(probes, args.rounds, settings)
+    header = gather_header(probes, args.rounds, settings, args.only)
     measured, errors = run_rounds(settings, args.only, args.rounds)
     header = replace(header, load_after=probes.load())
     table = goals(settings, args.only)

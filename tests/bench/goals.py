@@ -15,10 +15,11 @@ which includes the model's latency, so it is shown and not judged.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -180,9 +181,10 @@ def from_big(
     for (command, root), runs in results.items():
         if root is None:  # a base checkout's runs are not ours
             measured[f"{command}/{n}"] = Measured(
-                value=_median([r[0] for r in runs]), cpu=_median([r[2] for r in runs])
+                value=statistics.median([r[0] for r in runs]),
+                cpu=statistics.median([r[2] for r in runs]),
             )
-            measured[f"{command}-rss/{n}"] = Measured(value=_median([r[1] for r in runs]))
+            measured[f"{command}-rss/{n}"] = Measured(value=statistics.median([r[1] for r in runs]))
     return measured
 
 
@@ -208,12 +210,6 @@ def from_concurrent(sessions: int, rows: Sequence[Mapping[str, Any]]) -> dict[st
             value=row["wall_s"], cpu=row["cpu_s"]
         )
     return measured
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 # -- judging ---------------------------------------------------------------------------------------
@@ -310,13 +306,14 @@ class Header:
     commit: str
     dirty: bool  # tracked files differ from the commit
     processor: str
-    date: str  # UTC, ISO 8601 to the second
+    date: str  # UTC, to the second: "2026-12-07 21:00:00 UTC"
     python: str
     node: str
     pi: str
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float] | None = None
     rounds: int
+    groups: tuple[str, ...]
     settings: Settings
 
 
@@ -330,7 +327,9 @@ def _output(probes: Probes, argv: Sequence[str]) -> str | None:
         return None
 
 
-def gather_header(probes: Probes, rounds: int, settings: Settings) -> Header:
+def gather_header(
+    probes: Probes, rounds: int, settings: Settings, groups: Sequence[str] = GROUPS
+) -> Header:
     """The header before the first round (``load_after`` is filled in after the last)."""
     status = _output(probes, ["git", "status", "--porcelain", "--untracked-files=no"])
     try:
@@ -351,6 +350,7 @@ def gather_header(probes: Probes, rounds: int, settings: Settings) -> Header:
         pi=pi,
         load_before=probes.load(),
         rounds=rounds,
+        groups=tuple(groups),
         settings=settings,
     )
 
@@ -362,16 +362,29 @@ def _load(load: tuple[float, float, float] | None) -> str:
     return "-" if load is None else " / ".join(f"{x:.2f}" for x in load)
 
 
-def settings_line(settings: Settings) -> str:
-    """The sizes measured, and whether they are issue 37's (a goal holds at its own sizes only)."""
+def _sizes(settings: Settings, group: str) -> tuple[str, bool]:
+    """A group's sizes as text, and whether they are issue 37's (some of its vs-pi sizes are)."""
+    issue = Settings()
+    if group == "vs-pi":
+        text = f"vs pi {', '.join(map(str, settings.sizes))}"
+        return text, set(settings.sizes) <= set(issue.sizes)
+    if group == "big":
+        return f"big {settings.big}", settings.big == issue.big
+    if group == "compaction":
+        text = f"one compaction {settings.compaction}, L = {settings.latency:g} s"
+        return text, (settings.compaction, settings.latency) == (issue.compaction, issue.latency)
+    text = f"{settings.sessions} sessions of {settings.entries} entries"
+    text += f", L = {settings.concurrent_latency:g} s"
+    ours = (settings.sessions, settings.entries, settings.concurrent_latency)
+    return text, ours == (issue.sessions, issue.entries, issue.concurrent_latency)
+
+
+def settings_line(settings: Settings, groups: Sequence[str]) -> str:
+    """The chosen groups' sizes, flagged where they are not issue 37's (its goals hold there)."""
+    sizes = [_sizes(settings, group) for group in groups]
+    flag = "" if all(issue for _, issue in sizes) else " (NOT issue 37's)"
     runs = "the scripts' own" if settings.runs is None else str(settings.runs)
-    issue = "" if replace(settings, runs=None) == Settings() else " (NOT issue 37's)"
-    return (
-        f"sizes{issue}: vs pi {', '.join(map(str, settings.sizes))}; "
-        f"big {settings.big}; one compaction {settings.compaction}, L = {settings.latency:g} s; "
-        f"{settings.sessions} sessions of {settings.entries} entries, "
-        f"L = {settings.concurrent_latency:g} s; runs per round: {runs}"
-    )
+    return f"sizes{flag}: {'; '.join(text for text, _ in sizes)}; runs per round: {runs}"
 
 
 def header_lines(header: Header) -> list[str]:
@@ -383,7 +396,7 @@ def header_lines(header: Header) -> list[str]:
         f"Python {header.python}, node {header.node}, pi {header.pi}",
         f"load average (1 / 5 / 15 min) before {_load(header.load_before)}, "
         f"after {_load(header.load_after)}",
-        settings_line(header.settings),
+        settings_line(header.settings, header.groups),
     ]
 
 
