@@ -319,6 +319,27 @@ def timelines(sizes: list[int], runs: int, latency: float) -> None:
             report(taken, latency, f"n={n} {kind}")
 
 
+def measure(n: int, kind: str, runs: int, latency: float) -> dict[str, Any]:
+    """``runs`` compactions of an ``n``-entry ``kind`` session (each printed): their medians."""
+    data = session_bytes(n, kind)
+    results = [anyio.run(one_run, data, kind, latency) for _ in range(runs)]
+    for r in results:
+        print(
+            f"  run n={n} {kind}: total {r['total'] * 1e3:.1f} ms, calls {r['purposes']}",
+            flush=True,
+        )
+    return {
+        "n": n,
+        "kind": kind,
+        "total": statistics.median(r["total"] for r in results),
+        "overhead": statistics.median(r["total"] - r["model"] for r in results),
+        "cpu": statistics.median(r["cpu"] for r in results),
+        "plan": statistics.median(r["plan"] for r in results),
+        "calls": results[0]["calls"],
+        "max_in_flight": results[0]["max_in_flight"],
+    }
+
+
 def options(argv: list[str]) -> tuple[int, float, bool, list[int]]:
     """``--runs N``, ``--latency S``, ``--timeline`` and the sizes."""
     runs, latency, timeline = RUNS, LATENCY, False
@@ -347,28 +368,7 @@ def main(argv: list[str]) -> None:
         f"{fsync_cost() * 1e3:.2f} ms back to back, "
         f"{fsync_cost(runs=9, idle=latency) * 1e3:.2f} ms after an idle wait of L"
     )
-    rows = []
-    for n in sizes:
-        for kind in ("plain", "split"):
-            data = session_bytes(n, kind)
-            results = [anyio.run(one_run, data, kind, latency) for _ in range(runs)]
-            for r in results:
-                print(
-                    f"  run n={n} {kind}: total {r['total'] * 1e3:.1f} ms, calls {r['purposes']}",
-                    flush=True,
-                )
-            rows.append(
-                {
-                    "n": n,
-                    "kind": kind,
-                    "total": statistics.median(r["total"] for r in results),
-                    "overhead": statistics.median(r["total"] - r["model"] for r in results),
-                    "cpu": statistics.median(r["cpu"] for r in results),
-                    "plan": statistics.median(r["plan"] for r in results),
-                    "calls": results[0]["calls"],
-                    "max_in_flight": results[0]["max_in_flight"],
-                }
-            )
+    rows = [measure(n, kind, runs, latency) for n in sizes for kind in ("plain", "split")]
     print()
     print(
         f"{'entries':>9} {'kind':>6} {'calls':>5} {'parallel':>8} {'total ms':>9} "

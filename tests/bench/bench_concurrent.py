@@ -245,6 +245,7 @@ class CpuMeter:
     def __init__(self, pid: int, provider: Provider) -> None:
         self.pids = (pid, provider.process.pid if provider.process is not None else None)
         self.start = self._now()
+        self.seconds = 0.0  # the sessions' process, in the last phase taken
 
     def _now(self) -> tuple[float, float]:
         own, provider = self.pids
@@ -254,6 +255,7 @@ class CpuMeter:
         now = self._now()
         used = (now[0] - self.start[0], now[1] - self.start[1])
         self.start = now
+        self.seconds = used[0]
         text = f"CPU {used[0]:.2f} s"
         return text + (f" (provider {used[1]:.2f} s)" if self.pids[1] is not None else "")
 
@@ -358,7 +360,8 @@ async def through_runtime(paths: list[Path], provider: Provider) -> dict[str, An
             await model.aclose()
     gcs = (f", {open_gc}", f", {run_gc}")
     rss = peak_rss_mb()
-    return report("runtime", opened, open_lag, wall, latencies, lag, rss, results, gcs, used)
+    row = report("runtime", opened, open_lag, wall, latencies, lag, rss, results, gcs, used)
+    return {**row, "cpu_s": cpu.seconds}
 
 
 # -- through the server ----------------------------------------------------------------------------
@@ -494,7 +497,8 @@ async def _drive_server(
         rss = _rss_of(pid)
         for client in clients:
             await client.stream.aclose()
-    return report("server", opened, open_lag, wall, latencies, lag, rss, results, cpu=used)
+    row = report("server", opened, open_lag, wall, latencies, lag, rss, results, cpu=used)
+    return {**row, "cpu_s": cpu.seconds}
 
 
 def _rss_of(pid: int) -> float:
@@ -507,10 +511,8 @@ def _rss_of(pid: int) -> float:
 # -- main ------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str]) -> None:
-    if argv[:1] == ["--serve-provider"]:
-        serve_provider(float(argv[1]), int(argv[2]))
-        return
+def options() -> argparse.ArgumentParser:
+    """The command line's options (``measure`` takes what they parse to)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--entries", type=int, default=300)
@@ -521,7 +523,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--uvloop", action="store_true", help="run the runtime path on uvloop's event loop"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--serve-provider"]:
+        serve_provider(float(argv[1]), int(argv[2]))
+        return
+    args = options().parse_args(argv)
     load = os.getloadavg()
     print(
         f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, load average "
@@ -529,6 +538,12 @@ def main(argv: list[str]) -> None:
         f"{args.entries} entries, model {args.model}, L = {args.latency:g} s",
         flush=True,
     )
+    measure(args)
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Both paths (or ``args.only``'s) with ``main``'s options: each path's printed row."""
+    rows = []
     folder = Path(tempfile.mkdtemp(prefix="bench-concurrent-"))
     try:
         with Provider(args.model, args.latency, 4 * args.sessions) as provider:
@@ -540,18 +555,19 @@ def main(argv: list[str]) -> None:
 
                     profiler = Profiler(async_mode="disabled")
                     profiler.start()
-                    anyio.run(through_runtime, paths, provider, backend_options=loop)
+                    rows.append(anyio.run(through_runtime, paths, provider, backend_options=loop))
                     profiler.stop()
                     Path(args.profile).write_text(profiler.output_html())
                 else:
-                    anyio.run(through_runtime, paths, provider, backend_options=loop)
+                    rows.append(anyio.run(through_runtime, paths, provider, backend_options=loop))
                 gc.collect()
             if args.only in (None, "server"):
                 server_folder = folder / "server"
                 paths = write_sessions(server_folder, args.sessions, args.entries)
-                anyio.run(through_server, paths, provider, server_folder)
+                rows.append(anyio.run(through_server, paths, provider, server_folder))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    return rows
 
 
 if __name__ == "__main__":

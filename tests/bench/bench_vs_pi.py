@@ -114,18 +114,27 @@ def measure(n: int, runs: int, pi073: str | None, base: str | None) -> dict[str,
     return row
 
 
-def big(n: int, runs: int, base: str | None) -> None:
+BigResults = dict[tuple[str, str | None], list[tuple[float, float, float]]]
+"""(command, base root or None) -> each run's (wall seconds, peak RSS in MB, CPU seconds)."""
+
+
+def big_runs(n: int, runs: int, base: str | None) -> tuple[BigResults, float]:
+    """``check`` and ``plan --json`` on an ``n``-entry session: every run, and the file's MB."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.jsonl"
         write_session(path, n)
         roots = (None, base) if base else (None,)
-        results: dict[tuple[str, str | None], list[tuple[float, float, float]]] = {
+        results: BigResults = {
             (command, root): [] for command in ("check", "plan") for root in roots
         }
         for _ in range(runs):
             for command, root in results:
                 results[command, root].append(ours(command, path, root))
-        size = path.stat().st_size / 1e6
+        return results, path.stat().st_size / 1e6
+
+
+def big(n: int, runs: int, base: str | None) -> None:
+    results, size = big_runs(n, runs, base)
     for (command, root), values in results.items():
         walls = ", ".join(f"{w:.2f}" for w, _, _ in values)
         rss = statistics.median(r for _, r, _ in values)
@@ -135,6 +144,31 @@ def big(n: int, runs: int, base: str | None) -> None:
             f"{statistics.median(w for w, _, _ in values):.2f} s ({walls}), CPU {cpu:.2f} s, "
             f"peak RSS {rss:.0f} MB"
         )
+
+
+def versions() -> tuple[str, str]:
+    """The versions of node and pi in tests/conformance (``npm ci`` there installs both)."""
+    node = subprocess.check_output([str(NODE), "--version"], text=True).strip()
+    version = subprocess.check_output(
+        [str(NODE), "-e", "import('./pi_package.mjs').then((m) => console.log(m.piVersion))"],
+        cwd=CONFORMANCE,
+        text=True,
+    ).strip()
+    return node, version
+
+
+def warm_up(tmp: str, base: str | None) -> None:
+    """Compile our side's bytecode into ``tmp`` before any timed run (and the base's, if any)."""
+    # Our side runs with compiled bytecode, written by a warm-up run into a cache of its own
+    # even where the environment sets PYTHONDONTWRITEBYTECODE: compiling at every start would
+    # cost time an installed package does not pay.
+    _ENV["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "bytecode")
+    _ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+    tiny = Path(tmp) / "tiny.jsonl"
+    write_session(tiny, 10)
+    for root in (None, base) if base else (None,):
+        ours("plan", tiny, root)
+        ours("context", tiny, root)
 
 
 def main(argv: list[str]) -> None:
@@ -148,12 +182,7 @@ def main(argv: list[str]) -> None:
     sizes = [int(a) for a in argv] or SIZES
     pi073 = os.environ.get("PI073_DIR")
     base = os.environ.get("BASE_DIR")
-    node = subprocess.check_output([str(NODE), "--version"], text=True).strip()
-    version = subprocess.check_output(
-        [str(NODE), "-e", "import('./pi_package.mjs').then((m) => console.log(m.piVersion))"],
-        cwd=CONFORMANCE,
-        text=True,
-    ).strip()
+    node, version = versions()
     print(
         f"Python {sys.version.split()[0]}, node {node}, pi {version}"
         f"{' and 0.73.1' if pi073 else ''}, {os.cpu_count()} CPUs, {runs} rounds, "
@@ -162,16 +191,7 @@ def main(argv: list[str]) -> None:
     )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        # Our side runs with compiled bytecode, written by a warm-up run into a cache of its own
-        # even where the environment sets PYTHONDONTWRITEBYTECODE: compiling at every start would
-        # cost time an installed package does not pay.
-        _ENV["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "bytecode")
-        _ENV.pop("PYTHONDONTWRITEBYTECODE", None)
-        tiny = Path(tmp) / "tiny.jsonl"
-        write_session(tiny, 10)
-        for root in (None, base) if base else (None,):
-            ours("plan", tiny, root)
-            ours("context", tiny, root)
+        warm_up(tmp, base)
         for n in sizes:
             rows.append(measure(n, runs, pi073, base))
             print(f"  {n} entries done, load {os.getloadavg()[0]:.1f}", flush=True)
