@@ -74,7 +74,7 @@ def test_a_float_is_written_as_python_writes_it(number: float, before: str) -> N
         ['"', ",1e16]", 1e-07],
         {'k\\"': 'a\\",1e16]', "n": 1e16},
         ["\\\\", "[1e16]", 2e16, ",0.00001]", -1e-05],
-        ["a,1e5x", "b,1e-]", "[0.00001e", 1.5e-07],
+        ["a,1e5x", "b,1e-]", "[0.00001e", 1.5e-07, "x3e5]", ",1.-2e5]", ":-0.00001}"],
     ],
 )
 def test_floats_inside_strings_stay_as_they_are(value: Any) -> None:
@@ -104,7 +104,7 @@ def test_what_msgspec_cannot_encode_is_left_to_the_standard_library() -> None:
 
 
 def test_many_candidates_cost_the_standard_encoding() -> None:
-    dump = "0e" * 200  # a hexadecimal dump: a digit before an "e" everywhere
+    dump = ",".join(["1e16"] * 200)  # a tool's JSON output held in a text
     data = json.dumps([dump, 1e16], separators=(",", ":")).encode()
     assert python_floats(data) is None
     assert indented([dump, 1e16]) == _standard([dump, 1e16])
@@ -113,3 +113,9 @@ def test_many_candidates_cost_the_standard_encoding() -> None:
 def test_a_nan_is_what_no_report_holds() -> None:
     # Documented, not hidden: msgspec writes null where json.dumps writes the invalid NaN.
     assert indented([math.nan]) == b"[\n  null\n]"
+
+
+def test_hexadecimal_ids_are_no_candidates() -> None:
+    # Ids end in a quote, not where a value ends: the search never reaches Python for them.
+    assert json_output._candidates(b'["3e4f","0e00","1e5"]') == []
+    assert json_output._candidates(b'[1e16,"a",-0.00001]') == [1, 10]
