@@ -10,6 +10,7 @@ edits, nested calls and system messages.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from orchestrator._core.context import FILE_TOOLS, ContextBuilder
 from orchestrator._core.entries import Message
 from orchestrator._core.tokens import estimate_tokens, quick_estimate
+from orchestrator._store.reports import context_report_of, short_summary_of
 from tests.test_context_restart import fields
 from tests.test_measured_serialization import ASSISTANTS, TEXT, messages, outcome
 
@@ -63,21 +65,29 @@ def test_the_quick_estimate_is_the_estimate(message: Message) -> None:
     )
 
 
+_SHORT = st.fixed_dictionaries({}, optional={"shortSummary": st.sampled_from(["short", " ", 5])})
+
+
 @st.composite
 def paths(draw: st.DrawFn) -> list[dict[str, Any]]:
     """A linear path of message entries among compactions, context edits and other entries."""
     path: list[dict[str, Any]] = []
     for k in range(draw(st.integers(min_value=0, max_value=14))):
         entry: dict[str, Any] = {"id": f"e{k}", "parentId": f"e{k - 1}" if k else None}
-        kind = draw(st.sampled_from(["message"] * 6 + ["compaction", "edit", "other", "bad"]))
+        kind = draw(st.sampled_from(["message"] * 6 + ["compaction", "edit", "other", "bad", "b"]))
         earlier = st.sampled_from([e["id"] for e in path] or ["none"])
         if kind == "message":
             entry.update(type="message", message=draw(MESSAGES))
         elif kind == "compaction":
             entry.update(type="compaction", summary="s", firstKeptEntryId=draw(earlier))
+            entry.update(draw(_SHORT))
+            if draw(st.booleans()):  # a system checkpoint: the head's first message
+                entry["systemMessage"] = {"role": "system", "content": "checkpoint"}
         elif kind == "edit":
             replacement = draw(st.none() | st.just({"content": "edited"}))
             entry.update(type="context_edit", targetId=draw(earlier), replacement=replacement)
+        elif kind == "b":
+            entry.update(type="branch_summary", fromId=draw(earlier), summary="b", **draw(_SHORT))
         elif kind == "other":
             entry.update(type="model_change", provider="x", modelId="y")
         else:  # a message entry whose message is no dict
@@ -127,3 +137,14 @@ def test_file_operations_are_those_of_the_calls(batch: list[Message]) -> None:
     ]
     context = ContextBuilder(path).context()
     assert fields(context)["events"] == _reference_events(list(context.messages))
+
+
+@PROPERTIES
+@given(paths())
+def test_short_summaries_are_those_of_each_message_entry(path: list[dict[str, Any]]) -> None:
+    context = ContextBuilder(path).context()
+    by_id = {entry["id"]: entry for entry in path}
+    expected = [short_summary_of(by_id.get(entry_id) or {}) for entry_id in context.entry_ids]
+    for view in (context, dataclasses.replace(context, index=None)):
+        report = context_report_of(view, context.tokens(), by_id, None)
+        assert report["messageShortSummaries"] == expected
