@@ -5,9 +5,9 @@ C) took a quarter of ``context --json`` at 40k messages (0.2 s for 20 MB); holdi
 UTF-8 and the indented copy at once took 70 MB more than the command's session. msgspec's
 encoder is six times faster, and ``msgspec.json.format`` indents exactly as ``json.dumps`` does,
 so the value is encoded by msgspec a piece at a time: the top-level object key by key, a long
-list a few hundred items at a time, each piece indented at depth 0 and shifted to its depth
-(JSON strings hold no raw newline, so every newline of a piece starts one of its lines). No
-copy of the whole output is ever made.
+list a few hundred items at a time, each piece indented where it stands (a small value shifted
+to its depth: JSON strings hold no raw newline, so every newline of a piece starts one of its
+lines). No copy of the whole output is ever made.
 
 Where msgspec writes other bytes than the standard library, I put the standard ones back:
 
@@ -75,11 +75,16 @@ def _pieces(value: Any, depth: int) -> Iterator[bytes]:
     if type(value) is not list or len(value) <= CHUNK:
         yield _shifted(indented(value), depth)
         return
+    # Each piece is wrapped in ``depth`` lists, so that msgspec indents its items where they
+    # stand: the lines between the brackets are the piece, with no pass to shift them.
+    head = b"".join(_INDENT * level + b"[\n" for level in range(depth + 1))
+    tail = b"".join(b"\n" + _INDENT * level + b"]" for level in range(depth, -1, -1))
     yield b"[\n"
     for start in range(0, len(value), CHUNK):
-        # "[\n  item,\n  item\n]": the lines between the brackets, at one level in.
-        body = indented(value[start : start + CHUNK])[2:-2]
-        yield (b",\n" if start else b"") + _INDENT * depth + _shifted(body, depth)
+        piece: Any = value[start : start + CHUNK]
+        for _ in range(depth):
+            piece = [piece]
+        yield (b",\n" if start else b"") + indented(piece)[len(head) : -len(tail)]
     yield b"\n" + _INDENT * depth + b"]"
 
 
