@@ -209,16 +209,13 @@ class ContextBuilder:
         """:meth:`push` each entry of ``path``, a message entry's steps written out here.
 
         Building a context walks every entry of the path (``plan``, ``context``, opening a
-        session); for the usual entry, a message, the calls of a push were half its cost.
+        session); for the usual entry, a message, the calls of a push were half its cost. A
+        context measured as it comes in (the runtime's) takes the general steps.
         """
-        if self._measures.eager:  # measured as it comes in: the general steps
-            for entry in path:
-                self.push(entry)
-            return
-        self._context = None
+        general = self._measures.eager
         positions, entries = self._position, self._path
         for entry in path:
-            if entry.get("type") != MESSAGE:
+            if general or entry.get("type") != MESSAGE:
                 self.push(entry)
                 continue
             here = len(entries)
@@ -243,6 +240,9 @@ class ContextBuilder:
         else:
             self._add(message, entry_id, position)
             return
+        self._append(message, entry_id, position, estimate)
+
+    def _append(self, message: Message, entry_id: str, position: int, estimate: int) -> None:
         self._messages.append(message)
         self._entry_ids.append(entry_id)
         self._estimates.append(estimate)
@@ -327,12 +327,7 @@ class ContextBuilder:
             self._irregular = True
         elif role == "toolResult" and "nestedCalls" in message:
             self._nested_file_events(message, index)
-        self._messages.append(message)
-        self._entry_ids.append(entry_id)
-        self._estimates.append(estimate)
-        self._positions.append(position)
-        self._estimate_sum += estimate
-        self._prefix.append(self._estimate_sum)
+        self._append(message, entry_id, position, estimate)
         measures = self._measures
         if measures.eager and len(measures.shapes) <= index:  # a summary: not taken above
             measures.upto(index + 1)
@@ -467,12 +462,7 @@ class ContextBuilder:
                 self._system.append(len(self._messages))
             else:
                 self._late.append(len(self._messages))
-            self._messages.append(message)
-            self._entry_ids.append(entry_id)
-            self._estimates.append(estimate)
-            self._positions.append(position)
-            self._estimate_sum += estimate
-            self._prefix.append(self._estimate_sum)
+            self._append(message, entry_id, position, estimate)
             self._measures.skip()
         self._head = len(head)
 
