@@ -124,3 +124,19 @@ def test_the_console_script_exits_with_every_byte_written(tmp_path: Path) -> Non
     )
     assert done.returncode == 1
     assert b"no such session file" in done.stderr
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_a_stdout_that_is_not_utf8_gets_ascii_in_a_process_with_msgspec(
+    encoding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/sessions.md: every non-ASCII character escaped, whichever encoder a big output takes.
+    value = {"t": "smile \U0001f600 café", "n": [1e16, 1.5e-05], "long": ["é"] * 600}
+    _choose(monkeypatch, fast=True)
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding=encoding, newline="\n"))
+    common.print_json(value)
+    sys.stdout.flush()
+    monkeypatch.undo()
+    assert raw.getvalue() == (json.dumps(value, ensure_ascii=True, indent=2) + "\n").encode()
+    assert b"smile \\ud83d\\ude00 caf\\u00e9" in raw.getvalue()
