@@ -134,9 +134,10 @@ def test_a_stdout_that_is_not_utf8_gets_ascii_in_a_process_with_msgspec(
     value = {"t": "smile \U0001f600 café", "n": [1e16, 1.5e-05], "long": ["é"] * 600}
     _choose(monkeypatch, fast=True)
     raw = io.BytesIO()
-    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding=encoding, newline="\n"))
+    out = io.TextIOWrapper(raw, encoding=encoding, newline="\n")
+    monkeypatch.setattr(sys, "stdout", out)
     common.print_json(value)
-    sys.stdout.flush()
+    out.flush()
     monkeypatch.undo()
     assert raw.getvalue() == (json.dumps(value, ensure_ascii=True, indent=2) + "\n").encode()
     assert b"smile \\ud83d\\ude00 caf\\u00e9" in raw.getvalue()
