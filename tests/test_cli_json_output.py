@@ -1,7 +1,8 @@
 """``print_json`` writes what ``json.dumps(value, ensure_ascii=False, indent=2)`` writes.
 
-Big outputs are indented by msgspec from the standard library's compact text; these tests hold
-that path to the standard one, byte for byte, on the values that could tell them apart.
+A process that imported msgspec encodes with it, a piece at a time, floats put back as Python
+writes them (``_cli/json_output.py``); these tests hold that path to the standard one, byte for
+byte, on the values that could tell them apart.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from orchestrator._cli import common
@@ -34,10 +36,16 @@ VALUES: list[Any] = [
 ]
 
 
-def _printed(value: Any, monkeypatch: pytest.MonkeyPatch, *, fast: bool) -> bytes:
-    monkeypatch.setattr(common, "_FAST_FROM_CHARS", 0 if fast else 1 << 62)
-    if not fast:
+def _choose(monkeypatch: pytest.MonkeyPatch, *, fast: bool) -> None:
+    # The fast path is taken by a process that has imported msgspec (it read a big file).
+    if fast:
+        monkeypatch.setitem(sys.modules, "msgspec", msgspec)
+    else:
         monkeypatch.delitem(sys.modules, "msgspec", raising=False)
+
+
+def _printed(value: Any, monkeypatch: pytest.MonkeyPatch, *, fast: bool) -> bytes:
+    _choose(monkeypatch, fast=fast)
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
     monkeypatch.setattr(sys, "stdout", out)
@@ -60,16 +68,17 @@ def test_lone_surrogate_takes_the_standard_path(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_text_stream_without_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common, "_FAST_FROM_CHARS", 0)
+    _choose(monkeypatch, fast=True)
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     common.print_json({"a": [1, "é"]})
     assert out.getvalue() == json.dumps({"a": [1, "é"]}, ensure_ascii=False, indent=2) + "\n"
 
 
-def test_small_output_does_not_import_msgspec(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_process_without_msgspec_does_not_import_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "msgspec", raising=False)
-    assert common._indented('{"a":1}') is None
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    common.print_json({"a": 1})
     assert "msgspec" not in sys.modules
 
 
@@ -80,7 +89,7 @@ def test_terminal_controls_are_escaped_as_the_terminal_safe_stream_does(
     value = {"t": text, "n": [1.5e-05]}
     expected = terminal_safe(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
     for fast in (True, False):
-        monkeypatch.setattr(common, "_FAST_FROM_CHARS", 0 if fast else 1 << 62)
+        _choose(monkeypatch, fast=fast)
         raw = io.BytesIO()
         out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
         monkeypatch.setattr(sys, "stdout", TerminalSafe(out))  # as the command line runs
@@ -115,3 +124,20 @@ def test_the_console_script_exits_with_every_byte_written(tmp_path: Path) -> Non
     )
     assert done.returncode == 1
     assert b"no such session file" in done.stderr
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_a_stdout_that_is_not_utf8_gets_ascii_in_a_process_with_msgspec(
+    encoding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/sessions.md: every non-ASCII character escaped, whichever encoder a big output takes.
+    value = {"t": "smile \U0001f600 café", "n": [1e16, 1.5e-05], "long": ["é"] * 600}
+    _choose(monkeypatch, fast=True)
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding=encoding, newline="\n")
+    monkeypatch.setattr(sys, "stdout", out)
+    common.print_json(value)
+    out.flush()
+    monkeypatch.undo()
+    assert raw.getvalue() == (json.dumps(value, ensure_ascii=True, indent=2) + "\n").encode()
+    assert b"smile \\ud83d\\ude00 caf\\u00e9" in raw.getvalue()

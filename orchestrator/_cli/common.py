@@ -244,69 +244,66 @@ def release_kept() -> None:
 
 
 def print_json(value: Any) -> None:
-    """Print one JSON object on stdout.
+    """Print one JSON object on stdout, as ``json.dumps(value, ensure_ascii=False, indent=2)``.
 
     Lone surrogates (a session may hold one) are escaped as ``JSON.stringify`` escapes them, so
     the output is valid UTF-8 and reads back as the same string (D26). When stdout's encoding
     is not UTF-8 (``PYTHONIOENCODING=latin-1``, a C locale) every non-ASCII character is
     escaped (an emoji as ``\ud83d\ude00``): the output is then ASCII, valid JSON in any such
     encoding, where the stream's error handler wrote ``\U0001f600``, which is not JSON.
+
+    A process that read a big file has imported msgspec: its output is encoded by msgspec, a
+    piece at a time (:mod:`~orchestrator._cli.json_output`, the same bytes). A short command
+    does not import it for a small output.
     """
-    if _utf8(sys.stdout):
-        compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        indented = _indented(compact)
-        if indented is not None:
-            buffer = getattr(sys.stdout, "buffer", None)
-            if buffer is None:  # a text stream only (io.StringIO)
-                sys.stdout.write(indented.decode("utf-8") + "\n")
-                return
-            sys.stdout.flush()
-            buffer.write(indented + b"\n")
-            return
+    stream = sys.stdout
+    if not _utf8(stream):
+        stream.write(json.dumps(value, ensure_ascii=True, indent=2) + "\n")
+        return
+    if "msgspec" not in sys.modules:
         text = escape_lone_surrogates(json.dumps(value, ensure_ascii=False, indent=2))
-    else:
-        text = json.dumps(value, ensure_ascii=True, indent=2)
-    sys.stdout.write(text + "\n")
+        stream.write(text + "\n")
+        return
+    from orchestrator._cli.json_output import indented_pieces
+
+    out = _BytesOut(stream)
+    for piece in indented_pieces(value):
+        out.write(piece)
+    out.write(b"\n")
 
 
-_FAST_FROM_CHARS = 1 << 20
-"""Outputs from this size on are indented by msgspec (see :func:`_indented`)."""
+class _BytesOut:
+    """Writes UTF-8 pieces of text to a text stream's buffer, in order with its text.
 
-
-def _indented(compact: str) -> bytes | None:
-    """``json.dumps(..., indent=2)``'s text as UTF-8, from the compact text, or ``None``.
-
-    The standard library's encoder is written in Python when it indents, and a big context
-    (60k messages, 36 MB) spent two thirds of ``context --json`` in it. Its compact form is
-    written in C; msgspec's ``format`` then adds the same whitespace, copying every string and
-    number as written (so ``1e+16`` stays as Python wrote it), which gives the same bytes
-    (tests/test_cli_json_output.py). ``None`` (the caller takes the standard path): a text with
-    a lone surrogate, which UTF-8 cannot hold, or a small output in a process that has not
-    imported msgspec, where importing it would cost more than it saves (a short command); or
-    one holding a character the terminal-safe stream escapes (DEL, a C1 control), which it
-    then escapes on the standard path.
+    A piece holding a character the terminal-safe stream escapes (DEL, a C1 control) is written
+    through the stream as text, which escapes it as it escapes everything else a command prints;
+    a text stream without a buffer (``io.StringIO``) takes every piece as text.
     """
-    if len(compact) < _FAST_FROM_CHARS and "msgspec" not in sys.modules:
-        return None
-    try:
-        data = compact.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    if _drives_terminal(data):
-        return None
-    import msgspec
 
-    return msgspec.json.format(data, indent=2)
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._buffer = getattr(stream, "buffer", None)
+        self._text = True  # text may be waiting in the stream: flush it before writing bytes
+
+    def write(self, piece: bytes) -> None:
+        if self._buffer is None or _drives_terminal(piece):
+            self._stream.write(piece.decode("utf-8"))
+            self._text = True
+            return
+        if self._text:
+            self._stream.flush()
+            self._text = False
+        self._buffer.write(piece)
 
 
 def _drives_terminal(data: bytes) -> bool:
     """Whether compact JSON's UTF-8 holds a character that :mod:`.terminal` would escape.
 
     The bytes are written under the :class:`~orchestrator._cli.terminal.TerminalSafe` stream,
-    so they must hold nothing it would change: JSON escapes every C0 control (and compact JSON
-    has no raw tab or newline), which leaves DEL and the C1 controls (U+0080 to U+009F, in
-    UTF-8 the byte C2 then 80 to 9F, hexadecimal). Searching bytes for them is a fraction of
-    the regular expression's time over the text.
+    so they must hold nothing it would change: JSON escapes every C0 control (and JSON text
+    has no raw tab or newline in a string), which leaves DEL and the C1 controls (U+0080 to
+    U+009F, in UTF-8 the byte C2 then 80 to 9F, hexadecimal). Searching bytes for them is a
+    fraction of the regular expression's time over the text.
     """
     if b"\x7f" in data:
         return True

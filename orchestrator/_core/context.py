@@ -51,6 +51,7 @@ from orchestrator._core.tokens import (
     estimate_context_tokens,
     estimate_tokens,
     json_length,
+    quick_estimate,
 )
 from orchestrator._core.utf16 import utf16_len
 
@@ -202,8 +203,52 @@ class ContextBuilder:
         self.thinking_level = "off"
         self.model: ModelRef | None = None
         self._context: SessionContext | None = None  # the last one built, until the next push
+        self._take_path(path)
+
+    def _take_path(self, path: Iterable[Entry]) -> None:
+        """:meth:`push` each entry of ``path``, a message entry's steps written out here.
+
+        Building a context walks every entry of the path (``plan``, ``context``, opening a
+        session); for the usual entry, a message, the calls of a push were half its cost. A
+        context measured as it comes in (the runtime's) takes the general steps.
+        """
+        general = self._measures.eager
+        positions, entries = self._position, self._path
         for entry in path:
-            self.push(entry)
+            if general or entry.get("type") != MESSAGE:
+                self.push(entry)
+                continue
+            here = len(entries)
+            entry_id = entry["id"]
+            positions[entry_id] = here
+            entries.append(entry)
+            message = entry.get("message")
+            if isinstance(message, dict):
+                if message.get("content") is None or self._edits:
+                    self._emit(entry, here, restoring=False)
+                else:
+                    self._take_message(message, entry_id, here)
+
+    def _take_message(self, message: Message, entry_id: str, position: int) -> None:
+        """:meth:`_add` for a context measured on need, the usual roles without its steps."""
+        role = message.get("role")
+        if role == "assistant" and type(message["content"]) is list:
+            self._take_model_from_assistant(message)
+            estimate = self._assistant_estimate(message["content"], len(self._messages))
+        elif (role == "user" or role == "toolResult") and "nestedCalls" not in message:
+            estimate = quick_estimate(message, role)
+        else:
+            self._add(message, entry_id, position)
+            return
+        self._append(message, entry_id, position, estimate)
+
+    def _append(self, message: Message, entry_id: str, position: int, estimate: int) -> None:
+        self._messages.append(message)
+        self._entry_ids.append(entry_id)
+        self._estimates.append(estimate)
+        self._positions.append(position)
+        self._estimate_sum += estimate
+        self._prefix.append(self._estimate_sum)
 
     def push(self, entry: Entry) -> None:
         """Add the next entry of the path."""
@@ -282,12 +327,7 @@ class ContextBuilder:
             self._irregular = True
         elif role == "toolResult" and "nestedCalls" in message:
             self._nested_file_events(message, index)
-        self._messages.append(message)
-        self._entry_ids.append(entry_id)
-        self._estimates.append(estimate)
-        self._positions.append(position)
-        self._estimate_sum += estimate
-        self._prefix.append(self._estimate_sum)
+        self._append(message, entry_id, position, estimate)
         measures = self._measures
         if measures.eager and len(measures.shapes) <= index:  # a summary: not taken above
             measures.upto(index + 1)
@@ -313,7 +353,7 @@ class ContextBuilder:
             content = message.get("content")
             if isinstance(content, list):
                 return self._assistant_estimate(content, index)
-        return estimate_tokens(message)
+        return quick_estimate(message, role)
 
     def _file_events(self, message: Message, index: int) -> None:
         content = message.get("content")
@@ -326,24 +366,29 @@ class ContextBuilder:
 
         Its file operations are recorded from the same walk: the usual message of a context
         taken in one pass, not two (``tests/test_context_measures.py`` holds it to
-        ``estimate_tokens``).
+        ``estimate_tokens``). An ASCII text is its length, without a call.
         """
         chars = 0
         for block in content:
             if not isinstance(block, dict):
                 continue
             kind = block.get("type")
-            if kind == "text":
-                text = block.get("text")
-                chars += utf16_len(text) if isinstance(text, str) else 0
-            elif kind == "thinking":
-                text = block.get("thinking")
-                chars += utf16_len(text) if isinstance(text, str) else 0
+            if kind == "text" or kind == "thinking":  # each holds its text under its own name
+                text = block.get(kind)
+                if isinstance(text, str):
+                    chars += len(text) if text.isascii() else utf16_len(text)
             elif kind == "toolCall":
-                name, arguments = block.get("name"), block.get("arguments", {})
-                chars += (utf16_len(name) if isinstance(name, str) else 0) + json_length(arguments)
-                self._file_event(block, index)
+                chars += self._call_chars(block, index)
         return -(-chars // 4)
+
+    def _call_chars(self, block: dict[str, Any], index: int) -> int:
+        """A tool call's characters in an estimate; its file operation recorded on the way."""
+        name, arguments = block.get("name"), block.get("arguments", {})
+        if not isinstance(name, str):
+            return json_length(arguments)
+        if name in FILE_TOOLS:
+            self._file_operation(name, arguments, index)
+        return (len(name) if name.isascii() else utf16_len(name)) + json_length(arguments)
 
     def _nested_file_events(self, message: Message, index: int) -> None:
         # pi 1.x: calls a codemode script made are recorded on the script's result.
@@ -355,9 +400,14 @@ class ContextBuilder:
 
     def _file_event(self, block: dict[str, Any], index: int) -> None:
         """Record the file operation of a tool call block, if it is one."""
-        name, arguments = str(block.get("name")), block.get("arguments")
+        name = block.get("name")
+        if isinstance(name, str) and name in FILE_TOOLS:
+            self._file_operation(name, block.get("arguments"), index)
+
+    def _file_operation(self, name: str, arguments: object, index: int) -> None:
+        """Record a call of the file tool ``name``, if its arguments name a path."""
         path = arguments.get("path") if isinstance(arguments, dict) else None
-        if name in FILE_TOOLS and isinstance(path, str) and path:
+        if isinstance(path, str) and path:
             self._event_message.append(index)
             self._event_kind.append(name)
             self._event_path.append(path)
@@ -412,12 +462,7 @@ class ContextBuilder:
                 self._system.append(len(self._messages))
             else:
                 self._late.append(len(self._messages))
-            self._messages.append(message)
-            self._entry_ids.append(entry_id)
-            self._estimates.append(estimate)
-            self._positions.append(position)
-            self._estimate_sum += estimate
-            self._prefix.append(self._estimate_sum)
+            self._append(message, entry_id, position, estimate)
             self._measures.skip()
         self._head = len(head)
 

@@ -107,6 +107,23 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     return math.ceil(chars / 4)
 
 
+def quick_estimate(message: Mapping[str, Any], role: object) -> int:
+    """:func:`estimate_tokens`, the usual user message or tool result taken without its calls.
+
+    A context builds one estimate per message; most are one ASCII text block, whose estimate
+    is its length (``tests/test_context_quick.py`` holds this to the general one).
+    """
+    if role == "user" or role == "toolResult":
+        content = message.get("content")
+        if type(content) is list and len(content) == 1:
+            block = content[0]
+            if type(block) is dict and block.get("type") == "text":
+                text = block.get("text")
+                if type(text) is str and text.isascii():
+                    return -(-len(text) // 4)
+    return estimate_tokens(message)
+
+
 def _system_chars(message: Mapping[str, Any]) -> int:
     # pi 1.x: the content, every section's text (a removed one is null), and the declared
     # tools as JSON.stringify writes them.

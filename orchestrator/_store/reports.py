@@ -6,6 +6,7 @@ that no surface imports another.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -59,7 +60,6 @@ def context_report_of(
     It only reads ``context`` (an immutable view) and looks entries up in ``by_id``, so the
     server runs it in a worker thread while the session goes on (see ``_rpc/fair.py``).
     """
-    entries = [by_id.get(entry_id) or {} for entry_id in context.entry_ids]
     return {
         "leafId": leaf,
         "messages": list(context.messages),
@@ -73,8 +73,26 @@ def context_report_of(
         "estimatedTokens": tokens.estimated_tokens,
         "staleUsageTokens": tokens.stale_usage_tokens,
         # Ours too: the short summary of each summary message (None elsewhere, or none written).
-        "messageShortSummaries": [short_summary_of(entry) for entry in entries],
+        "messageShortSummaries": _short_summaries(context, by_id),
     }
+
+
+def _short_summaries(context: SessionContext, by_id: Mapping[str, Entry]) -> list[str | None]:
+    """Each message's :func:`short_summary_of` its entry.
+
+    Only a compaction or a branch summary has one, and their messages are the context's head
+    (the latest compaction's) and summaries, which the index lists: the others are not looked
+    up (a context of 40,000 messages has a handful).
+    """
+    ids = context.entry_ids
+    view = context.index
+    if view is None:
+        return [short_summary_of(by_id.get(entry_id) or {}) for entry_id in ids]
+    shorts: list[str | None] = [None] * len(ids)
+    for k in itertools.chain(range(view.base), view.late):
+        if k < view.count:
+            shorts[k] = short_summary_of(by_id.get(ids[k]) or {})
+    return shorts
 
 
 def branch_report(session: Session, old_leaf: str, target: str, budget: int) -> dict[str, Any]:
