@@ -13,11 +13,13 @@ import json
 import tracemalloc
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator._core import lean
 from orchestrator._core.compaction_plan import plan_report
 from orchestrator._core.context import ContextBuilder, SessionContext
 from orchestrator._core.lean import BodiesNeeded, lean_entry, lean_message
@@ -64,8 +66,9 @@ def planned(context: SessionContext) -> dict[str, Any]:
     }
 
 
-def lean_context(path: list[dict[str, Any]]) -> SessionContext | None:
-    builder = ContextBuilder(lean=True)
+def lean_context(path: list[dict[str, Any]], recent: int = lean.RECENT) -> SessionContext | None:
+    with mock.patch.object(lean, "RECENT", recent):
+        builder = ContextBuilder(lean=True)
     try:
         for entry in path:
             builder.push(entry)
@@ -75,17 +78,22 @@ def lean_context(path: list[dict[str, Any]]) -> SessionContext | None:
 
 
 @PROPERTIES
-@given(paths(), st.sampled_from(SETTINGS), st.sampled_from([None, 2_000]))
+@given(
+    paths(), st.sampled_from(SETTINGS), st.sampled_from([None, 2_000]), st.sampled_from([1, 3, 99])
+)
 def test_a_lean_context_plans_as_the_whole_path_does(
-    path: list[dict[str, Any]], settings: CompactionSettings, window: int | None
+    path: list[dict[str, Any]], settings: CompactionSettings, window: int | None, recent: int
 ) -> None:
-    lean = lean_context(path)
-    if lean is None:
-        return  # it said it cannot: the caller plans from the whole path
+    context = lean_context(path, recent)
+    if context is None:
+        # It said it cannot, and the caller plans from the whole path: only where it must
+        # measure entries again and some of them are older than those it keeps whole.
+        assert recent < len(path)
+        return
     whole = ContextBuilder(path).context()
-    assert planned(lean) == planned(whole)
-    assert lean.index is not None
-    assert plan_report(lean.index.path, settings, window, context=lean) == plan_report(
+    assert planned(context) == planned(whole)
+    assert context.index is not None
+    assert plan_report(context.index.path, settings, window, context=context) == plan_report(
         path, settings, window
     )
 
@@ -93,32 +101,40 @@ def test_a_lean_context_plans_as_the_whole_path_does(
 @PROPERTIES
 @given(paths())
 def test_a_lean_context_holds_no_text(path: list[dict[str, Any]]) -> None:
-    lean = lean_context(path)
-    if lean is None:
+    context = lean_context(path)
+    if context is None:
         return
-    assert lean.index is not None
-    for entry in lean.index.path:
-        if entry.get("type") == "message" and isinstance(entry.get("message"), dict):
-            assert "content" not in entry["message"]
-    # The messages of message entries are lean; summaries and custom messages are derived ones.
-    kept = {id(entry.get("message")) for entry in lean.index.path}
-    assert all("content" not in m for m in lean.messages if id(m) in kept)
+    assert context.index is not None
+    for entry in context.index.path:
+        message = entry.get("message") if entry.get("type") == "message" else None
+        if isinstance(message, dict) and message.get("role") != "system":
+            assert "content" not in message
+    # Every message it holds is lean, summaries too: planning reads no text but the system
+    # prompt's.
+    for message in context.messages:
+        assert message.get("role") == "system" or set(message) <= set(lean.LEAN_MESSAGE_KEYS)
 
 
-def test_it_refuses_what_would_read_text_again() -> None:
+def test_it_measures_again_from_the_recent_entries_it_keeps_whole() -> None:
+    text = {"role": "user", "content": "x" * 400}
+    system = {"role": "system", "content": "s"}
     path: list[dict[str, Any]] = [
-        {
-            "type": "message",
-            "id": "a",
-            "parentId": None,
-            "message": {"role": "user", "content": "x"},
-        },
-        {"type": "context_edit", "id": "b", "parentId": "a", "targetId": "a", "replacement": None},
+        {"type": "message", "id": "a", "parentId": None, "message": system},
+        {"type": "message", "id": "b", "parentId": "a", "message": text},
+        {"type": "message", "id": "c", "parentId": "b", "message": text},
+        {"type": "compaction", "id": "d", "parentId": "c", "summary": "s", "firstKeptEntryId": "c"},
+        {"type": "context_edit", "id": "e", "parentId": "d", "targetId": "c", "replacement": None},
     ]
-    with pytest.raises(BodiesNeeded):
+    # After a system message, the compaction measures what it keeps (c) again, and the edit
+    # the window (c, d, e): the text of c comes from the entries kept whole.
+    whole = ContextBuilder(path).context()
+    context = lean_context(path, recent=3)
+    assert context is not None
+    assert planned(context) == planned(whole)
+    assert len(whole.estimates) == 1  # the summary; the edit omitted c
+    with pytest.raises(BodiesNeeded), mock.patch.object(lean, "RECENT", 2):
         ContextBuilder(path, lean=True)
-    assert lean_context(path) is None
-    assert ContextBuilder(path).context().entry_ids == ()  # the edit omitted it
+    assert lean_context(path, recent=2) is None
 
 
 def test_lean_forms() -> None:
@@ -127,6 +143,8 @@ def test_lean_forms() -> None:
     # A bare role is one shared dict, not one per message.
     assert lean_message({"role": "user", "content": "a"}) is lean_message({"role": "user"})
     assert lean_message({"content": "no role"}) == {}
+    system = {"role": "system", "content": "You are here.", "sections": []}
+    assert lean_message(system) is system
     entry = {"type": "message", "id": "a", "parentId": None, "timestamp": "t", "message": reply}
     assert lean_entry(entry) == {
         "type": "message",
@@ -169,6 +187,22 @@ def test_a_lean_read_gives_the_problems_and_plan_of_a_whole_load(
         assert plan_report(lean.index.path, settings, None, context=lean) == plan_report(
             whole, settings, None
         )
+
+
+def test_the_system_prompt_is_estimated_from_the_whole_system_messages() -> None:
+    # pi 1.6's own: an empty content, the prompt in sections, the tools declared.
+    lines = (DATA / "pi" / "cli-rpc.jsonl").read_text(encoding="utf-8").splitlines()
+    system = next(m for m in map(json.loads, lines) if m.get("message", {}).get("role") == "system")
+    user = {"role": "user", "content": "hi"}
+    path: list[dict[str, Any]] = [
+        {**system, "parentId": None},
+        {"type": "message", "id": "b", "parentId": system["id"], "message": user},
+    ]
+    context = lean_context(path)
+    assert context is not None
+    tokens = context.tokens()
+    assert tokens == ContextBuilder(path).context().tokens()
+    assert tokens.estimated_tokens > 100  # the prompt counts, not only "hi"
 
 
 def test_files_it_does_not_take(tmp_path: Path) -> None:
@@ -235,7 +269,7 @@ def test_a_lean_plan_holds_a_fraction_of_the_memory(tmp_path: Path) -> None:
         finally:
             tracemalloc.stop()
 
-    def lean() -> dict[str, Any]:
+    def lean_plan() -> dict[str, Any]:
         read = read_lean(str(file))
         assert read is not None
         context = read[1]
@@ -245,5 +279,8 @@ def test_a_lean_plan_holds_a_fraction_of_the_memory(tmp_path: Path) -> None:
     def whole() -> dict[str, Any]:
         return plan_report(Session.open(file).path(), settings, None)
 
-    assert lean() == whole()
-    assert peak(lean) < 0.6 * peak(whole)
+    assert lean_plan() == whole()
+    # It keeps its last entries whole (lean.RECENT, 2048 by default): fewer here, so that the
+    # file holds many more than it keeps, as a long session does.
+    with mock.patch.object(lean, "RECENT", 64):
+        assert peak(lean_plan) < 0.6 * peak(whole)

@@ -43,7 +43,7 @@ from orchestrator._core.entries import (
     is_system_entry,
     project,
 )
-from orchestrator._core.lean import BodiesNeeded, lean_entry, lean_message
+from orchestrator._core.lean import Recent, lean_entry, lean_message
 from orchestrator._core.measures import Measures
 from orchestrator._core.serialize import LATE_ROLES, SHAPE_TEXT_AND_CALL
 from orchestrator._core.system_prompt import current_system_message
@@ -170,7 +170,8 @@ class ContextBuilder:
     ``measured``: measure each message for summary requests as it comes in (a runtime's
     context); otherwise on first need (:mod:`~orchestrator._core.measures`). ``lean``: keep of
     each entry only what planning reads (:mod:`~orchestrator._core.lean`); such a context
-    raises :class:`~orchestrator._core.lean.BodiesNeeded` where it would read text again.
+    raises :class:`~orchestrator._core.lean.BodiesNeeded` where it would read the text of an
+    entry it no longer holds.
     """
 
     def __init__(
@@ -178,6 +179,7 @@ class ContextBuilder:
     ) -> None:
         self._lean = lean
         self._lean_kept: tuple[object, Any] = (None, None)  # a pushed message, its lean form
+        self._recent = Recent()  # a lean context's last entries, whole (empty otherwise)
         self._path: list[Entry] = []
         self._position: dict[str, int] = {}
         self._messages: list[Message] = []
@@ -268,6 +270,7 @@ class ContextBuilder:
         if self._lean:
             kept = lean_entry(entry)
             self._lean_kept = (entry.get("message"), kept.get("message"))
+            self._recent.add(entry)
         self._path.append(kept)
         kind = entry.get("type")
         if kind == MESSAGE:  # the usual entry, taken directly
@@ -488,8 +491,7 @@ class ContextBuilder:
         The kept entries before the compaction leave their system messages out (the checkpoint
         stands for them); the entries after it are all taken.
         """
-        if self._lean:
-            raise BodiesNeeded("a lean context cannot measure its entries again")
+        whole = self._recent.whole(self._start, len(self._path)) if self._lean else None
         compaction = self._last_compaction
         if compaction >= 0:
             entry = self._path[compaction]
@@ -502,7 +504,7 @@ class ContextBuilder:
             if position == compaction:
                 self._fresh_from = len(self._messages)
                 continue
-            entry = path[position]
+            entry = path[position] if whole is None else whole(position)
             if position < compaction and is_system_entry(entry):
                 continue
             if entry.get("type") != COMPACTION:  # an older one in the kept range gives nothing
