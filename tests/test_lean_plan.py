@@ -235,6 +235,7 @@ CURRENT = [f for f in SESSIONS if json.loads(f.read_bytes().split(b"\n")[0]).get
 def test_the_command_prints_what_the_whole_load_prints(
     file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("orchestrator._store.lean_read.LEAN_FROM_BYTES", 0)  # small files too
     options = [[], ["--context-window", "60000"], ["--keep-recent-tokens", "50"]]
     outputs = [
         run(capsys, "plan", str(file), *json, *more)
@@ -247,6 +248,27 @@ def test_the_command_prints_what_the_whole_load_prints(
         for json in ([], ["--json"])
         for more in options
     ]
+
+
+def test_only_a_big_file_is_read_lean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[str] = []
+
+    def spy(path: str) -> Any:
+        read.append(path)
+        return read_lean(path)
+
+    monkeypatch.setattr("orchestrator._cli.inspect.read_lean", spy)
+    file = tmp_path / "s.jsonl"
+    write_session(file, 50)
+    size = file.stat().st_size
+    monkeypatch.setattr("orchestrator._store.lean_read.LEAN_FROM_BYTES", size + 1)
+    assert run(capsys, "plan", str(file), "--json")[0] == 0
+    assert read == []
+    monkeypatch.setattr("orchestrator._store.lean_read.LEAN_FROM_BYTES", size)
+    assert run(capsys, "plan", str(file), "--json")[0] == 0
+    assert read == [str(file)]
 
 
 def test_the_shipped_linear_sessions_are_read_lean() -> None:

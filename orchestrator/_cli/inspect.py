@@ -39,7 +39,7 @@ from orchestrator._core.errors import NotASessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._core.tree_drawing import tree_prefixes
-from orchestrator._store.lean_read import read_lean
+from orchestrator._store.lean_read import read_lean, worth_reading_lean
 from orchestrator._store.reports import (
     branch_report,
     check_file,
@@ -227,11 +227,13 @@ def _print_plan(args: argparse.Namespace, report: dict[str, Any]) -> int:
 def _lean_compaction_plan(args: argparse.Namespace) -> dict[str, Any] | None:
     """The plan of the file's last entry from a lean read (``_store/lean_read.py``), or ``None``.
 
-    A linear file is read once, holding of each message only what planning reads; any other
-    is left to the whole load (``None``). The problems are reported as a whole load reports
+    A big linear file is read once, holding of each message only what planning reads; any
+    other is left to the whole load (``None``). The problems are reported as a whole load reports
     them.
     """
     require_file(args.session)
+    if not worth_reading_lean(args.session):
+        return None
     read = read_lean(args.session)
     if read is None:
         return None

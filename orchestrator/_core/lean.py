@@ -27,7 +27,6 @@ from orchestrator._core.entries import MESSAGE, Entry, Message
 LEAN_MESSAGE_KEYS = ("role", "usage", "stopReason", "provider", "model")
 """What a lean context keeps of a message: what planning and the token count read."""
 
-_BEYOND_ROLE = LEAN_MESSAGE_KEYS[1:]
 
 _ROLE_ONLY: dict[str, Message] = {}
 """One lean message per bare role, shared: half of a session's messages are a role alone, and
@@ -77,7 +76,13 @@ def lean_message(message: Message) -> Message:
     role = message.get("role")
     if role == "system":
         return message
-    if type(role) is not str or any(key in message for key in _BEYOND_ROLE):
+    if (
+        type(role) is not str
+        or "usage" in message
+        or "stopReason" in message
+        or "provider" in message
+        or "model" in message
+    ):
         return {key: message[key] for key in LEAN_MESSAGE_KEYS if key in message}
     shared = _ROLE_ONLY.get(role)
     if shared is None:

@@ -5,7 +5,8 @@ A compaction plan reads of each message its estimate, its role and the last repl
 entry before it), the active path is every entry in file order, so the file can be read once in
 outline (as ``check`` reads it: every line checked whole, the same problems as a full load) while
 each entry, whole, goes into a lean context on its way: the process never holds the messages'
-text. ``plan --json`` at 40,000 entries held 111 MB; this way 55 MB.
+text. ``plan --json`` at 40,000 entries held 111 MB; this way 63 MB. Small files are loaded
+whole all the same (:data:`LEAN_FROM_BYTES`).
 
 Anything else gives ``None``, and the caller loads the whole file as before: a file that
 branches (it stops reading at the first entry whose parent is not the one before), one that
@@ -17,6 +18,8 @@ by then is the cost of trying.
 
 from __future__ import annotations
 
+import os
+
 from orchestrator._core.context import ContextBuilder, SessionContext
 from orchestrator._core.entries import Entry
 from orchestrator._core.lean import BodiesNeeded
@@ -25,6 +28,21 @@ from orchestrator._core.loading import gc_paused
 from orchestrator._store.jsonl_io import read_outline
 
 _MISSING = object()
+
+LEAN_FROM_BYTES = 16 << 20
+"""Files from this size on are worth a lean read (16 MiB: about 25,000 entries of a coding
+session). Letting each entry's text go costs its freeing, about a sixth more CPU time than a
+whole load, which keeps everything until the process exits; below this size the whole load
+holds under 80 MB anyway, and above it the lean read saves hundreds (tests/bench/bench_vs_pi.py:
+at 200,000 entries 221 MB against 468 MB)."""
+
+
+def worth_reading_lean(path: str) -> bool:
+    """Whether the file at ``path`` is big enough for :func:`read_lean` (see its size above)."""
+    try:
+        return os.stat(path).st_size >= LEAN_FROM_BYTES
+    except OSError:
+        return False  # the whole load reports why it cannot read it
 
 
 class _Branched(Exception):
