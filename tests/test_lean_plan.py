@@ -29,6 +29,7 @@ from orchestrator._store.session import Session
 from tests.bench.bench_core import write_session
 from tests.cli_kit import run
 from tests.test_context_quick import PROPERTIES, paths
+from tests.test_context_restart import fields
 
 HEADER = {"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"}
 DATA = Path(__file__).parent / "data"
@@ -40,30 +41,9 @@ SETTINGS = [
 
 
 def planned(context: SessionContext) -> dict[str, Any]:
-    """What planning reads of a context (not its messages' text, nor the summary measures)."""
-    index = context.index
-    assert index is not None
-    return {
-        "entry_ids": list(context.entry_ids),
-        "estimates": list(context.estimates),
-        "roles": [message.get("role") for message in context.messages],
-        "fresh_from": context.fresh_from,
-        "model": context.model,
-        "thinking": context.thinking_level,
-        "positions": list(index.positions[: index.count]),
-        "count": index.count,
-        "base": index.base,
-        "last_compaction": index.last_compaction,
-        "context_start": index.context_start,
-        "last_invalidating": index.last_invalidating,
-        "system": list(index.system),
-        "events": [
-            (index.event_message[i], index.event_kind[i], index.event_path[i])
-            for i in range(index.events)
-        ],
-        "late": list(index.late),
-        "tokens": context.tokens(),
-    }
+    """What planning reads of a context: not its messages' text, nor the summary measures."""
+    kept = {k: v for k, v in fields(context).items() if k not in ("messages", "serial", "shapes")}
+    return {**kept, "roles": [message.get("role") for message in context.messages]}
 
 
 def lean_context(path: list[dict[str, Any]], recent: int = lean.RECENT) -> SessionContext | None:
