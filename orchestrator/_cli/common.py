@@ -7,11 +7,13 @@ import codecs
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator._cli.pi_settings import Explicit, add_pi_settings_argument
 from orchestrator._core.errors import SessionError
+from orchestrator._core.load_result import Problem
 from orchestrator._core.utf16 import escape_lone_surrogates
 from orchestrator._store.files import require_session_file
 from orchestrator._store.session import Session
@@ -188,7 +190,12 @@ def require_file(path: str) -> None:
 
 def warn_problems(path: str, session: Session) -> None:
     """Report what loading found wrong (D3), one line each on stderr."""
-    for problem in session.problems:
+    warn_of(path, session.problems)
+
+
+def warn_of(path: str, problems: Sequence[Problem]) -> None:
+    """Report ``problems`` of the file at ``path`` (D3), one line each on stderr."""
+    for problem in problems:
         print(f"warning: {path}: {problem}", file=sys.stderr)
 
 

@@ -19,6 +19,7 @@ from orchestrator._cli.common import (
     positive_int,
     print_json,
     require_file,
+    warn_of,
 )
 from orchestrator._cli.database import add_database_option, reading
 from orchestrator._cli.pi_settings import (
@@ -26,15 +27,19 @@ from orchestrator._cli.pi_settings import (
     add_pi_settings_argument,
     compaction_enabled,
     given,
+    model_key,
     session_model,
     with_pi_settings,
 )
 from orchestrator._cli.terminal import columns_of, fit
 from orchestrator._core.compaction_plan import plan_report
+from orchestrator._core.context import SessionContext
+from orchestrator._core.entries import Entry
 from orchestrator._core.errors import NotASessionError
 from orchestrator._core.load_result import Problem
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._core.tree_drawing import tree_prefixes
+from orchestrator._store.lean_read import read_lean, worth_reading_lean
 from orchestrator._store.reports import (
     branch_report,
     check_file,
@@ -43,7 +48,6 @@ from orchestrator._store.reports import (
     preview_message,
     tree_rows,
 )
-from orchestrator._store.session import Session
 
 _KEEP_RECENT_TOKENS = CompactionSettings().keep_recent_tokens
 _RESERVE_TOKENS = CompactionSettings().reserve_tokens
@@ -190,6 +194,10 @@ def _plan(args: argparse.Namespace) -> int:
                 f"{' and '.join(used)} {'is' if one else 'are'} for a compaction plan, "
                 f"without --from and --to (a branch plan does not use {'it' if one else 'them'})"
             )
+    if args.from_leaf is None and args.leaf is None:
+        report = _lean_compaction_plan(args)
+        if report is not None:
+            return _print_plan(args, report)
     session = open_existing(args.session)
     keep_until_exit(session)  # freed by the process's exit, not one by one
     if args.from_leaf is not None:
@@ -203,7 +211,11 @@ def _plan(args: argparse.Namespace) -> int:
             )
             print(f"common ancestor: {report['commonAncestorId']}")
         return 0
-    report = _compaction_plan(args, session)
+    leaf = check_leaf(session, args.leaf)
+    return _print_plan(args, _compaction_plan(args, session.path(leaf) if leaf else []))
+
+
+def _print_plan(args: argparse.Namespace, report: dict[str, Any]) -> int:
     keep_until_exit(report)
     if args.json:
         print_json(report)
@@ -212,18 +224,39 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compaction_plan(args: argparse.Namespace, session: Session) -> dict[str, Any]:
-    leaf = check_leaf(session, args.leaf)
-    path = session.path(leaf) if leaf else []
+def _lean_compaction_plan(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The plan of the file's last entry from a lean read (``_store/lean_read.py``), or ``None``.
+
+    A big linear file is read once, holding of each message only what planning reads; any
+    other is left to the whole load (``None``). The problems are reported as a whole load reports
+    them.
+    """
+    require_file(args.session)
+    if not worth_reading_lean(args.session):
+        return None
+    read = read_lean(args.session)
+    if read is None:
+        return None
+    problems, context = read
+    keep_until_exit(context)
+    warn_of(args.session, problems)
+    assert context.index is not None  # a builder always indexes its context
+    return _compaction_plan(args, context.index.path, context)
+
+
+def _compaction_plan(
+    args: argparse.Namespace, path: Sequence[Entry], context: SessionContext | None = None
+) -> dict[str, Any]:
     if args.pi_settings:
         # plan calls no model: the model in use is the one the session's path selects, as pi
         # resolves its overrides for the session's model.
-        args = with_pi_settings(args, session_model(path))
+        model = context.model if context is not None else None
+        args = with_pi_settings(args, model_key(model) if context else session_model(path))
     settings = plan_settings(args)
     from_file = args.pi_settings and not given(args, "reserve_tokens")
     name = "compaction.reserveTokens (--pi-settings)" if from_file else "--reserve-tokens"
     check_reserve(args.context_window, settings.reserve_tokens, name)
-    return plan_report(path, settings, args.context_window)
+    return plan_report(path, settings, args.context_window, context=context)
 
 
 def plan_settings(args: argparse.Namespace) -> CompactionSettings:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator._core.context import ContextBuilder
+from orchestrator._core.context import ContextBuilder, ModelRef
 from orchestrator._core.entries import Entry
 from orchestrator._core.tokens import CompactionSettings
 
@@ -141,7 +141,11 @@ def session_model(path: Sequence[Entry]) -> str | None:
     The path's last ``model_change`` or assistant message, as pi resolves ``modelOverrides``
     for the session's model.
     """
-    model = ContextBuilder(path).context().model
+    return model_key(ContextBuilder(path).context().model)
+
+
+def model_key(model: ModelRef | None) -> str | None:
+    """A model as ``modelOverrides`` names it (``provider/modelId``)."""
     return f"{model.provider}/{model.model_id}" if model else None
 
 

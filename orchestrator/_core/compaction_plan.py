@@ -315,7 +315,11 @@ def _window_start(path: Sequence[Entry], view: ContextIndex) -> int:
 
 
 def plan_report(
-    path: Sequence[Entry], settings: CompactionSettings, context_window: int | None
+    path: Sequence[Entry],
+    settings: CompactionSettings,
+    context_window: int | None,
+    *,
+    context: SessionContext | None = None,
 ) -> dict[str, Any]:
     """The whole ``orchestrator plan --json`` object (inspection-json.md).
 
@@ -324,11 +328,13 @@ def plan_report(
         settings: Compaction settings.
         context_window: The model's window; ``None`` leaves ``threshold`` and
             ``shouldCompact`` null.
+        context: The context built from ``path``, when the caller has it (a lean one: see
+            :mod:`~orchestrator._core.lean`); otherwise built here.
 
     Returns:
         A JSON-ready dict with camelCase keys.
     """
-    context = build_context(path)
+    context, _ = _indexed(path, context)
     counted = context.tokens()
     plan = plan_compaction(path, settings, context=context)
     # D29: a usage from before the latest compaction never triggers one; the estimate decides.

@@ -43,6 +43,7 @@ from orchestrator._core.entries import (
     is_system_entry,
     project,
 )
+from orchestrator._core.lean import Recent, lean_entry, lean_message
 from orchestrator._core.measures import Measures
 from orchestrator._core.serialize import LATE_ROLES, SHAPE_TEXT_AND_CALL
 from orchestrator._core.system_prompt import current_system_message
@@ -167,10 +168,18 @@ class ContextBuilder:
     other entry is O(1).
 
     ``measured``: measure each message for summary requests as it comes in (a runtime's
-    context); otherwise on first need (:mod:`~orchestrator._core.measures`).
+    context); otherwise on first need (:mod:`~orchestrator._core.measures`). ``lean``: keep of
+    each entry only what planning reads (:mod:`~orchestrator._core.lean`); such a context
+    raises :class:`~orchestrator._core.lean.BodiesNeeded` where it would read the text of an
+    entry it no longer holds.
     """
 
-    def __init__(self, path: Iterable[Entry] = (), *, measured: bool = False) -> None:
+    def __init__(
+        self, path: Iterable[Entry] = (), *, measured: bool = False, lean: bool = False
+    ) -> None:
+        self._lean = lean
+        self._lean_kept: tuple[object, Any] = (None, None)  # a pushed message, its lean form
+        self._recent = Recent()  # a lean context's last entries, whole (empty otherwise)
         self._path: list[Entry] = []
         self._position: dict[str, int] = {}
         self._messages: list[Message] = []
@@ -212,7 +221,7 @@ class ContextBuilder:
         session); for the usual entry, a message, the calls of a push were half its cost. A
         context measured as it comes in (the runtime's) takes the general steps.
         """
-        general = self._measures.eager
+        general = self._measures.eager or self._lean
         positions, entries = self._position, self._path
         for entry in path:
             if general or entry.get("type") != MESSAGE:
@@ -243,6 +252,8 @@ class ContextBuilder:
         self._append(message, entry_id, position, estimate)
 
     def _append(self, message: Message, entry_id: str, position: int, estimate: int) -> None:
+        if self._lean:  # the message of the entry just pushed is already lean in the path
+            message = self._lean_kept[1] if message is self._lean_kept[0] else lean_message(message)
         self._messages.append(message)
         self._entry_ids.append(entry_id)
         self._estimates.append(estimate)
@@ -250,21 +261,28 @@ class ContextBuilder:
         self._estimate_sum += estimate
         self._prefix.append(self._estimate_sum)
 
-    def push(self, entry: Entry) -> None:
-        """Add the next entry of the path."""
+    def push(self, entry: Entry) -> Entry:
+        """Add the next entry of the path; return it as the builder keeps it (lean or whole)."""
         self._context = None
         here = len(self._path)
         self._position[entry["id"]] = here
-        self._path.append(entry)
+        kept = entry
+        if self._lean:
+            kept = lean_entry(entry)
+            self._lean_kept = (entry.get("message"), kept.get("message"))
+            self._recent.add(entry)
+        self._path.append(kept)
         kind = entry.get("type")
         if kind == MESSAGE:  # the usual entry, taken directly
             message = entry.get("message")
             if isinstance(message, dict):
                 if message.get("content") is None or self._edits:
                     self._emit(entry, here, restoring=False)
+                elif self._lean:  # never measured: the quick steps of a path's loop
+                    self._take_message(message, entry["id"], here)
                 else:
                     self._add(message, entry["id"], here)
-            return
+            return kept
         if kind == THINKING_LEVEL_CHANGE:
             level = entry.get("thinkingLevel")
             self.thinking_level = level if isinstance(level, str) and level else "off"
@@ -277,6 +295,7 @@ class ContextBuilder:
             self._edit(entry, here)
         else:
             self._emit(entry, here)
+        return kept
 
     def _edit(self, entry: Entry, here: int) -> None:
         """Take a context edit: it changes the target's part of the context, wherever it is."""
@@ -472,6 +491,7 @@ class ContextBuilder:
         The kept entries before the compaction leave their system messages out (the checkpoint
         stands for them); the entries after it are all taken.
         """
+        whole = self._recent.whole(self._start, len(self._path)) if self._lean else None
         compaction = self._last_compaction
         if compaction >= 0:
             entry = self._path[compaction]
@@ -484,7 +504,7 @@ class ContextBuilder:
             if position == compaction:
                 self._fresh_from = len(self._messages)
                 continue
-            entry = path[position]
+            entry = path[position] if whole is None else whole(position)
             if position < compaction and is_system_entry(entry):
                 continue
             if entry.get("type") != COMPACTION:  # an older one in the kept range gives nothing

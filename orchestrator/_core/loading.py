@@ -158,7 +158,12 @@ def read_session(data: bytes, *, random_hex: RandomHex = uuid_hex) -> ParsedSess
 
 
 def read_session_chunks(
-    chunks: Iterable[bytes], *, size: int, random_hex: RandomHex = uuid_hex, outline: bool = False
+    chunks: Iterable[bytes],
+    *,
+    size: int,
+    random_hex: RandomHex = uuid_hex,
+    outline: bool = False,
+    taken: Callable[[Entry], Entry] | None = None,
 ) -> ParsedSession:
     """Parse a session file handed over in pieces, as :func:`read_session` parses it whole.
 
@@ -175,9 +180,14 @@ def read_session_chunks(
             (:func:`~orchestrator._core.reading.outline_of`), for a reader that wants the
             problems and the tree's shape only (``check``); the problems are the same. A file
             that migrates is read whole (migration rewrites what the entries hold).
+        taken: With ``outline``, makes each outline from the whole entry as it is read
+            (:func:`~orchestrator._core.reading.read_entries`); never called for a file that
+            migrates, which is not outlined.
     """
     with gc_paused():
-        return _read_session(_Lines(chunks), size, random_hex=random_hex, outline=outline)
+        return _read_session(
+            _Lines(chunks), size, random_hex=random_hex, outline=outline, taken=taken
+        )
 
 
 _BATCH = 1 << 16
@@ -243,7 +253,12 @@ class _Lines:
 
 
 def _read_session(
-    lines: _Lines, size: int, *, random_hex: RandomHex, outline: bool = False
+    lines: _Lines,
+    size: int,
+    *,
+    random_hex: RandomHex,
+    outline: bool = False,
+    taken: Callable[[Entry], Entry] | None = None,
 ) -> ParsedSession:
     batches = lines.batches
     found = _first_line(batches)
@@ -269,6 +284,7 @@ def _read_session(
         decode,
         with_ids=with_ids,
         outline=outline and version == CURRENT_VERSION,
+        taken=taken if outline and version == CURRENT_VERSION else None,
     )
     entries, numbers, line_of = read.entries, read.numbers, read.line_of
     del rest, batches  # the raw bytes of the lines: let them go before the index is built

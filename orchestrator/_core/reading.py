@@ -62,6 +62,7 @@ def read_entries(
     *,
     with_ids: bool,
     outline: bool = False,
+    taken: Callable[[Entry], Entry] | None = None,
 ) -> ReadEntries:
     """Decode the lines of ``batches`` (``(index of the first, lines)``) into entries.
 
@@ -69,6 +70,9 @@ def read_entries(
     than a tuple per entry, and the id checks of :func:`with_usable_ids` done in the same pass
     when ``with_ids``. ``outline`` (with ids only): keep of each entry only what the load's
     checks and the tree read (:func:`outline_of`), once its line has been checked whole.
+    ``taken`` (with ``outline``) makes the outlines instead: it is handed each whole entry, in
+    file order, and returns what to keep of it (at least what :func:`outline_of` keeps), so a
+    caller reads what it needs of each entry while the pass lets the rest go (``plan``).
     """
     entries: list[Entry] = []
     numbers: list[int] = []
@@ -104,7 +108,7 @@ def read_entries(
                 previous = entry_id
             usage += _usage_problems(value, number) if kind == "message" else ()
             if outline:  # with ids: ``by_id`` holds the outline too
-                value = by_id[entry_id] = outline_of(value)
+                value = by_id[entry_id] = _outlined(value, taken)
             entries.append(value)
             numbers.append(number)
     return ReadEntries(
@@ -121,6 +125,10 @@ _NOT_AN_OBJECT = object()
 
 OUTLINE_KEYS = frozenset({"type", "id", "parentId", "firstKeptEntryId", "targetId"})
 """What an outlined entry keeps: its place in the tree and the references the load checks."""
+
+
+def _outlined(entry: Entry, taken: Callable[[Entry], Entry] | None) -> Entry:
+    return outline_of(entry) if taken is None else taken(entry)
 
 
 def outline_of(entry: Entry) -> Entry:

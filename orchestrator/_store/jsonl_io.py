@@ -13,7 +13,7 @@ import errno
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from stat import S_ISREG
 
@@ -173,12 +173,17 @@ def read_chunks(fd: int) -> Iterator[bytes]:
 
 
 def parse_file(
-    path: Path, random_hex: RandomHex, *, outline: bool
+    path: Path,
+    random_hex: RandomHex,
+    *,
+    outline: bool,
+    taken: Callable[[Entry], Entry] | None = None,
 ) -> tuple[os.stat_result, ParsedSession, bytearray] | None:
     """Parse the file at ``path``: its stat, the parse (its tail set) and its last byte.
 
     ``None`` when there is no file. A file is read a chunk at a time (see
-    :func:`~orchestrator._core.loading.read_session_chunks`, and ``outline`` there).
+    :func:`~orchestrator._core.loading.read_session_chunks`, and ``outline`` and ``taken``
+    there).
 
     Raises:
         SessionError: The file cannot be read (permissions, a folder...).
@@ -197,6 +202,7 @@ def parse_file(
             size=stat.st_size,
             random_hex=random_hex,
             outline=outline,
+            taken=taken,
         )
         # The end of the bytes just parsed, read back through the same descriptor: a file
         # is only appended to in place (rewrites are renames), so they are the same bytes.
@@ -208,18 +214,21 @@ def parse_file(
     return stat, parsed, last
 
 
-def read_outline(path: str | os.PathLike[str]) -> LoadResult:
+def read_outline(
+    path: str | os.PathLike[str], taken: Callable[[Entry], Entry] | None = None
+) -> LoadResult:
     """The session file at ``path`` read for its problems and tree only (``check``).
 
     Each entry keeps its id, parent, type and references
     (:func:`~orchestrator._core.reading.outline_of`); the problems are those a full load finds.
     Nothing is kept for a later write: an outline must never be written back. A missing file
-    reads as empty, as :meth:`JsonlStore.load` reads it.
+    reads as empty, as :meth:`JsonlStore.load` reads it. ``taken``: makes each outline from the
+    whole entry instead (not for a file that migrates).
 
     Raises:
         SessionError: The file cannot be read (permissions, a folder...).
     """
-    read = parse_file(session_file(path), uuid_hex, outline=True)
+    read = parse_file(session_file(path), uuid_hex, outline=True, taken=taken)
     return LoadResult(header=None) if read is None else read[1].result
 
 
