@@ -1,4 +1,6 @@
-"""``replaced_measure``: the size and hash of what a summary replaces, as ``replaced_input`` says.
+"""The gate's work per answer made cheaper (issue 37), judged against the code it replaced.
+
+``replaced_measure``: the size and hash of what a summary replaces, as ``replaced_input`` says.
 
 The fast path finds the previous summary's tags in one pass and hashes slices of the encoded
 prompt; the reference slices the prompt and hashes the joined text. Both must agree on every
@@ -16,7 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import orchestrator._runtime.outcomes as outcomes
-from orchestrator._core.gate import replaced_input, replaced_measure, text_hash
+from orchestrator._core.gate import (
+    _LINE_HEADING,
+    Verdict,
+    _norm,
+    replaced_input,
+    replaced_measure,
+    text_hash,
+)
+from orchestrator._core.gate import _sections as gate_sections
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._core.summary_request import history_request
 from orchestrator._runtime.operation.summarize import Part
@@ -129,3 +139,61 @@ async def test_the_input_is_measured_once_while_the_model_is_asked(
     assert measured == [prompt]  # made once, whichever came first
     # A model that waits gets the input measured meanwhile, not after its answer.
     assert model.measured_before_answer == (1 if checkpoints else 0)
+
+
+def sections_before(body: str, headings: tuple[str, ...]) -> Verdict | None:
+    """The sections check as it was before it skipped lines without a "#" (the reference)."""
+    if not headings:
+        return None
+    found: list[tuple[str, int]] = []
+    lines = body.splitlines()
+    for index, line in enumerate(lines):
+        match = _LINE_HEADING.match(line)
+        if match:
+            found.append((_norm(match.group(1)), index))
+    wanted = [_norm(h) for h in headings]
+    missing = [h for h, w in zip(headings, wanted, strict=True) if w not in dict(found)]
+    if missing:
+        return Verdict(check="sections", reason=f"sections missing: {', '.join(missing)}")
+    empty: list[str] = []
+    for position, (name, index) in enumerate(found):
+        if name not in wanted:
+            continue
+        end = found[position + 1][1] if position + 1 < len(found) else len(lines)
+        content = any(line.strip() for line in lines[index + 1 : end])
+        nested = end < len(lines) and depth(lines[end]) > depth(lines[index])
+        if not content and not nested:
+            empty.append(headings[wanted.index(name)])
+    if empty:
+        return Verdict(check="sections", reason=f"sections empty: {', '.join(empty)}")
+    return None
+
+
+def depth(line: str) -> int:
+    stripped = line.lstrip()
+    return len(stripped) - len(stripped.lstrip("#")) if _LINE_HEADING.match(line) else 0
+
+
+LAYOUT = ("Goal", "Progress", "Done", "Next Steps")
+summary_lines = st.one_of(
+    st.sampled_from(LAYOUT).flatmap(
+        lambda h: st.sampled_from(("## ", "### ", "#", "   # ", "\t## ", "    ## ", "**", " ")).map(
+            lambda mark: f"{mark}{h}{':' if len(h) % 2 else ''}"
+        )
+    ),
+    st.sampled_from(("", "  ", "- item", "####### Goal", "#Goal", "text # Goal", "\u2003## Done")),
+    st.text(alphabet="# \t:*Gmoal\u00a0", max_size=10),
+)
+
+
+@given(st.lists(summary_lines, max_size=16).map("\n".join), st.sampled_from([LAYOUT, LAYOUT[:2]]))
+def test_the_sections_check_judges_as_before(body: str, headings: tuple[str, ...]) -> None:
+    assert gate_sections(body, headings) == sections_before(body, headings)
+
+
+def test_the_sections_check_finds_an_empty_section_and_a_nested_one() -> None:
+    body = "## Goal\nship it\n## Progress\n### Done\n- a\n## Next Steps\n"
+    assert gate_sections(body, LAYOUT) == Verdict(
+        check="sections", reason="sections empty: Next Steps"
+    )
+    assert gate_sections(body.replace("\n### Done", "\n\n### Done"), LAYOUT[:2]) is None

@@ -331,29 +331,40 @@ def _short_shape(body: str) -> Verdict | None:
 def _sections(body: str, headings: Sequence[str]) -> Verdict | None:
     if not headings:
         return None
-    found: list[tuple[str, int]] = []  # (heading, line index) of every heading line
+    found: list[tuple[str, int, int]] = []  # (heading, line index, depth) of every heading line
     lines = body.splitlines()
     for index, line in enumerate(lines):
-        match = _LINE_HEADING.match(line)
+        # A heading line has its "#" within its first four characters: the others, most of a
+        # summary, are not matched at all (the gate runs on every answer, D32).
+        match = _LINE_HEADING.match(line) if "#" in line[:4] else None
         if match:
-            found.append((_norm(match.group(1)), index))
-    wanted = [_norm(h) for h in headings]
-    missing = [h for h, w in zip(headings, wanted, strict=True) if w not in dict(found)]
+            stripped = line.lstrip()
+            found.append((_norm(match.group(1)), index, len(stripped) - len(stripped.lstrip("#"))))
+    wanted = _wanted(tuple(headings))
+    names = {name for name, _, _ in found}
+    missing = [h for h, w in zip(headings, wanted, strict=True) if w not in names]
     if missing:
         return Verdict(check="sections", reason=f"sections missing: {', '.join(missing)}")
     empty: list[str] = []
-    for position, (name, index) in enumerate(found):
+    for position, (name, index, depth) in enumerate(found):
         if name not in wanted:
             continue
-        end = found[position + 1][1] if position + 1 < len(found) else len(lines)
+        after = found[position + 1] if position + 1 < len(found) else None
+        end = after[1] if after is not None else len(lines)
         content = any(line.strip() for line in lines[index + 1 : end])
         # A section whose sub-sections follow at once (Progress, then Done) has them as content.
-        nested = end < len(lines) and _depth(lines[end]) > _depth(lines[index])
+        nested = after is not None and after[2] > depth
         if not content and not nested:
             empty.append(headings[wanted.index(name)])
     if empty:
         return Verdict(check="sections", reason=f"sections empty: {', '.join(empty)}")
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _wanted(headings: tuple[str, ...]) -> tuple[str, ...]:
+    """The headings a layout asks for, as :func:`_norm` compares them (the same every answer)."""
+    return tuple(_norm(h) for h in headings)
 
 
 def _too_long(body: str, spec: GateSpec) -> Verdict | None:
@@ -398,11 +409,6 @@ def _focus(body: str, focus: str | None) -> Verdict | None:
 
 def _norm(heading: str) -> str:
     return " ".join(heading.replace("*", "").strip().rstrip(":").casefold().split())
-
-
-def _depth(line: str) -> int:
-    stripped = line.lstrip()
-    return len(stripped) - len(stripped.lstrip("#")) if _LINE_HEADING.match(line) else 0
 
 
 def _first_line(body: str) -> str:
