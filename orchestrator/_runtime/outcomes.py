@@ -32,8 +32,7 @@ from orchestrator._core.gate import (
     Verdict,
     check_summary,
     feedback_line,
-    replaced_input,
-    text_hash,
+    replaced_measure,
 )
 from orchestrator._core.model import Model, ModelRequest, ModelResponse
 from orchestrator._core.redact import redact
@@ -47,6 +46,7 @@ from orchestrator._runtime.delays import retry_delay_ms
 from orchestrator._runtime.driver import Report, cancel_scope
 from orchestrator._runtime.operation.retry import RetryPolicy, check_summary_response
 from orchestrator._runtime.operation.summarize import Part, request_for
+from orchestrator._runtime.soon import next_pass
 
 T = TypeVar("T")
 
@@ -324,6 +324,8 @@ async def attempt_summary(
         # Building the request may refuse (a window too small for anything useful): that is
         # a failure of this attempt like any other, and no model is paid for it.
         request = request_for(part, model, halvings, texts, feedback)
+        measure = _Measure(request)
+        next_pass(measure.run)  # while the model is asked, not after it answered
         limit = timeout_s
         if getattr(model, "streams", False):
             request = replace(request, idle_timeout_s=idle_s)
@@ -348,11 +350,11 @@ async def attempt_summary(
         _log.exception("summary route %s raised", model.name)
         failure = redact(f"{model.name}: {type(error).__name__}: {error}")
         return Attempt(Report(outcome=ReportOutcome(FatalModelError.kind), error=failure))
-    replaced = replaced_input(str(request.messages[-1].get("content", "")))
+    input_chars, input_hash = measure.result()
     gate = GateSpec(
         purpose=part.purpose,
         headings=part.headings,
-        input_chars=len(replaced),
+        input_chars=input_chars,
         focus=part.focus,
         read_files=part.read_files,
         modified_files=part.modified_files,
@@ -360,10 +362,35 @@ async def attempt_summary(
     data = {
         "model": model.name,
         "promptHash": part.prompt_hash,
-        "inputHash": text_hash(replaced),
+        "inputHash": input_hash,
         "usage": response.usage.as_pi(),  # written on the entry, as pi 1.x writes it
     }
     return Attempt(Report(outcome=ReportOutcome.OK, data=data), response.text.strip(), gate)
+
+
+class _Measure:
+    """The size and hash of what a request's summary replaces, made once (the gate's input).
+
+    They depend on the request only, and at 10k entries take about a millisecond and a half of
+    the event loop (issue 37): :func:`attempt_summary` has them made in the loop's next pass,
+    once the model call has started waiting, rather than after its answer, where they delayed
+    the commit. A model that answers without waiting gets them made when they are read.
+    """
+
+    __slots__ = ("request", "value")
+
+    def __init__(self, request: ModelRequest) -> None:
+        self.request = request
+        self.value: tuple[int, str] | None = None
+
+    def run(self) -> None:
+        if self.request.messages:  # a request without messages fails where it is read
+            self.result()
+
+    def result(self) -> tuple[int, str]:
+        if self.value is None:
+            self.value = replaced_measure(str(self.request.messages[-1].get("content", "")))
+        return self.value
 
 
 async def answer_of(model: Model, request: ModelRequest) -> ModelResponse:
