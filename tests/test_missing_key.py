@@ -83,6 +83,9 @@ def test_a_rejected_key_is_fatal_on_both_routes(example: Path, status: int, rout
             else RemoteSummaryModel(provider.url + "/summary")
         )
         error, clock = _compact(example, model)
-        asked = len(provider.requests)
+        bodies = [request.raw for request in provider.requests]
     assert (error.kind, clock.sleeps) == ("fatal", [])
-    assert asked == 2  # one attempt for each of the example's two parts (history, prefix)
+    # At most one attempt for each of the example's two parts (history, prefix): the first
+    # rejection cancels the operation, sometimes before the other part was sent at all.
+    assert 1 <= len(bodies) <= 2
+    assert len(set(bodies)) == len(bodies)  # no part asked twice: no retry
