@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator._cli.pi_settings import with_pi_settings
+from orchestrator._core.context import ContextBuilder
 from orchestrator._store.session import Session
 from tests.cli_kit import run
 
@@ -56,6 +57,26 @@ def test_plan_applies_the_override_of_the_session_model(
         tmp_path, {"compaction": {"keepRecentTokens": 100, "modelOverrides": overrides}}
     )
     assert plan(capsys, str(example), "--pi-settings", str(path))["keepRecentTokens"] == 7
+
+
+def test_plan_builds_the_context_it_reads_the_model_from_once(
+    example: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[int] = []
+    original = ContextBuilder.__init__
+
+    def counted(self: ContextBuilder, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContextBuilder, "__init__", counted)
+    overrides = {EXAMPLE_MODEL: {"keepRecentTokens": 7}}
+    path = settings_file(tmp_path, {"compaction": {"modelOverrides": overrides}})
+    assert plan(capsys, str(example), "--pi-settings", str(path))["keepRecentTokens"] == 7
+    assert len(built) == 1  # the plan's own context says which model is in use
 
 
 def test_options_given_win_over_the_file(

@@ -28,12 +28,11 @@ from orchestrator._cli.pi_settings import (
     compaction_enabled,
     given,
     model_key,
-    session_model,
     with_pi_settings,
 )
 from orchestrator._cli.terminal import columns_of, fit
 from orchestrator._core.compaction_plan import plan_report
-from orchestrator._core.context import SessionContext
+from orchestrator._core.context import SessionContext, build_context
 from orchestrator._core.entries import Entry
 from orchestrator._core.errors import NotASessionError
 from orchestrator._core.load_result import Problem
@@ -249,9 +248,10 @@ def _compaction_plan(
 ) -> dict[str, Any]:
     if args.pi_settings:
         # plan calls no model: the model in use is the one the session's path selects, as pi
-        # resolves its overrides for the session's model.
-        model = context.model if context is not None else None
-        args = with_pi_settings(args, model_key(model) if context else session_model(path))
+        # resolves its overrides for the session's model. The context that says so is the one
+        # the plan reads: built once.
+        context = context if context is not None else build_context(path)
+        args = with_pi_settings(args, model_key(context.model))
     settings = plan_settings(args)
     from_file = args.pi_settings and not given(args, "reserve_tokens")
     name = "compaction.reserveTokens (--pi-settings)" if from_file else "--reserve-tokens"
