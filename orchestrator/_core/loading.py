@@ -54,7 +54,13 @@ from orchestrator._core.entries import CURRENT_VERSION, Entry
 from orchestrator._core.json_lines import BadLine, is_json, line_decoder
 from orchestrator._core.load_result import EntryIndex, LoadResult, Problem
 from orchestrator._core.migration import RandomHex, header_version, migrate, uuid_hex
-from orchestrator._core.reading import link_problems, read_entries, with_usable_ids
+from orchestrator._core.reading import (
+    SHARE_FROM_BYTES,
+    link_problems,
+    read_entries,
+    sharing_words,
+    with_usable_ids,
+)
 from orchestrator._core.reference_check import reference_problems
 from orchestrator._core.usage_check import usage_problems
 
@@ -278,10 +284,11 @@ def _read_session(
     with_ids = version is None or version >= 2
     rest[0] = (first + 1, rest[0][1][1:])
     problems: list[Problem] = []
+    whole = not outline or version != CURRENT_VERSION
     read = read_entries(
         itertools.chain(rest, batches),
         problems,
-        decode,
+        sharing_words(decode) if whole and size >= SHARE_FROM_BYTES else decode,
         with_ids=with_ids,
         outline=outline and version == CURRENT_VERSION,
         taken=taken if outline and version == CURRENT_VERSION else None,

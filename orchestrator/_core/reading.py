@@ -8,11 +8,22 @@ notes whether its parent is the entry before it (the usual case: only the others
 afterwards, :func:`link_problems`) and checks its usage counts
 (:func:`~orchestrator._core.usage_check.entry_usage_problems`). Both notes hold for the entries
 as read; a migration that rewrites them has the loader check them again from scratch.
+
+Held for long (a server keeps an open session's entries), the entries of a big file are mostly
+small strings that say the same thing: the decoder makes a new ``"message"``, ``"assistant"``,
+``"text"``, provider and model name for every line, and a new copy of each parent's id. Of a
+200,000-entry session's 390 MB of objects, about 85 MB were such copies (issue 35). So the pass
+makes each entry's ``parentId`` the very string of the id before it (one store, when the entry
+follows its parent), and, in a file of :data:`SHARE_FROM_BYTES` or more, makes each message's
+words one string each (:func:`share_words`). Only the objects change, never a value: the entries
+compare, print and encode exactly as before. The words cost about a fifth more CPU than the
+decode alone (1.1 µs an entry), which a small file, whose memory hardly matters, is spared.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +115,8 @@ def read_entries(
                 first_line[entry_id] = number
                 if value.get("parentId", _MISSING) != previous:
                     irregular.append(len(entries))
+                else:  # one string for the id and the links to it (None stays None)
+                    value["parentId"] = previous
                 by_id[entry_id] = value
                 previous = entry_id
             usage += _usage_problems(value, number) if kind == "message" else ()
@@ -122,6 +135,51 @@ def read_entries(
 
 
 _NOT_AN_OBJECT = object()
+
+SHARE_FROM_BYTES = 16 << 20
+"""Files this big or bigger have their messages' words shared (:func:`share_words`)."""
+_MESSAGE_WORDS = ("role", "api", "provider", "model", "stopReason", "toolName")
+_BLOCK_WORDS = ("type", "name")
+_intern = sys.intern
+
+
+def share_words(entry: Entry) -> None:
+    """Make the words a session repeats in each message one string each (see the module doc).
+
+    The entry's type, its message's role, provider, model, API, stop reason and tool name, and
+    each content block's type and tool name. ``sys.intern``: an interned string lives only as
+    long as something holds it, so a file of a million different model names costs nothing
+    after it is closed.
+    """
+    entry["type"] = "message"
+    message = entry.get("message")
+    if type(message) is not dict:
+        return
+    for key in _MESSAGE_WORDS:
+        word = message.get(key)
+        if type(word) is str:
+            message[key] = _intern(word)
+    content = message.get("content")
+    if type(content) is list:
+        for block in content:
+            if type(block) is dict:
+                for key in _BLOCK_WORDS:
+                    word = block.get(key)
+                    if type(word) is str:
+                        block[key] = _intern(word)
+
+
+def sharing_words(decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``decode``, with :func:`share_words` done on each message entry it decodes."""
+
+    def decoded(raw: bytes) -> Any:
+        value = decode(raw)
+        if type(value) is dict and value.get("type") == "message":
+            share_words(value)
+        return value
+
+    return decoded
+
 
 OUTLINE_KEYS = frozenset({"type", "id", "parentId", "firstKeptEntryId", "targetId"})
 """What an outlined entry keeps: its place in the tree and the references the load checks."""
