@@ -78,7 +78,7 @@ class ContextBuilder:
     ) -> None:
         self._lean = lean
         self._lean_kept: tuple[object, Any] = (None, None)  # a pushed message, its lean form
-        self._recent = Recent()  # a lean context's last entries, whole (empty otherwise)
+        self._recent = Recent() if lean else None  # a lean context's last entries, whole
         self._path: list[Entry] = []
         self._position: dict[str, int] = {}
         self._messages: list[Message] = []
@@ -166,7 +166,7 @@ class ContextBuilder:
         here = len(self._path)
         self._position[entry["id"]] = here
         kept = entry
-        if self._lean:
+        if self._recent is not None:
             kept = lean_entry(entry)
             self._lean_kept = (entry.get("message"), kept.get("message"))
             self._recent.add(entry)
@@ -390,7 +390,8 @@ class ContextBuilder:
         The kept entries before the compaction leave their system messages out (the checkpoint
         stands for them); the entries after it are all taken.
         """
-        whole = self._recent.whole(self._start, len(self._path)) if self._lean else None
+        recent = self._recent
+        whole = recent.whole(self._start, len(self._path)) if recent is not None else None
         compaction = self._last_compaction
         if compaction >= 0:
             entry = self._path[compaction]
