@@ -244,10 +244,10 @@ def test_an_import_holds_its_session_under_its_commands_name(
     # Issue 36: what a refusal names, and what a killed import leaves, is the command.
     import psycopg
 
-    from orchestrator._store import postgres
+    from orchestrator._store import postgres, postgres_lines
 
     seen: list[list[tuple[str, str]]] = []
-    row_of = postgres._line_row
+    row_of = postgres_lines.line_row  # looked up in postgres, where the COPY is
 
     def row_and_look(session_id: str, seq: int, line: bytes) -> Any:
         if seq == 1:
@@ -260,6 +260,6 @@ def test_an_import_holds_its_session_under_its_commands_name(
                 )
         return row_of(session_id, seq, line)
 
-    monkeypatch.setattr(postgres, "_line_row", row_and_look)
+    monkeypatch.setattr(postgres, "line_row", row_and_look)
     assert run(capsys, "import", str(EXAMPLE), "--database", pg_url)[0] == 0
     assert seen == [[(_session_id(EXAMPLE), "orchestrator import")]]

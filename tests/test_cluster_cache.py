@@ -448,7 +448,8 @@ class Broken:
 
 def test_a_failed_loan_is_a_session_error_and_a_lock_never_travels_back(pg_url: str) -> None:
     from orchestrator._core.errors import SessionError
-    from orchestrator._store.postgres import PostgresStore, _give_back
+    from orchestrator._store.postgres import PostgresStore
+    from orchestrator._store.postgres_connection import _give_back
     from orchestrator._store.postgres_journal import PostgresJournalSink
 
     pool = Refusing()

@@ -383,11 +383,11 @@ def test_a_connection_lost_during_an_import_is_one_error_and_stores_nothing(
     # lost" as a warning: a second line on the command line's stderr after the error itself.
     import psycopg
 
-    from orchestrator._store import postgres
+    from orchestrator._store import postgres, postgres_lines
     from orchestrator._store.postgres import PostgresStore
 
     store = PostgresStore(pg_url)
-    row_of = postgres._line_row
+    row_of = postgres_lines.line_row  # looked up in postgres, where the COPY is
 
     def row_then_terminate(session_id: str, seq: int, line: bytes) -> Any:
         if seq == 1:  # the COPY has started: end its connection, and wait until it is gone
@@ -400,7 +400,7 @@ def test_a_connection_lost_during_an_import_is_one_error_and_stores_nothing(
                     pass
         return row_of(session_id, seq, line)
 
-    monkeypatch.setattr(postgres, "_line_row", row_then_terminate)
+    monkeypatch.setattr(postgres, "line_row", row_then_terminate)
     big = "y" * 65536  # rows past psycopg's copy buffer: a send meets the closed connection
     entries = [_entry(f"{n:08x}", None if n == 0 else f"{n - 1:08x}") for n in range(16)]
     data = write_pi_line(_header()) + b"".join(

@@ -30,7 +30,7 @@ from orchestrator._core.printable import printable
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._store.journal import Clock, Journal, _wall_clock
 from orchestrator._store.journal_records import CLOSE_MARK, is_close_record
-from orchestrator._store.postgres import ConnectionLender
+from orchestrator._store.postgres_connection import ConnectionLender
 from orchestrator._store.postgres_schema import connect, first_line, redact
 
 _Connection = psycopg.Connection[tuple[Any, ...]]
