@@ -3,17 +3,10 @@
 This is the layer that turns tree operations into store writes. The tree and the context
 builder stay sans-I/O; the ``Session`` is the one place where an append reaches the store.
 
-Persistence follows pi: nothing is written until the session holds an
-assistant message; at that moment the header and every entry are written in one go, and each
-later entry is appended as one whole line (D4). A session opened from an existing file is already
-persisted.
-
-Across processes (D27): a session opened with an ``owner`` holds its store's writer lock from
-before the read until :meth:`Session.close`; one opened without is a reader and takes no lock
-(it takes the lock at its first write, as any store does). The session remembers where the
-store ended when it was read (:meth:`Session.tail`) and moves that mark with each of its own
-writes, so a commit made with ``expect=session.tail()`` is refused, with nothing written, when
-another program appended in between.
+The ``Session`` is built in three parts: the tree and context views
+(:mod:`~orchestrator._store.session_view`), the writes with their theory of persistence and
+conditional writes (:mod:`~orchestrator._store.session_writes`), and here opening a session and
+the typed appends (``append_message``, ``append_compaction``...) with the fields they build.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator._core.context import ContextBuilder, SessionContext
+from orchestrator._core.context import ContextBuilder
 from orchestrator._core.entries import (
     BRANCH_SUMMARY,
     COMPACTION,
@@ -40,15 +33,13 @@ from orchestrator._core.entries import (
     Entry,
     Message,
     iso_now,
-    role_of,
 )
 from orchestrator._core.errors import NotASessionError, SessionError
 from orchestrator._core.load_result import LoadResult, Problem, Tail
 from orchestrator._core.loading import gc_paused
-from orchestrator._core.system_prompt import current_system_message
-from orchestrator._core.tree import LEAF, SessionTree
+from orchestrator._core.tree import SessionTree
 from orchestrator._store.protocol import SessionStore
-from orchestrator._store.tail import check_tail
+from orchestrator._store.session_writes import SessionWrites
 
 
 def wall_clock_ms() -> int:
@@ -147,7 +138,7 @@ def branch_summary_fields(
     return fields
 
 
-class Session:
+class Session(SessionWrites):
     """One session: a :class:`SessionTree` kept in a :class:`SessionStore`.
 
     Build one with :meth:`open` (a JSONL file), :meth:`in_memory`, or :meth:`from_store`.
@@ -309,263 +300,7 @@ class Session:
 
         return cls.from_store(MemoryStore(), cwd=cwd, **kwargs)
 
-    # -- reading -------------------------------------------------------------------------------
-
-    @property
-    def header(self) -> Entry:
-        """The session header."""
-        return self.tree.header
-
-    @property
-    def session_id(self) -> str:
-        """The header's id."""
-        return str(self.header.get("id", ""))
-
-    @property
-    def leaf_id(self) -> str | None:
-        """The active leaf."""
-        return self.tree.leaf_id
-
-    def path(self, leaf_id: str | None = None) -> list[Entry]:
-        """Entries root-first down to ``leaf_id`` (default: the active leaf).
-
-        For the active leaf, a copy of the path the kept context builder holds (no tree walk).
-        """
-        if (leaf_id is None or leaf_id == self.tree.leaf_id) and self._builder_current():
-            assert self._builder is not None
-            return self._builder.path()
-        return self.tree.path(leaf_id)
-
-    def _builder_current(self) -> bool:
-        return self._builder is not None and self._builder_leaf == self.tree.leaf_id
-
-    @property
-    def context_is_live(self) -> bool:
-        """Whether :meth:`context` of the active leaf is built and current (answered in O(1))."""
-        return self._builder_current()
-
-    def context(self, leaf_id: str | None = None) -> SessionContext:
-        """The context the model sees at ``leaf_id`` (default: the active leaf).
-
-        For the active leaf the builder is kept between calls and extended on append, so the
-        context after one more entry costs O(1) (compactions: O(kept entries)).
-        """
-        if leaf_id is not None and leaf_id != self.tree.leaf_id:
-            return ContextBuilder(self.tree.path(leaf_id)).context()
-        if self._builder is None or self._builder_leaf != self.tree.leaf_id:
-            self._builder = ContextBuilder(self.tree.path(), measured=self._keep_measured)
-            self._builder_leaf = self.tree.leaf_id
-        return self._builder.context()
-
-    def build_context(self) -> tuple[ContextBuilder, str | None]:
-        """Build the active leaf's context without keeping it: work for another thread.
-
-        It only reads the tree (a walk of the path, then each entry), so the event loop may go
-        on meanwhile; :meth:`take_context` then keeps it, on the loop. Reading while the loop
-        appends is safe entry by entry, and the taker checks that the leaf did not move.
-        """
-        leaf = self.tree.leaf_id
-        path = self.tree.path(leaf) if leaf is not None else []
-        return ContextBuilder(path, measured=self._keep_measured), leaf
-
-    def take_context(self, built: tuple[ContextBuilder, str | None]) -> None:
-        """Keep a context :meth:`build_context` built, if the leaf is still the one it was for."""
-        builder, leaf = built
-        if leaf == self.tree.leaf_id and not self._builder_current():
-            self._builder, self._builder_leaf = builder, leaf
-
-    def keep_measured(self) -> None:
-        """Keep the active context measured for summary requests, now and after every rebuild.
-
-        A context measures what a summary request needs of each message on first need
-        (:mod:`~orchestrator._core.measures`), so a command that only prints it never pays for
-        that. A runtime, which will compact, asks for it here once (nothing is built here:
-        a context built later is measured as it is built), and every compaction then finds
-        the lengths known.
-        """
-        self._keep_measured = True
-        if self._builder is not None:
-            self._builder.measure()
-
-    # -- appending -----------------------------------------------------------------------------
-
-    def new_entry(self, kind: str, fields: dict[str, Any], *, parent_id: object = LEAF) -> Entry:
-        """Build an entry (id, parent, timestamp) without adding it.
-
-        The runtime journals a commit's entry id before appending it (D24), so building and
-        adding are separate steps. The entry's parent is the leaf at build time.
-
-        A compaction at the leaf carries the system checkpoint pi 1.x writes: every system
-        message of the context replayed into one (``systemMessage``, stamped with the entry's
-        time). Without it, pi would resume the compacted session with no system prompt.
-        """
-        now_ms = self._clock()
-        if kind == COMPACTION and parent_id is LEAF and "systemMessage" not in fields:
-            checkpoint = self._system_checkpoint()
-            if checkpoint is not None:
-                fields = {**fields, "systemMessage": {**checkpoint, "timestamp": now_ms}}
-        return self.tree.new_entry(
-            kind, fields, now_ms=now_ms, random_hex=self._random_hex, parent_id=parent_id
-        )
-
-    def _system_checkpoint(self) -> Message | None:
-        """The replay of the leaf context's system messages (pi's ``getCurrentSystemMessage``)."""
-        context = self.context()
-        if context.index is None or not context.index.system:
-            return None
-        return current_system_message(context.messages[k] for k in context.index.system)
-
-    def tail(self) -> Tail:
-        """Where the store ended when this session last read or wrote it (D27).
-
-        Pass it as ``expect`` to a commit planned from the current state: the commit is then
-        refused with :class:`~orchestrator._core.errors.ConflictError`, writing nothing, when
-        another program changed the store in between.
-        """
-        return self._tail
-
-    def add_entry(self, entry: Entry, *, expect: Tail | None = None) -> Entry:
-        """Append an entry built by :meth:`new_entry`; it becomes the leaf.
-
-        Args:
-            entry: The entry.
-            expect: Write only if the store still ends here (D27), usually the
-                :meth:`tail` taken when the operation planned.
-
-        Raises:
-            ConflictError: the store no longer ends at ``expect``; nothing was written and the
-                session in memory is unchanged.
-            SessionError: the id is already used.
-        """
-        self._add(entry, expect)
-        return entry
-
-    def append_entry(
-        self,
-        kind: str,
-        fields: dict[str, Any],
-        *,
-        parent_id: object = LEAF,
-        expect: Tail | None = None,
-    ) -> Entry:
-        """Append an entry of any type as a child of the leaf (or of ``parent_id``).
-
-        Args:
-            kind: The entry ``type``.
-            fields: The type's own fields.
-            parent_id: The parent (default: the leaf; ``None``: a new root).
-            expect: Write only if the store still ends here (D27); see :meth:`add_entry`.
-
-        Returns:
-            The entry as written.
-        """
-        return self.add_entry(self.new_entry(kind, fields, parent_id=parent_id), expect=expect)
-
-    def _add(self, entry: Entry, expect: Tail | None) -> None:
-        self.check_new(entry)
-        # Write first: a refused conditional write must leave the tree as it was.
-        self._persist(entry, expect)
-        self.adopt(entry)
-
-    def known_refusal(self) -> str | None:
-        """Why a write to the store would be refused, when reading it already told (or ``None``).
-
-        Asked before a compaction or a branch summary calls its model: a write that cannot
-        happen must not be paid for first.
-        """
-        probe = getattr(self.store, "known_refusal", None)
-        return probe() if probe is not None else None
-
-    @property
-    def persisted(self) -> bool:
-        """Whether the store holds this session's header (else nothing was written yet)."""
-        return self._persisted
-
-    @property
-    def ready_to_write(self) -> bool:
-        """Whether a write needs no opening first, or must not be prepared for.
-
-        True when the store is open for writing (or has no such notion), and for a reader: a
-        session opened without an owner takes the writer lock at its first write, not before
-        (a dry run never writes, and must work while another process owns the file, D27).
-        """
-        if not getattr(self.store, "owned", False):
-            return True
-        if not self._persisted:
-            # Nothing stored yet: the first write stores the header and every entry at once
-            # (a rewrite, pi's deferred write), so there is nothing to open before it. Opening
-            # the file for appending here would create it empty: a session opened and closed
-            # without a write (a server started on a mistyped name) left a 0-byte file behind.
-            return True
-        return bool(getattr(self.store, "writer_open", True))
-
-    def open_writer(self) -> None:
-        """Open the store for writing now, when it opens at its first write (a file does).
-
-        Raises:
-            SessionLockedError: another process writes the store.
-            SessionError: the store cannot be opened for writing.
-        """
-        opener = getattr(self.store, "open_writer", None)
-        if opener is not None:
-            opener()
-
-    # The three halves of add_entry, for a caller that writes in a worker thread: check and
-    # adopt touch the tree and the context (the event loop's), write_entry only the store.
-
-    def check_new(self, entry: Entry) -> None:
-        """Refuse an entry whose id the session already holds (nothing is written).
-
-        Raises:
-            SessionError: the id is already used.
-        """
-        if entry.get("id") in self.tree.by_id:
-            raise SessionError(f"Entry id {entry.get('id')} is already in the session")
-
-    def write_entry(self, entry: Entry, *, expect: Tail | None = None) -> None:
-        """Write an entry checked by :meth:`check_new` to the store and make it durable.
-
-        Only the store and the tail change: run it in a worker thread while nothing else writes
-        this session, then :meth:`adopt` the entry on the thread that owns the session.
-
-        Raises:
-            ConflictError: the store no longer ends at ``expect``; nothing was written.
-            SessionError: the store refused the write.
-            OSError: the disk failed.
-        """
-        self._persist(entry, expect)
-        self.flush()
-
-    def adopt(self, entry: Entry) -> None:
-        """Make an entry the store holds the leaf, in the tree and the live context."""
-        follows_builder = (
-            self._builder is not None
-            and self._builder_leaf == self.tree.leaf_id
-            and entry.get("parentId") == self.tree.leaf_id
-        )
-        self.tree.append(entry)
-        if follows_builder and self._builder is not None:
-            self._builder.push(entry)
-            self._builder_leaf = entry["id"]
-
-    def _persist(self, entry: Entry, expect: Tail | None) -> None:
-        if self._migration_pending:
-            self._tail = self.store.rewrite(self.header, [*self.tree.entries, entry], expect=expect)
-            self._migration_pending = False
-        elif self._persisted:
-            self._tail = self.store.append([entry], expect=expect)
-        elif role_of(entry) == "assistant":
-            self._tail = self.store.rewrite(self.header, [*self.tree.entries, entry], expect=expect)
-            self._persisted = True
-        elif expect is not None:  # nothing written yet (pi's deferred write): still the rule
-            check_tail(self.store.location, expect, self.store.tail())
-
-    def flush(self) -> None:
-        """Write everything now, even without an assistant message, and make it durable."""
-        if not self._persisted:
-            self._tail = self.store.rewrite(self.header, self.tree.entries)
-            self._persisted = True
-        self.store.sync()
+    # -- typed appends (the store side, add_entry and append_entry, is SessionWrites') --------
 
     def append_message(self, message: Message, *, expect: Tail | None = None) -> Entry:
         """Append a ``message`` entry (any role); ``expect`` as for :meth:`add_entry`."""
@@ -701,46 +436,6 @@ class Session:
     def set_name(self, name: str) -> Entry:
         """Name the session (a ``session_info`` entry, as pi does)."""
         return self.append_entry(SESSION_INFO, {"name": name.strip()})
-
-    def branch(self, entry_id: str) -> None:
-        """Move the leaf to ``entry_id``. Raises ``SessionError`` when unknown."""
-        self.tree.branch(entry_id)
-
-    def reset_leaf(self) -> None:
-        """Move the leaf before the first entry: the next append starts a new root."""
-        self.tree.reset_leaf()
-
-    # -- rewriting -----------------------------------------------------------------------------
-
-    def replace_entries(self, replacements: Sequence[Entry], *, expect: Tail | None = None) -> None:
-        """Swap entries for new versions (same ids and parents) and rewrite the store atomically.
-
-        Pruning uses this (D23); the rewrite goes through a temporary file (D4).
-
-        Args:
-            replacements: The new versions.
-            expect: Rewrite only if the store still ends here (D27); see :meth:`add_entry`.
-
-        Raises:
-            ConflictError: the store no longer ends at ``expect``; nothing was written and the
-                session in memory is unchanged.
-        """
-        if self._persisted:
-            by_id = {entry["id"]: entry for entry in replacements}
-            for entry in replacements:
-                old = self.tree.get(entry["id"])
-                if old.get("parentId") != entry.get("parentId"):
-                    raise SessionError(f"Entry {entry['id']}: a replacement must keep its parentId")
-            entries = [by_id.get(e["id"], e) for e in self.tree.entries]
-            self._tail = self.store.rewrite(self.header, entries, expect=expect)
-            self._migration_pending = False
-        for entry in replacements:
-            self.tree.replace(entry)
-        self._builder = None
-
-    def close(self) -> None:
-        """Release the store (its lock, if any)."""
-        self.store.close()
 
 
 def not_a_session(location: str, problems: Sequence[Problem]) -> NotASessionError:
