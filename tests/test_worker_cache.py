@@ -25,7 +25,7 @@ from orchestrator._cluster.stores import WorkerStores, cluster_store  # noqa: E4
 from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
 from orchestrator._runtime.operation.summarize import SummaryRoutes  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402
-from orchestrator._store import jsonl, jsonl_io, postgres  # noqa: E402
+from orchestrator._store import jsonl, jsonl_file, jsonl_io, postgres  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402
 from orchestrator._store.session import Session  # noqa: E402
 from tests.cluster_kit import Database  # noqa: E402
@@ -40,7 +40,7 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     for module, name in (
         (jsonl, "read_session"),
-        (jsonl, "read_session_chunks"),
+        (jsonl_file, "read_session_chunks"),
         (jsonl_io, "read_session_chunks"),
         (postgres, "read_session"),
     ):

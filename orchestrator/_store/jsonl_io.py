@@ -3,8 +3,8 @@
 The pieces of :class:`~orchestrator._store.jsonl.JsonlStore` that are plain functions of a path or
 a descriptor: encoding an entry as the line pi writes, opening only regular files, reading in
 chunks (and the last line backwards), the temporary file a rewrite or a new file is written to,
-and naming a new file by a link that never replaces what is there. The store's module says when
-each is used and why (its theory of operation).
+and naming a new file by a link that never replaces what is there. The store's modules
+(``jsonl`` and ``jsonl_file``) say when each is used and why (their theory of operation).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def open_session_file(path: Path, flags: int, mode: int = 0o666) -> int:
 
 
 def refuse_shared(path: Path, names: int) -> None:
-    """Refuse to write a session file that has other names too (hard links; module docstring).
+    """Refuse to write a session file that has other names too (hard links; see ``jsonl_file``).
 
     Raises:
         SessionError: ``names`` is more than one.
