@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from orchestrator._core import loading
 from orchestrator._core.entries import Entry
 from orchestrator._core.loading import read_session_chunks
 from orchestrator._core.reading import SHARE_FROM_BYTES, share_words
 from orchestrator._store.jsonl_io import write_pi_line
+from orchestrator._store.session import Session
 from tests.bench.bench_core import write_session
 
 
@@ -115,3 +117,22 @@ def test_odd_lines_load_as_before(tmp_path: Path) -> None:
     big = read_session_chunks([data], size=SHARE_FROM_BYTES).result
     assert big.entries == small.entries == lines[1:]
     assert big.problems == small.problems
+
+
+def test_a_store_shares_by_the_files_size(
+    data: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file store hands the loader the file's size, which decides."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data)
+
+    def models(threshold: int) -> set[int]:
+        monkeypatch.setattr(loading, "SHARE_FROM_BYTES", threshold)
+        session = Session.open(path)
+        try:
+            return {id(m["model"]) for m in messages(session.tree.entries, "assistant")}
+        finally:
+            session.close()
+
+    assert len(models(len(data))) == 1
+    assert len(models(len(data) + 1)) > 100
