@@ -52,6 +52,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from orchestrator._cluster.calls import ForkCall, Nav, TurnPolicy
     from orchestrator._cluster.contract import (
         BUSY_TYPE,
         NO_AGENT,
@@ -59,16 +60,13 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_NAME,
         CompressRequest,
         CompressResult,
-        ForkCall,
         ForkDone,
         ForkRequest,
-        Nav,
         NavigateRequest,
         NavigateResult,
         PromptRequest,
         PromptResult,
         SessionStart,
-        TurnPolicy,
     )
     from orchestrator._cluster.local import run_local
     from orchestrator._cluster.navigation.flow import NavigationFlow

@@ -3,7 +3,7 @@
 Theory of operation. Each activity performs one effect of the operation table and reports its
 outcome; none decides anything. Every activity first writes the journal lines it carries, then reads
 the session from the shared store *as it was when the operation planned* (the entries up to
-:attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
+:attr:`~orchestrator._cluster.calls.Op.expect_last_id`), rebuilds the same
 :class:`~orchestrator._runtime.operation.jobs.CompactionJob` the one-process host builds, and
 performs:
 
@@ -46,15 +46,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orchestrator._cluster.cache import Cached
-from orchestrator._cluster.contract import (
-    Call,
-    JournalLine,
-    Op,
-    Policy,
-    Prepared,
-    Reported,
-    TurnCall,
-)
+from orchestrator._cluster.calls import Call, JournalLine, Op, Policy, Prepared, Reported, TurnCall
 from orchestrator._cluster.delivery import redelivered, store_work, transient
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines

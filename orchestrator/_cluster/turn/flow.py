@@ -15,7 +15,7 @@ a lost worker or a dropped store connection (:data:`~orchestrator._cluster.opera
   messages it yielded and what the last reply means
   (:func:`~orchestrator._runtime.turn.replies.classify`, on the worker's settings). It
   appends nothing: the ``append`` activity then appends the messages, each under an id the
-  workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
+  workflow derived (:func:`~orchestrator._cluster.calls.message_id_for`), so a delivery
   repeated after a worker died finds them instead of appending twice. The append is not
   interruptible: an abort arriving meanwhile is stepped once the messages are whole (D22).
   ``stop_agent`` cancels the run and waits for its report of the messages it completed, then
@@ -50,7 +50,7 @@ the same payload in :attr:`TurnFlow.events`, numbered in the workflow run: the s
 them while the request runs (the ``events`` query) and from the request's answer, and sends
 each once, in order, as ``session.event`` notifications.
 
-Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
+Journal. Each step becomes a :class:`~orchestrator._cluster.calls.JournalLine` that rides
 with the next turn activity (with a compaction's ``prepare`` when one starts, and a local
 ``journal_turn`` activity when the machine rests), written as a ``turn`` record with the facts
 the guards read, as in one process.
@@ -69,19 +69,21 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
-from orchestrator._cluster.contract import (
-    AGENT_RAISED,
-    UNAVAILABLE,
-    UNAVAILABLE_KIND,
-    AgentRaisedError,
+from orchestrator._cluster.calls import (
     AgentReported,
-    CompressResult,
     JournalLine,
     NewEntry,
     Op,
     TurnCall,
     TurnPolicy,
     message_id_for,
+)
+from orchestrator._cluster.contract import (
+    AGENT_RAISED,
+    UNAVAILABLE,
+    UNAVAILABLE_KIND,
+    AgentRaisedError,
+    CompressResult,
 )
 from orchestrator._cluster.local import run_local
 from orchestrator._cluster.operation.flow import (
