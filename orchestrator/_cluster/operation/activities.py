@@ -195,8 +195,9 @@ class SessionActivities:
             return Reported(outcome="fatal", error="no offline fallback", purpose=part.purpose)
         # A split turn's prefix does not depend on the history summary: the operation's first
         # call also makes the first attempt of every later independent request, as one process
-        # does (run.py's _start_early). The table still takes each result, in order, when its
-        # request is reached; one activity for both costs the history one activity, not two.
+        # does (ask_effects.py's _start_early). The table still takes each result, in order,
+        # when its request is reached; one activity for both costs the history one activity,
+        # not two.
         early = [
             (index, later)
             for index, later in enumerate(job.parts)
