@@ -72,7 +72,8 @@ with workflow.unsafe.imports_passed_through():
     from orchestrator._cluster.navigation.flow import NavigationFlow
     from orchestrator._cluster.operation.flow import HEARTBEAT, SHORT, OperationFlow
     from orchestrator._cluster.operation.flow import ONCE as ONE_ATTEMPT
-    from orchestrator._cluster.turn.flow import NEVER_RAN, ManualCompaction, TurnFlow
+    from orchestrator._cluster.turn.compactions import NEVER_RAN, ManualCompaction
+    from orchestrator._cluster.turn.flow import TurnFlow
     from orchestrator._core.errors import BusyError
     from orchestrator._lifecycle.admission import admit
     from orchestrator._lifecycle.guards import SessionFacts
