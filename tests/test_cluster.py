@@ -22,8 +22,9 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 
+from orchestrator._cluster.calls import entry_id_for  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import CompressResult, entry_id_for  # noqa: E402
+from orchestrator._cluster.contract import CompressResult  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402
 from orchestrator._cluster.workflow import SessionWorkflow  # noqa: E402

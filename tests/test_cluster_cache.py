@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
 from orchestrator._cluster.cache import Cached, SessionCache  # noqa: E402
-from orchestrator._cluster.contract import Call, JournalLine, Op, entry_id_for  # noqa: E402
+from orchestrator._cluster.calls import Call, JournalLine, Op, entry_id_for  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores, cluster_store  # noqa: E402
 from orchestrator._core.loading import read_session  # noqa: E402

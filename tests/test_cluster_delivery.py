@@ -16,12 +16,8 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
-from orchestrator._cluster.contract import (  # noqa: E402
-    STORE_UNAVAILABLE,
-    UNAVAILABLE_KIND,
-    CompressResult,
-    TurnCall,
-)
+from orchestrator._cluster.calls import STORE_UNAVAILABLE, TurnCall  # noqa: E402
+from orchestrator._cluster.contract import UNAVAILABLE_KIND, CompressResult  # noqa: E402
 from orchestrator._cluster.delivery import redelivered, store_work, transient  # noqa: E402
 from orchestrator._core.errors import (  # noqa: E402
     SessionError,

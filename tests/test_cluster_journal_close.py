@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
-from orchestrator._cluster.contract import JournalLine, Op, TurnCall  # noqa: E402
+from orchestrator._cluster.calls import JournalLine, Op, TurnCall  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores  # noqa: E402
 from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402

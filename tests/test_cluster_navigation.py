@@ -24,13 +24,9 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 
+from orchestrator._cluster.calls import Nav, NavCall, derived_id  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import (  # noqa: E402
-    Nav,
-    NavCall,
-    NavigateRequest,
-    derived_id,
-)
+from orchestrator._cluster.contract import NavigateRequest  # noqa: E402
 from orchestrator._cluster.navigation.activities import TreeActivities  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker, workflow_runner  # noqa: E402

@@ -37,17 +37,17 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 from temporalio.client import Client  # noqa: E402
 from temporalio.common import RetryPolicy as TemporalRetry  # noqa: E402
 
-from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import (  # noqa: E402
+from orchestrator._cluster.calls import (  # noqa: E402
     Call,
     NavCall,
-    NavigateRequest,
     NavReported,
     Op,
     Prepared,
     TurnCall,
     entry_id_for,
 )
+from orchestrator._cluster.client import ClusterClient  # noqa: E402
+from orchestrator._cluster.contract import NavigateRequest  # noqa: E402
 from orchestrator._cluster.navigation.activities import TreeActivities  # noqa: E402
 from orchestrator._cluster.operation import flow as flow_module  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402

@@ -37,8 +37,8 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' extra")
 
+from orchestrator._cluster.calls import entry_id_for  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import entry_id_for  # noqa: E402
 from orchestrator._lifecycle.admission import BUSY_COMPACTING  # noqa: E402
 from orchestrator._rpc.cluster_hub import SHUTTING_DOWN_CLUSTER  # noqa: E402
 from orchestrator._store.locations import is_database_url  # noqa: E402

@@ -28,16 +28,9 @@ from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 from temporalio.worker import Replayer  # noqa: E402
 
+from orchestrator._cluster.calls import JournalLine, NewEntry, TurnCall, message_id_for  # noqa: E402
 from orchestrator._cluster.client import ClusterClient  # noqa: E402
-from orchestrator._cluster.contract import (  # noqa: E402
-    NO_AGENT,
-    AgentRaisedError,
-    JournalLine,
-    NewEntry,
-    PromptResult,
-    TurnCall,
-    message_id_for,
-)
+from orchestrator._cluster.contract import NO_AGENT, AgentRaisedError, PromptResult  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores  # noqa: E402
 from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from orchestrator._cluster.contract import Nav, NavigateRequest, Op
+from orchestrator._cluster.calls import Nav, Op
+from orchestrator._cluster.contract import NavigateRequest
 from orchestrator._cluster.navigation.flow import NavigationFlow
 from orchestrator._cluster.operation.flow import OperationFlow
 from orchestrator._cluster.turn.flow import TurnFlow

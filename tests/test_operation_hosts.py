@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the cluster host needs the 'cluster' extra")
 
-from orchestrator._cluster.contract import Op  # noqa: E402
+from orchestrator._cluster.calls import Op  # noqa: E402
 from orchestrator._cluster.operation.flow import OperationFlow  # noqa: E402
 from orchestrator._core.errors import ConflictError  # noqa: E402
 from orchestrator._lifecycle.machine import load_machine  # noqa: E402

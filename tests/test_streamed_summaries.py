@@ -149,7 +149,7 @@ async def test_a_silent_or_truncated_stream_fails_and_changes_nothing(
 def test_the_temporal_twin_lets_a_model_call_run_until_the_deadline() -> None:
     # Its call_model activity heartbeats every second (heartbeat.py) and was cut at the model
     # timeout plus 30 s; a streamed summary may now take most of the deadline.
-    from orchestrator._cluster.contract import Policy
+    from orchestrator._cluster.calls import Policy
     from orchestrator._cluster.operation.flow import LONG_CALL, model_call_limit
 
     deadline = RuntimeSettings().operation_deadline_s

@@ -18,7 +18,7 @@ pytest.importorskip("temporalio", reason="the cluster tests need the 'cluster' e
 
 from orchestrator._cli.main import main  # noqa: E402
 from orchestrator._cluster.cache import SessionCache  # noqa: E402
-from orchestrator._cluster.contract import NewEntry, TurnCall  # noqa: E402
+from orchestrator._cluster.calls import NewEntry, TurnCall  # noqa: E402
 from orchestrator._cluster.navigation.activities import TreeActivities  # noqa: E402
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores, cluster_store  # noqa: E402

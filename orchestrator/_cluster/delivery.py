@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from orchestrator._cluster.contract import STORE_UNAVAILABLE, Call, NavCall, TurnCall
+from orchestrator._cluster.calls import STORE_UNAVAILABLE, Call, NavCall, TurnCall
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._core.errors import StoreUnavailableError
 

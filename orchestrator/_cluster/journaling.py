@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from orchestrator._cluster.contract import JournalLine
+from orchestrator._cluster.calls import JournalLine
 from orchestrator._lifecycle.machine import Step
 from orchestrator._store.journal import Journal
 from orchestrator._store.journal_records import JournalRecord

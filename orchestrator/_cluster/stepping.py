@@ -3,7 +3,7 @@
 Each host (:class:`~orchestrator._cluster.operation.flow.OperationFlow`,
 :class:`~orchestrator._cluster.navigation.flow.NavigationFlow`,
 :class:`~orchestrator._cluster.turn.flow.TurnFlow`) steps its table with the pure step and
-hands each step to the next activity as a :class:`~orchestrator._cluster.contract.JournalLine`.
+hands each step to the next activity as a :class:`~orchestrator._cluster.calls.JournalLine`.
 :class:`JournalLines` keeps the lines not yet handed over; when the activity carrying them is
 lost, I cannot know whether it wrote them, so they go back in front and the next activity
 resends them (the writer skips those it finds).
@@ -27,7 +27,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from orchestrator._cluster.contract import JournalLine
+from orchestrator._cluster.calls import JournalLine
 from orchestrator._lifecycle.guards import Facts
 from orchestrator._lifecycle.machine import MachineDef
 from orchestrator._lifecycle.machine import step as take_step

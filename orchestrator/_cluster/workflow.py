@@ -52,6 +52,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from orchestrator._cluster.calls import ForkCall, Nav, TurnPolicy
     from orchestrator._cluster.contract import (
         BUSY_TYPE,
         NO_AGENT,
@@ -59,22 +60,20 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_NAME,
         CompressRequest,
         CompressResult,
-        ForkCall,
         ForkDone,
         ForkRequest,
-        Nav,
         NavigateRequest,
         NavigateResult,
         PromptRequest,
         PromptResult,
         SessionStart,
-        TurnPolicy,
     )
     from orchestrator._cluster.local import run_local
     from orchestrator._cluster.navigation.flow import NavigationFlow
     from orchestrator._cluster.operation.flow import HEARTBEAT, SHORT, OperationFlow
     from orchestrator._cluster.operation.flow import ONCE as ONE_ATTEMPT
-    from orchestrator._cluster.turn.flow import NEVER_RAN, ManualCompaction, TurnFlow
+    from orchestrator._cluster.turn.compactions import NEVER_RAN, ManualCompaction
+    from orchestrator._cluster.turn.flow import TurnFlow
     from orchestrator._core.errors import BusyError
     from orchestrator._lifecycle.admission import admit
     from orchestrator._lifecycle.guards import SessionFacts

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator._cluster.cache import SessionCache  # noqa: E402
-from orchestrator._cluster.contract import NewEntry, TurnCall  # noqa: E402
+from orchestrator._cluster.calls import NewEntry, TurnCall  # noqa: E402
 from orchestrator._cluster.stores import WorkerStores  # noqa: E402
 from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
 from orchestrator._runtime.types import RuntimeSettings  # noqa: E402

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orchestrator._runtime.operation.commit_effects as commit_effects
 import orchestrator._runtime.operation.jobs as jobs
-import orchestrator._runtime.operation.run as operation
 import orchestrator._runtime.outcomes as outcomes
 from orchestrator._core.compaction_plan import plan_compaction
 from orchestrator._runtime.disk import off_loop
@@ -108,7 +108,7 @@ def instrumented(timeline: Timeline) -> Iterator[None]:
     patch(
         outcomes, "request_for", _timed(timeline, "summary request", request_for, count_faults=True)
     )
-    patch(operation, "off_loop", marked_off_loop)
+    patch(commit_effects, "off_loop", marked_off_loop)
     patch(JsonlStore, "append", _timed(timeline, "append", JsonlStore.append))
     patch(JsonlStore, "sync", _timed(timeline, "fsync", JsonlStore.sync))
     patch(Session, "adopt", _timed(timeline, "context takes the entry", Session.adopt))

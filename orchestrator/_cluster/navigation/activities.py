@@ -36,14 +36,8 @@ from typing import Any, Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from orchestrator._cluster.contract import (
-    ForkCall,
-    ForkDone,
-    Nav,
-    NavCall,
-    NavReported,
-    derived_id,
-)
+from orchestrator._cluster.calls import ForkCall, Nav, NavCall, NavReported, derived_id
+from orchestrator._cluster.contract import ForkDone
 from orchestrator._cluster.delivery import redelivered, store_work
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines

@@ -38,15 +38,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
-from orchestrator._cluster.contract import (
-    CompressResult,
-    Nav,
-    NavCall,
-    NavigateResult,
-    NavReported,
-    Op,
-    derived_id,
-)
+from orchestrator._cluster.calls import Nav, NavCall, NavReported, Op, derived_id
+from orchestrator._cluster.contract import CompressResult, NavigateResult
 from orchestrator._cluster.operation.flow import DELIVER, HEARTBEAT, ONCE, SHORT, OperationFlow
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._lifecycle.guards import NavigationFacts

@@ -3,7 +3,7 @@
 Theory of operation. Each activity performs one effect of the operation table and reports its
 outcome; none decides anything. Every activity first writes the journal lines it carries, then reads
 the session from the shared store *as it was when the operation planned* (the entries up to
-:attr:`~orchestrator._cluster.contract.Op.expect_last_id`), rebuilds the same
+:attr:`~orchestrator._cluster.calls.Op.expect_last_id`), rebuilds the same
 :class:`~orchestrator._runtime.operation.jobs.CompactionJob` the one-process host builds, and
 performs:
 
@@ -46,15 +46,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orchestrator._cluster.cache import Cached
-from orchestrator._cluster.contract import (
-    Call,
-    JournalLine,
-    Op,
-    Policy,
-    Prepared,
-    Reported,
-    TurnCall,
-)
+from orchestrator._cluster.calls import Call, JournalLine, Op, Policy, Prepared, Reported, TurnCall
 from orchestrator._cluster.delivery import redelivered, store_work, transient
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines
@@ -203,8 +195,9 @@ class SessionActivities:
             return Reported(outcome="fatal", error="no offline fallback", purpose=part.purpose)
         # A split turn's prefix does not depend on the history summary: the operation's first
         # call also makes the first attempt of every later independent request, as one process
-        # does (run.py's _start_early). The table still takes each result, in order, when its
-        # request is reached; one activity for both costs the history one activity, not two.
+        # does (ask_effects.py's _start_early). The table still takes each result, in order,
+        # when its request is reached; one activity for both costs the history one activity,
+        # not two.
         early = [
             (index, later)
             for index, later in enumerate(job.parts)

@@ -25,7 +25,7 @@ nothing to do (each activity reads the store afresh). The operation's deadline i
 bounds what awaits (the model call's schedule-to-close time, the hooks, the waits), and an
 effect that ends past it steps ``deadline_passed``.
 
-Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
+Journal. Each step becomes a :class:`~orchestrator._cluster.calls.JournalLine` that rides
 with the next activity, which writes it (durably) before performing its effect, so the commit's
 entry id is journaled before the commit (D24), and no journal activity of its own is needed.
 When an activity is lost (its worker died) I cannot know whether it wrote its lines, so the
@@ -50,10 +50,9 @@ from temporalio.common import RetryPolicy as TemporalRetry
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 from temporalio.workflow import ActivityCancellationType
 
-from orchestrator._cluster.contract import (
+from orchestrator._cluster.calls import (
     STORE_UNAVAILABLE,
     Call,
-    CompressResult,
     Op,
     Policy,
     Prepared,
@@ -61,6 +60,7 @@ from orchestrator._cluster.contract import (
     TurnCall,
     entry_id_for,
 )
+from orchestrator._cluster.contract import CompressResult
 from orchestrator._cluster.local import run_local
 from orchestrator._cluster.stepping import NO_DATA, TableFlow
 from orchestrator._core.gate import GateSpec

@@ -40,14 +40,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from orchestrator._cluster.contract import (
-    NO_AGENT,
-    NO_AGENT_TYPE,
-    AgentReported,
-    NewEntry,
-    TurnCall,
-    TurnPolicy,
-)
+from orchestrator._cluster.calls import AgentReported, NewEntry, TurnCall, TurnPolicy
+from orchestrator._cluster.contract import NO_AGENT, NO_AGENT_TYPE
 from orchestrator._cluster.delivery import redelivered, store_work
 from orchestrator._cluster.heartbeat import heartbeating
 from orchestrator._cluster.journaling import write_lines

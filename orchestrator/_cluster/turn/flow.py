@@ -6,34 +6,12 @@ Theory of operation. :class:`TurnFlow` is the workflow host of the turn driver w
 ``machines/turn.toml`` only through the pure :func:`~orchestrator._lifecycle.machine.step`, so
 the decisions and the journal's turn rows are the same on both hosts.
 
-Effects that touch the world are activities. The agent's run is made once (a retry is the
-table's decision); the appends and the journal writes are idempotent and delivered again after
-a lost worker or a dropped store connection (:data:`~orchestrator._cluster.operation.flow.DELIVER`):
-
-* ``call_agent``: the ``call_agent`` activity runs the worker's agent on the live context (a
-  failed attempt is out of it once ``omit_failed_attempt`` wrote its omission) and reports the
-  messages it yielded and what the last reply means
-  (:func:`~orchestrator._runtime.turn.replies.classify`, on the worker's settings). It
-  appends nothing: the ``append`` activity then appends the messages, each under an id the
-  workflow derived (:func:`~orchestrator._cluster.contract.message_id_for`), so a delivery
-  repeated after a worker died finds them instead of appending twice. The append is not
-  interruptible: an abort arriving meanwhile is stepped once the messages are whole (D22).
-  ``stop_agent`` cancels the run and waits for its report of the messages it completed, then
-  appends those the same way (one process keeps them too). An agent that raises (a bug) settles
-  the run through the abort row, then fails the request with its exception (``AgentRaisedError``).
-* ``start_turn`` and ``append_continue_message`` append the user message and the D20 message
-  the same way, and ``omit_failed_attempt`` the ``context_edit`` entries that omit a failed
-  attempt (before an overflow compaction, D18, and a transient-error retry, D21), their targets
-  chosen from the last run's messages as one process chooses them from the path
-  (:func:`~orchestrator._runtime.turn.replies.failed_attempt`); a run that reported no messages (a
-  lost worker) has none to omit.
-* ``start_*_compaction`` runs one :class:`~orchestrator._cluster.operation.flow.OperationFlow` (the
-  operation table, its own activities) in flight; ``cancel_compaction`` interrupts it with
-  ``cancel`` and waits until it settled through its own table.
-* ``sleep_retry`` is a workflow timer in flight; ``stop_agent`` / ``cancel_retry_wait`` cancel
-  what is in flight and wait until it has settled.
-* ``prune_tool_outputs`` runs one prune operation (the operation table's prune rows, its
-  ``rewrite`` activity) when the worker prunes (D23); the core re-measures the context.
+Effects that touch the world are activities, performed by the flow's two sides:
+:mod:`~orchestrator._cluster.turn.agent` (the agent's run, the entries a turn appends, retry
+waits) and :mod:`~orchestrator._cluster.turn.compactions` (the operations a turn starts). The
+agent's run is made once (a retry is the table's decision); the appends and the journal writes
+are idempotent and delivered again after a lost worker or a dropped store connection
+(:data:`~orchestrator._cluster.operation.flow.DELIVER`).
 
 Failures of the cluster. An activity that fails for good (its retries spent, or not
 retryable) raises out of whatever effect awaited it. The turn then steps ``activity_failed``
@@ -50,7 +28,7 @@ the same payload in :attr:`TurnFlow.events`, numbered in the workflow run: the s
 them while the request runs (the ``events`` query) and from the request's answer, and sends
 each once, in order, as ``session.event`` notifications.
 
-Journal. Each step becomes a :class:`~orchestrator._cluster.contract.JournalLine` that rides
+Journal. Each step becomes a :class:`~orchestrator._cluster.calls.JournalLine` that rides
 with the next turn activity (with a compaction's ``prepare`` when one starts, and a local
 ``journal_turn`` activity when the machine rests), written as a ``turn`` record with the facts
 the guards read, as in one process.
@@ -60,68 +38,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.workflow import ActivityCancellationType
 
+from orchestrator._cluster.calls import (
+    JournalLine,
+    NewEntry,
+    TurnCall,
+    TurnPolicy,
+    message_id_for,
+)
 from orchestrator._cluster.contract import (
     AGENT_RAISED,
     UNAVAILABLE,
     UNAVAILABLE_KIND,
     AgentRaisedError,
-    AgentReported,
     CompressResult,
-    JournalLine,
-    NewEntry,
-    Op,
-    TurnCall,
-    TurnPolicy,
-    message_id_for,
 )
 from orchestrator._cluster.local import run_local
 from orchestrator._cluster.operation.flow import (
     DELIVER,
     HEARTBEAT,
-    LONG_CALL,
-    ONCE,
     SHORT,
     OperationFlow,
     infrastructure,
     lost_reason,
 )
 from orchestrator._cluster.stepping import JournalLines, stop_in_flight
+from orchestrator._cluster.turn.agent import FlowAgent
+from orchestrator._cluster.turn.compactions import FlowCompactions, ManualCompaction
 from orchestrator._core.tokens import CompactionSettings
 from orchestrator._lifecycle.guards import TurnFacts
 from orchestrator._lifecycle.machine import MachineDef, step
-from orchestrator._lifecycle.names import OperationState, ReportOutcome, TurnEvent
+from orchestrator._lifecycle.names import OperationState, TurnEvent
 from orchestrator._runtime.driver import Report, check_effects
-from orchestrator._runtime.operation.compact_hooks import retries_after
-from orchestrator._runtime.turn.core import Effect, Ending, TurnCore, TurnTerms, result_fields
-from orchestrator._runtime.turn.replies import AUTO_CONTINUE_TYPE, failed_attempt
+from orchestrator._runtime.turn.core import Effect, TurnCore, TurnTerms
 
 T = TypeVar("T")
 
-_STATUS = {"committed": "completed", "skipped": "skipped", "cancelled": "cancelled"}
-"""``compaction_update``'s status for an operation's end (any other end: ``failed``)."""
-NEVER_RAN = "Compaction cancelled: the session closed before it ran"
 
-
-@dataclasses.dataclass(slots=True)
-class ManualCompaction:
-    """A compaction asked for (``compress``), and its outcome once the run hands it over."""
-
-    focus: str | None
-    reason: str = "manual"
-    outcome: CompressResult | None = None
-    done: bool = False
-
-
-class TurnFlow:
+class TurnFlow(FlowAgent, FlowCompactions):
     """A session's turns, run by the turn table inside the session workflow.
 
     Args:
@@ -366,116 +325,6 @@ class TurnFlow:
         """This run's events numbered after ``seq``."""
         return [e for e in self.events if e["seq"] > seq]
 
-    # -- the agent's side -------------------------------------------------------------------------
-
-    async def append_user(self, text: str) -> None:
-        """Append the user message under an id derived from the run (delivered again safely)."""
-        self._attempt = []
-        message = json.dumps(
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": text}],
-                "timestamp": int(workflow.now().timestamp() * 1000),
-            },
-            ensure_ascii=False,
-        )
-        self._calls += 1
-        entry = NewEntry(entry_id=self._new_id(f"user:{self._calls}"), message=message)
-        await self._append([entry])
-        self.emit("message", entryId=entry.entry_id, role="user")
-
-    async def call_agent(self) -> Report | None:
-        """Run the agent (an activity) in flight, then append what it yielded."""
-        self._calls += 1
-        self._agent_call = self._calls
-        reported = await self._in_flight(self._agent)
-        if reported is None:
-            return None  # a request came first: its row stops the run (``stop_agent``)
-        ids = await self._append_reported(reported)
-        return self._classified(reported, ids)
-
-    async def _append_reported(self, reported: AgentReported) -> list[str]:
-        """Append a run's messages under ids derived from the run's call and their position."""
-        number = self._agent_call
-        ids = [self._new_id(f"agent:{number}:{i}") for i in range(len(reported.messages))]
-        if reported.messages:
-            pairs = zip(ids, reported.messages, strict=True)
-            entries = [NewEntry(entry_id=i, message=m) for i, m in pairs]
-            await self._append(entries)
-            for entry_id, message in zip(ids, reported.messages, strict=True):
-                self.emit("message", entryId=entry_id, role=json.loads(message).get("role"))
-        return ids
-
-    async def stop_agent(self) -> None:
-        """Cancel the agent run; append the messages it completed before the cancel."""
-        # The run reports what it completed before the cancel reached it (the activity waits
-        # for that, WAIT_CANCELLATION_COMPLETED): kept, as one process keeps them (D22).
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        try:
-            reported = await task
-        except (asyncio.CancelledError, ActivityError, AgentRaisedError):
-            return
-        if reported is not None and reported.messages:
-            await self._append_reported(reported)
-
-    async def _agent(self) -> AgentReported:
-        call, lines = self._call()
-        try:
-            reported: AgentReported = await workflow.execute_activity(
-                "call_agent",
-                call,
-                result_type=AgentReported,
-                start_to_close_timeout=LONG_CALL,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=ONCE,
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
-        except ActivityError as error:
-            self.journal.lost(lines)
-            cause = error.cause
-            if isinstance(cause, ApplicationError) and not infrastructure(error):
-                # The agent's own exception (a bug, not the provider's answer): the caller
-                # sees it, as one process raises it, once the turn settled (``run``).
-                raise AgentRaisedError(cause.type or "Exception", cause.message) from None
-            # The worker died, the run hung or the store dropped the connection reading the
-            # context: a transient failure the table may retry.
-            lost = infrastructure(error)
-            outcome = "transient" if lost else "fatal"
-            return AgentReported(outcome=outcome, error=lost_reason(error, "agent"))
-        except asyncio.CancelledError:
-            self.journal.lost(lines)
-            raise
-        return reported
-
-    def _classified(self, reported: AgentReported, ids: list[str]) -> Report:
-        messages = [json.loads(m) for m in reported.messages]
-        last = [(i, m) for i, m in zip(ids, messages, strict=True) if m.get("role") == "assistant"]
-        # What omit_failed_attempt may omit: this run's messages only, none when it reported
-        # none (a lost worker), so an earlier run's reply is never taken for the failed one.
-        self._attempt = list(zip(ids, messages, strict=True))
-        return self.core.take_reply(last[-1] if last else None, reported.verdict())
-
-    async def omit_failed_attempt(self) -> None:
-        """Append the omissions of the failed attempt, under ids derived here."""
-        reply_id = self.core.counters.last_reply_id
-        if reply_id is None:
-            return
-        self._calls += 1
-        entries = [
-            NewEntry(entry_id=self._new_id(f"omit:{self._calls}:{k}"), omits=target)
-            for k, target in enumerate(failed_attempt(self._attempt, reply_id))
-        ]
-        if entries:
-            await self._append(entries)
-
-    async def prune(self) -> int:
-        """Run one prune operation (the operation table's prune rows); the tokens it saved."""
-        outcome = await self._operation(await self._start_flow(kind="prune", reason="threshold"))
-        return outcome.tokens_saved
-
     def _compaction_settings(self) -> CompactionSettings:
         """What the worker's threshold is measured with (its reserve, or its set threshold)."""
         policy = self.policy
@@ -485,122 +334,3 @@ class TurnFlow:
             threshold_percent=policy.threshold_percent,
             threshold_tokens=policy.threshold_tokens,
         )
-
-    async def wait(self, delay_ms: int) -> Report | None:
-        """A workflow timer in flight before the retry."""
-
-        async def wait() -> Report:
-            await workflow.sleep(delay_ms / 1000)
-            return Report(outcome=ReportOutcome.OK)
-
-        return await self._in_flight(wait)
-
-    async def append_continue_message(self) -> None:
-        """Append the D20 message under an id derived from the run."""
-        self._calls += 1
-        entry = NewEntry(
-            entry_id=self._new_id(f"continue:{self._calls}"),
-            custom_type=AUTO_CONTINUE_TYPE,
-            content=self.policy.continue_text,
-            display=False,
-        )
-        await self._append([entry])
-
-    async def close_session(self) -> None:
-        """Nothing to release: the workflow holds no session open."""
-        return None
-
-    # -- compactions ------------------------------------------------------------------------------
-
-    async def compaction(self, reason: str) -> Report | None:
-        """Run one compaction operation (a child flow of the operation table) in flight."""
-        focus = None
-        if reason == "manual":
-            request = self.manual or ManualCompaction(focus=None)
-            reason, focus = request.reason, request.focus
-        return await self._compaction(reason, focus)
-
-    async def _compaction(self, reason: str, focus: str | None) -> Report | None:
-        self.outcome = None
-        flow = await self._start_flow(reason=reason, focus=focus)
-
-        async def work() -> Report:
-            result = await self._operation(flow)
-            self.outcome = result
-            return Report(outcome=ReportOutcome(result.status))
-
-        return await self._in_flight(work)
-
-    async def _start_flow(self, **op: Any) -> OperationFlow:
-        """A new operation's flow; the turn's steps so far ride with its ``prepare`` (in order)."""
-        new = Op(session_id=self.session_id, operation_id=workflow.uuid4().hex[:12], **op)
-        flow = self.flow = OperationFlow(self.operation, new, carry=self._carried)
-        return flow
-
-    def _carried(self) -> tuple[TurnCall | None, Callable[[], None]]:
-        """The turn's steps not yet journaled, for ``prepare``; and what to do if it was lost."""
-        if not self.journal.lines:
-            return None, lambda: None
-        call, lines = self._call()
-        return call, lambda: self.journal.lost(lines)
-
-    async def _operation(self, flow: OperationFlow) -> CompressResult:
-        """Run an operation with the events one process's operation runner emits."""
-        op = flow.op
-        self.emit("compaction_update", id=op.operation_id, kind=op.kind, status="in_progress")
-        outcome = await flow.run()
-        self.operations.append(f"{outcome.operation_id}:{outcome.status}")
-        status = _STATUS.get(outcome.status, "failed")
-        self.emit("compaction_update", id=op.operation_id, kind=op.kind, status=status)
-        if outcome.status == "committed" and op.kind == "compaction":
-            self.emit(
-                "session_compact",
-                entryId=outcome.entry_id,
-                fromExtension=outcome.from_extension,
-                reason=op.reason,
-                willRetry=retries_after(op.reason),
-            )
-        elif outcome.compact_failed is not None:
-            self.emit("session_compact_failed", **outcome.compact_failed)
-        return outcome
-
-    def ending(self) -> Ending | None:
-        """How the last compaction ended (its estimate after a commit measured by the worker)."""
-        outcome = self.outcome
-        if outcome is None:
-            return None
-        committed = outcome.status == "committed"
-        return Ending(
-            status=outcome.status,
-            reason=outcome.reason,
-            error=outcome.error,
-            result=result_fields(outcome) if committed else None,
-            estimate_after=outcome.estimate_after,
-        )
-
-    async def compact_failed(self, payload: Mapping[str, Any]) -> None:
-        """Record ``session_compact_failed``; the worker's hooks hear it with the journal."""
-        self.emit("session_compact_failed", **payload)
-        await self._flush(compact_failed=dict(payload))
-
-    async def cancel_compaction(self) -> None:
-        """Interrupt the compaction's flow with ``cancel`` and wait until it settled."""
-        # The operation settles through its own table's cancel row, then reports as usual.
-        task, self._task = self._task, None
-        if task is None or task.done():
-            return
-        if self.flow is not None:
-            self.flow.interrupt("cancel")
-        await task
-
-    def hand_manual(self, *, never_ended: bool) -> None:
-        """Hand the manual compaction's outcome (``cancelled`` when it never ended) over."""
-        outcome = self.outcome
-        if never_ended:
-            operation_id = outcome.operation_id if outcome else ""
-            outcome = CompressResult(operation_id=operation_id, status=OperationState.CANCELLED)
-            self.outcome = outcome
-        request, self.manual = self.manual, None
-        if request is not None:
-            request.outcome = outcome
-            request.done = True

@@ -32,10 +32,10 @@ keeps its exceptions the same way). Issue 34 listed these for the operation mach
   ``manual`` with the caller's own candidate list, which it walks.
 * **Speculative model calls.** A split turn's prefix request does not read the history
   summary, so the one-process host starts its first attempt alongside the history's
-  (:meth:`~orchestrator._runtime.operation.run.OperationRun._start_early`). No row asked for it: the
-  table still decides, in order, what that answer means once its ``call_model`` row is taken,
-  and an answer no row reaches is cancelled and dropped. It is a latency optimisation with no
-  visible effect on the journal; the cluster host does not make it.
+  (:meth:`~orchestrator._runtime.operation.ask_effects.AskEffects._start_early`). No row asked
+  for it: the table still decides, in order, what that answer means once its ``call_model`` row
+  is taken, and an answer no row reaches is cancelled and dropped. It is a latency optimisation
+  with no visible effect on the journal; the cluster host does not make it.
 * **``session_compact`` and ``session_compact_failed``.** The table decides how the operation
   ends and names ``emit_result`` on every final row; which of pi's events that is follows from the
   final state alone (:func:`~orchestrator._runtime.operation.compact_hooks.compact_failed`, pi's own

@@ -23,7 +23,7 @@ Each step is journaled, traced and announced. Entering ``committing`` fixes the 
 and journals its id first, so a process killed mid-commit reopens to a settled operation:
 ``committed`` if that id is in the file, ``failed`` otherwise. Every record is written at once;
 the journal is made durable (fsynced, D24) on entering ``committing``, before the commit is
-written: for a compaction in the same disk-thread call as the append and its fsync. A final
+written (for a compaction, in the commit's own disk-thread call). A final
 state has no fsync of its own: the journal's next fsync (the next commit's, or the session's
 close) makes it durable (:mod:`~orchestrator._runtime.disk`); the event loop never waits for
 the disk (issue 9).
@@ -31,59 +31,43 @@ the disk (issue 9).
 Cancelling (:meth:`OperationRun.cancel`) records the request and fires ``cancel`` through the
 table; the row's ``stop_work`` ends the model call or wait in flight (D22). A refused step raises
 ``TransitionError``: a bug in the table or the driver, never reported as a model failure.
+
+This module holds the loop, its words and the observation of each step. The effects live by
+phase in :mod:`~orchestrator._runtime.operation.ask_effects` (hooks, model calls, retry waits,
+stopping) and :mod:`~orchestrator._runtime.operation.commit_effects` (the commit and what follows).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from orchestrator._core.entries import Entry
-from orchestrator._core.errors import ModelError, OrchestratorError
-from orchestrator._core.model import Model
+from orchestrator._core.errors import ModelError
 from orchestrator._lifecycle.guards import NO_OPERATION_FACTS, Facts, OperationFacts
 from orchestrator._lifecycle.machine import Step
-from orchestrator._lifecycle.names import OperationEvent, OperationState, ReportOutcome
+from orchestrator._lifecycle.names import OperationEvent, OperationState
 from orchestrator._runtime.admission import Slot
-from orchestrator._runtime.disk import off_loop
 from orchestrator._runtime.driver import Effect, Interpreter, Report, run_table
-from orchestrator._runtime.operation.compact_hooks import retries_after
+from orchestrator._runtime.operation.ask_effects import AskEffects
+from orchestrator._runtime.operation.commit_effects import CommitEffects
 from orchestrator._runtime.operation.driver import (
     AWAITING,
     STATUS,
     OperationDriver,
-    commit_failure,
     ends_attempt,
     part_routes,
 )
-from orchestrator._runtime.operation.jobs import BranchJob, CompactionJob, PruneJob, Start
-from orchestrator._runtime.operation.retry import NO_MODEL
+from orchestrator._runtime.operation.jobs import BranchJob, PruneJob, Start
 from orchestrator._runtime.operation.summarize import Part, SummaryRoutes
-from orchestrator._runtime.outcomes import Attempt, attempt_summary
 from orchestrator._runtime.ports import Ports
 from orchestrator._runtime.scheduler import cancel_scope, direct_states
 from orchestrator._runtime.soon import call_later, on_asyncio
 from orchestrator._runtime.types import OperationOutcome
-from orchestrator._store.session import Session
 from orchestrator._telemetry.tracing import facts_delta
-
-_log = logging.getLogger("orchestrator")
-
-
-@dataclass(slots=True)
-class _Early:
-    """The first attempt of a later request, started alongside the first (see _start_early)."""
-
-    scope: anyio.CancelScope
-    done: anyio.Event
-    attempt: Attempt = field(
-        default_factory=lambda: Attempt(Report(outcome=ReportOutcome.CANCELLED))
-    )
 
 
 class Job(Protocol):
@@ -102,7 +86,7 @@ class Job(Protocol):
         ...
 
 
-class OperationRun:
+class OperationRun(AskEffects, CommitEffects):
     """One operation: its machine, its effect table and the memory its effects share.
 
     Args:
@@ -162,7 +146,7 @@ class OperationRun:
         self._pruned: list[Entry] = []
         self._started = False
         self._group: Any = None
-        self._early: dict[int, _Early] = {}
+        self._early = {}
         self._scheduler = self.machine.scheduler
 
     @property
@@ -329,14 +313,6 @@ class OperationRun:
             return False
         return name in AWAITING
 
-    def _answered_early(self) -> _Early | None:
-        """The finished early attempt the next ``call_model`` takes its answer from, if any."""
-        at = self._at
-        if at.candidate or at.retries or at.halvings or at.refusals or at.offline:
-            return None  # only a part's first attempt was started early
-        early = self._early.get(at.part)
-        return early if early is not None and early.done.is_set() else None
-
     def _annotate(
         self, event: str, facts: OperationFacts, data: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -374,218 +350,6 @@ class OperationRun:
         if not self.machine.done and self.machine.listed(OperationEvent.DEADLINE_PASSED):
             self.driver.deadline_passed(seconds)
             self.machine.interrupt(OperationEvent.DEADLINE_PASSED)
-
-    # -- the effect table -------------------------------------------------------------------------
-
-    async def _run_hooks(self) -> Report:
-        report: Report = await self.job.consult_hooks()
-        self.driver.routes = part_routes(self.job.parts)  # the hooks made the requests
-        if report.outcome == "supplied":
-            self.driver.hook_supplied(*self.job.hook_summary())
-        return report
-
-    async def _drop_hook_result(self) -> None:
-        self.job.supplied = None  # the gate refused it: summarized as without the hook
-
-    def _route(self) -> tuple[Part, Model | None]:
-        part = self.job.parts[self._at.part]
-        if self._at.offline:
-            return part, self.routes.fallback
-        model = part.routes[self._at.candidate] if self._at.candidate < len(part.routes) else None
-        return part, model
-
-    async def _call_model(self) -> Report:
-        part, model = self._route()
-        if model is None:
-            return Report(outcome=ReportOutcome.FATAL, error=NO_MODEL)
-        at = self._at
-        first = not (at.candidate or at.retries or at.halvings or at.refusals or at.offline)
-        if first and self._at.part == 0:
-            self._start_early(model)
-        early = self._early.pop(self._at.part, None) if first else None
-        if early is not None:
-            if not early.done.is_set():  # a finished one is taken without a pass of the loop
-                await early.done.wait()
-            attempt = early.attempt
-        else:
-            attempt = await self._attempt(part, model, self._at.halvings, self._at.feedback)
-        return self.driver.accept(attempt, part.purpose)
-
-    async def _attempt(
-        self, part: Part, model: Model, halvings: int, feedback: str = ""
-    ) -> Attempt:
-        ports = self.ports
-        return await attempt_summary(
-            part, model, halvings, self.driver.texts, ports.timeout_s, feedback, idle_s=ports.idle_s
-        )
-
-    def _start_early(self, model: Model) -> None:
-        # A split turn's prefix does not depend on the history summary, so the first call of the
-        # operation also starts the first attempt of every later independent request: a split
-        # compaction costs about one model latency, not two. The table still decides, in order,
-        # what each result means when its part is reached; a result it never reaches is dropped.
-        if self._group is None:
-            return
-        for index, part in enumerate(self.job.parts[1:], start=1):
-            if not part.independent or not part.routes:
-                continue
-            early = _Early(scope=anyio.CancelScope(), done=anyio.Event())
-            self._early[index] = early
-            self._group.start_soon(self._run_early, early, part, part.routes[0])
-
-    async def _run_early(self, early: _Early, part: Part, model: Model) -> None:
-        try:
-            with early.scope:
-                early.attempt = await self._attempt(part, model, 0)
-        finally:
-            early.done.set()
-
-    def _drop_early(self) -> None:
-        for early in self._early.values():
-            cancel_scope(early.scope)
-        self._early.clear()
-
-    async def _sleep_retry(self) -> Report:
-        await self.routes.sleep(self.driver.retry_wait_s())
-        return Report(outcome=ReportOutcome.OK)
-
-    async def _stop_work(self) -> None:
-        self._drop_early()
-        await self.machine.stop_in_flight()
-
-    def _commits_in_thread(self, taken: Step) -> bool:
-        # A compaction's commit makes the journal durable itself, in the same worker-thread
-        # call as the append (see _append_entry): one hop, not two.
-        return (
-            "append_entry" in taken.effects
-            and isinstance(self.job, CompactionJob)
-            and not self.dry_run
-            and self.ports.session is not None
-            and self._entry is not None
-        )
-
-    async def _append_entry(self) -> Report:
-        session, entry = self.ports.session, self._entry
-        if self.dry_run or session is None or entry is None:
-            return Report(outcome=ReportOutcome.OK)
-        return await self._commit(self._append(session, entry), {"entryId": entry["id"]})
-
-    async def _append(self, session: Session, entry: Entry) -> None:
-        if isinstance(self.job, CompactionJob):
-            await self._write_in_thread(session, entry)
-        else:
-            self.job.append(session, entry, self._expect, flush=False)
-            # Written; durable once flushed. The fsync runs in a worker thread while the
-            # loop goes on; nothing else changes this session until the commit reported.
-            await off_loop(session, session.flush)
-
-    async def _rewrite_entries(self) -> Report:
-        if self.dry_run:
-            return Report(outcome=ReportOutcome.OK)
-        return await self._commit(self._rewrite(), {"entryIds": [e["id"] for e in self._pruned]})
-
-    async def _rewrite(self) -> None:
-        self.job.rewrite(self._pruned, self._expect)
-
-    async def _commit(self, write: Awaitable[None], data: dict[str, Any]) -> Report:
-        try:
-            await write
-        except (OrchestratorError, OSError) as error:
-            report = self.driver.committed(commit_failure(error))
-            if report.outcome == "conflict":
-                self._read_again()
-            else:
-                self._commit_cause = error
-            return report
-        return Report(outcome=ReportOutcome.OK, data=data)
-
-    async def _write_in_thread(self, session: Session, entry: Entry) -> None:
-        # In one worker-thread call, in this order: the journal's record of the entry's id made
-        # durable (D24), the entry appended, the append fsynced. The event loop goes on with
-        # other sessions meanwhile; nothing else writes this session until the commit reports,
-        # and the tree and the live context take the entry back on the loop, once written.
-        journal = self.ports.journal if self._unsynced else None
-        self._unsynced = False
-        expect = self._expect
-
-        def commit() -> None:
-            if journal is not None:
-                journal.sync()
-            session.write_entry(entry, expect=expect)
-
-        session.check_new(entry)
-        # The disk work is a wait like a model's: the start slot goes to the next operation
-        # meanwhile (held through it, eight slots allowed eight commits at a time, about a
-        # thousand a second: the bound of the thousand compactions, issue 9), and is taken
-        # again for what follows (admission.py).
-        scheduler = self._scheduler
-        held = scheduler.slot is not None
-        scheduler.let_slot_go()
-        with anyio.CancelScope(shield=True):  # committing takes no cancel (the table says so)
-            await off_loop(session, commit)
-            if held:
-                # Before taking the entry back: a batch of commits comes back from the disk at
-                # once, and their adoptions (each O(kept entries)) must not all run in one pass.
-                await scheduler.take_slot()
-            session.adopt(entry)
-
-    def _read_again(self) -> None:
-        # Another program (pi) wrote meanwhile, so nothing was applied; what it wrote is read
-        # now, so that the next operation, automatic or asked for, works from what is there
-        # (D27). On the loop: a conflict is rare, and nothing else may change the session in
-        # between. Unreadable as a session, the file is left alone and the session as it was.
-        session = self.ports.session
-        if session is None:
-            return
-        try:
-            session.reload()
-        except OrchestratorError as error:
-            # Not a warning: the conflict itself is the caller's error, and says what happened
-            # (a command line printed both, the second as a stray, unexplained line).
-            _log.info("%s; the session stays as it was read", error)
-
-    async def _rebuild_context(self) -> None:
-        if self.ports.session is not None and not self.dry_run:
-            self.ports.session.context()
-
-    async def _emit_result(self) -> None:
-        # The table chose the ending (the final state); this tells pi's hooks and the listeners
-        # of it, in pi's words (compact_hooks.py). A dry run tells nobody: nothing happened.
-        if self.kind != "compaction" or self.dry_run:
-            return
-        reason = self.job.reason
-        if self.state != OperationState.COMMITTED:
-            failed = self.driver.compact_failed(
-                self.state, from_extension=self.job.supplied is not None
-            )
-            if failed is not None:
-                await self.ports.run_hook(
-                    "session_compact_failed", {"type": "session_compact_failed", **failed}
-                )
-                self.ports.events.emit("session_compact_failed", **failed)
-            return
-        entry, session = self._entry, self.ports.session
-        if entry is None or session is None:
-            return
-        from_extension = bool(getattr(self._result, "from_extension", False))
-        will_retry = retries_after(reason)
-        await self.ports.run_hook(
-            "session_compact",
-            {
-                "type": "session_compact",
-                "compactionEntry": entry,
-                "fromExtension": from_extension,
-                "reason": reason,
-                "willRetry": will_retry,
-            },
-        )
-        self.ports.events.emit(
-            "session_compact",
-            entryId=entry["id"],
-            fromExtension=from_extension,
-            reason=reason,
-            willRetry=will_retry,
-        )
 
     # -- observation ------------------------------------------------------------------------------
 
