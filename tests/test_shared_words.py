@@ -112,11 +112,12 @@ def test_odd_lines_load_as_before(tmp_path: Path) -> None:
         {"type": "message", "id": "b", "parentId": "a", "timestamp": "t", "message": {"role": 1}},
         {"type": "message", "id": "c", "parentId": "zz", "timestamp": "t", "message": {}},
     ]
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    data = "".join(json.dumps(line) + "\n" for line in [*lines, [1, 2]]).encode()
     small = read_session_chunks([data], size=len(data)).result
     big = read_session_chunks([data], size=SHARE_FROM_BYTES).result
     assert big.entries == small.entries == lines[1:]
     assert big.problems == small.problems
+    assert [p.code for p in big.problems] == ["unknown_parent", "not_object"]
 
 
 def test_a_store_shares_by_the_files_size(
