@@ -35,14 +35,14 @@ its work into steps of a few milliseconds for that reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TypeVar
 
 import anyio
 
 from orchestrator._rpc.protocol import CANCELLED, Peer, RpcError
-from orchestrator._rpc.work import Stop
+from orchestrator._rpc.work import Encoded, Stop, Streamed
 
 T = TypeVar("T")
 
@@ -99,8 +99,48 @@ class Fairness:
             RpcError: ``-32003`` when the client left before the work started.
             Cancelled: the client left while it ran (from ``work``'s checks).
         """
-        peer = peer or Peer()
         stop = Stop()
+        async with self._turn(peer, key) as admitted, self.limiter:
+            admitted.stops.add(stop)
+            try:
+                work = prepare()
+                self.started += 1
+                return await self._thread(lambda: work(stop))
+            finally:
+                admitted.stops.discard(stop)
+
+    async def stream(
+        self, peer: Peer | None, key: str, prepare: Callable[[], Encoded | Iterator[bytes]]
+    ) -> Encoded | Streamed:
+        """A heavy answer, prepared in the connection's turn and encoded as it is written.
+
+        ``prepare`` runs on the loop as :meth:`run`'s does, and returns the answer kept for
+        the session, or the generator of its pieces (nothing of it run yet). The pieces are
+        made when the writer reaches the answer, each a step among the server's ``total``
+        heavy jobs (:meth:`step`), so a client that reads slowly holds no place while it is
+        not reading.
+
+        Raises:
+            RpcError: ``-32003`` when the client left before it was prepared.
+        """
+        async with self._turn(peer, key):
+            prepared = prepare()
+            self.started += 1
+        return prepared if isinstance(prepared, Encoded) else Streamed(prepared, self.step)
+
+    async def step(self, pull: Callable[[], T]) -> T:
+        """Run one step of a streamed answer in a worker thread, as one of the heavy jobs."""
+        async with self.limiter:
+            return await self._thread(pull)
+
+    @asynccontextmanager
+    async def _turn(self, peer: Peer | None, key: str) -> AsyncIterator[Peer]:
+        """Wait for the connection's turn, its room and ``key``'s lock (see the module comment).
+
+        Raises:
+            RpcError: ``-32003`` when the client left first.
+        """
+        peer = peer or Peer()
         with anyio.CancelScope() as waiting:
             peer.waiting.add(waiting)
             if peer.left:
@@ -109,24 +149,22 @@ class Fairness:
                 async with peer.turn:
                     await peer.room()
                     with self._lock(key) as lock:
-                        async with lock, self.limiter:
+                        async with lock:
                             peer.waiting.discard(waiting)
-                            peer.stops.add(stop)
-                            return await self._start(prepare(), stop)
+                            yield peer
+                            return
             finally:
                 peer.waiting.discard(waiting)
-                peer.stops.discard(stop)
         raise RpcError(CANCELLED, LEFT, {"kind": "cancelled", "applied": False})
 
-    async def _start(self, work: Callable[[Stop], T], stop: Stop) -> T:
-        self.started += 1
+    async def _thread(self, work: Callable[[], T]) -> T:
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:
             # Not abandoned when cancelled (the server stopping): the locks stay held until
             # the thread is done with the session, and its result is returned all the same
             # (anyio shields the wait), so nothing it made (an opened session) is lost.
-            return await anyio.to_thread.run_sync(work, stop)
+            return await anyio.to_thread.run_sync(work)
         finally:
             self.running -= 1
 
