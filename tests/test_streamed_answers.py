@@ -322,3 +322,16 @@ def test_pieces_stay_near_their_size_whatever_the_items() -> None:
     assert b"".join(pieces) == encode(value).encode()
     assert max(map(len, pieces)) <= work.PIECE_BYTES + 100_010  # one item may pass it
     assert len(pieces) > 6  # 6 MB of items: cut
+
+
+def test_pieces_are_the_standard_encoders_bytes_whatever_the_values() -> None:
+    # msgspec encodes them, with Python's floats put back; what it refuses (a lone surrogate,
+    # an integer over 64 bits, a type it does not know) takes the standard library's path.
+    value = {
+        "floats": [1e16, 1e-05, 0.1, -2.5e-7, 3.0] * 40,
+        "text": ['é😀 "q" \\ \n\t\u2028', "a\udc80b", "1e16"],
+        "big": [10**30, -(2**63)],
+        "other": Path("/x"),
+        "nested": [{"k": [1.5e300, None, True]}],
+    }
+    assert b"".join(work.pieces_of(value)) == encode(value).encode()

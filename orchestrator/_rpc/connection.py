@@ -19,10 +19,12 @@ Every resource a client can make me hold is bounded (:class:`Limits`):
   answered with the shutdown error if the server stops);
 - a heavy request (``fair.py``: work that grows with a session) runs in a worker thread, one per
   connection at a time and ``max_heavy`` in the server, and starts only once nothing waits for
-  the client: its answer, however large, is then the one large thing waiting, and is not counted
-  against ``max_queued_bytes``; a client that is gone (a failed write, a drop, or a Unix socket
-  it hung up, looked at every ``HANGUP_POLL`` seconds while it has heavy work) cancels its
-  heavy requests that have not started;
+  the client; its answer is streamed (:class:`Streamed`: encoded a piece at a time as I write
+  it, one piece ahead, never whole) or is a small one kept with its session, and is not counted
+  against ``max_queued_bytes``; an encoding that fails once its line began cannot be answered
+  any more: it is logged and the connection closed; a client that is gone (a failed write, a
+  drop, or a Unix socket it hung up, looked at every ``HANGUP_POLL`` seconds while it has heavy
+  work) cancels its heavy requests that have not started;
 - while more than half of ``max_queued_bytes`` of output waits for the client, I stop reading
   its requests (a client that does not read stops being served); if events or running requests
   still push the waiting output over ``max_queued_bytes``, the queue is discarded, the client

@@ -10,9 +10,8 @@ each other):
 1. the connection's turn (:attr:`Peer.turn`): one heavy request per connection runs at a
    time, the others wait in the order they came; before it starts, the client must have taken
    the answers it was sent (:attr:`Peer.room`), so a client asking for sixty-four contexts gets
-   them one after the other and never holds more than one of them in the server's memory;
-2. the session's lock: work on one session is serialized (a session is not thread-safe), and the
-   second request for the same context finds it built;
+   them one after the other;
+2. the session's lock: work on one session is serialized (a session is not thread-safe);
 3. a place among the ``total`` heavy jobs of the server (a capacity limiter).
 
 Then the work runs in a worker thread. The event loop keeps running: Python switches threads
@@ -22,10 +21,26 @@ the context of the active leaf, which is immutable), never the live session whil
 append to it. The one exception is opening a session: the session does not exist for anyone
 else until the thread returns it.
 
+Answers stream (:meth:`Fairness.stream`). The answer of ``session.context`` or
+``session.tree`` grows with the session (100 MB of JSON for 200,000 entries): it is never made
+whole. In the connection's turn and under the session's lock, the request only takes its
+snapshot and returns the generator of its pieces, nothing of it run yet
+(:class:`~orchestrator._rpc.work.Streamed`). When the connection's writer reaches the answer,
+it runs the generator a step at a time (:meth:`Fairness.step`: a worker thread, one of the
+``total`` places, about a mebibyte of JSON per step), one piece made ahead of the one being
+written: the answer holds a few pieces of memory whatever its size, and a client that reads
+slowly holds no place while it does not read. Since the client's room includes the answer being
+written, its next heavy request starts once the last byte of this one is sent. An answer of at
+most ``answers.KEPT_BYTES`` (8 MiB) made from the runtime's context is kept with the session
+until its next entry (the pieces are collected while they stay under the bound), so sixty-four
+requests for a small context encode it once; a larger answer is encoded again for each request:
+CPU time instead of memory.
+
 A client that leaves (:meth:`Peer.leave`: its connection broke, or it was dropped for not
 reading) cancels its heavy requests that have not started, and asks the running one to stop
 (:class:`~orchestrator._rpc.protocol.Stop`, which the work checks between its steps: a thread
-cannot be cancelled from outside). A cancelled request's answer goes nowhere.
+cannot be cancelled from outside). A cancelled request's answer goes nowhere. An answer being
+streamed stops at its next piece: the writer stops asking for pieces and closes the generator.
 
 Processes instead of threads: the work needs the session, and copying 200,000 entries to
 another process costs what building their context costs. Threads keep the loop answering as

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from orchestrator._core.errors import Cancelled
+from orchestrator._core.json_floats import compact
 from orchestrator._core.utf16 import escape_lone_surrogates
 
 STEP = 500
@@ -139,11 +140,11 @@ def _object_pieces(value: Mapping[str, Any]) -> Iterator[bytes]:
         yield b"{}"
         return
     for index, (key, item) in enumerate(value.items()):
-        yield (b"{" if index == 0 else b",") + _dumps(key).encode() + b":"
+        yield (b"{" if index == 0 else b",") + _encoded(key) + b":"
         if isinstance(item, list | Iterator):
             yield from _list_pieces(item)
         else:
-            yield _dumps(item).encode("utf-8")
+            yield _encoded(item)
     yield b"}"
 
 
@@ -152,7 +153,7 @@ def _list_pieces(items: Iterable[Any]) -> Iterator[bytes]:
     first = True
     count = 8  # grows (at most fourfold a step) while the items are small
     while batch := list(itertools.islice(iterator, count)):
-        text = _dumps(batch)[1:-1].encode("utf-8")
+        text = _encoded(batch)[1:-1]
         yield (b"[" if first else b",") + text
         first = False
         count = max(1, min(STEP, 4 * count, count * PIECE_BYTES // max(len(text), 1)))
@@ -173,8 +174,17 @@ def _joined(pieces: Iterator[bytes]) -> Iterator[bytes]:
         yield b"".join(held)
 
 
-def _dumps(value: Any) -> str:
-    """As :func:`~orchestrator._rpc.protocol.encode` (which this must match)."""
-    return escape_lone_surrogates(
-        json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
+def _encoded(value: Any) -> bytes:
+    """As :func:`~orchestrator._rpc.protocol.encode` (which this must match), as UTF-8.
+
+    By msgspec, six times faster (64 contexts of 200,000 entries took 52 s of the standard
+    library's encoding), with Python's floats put back; the standard library for what msgspec
+    refuses (:func:`~orchestrator._core.json_floats.compact`).
+    """
+    data = compact(value)
+    if data is not None:
+        return data
+    text = json.dumps(
+        value, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False
     )
+    return escape_lone_surrogates(text).encode("utf-8")
