@@ -335,3 +335,13 @@ def test_pieces_are_the_standard_encoders_bytes_whatever_the_values() -> None:
         "nested": [{"k": [1.5e300, None, True]}],
     }
     assert b"".join(work.pieces_of(value)) == encode(value).encode()
+
+
+def test_a_streamed_result_is_not_joined_into_a_line_outside_a_connection() -> None:
+    async def step(pull: work.Pull) -> bytes | None:
+        return pull()
+
+    streamed = work.Streamed(work.pieces_of({"a": [1]}), step)
+    with pytest.raises(TypeError, match="written by a connection"):
+        Dispatcher.encode(success(1, streamed))
+    streamed.close()

@@ -10,15 +10,13 @@ entry, so 64 requests for it encode it once; a larger one is encoded again for e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from orchestrator._core.context import ContextBuilder, SessionContext
 from orchestrator._core.tree import SessionTree
-from orchestrator._rpc.work import Encoded, pieces_of
+from orchestrator._rpc.work import Encoded, Pieces, pieces_of
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.reports import context_report_of, iter_tree_rows
 
-Prepared = Encoded | Iterator[bytes]
+Prepared = Encoded | Pieces
 """An answer kept for the session, or the pieces of one to encode as it is written."""
 
 CONTEXT = "session.context"
@@ -65,7 +63,7 @@ class AnswerCache:
             return None
         return kept[2]
 
-    def keeping(self, method: str, version: Version | None, pieces: Iterator[bytes]) -> Prepared:
+    def keeping(self, method: str, version: Version | None, pieces: Pieces) -> Prepared:
         """``pieces`` as they are made, kept as the answer of ``version`` when they are small.
 
         Not kept when there is no version, when that version's answer was already found too
@@ -75,7 +73,7 @@ class AnswerCache:
             return pieces
         return self._keep(method, version, pieces)
 
-    def _keep(self, method: str, version: Version, pieces: Iterator[bytes]) -> Iterator[bytes]:
+    def _keep(self, method: str, version: Version, pieces: Pieces) -> Pieces:
         mine = object()
         # setdefault is atomic: two threads starting at once cannot both take the place.
         held: list[bytes] | None = [] if self._filling.setdefault(method, mine) is mine else None
@@ -112,7 +110,7 @@ def prepare_context(cache: AnswerCache) -> Prepared:
         # No context kept: the thread builds one from the path, which it walks without writing.
         tree = session.tree
 
-        def build() -> Iterator[bytes]:
+        def build() -> Pieces:
             context = ContextBuilder(tree.path(leaf) if leaf else []).context()
             yield from pieces_of(context_report_of(context, context.tokens(), by_id, leaf))
 
@@ -120,7 +118,7 @@ def prepare_context(cache: AnswerCache) -> Prepared:
     context = version[0]
     tokens = context.tokens()  # here: it reads the runtime's live index
 
-    def encode() -> Iterator[bytes]:
+    def encode() -> Pieces:
         yield from pieces_of(context_report_of(context, tokens, by_id, leaf))
 
     return cache.keeping(CONTEXT, version, encode())
@@ -139,7 +137,7 @@ def prepare_tree(cache: AnswerCache) -> Prepared:
     live_path = session.path() if version is not None else None  # a copy too
     walk = session.tree
 
-    def rows() -> Iterator[bytes]:
+    def rows() -> Pieces:
         tree = SessionTree(header, entries)  # its own index: nothing shared is written
         path = live_path if live_path is not None else walk.path(leaf) if leaf else []
         answer = {

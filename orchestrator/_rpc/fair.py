@@ -57,7 +57,7 @@ from typing import TypeVar
 import anyio
 
 from orchestrator._rpc.protocol import CANCELLED, Peer, RpcError
-from orchestrator._rpc.work import Encoded, Stop, Streamed
+from orchestrator._rpc.work import Encoded, Pieces, Stop, Streamed
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ class Fairness:
                 admitted.stops.discard(stop)
 
     async def stream(
-        self, peer: Peer | None, key: str, prepare: Callable[[], Encoded | Iterator[bytes]]
+        self, peer: Peer | None, key: str, prepare: Callable[[], Encoded | Pieces]
     ) -> Encoded | Streamed:
         """A heavy answer, prepared in the connection's turn and encoded as it is written.
 
