@@ -345,3 +345,21 @@ def test_a_streamed_result_is_not_joined_into_a_line_outside_a_connection() -> N
     with pytest.raises(TypeError, match="written by a connection"):
         Dispatcher.encode(success(1, streamed))
     streamed.close()
+
+
+def test_tree_answers_waiting_together_share_their_copy_of_the_session(
+    example: SessionHub,
+) -> None:
+    runtime = example.open("example.jsonl").runtime
+    cache = example.host.slot(runtime.session.session_id).answers
+    first = cache.tree_snapshot(cache.version())
+    assert cache.tree_snapshot(cache.version()) is first  # a batch's second tree request
+    assert first.path == runtime.session.path()
+    runtime.session.append_message({"role": "user", "content": "more", "timestamp": 1})
+    later = cache.tree_snapshot(cache.version())
+    assert later is not first  # the session changed: a copy of it as it is now
+    assert len(later.entries) == len(first.entries) + 1
+    size = len(later.entries)
+    del first, later  # the answers were written: the copies are freed
+    assert len(cache.tree_snapshot(cache.version()).entries) == size
+    assert cache.tree_snapshot(None).path is None  # no context kept: the thread walks

@@ -10,7 +10,10 @@ entry, so 64 requests for it encode it once; a larger one is encoded again for e
 
 from __future__ import annotations
 
+import weakref
+
 from orchestrator._core.context import ContextBuilder, SessionContext
+from orchestrator._core.entries import Entry
 from orchestrator._core.tree import SessionTree
 from orchestrator._rpc.work import Encoded, Pieces, pieces_of
 from orchestrator._runtime.session import AgentSession
@@ -50,6 +53,7 @@ class AnswerCache:
         self.answers: dict[str, tuple[SessionContext, int, Encoded]] = {}
         self.too_large: dict[str, Version] = {}
         self._filling: dict[str, object] = {}
+        self._snapshot: tuple[Version, weakref.ref[TreeSnapshot]] | None = None
 
     def version(self) -> Version | None:
         """What a cached answer must have been made from to be current; ``None``: not known."""
@@ -62,6 +66,19 @@ class AnswerCache:
         if kept is None or version is None or kept[0] is not version[0] or kept[1] != version[1]:
             return None
         return kept[2]
+
+    def tree_snapshot(self, version: Version | None) -> TreeSnapshot:
+        """On the loop: the copies a tree answer of the session as it is now reads."""
+        kept = self._snapshot
+        if kept is not None and version is not None and _same(kept[0], version):
+            snapshot = kept[1]()
+            if snapshot is not None:
+                return snapshot
+        session = self.runtime.session
+        live_path = session.path() if version is not None else None
+        snapshot = TreeSnapshot(list(session.tree.entries), live_path)
+        self._snapshot = (version, weakref.ref(snapshot)) if version is not None else None
+        return snapshot
 
     def keeping(self, method: str, version: Version | None, pieces: Pieces) -> Prepared:
         """``pieces`` as they are made, kept as the answer of ``version`` when they are small.
@@ -92,6 +109,26 @@ class AnswerCache:
         finally:
             if self._filling.get(method) is mine:
                 del self._filling[method]
+
+
+class TreeSnapshot:
+    """What a tree answer copies of the session on the loop: its entries, its active path.
+
+    Shared by the answers of one version waiting in a batch (64 of them held 64 copies, 3 MB
+    each at 200,000 entries), and freed with the last of them (the cache keeps a weak
+    reference).
+
+    Attributes:
+        entries: A copy of the session's entries (a turn may append meanwhile).
+        path: A copy of the active path; ``None`` when the runtime keeps no context (the
+            thread walks the tree then).
+    """
+
+    __slots__ = ("__weakref__", "entries", "path")
+
+    def __init__(self, entries: list[Entry], path: list[Entry] | None) -> None:
+        self.entries = entries
+        self.path = path
 
 
 def _same(one: Version | None, other: Version) -> bool:
@@ -131,14 +168,14 @@ def prepare_tree(cache: AnswerCache) -> Prepared:
         return cached
     session = cache.runtime.session
     session_id, header = session.session_id, session.header
-    entries = list(session.tree.entries)  # a copy: a turn may append meanwhile
     leaf = session.leaf_id
     version = cache.version()
-    live_path = session.path() if version is not None else None  # a copy too
+    snapshot = cache.tree_snapshot(version)
     walk = session.tree
 
     def rows() -> Pieces:
-        tree = SessionTree(header, entries)  # its own index: nothing shared is written
+        tree = SessionTree(header, snapshot.entries)  # its own index: nothing shared is written
+        live_path = snapshot.path
         path = live_path if live_path is not None else walk.path(leaf) if leaf else []
         answer = {
             "sessionId": session_id,
