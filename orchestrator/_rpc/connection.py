@@ -359,9 +359,11 @@ class Connection:
         failed: list[Exception] = []
         written = 0
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(_produce, streamed, send, failed)
-                with receive:
+            # The producer ends (cancelled, or done) before its receiver closes: it never
+            # finds the stream broken.
+            with receive:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(_produce, streamed, send, failed)
                     async for piece in receive:
                         if self.final or not await self._send(piece):
                             group.cancel_scope.cancel()
@@ -562,10 +564,7 @@ async def _produce(
                 return
             if piece is None:
                 return
-            try:
-                await send.send(piece)
-            except anyio.BrokenResourceError:
-                return  # the writer stopped (the client is gone)
+            await send.send(piece)
 
 
 def _close_streams(parts: Iterable[object]) -> None:

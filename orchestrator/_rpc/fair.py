@@ -34,7 +34,11 @@ written, its next heavy request starts once the last byte of this one is sent. A
 most ``answers.KEPT_BYTES`` (8 MiB) made from the runtime's context is kept with the session
 until its next entry (the pieces are collected while they stay under the bound), so sixty-four
 requests for a small context encode it once; a larger answer is encoded again for each request:
-CPU time instead of memory.
+CPU time instead of memory. What a stream's work holds between its steps lives until its last
+piece is written: little for a context (the report's lists of references), but a tree's own
+index and nodes (about 100 MiB at 200,000 entries, built in its first step). It is bounded per
+connection (one stream at a time), not server-wide: the places bound the steps running, not the
+streams open.
 
 A client that leaves (:meth:`Peer.leave`: its connection broke, or it was dropped for not
 reading) cancels its heavy requests that have not started, and asks the running one to stop
