@@ -17,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator._cli import json_output
-from orchestrator._cli.json_output import indented, indented_pieces, python_floats
+from orchestrator._cli.json_output import indented, indented_pieces
+from orchestrator._core import json_floats
+from orchestrator._core.json_floats import python_floats
 from orchestrator._core.utf16 import escape_lone_surrogates
 
 
@@ -117,5 +119,5 @@ def test_a_nan_is_what_no_report_holds() -> None:
 
 def test_hexadecimal_ids_are_no_candidates() -> None:
     # Ids end in a quote, not where a value ends: the search never reaches Python for them.
-    assert json_output._candidates(b'["3e4f","0e00","1e5"]') == []
-    assert json_output._candidates(b'[1e16,"a",-0.00001]') == [1, 10]
+    assert json_floats._candidates(b'["3e4f","0e00","1e5"]') == []
+    assert json_floats._candidates(b'[1e16,"a",-0.00001]') == [1, 10]

@@ -19,10 +19,12 @@ Every resource a client can make me hold is bounded (:class:`Limits`):
   answered with the shutdown error if the server stops);
 - a heavy request (``fair.py``: work that grows with a session) runs in a worker thread, one per
   connection at a time and ``max_heavy`` in the server, and starts only once nothing waits for
-  the client: its answer, however large, is then the one large thing waiting, and is not counted
-  against ``max_queued_bytes``; a client that is gone (a failed write, a drop, or a Unix socket
-  it hung up, looked at every ``HANGUP_POLL`` seconds while it has heavy work) cancels its
-  heavy requests that have not started;
+  the client; its answer is streamed (:class:`Streamed`: encoded a piece at a time as I write
+  it, one piece ahead, never whole) or is a small one kept with its session, and is not counted
+  against ``max_queued_bytes``; an encoding that fails once its line began cannot be answered
+  any more: it is logged and the connection closed; a client that is gone (a failed write, a
+  drop, or a Unix socket it hung up, looked at every ``HANGUP_POLL`` seconds while it has heavy
+  work) cancels its heavy requests that have not started;
 - while more than half of ``max_queued_bytes`` of output waits for the client, I stop reading
   its requests (a client that does not read stops being served); if events or running requests
   still push the waiting output over ``max_queued_bytes``, the queue is discarded, the client
@@ -45,11 +47,13 @@ import hmac
 import math
 import re
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectSendStream
 
 from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import (
@@ -58,21 +62,26 @@ from orchestrator._rpc.protocol import (
     PARSE_ERROR,
     UNAUTHORIZED,
     Dispatcher,
+    Part,
     Peer,
     RpcError,
     decode,
     encode,
     error_for,
     failure,
+    one_line,
     success,
     valid_id,
 )
 from orchestrator._rpc.transport import LineReader, Overlong, Transport
-from orchestrator._rpc.work import Encoded
+from orchestrator._rpc.work import Encoded, Streamed
 
 MiB = 1024 * 1024
 WRITE_BYTES = 64 * 1024
 """Most bytes of waiting lines joined into one write (a longer line goes alone)."""
+AHEAD = 1
+"""Pieces of a streamed answer made ahead of the one being written (encoding and writing
+overlap; the answer's memory is the pieces in hand, a few MiB, see ``work.PIECE_BYTES``)."""
 HANGUP_POLL = 0.25
 """Seconds between two looks at whether a client with heavy work waiting hung up."""
 AUTH_METHOD = "auth"
@@ -133,6 +142,7 @@ class Connection:
         limits: Its bounds.
         transport: Its bytes.
         token: When set, the first line must present it.
+        log: Where a streamed answer that failed midway is reported.
 
     Attributes:
         peer: The connection as the handlers see it (its subscribed sessions).
@@ -146,8 +156,10 @@ class Connection:
         limits: Limits,
         transport: Transport,
         token: str | None,
+        log: Callable[[str], None],
     ) -> None:
         self.hub = hub
+        self.log = log
         self.dispatcher = dispatcher
         self.limits = limits
         self.transport = transport
@@ -158,10 +170,11 @@ class Connection:
         self.peer.takes_encoded = True
         limit = self.limits.auth_line_bytes if token is not None else self.limits.max_line_bytes
         self.reader = LineReader(transport, limit)
-        self.waiting: deque[bytes | memoryview] = deque()
+        self.waiting: deque[bytes | memoryview | Streamed] = deque()
         self.waiting_bytes = 0
         self.heavy_bytes = 0  # of the bytes waiting, those of heavy answers (not bounded)
         self.writing_bytes = 0
+        self.streaming = False  # a streamed answer is being written
         self.in_flight = 0
         self.reading_done = False
         self.stopping = False  # the server is shutting down (stop)
@@ -244,19 +257,21 @@ class Connection:
         """Queue one line for the client; never blocks, never raises."""
         self.post_parts([(text + "\n").encode("utf-8")])
 
-    def post_parts(self, parts: list[bytes], *, heavy: bool = False) -> None:
+    def post_parts(self, parts: list[Part], *, heavy: bool = False) -> None:
         """Queue one line given in pieces (the last ends with its newline); never raises.
 
-        The pieces are queued as they are: a large answer's, encoded once and shared by the
-        answers to every request for it, is never copied into one line. A ``heavy`` answer
+        The pieces are queued as they are: a small answer kept with its session, shared by the
+        answers to every request for it, is never copied into one line, and a streamed one
+        (:class:`Streamed`) is encoded only when the writer reaches it. A ``heavy`` answer
         (one that heavy work built, see ``fair.py``) is not counted against
         ``max_queued_bytes``: that work started only once nothing waited for the client, so one
         such answer at most waits at a time (a batch's, all of them), and the bound stays for
         the rest.
         """
         if self.final or self.gone:
+            _close_streams(parts)
             return
-        size = sum(map(len, parts))
+        size = sum(len(part) for part in parts if isinstance(part, bytes))
         # One message may always wait, however large (it exists in memory anyway); more than
         # the bound waiting means the client is not reading.
         bounded = self.waiting_bytes - self.heavy_bytes + (0 if heavy else size)
@@ -265,10 +280,12 @@ class Connection:
                 f"Client not reading: over {self.limits.max_queued_bytes} bytes of output "
                 "waiting; closing the connection"
             )
+            _close_streams(parts)
             self._close_with(_error_line(LIMIT, message))
             return
         if heavy:
-            self.waiting.extend(map(memoryview, parts))  # marked: see _next_output
+            # Marked as memoryviews: see _next_output.
+            self.waiting.extend(p if isinstance(p, Streamed) else memoryview(p) for p in parts)
             self.heavy_bytes += size
         else:
             self.waiting.extend(parts)
@@ -276,11 +293,16 @@ class Connection:
         self.peak_queued_bytes = max(self.peak_queued_bytes, self.waiting_bytes)
         self._notify()
 
+    def _discard(self) -> None:
+        """Empty the queue; the streamed answers in it are never encoded."""
+        _close_streams(self.waiting)
+        self.waiting.clear()
+
     def _close_with(self, data: bytes) -> None:
         """Send ``data`` as the last thing (within the drop timeout), then close."""
         self.final = True
         self.peer.leave()
-        self.waiting.clear()
+        self._discard()
         self.waiting.append(data)
         self.waiting_bytes, self.heavy_bytes = len(data), 0
         self.read_scope.cancel()
@@ -292,20 +314,26 @@ class Connection:
     async def _write(self) -> None:
         while await self._output():
             data = self._next_output()
-            self.waiting_bytes -= len(data)
-            if self.final and self.open_line:
-                # The last line, after a large answer's pieces were cut short: end that line
-                # first, so the client can read this one.
-                data = b"\n" + data
-            if await self._send(data):
-                self.open_line = not data.endswith(b"\n")
+            if isinstance(data, Streamed):
+                sent = await self._stream(data)
+            else:
+                self.waiting_bytes -= len(data)
+                if self.final and self.open_line:
+                    # The last line, after a large answer's pieces were cut short: end that
+                    # line first, so the client can read this one.
+                    data = b"\n" + data
+                sent = await self._send(data)
+                self.open_line = not data.endswith(b"\n") if sent else self.open_line
+            if sent:
                 continue
             if self.final and self.waiting and not self.gone:
                 # The deadline cut a write (a large answer the client does not read) while
                 # the -32005 line waited behind it: that line gets its own drop timeout, after
                 # a newline that ends whatever part of the cut line went out.
                 self.deadline = anyio.current_time() + self.limits.drop_timeout
-                await self._send(b"\n" + self.waiting.popleft())
+                line = self.waiting.popleft()
+                assert not isinstance(line, Streamed)  # _close_with queued one line
+                await self._send(b"\n" + line)
             self.gone = True
             break
         if self.final or self.gone:
@@ -314,10 +342,48 @@ class Connection:
             # answers are discarded; its heavy requests not started never start.
             self.gone = True
             self.peer.leave()
-            self.waiting.clear()
+            self._discard()
             self.waiting_bytes = self.heavy_bytes = 0
             with anyio.CancelScope(shield=True):
                 await self.transport.close()
+
+    async def _stream(self, streamed: Streamed) -> bool:
+        """Write a streamed answer as it is encoded; ``False`` when cut, as :meth:`_send`.
+
+        A thread encodes the next piece while this one is written (:data:`AHEAD`). When the
+        encoding fails, the line cannot be completed (its first bytes are out): the failure is
+        logged and the connection closed, the client's only sign that the answer is lost.
+        """
+        self.streaming = True
+        send, receive = anyio.create_memory_object_stream[bytes](AHEAD)
+        failed: list[Exception] = []
+        written = 0
+        try:
+            # The producer ends (cancelled, or done) before its receiver closes: it never
+            # finds the stream broken.
+            with receive:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(_produce, streamed, send, failed)
+                    async for piece in receive:
+                        if self.final or not await self._send(piece):
+                            group.cancel_scope.cancel()
+                            return False
+                        written += len(piece)
+                        self.open_line = True
+        finally:
+            send.close()  # the producer's, should it never have started
+            streamed.close()
+            self.streaming = False
+            self._notify()
+        if not failed:
+            return True
+        self.gone = True
+        self.log(
+            f"the answer to request {encode(streamed.request_id)} failed after {written} bytes "
+            f"of its result were sent ({type(failed[0]).__name__}: "
+            f"{one_line(str(failed[0]))}); closing the connection, as the line cannot be ended"
+        )
+        return False
 
     async def _send(self, data: bytes) -> bool:
         """Write ``data`` before the deadline; ``False`` when it was cut or the client is gone."""
@@ -333,21 +399,27 @@ class Connection:
             self.gone = True  # the client went away: nothing more can be written
         return sent and not scope.cancelled_caught
 
-    def _next_output(self) -> bytes:
-        """The lines waiting, in order, up to :data:`WRITE_BYTES` (at least one line).
+    def _next_output(self) -> bytes | Streamed:
+        """The lines waiting, up to :data:`WRITE_BYTES` (at least one), or the streamed answer.
 
         One write for the lines that came while the last was sent: with a thousand sessions
         compacting, answers and events of many requests wait together (issue 9).
         """
-        lines = [self.waiting.popleft()]
-        size = len(lines[0])
-        while self.waiting and size < WRITE_BYTES and size + len(self.waiting[0]) <= WRITE_BYTES:
-            lines.append(self.waiting.popleft())
-            size += len(lines[-1])
+        first = self.waiting.popleft()
+        if isinstance(first, Streamed):
+            return first
+        lines = [first]
+        size = len(first)
+        while self.waiting and size < WRITE_BYTES:
+            line = self.waiting[0]
+            if isinstance(line, Streamed) or size + len(line) > WRITE_BYTES:
+                break
+            lines.append(line)
+            self.waiting.popleft()
+            size += len(line)
         # A heavy answer's pieces are queued as memoryviews: that is how I know which of the
         # bytes sent were not counted against the bound.
         self.heavy_bytes -= sum(len(line) for line in lines if isinstance(line, memoryview))
-        first = lines[0]
         return first if len(lines) == 1 and isinstance(first, bytes) else b"".join(lines)
 
     async def _output(self) -> bool:
@@ -444,7 +516,7 @@ class Connection:
 
     async def _drained(self) -> None:
         """Wait until nothing waits for the client (before heavy work starts, ``fair.py``)."""
-        while self.waiting_bytes + self.writing_bytes > 0:
+        while self.waiting or self.writing_bytes > 0 or self.streaming:
             await self._next_change()
 
     async def _room(self) -> None:
@@ -472,9 +544,34 @@ class Connection:
 
 
 def _holds_encoded(answer: Any) -> bool:
-    """Whether an answer (or a batch's) holds a result heavy work encoded."""
+    """Whether an answer (or a batch's) holds a result heavy work encoded or streams."""
     answers = answer if isinstance(answer, list) else [answer]
-    return any(isinstance(a, dict) and isinstance(a.get("result"), Encoded) for a in answers)
+    return any(
+        isinstance(a, dict) and isinstance(a.get("result"), Encoded | Streamed) for a in answers
+    )
+
+
+async def _produce(
+    streamed: Streamed, send: MemoryObjectSendStream[bytes], failed: list[Exception]
+) -> None:
+    """Hand ``streamed``'s pieces to the writer as they are made; a failure goes in ``failed``."""
+    with send:
+        while True:
+            try:
+                piece = await streamed.next()
+            except Exception as exc:  # noqa: BLE001 - reported by the writer, which closes
+                failed.append(exc)
+                return
+            if piece is None:
+                return
+            await send.send(piece)
+
+
+def _close_streams(parts: Iterable[object]) -> None:
+    """Close the streamed answers among ``parts`` (discarded before they were written)."""
+    for part in parts:
+        if isinstance(part, Streamed):
+            part.close()
 
 
 def _error_line(code: int, message: str, request_id: Any = None) -> bytes:

@@ -10,9 +10,8 @@ each other):
 1. the connection's turn (:attr:`Peer.turn`): one heavy request per connection runs at a
    time, the others wait in the order they came; before it starts, the client must have taken
    the answers it was sent (:attr:`Peer.room`), so a client asking for sixty-four contexts gets
-   them one after the other and never holds more than one of them in the server's memory;
-2. the session's lock: work on one session is serialized (a session is not thread-safe), and the
-   second request for the same context finds it built;
+   them one after the other;
+2. the session's lock: work on one session is serialized (a session is not thread-safe);
 3. a place among the ``total`` heavy jobs of the server (a capacity limiter).
 
 Then the work runs in a worker thread. The event loop keeps running: Python switches threads
@@ -22,10 +21,30 @@ the context of the active leaf, which is immutable), never the live session whil
 append to it. The one exception is opening a session: the session does not exist for anyone
 else until the thread returns it.
 
+Answers stream (:meth:`Fairness.stream`). The answer of ``session.context`` or
+``session.tree`` grows with the session (100 MB of JSON for 200,000 entries): it is never made
+whole. In the connection's turn and under the session's lock, the request only takes its
+snapshot and returns the generator of its pieces, nothing of it run yet
+(:class:`~orchestrator._rpc.work.Streamed`). When the connection's writer reaches the answer,
+it runs the generator a step at a time (:meth:`Fairness.step`: a worker thread, one of the
+``total`` places, about a mebibyte of JSON per step), one piece made ahead of the one being
+written: the answer holds a few pieces of memory whatever its size, and a client that reads
+slowly holds no place while it does not read. Since the client's room includes the answer being
+written, its next heavy request starts once the last byte of this one is sent. An answer of at
+most ``answers.KEPT_BYTES`` (8 MiB) made from the runtime's context is kept with the session
+until its next entry (the pieces are collected while they stay under the bound), so sixty-four
+requests for a small context encode it once; a larger answer is encoded again for each request:
+CPU time instead of memory. What a stream's work holds between its steps lives until its last
+piece is written: little for a context (the report's lists of references), but a tree's own
+index and nodes (about 100 MiB at 200,000 entries, built in its first step). It is bounded per
+connection (one stream at a time), not server-wide: the places bound the steps running, not the
+streams open.
+
 A client that leaves (:meth:`Peer.leave`: its connection broke, or it was dropped for not
 reading) cancels its heavy requests that have not started, and asks the running one to stop
 (:class:`~orchestrator._rpc.protocol.Stop`, which the work checks between its steps: a thread
-cannot be cancelled from outside). A cancelled request's answer goes nowhere.
+cannot be cancelled from outside). A cancelled request's answer goes nowhere. An answer being
+streamed stops at its next piece: the writer stops asking for pieces and closes the generator.
 
 Processes instead of threads: the work needs the session, and copying 200,000 entries to
 another process costs what building their context costs. Threads keep the loop answering as
@@ -35,14 +54,14 @@ its work into steps of a few milliseconds for that reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TypeVar
 
 import anyio
 
 from orchestrator._rpc.protocol import CANCELLED, Peer, RpcError
-from orchestrator._rpc.work import Stop
+from orchestrator._rpc.work import Encoded, Pieces, Stop, Streamed
 
 T = TypeVar("T")
 
@@ -99,8 +118,48 @@ class Fairness:
             RpcError: ``-32003`` when the client left before the work started.
             Cancelled: the client left while it ran (from ``work``'s checks).
         """
-        peer = peer or Peer()
         stop = Stop()
+        async with self._turn(peer, key) as admitted, self.limiter:
+            admitted.stops.add(stop)
+            try:
+                work = prepare()
+                self.started += 1
+                return await self._thread(lambda: work(stop))
+            finally:
+                admitted.stops.discard(stop)
+
+    async def stream(
+        self, peer: Peer | None, key: str, prepare: Callable[[], Encoded | Pieces]
+    ) -> Encoded | Streamed:
+        """A heavy answer, prepared in the connection's turn and encoded as it is written.
+
+        ``prepare`` runs on the loop as :meth:`run`'s does, and returns the answer kept for
+        the session, or the generator of its pieces (nothing of it run yet). The pieces are
+        made when the writer reaches the answer, each a step among the server's ``total``
+        heavy jobs (:meth:`step`), so a client that reads slowly holds no place while it is
+        not reading.
+
+        Raises:
+            RpcError: ``-32003`` when the client left before it was prepared.
+        """
+        async with self._turn(peer, key):
+            prepared = prepare()
+            self.started += 1
+        return prepared if isinstance(prepared, Encoded) else Streamed(prepared, self.step)
+
+    async def step(self, pull: Callable[[], T]) -> T:
+        """Run one step of a streamed answer in a worker thread, as one of the heavy jobs."""
+        async with self.limiter:
+            return await self._thread(pull)
+
+    @asynccontextmanager
+    async def _turn(self, peer: Peer | None, key: str) -> AsyncIterator[Peer]:
+        """Wait for the connection's turn, its room and ``key``'s lock (see the module comment).
+
+        Raises:
+            RpcError: ``-32003`` when the client left first.
+        """
+        peer = peer or Peer()
         with anyio.CancelScope() as waiting:
             peer.waiting.add(waiting)
             if peer.left:
@@ -109,24 +168,22 @@ class Fairness:
                 async with peer.turn:
                     await peer.room()
                     with self._lock(key) as lock:
-                        async with lock, self.limiter:
+                        async with lock:
                             peer.waiting.discard(waiting)
-                            peer.stops.add(stop)
-                            return await self._start(prepare(), stop)
+                            yield peer
+                            return
             finally:
                 peer.waiting.discard(waiting)
-                peer.stops.discard(stop)
         raise RpcError(CANCELLED, LEFT, {"kind": "cancelled", "applied": False})
 
-    async def _start(self, work: Callable[[Stop], T], stop: Stop) -> T:
-        self.started += 1
+    async def _thread(self, work: Callable[[], T]) -> T:
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:
             # Not abandoned when cancelled (the server stopping): the locks stay held until
             # the thread is done with the session, and its result is returned all the same
             # (anyio shields the wait), so nothing it made (an opened session) is lost.
-            return await anyio.to_thread.run_sync(work, stop)
+            return await anyio.to_thread.run_sync(work)
         finally:
             self.running -= 1
 

@@ -407,11 +407,11 @@ class LocalHost(Attached):
     async def tree(self, session_id: str, peer: Peer | None) -> Any:
         # Prepared in the connection's turn, so that a session.open sent before it has run.
         prepare = lambda: prepare_tree(self.slot(session_id).answers)  # noqa: E731
-        return await self.outlet.fair.run(peer, session_id, prepare)
+        return await self.outlet.fair.stream(peer, session_id, prepare)
 
     async def context(self, session_id: str, peer: Peer | None) -> Any:
         prepare = lambda: prepare_context(self.slot(session_id).answers)  # noqa: E731
-        return await self.outlet.fair.run(peer, session_id, prepare)
+        return await self.outlet.fair.stream(peer, session_id, prepare)
 
     async def navigate(
         self, session_id: str, request: Navigation, *, operation_id: str | None = None

@@ -76,7 +76,7 @@ from orchestrator._core.errors import (
     error_name,
 )
 from orchestrator._core.utf16 import escape_lone_surrogates
-from orchestrator._rpc.work import Encoded, Stop
+from orchestrator._rpc.work import Encoded, Stop, Streamed
 from orchestrator._store.files import DISK_REFUSED
 
 PARSE_ERROR = -32700
@@ -227,7 +227,8 @@ class Peer:
         waiting: The cancel scopes of its heavy requests not started yet.
         stops: The stop flags of its heavy requests running now.
         takes_encoded: Its answers are written as they are (a connection): a result a handler
-            encoded itself (:class:`Encoded`) reaches it so; anyone else gets the JSON value.
+            encoded itself (:class:`Encoded`) or encodes as it is written (:class:`Streamed`)
+            reaches it so; anyone else gets the JSON value.
     """
 
     def __init__(self) -> None:
@@ -372,13 +373,33 @@ def encode(message: Any) -> str:
     )
 
 
-def answer_parts(answer: dict[str, Any]) -> list[bytes]:
-    """``answer`` encoded as pieces of one line (no newline); see :func:`encode_answer`."""
+Part = bytes | Streamed
+"""A piece of an answer's line: its bytes, or a result encoded as it is written."""
+
+
+def answer_parts(answer: dict[str, Any]) -> list[Part]:
+    """``answer`` encoded as pieces of one line (no newline); see :func:`encode_answer`.
+
+    A result encoded already (:class:`Encoded`) is its pieces; one encoded as it is written
+    (:class:`Streamed`) is one part, which the connection's writer expands.
+    """
     result = answer.get("result")
-    if not isinstance(result, Encoded):
+    if not isinstance(result, Encoded | Streamed):
         return [encode_answer(answer).encode("utf-8")]
     head = encode({key: value for key, value in answer.items() if key != "result"})
-    return [head[:-1].encode("utf-8") + b',"result":', *result.pieces, b"}"]
+    if isinstance(result, Streamed):
+        result.request_id = answer.get("id")
+    body = list(result.pieces) if isinstance(result, Encoded) else [result]
+    return [head[:-1].encode("utf-8") + b',"result":', *body, b"}"]
+
+
+async def _value(result: Any) -> Any:
+    """``result`` as a JSON value when a handler encoded it (for a caller in process)."""
+    if isinstance(result, Encoded):
+        return result.value()
+    if isinstance(result, Streamed):
+        return await result.value()
+    return result
 
 
 def encode_answer(answer: dict[str, Any]) -> str:
@@ -480,18 +501,27 @@ class Dispatcher:
 
     @staticmethod
     def encode(answer: Any) -> str | None:
-        """The line for what :meth:`handle` returned (each answer of a batch on its own)."""
+        """The line for what :meth:`handle` returned (each answer of a batch on its own).
+
+        Raises:
+            TypeError: the answer holds a :class:`Streamed` result (only a connection, whose
+                peer takes them, writes those).
+        """
         parts = Dispatcher.encode_parts(answer)
-        return None if parts is None else b"".join(parts).decode("utf-8")
+        if parts is None:
+            return None
+        if not all(isinstance(part, bytes) for part in parts):
+            raise TypeError("a streamed result is written by a connection, not joined")
+        return b"".join(part for part in parts if isinstance(part, bytes)).decode("utf-8")
 
     @staticmethod
-    def encode_parts(answer: Any) -> list[bytes] | None:
-        """:meth:`encode`'s line in pieces (an :class:`Encoded` result is not copied)."""
+    def encode_parts(answer: Any) -> list[Part] | None:
+        """:meth:`encode`'s line in pieces (an encoded result is not copied)."""
         if answer is None:
             return None
         if not isinstance(answer, list):
             return answer_parts(answer)
-        parts = [b"["]
+        parts: list[Part] = [b"["]
         for index, one in enumerate(answer):
             parts += ([b","] if index else []) + answer_parts(one)
         return [*parts, b"]"]
@@ -536,14 +566,15 @@ class Dispatcher:
         try:
             method, params = self._check(message, peer)
             result = await self._call(method, params)
+            if peer is None or not peer.takes_encoded:
+                # In process: the JSON value (a streamed result is whole then, as asked).
+                result = await _value(result)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error response
             name = message.get("method")
             error = error_for(exc, name if isinstance(name, str) else "")
             if is_notification and error.code != INVALID_REQUEST:
                 return None
             return failure(request_id if valid_id(request_id) else None, error)
-        if isinstance(result, Encoded) and (peer is None or not peer.takes_encoded):
-            result = result.value()
         return None if is_notification else success(request_id, result)
 
     async def _call(self, method: Method, params: Params) -> Any:

@@ -119,7 +119,7 @@ class RpcServer:
             token: When set, the first line must present it (``auth``).
             topics: Session ids whose events the connection receives from the start.
         """
-        connection = Connection(self.hub, self.dispatcher, self.limits, transport, token)
+        connection = Connection(self.hub, self.dispatcher, self.limits, transport, token, self.log)
         connection.peer.topics.update(topics or ())
         if self._stopping:
             connection.stop()  # nothing is read; it closes at once
