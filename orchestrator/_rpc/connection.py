@@ -32,20 +32,14 @@ Every resource a client can make me hold is bounded (:class:`Limits`):
   deadline cuts a line the client was not taking (a large answer), the ``-32005`` line gets a
   drop timeout of its own, after a newline that ends the cut line.
 
-The first line decides whether the connection goes on. One that looks like an HTTP request (a
-browser's ``POST`` with a ``text/plain`` body, which any web page may send to a local port) is
-answered with an HTTP ``400``, and nothing else is read. On a connection that must authenticate
-(TCP, D30) the first line is read with a small limit and a deadline, and must be
-``{"jsonrpc":"2.0","id":…,"method":"auth","params":{"token":…}}`` with the server's token;
-anything else gets one ``-32006`` line and the connection is closed before any session is
-touched.
+The first line decides whether the connection goes on (``first_line.py``): an HTTP request is
+refused, and on a connection that must authenticate (TCP, D30) the line, read with a small limit
+and a deadline, must be an ``auth`` request with the server's token.
 """
 
 from __future__ import annotations
 
-import hmac
 import math
-import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -55,12 +49,12 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
+from orchestrator._rpc.first_line import HTTP_REFUSAL, authenticate, error_line, is_http_request
 from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import (
     LIMIT,
     MAX_BATCH,
     PARSE_ERROR,
-    UNAUTHORIZED,
     Dispatcher,
     Part,
     Peer,
@@ -70,8 +64,6 @@ from orchestrator._rpc.protocol import (
     error_for,
     failure,
     one_line,
-    success,
-    valid_id,
 )
 from orchestrator._rpc.transport import LineReader, Overlong, Transport
 from orchestrator._rpc.work import Encoded, Streamed
@@ -84,14 +76,6 @@ AHEAD = 1
 overlap; the answer's memory is the pieces in hand, a few MiB, see ``work.PIECE_BYTES``)."""
 HANGUP_POLL = 0.25
 """Seconds between two looks at whether a client with heavy work waiting hung up."""
-AUTH_METHOD = "auth"
-_HTTP_REQUEST_LINE = re.compile(rb"^[A-Za-z]{3,16} \S+ HTTP/\d")
-_HTTP_BODY = b"This is a JSON-RPC server (one JSON message per line), not an HTTP server.\r\n"
-_HTTP_REFUSAL = (
-    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(_HTTP_BODY)
-    + _HTTP_BODY
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,7 +265,7 @@ class Connection:
                 "waiting; closing the connection"
             )
             _close_streams(parts)
-            self._close_with(_error_line(LIMIT, message))
+            self._close_with(error_line(LIMIT, message))
             return
         if heavy:
             # Marked as memoryviews: see _next_output.
@@ -450,8 +434,8 @@ class Connection:
         else:
             with anyio.move_on_after(self.limits.auth_timeout):
                 line = await self.reader.next()
-        if isinstance(line, bytes) and _HTTP_REQUEST_LINE.match(line):
-            self._close_with(_HTTP_REFUSAL)
+        if is_http_request(line):
+            self._close_with(HTTP_REFUSAL)
             return False
         if self.token is None:
             if line is not None:
@@ -460,30 +444,14 @@ class Connection:
         return self._authenticate(self.token, line)
 
     def _authenticate(self, token: str, line: bytes | Overlong | None) -> bool:
-        request_id, offered = _auth_request(line)
-        # surrogatepass: a token offered with a lone surrogate is compared (and refused), not
-        # an encoding error that would drop the connection without its -32006 line.
-        if offered is not None and hmac.compare_digest(
-            offered.encode("utf-8", "surrogatepass"), token.encode("utf-8", "surrogatepass")
-        ):
-            self.reader.limit = self.limits.max_line_bytes
-            self.proven = True
-            if request_id is not _NO_ID:
-                self.post(encode(success(request_id, {"authenticated": True})))
-            return True
-        message = (
-            "Unauthorized: the first request must be "
-            '{"jsonrpc":"2.0","id":1,"method":"auth","params":{"token":"<the server\'s token>"}}'
-        )
-        if line is None:
-            message = "Unauthorized: no token sent in time"
-        elif offered is not None:
-            # An auth request as asked, with another token: telling its sender to send an auth
-            # request sent them looking for a format mistake that was not there.
-            message = "Unauthorized: wrong token (the server's is in its token file)"
-        reply_id = None if request_id is _NO_ID else request_id
-        self._close_with(_error_line(UNAUTHORIZED, message, reply_id))
-        return False
+        proven, reply = authenticate(token, line)
+        if not proven:
+            self._close_with(reply)
+            return False
+        self.reader.limit = self.limits.max_line_bytes
+        self.proven = True
+        self.post_parts([reply])
+        return True
 
     def _take(self, line: bytes | Overlong, requests: anyio.abc.TaskGroup) -> None:
         """Start answering one line."""
@@ -572,43 +540,3 @@ def _close_streams(parts: Iterable[object]) -> None:
     for part in parts:
         if isinstance(part, Streamed):
             part.close()
-
-
-def _error_line(code: int, message: str, request_id: Any = None) -> bytes:
-    return (encode(failure(request_id, RpcError(code, message))) + "\n").encode("utf-8")
-
-
-_NO_ID = object()
-
-
-def _auth_request(line: bytes | Overlong | None) -> tuple[Any, str | None]:
-    """The id and token of an ``auth`` request line (the token is ``None`` when it is not one)."""
-    if not isinstance(line, bytes):
-        return _NO_ID, None
-    try:
-        message = decode(line)
-    except RpcError:
-        return _NO_ID, None
-    if not isinstance(message, dict):
-        return _NO_ID, None
-    request_id = message.get("id", _NO_ID)
-    if request_id is not _NO_ID and not valid_id(request_id):
-        # Not a request whose answer could name it (true, 1e400): refused with id null, as
-        # every other request with such an id is (-32600 there; here, not the auth request).
-        return None, None
-    params = message.get("params")
-    if not isinstance(params, dict):
-        return request_id, None
-    token = params.get("token")
-    if (
-        message.get("jsonrpc") != "2.0"
-        or message.get("method") != AUTH_METHOD
-        or not isinstance(token, str)
-        # Held to the rules of every other method: no parameter but the token, and an id, so
-        # the client hears {"authenticated": true} (a notification authenticated in silence,
-        # and a client waiting for that answer waited for ever).
-        or set(params) != {"token"}
-        or request_id is _NO_ID
-    ):
-        return request_id, None
-    return request_id, token
