@@ -55,7 +55,7 @@ from orchestrator._cluster.turn.activities import TurnActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._core.entries import Entry  # noqa: E402
 from orchestrator._core.errors import StoreUnavailableError, UnavailableError  # noqa: E402
-from orchestrator._rpc.protocol import UNAVAILABLE, error_for  # noqa: E402
+from orchestrator._rpc.errors import UNAVAILABLE, error_for
 from orchestrator.testing import ScriptedAgent, reply  # noqa: E402
 from tests.cluster_kit import Database, connected, queue_name, save_history  # noqa: E402
 from tests.test_cluster import HANG, HISTORY, PREFIX, SETTINGS, routes, scripted  # noqa: E402

@@ -25,8 +25,9 @@ from orchestrator._cli.operation import ask_cluster  # noqa: E402
 from orchestrator._core.errors import SessionError  # noqa: E402
 from orchestrator._core.model import ModelRequest  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
+from orchestrator._rpc.errors import CANCELLED
 from orchestrator._rpc.operations import UNKNOWN_OPERATION  # noqa: E402
-from orchestrator._rpc.protocol import CANCELLED, Dispatcher  # noqa: E402
+from orchestrator._rpc.protocol import Dispatcher
 from orchestrator.testing import FunctionModel, summary_text  # noqa: E402
 from tests.cluster_kit import Database, temporal_address  # noqa: E402
 from tests.test_cluster import routes  # noqa: E402

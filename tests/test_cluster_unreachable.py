@@ -27,7 +27,8 @@ from orchestrator._cluster.client import ClusterClient, connect_temporal  # noqa
 from orchestrator._cluster.operation.activities import SessionActivities  # noqa: E402
 from orchestrator._cluster.worker import build_worker  # noqa: E402
 from orchestrator._rpc.cluster_hub import ClusterHub  # noqa: E402
-from orchestrator._rpc.protocol import UNAVAILABLE, Dispatcher  # noqa: E402
+from orchestrator._rpc.errors import UNAVAILABLE
+from orchestrator._rpc.protocol import Dispatcher
 from orchestrator._runtime.operation.routes import RouteSettings, build_summarizer  # noqa: E402
 from tests.cluster_kit import (  # noqa: E402
     Database,

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from orchestrator._core.errors import ModelError, SessionError, StorageError
-from orchestrator._rpc.protocol import STORAGE, error_for
+from orchestrator._rpc.errors import STORAGE, error_for
 from orchestrator._runtime.operation.runner import storage_failure
 from orchestrator._runtime.session import AgentSession
 from orchestrator._store.files import os_failure

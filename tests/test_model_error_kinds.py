@@ -32,7 +32,7 @@ from orchestrator._core.errors import (
 from orchestrator._core.model import ModelRequest
 from orchestrator._lifecycle.names import OperationState
 from orchestrator._rpc.cluster_hub import compacted, navigate_answer
-from orchestrator._rpc.protocol import error_for
+from orchestrator._rpc.errors import error_for
 from orchestrator._runtime.agent import AgentInput, ChatAgent, error_message
 from orchestrator._runtime.operation.runner import raise_for
 from orchestrator._runtime.outcomes import RETRYABLE

@@ -23,7 +23,7 @@ from orchestrator._core.errors import (
 from orchestrator._core.model import ModelRequest, ModelResponse
 from orchestrator._lifecycle.guards import OperationFacts
 from orchestrator._lifecycle.machine import load_machine, step
-from orchestrator._rpc.protocol import error_for
+from orchestrator._rpc.errors import error_for
 from orchestrator._runtime.operation.retry import RetryPolicy
 from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator.testing import Hang

@@ -28,8 +28,7 @@ from orchestrator._core.errors import (
     TransientModelError,
     TransitionError,
 )
-from orchestrator._rpc.hub import NO_AGENT, RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import (
+from orchestrator._rpc.errors import (
     BUSY,
     CANCELLED,
     CONFLICT,
@@ -42,13 +41,12 @@ from orchestrator._rpc.protocol import (
     PARSE_ERROR,
     SESSION_LOCKED,
     STORAGE,
-    Dispatcher,
-    Method,
-    Params,
     RpcError,
     error_for,
     one_line,
 )
+from orchestrator._rpc.hub import NO_AGENT, RuntimeOptions, SessionHub
+from orchestrator._rpc.protocol import Dispatcher, Method, Params
 from orchestrator._runtime.navigation.driver import BUSY as NAVIGATION_BUSY
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator.testing import AgentHang, Hang, reply, summary_text

@@ -22,9 +22,10 @@ from anyio.streams.stapled import StapledObjectStream
 from orchestrator._core.errors import Cancelled
 from orchestrator._rpc import connection
 from orchestrator._rpc.connection import Limits
+from orchestrator._rpc.errors import CANCELLED, LIMIT, RpcError
 from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import CANCELLED, LIMIT, Method, Params, Peer, RpcError, encode
+from orchestrator._rpc.protocol import Method, Params, Peer, encode
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import StreamTransport
 from orchestrator._rpc.work import Stop, pieces_of

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator._rpc.errors import INVALID_PARAMS, RpcError
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import INVALID_PARAMS, RpcError
 from tests.cli_kit import EXAMPLE
 from tests.runtime_kit import HubClient as Client
 

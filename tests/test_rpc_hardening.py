@@ -26,13 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator._rpc.connection import Limits
+from orchestrator._rpc.errors import INVALID_REQUEST, LIMIT, PARSE_ERROR, UNAUTHORIZED
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import (
-    INVALID_REQUEST,
-    LIMIT,
-    PARSE_ERROR,
-    UNAUTHORIZED,
-)
 from orchestrator._rpc.server import RpcServer
 from orchestrator._rpc.transport import FdTransport, StreamTransport
 from tests.runtime_kit import until

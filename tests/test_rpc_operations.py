@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from orchestrator._core.errors import ModelError
+from orchestrator._rpc.errors import BUSY, CANCELLED, INVALID_PARAMS, MODEL_FAILED, RpcError
 from orchestrator._rpc.operations import KEPT, UNKNOWN_OPERATION, OperationBook
-from orchestrator._rpc.protocol import BUSY, CANCELLED, INVALID_PARAMS, MODEL_FAILED, RpcError
 from orchestrator.testing import Hang
 from tests.runtime_kit import BIG, HubClient, summary, until
 from tests.test_rpc import compactable_kit, conversation, kit_client, nav_kit

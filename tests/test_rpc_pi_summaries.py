@@ -21,15 +21,9 @@ from orchestrator._core.pi_preparation import (
     compaction_plan_from_pi,
 )
 from orchestrator._rpc.cluster_hub import ClusterHub
+from orchestrator._rpc.errors import BUSY, CANCELLED, INVALID_PARAMS, METHOD_NOT_FOUND, MODEL_FAILED
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import (
-    BUSY,
-    CANCELLED,
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    MODEL_FAILED,
-    Peer,
-)
+from orchestrator._rpc.protocol import Peer
 from orchestrator._runtime.operation.retry import RetryPolicy
 from orchestrator._runtime.operation.summarize import SummaryRoutes
 from orchestrator._runtime.types import RuntimeSettings

@@ -33,8 +33,8 @@ from orchestrator._lifecycle.guards import EFFECTS, SessionFacts
 from orchestrator._lifecycle.load import build
 from orchestrator._lifecycle.machine import MachineDef, load_machine
 from orchestrator._lifecycle.names import SessionEvent
+from orchestrator._rpc.errors import BUSY
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import BUSY
 from orchestrator._runtime.wiring import wire
 from orchestrator.testing import Hang, reply
 from tests.runtime_kit import BIG, HubClient, Kit, until

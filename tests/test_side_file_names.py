@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator._core.errors import SessionError
+from orchestrator._rpc.errors import INVALID_PARAMS
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import INVALID_PARAMS
 from orchestrator._runtime.session import AgentSession
 from tests.cli_kit import EXAMPLE, run
 from tests.runtime_kit import HubClient as Client

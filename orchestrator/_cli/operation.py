@@ -94,7 +94,7 @@ def _from_cluster(args: argparse.Namespace) -> dict[str, Any]:
     import anyio
 
     from orchestrator._rpc.cluster_hub import session_id_of
-    from orchestrator._rpc.protocol import RpcError
+    from orchestrator._rpc.errors import RpcError
 
     try:
         session_id = session_id_of(args.session)

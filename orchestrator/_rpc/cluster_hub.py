@@ -70,21 +70,19 @@ from orchestrator._lifecycle.admission import CLOSE_WHILE_BUSY, NAVIGATE_WHILE_W
 from orchestrator._lifecycle.guards import SessionFacts
 from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._rpc import host
-from orchestrator._rpc.hosted import PARAMS as SUMMARY_PARAMS
-from orchestrator._rpc.hub import RpcHub
-from orchestrator._rpc.operations import OPERATION_ID, Operation, with_id
-from orchestrator._rpc.protocol import (
+from orchestrator._rpc.errors import (
     CANCELLED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    Method,
-    Params,
-    Peer,
     RpcError,
     error_for,
     one_line,
 )
+from orchestrator._rpc.hosted import PARAMS as SUMMARY_PARAMS
+from orchestrator._rpc.hub import RpcHub
+from orchestrator._rpc.operations import OPERATION_ID, Operation, with_id
+from orchestrator._rpc.protocol import Method, Params, Peer
 from orchestrator._runtime.navigation.moves import recorded_position
 from orchestrator._store.reports import context_report, tree_rows
 from orchestrator._store.session import Session

@@ -60,7 +60,8 @@ from typing import TypeVar
 
 import anyio
 
-from orchestrator._rpc.protocol import CANCELLED, Peer, RpcError
+from orchestrator._rpc.errors import CANCELLED, RpcError
+from orchestrator._rpc.protocol import Peer
 from orchestrator._rpc.work import Encoded, Pieces, Stop, Streamed
 
 T = TypeVar("T")

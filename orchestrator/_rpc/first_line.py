@@ -16,15 +16,8 @@ import hmac
 import re
 from typing import Any
 
-from orchestrator._rpc.protocol import (
-    UNAUTHORIZED,
-    RpcError,
-    decode,
-    encode,
-    failure,
-    success,
-    valid_id,
-)
+from orchestrator._rpc.errors import UNAUTHORIZED, RpcError
+from orchestrator._rpc.protocol import decode, encode, failure, success, valid_id
 from orchestrator._rpc.transport import Overlong
 
 AUTH_METHOD = "auth"

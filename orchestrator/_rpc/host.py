@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from orchestrator._rpc.errors import INVALID_PARAMS, RpcError
 from orchestrator._rpc.fair import Fairness
-from orchestrator._rpc.protocol import INVALID_PARAMS, Method, Params, Peer, RpcError
+from orchestrator._rpc.protocol import Method, Params, Peer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

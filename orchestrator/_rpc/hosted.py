@@ -39,14 +39,8 @@ from orchestrator._core.pi_preparation import (
 from orchestrator._lifecycle.admission import admit
 from orchestrator._lifecycle.guards import SessionFacts
 from orchestrator._lifecycle.names import SessionEvent
-from orchestrator._rpc.protocol import (
-    CANCELLED,
-    INVALID_PARAMS,
-    Method,
-    Params,
-    Peer,
-    RpcError,
-)
+from orchestrator._rpc.errors import CANCELLED, INVALID_PARAMS, RpcError
+from orchestrator._rpc.protocol import Method, Params, Peer
 from orchestrator._runtime.operation.hosted import (
     REASONS,
     branch_budget,

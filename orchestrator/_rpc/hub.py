@@ -37,6 +37,7 @@ import anyio
 
 from orchestrator._core.errors import OutcomeUnknownError
 from orchestrator._process.preload import load_on_start
+from orchestrator._rpc.errors import INVALID_PARAMS, RpcError, error_for
 from orchestrator._rpc.fair import Fairness
 from orchestrator._rpc.host import SessionHost, compress_answer, navigation_options
 from orchestrator._rpc.local_host import NO_AGENT, SHUTTING_DOWN, LocalHost, RuntimeOptions, Slot
@@ -53,16 +54,7 @@ from orchestrator._rpc.operations import (
     unknown,
     with_id,
 )
-from orchestrator._rpc.protocol import (
-    INVALID_PARAMS,
-    Method,
-    Params,
-    Peer,
-    RpcError,
-    encode,
-    error_for,
-    notification,
-)
+from orchestrator._rpc.protocol import Method, Params, Peer, encode, notification
 from orchestrator._runtime.session import AgentSession
 
 __all__ = [

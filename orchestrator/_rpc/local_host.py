@@ -27,6 +27,7 @@ from orchestrator._lifecycle.machine import load_machine
 from orchestrator._lifecycle.names import SessionEvent
 from orchestrator._process.gc_policy import POLICY
 from orchestrator._rpc.answers import AnswerCache, prepare_context, prepare_tree
+from orchestrator._rpc.errors import CANCELLED, INVALID_PARAMS, RpcError, out_of_files
 from orchestrator._rpc.host import (
     Attached,
     Compacted,
@@ -38,14 +39,7 @@ from orchestrator._rpc.host import (
 )
 from orchestrator._rpc.hosted import HostedMethods, HostedOptions
 from orchestrator._rpc.paths import fork_target, joined, resolve
-from orchestrator._rpc.protocol import (
-    CANCELLED,
-    INVALID_PARAMS,
-    Method,
-    Peer,
-    RpcError,
-    out_of_files,
-)
+from orchestrator._rpc.protocol import Method, Peer
 from orchestrator._rpc.work import Stop
 from orchestrator._runtime.agent import Agent
 from orchestrator._runtime.events import Event

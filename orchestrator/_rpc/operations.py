@@ -31,16 +31,16 @@ from typing import Any
 
 import anyio
 
-from orchestrator._rpc import protocol
-from orchestrator._rpc.protocol import (
+from orchestrator._rpc import errors
+from orchestrator._rpc.errors import (
     BUSY,
     INVALID_PARAMS,
     LIMIT,
     METHOD_NOT_FOUND,
     SESSION_LOCKED,
-    Params,
     RpcError,
 )
+from orchestrator._rpc.protocol import Params
 from orchestrator._runtime.soon import on_asyncio
 
 OPERATION_ID = "operationId"
@@ -152,7 +152,7 @@ class Operation:
         if error is None:
             self.state = DONE
         else:
-            self.state = CANCELLED if error.code == protocol.CANCELLED else FAILED
+            self.state = CANCELLED if error.code == errors.CANCELLED else FAILED
         self.ended_at = time.monotonic()
         self.ended.set()
 

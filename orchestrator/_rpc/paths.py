@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from orchestrator._core.errors import SessionError
-from orchestrator._rpc.protocol import INVALID_PARAMS, RpcError, one_line
+from orchestrator._rpc.errors import INVALID_PARAMS, RpcError, one_line
 from orchestrator._store.files import refuse_folder_name
 
 

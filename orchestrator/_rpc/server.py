@@ -33,15 +33,9 @@ import anyio.abc
 
 from orchestrator._rpc import access
 from orchestrator._rpc.connection import Connection, Limits, send_quietly
+from orchestrator._rpc.errors import LIMIT, RpcError, one_line
 from orchestrator._rpc.hub import RpcHub, RuntimeOptions, SessionHub
-from orchestrator._rpc.protocol import (
-    LIMIT,
-    Dispatcher,
-    RpcError,
-    encode,
-    failure,
-    one_line,
-)
+from orchestrator._rpc.protocol import Dispatcher, encode, failure
 from orchestrator._rpc.transport import FdTransport, StreamTransport, Transport
 
 __all__ = ("Limits", "RpcServer", "RuntimeOptions", "SessionHub")
