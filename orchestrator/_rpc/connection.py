@@ -50,9 +50,18 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
 from orchestrator._rpc.errors import LIMIT, PARSE_ERROR, RpcError, error_for, one_line
-from orchestrator._rpc.first_line import HTTP_REFUSAL, authenticate, error_line, is_http_request
+from orchestrator._rpc.first_line import HTTP_REFUSAL, authenticate, is_http_request
 from orchestrator._rpc.hub import RpcHub
-from orchestrator._rpc.protocol import MAX_BATCH, Dispatcher, Part, Peer, decode, encode, failure
+from orchestrator._rpc.protocol import (
+    MAX_BATCH,
+    Dispatcher,
+    Part,
+    Peer,
+    decode,
+    encode,
+    error_line,
+    failure,
+)
 from orchestrator._rpc.transport import LineReader, Overlong, Transport
 from orchestrator._rpc.work import Encoded, Streamed
 

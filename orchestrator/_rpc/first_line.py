@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from orchestrator._rpc.errors import UNAUTHORIZED, RpcError
-from orchestrator._rpc.protocol import decode, encode, failure, success, valid_id
+from orchestrator._rpc.protocol import decode, encode, error_line, success, valid_id
 from orchestrator._rpc.transport import Overlong
 
 AUTH_METHOD = "auth"
@@ -35,11 +35,6 @@ _NO_ID = object()
 def is_http_request(line: bytes | Overlong | None) -> bool:
     """Whether ``line`` looks like the request line of HTTP (``POST / HTTP/1.1``)."""
     return isinstance(line, bytes) and _HTTP_REQUEST_LINE.match(line) is not None
-
-
-def error_line(code: int, message: str, request_id: Any = None) -> bytes:
-    """One error answer as a whole line, in UTF-8."""
-    return (encode(failure(request_id, RpcError(code, message))) + "\n").encode("utf-8")
 
 
 def authenticate(token: str, line: bytes | Overlong | None) -> tuple[bool, bytes]:

@@ -252,6 +252,11 @@ async def _value(result: Any) -> Any:
     return result
 
 
+def error_line(code: int, message: str, request_id: Any = None) -> bytes:
+    """One error answer as a whole line, in UTF-8 (for a connection about to close)."""
+    return (encode(failure(request_id, RpcError(code, message))) + "\n").encode("utf-8")
+
+
 def encode_answer(answer: dict[str, Any]) -> str:
     """``answer`` encoded; an answer that cannot be encoded becomes an internal error."""
     try:
