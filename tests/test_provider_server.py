@@ -303,7 +303,9 @@ def test_a_thousand_requests_wait_at_once_without_a_thread_each() -> None:
                         tg.start_soon(call)
                     while len(provider.requests) < count:
                         await anyio.sleep(0.01)
-                    assert threading.active_count() == before
+                    # At most as many: an idle worker thread an earlier test left may exit
+                    # meanwhile (anyio's idle out), never one more per request.
+                    assert threading.active_count() <= before
                 return statuses
 
         assert anyio.run(main) == [200] * count

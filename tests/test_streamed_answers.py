@@ -11,6 +11,7 @@ leaves, a failing encoder, a batch, an in-process caller or a stopping server do
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tracemalloc
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import pytest
 
 from orchestrator._rpc import answers, work
 from orchestrator._rpc.connection import AHEAD, Limits
+from orchestrator._rpc.errors import INTERNAL_ERROR
 from orchestrator._rpc.hub import RuntimeOptions, SessionHub
 from orchestrator._rpc.protocol import Dispatcher, encode, success
 from orchestrator._rpc.server import RpcServer
@@ -231,6 +233,57 @@ async def test_an_encoding_that_fails_midway_closes_the_connection_and_says_why(
     other.done_sending()
     await server.serve_connection(other)
     assert b'"sessions":[{' in other.out
+
+
+async def test_an_encoding_that_fails_before_its_first_piece_is_answered_with_an_error(
+    example: SessionHub, small_pieces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing of the answer is out yet: an error answer takes its place, and the connection
+    # goes on with the next request.
+    counted = Counted(monkeypatch, fail_after=0)
+    session_id = example.open("example.jsonl").runtime.session.session_id
+    logged: list[str] = []
+    server = RpcServer(example, log=logged.append)
+    client = Client(
+        line(call(7, "session.context", session_id=session_id)), line(call(8, "session.list"))
+    )
+    client.done_sending()
+    await server.serve_connection(client)
+    first, second, rest = bytes(client.out).split(b"\n", 2)
+    assert rest == b""
+    assert json.loads(first) == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": INTERNAL_ERROR,
+            "message": "Internal error: result not encodable: "
+            "RuntimeError: injected failure while encoding",
+        },
+    }
+    assert json.loads(second)["id"] == 8
+    assert json.loads(second)["result"]["sessions"][0]["session_id"] == session_id
+    assert counted.made == 0
+    assert counted.closed == 1
+    assert logged == [
+        "the answer to request 7 failed before any of it was sent (RuntimeError: injected "
+        f"failure while encoding); answered {INTERNAL_ERROR}"
+    ]
+
+
+async def test_a_failed_stream_in_a_batch_is_an_error_in_its_place(
+    example: SessionHub, small_pieces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Counted(monkeypatch, fail_after=0)
+    session_id = example.open("example.jsonl").runtime.session.session_id
+    batch = [call(1, "session.context", session_id=session_id), call(2, "session.list")]
+    client = Client(line(batch))
+    client.done_sending()
+    await RpcServer(example, log=lambda text: None).serve_connection(client)
+    assert bytes(client.out).endswith(b"]\n")
+    answers = json.loads(client.out)
+    assert [answer["id"] for answer in answers] == [1, 2]
+    assert answers[0]["error"]["code"] == INTERNAL_ERROR
+    assert "result" in answers[1]
 
 
 async def test_a_batch_of_heavy_requests_streams_each_answer_in_its_place(

@@ -49,7 +49,14 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
-from orchestrator._rpc.errors import LIMIT, PARSE_ERROR, RpcError, error_for, one_line
+from orchestrator._rpc.errors import (
+    INTERNAL_ERROR,
+    LIMIT,
+    PARSE_ERROR,
+    RpcError,
+    error_for,
+    one_line,
+)
 from orchestrator._rpc.first_line import HTTP_REFUSAL, authenticate, is_http_request
 from orchestrator._rpc.hub import RpcHub
 from orchestrator._rpc.protocol import (
@@ -331,9 +338,12 @@ class Connection:
     async def _stream(self, streamed: Streamed) -> bool:
         """Write a streamed answer as it is encoded; ``False`` when cut, as :meth:`_send`.
 
-        A thread encodes the next piece while this one is written (:data:`AHEAD`). When the
-        encoding fails, the line cannot be completed (its first bytes are out): the failure is
-        logged and the connection closed, the client's only sign that the answer is lost.
+        A thread encodes the next piece while this one is written (:data:`AHEAD`). The
+        answer's envelope goes out with its first piece. When the encoding fails before that
+        piece, nothing of the answer is out: an error answer (``-32603``) takes its place and
+        the connection goes on. When it fails later, the line cannot be completed (its first
+        bytes are out): the failure is logged and the connection closed, the client's only
+        sign that the answer is lost.
         """
         self.streaming = True
         send, receive = anyio.create_memory_object_stream[bytes](AHEAD)
@@ -346,7 +356,8 @@ class Connection:
                 async with anyio.create_task_group() as group:
                     group.start_soon(_produce, streamed, send, failed)
                     async for piece in receive:
-                        if self.final or not await self._send(piece):
+                        data = piece if written else streamed.head + piece
+                        if self.final or not await self._send(data):
                             group.cancel_scope.cancel()
                             return False
                         written += len(piece)
@@ -356,8 +367,10 @@ class Connection:
             streamed.close()
             self.streaming = False
             self._notify()
+        if not written:  # nothing of the answer is out: an error answer instead
+            return await self._send(self._unencodable(streamed, failed))
         if not failed:
-            return True
+            return self.final or await self._send(streamed.tail)
         self.gone = True
         self.log(
             f"the answer to request {encode(streamed.request_id)} failed after {written} bytes "
@@ -365,6 +378,17 @@ class Connection:
             f"{one_line(str(failed[0]))}); closing the connection, as the line cannot be ended"
         )
         return False
+
+    def _unencodable(self, streamed: Streamed, failed: list[Exception]) -> bytes:
+        """The error answer sent for a streamed result that failed before its first piece."""
+        cause = failed[0] if failed else ValueError("the result had no text")
+        reason = f"{type(cause).__name__}: {one_line(str(cause))}"
+        self.log(
+            f"the answer to request {encode(streamed.request_id)} failed before any of it was "
+            f"sent ({reason}); answered {INTERNAL_ERROR}"
+        )
+        error = RpcError(INTERNAL_ERROR, f"Internal error: result not encodable: {reason}")
+        return encode(failure(streamed.request_id, error)).encode("utf-8")
 
     async def _send(self, data: bytes) -> bool:
         """Write ``data`` before the deadline; ``False`` when it was cut or the client is gone."""

@@ -237,10 +237,13 @@ def answer_parts(answer: dict[str, Any]) -> list[Part]:
     if not isinstance(result, Encoded | Streamed):
         return [encode_answer(answer).encode("utf-8")]
     head = encode({key: value for key, value in answer.items() if key != "result"})
+    opening = head[:-1].encode("utf-8") + b',"result":'
     if isinstance(result, Streamed):
-        result.request_id = answer.get("id")
-    body = list(result.pieces) if isinstance(result, Encoded) else [result]
-    return [head[:-1].encode("utf-8") + b',"result":', *body, b"}"]
+        # The envelope goes with the stream: the writer sends it with the first piece, or an
+        # error answer instead when there is no first piece (connection.py).
+        result.request_id, result.head, result.tail = answer.get("id"), opening, b"}"
+        return [result]
+    return [opening, *result.pieces, b"}"]
 
 
 async def _value(result: Any) -> Any:

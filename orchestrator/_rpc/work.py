@@ -64,13 +64,19 @@ class Streamed:
         step: How one step runs (the server's: in a worker thread, among its heavy jobs).
 
     Attributes:
-        request_id: The id of the request it answers (named when it fails midway).
+        request_id: The id of the request it answers (named when it fails).
+        head: The answer's bytes before the result (``{"jsonrpc":"2.0","id":...,"result":``),
+            written with the first piece: an encoding that fails before its first piece can
+            still be answered with an error in its place, as the line has not begun.
+        tail: The answer's bytes after the result (``}``), written after the last piece.
     """
 
     def __init__(self, pieces: Pieces, step: Step) -> None:
         self._pieces = pieces
         self._step = step
         self.request_id: Any = None
+        self.head = b""
+        self.tail = b""
 
     async def next(self) -> bytes | None:
         """The next piece (made off the loop), ``None`` after the last.
