@@ -169,6 +169,15 @@ class SessionTree:
 
     # -- reading -----------------------------------------------------------------------------
 
+    @property
+    def linear(self) -> bool:
+        """Whether the tree is one chain in file order (the usual pi session).
+
+        The first entry is a root, every other the child of the one before it, and no id
+        appears twice: no branch and no cycle, so :meth:`nodes` is that chain.
+        """
+        return self._linear
+
     def __len__(self) -> int:
         return len(self.entries)
 

@@ -126,8 +126,25 @@ def preview_message(message: dict[str, Any], width: int = 70) -> str:
         text = " ".join(parts)
     else:
         text = text_of(message.get("content"))
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return one_line(text, width)
+
+
+def one_line(text: str, width: int) -> str:
+    """``text`` with its whitespace runs made one space, cut to ``width`` characters (``…``).
+
+    Only as much of the text as the line needs is split: a tree of a big session previews
+    every entry, and a tool result is often tens of kilobytes. The runs of a prefix made one
+    are a prefix of the whole text's, so a prefix that gives more than ``width`` characters
+    gives the same line as the whole text.
+    """
+    size = 4 * width
+    while True:
+        line = " ".join(text[:size].split())
+        if len(line) > width:
+            return line[: width - 1] + "…"
+        if size >= len(text):
+            return line
+        size *= 4
 
 
 def _text(value: object) -> str:
@@ -266,29 +283,46 @@ def iter_tree_rows(
     """
     active = {e["id"] for e in path}
     edited_by, in_effect = _edit_marks(tree, path)
-    stack = [(0, node, False) for node in reversed(tree.nodes())]
+    labels = tree.labels
+    if tree.linear:
+        # One chain in file order, every depth 0 (depth grows only where the tree branches):
+        # the usual session, walked without building a node per entry (tree.nodes()).
+        for entry in tree.entries:
+            yield _row(entry, labels.get(entry["id"]), 0, active, leaf, edited_by, in_effect)
+        return
+    stack = [(0, node) for node in reversed(tree.nodes())]
     while stack:
-        depth, node, _ = stack.pop()
-        entry = node.entry
-        yield (
-            {
-                "id": entry["id"],
-                "parentId": entry.get("parentId"),
-                "type": entry.get("type"),
-                "role": role_of(entry),
-                "label": node.label,
-                "depth": depth,
-                "onActivePath": entry["id"] in active,
-                "isLeaf": entry["id"] == leaf,
-                "text": describe_entry(entry),
-                "shortSummary": short_summary_of(entry),
-                # pi 1.x: what a context edit does, which edits name this entry (the one in
-                # effect at the active leaf apart), and a usage entry's numbers.
-                "edit": edit_of(entry),
-                "editedBy": edited_by.get(entry["id"], []),
-                "contextEdit": in_effect.get(entry["id"]),
-                "usage": usage_of(entry) if entry.get("type") == USAGE else None,
-            }
-        )
+        depth, node = stack.pop()
+        yield _row(node.entry, node.label, depth, active, leaf, edited_by, in_effect)
         child_depth = depth + 1 if len(node.children) > 1 else depth
-        stack.extend((child_depth, child, False) for child in reversed(node.children))
+        stack.extend((child_depth, child) for child in reversed(node.children))
+
+
+def _row(
+    entry: Entry,
+    label: str | None,
+    depth: int,
+    active: set[str],
+    leaf: str | None,
+    edited_by: dict[str, list[str]],
+    in_effect: dict[str, dict[str, str]],
+) -> dict[str, Any]:
+    entry_id, kind = entry["id"], entry.get("type")
+    return {
+        "id": entry_id,
+        "parentId": entry.get("parentId"),
+        "type": kind,
+        "role": role_of(entry),
+        "label": label,
+        "depth": depth,
+        "onActivePath": entry_id in active,
+        "isLeaf": entry_id == leaf,
+        "text": describe_entry(entry),
+        "shortSummary": short_summary_of(entry),
+        # pi 1.x: what a context edit does, which edits name this entry (the one in effect at
+        # the active leaf apart), and a usage entry's numbers.
+        "edit": edit_of(entry) if kind == CONTEXT_EDIT else None,
+        "editedBy": edited_by.get(entry_id, []),
+        "contextEdit": in_effect.get(entry_id),
+        "usage": usage_of(entry) if kind == USAGE else None,
+    }
