@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -145,7 +144,7 @@ def _write_new_file(target: Path, data: bytes) -> None:
             f"{target}: a new session cannot take a side file's name (.lock, .journal, "
             ".corrupt, or a rewrite's .NAME.tmp): another session's would be written over it"
         )
-    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    temporary = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     except OSError as exc:
