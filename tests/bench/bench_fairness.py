@@ -10,7 +10,9 @@ Run on demand (not part of the test run)::
 
 The session is a linear pi file written by ``bench_core.write_session`` (user prompts, assistant
 messages with tool calls, tool results of 200 B to ~6 KB; 200k entries are 122 MB), kept in the
-temporary folder between runs. ``orchestrator serve --socket`` runs in a child process.
+temporary folder between runs; each run serves a copy of it in a folder of its own (runs at once
+do not collide, and forks, compactions and navigations leave the kept file as it was).
+``orchestrator serve --socket`` runs in a child process.
 
 Two clients on their own connections. The *poller* sends ``session.list`` every 50 ms from the
 start to the end and records each answer's latency. The *flooder* opens the session
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -234,27 +237,31 @@ def main() -> None:
     parser.add_argument("--method", default="session.context")
     parser.add_argument("--leave", type=float, default=None, help="flooder leaves after S s")
     args = parser.parse_args()
+    # The written session is kept between runs (122 MB at 200k entries); each run serves a
+    # copy in a folder of its own, so that runs at once do not refuse each other's open (the
+    # session's lock) and a compress or navigate run leaves the kept one as it was.
     folder = Path(tempfile.gettempdir()) / "orchestrator-bench-fairness"
     folder.mkdir(exist_ok=True)
-    session = folder / f"s{args.entries}.jsonl"
-    if not session.exists():
-        write_session(session, args.entries)
-    args.targets = targets(session)
-    for old in folder.glob("fork-*.jsonl"):
-        old.unlink()
-    socket_path = folder / f"serve-{os.getpid()}.sock"
-    command = [sys.executable, "-m", "orchestrator", "serve"]
-    command += ["--socket", str(socket_path), "--dir", str(folder)]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert server.stderr is not None
-        while "listening" not in server.stderr.readline():
-            if server.poll() is not None:
-                raise SystemExit("the server did not start")
-        anyio.run(drive, socket_path, session, server.pid, args)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(60)
+    kept = folder / f"s{args.entries}.jsonl"
+    if not kept.exists():
+        write_session(kept, args.entries)
+    with tempfile.TemporaryDirectory(dir=folder, prefix="run-") as run:
+        session = Path(run) / kept.name
+        shutil.copyfile(kept, session)
+        args.targets = targets(session)
+        socket_path = Path(run) / "serve.sock"
+        command = [sys.executable, "-m", "orchestrator", "serve"]
+        command += ["--socket", str(socket_path), "--dir", run]
+        server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        try:
+            assert server.stderr is not None
+            while "listening" not in server.stderr.readline():
+                if server.poll() is not None:
+                    raise SystemExit("the server did not start")
+            anyio.run(drive, socket_path, session, server.pid, args)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(60)
 
 
 if __name__ == "__main__":
