@@ -153,3 +153,17 @@ def test_a_remote_route_imports_its_http_library_when_made_not_at_its_first_call
     assert library in loaded
     assert "msgspec" in loaded
     assert not_loaded not in loaded
+
+
+def test_the_version_alone_registers_no_command() -> None:
+    # It prints and exits while parsing: registering every command would import the runtime.
+    code = PROBE.replace("json.loads(HEAVY)", repr(list(HEAVY))).replace(
+        "    code = main(sys.argv[1:])",
+        "    try:\n        main(sys.argv[1:])\n"
+        "    except SystemExit as exit:\n        code = exit.code",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--version"], capture_output=True, text=True, check=True
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"code": 0, "heavy": []}
