@@ -160,7 +160,7 @@ class Http1Client:
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = _target(url)
-        request = target.head + b"%d\r\n\r\n" % len(body) + body
+        request = b"".join((target.head, b"%d\r\n\r\n" % len(body), body))  # one copy of the body
         idle = self._idle.setdefault(target.key, [])
         while idle:
             connection = idle.pop()
@@ -258,6 +258,31 @@ class Http1Client:
 
 class _Connection(asyncio.Protocol):
     """One connection: one call at a time, its answer parsed as the bytes come."""
+
+    # Slots, not a dict per connection: two thousand are alive at once in a burst, and each
+    # young collection of the garbage collector walks what is alive.
+    __slots__ = (
+        "_complete",
+        "_done",
+        "_gone",
+        "_headers",
+        "_keep_alive",
+        "_last",
+        "_limit",
+        "_loop",
+        "_lost",
+        "_parser",
+        "_pieces",
+        "_refusal",
+        "_size",
+        "_status",
+        "_timeout",
+        "_timer",
+        "_transport",
+        "_unpack",
+        "heard",
+        "idle_since",
+    )
 
     def __init__(
         self,

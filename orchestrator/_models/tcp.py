@@ -55,6 +55,8 @@ async def connect(
             if error:
                 raise OSError(error, os.strerror(error))
             return sock
+        if _connected(sock):
+            return sock
         await _writable(loop, sock, timeout)
         error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if error:
@@ -63,6 +65,21 @@ async def connect(
         sock.close()
         raise
     return sock
+
+
+def _connected(sock: socket.socket) -> bool:
+    """Whether a socket said to be connecting is connected already.
+
+    To an address of this machine (a summary server beside the sessions), Linux completes the
+    handshake inside ``connect`` though it answers ``EINPROGRESS``: asking for the peer (one
+    system call) saves waiting a turn of the loop for writability (a future, a timer and two
+    changes of the selector, about 20 µs). Elsewhere the peer is not known yet (``ENOTCONN``).
+    """
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: float) -> None:
@@ -94,6 +111,8 @@ class SocketTransport(asyncio.Transport):
         sock: A connected, non-blocking socket; the transport closes it.
         protocol: Told ``connection_made`` at once, then as asyncio tells its protocols.
     """
+
+    __slots__ = ("_closing", "_fd", "_loop", "_protocol", "_sock", "_unsent")  # as _Connection's
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: asyncio.Protocol
