@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from orchestrator._models import tcp
-from orchestrator._models.http1 import Http1Client, TransportError, _target
+from orchestrator._models.http1 import Http1Client, TransportError, _Connection, _target
 from orchestrator.testing import LocalProvider, Reply
 
 pytestmark = pytest.mark.anyio
@@ -51,6 +51,29 @@ async def test_plain_http_to_an_address_takes_the_clients_own_connection() -> No
         assert client._open == set()
         (first, second) = provider.requests
         assert first.raw == second.raw == b"{}"
+
+
+async def test_a_closed_connection_is_freed_at_once_not_left_to_the_collector() -> None:
+    # Two thousand connections of a burst would otherwise be cycles (connection and parser,
+    # connection and transport) for the garbage collector to find.
+    with LocalProvider() as provider:
+        provider.push(Reply.remote("ok"))
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds stays in gc.garbage
+        try:
+            client = Http1Client(5, LIMIT)
+            await client.post(provider.url + "/summary", b"{}")
+            client.close()
+            await anyio.sleep(0)  # connection_lost
+            del client
+            gc.collect()
+            left = [o for o in gc.garbage if isinstance(o, (_Connection, tcp.SocketTransport))]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert left == []
 
 
 def test_only_plain_http_to_an_address_is_connected_directly() -> None:

@@ -406,6 +406,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        # The parser holds this connection (its callbacks): dropped, the two are freed when the
+        # client lets the connection go, not left as a cycle for the garbage collector.
+        del self._parser
         self._gone(self)
         if self._done is None or self._done.done():
             return

@@ -196,3 +196,6 @@ class SocketTransport(asyncio.Transport):
             self._protocol.connection_lost(exc)
         finally:
             self._sock.close()
+            # As asyncio's transports drop theirs: the protocol holds its transport, and the
+            # pair would otherwise be a cycle left for the garbage collector.
+            del self._protocol
