@@ -20,13 +20,13 @@ this process only, whatever the other jobs on the machine do) and that per call.
 a route of its own, so every call opens a connection, as in ``bench_concurrent.py`` (a session
 sends its two summaries at once, so two thousand connections are opened together); with
 ``--reuse`` the rounds share one route, and the rounds after the first reuse its connections.
-``--profile FILE`` writes cProfile's statistics of every round.
+``--harness`` makes each call sleep L instead: the CPU of the tasks and the task group alone,
+to subtract. ``--profile FILE`` writes cProfile's statistics of every round.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import resource
 import statistics
@@ -68,7 +68,7 @@ async def bench_requests() -> list[Any]:
 
 
 async def rounds(
-    url: str, calls: int, count: int, reuse: bool, profile: cProfile.Profile | None
+    url: str, calls: int, count: int, mode: str, latency: float, profile: cProfile.Profile | None
 ) -> list[float]:
     """``count`` rounds of ``calls`` concurrent summaries: the CPU seconds of each."""
     from orchestrator._core.model import ModelRequest
@@ -81,10 +81,13 @@ async def rounds(
     spent = []
     shared = RemoteSummaryModel(url)
     for _ in range(count):
-        route = shared if reuse else RemoteSummaryModel(url)
+        route = shared if mode == "reuse" else RemoteSummaryModel(url)
 
         async def one(request: ModelRequest, route: RemoteSummaryModel = route) -> None:
-            await route.complete(request)
+            if mode == "harness":
+                await anyio.sleep(latency)
+            else:
+                await route.complete(request)
 
         await anyio.sleep(0.05)
         if profile is not None:
@@ -121,12 +124,18 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="one route for every round: connections reused"
     )
+    parser.add_argument(
+        "--harness", action="store_true", help="sleep L instead of calling: the harness's CPU"
+    )
     parser.add_argument("--profile", metavar="FILE", help="cProfile statistics of the rounds")
     args = parser.parse_args(argv)
     profile = cProfile.Profile() if args.profile else None
-    print(f"Python {sys.version.split()[0]}, {asyncio.__name__} via anyio", flush=True)
+    print(f"Python {sys.version.split()[0]}, asyncio (through anyio)", flush=True)
     with Provider("http", args.latency, args.calls * args.rounds) as provider:
-        spent = anyio.run(rounds, provider.url, args.calls, args.rounds, args.reuse, profile)
+        mode = "harness" if args.harness else "reuse" if args.reuse else "fresh"
+        spent = anyio.run(
+            rounds, provider.url, args.calls, args.rounds, mode, args.latency, profile
+        )
     later = spent[1:] or spent  # the first round also warms the caches and, reused, connects
     print(
         f"median of the rounds after the first: {statistics.median(later) / args.calls * 1e6:.0f} "
