@@ -172,19 +172,32 @@ async def test_a_socket_connected_at_once_is_used_at_once(monkeypatch: pytest.Mo
     # Linux answers EINPROGRESS even on loopback; another kernel may connect at once.
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    connect_ex = socket.socket.connect_ex
+    connect = socket.socket.connect
 
-    def at_once(sock: socket.socket, address: Any) -> int:
+    def at_once(sock: socket.socket, address: Any) -> None:
         sock.setblocking(True)
         try:
-            return connect_ex(sock, address)
+            connect(sock, address)
         finally:
             sock.setblocking(False)
 
-    monkeypatch.setattr(socket.socket, "connect_ex", at_once)
+    monkeypatch.setattr(socket.socket, "connect", at_once)
     sock = await tcp.connect(asyncio.get_running_loop(), socket.AF_INET, "127.0.0.1", port, 5)
     assert sock.getpeername() == ("127.0.0.1", port)
     assert not sock.getblocking()
+    sock.close()
+    listener.close()
+
+
+async def test_a_connection_not_made_at_once_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As to another machine: the handshake is not over when connect returns.
+    monkeypatch.setattr(tcp, "_connected", lambda _: False)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    sock = await tcp.connect(asyncio.get_running_loop(), socket.AF_INET, "127.0.0.1", port, 5)
+    assert sock.getpeername() == ("127.0.0.1", port)
     sock.close()
     listener.close()
 

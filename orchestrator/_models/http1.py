@@ -30,8 +30,9 @@ What it does, and what it does not:
   as a request goes out on it);
 * a host name with several addresses is tried as asyncio's happy eyeballs do (the next address
   a quarter of a second after the last, not after its timeout); an address is connected to
-  directly (over plain ``http`` by :mod:`~orchestrator._models.tcp`); on uvloop's event loop (an embedder may run the runtime there) uvloop looks the
-  name up and tries its addresses in turn, having no such race;
+  directly (over plain ``http`` by :mod:`~orchestrator._models.tcp`); on uvloop's event loop
+  (an embedder may run the runtime there) uvloop looks the name up and tries its addresses in
+  turn, having no such race;
 * ``timeout`` bounds the connection (with TLS) and each silence while waiting for or reading the
   answer, as the other routes do: one timer per call, moved on lazily (checked when it fires)
   rather than rescheduled at every read;

@@ -26,8 +26,6 @@ request at a time).
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
 import socket
 
 READ_SIZE = 256 * 1024
@@ -41,8 +39,8 @@ async def connect(
 
     Raises:
         TimeoutError: Not connected within ``timeout`` seconds.
-        OSError: The connection failed, worded as asyncio words it (``Connect call failed
-            ('127.0.0.1', 9)`` when refused, the kernel's message when refused at once).
+        OSError: The connection failed, as asyncio's ``sock_connect`` raises it: the kernel's
+            error when ``connect`` fails at once, else ``Connect call failed ('127.0.0.1', 9)``.
     """
     # asyncio's address: a four-tuple for IPv6, as its look-up gives one.
     address = (host, port) if family == socket.AF_INET else (host, port, 0, 0)
@@ -50,17 +48,14 @@ async def connect(
     try:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports
-        error = sock.connect_ex(address)
-        if error != errno.EINPROGRESS:
-            if error:
-                raise OSError(error, os.strerror(error))
-            return sock
-        if _connected(sock):
-            return sock
-        await _writable(loop, sock, timeout)
-        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if error:
-            raise OSError(error, f"Connect call failed {address}")
+        try:
+            sock.connect(address)
+        except (BlockingIOError, InterruptedError):  # under way (EINPROGRESS, or EINTR)
+            if not _connected(sock):
+                await _writable(loop, sock, timeout)
+                error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if error:
+                    raise OSError(error, f"Connect call failed {address}") from None
     except BaseException:  # cancelled too: the socket is ours to close
         sock.close()
         raise
