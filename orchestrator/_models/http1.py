@@ -13,7 +13,7 @@ about twice the CPU (1.0 s against 0.5 s for 2,000 concurrent 20 kB calls), so i
 For issue 37, a plain ``http`` URL whose host is an address connects on asyncio's own loop
 without asyncio's ``create_connection`` and transport (:mod:`orchestrator._models.tcp`), which
 cost more than the rest of a call: the route's CPU per call, connection included, went from
-about 0.23 ms to 0.13 ms (``tests/bench/bench_remote.py``, AMD EPYC).
+about 0.25 ms to 0.12 ms (``tests/bench/bench_remote.py``, AMD EPYC).
 
 What it does, and what it does not:
 
