@@ -14,7 +14,8 @@ connections opened at once to the local provider (AMD EPYC, Python 3.11): about 
 loop's CPU each against about 110 µs.
 
 It behaves as asyncio's transport does where the client can tell: ``TCP_NODELAY`` set, the
-connection's failure the :class:`OSError` asyncio raises, worded as asyncio words it, bytes the kernel does not take at once kept and sent in order when the socket can take them,
+connection's failure the :class:`OSError` asyncio raises, worded as asyncio words it, bytes the
+kernel does not take at once kept and sent in order when the socket can take them,
 ``connection_lost`` called soon after the connection ends (not from inside a call), a protocol
 that raises reported to the loop's exception handler and its connection closed. It does not
 flush unsent bytes before closing (the client only aborts), keep a half-closed connection open,
