@@ -1,4 +1,5 @@
 import gc
+import json
 import math
 import shutil
 from collections.abc import Iterator
@@ -111,6 +112,50 @@ async def test_missing_summary(provider: LocalProvider, reply: Reply) -> None:
         async with remote(provider) as model:
             await model.complete(REQUEST)
     assert caught.value.kind == "fatal"
+
+
+READ = [
+    b'{"summary": "plain"}',
+    b'{"summary": "first", "summary": "last"}',
+    b'{"summary": "x", "n": 123456789012345678901234567890, "z": -0, "u": "\\u0000"}',
+    # Read by the standard library, refused by msgspec: read as before.
+    b'{"summary": "x", "n": NaN}',
+    b'{"summary": "x", "n": 1e400}',
+    b'\xef\xbb\xbf{"summary": "after a byte-order mark"}',
+    '{"summary": "in UTF-16"}'.encode("utf-16"),
+    b'{"summary": "\\ud800 lone"}',
+    b'{"summary": "\xed\xa0\x80 encoded surrogate"}',
+]
+REFUSED = [
+    b'{"summary": "a\nraw newline"}',
+    b'{"summary": "\xff"}',
+    b'{"summary": "x"} trailing',
+    b'{"summary": "x",}',
+    b"\x0c{}",
+]
+
+
+@pytest.mark.parametrize("body", READ)
+def test_an_answer_reads_as_the_standard_library_reads_it(body: bytes) -> None:
+    from orchestrator._models.remote import _read_json
+
+    assert repr(_read_json(body)) == repr(json.loads(body))  # repr: NaN is not equal to itself
+
+
+@pytest.mark.parametrize("body", REFUSED)
+def test_an_answer_the_standard_library_refuses_is_refused(body: bytes) -> None:
+    from orchestrator._models.remote import _read_json
+
+    with pytest.raises(ValueError, match="."):  # "missing summary" follows
+        _read_json(body)
+    with pytest.raises(ValueError, match="."):
+        json.loads(body)
+
+
+async def test_an_answer_msgspec_refuses_is_read_as_before(provider: LocalProvider) -> None:
+    provider.push(Reply(body=b'{"summary": "not a number", "score": NaN}'))
+    async with remote(provider) as model:
+        assert (await model.complete(REQUEST)).text == "not a number"
 
 
 async def test_refused_connection_is_transient() -> None:

@@ -10,6 +10,10 @@ Measured on 2,000 concurrent calls to the local provider: 0.27 s of CPU against 
 The HTTP parsing is httptools'; what is ours is the connection handling below. Checked again
 for issue 34 (should a library's client replace it?): aiohttp's ``ClientSession`` still spends
 about twice the CPU (1.0 s against 0.5 s for 2,000 concurrent 20 kB calls), so it stays.
+For issue 37, a plain ``http`` URL whose host is an address connects on asyncio's own loop
+without asyncio's ``create_connection`` and transport (:mod:`orchestrator._models.tcp`), which
+cost more than the rest of a call: the route's CPU per call, connection included, went from
+about 0.25 ms to 0.12 ms (``tests/bench/bench_remote.py``, AMD EPYC).
 
 What it does, and what it does not:
 
@@ -26,8 +30,9 @@ What it does, and what it does not:
   as a request goes out on it);
 * a host name with several addresses is tried as asyncio's happy eyeballs do (the next address
   a quarter of a second after the last, not after its timeout); an address is connected to
-  directly; on uvloop's event loop (an embedder may run the runtime there) uvloop looks the
-  name up and tries its addresses in turn, having no such race;
+  directly (over plain ``http`` by :mod:`~orchestrator._models.tcp`); on uvloop's event loop
+  (an embedder may run the runtime there) uvloop looks the name up and tries its addresses in
+  turn, having no such race;
 * ``timeout`` bounds the connection (with TLS) and each silence while waiting for or reading the
   answer, as the other routes do: one timer per call, moved on lazily (checked when it fires)
   rather than rescheduled at every read;
@@ -43,13 +48,17 @@ import asyncio
 import base64
 import contextlib
 import ipaddress
+import socket
 import ssl
 import zlib
+from asyncio.selector_events import BaseSelectorEventLoop
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 from urllib.parse import unquote, urlsplit
 
 import httptools
+
+from orchestrator._models import tcp
 
 KEEP_IDLE = 15.0
 """Seconds an idle connection is kept for reuse (aiohttp's keep-alive time)."""
@@ -82,6 +91,8 @@ class TooLargeError(Exception):
 class _Target(NamedTuple):
     key: tuple[bool, str, int]  # secure, host, port: the connections' pool
     head: bytes  # the request line and every header but the body's length
+    eyeballs: float | None  # happy eyeballs' delay: for a name, not an address
+    family: int | None  # for plain http to an address: its family (the client connects itself)
 
 
 def _target(url: str) -> _Target:
@@ -97,20 +108,17 @@ def _target(url: str) -> _Target:
         user = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
         lines.append(f"Authorization: Basic {base64.b64encode(user.encode()).decode()}")
     head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
-    return _Target((secure, parts.hostname, port), head)
-
-
-def _eyeballs(host: str) -> float | None:
-    """Happy eyeballs' delay for a host name; none for an address.
-
-    asyncio's race of a single address still makes its tasks: with 2,000 connections at once,
-    about 0.2 s more of the event loop's CPU.
-    """
+    host = parts.hostname
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return 0.25
-    return None
+        version = ipaddress.ip_address(host).version
+    except ValueError:  # a name
+        # asyncio's race of a single address still makes its tasks: with 2,000 connections at
+        # once, about 0.2 s more of the event loop's CPU. So only a name races.
+        return _Target((secure, host, port), head, 0.25, None)
+    # An IPv6 address with a zone (fe80::1%eth0) is left to asyncio, which reads the zone.
+    direct = not secure and "%" not in host
+    family = (socket.AF_INET if version == 4 else socket.AF_INET6) if direct else None
+    return _Target((secure, host, port), head, None, family)
 
 
 def _races(loop: asyncio.AbstractEventLoop) -> bool:
@@ -157,7 +165,7 @@ class Http1Client:
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = _target(url)
-        request = target.head + b"%d\r\n\r\n" % len(body) + body
+        request = b"".join((target.head, b"%d\r\n\r\n" % len(body), body))  # one copy of the body
         idle = self._idle.setdefault(target.key, [])
         while idle:
             connection = idle.pop()
@@ -168,7 +176,7 @@ class Http1Client:
                     if connection.heard:
                         raise
                     # Closed by the server as the request went out: once more, on a new one.
-        connection = await self._connect(target.key)
+        connection = await self._connect(target)
         return await self._exchange(connection, idle, request)
 
     async def _exchange(
@@ -204,23 +212,16 @@ class Http1Client:
         if later is not None and oldest is not None:
             self._sweeper = later.later(oldest + self._keep_idle - now, self._sweep)
 
-    async def _connect(self, key: tuple[bool, str, int]) -> _Connection:
-        secure, host, port = key
+    async def _connect(self, target: _Target) -> _Connection:
+        secure, host, port = target.key
         loop = asyncio.get_running_loop()
-        if secure and self._tls is None:
-            self._tls = ssl.create_default_context()
-        options: dict[str, Any] = {"ssl": self._tls if secure else None}
-        delay = _eyeballs(host)
-        if delay is not None and _races(loop):
-            options["happy_eyeballs_delay"] = delay
         try:
-            async with asyncio.timeout(self._timeout):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(loop, self._timeout, self._limit, self._open.discard),
-                    host,
-                    port,
-                    **options,
-                )
+            if target.family is not None and isinstance(loop, BaseSelectorEventLoop):
+                sock = await tcp.connect(loop, target.family, host, port, self._timeout)
+                connection = self._new_connection(loop)
+                tcp.SocketTransport(loop, sock, connection)
+            else:
+                connection = await self._connect_by_asyncio(loop, target)
         except TimeoutError:
             raise TimeoutError(
                 f"cannot connect to {host}:{port} within {self._timeout:g} s"
@@ -229,6 +230,25 @@ class Http1Client:
             raise TransportError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
         self._open.add(connection)
         return connection
+
+    async def _connect_by_asyncio(
+        self, loop: asyncio.AbstractEventLoop, target: _Target
+    ) -> _Connection:
+        """Connect with the loop's ``create_connection``: a name to look up, TLS, or uvloop."""
+        secure, host, port = target.key
+        if secure and self._tls is None:
+            self._tls = ssl.create_default_context()
+        options: dict[str, Any] = {"ssl": self._tls if secure else None}
+        if target.eyeballs is not None and _races(loop):
+            options["happy_eyeballs_delay"] = target.eyeballs
+        async with asyncio.timeout(self._timeout):
+            _, connection = await loop.create_connection(
+                lambda: self._new_connection(loop), host, port, **options
+            )
+        return connection
+
+    def _new_connection(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+        return _Connection(loop, self._timeout, self._limit, self._open.discard)
 
     def close(self) -> None:
         """Close every connection, idle or busy (a busy call fails). Idempotent."""
@@ -243,6 +263,31 @@ class Http1Client:
 
 class _Connection(asyncio.Protocol):
     """One connection: one call at a time, its answer parsed as the bytes come."""
+
+    # Slots, not a dict per connection: two thousand are alive at once in a burst, and each
+    # young collection of the garbage collector walks what is alive.
+    __slots__ = (
+        "_complete",
+        "_done",
+        "_gone",
+        "_headers",
+        "_keep_alive",
+        "_last",
+        "_limit",
+        "_loop",
+        "_lost",
+        "_parser",
+        "_pieces",
+        "_refusal",
+        "_size",
+        "_status",
+        "_timeout",
+        "_timer",
+        "_transport",
+        "_unpack",
+        "heard",
+        "idle_since",
+    )
 
     def __init__(
         self,
@@ -366,6 +411,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        # The parser holds this connection (its callbacks): dropped, the two are freed when the
+        # client lets the connection go, not left as a cycle for the garbage collector.
+        del self._parser
         self._gone(self)
         if self._done is None or self._done.done():
             return

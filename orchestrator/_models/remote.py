@@ -342,10 +342,26 @@ def _pools() -> httpx.AsyncBaseTransport:
 
 def _summary_of(answer: _Answer) -> str:
     try:
-        payload: Any = json.loads(answer.body)
+        payload = _read_json(answer.body)
     except ValueError as exc:
         raise FatalModelError(MISSING_SUMMARY, status=answer.status) from exc
     summary = payload.get("summary") if isinstance(payload, dict) else None
     if not isinstance(summary, str):
         raise FatalModelError(MISSING_SUMMARY, status=answer.status)
     return summary
+
+
+def _read_json(body: bytes) -> Any:
+    """The answer's JSON value, as the standard library reads it.
+
+    msgspec reads a summary's answer in a seventh of the time (0.6 µs against 4.5 for a short
+    one; issue 37), and what it reads, it reads as ``json.loads`` does. What it refuses and the
+    standard library reads (``NaN``, a byte-order mark, UTF-16, a lone surrogate) goes to
+    ``json.loads``, so every answer reads as it did.
+    """
+    import msgspec.json
+
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return json.loads(body)
