@@ -204,6 +204,10 @@ def test_a_load_leaves_the_generations_alone_when_the_caller_froze_objects(
     try:
         frozen = gc.get_freeze_count()
         assert len(Session.open(example).tree) > 0
-        assert gc.get_freeze_count() == frozen  # nothing of it frozen, nothing thawed
+        # Nothing of it frozen (the count would grow), nothing thawed (it would fall to 0).
+        # A frozen object an earlier test left may be freed meanwhile: the count may drop a
+        # little (23 of 621,598 once, in the whole suite).
+        assert 0 < gc.get_freeze_count() <= frozen
+        assert gc.get_freeze_count() > frozen // 2
     finally:
         gc.unfreeze()
