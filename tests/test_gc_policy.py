@@ -6,6 +6,7 @@ import gc
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,18 +88,30 @@ def test_young_collections_freeze_nothing(policy: GcPolicy) -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_settle_collects_and_freezes_only_when_installed() -> None:
+def test_settle_freezes_without_a_collection_only_when_installed() -> None:
     policy = GcPolicy()
     gc.collect()
     gc.unfreeze()
-    policy.settle()  # not installed: no collection, nothing frozen
+    policy.settle()  # not installed: nothing frozen
     assert gc.get_freeze_count() == 0
     policy.install()
+    collections: list[int] = []
+
+    def counted(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    # A session's long containers, young: a collection would visit every item of them.
+    held = [[{"n": n} for n in range(1000)] for _ in range(3)]
+    gc.callbacks.append(counted)
     try:
         policy.settle()
+        assert collections == []
         assert policy.freezes == 1
-        assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() > 3000
+        assert len(held) == 3
     finally:
+        gc.callbacks.remove(counted)
         policy.uninstall()
 
 
