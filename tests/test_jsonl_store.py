@@ -666,8 +666,12 @@ def test_failure_while_opening_the_writer_closes_the_descriptor(
 def test_a_file_that_grows_while_it_is_loaded_is_read_to_its_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The store parses a file as it reads it, 64 KB at a time (issue 9): a line appended after
-    the first read is read on and parsed, not lost, and the tail is the end of what was parsed."""
+    """The store parses a file as it reads it, a chunk at a time (issue 9): a line appended after
+    the first read is read on and parsed, not lost, and the tail is the end of what was parsed.
+    (Chunks of 64 KB here, for a small file in many chunks; a load reads 1 MB at a time.)"""
+    from orchestrator._store import jsonl_io
+
+    monkeypatch.setattr(jsonl_io, "LOAD_CHUNK", 1 << 16)
     path = tmp_path / "s.jsonl"
     header = {"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"}
     lines = [json.dumps(header)] + [
@@ -694,3 +698,39 @@ def test_a_file_that_grows_while_it_is_loaded_is_read_to_its_end(
     assert [entry["id"] for entry in result.entries] == [f"e{k}" for k in range(300)] + ["late"]
     assert result.tail == Tail(last_id="late", length=path.stat().st_size)
     assert not result.problems
+
+
+def test_a_load_reads_its_file_a_megabyte_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each read lets go of the interpreter lock and takes it straight back: a read every 64 KB
+    # starved a server's event loop for up to 170 ms while a big session loaded in a worker
+    # thread (issue 35). Few reads, each of a megabyte, leave it its turns.
+    from orchestrator._store import jsonl_io
+
+    line = {"type": "message", "id": "", "parentId": None, "message": {"role": "user"}}
+    lines = [write_pi_line({"type": "session", "version": 3, "id": "s", "cwd": "/"})]
+    previous = None
+    for n in range(6000):
+        entry = {**line, "id": f"e{n}", "parentId": previous, "note": "x" * 500}
+        lines.append(write_pi_line(entry))
+        previous = f"e{n}"
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(lines))
+    sizes: list[int] = []
+    real_read = os.read
+
+    def read(fd: int, length: int) -> bytes:
+        sizes.append(length)
+        return real_read(fd, length)
+
+    monkeypatch.setattr(os, "read", read)
+    with JsonlStore(path) as store:
+        assert len(store.load().entries) == 6000
+    monkeypatch.undo()
+    sizes = [length for length in sizes if length > 1]  # (a one-byte look at the file's end)
+    size = path.stat().st_size
+    assert size > 3 * jsonl_io.LOAD_CHUNK
+    assert jsonl_io.LOAD_CHUNK >= 1 << 20
+    assert max(sizes) == jsonl_io.LOAD_CHUNK
+    assert len(sizes) <= size // jsonl_io.LOAD_CHUNK + 3
