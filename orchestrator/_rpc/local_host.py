@@ -293,10 +293,10 @@ class LocalHost(Attached):
         except RpcError:
             runtime.close()
             raise
-        # What the session holds is frozen now, by a full collection that walks only what is
-        # not frozen yet (this session, mostly): opening a thousand sessions one request at a
-        # time otherwise left them all for one full collection later, 1.2 s of a stopped
-        # event loop in the middle of the requests that followed (issue 9; gc_policy.py).
+        # What the session holds is frozen now (gc_policy.py): opening a thousand sessions one
+        # request at a time otherwise left them all for one full collection later, 1.2 s of a
+        # stopped event loop in the middle of the requests that followed (issue 9), and a big
+        # session's long lists for the next collection to visit item by item (issue 35).
         POLICY.settle()
         return slot
 
@@ -448,7 +448,9 @@ class LocalHost(Attached):
         )
         offload = self._offload(new.store.location)
         forked = AgentSession(new, journal=journal, offload=offload, **self.options.arguments())
-        return Forked(self.slots[self.add(forked)].describe(), result.editor_text)
+        described = self.slots[self.add(forked)].describe()
+        POLICY.settle()  # frozen as an opened session is (_register): its index is as long
+        return Forked(described, result.editor_text)
 
     async def prompt(self, session_id: str, text: str) -> Prompted:
         slot = self.slot(session_id)
