@@ -130,11 +130,13 @@ class RpcHub:
 
     def tell(self, session_id: str, event: Mapping[str, Any]) -> None:
         """Send one event of ``session_id`` to the listeners that follow it."""
-        message = notification(EVENT_METHOD, {"session_id": session_id, "event": event})
+        message: dict[str, Any] | None = None  # built for the first listener that follows it
         line: str | None = None
         for listener, peer, encoded in list(self._listeners):
             if peer is not None and session_id not in peer.topics:
                 continue
+            if message is None:
+                message = notification(EVENT_METHOD, {"session_id": session_id, "event": event})
             try:
                 if not encoded:
                     listener(message)
@@ -287,8 +289,7 @@ class RpcHub:
             raise with_id(error, operation_id) from None
         if not wait:
             return operation.as_json()
-        if operation.state == RUNNING:
-            await operation.ended.wait()  # asked again while it runs: its outcome, when it comes
+        await operation.wait()  # asked again while it runs: its outcome, when it comes
         if operation.error is not None:
             raise operation.error
         answer: dict[str, Any] = operation.result

@@ -199,8 +199,9 @@ class LocalHost(Attached):
         outlet = self.outlet
 
         def forward(event: Event) -> None:
-            if outlet.listened(session_id):  # the notification is built only for someone
-                outlet.tell(session_id, event.as_json())
+            # The hub builds the notification only for someone; asking it first whether anyone
+            # listens went over its listeners twice for each event (three a compaction).
+            outlet.tell(session_id, event.as_json())
 
         unsubscribe = runtime.events.subscribe(forward, ignoring=QUIET_EVENTS)
         slot = Slot(runtime, path or runtime.session.store.location, unsubscribe)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -78,8 +78,11 @@ def requested_id(p: Params) -> str | None:
 
 
 def new_id() -> str:
-    """A fresh operation id."""
-    return uuid.uuid4().hex
+    """A fresh operation id: ``uuid.uuid4().hex``, without the ``UUID`` object (3 µs a request)."""
+    value = int.from_bytes(os.urandom(16), "big")
+    # As uuid.UUID(version=4) sets them: the RFC 4122 variant (10xx), version 4 (0100).
+    value = (value & ~(0xC000 << 48) | 0x8000 << 48) & ~(0xF000 << 64) | 4 << 76
+    return f"{value:032x}"
 
 
 def with_id(error: RpcError, operation_id: str) -> RpcError:
@@ -135,7 +138,15 @@ class Operation:
     error: RpcError | None = None
     unsure: bool = False
     ended_at: float = 0.0
-    ended: anyio.Event = field(default_factory=anyio.Event)
+    # Made by the first caller that waits: one asked again while it runs, rarely anyone.
+    _ended: anyio.Event | None = field(default=None, repr=False)
+
+    async def wait(self) -> None:
+        """Return once it has ended (at once when it has)."""
+        if self.state == RUNNING:
+            if self._ended is None:
+                self._ended = anyio.Event()
+            await self._ended.wait()
 
     def as_json(self) -> dict[str, Any]:
         """``session.operation``'s answer."""
@@ -154,7 +165,8 @@ class Operation:
         else:
             self.state = CANCELLED if error.code == errors.CANCELLED else FAILED
         self.ended_at = time.monotonic()
-        self.ended.set()
+        if self._ended is not None:
+            self._ended.set()
 
 
 class OperationBook:
@@ -214,7 +226,11 @@ class OperationBook:
 def asked_of(p: Params) -> str:
     """A request's parameters, without ``operationId`` and ``wait``, as comparable text."""
     kept = {k: v for k, v in p.values.items() if k not in (OPERATION_ID, "wait")}
-    return json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+    return _ASKED.encode(kept)
+
+
+_ASKED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+"""What ``json.dumps(..., sort_keys=True, separators=(",", ":"), default=str)`` makes each call."""
 
 
 class Background:

@@ -7,6 +7,7 @@ Run on demand (not part of the test run)::
     python tests/bench/bench_concurrent.py --only runtime     # or --only server
     python tests/bench/bench_concurrent.py --model fake       # in-process model, no HTTP
     python tests/bench/bench_concurrent.py --only runtime --uvloop  # the runtime on uvloop
+    python tests/bench/bench_concurrent.py --only server --server-profile server.prof
 
 The model. By default every summary goes over HTTP to the local provider server
 (``orchestrator/testing/_provider.py``) running in a child process, where each answer
@@ -25,7 +26,10 @@ collection policy (``orchestrator._process.gc_policy``) and settles it after ope
 **server**: ``orchestrator serve --socket`` runs in a child process with ``--remote``; the
 benchmark opens every session over 16 connections (``session.open``) and then sends every
 ``session.compress`` at once, spread over the same connections (at most 64 in flight per
-connection, the server's default bound).
+connection, the server's default bound). ``--server-profile FILE`` runs the server under cProfile,
+switched on for the compactions only (its event loop's thread: the work of the worker threads
+is not in it), and writes the statistics to ``FILE`` (``python -m pstats FILE``); the profiler
+slows the server down, so its times are for comparing one part with another, not for the goal.
 
 Printed for each path: the time to open every session, then for the compactions the wall time
 from the first request to the last answer, p50 and p99 of each operation's latency, the event
@@ -154,6 +158,58 @@ class Provider:
         if self.kind == "http":
             return SummaryRoutes(candidates=(RemoteSummaryModel(self.url),))
         return SummaryRoutes(candidates=(FakeModel(self.latency),))
+
+
+# -- profiling the server --------------------------------------------------------------------------
+
+PROFILE_ON, PROFILE_OFF = signal.SIGUSR1, signal.SIGUSR2
+
+
+def serve_profiled(output: str, argv: list[str]) -> None:
+    """Child process: ``orchestrator serve`` with cProfile on between two signals.
+
+    :data:`PROFILE_ON` switches it on; :data:`PROFILE_OFF` switches it off and writes the
+    statistics to ``output``, then ``output + ".done"`` (the benchmark waits for that file).
+    The handlers run on the event loop's thread, which is the one profiled.
+    """
+    import cProfile
+
+    from orchestrator._cli.main import main as orchestrator
+
+    profile = cProfile.Profile()
+
+    def off(*_: object) -> None:
+        profile.disable()
+        profile.dump_stats(output)
+        Path(output + ".done").touch()
+
+    signal.signal(PROFILE_ON, lambda *_: profile.enable())
+    signal.signal(PROFILE_OFF, off)
+    sys.exit(orchestrator(argv))
+
+
+class ServerProfile:
+    """Switches a profiled server's profiler on and off (``--server-profile``; none: nothing)."""
+
+    def __init__(self, pid: int, output: str | None) -> None:
+        self.pid = pid
+        self.output = output
+
+    async def start(self) -> None:
+        if self.output is not None:
+            os.kill(self.pid, PROFILE_ON)
+            await anyio.sleep(0.2)  # the handler runs once the loop wakes
+
+    async def stop(self) -> None:
+        if self.output is None:
+            return
+        done = Path(self.output + ".done")
+        done.unlink(missing_ok=True)
+        os.kill(self.pid, PROFILE_OFF)
+        while not done.exists():
+            await anyio.sleep(0.05)
+        done.unlink()
+        print(f"server profile (compactions): {self.output}", flush=True)
 
 
 # -- sessions --------------------------------------------------------------------------------------
@@ -404,13 +460,16 @@ class Client:
         return answer["result"]
 
 
-async def through_server(paths: list[Path], provider: Provider, folder: Path) -> dict[str, Any]:
+async def through_server(
+    paths: list[Path], provider: Provider, folder: Path, profile: str | None = None
+) -> dict[str, Any]:
     assert provider.kind == "http", "the server path needs --model http"
     socket_path = folder / "bench.sock"
+    here, output = str(Path(__file__).resolve()), str(Path(profile or ".").resolve())
+    start = ["-m", "orchestrator"] if profile is None else [here, "--serve-profiled", output]
     command = [
         sys.executable,
-        "-m",
-        "orchestrator",
+        *start,
         "serve",
         "--socket",
         str(socket_path),
@@ -425,7 +484,8 @@ async def through_server(paths: list[Path], provider: Provider, folder: Path) ->
         while "listening" not in server.stderr.readline():
             if server.poll() is not None:
                 raise SystemExit("the server did not start")
-        return await _drive_server(paths, socket_path, server.pid, provider)
+        profiler = ServerProfile(server.pid, output if profile is not None else None)
+        return await _drive_server(paths, socket_path, server.pid, provider, profiler)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
@@ -453,7 +513,7 @@ async def run_lanes(
 
 
 async def _drive_server(
-    paths: list[Path], socket_path: Path, pid: int, provider: Provider
+    paths: list[Path], socket_path: Path, pid: int, provider: Provider, profiler: ServerProfile
 ) -> dict[str, Any]:
     meter = LagMeter()
     latencies: list[float] = []
@@ -487,11 +547,13 @@ async def _drive_server(
             latencies.append(time.perf_counter() - start)
             results[key] = results.get(key, 0) + 1
 
+        await profiler.start()
         cpu = CpuMeter(pid, provider)
         t0 = time.perf_counter()
         await run_lanes(clients, len(paths), compress)
         wall = time.perf_counter() - t0
         used = cpu.take()
+        await profiler.stop()
         lag = meter.worst
         meter.running = False
         rss = _rss_of(pid)
@@ -521,6 +583,9 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--only", choices=("runtime", "server"))
     parser.add_argument("--profile", metavar="FILE", help="pyinstrument HTML of the runtime path")
     parser.add_argument(
+        "--server-profile", metavar="FILE", help="cProfile statistics of the server's compactions"
+    )
+    parser.add_argument(
         "--uvloop", action="store_true", help="run the runtime path on uvloop's event loop"
     )
     return parser
@@ -529,6 +594,9 @@ def options() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--serve-provider"]:
         serve_provider(float(argv[1]), int(argv[2]))
+        return
+    if argv[:1] == ["--serve-profiled"]:
+        serve_profiled(argv[1], argv[2:])
         return
     args = options().parse_args(argv)
     load = os.getloadavg()
@@ -564,7 +632,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             if args.only in (None, "server"):
                 server_folder = folder / "server"
                 paths = write_sessions(server_folder, args.sessions, args.entries)
-                rows.append(anyio.run(through_server, paths, provider, server_folder))
+                profile = args.server_profile
+                rows.append(anyio.run(through_server, paths, provider, server_folder, profile))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows
