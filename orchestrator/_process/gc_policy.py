@@ -14,7 +14,9 @@ waits for the survivors of the young generations to grow by a quarter of the fro
 Reference counting still frees frozen objects as usual; only a cycle that dies after being
 frozen waits, so :meth:`GcPolicy.released` (a server calls it when it closes a session) unfreezes
 everything, and the next full collection, whenever CPython runs it, collects such cycles and
-freezes the survivors again.
+freezes the survivors again. The server does so only when the closed session is still alive at
+its next opening or close: that collection walks every session still open (0.65 s with
+200,000 entries open).
 
 The policy also runs full collections a tenth as often: CPython's third threshold goes from
 10 to :data:`FULL_EVERY` young-generation collections. With a thousand operations in flight,
@@ -31,6 +33,7 @@ Nothing here runs unless a program asks: a library must not change its host's co
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 from orchestrator._core.loading import FREEZING
@@ -46,6 +49,7 @@ class GcPolicy:
         self.installed = False
         self.freezes = 0
         self._thresholds: tuple[int, int, int] | None = None
+        self._closed: list[weakref.ref[Any]] = []  # closed sessions not freed when closed
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "stop" and info.get("generation") == 2:
@@ -85,13 +89,37 @@ class GcPolicy:
         session closes (:meth:`released`).
         """
         if self.installed:
+            self._review(collect=True)
             gc.freeze()
             self.freezes += 1
 
-    def released(self) -> None:
-        """Sessions were closed: let the next full collection look at everything once more."""
-        if self.installed:
+    def released(self, closed: weakref.ref[Any] | None = None) -> None:
+        """A session was closed: let the next full collection find it if a cycle holds it.
+
+        Unfreezing sends every open session to the next full collection (0.65 s of every
+        thread stopped with 200,000 entries open), and a closed session is nearly always freed
+        by reference counting, frozen or not (its entries are JSON values; its runtime holds
+        no cycle). So with ``closed``, a weak reference to what was closed, nothing is
+        unfrozen now: the next close or opening looks again, and only if it is still alive
+        then (a request that held it has ended by then) is everything unfrozen. Without it,
+        everything is unfrozen at once.
+        """
+        if not self.installed:
+            return
+        self._review(collect=False)
+        if closed is None:
             gc.unfreeze()
+        elif closed() is not None:
+            self._closed.append(closed)
+
+    def _review(self, *, collect: bool) -> None:
+        """Unfreeze everything if a session closed before is still alive; ``collect`` now."""
+        alive = [ref for ref in self._closed if ref() is not None]
+        self._closed = []
+        if alive:
+            gc.unfreeze()
+            if collect:  # about to freeze again: find the cycle first
+                gc.collect()
 
 
 POLICY = GcPolicy()

@@ -12,6 +12,7 @@ compaction asked for is running before the turn machine has taken it).
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,8 +335,13 @@ class LocalHost(Attached):
                     break
         slot.unsubscribe()
         slot.runtime.close()
-        POLICY.released()  # its cycles, if frozen, are collected at the next full collection
+        closed = weakref.ref(slot.runtime.session)
+        del slot
         self.outlet.ended(session_id)
+        # Frozen or not, a closed session is freed by reference counting; only one a cycle
+        # still holds later has everything unfrozen, for the next full collection to find it
+        # (gc_policy.py): that collection walks every open session again (issue 35).
+        POLICY.released(closed)
 
     # -- requests ------------------------------------------------------------------------------
 
