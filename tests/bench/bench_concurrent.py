@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.bench.bench_core import write_session  # noqa: E402
+from tests.bench.serving import serving  # noqa: E402
 
 GC_POLICY = os.environ.get("BENCH_GC_POLICY", "1") == "1"
 CONNECTIONS = 16
@@ -478,17 +479,9 @@ async def through_server(
         "--remote",
         provider.url,
     ]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert server.stderr is not None
-        while "listening" not in server.stderr.readline():
-            if server.poll() is not None:
-                raise SystemExit("the server did not start")
+    with serving(command, stop_within=30) as server:
         profiler = ServerProfile(server.pid, output if profile is not None else None)
         return await _drive_server(paths, socket_path, server.pid, provider, profiler)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
 
 
 async def run_lanes(

@@ -32,8 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.bench.bench_core import write_session  # noqa: E402
+from tests.bench.serving import serving  # noqa: E402
 
 POLL_EVERY = 0.05
 TAIL = 3.0
@@ -252,16 +251,8 @@ def main() -> None:
         socket_path = Path(run) / "serve.sock"
         command = [sys.executable, "-m", "orchestrator", "serve"]
         command += ["--socket", str(socket_path), "--dir", run]
-        server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        try:
-            assert server.stderr is not None
-            while "listening" not in server.stderr.readline():
-                if server.poll() is not None:
-                    raise SystemExit("the server did not start")
+        with serving(command, stop_within=60) as server:
             anyio.run(drive, socket_path, session, server.pid, args)
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(60)
 
 
 if __name__ == "__main__":
